@@ -1,0 +1,34 @@
+# modelrouter: `make run` serves on 127.0.0.1:8080, `make test` runs the suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOME_DIR ?= $(or $(MODELROUTER_HOME),$(HOME)/.local/share/modelrouter)
+# llama-cpp-python compiles from source the first time (~12 min on 2 cores); pip caches the wheel.
+export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+
+.PHONY: install run migrate test bench demo clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+migrate: install
+	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/python -c "from service.settings import Settings; from service.event_store.migrate import upgrade; upgrade(Settings.from_env().db_path)"
+
+run: migrate
+	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/modelrouter serve
+
+test: install
+	$(BIN)/python -m pytest tests -q
+
+bench: install
+	$(BIN)/python bench/event_log.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

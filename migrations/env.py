@@ -1,0 +1,42 @@
+"""Alembic environment: runs against the service's SQLite file with the sync
+sqlite3 driver (migrations run before the event loop serves anything)."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Connection
+
+from service.event_store.engines import sqlite_path, sync_engine
+from service.event_store.schema import metadata
+from service.settings import Settings
+
+config = context.config
+target_metadata = metadata
+
+
+def _run(connection: Connection) -> None:
+    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    """Use the connection handed in by ``service.event_store.migrate`` if any,
+    else open one from settings (the ``alembic`` command line)."""
+    supplied = config.attributes.get("connection")
+    if supplied is not None:
+        _run(supplied)
+        return
+    url = config.get_main_option("sqlalchemy.url") or Settings.from_env().database_url
+    engine = sync_engine(sqlite_path(url), write=False)
+    with engine.connect() as connection:
+        _run(connection)
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    run_migrations_online()

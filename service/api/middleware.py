@@ -1,0 +1,46 @@
+"""ASGI middleware: a request id bound to every log line, and one access line per request."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import structlog
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+_log = structlog.get_logger("modelrouter.access")
+
+
+def request_id_middleware(app: ASGIApp) -> ASGIApp:
+    """Bind ``request_id`` (from ``X-Request-ID`` or a fresh one) for the request's
+    duration, echo it in the response, and log one canonical access line."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        request_id = headers.get(b"x-request-id", b"").decode("latin-1") or uuid.uuid4().hex
+        status: dict[str, Any] = {"code": None}
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode("latin-1"))]
+            await send(message)
+
+        with structlog.contextvars.bound_contextvars(request_id=request_id):
+            try:
+                await app(scope, receive, send_with_id)
+            finally:
+                _log.info(
+                    "request",
+                    method=scope.get("method"),
+                    path=scope.get("path"),
+                    status=status["code"],
+                    duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                )
+
+    return middleware

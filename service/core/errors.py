@@ -1,0 +1,41 @@
+"""Domain errors raised by the pure core.
+
+    CoreError
+     +-- UnknownEventType        a stored type this code does not know
+     +-- UnknownSchemaVersion    a version newer than this code, or no upcaster
+     +-- CommandRejected         a decision refused a request (carries a code)
+
+The API maps ``CommandRejected.code`` to an HTTP status and a problem type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CoreError(Exception):
+    """Base of all errors raised by ``service.core``."""
+
+
+class UnknownEventType(CoreError):
+    def __init__(self, type_: str) -> None:
+        super().__init__(f"unknown event type {type_!r}")
+        self.type = type_
+
+
+class UnknownSchemaVersion(CoreError):
+    def __init__(self, type_: str, version: int, current: int) -> None:
+        super().__init__(f"event {type_!r} has schema_version {version}; this code reads up to {current}")
+        self.type = type_
+        self.version = version
+        self.current = current
+
+
+class CommandRejected(CoreError):
+    """A command that cannot be carried out in the current state."""
+
+    def __init__(self, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.extra = extra

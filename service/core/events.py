@@ -1,0 +1,355 @@
+"""Event types: the vocabulary of the log.
+
+Every fact modelrouter records is one of these frozen dataclasses. Each class has
+a stable ``TYPE`` string (never renamed once stored) and a ``VERSION``; older
+stored versions are lifted by the upcasters in :mod:`service.core.upcasting`.
+The catalogue with field meanings lives in ``docs/event-catalogue.md``.
+
+Pure module: stdlib only, no clock, no ids. Callers pass those in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Mapping
+
+JSON = Any
+"""A JSON-compatible value (dict, list, str, int, float, bool, None)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base class: a payload with a stable type name and schema version."""
+
+    TYPE: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+
+    def to_data(self) -> dict[str, JSON]:
+        """The JSON payload stored in the ``data`` column."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, JSON]) -> Event:
+        """Build from a current-version payload; unknown keys are ignored so that
+        adding a defaulted field never breaks older readers."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: _frozen(v) for k, v in data.items() if k in names}
+        return cls(**kwargs)
+
+
+def _jsonable(value: Any) -> JSON:
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _frozen(value: Any) -> Any:
+    # Lists become tuples so that events compare and hash like values.
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """An event as stored: its envelope plus the typed payload."""
+
+    position: int
+    event_id: str
+    model: str | None
+    event: Event
+    source: Mapping[str, JSON]
+    recorded_at: datetime
+
+    @property
+    def type(self) -> str:
+        """The stable type string of the payload."""
+        return self.event.TYPE
+
+
+# --- router-level -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RouterStarted(Event):
+    TYPE: ClassVar[str] = "router_started"
+    pid: int = 0
+    version: str = ""
+    host: str = ""
+    port: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RouterStopped(Event):
+    TYPE: ClassVar[str] = "router_stopped"
+    pid: int = 0
+    reason: str = "shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryCompleted(Event):
+    TYPE: ClassVar[str] = "recovery_completed"
+    interrupted_downloads: int = 0
+    resumed_downloads: int = 0
+    lost_instances: int = 0
+    orphans: int = 0
+    events_replayed: int = 0
+    snapshot_position: int = 0
+    duration_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PartialFileFound(Event):
+    TYPE: ClassVar[str] = "partial_file_found"
+    path: str = ""
+    bytes: int = 0
+
+
+# --- model catalogue ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDiscovered(Event):
+    """A model found on disk (models dir or an existing HF cache), not downloaded by us."""
+
+    TYPE: ClassVar[str] = "model_discovered"
+    source: str = "models_dir"
+    path: str = ""
+    files: tuple[Mapping[str, JSON], ...] = ()
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfigured(Event):
+    """Per-model settings (aliases, load params, ttl, restart policy, load-on-startup)."""
+
+    TYPE: ClassVar[str] = "model_configured"
+    aliases: tuple[str, ...] = ()
+    params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    ttl_seconds: float | None = None
+    restart: str = "never"
+    load_on_startup: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRemoved(Event):
+    TYPE: ClassVar[str] = "model_removed"
+    files: tuple[str, ...] = ()
+    bytes_freed: int = 0
+
+
+# --- downloads ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadRequested(Event):
+    TYPE: ClassVar[str] = "download_requested"
+    job_id: str = ""
+    repo: str = ""
+    revision: str = "main"
+    commit: str = ""
+    quant: str | None = None
+    files: tuple[Mapping[str, JSON], ...] = ()
+    total_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadStarted(Event):
+    TYPE: ClassVar[str] = "download_started"
+    job_id: str = ""
+    pid: int = 0
+    commit: str = ""
+    files: tuple[Mapping[str, JSON], ...] = ()
+    total_bytes: int = 0
+    resumed_bytes: int = 0
+    pid_started_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadProgress(Event):
+    """v2; v1 was ``{job_id, done, total}`` (llama.cpp's shape), see upcasting."""
+
+    TYPE: ClassVar[str] = "download_progress"
+    VERSION: ClassVar[int] = 2
+    job_id: str = ""
+    bytes_done: int = 0
+    bytes_total: int = 0
+    bytes_per_second: float | None = None
+    eta_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadFinished(Event):
+    TYPE: ClassVar[str] = "download_finished"
+    job_id: str = ""
+    commit: str = ""
+    files: tuple[Mapping[str, JSON], ...] = ()
+    bytes_total: int = 0
+    bytes_transferred: int = 0
+    duration_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadFailed(Event):
+    TYPE: ClassVar[str] = "download_failed"
+    job_id: str = ""
+    reason: str = "internal"
+    message: str = ""
+    retryable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadCancelRequested(Event):
+    TYPE: ClassVar[str] = "download_cancel_requested"
+    job_id: str = ""
+    discard: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadCancelled(Event):
+    TYPE: ClassVar[str] = "download_cancelled"
+    job_id: str = ""
+    discarded: bool = False
+    bytes_on_disk: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadInterrupted(Event):
+    TYPE: ClassVar[str] = "download_interrupted"
+    job_id: str = ""
+    bytes_on_disk: int = 0
+    reason: str = "router_restart"
+
+
+# --- inference instances -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRequested(Event):
+    """The service decided to start an inference worker (load, autoload, restart, startup)."""
+
+    TYPE: ClassVar[str] = "instance_requested"
+    instance_id: str = ""
+    reason: str = "load"
+    port: int = 0
+    params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLoading(Event):
+    TYPE: ClassVar[str] = "instance_loading"
+    instance_id: str = ""
+    pid: int = 0
+    endpoint: str = ""
+    params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    pid_started_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadingProgress(Event):
+    TYPE: ClassVar[str] = "loading_progress"
+    instance_id: str = ""
+    progress: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceReady(Event):
+    TYPE: ClassVar[str] = "instance_ready"
+    instance_id: str = ""
+    pid: int = 0
+    endpoint: str = ""
+    load_ms: float = 0.0
+    n_ctx: int = 0
+    n_params: int = 0
+    file_size: int = 0
+    architecture: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLoadFailed(Event):
+    TYPE: ClassVar[str] = "instance_load_failed"
+    instance_id: str = ""
+    reason: str = "load_error"
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceStopRequested(Event):
+    TYPE: ClassVar[str] = "instance_stop_requested"
+    instance_id: str = ""
+    reason: str = "unload"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceStopped(Event):
+    TYPE: ClassVar[str] = "instance_stopped"
+    instance_id: str = ""
+    reason: str = "unload"
+    exit_code: int | None = None
+    forced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceCrashed(Event):
+    TYPE: ClassVar[str] = "instance_crashed"
+    instance_id: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    stderr_tail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLost(Event):
+    TYPE: ClassVar[str] = "instance_lost"
+    instance_id: str = ""
+    reason: str = "router_restart"
+    killed_survivor: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCompleted(Event):
+    """A proxied request finished; drives ``last_used`` for LRU and idle TTL."""
+
+    TYPE: ClassVar[str] = "request_completed"
+    instance_id: str = ""
+    route: str = ""
+    status_code: int = 0
+    stream: bool = False
+    duration_ms: float = 0.0
+
+
+EVENT_TYPES: Mapping[str, type[Event]] = {
+    cls.TYPE: cls
+    for cls in (
+        RouterStarted,
+        RouterStopped,
+        RecoveryCompleted,
+        PartialFileFound,
+        ModelDiscovered,
+        ModelConfigured,
+        ModelRemoved,
+        DownloadRequested,
+        DownloadStarted,
+        DownloadProgress,
+        DownloadFinished,
+        DownloadFailed,
+        DownloadCancelRequested,
+        DownloadCancelled,
+        DownloadInterrupted,
+        InstanceRequested,
+        InstanceLoading,
+        LoadingProgress,
+        InstanceReady,
+        InstanceLoadFailed,
+        InstanceStopRequested,
+        InstanceStopped,
+        InstanceCrashed,
+        InstanceLost,
+        RequestCompleted,
+    )
+}
+"""Registry: stable type string -> current event class."""

@@ -1,0 +1,423 @@
+"""The fold: ``fold(state, recorded) -> state``, one pure handler per event type.
+
+The service's live state, the snapshots and ``modelrouter verify`` all go
+through this one function. Handlers never raise on surprising input (a late
+event from a replaced worker, a job the log never saw requested): they ignore
+it, so that a log written by a crashing system still folds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any, Callable, Iterable, Mapping
+
+from service.core import events as ev
+from service.core.state import (
+    DownloadJob,
+    Instance,
+    InstanceStatus,
+    JobStatus,
+    ModelConfig,
+    ModelState,
+    RouterState,
+)
+
+Handler = Callable[[RouterState, ev.Recorded], RouterState]
+_HANDLERS: dict[type[ev.Event], Handler] = {}
+
+
+def _on(cls: type[ev.Event]) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        _HANDLERS[cls] = fn
+        return fn
+
+    return register
+
+
+def fold(state: RouterState, recorded: ev.Recorded) -> RouterState:
+    """Apply one recorded event. Events at or below ``state.position`` are skipped,
+    which makes re-delivery (tail overlap, snapshot + tail) harmless."""
+    if recorded.position <= state.position:
+        return state
+    handler = _HANDLERS.get(type(recorded.event))
+    new = handler(state, recorded) if handler is not None else state
+    return dataclasses.replace(new, position=recorded.position)
+
+
+def replay(events: Iterable[ev.Recorded], state: RouterState | None = None) -> RouterState:
+    """Fold a sequence of events onto ``state`` (or the empty state)."""
+    current = state if state is not None else RouterState()
+    for recorded in events:
+        current = fold(current, recorded)
+    return current
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def _model(state: RouterState, rec: ev.Recorded) -> ModelState | None:
+    return state.models.get(rec.model) if rec.model is not None else None
+
+
+def _ensure_model(state: RouterState, rec: ev.Recorded, source: str = "cache") -> ModelState:
+    assert rec.model is not None
+    return state.models.get(rec.model) or ModelState(name=rec.model, source=source, created_at=rec.recorded_at)
+
+
+def _put(state: RouterState, model: ModelState) -> RouterState:
+    return dataclasses.replace(state, models={**state.models, model.name: model})
+
+
+def _put_job(state: RouterState, model: ModelState, job: DownloadJob, **model_changes: Any) -> RouterState:
+    updated = model.replace(jobs={**model.jobs, job.job_id: job}, **model_changes)
+    return _put(state, updated)
+
+
+def _job_of(state: RouterState, rec: ev.Recorded, job_id: str) -> tuple[ModelState, DownloadJob] | None:
+    model = _model(state, rec)
+    if model is None or job_id not in model.jobs:
+        return None
+    return model, model.jobs[job_id]
+
+
+def _instance_of(state: RouterState, rec: ev.Recorded, instance_id: str) -> ModelState | None:
+    # Events from an instance other than the current one are stale: ignore them.
+    model = _model(state, rec)
+    if model is None or model.instance is None or model.instance.instance_id != instance_id:
+        return None
+    return model
+
+
+def _error(kind: str, reason: str, message: str, at: datetime, **extra: Any) -> Mapping[str, Any]:
+    return {"kind": kind, "reason": reason, "message": message, "at": at.isoformat(), **extra}
+
+
+def _primary_path(files: Iterable[Mapping[str, Any]]) -> str | None:
+    # The first non-mmproj GGUF (for split models, part 1 sorts first).
+    paths = sorted(
+        str(f.get("snapshot_path") or f.get("path") or "")
+        for f in files
+        if str(f.get("path", "")).endswith(".gguf") and "mmproj" not in str(f.get("path", "")).lower()
+    )
+    return paths[0] if paths else None
+
+
+# --- router ------------------------------------------------------------------
+
+
+@_on(ev.RouterStarted)
+def _router_started(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.RouterStarted)
+    return dataclasses.replace(state, router_pid=e.pid, router_started_at=rec.recorded_at)
+
+
+@_on(ev.PartialFileFound)
+def _partial_found(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.PartialFileFound)
+    return dataclasses.replace(state, partial_files={**state.partial_files, e.path: e.bytes})
+
+
+# --- catalogue ---------------------------------------------------------------
+
+
+@_on(ev.ModelDiscovered)
+def _discovered(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.ModelDiscovered)
+    model = _ensure_model(state, rec, source=e.source)
+    return _put(state, model.replace(source=e.source, available=True, files=e.files, path=e.path, size=e.size))
+
+
+@_on(ev.ModelConfigured)
+def _configured(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.ModelConfigured)
+    config = ModelConfig(
+        aliases=tuple(e.aliases),
+        params=dict(e.params),
+        ttl_seconds=e.ttl_seconds,
+        restart=e.restart,
+        load_on_startup=e.load_on_startup,
+    )
+    return _put(state, _ensure_model(state, rec).replace(config=config))
+
+
+@_on(ev.ModelRemoved)
+def _removed(state: RouterState, rec: ev.Recorded) -> RouterState:
+    model = _model(state, rec)
+    if model is None:
+        return state
+    return _put(state, model.replace(available=False, files=(), path=None, size=0, failed=False, instance=None))
+
+
+# --- downloads ---------------------------------------------------------------
+
+
+@_on(ev.DownloadRequested)
+def _download_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.DownloadRequested)
+    model = _ensure_model(state, rec)
+    job = DownloadJob(
+        job_id=e.job_id,
+        model=model.name,
+        repo=e.repo,
+        revision=e.revision,
+        commit=e.commit,
+        quant=e.quant,
+        files=e.files,
+        bytes_total=e.total_bytes,
+        requested_at=rec.recorded_at,
+    )
+    state = dataclasses.replace(state, job_index={**state.job_index, e.job_id: model.name})
+    return _put_job(state, model, job, active_job=e.job_id, last_job=e.job_id, failed=False)
+
+
+@_on(ev.DownloadStarted)
+def _download_started(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.DownloadStarted)
+    found = _job_of(state, rec, e.job_id)
+    if found is None:
+        return state
+    model, job = found
+    job = dataclasses.replace(
+        job,
+        status=JobStatus.CANCELLING if job.status is JobStatus.CANCELLING else JobStatus.RUNNING,
+        pid=e.pid,
+        pid_started_at=e.pid_started_at,
+        commit=e.commit or job.commit,
+        files=e.files or job.files,
+        bytes_total=e.total_bytes or job.bytes_total,
+        bytes_done=max(job.bytes_done, e.resumed_bytes),
+        started_at=job.started_at or rec.recorded_at,
+        error=None,
+    )
+    return _put_job(state, model, job, active_job=e.job_id)
+
+
+@_on(ev.DownloadProgress)
+def _download_progress(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.DownloadProgress)
+    found = _job_of(state, rec, e.job_id)
+    if found is None or not found[1].status.active:
+        return state
+    model, job = found
+    job = dataclasses.replace(
+        job,
+        bytes_done=e.bytes_done,
+        bytes_total=e.bytes_total or job.bytes_total,
+        bytes_per_second=e.bytes_per_second,
+        eta_seconds=e.eta_seconds,
+    )
+    return _put_job(state, model, job)
+
+
+def _end_job(
+    state: RouterState, rec: ev.Recorded, job_id: str, status: JobStatus, **job_changes: Any
+) -> tuple[RouterState, ModelState | None]:
+    found = _job_of(state, rec, job_id)
+    if found is None:
+        return state, None
+    model, job = found
+    job = dataclasses.replace(
+        job, status=status, finished_at=rec.recorded_at, bytes_per_second=None, eta_seconds=None, **job_changes
+    )
+    active = None if model.active_job == job_id else model.active_job
+    new_state = _put_job(state, model, job, active_job=active)
+    return new_state, new_state.models[model.name]
+
+
+@_on(ev.DownloadFinished)
+def _download_finished(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.DownloadFinished)
+    state, model = _end_job(state, rec, e.job_id, JobStatus.FINISHED, bytes_done=e.bytes_total, error=None)
+    if model is None:
+        return state
+    size = sum(int(f.get("size", 0)) for f in e.files)
+    model = model.replace(
+        available=True, files=e.files, path=_primary_path(e.files), size=size, failed=False, last_error=None
+    )
+    return _put(state, model)
+
+
+@_on(ev.DownloadFailed)
+def _download_failed(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.DownloadFailed)
+    error = _error("download", e.reason, e.message, rec.recorded_at, retryable=e.retryable, job_id=e.job_id)
+    state, model = _end_job(state, rec, e.job_id, JobStatus.FAILED, error=error)
+    if model is None:
+        return state
+    # A failed re-download of a model we already have leaves it usable.
+    return _put(state, model.replace(failed=not model.available, last_error=error))
+
+
+@_on(ev.DownloadCancelRequested)
+def _cancel_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.DownloadCancelRequested)
+    found = _job_of(state, rec, e.job_id)
+    if found is None or not found[1].status.active:
+        return state
+    model, job = found
+    return _put_job(state, model, dataclasses.replace(job, status=JobStatus.CANCELLING, discard_requested=e.discard))
+
+
+@_on(ev.DownloadCancelled)
+def _download_cancelled(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.DownloadCancelled)
+    state, _ = _end_job(state, rec, e.job_id, JobStatus.CANCELLED, bytes_done=e.bytes_on_disk)
+    return state
+
+
+@_on(ev.DownloadInterrupted)
+def _download_interrupted(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.DownloadInterrupted)
+    state, _ = _end_job(state, rec, e.job_id, JobStatus.INTERRUPTED, bytes_done=e.bytes_on_disk, pid=None)
+    return state
+
+
+# --- instances ---------------------------------------------------------------
+
+
+@_on(ev.InstanceRequested)
+def _instance_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.InstanceRequested)
+    model = _model(state, rec)
+    if model is None:
+        return state
+    instance = Instance(
+        instance_id=e.instance_id, reason=e.reason, port=e.port, params=dict(e.params), requested_at=rec.recorded_at
+    )
+    return _put(state, model.replace(instance=instance, failed=False))
+
+
+def _update_instance(state: RouterState, rec: ev.Recorded, instance_id: str, **changes: Any) -> RouterState:
+    model = _instance_of(state, rec, instance_id)
+    if model is None or model.instance is None:
+        return state
+    return _put(state, model.replace(instance=dataclasses.replace(model.instance, **changes)))
+
+
+@_on(ev.InstanceLoading)
+def _instance_loading(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.InstanceLoading)
+    model = _instance_of(state, rec, e.instance_id)
+    if model is None or model.instance is None or model.instance.status is not InstanceStatus.STARTING:
+        return state
+    return _update_instance(
+        state,
+        rec,
+        e.instance_id,
+        status=InstanceStatus.LOADING,
+        pid=e.pid,
+        pid_started_at=e.pid_started_at,
+        endpoint=e.endpoint,
+        params={**model.instance.params, **e.params},
+    )
+
+
+@_on(ev.LoadingProgress)
+def _loading_progress(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.LoadingProgress)
+    return _update_instance(state, rec, e.instance_id, progress=e.progress)
+
+
+@_on(ev.InstanceReady)
+def _instance_ready(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.InstanceReady)
+    model = _instance_of(state, rec, e.instance_id)
+    if model is None or model.instance is None or model.instance.status is InstanceStatus.STOPPING:
+        return state
+    state = _update_instance(
+        state,
+        rec,
+        e.instance_id,
+        status=InstanceStatus.READY,
+        pid=e.pid,
+        endpoint=e.endpoint,
+        progress=1.0,
+        load_ms=e.load_ms,
+        n_ctx=e.n_ctx,
+        n_params=e.n_params,
+        architecture=e.architecture,
+        ready_at=rec.recorded_at,
+    )
+    ready = state.models[model.name]
+    return _put(state, ready.replace(last_used=rec.recorded_at, last_error=None, crash_count=0))
+
+
+def _end_instance(
+    state: RouterState, rec: ev.Recorded, instance_id: str, *, failed: bool, error: Mapping[str, Any] | None
+) -> RouterState:
+    model = _instance_of(state, rec, instance_id)
+    if model is None:
+        return state
+    changes: dict[str, Any] = {"instance": None, "failed": failed}
+    if error is not None:
+        changes["last_error"] = error
+    return _put(state, model.replace(**changes))
+
+
+@_on(ev.InstanceLoadFailed)
+def _load_failed(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.InstanceLoadFailed)
+    error = _error("load", e.reason, e.message, rec.recorded_at)
+    return _end_instance(state, rec, e.instance_id, failed=True, error=error)
+
+
+@_on(ev.InstanceStopRequested)
+def _stop_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.InstanceStopRequested)
+    return _update_instance(state, rec, e.instance_id, status=InstanceStatus.STOPPING, stop_reason=e.reason)
+
+
+@_on(ev.InstanceStopped)
+def _instance_stopped(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.InstanceStopped)
+    return _end_instance(state, rec, e.instance_id, failed=False, error=None)
+
+
+@_on(ev.InstanceCrashed)
+def _instance_crashed(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.InstanceCrashed)
+    how = f"signal {e.signal}" if e.signal is not None else f"exit code {e.exit_code}"
+    error = _error(
+        "crash", "crashed", f"inference worker died ({how})", rec.recorded_at,
+        exit_code=e.exit_code, signal=e.signal, stderr_tail=e.stderr_tail,
+    )  # fmt: skip
+    model = _instance_of(state, rec, e.instance_id)
+    if model is None:
+        return state
+    return _put(state, model.replace(instance=None, failed=True, last_error=error, crash_count=model.crash_count + 1))
+
+
+@_on(ev.InstanceLost)
+def _instance_lost(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.InstanceLost)
+    return _end_instance(state, rec, e.instance_id, failed=False, error=None)
+
+
+@_on(ev.RequestCompleted)
+def _request_completed(state: RouterState, rec: ev.Recorded) -> RouterState:
+    model = _model(state, rec)
+    if model is None:
+        return state
+    return _put(state, model.replace(last_used=rec.recorded_at))

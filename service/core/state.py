@@ -1,0 +1,185 @@
+"""The state modelrouter derives from its log: immutable values, no behaviour.
+
+Nothing here is stored as a mutable row; :func:`service.core.fold.fold` builds
+these values from events, and the API renders them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any, Mapping
+
+
+class ModelStatus(str, Enum):
+    """What a client sees in ``GET /models`` ``status.value``."""
+
+    DOWNLOADING = "downloading"  # a download job is queued or running
+    UNLOADED = "unloaded"  # files present, no instance: available to load
+    LOADING = "loading"  # an inference worker was requested and is not ready yet
+    LOADED = "loaded"  # an inference worker answers requests
+    UNLOADING = "unloading"  # a stop was requested, the worker has not exited yet
+    FAILED = "failed"  # last load/crash/download failed; cleared by the next attempt
+    ABSENT = "absent"  # known to the log but no usable files (cancelled, removed)
+
+
+class JobStatus(str, Enum):
+    """Lifecycle of one download job."""
+
+    QUEUED = "queued"  # requested; worker not yet reporting
+    RUNNING = "running"  # worker appended download_started
+    CANCELLING = "cancelling"  # cancel requested; worker not yet stopped
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"  # the service died under it; resumable
+
+    @property
+    def active(self) -> bool:
+        """Whether a worker may be (or should be) moving bytes for this job."""
+        return self in _ACTIVE_JOB_STATUSES
+
+
+_ACTIVE_JOB_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.CANCELLING})
+
+
+class InstanceStatus(str, Enum):
+    """Lifecycle of one inference worker."""
+
+    STARTING = "starting"  # requested by the service; process not yet reporting
+    LOADING = "loading"  # worker appended instance_loading
+    READY = "ready"
+    STOPPING = "stopping"
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadJob:
+    job_id: str
+    model: str
+    status: JobStatus = JobStatus.QUEUED
+    repo: str = ""
+    revision: str = "main"
+    commit: str = ""
+    quant: str | None = None
+    files: tuple[Mapping[str, Any], ...] = ()
+    bytes_done: int = 0
+    bytes_total: int = 0
+    bytes_per_second: float | None = None
+    eta_seconds: float | None = None
+    pid: int | None = None
+    pid_started_at: float | None = None
+    requested_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: Mapping[str, Any] | None = None
+    discard_requested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    instance_id: str
+    status: InstanceStatus = InstanceStatus.STARTING
+    reason: str = "load"
+    port: int = 0
+    pid: int | None = None
+    pid_started_at: float | None = None
+    endpoint: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    progress: float = 0.0
+    load_ms: float | None = None
+    n_ctx: int | None = None
+    n_params: int | None = None
+    architecture: str | None = None
+    requested_at: datetime | None = None
+    ready_at: datetime | None = None
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    aliases: tuple[str, ...] = ()
+    params: Mapping[str, Any] = field(default_factory=dict)
+    ttl_seconds: float | None = None
+    restart: str = "never"
+    load_on_startup: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelState:
+    name: str
+    source: str = "cache"
+    created_at: datetime | None = None
+    available: bool = False
+    files: tuple[Mapping[str, Any], ...] = ()
+    path: str | None = None
+    size: int = 0
+    active_job: str | None = None
+    last_job: str | None = None
+    jobs: Mapping[str, DownloadJob] = field(default_factory=dict)
+    instance: Instance | None = None
+    failed: bool = False
+    last_error: Mapping[str, Any] | None = None
+    crash_count: int = 0
+    last_used: datetime | None = None
+    config: ModelConfig = field(default_factory=ModelConfig)
+
+    @property
+    def status(self) -> ModelStatus:
+        """Derived, never stored: the instance wins, then a download, then files."""
+        if self.instance is not None:
+            return _INSTANCE_TO_MODEL[self.instance.status]
+        if self.active_job is not None:
+            return ModelStatus.DOWNLOADING
+        if self.failed:
+            return ModelStatus.FAILED
+        return ModelStatus.UNLOADED if self.available else ModelStatus.ABSENT
+
+    @property
+    def listed(self) -> bool:
+        """Whether ``GET /models`` shows the model: usable, coming, or worth explaining."""
+        return self.status is not ModelStatus.ABSENT
+
+    def replace(self, **changes: Any) -> ModelState:
+        return dataclasses.replace(self, **changes)
+
+
+_INSTANCE_TO_MODEL = {
+    InstanceStatus.STARTING: ModelStatus.LOADING,
+    InstanceStatus.LOADING: ModelStatus.LOADING,
+    InstanceStatus.READY: ModelStatus.LOADED,
+    InstanceStatus.STOPPING: ModelStatus.UNLOADING,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RouterState:
+    """The whole fold: per-model state plus an index of download jobs."""
+
+    position: int = 0
+    models: Mapping[str, ModelState] = field(default_factory=dict)
+    job_index: Mapping[str, str] = field(default_factory=dict)
+    router_pid: int | None = None
+    router_started_at: datetime | None = None
+    partial_files: Mapping[str, int] = field(default_factory=dict)
+
+    def job(self, job_id: str) -> DownloadJob | None:
+        """Look a download job up by id."""
+        model = self.job_index.get(job_id)
+        return None if model is None else self.models[model].jobs.get(job_id)
+
+    def all_jobs(self) -> list[DownloadJob]:
+        """Every download job, oldest request first."""
+        jobs = [job for m in self.models.values() for job in m.jobs.values()]
+        return sorted(jobs, key=lambda j: (j.requested_at is None, j.requested_at or datetime.min, j.job_id))
+
+    def resolve(self, name_or_alias: str) -> ModelState | None:
+        """Find a model by canonical name or alias (aliases come from model_configured)."""
+        found = self.models.get(name_or_alias)
+        if found is not None:
+            return found
+        for model in self.models.values():
+            if name_or_alias in model.config.aliases:
+                return model
+        return None

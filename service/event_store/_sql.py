@@ -1,0 +1,108 @@
+"""Statements over a *sync* SQLAlchemy ``Connection``.
+
+The service runs them through ``AsyncConnection.run_sync`` and the workers call
+them directly, so both access paths share exactly one append and one query
+implementation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from sqlalchemy import Connection, and_, func, or_, select
+
+from service.event_store.codec import NewEvent, dumps, encode, format_time
+from service.event_store.schema import events
+
+_INSERT = (
+    "INSERT INTO events (event_id, type, schema_version, model, data, source, recorded_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(event_id) DO NOTHING RETURNING position"
+)
+_EXISTING = "SELECT position FROM events WHERE event_id = ?"
+
+COLUMNS = (
+    events.c.position,
+    events.c.event_id,
+    events.c.type,
+    events.c.schema_version,
+    events.c.model,
+    events.c.data,
+    events.c.source,
+    events.c.recorded_at,
+)
+
+
+def append(conn: Connection, batch: Sequence[NewEvent], source: dict[str, Any]) -> list[int]:
+    """Append ``batch`` in one ``BEGIN IMMEDIATE`` transaction: all or nothing.
+
+    Returns one position per event; an ``event_id`` already stored returns its
+    original position and stores nothing new."""
+    source_json = dumps(source)
+    positions: list[int] = []
+    with conn.begin():
+        # Stamped after taking the write lock, so recorded_at follows position order.
+        recorded_at = format_time(datetime.now(timezone.utc))
+        for new in batch:
+            row = conn.exec_driver_sql(_INSERT, encode(new, source_json, recorded_at)).first()
+            if row is None:
+                row = conn.exec_driver_sql(_EXISTING, (new.event_id,)).first()
+                assert row is not None
+            positions.append(int(row[0]))
+    return positions
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """The audit query: every field narrows the result; None means no filter."""
+
+    after: int | None = None
+    before: int | None = None
+    model: str | None = None
+    types: tuple[str, ...] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = 100
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _type_clause(patterns: Sequence[str]) -> Any:
+    # A trailing '*' is a prefix match (download_* -> download_...).
+    clauses = [
+        events.c.type.like(_escape_like(p[:-1]) + "%", escape="\\") if p.endswith("*") else events.c.type == p
+        for p in patterns
+    ]
+    return or_(*clauses)
+
+
+def select_events(conn: Connection, flt: EventFilter) -> list[Sequence[Any]]:
+    """Rows in position order matching ``flt`` (at most ``flt.limit``)."""
+    conditions = []
+    if flt.after is not None:
+        conditions.append(events.c.position > flt.after)
+    if flt.before is not None:
+        conditions.append(events.c.position < flt.before)
+    if flt.model is not None:
+        conditions.append(events.c.model == flt.model)
+    if flt.types:
+        conditions.append(_type_clause(flt.types))
+    if flt.since is not None:
+        conditions.append(events.c.recorded_at >= format_time(flt.since))
+    if flt.until is not None:
+        conditions.append(events.c.recorded_at <= format_time(flt.until))
+    query = select(*COLUMNS).where(and_(True, *conditions)).order_by(events.c.position).limit(flt.limit)
+    return [tuple(row) for row in conn.execute(query)]
+
+
+def head(conn: Connection) -> int:
+    """The highest position stored (0 for an empty log)."""
+    return int(conn.execute(select(func.coalesce(func.max(events.c.position), 0))).scalar_one())
+
+
+def data_version(conn: Connection) -> int:
+    """Changes whenever *another* connection commits: the cheap tail signal."""
+    return int(conn.exec_driver_sql("PRAGMA data_version").scalar_one())

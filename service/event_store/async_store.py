@@ -1,0 +1,53 @@
+"""The service's event store: the same statements as the workers' store, run
+on aiosqlite through ``AsyncConnection.run_sync``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from service.core.events import Recorded
+from service.event_store import _sql
+from service.event_store._sql import EventFilter
+from service.event_store.codec import NewEvent, to_recorded
+from service.event_store.engines import Synchronous, async_engine
+
+
+class AsyncEventStore:
+    """Appends go through one write connection guarded by an ``asyncio.Lock``
+    (SQLite has one writer anyway; the lock keeps waiting inside the event loop
+    instead of inside SQLite's busy handler). Reads use a separate pool."""
+
+    def __init__(self, path: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
+        self.path = Path(path)
+        self.source = {**source, "pid": source.get("pid", os.getpid())}
+        self._writer: AsyncEngine = async_engine(self.path, synchronous, write=True)
+        self._reader: AsyncEngine = async_engine(self.path, synchronous, write=False)
+        self._lock = asyncio.Lock()
+
+    async def append(self, batch: Sequence[NewEvent]) -> list[int]:
+        """Append atomically; returns positions once committed (acknowledged)."""
+        async with self._lock, self._writer.connect() as conn:
+            return await conn.run_sync(_sql.append, batch, self.source)
+
+    async def read(self, flt: EventFilter = EventFilter()) -> list[Recorded]:
+        async with self._reader.connect() as conn:
+            rows = await conn.run_sync(_sql.select_events, flt)
+        return [to_recorded(row) for row in rows]
+
+    async def head(self) -> int:
+        async with self._reader.connect() as conn:
+            return await conn.run_sync(_sql.head)
+
+    async def watch_connection(self) -> AsyncConnection:
+        """A dedicated read connection for the tailer (its ``data_version``
+        changes on every commit made through any other connection)."""
+        return await self._reader.connect()
+
+    async def close(self) -> None:
+        await self._writer.dispose()
+        await self._reader.dispose()

@@ -1,0 +1,71 @@
+"""Engine factories with the connection discipline every process shares.
+
+* WAL, so readers never block the single writer and workers can append
+  alongside the service;
+* ``busy_timeout`` so a writer waits for the lock instead of failing;
+* driver-level autocommit plus an explicit ``BEGIN IMMEDIATE`` on write
+  engines: a deferred transaction that later upgrades to a write gets
+  SQLITE_BUSY at once, bypassing busy_timeout (see docs/architecture.md);
+* ``synchronous`` FULL by default (durable across power loss), NORMAL on request.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+Synchronous = Literal["FULL", "NORMAL"]
+BUSY_TIMEOUT_MS = 30_000
+
+
+def sqlite_path(url: str) -> Path:
+    """The database file behind a ``sqlite[+driver]:///path`` URL."""
+    prefix, sep, rest = url.partition(":///")
+    if not sep or not prefix.startswith("sqlite"):
+        msg = f"only sqlite URLs are supported, got {url!r}"
+        raise ValueError(msg)
+    return Path(rest)
+
+
+def configure_connection(dbapi_conn: Any, synchronous: Synchronous, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+    """PRAGMAs are per connection, so every new connection runs these."""
+    cursor = dbapi_conn.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA synchronous={synchronous}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _install_hooks(engine: Engine, synchronous: Synchronous, *, write: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        configure_connection(dbapi_conn, synchronous)
+
+    if write:
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def sync_engine(path: Path | str, synchronous: Synchronous = "FULL", *, write: bool = True) -> Engine:
+    """Engine for worker processes and CLI tools (stdlib sqlite3 driver)."""
+    engine = create_engine(f"sqlite:///{path}", connect_args={"isolation_level": None})
+    _install_hooks(engine, synchronous, write=write)
+    return engine
+
+
+def async_engine(path: Path | str, synchronous: Synchronous = "FULL", *, write: bool = True) -> AsyncEngine:
+    """Engine for the service (aiosqlite). Use one write engine and one read engine."""
+    engine = create_async_engine(
+        f"sqlite+aiosqlite:///{path}",
+        connect_args={"isolation_level": None},
+        pool_size=1 if write else 4,
+        max_overflow=0 if write else 4,
+    )
+    _install_hooks(engine.sync_engine, synchronous, write=write)
+    return engine

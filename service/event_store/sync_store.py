@@ -1,0 +1,86 @@
+"""The synchronous event store used by worker processes and CLI tools."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from service.core.events import Recorded
+from service.event_store import _sql
+from service.event_store._sql import EventFilter
+from service.event_store.codec import NewEvent, new_event, to_recorded
+from service.event_store.engines import Synchronous, sync_engine
+
+
+class SyncEventStore:
+    """Append to and read from the log at ``path`` with the stdlib sqlite3 driver.
+
+    Each process opens its own connections (never inherit one across fork).
+    ``source`` is stamped on every event this store appends, e.g.
+    ``{"kind": "download_worker", "pid": 1234}``.
+    """
+
+    def __init__(self, path: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
+        self.path = Path(path)
+        self.source = {**source, "pid": source.get("pid", os.getpid())}
+        self._writer = sync_engine(self.path, synchronous, write=True)
+        self._reader = sync_engine(self.path, synchronous, write=False)
+
+    def append(self, batch: Sequence[NewEvent]) -> list[int]:
+        """Append all of ``batch`` atomically; returns positions (see ``_sql.append``)."""
+        with self._writer.connect() as conn:
+            return _sql.append(conn, batch, self.source)
+
+    def emit(self, type_: str, data: Mapping[str, Any], *, model: str | None = None) -> int:
+        """Append one event from its type string and payload; returns its position."""
+        return self.append([new_event(type_, data, model)])[0]
+
+    def read(self, flt: EventFilter = EventFilter()) -> list[Recorded]:
+        with self._reader.connect() as conn:
+            return [to_recorded(row) for row in _sql.select_events(conn, flt)]
+
+    def head(self) -> int:
+        with self._reader.connect() as conn:
+            return _sql.head(conn)
+
+    def tail(
+        self, after: int = 0, *, poll_interval: float = 0.005, stop: Callable[[], bool] = lambda: False
+    ) -> Iterator[Recorded]:
+        """Yield every event after ``after`` in order, then wait for more until
+        ``stop()``. Polls ``PRAGMA data_version`` so commits by other processes
+        are seen within ``poll_interval``."""
+        position = after
+        with self._reader.connect() as conn:
+            seen_version: int | None = None
+            while not stop():
+                version = _sql.data_version(conn)
+                if version != seen_version:
+                    seen_version = version
+                    while True:
+                        rows = _sql.select_events(conn, EventFilter(after=position, limit=1000))
+                        for row in rows:
+                            recorded = to_recorded(row)
+                            position = recorded.position
+                            yield recorded
+                        if len(rows) < 1000:
+                            break
+                conn.rollback()  # end the implicit read so the next poll sees new commits
+                time.sleep(poll_interval)
+
+    def close(self) -> None:
+        self._writer.dispose()
+        self._reader.dispose()
+
+
+class StoreSink:
+    """Adapter giving workers the ``emit(type, data)`` sink they are written against,
+    bound to one model (the stream key)."""
+
+    def __init__(self, store: SyncEventStore, model: str | None) -> None:
+        self.store = store
+        self.model = model
+
+    def emit(self, type_: str, data: dict[str, Any]) -> None:
+        self.store.emit(type_, data, model=self.model)

@@ -1,0 +1,119 @@
+"""Typed settings, read once in ``main`` (never at import) from env and CLI flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from service.event_store.engines import sqlite_path
+
+
+def _default_home() -> Path:
+    return Path(os.path.expanduser("~/.local/share/modelrouter"))
+
+
+def _bool(text: str) -> bool:
+    if text.strip().lower() in {"1", "true", "yes", "on"}:
+        return True
+    if text.strip().lower() in {"0", "false", "no", "off", ""}:
+        return False
+    msg = f"not a boolean: {text!r}"
+    raise ValueError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    home: Path = dataclasses.field(default_factory=_default_home)
+    """Data directory (MODELROUTER_HOME): the database, the hub cache, logs."""
+    host: str = "127.0.0.1"
+    """Bind address (MODELROUTER_HOST). Loopback by default: there is no auth."""
+    port: int = 8080
+    """Bind port (MODELROUTER_PORT)."""
+    database_url: str = ""
+    """SQLite URL (MODELROUTER_DATABASE_URL); default ``<home>/modelrouter.db``."""
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    """SQLite synchronous level (MODELROUTER_SYNCHRONOUS). FULL survives power loss."""
+    hub_cache: Path | None = None
+    """HF cache for downloads (MODELROUTER_HUB_CACHE); default ``<home>/hub``. Point it
+    at ``~/.cache/huggingface/hub`` to share files with ``hf`` and llama.cpp."""
+    models_dir: Path | None = None
+    """Optional directory of local GGUF files (MODELROUTER_MODELS_DIR)."""
+    hf_endpoint: str = "https://huggingface.co"
+    """Hub endpoint (HF_ENDPOINT)."""
+    hf_token: str | None = None
+    """Hub token (HF_TOKEN)."""
+    models_max: int = 4
+    """Loaded models at once (MODELROUTER_MODELS_MAX); 0 = unlimited. Downloads never count."""
+    autoload: bool = True
+    """Load an unloaded model on its first request (MODELROUTER_AUTOLOAD)."""
+    load_timeout: float = 300.0
+    """Seconds to wait for instance_ready; reset by each loading_progress (MODELROUTER_LOAD_TIMEOUT)."""
+    stop_timeout: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when stopping a worker (MODELROUTER_STOP_TIMEOUT)."""
+    queue_timeout: float = 60.0
+    """Seconds a request may wait for a model slot before 503 (MODELROUTER_QUEUE_TIMEOUT)."""
+    resume_downloads_on_start: bool = True
+    """Restart interrupted downloads after a crash (MODELROUTER_RESUME_DOWNLOADS_ON_START)."""
+    stall_timeout: float = 30.0
+    """Seconds without a byte before a download connection is retried (MODELROUTER_STALL_TIMEOUT)."""
+    snapshot_every: int = 10_000
+    """Take a snapshot of the fold every N events (MODELROUTER_SNAPSHOT_EVERY)."""
+    log_json: bool | None = None
+    """Force JSON logs (true) or console logs (false); default: console on a TTY."""
+
+    def __post_init__(self) -> None:
+        if not self.database_url:
+            object.__setattr__(self, "database_url", f"sqlite+aiosqlite:///{self.home / 'modelrouter.db'}")
+        if self.hub_cache is None:
+            object.__setattr__(self, "hub_cache", self.home / "hub")
+        if self.synchronous not in ("FULL", "NORMAL"):
+            msg = f"synchronous must be FULL or NORMAL, got {self.synchronous!r}"
+            raise ValueError(msg)
+        if self.models_max < 0:
+            msg = "models_max must be >= 0"
+            raise ValueError(msg)
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite file (workers open it directly)."""
+        return sqlite_path(self.database_url)
+
+    @property
+    def cache_dir(self) -> Path:
+        assert self.hub_cache is not None
+        return self.hub_cache
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``environ`` (default ``os.environ``); keyword overrides
+        (CLI flags) win. Unset overrides (None) are ignored."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        spec: dict[str, tuple[str, Any]] = {
+            "home": ("MODELROUTER_HOME", Path),
+            "host": ("MODELROUTER_HOST", str),
+            "port": ("MODELROUTER_PORT", int),
+            "database_url": ("MODELROUTER_DATABASE_URL", str),
+            "synchronous": ("MODELROUTER_SYNCHRONOUS", lambda s: s.upper()),
+            "hub_cache": ("MODELROUTER_HUB_CACHE", Path),
+            "models_dir": ("MODELROUTER_MODELS_DIR", Path),
+            "hf_endpoint": ("HF_ENDPOINT", str),
+            "hf_token": ("HF_TOKEN", str),
+            "models_max": ("MODELROUTER_MODELS_MAX", int),
+            "autoload": ("MODELROUTER_AUTOLOAD", _bool),
+            "load_timeout": ("MODELROUTER_LOAD_TIMEOUT", float),
+            "stop_timeout": ("MODELROUTER_STOP_TIMEOUT", float),
+            "queue_timeout": ("MODELROUTER_QUEUE_TIMEOUT", float),
+            "resume_downloads_on_start": ("MODELROUTER_RESUME_DOWNLOADS_ON_START", _bool),
+            "stall_timeout": ("MODELROUTER_STALL_TIMEOUT", float),
+            "snapshot_every": ("MODELROUTER_SNAPSHOT_EVERY", int),
+            "log_json": ("MODELROUTER_LOG_JSON", _bool),
+        }
+        for name, (var, convert) in spec.items():
+            if env.get(var):
+                values[name] = convert(env[var])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
