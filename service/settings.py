@@ -61,6 +61,8 @@ class Settings:
     """Seconds without a byte before a download connection is retried (MODELROUTER_STALL_TIMEOUT)."""
     snapshot_every: int = 10_000
     """Take a snapshot of the fold every N events (MODELROUTER_SNAPSHOT_EVERY)."""
+    sse_keepalive: float = 15.0
+    """Seconds of silence before an SSE keep-alive comment (MODELROUTER_SSE_KEEPALIVE)."""
     log_json: bool | None = None
     """Force JSON logs (true) or console logs (false); default: console on a TTY."""
 
@@ -110,6 +112,7 @@ class Settings:
             "resume_downloads_on_start": ("MODELROUTER_RESUME_DOWNLOADS_ON_START", _bool),
             "stall_timeout": ("MODELROUTER_STALL_TIMEOUT", float),
             "snapshot_every": ("MODELROUTER_SNAPSHOT_EVERY", int),
+            "sse_keepalive": ("MODELROUTER_SSE_KEEPALIVE", float),
             "log_json": ("MODELROUTER_LOG_JSON", _bool),
         }
         for name, (var, convert) in spec.items():

@@ -14,7 +14,6 @@ from service.api.runtime import Runtime
 from service.event_store._sql import EventFilter
 from service.event_store.codec import dumps, to_wire
 
-KEEPALIVE_SECONDS = 15.0
 _PAGE = 500
 
 
@@ -62,7 +61,7 @@ async def _messages(runtime: Runtime, flt: EventFilter) -> AsyncIterator[ServerS
                 for recorded in page:
                     yield ServerSentEventMessage(data=dumps(to_wire(recorded)), event=recorded.type, id=recorded.position)
                 cursor = page[-1].position if len(page) == _PAGE else head
-            if not await runtime.live.wait_beyond(head, timeout=KEEPALIVE_SECONDS):
+            if not await runtime.live.wait_beyond(head, timeout=runtime.settings.sse_keepalive):
                 yield ServerSentEventMessage(comment="keep-alive")
     finally:
         runtime.open_streams -= 1

@@ -13,4 +13,9 @@ from service.api.runtime import Runtime
 @get("/health", operation_id="health", tags=["service"])
 async def health(runtime: Runtime) -> dict[str, Any]:
     """Answered by the service itself, never proxied."""
-    return {"status": "ok", "version": __version__, "position": runtime.live.position}
+    return {
+        "status": "ok",
+        "version": __version__,
+        "position": runtime.live.position,
+        "open_streams": runtime.open_streams,
+    }

@@ -60,8 +60,10 @@ def _model(state: RouterState, rec: ev.Recorded) -> ModelState | None:
     return state.models.get(rec.model) if rec.model is not None else None
 
 
-def _ensure_model(state: RouterState, rec: ev.Recorded, source: str = "cache") -> ModelState:
-    assert rec.model is not None
+def _ensure_model(state: RouterState, rec: ev.Recorded, source: str = "cache") -> ModelState | None:
+    # Model events without a model key are malformed; the fold ignores them.
+    if rec.model is None:
+        return None
     return state.models.get(rec.model) or ModelState(name=rec.model, source=source, created_at=rec.recorded_at)
 
 
@@ -128,6 +130,8 @@ def _discovered(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.ModelDiscovered)
     model = _ensure_model(state, rec, source=e.source)
+    if model is None:
+        return state
     return _put(state, model.replace(source=e.source, available=True, files=e.files, path=e.path, size=e.size))
 
 
@@ -142,7 +146,8 @@ def _configured(state: RouterState, rec: ev.Recorded) -> RouterState:
         restart=e.restart,
         load_on_startup=e.load_on_startup,
     )
-    return _put(state, _ensure_model(state, rec).replace(config=config))
+    model = _ensure_model(state, rec)
+    return state if model is None else _put(state, model.replace(config=config))
 
 
 @_on(ev.ModelRemoved)
@@ -161,6 +166,8 @@ def _download_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.DownloadRequested)
     model = _ensure_model(state, rec)
+    if model is None:
+        return state
     job = DownloadJob(
         job_id=e.job_id,
         model=model.name,

@@ -38,18 +38,25 @@ def append(conn: Connection, batch: Sequence[NewEvent], source: dict[str, Any]) 
     """Append ``batch`` in one ``BEGIN IMMEDIATE`` transaction: all or nothing.
 
     Returns one position per event; an ``event_id`` already stored returns its
-    original position and stores nothing new."""
+    original position and stores nothing new. SQLAlchemy owns the transaction;
+    the rows go through the DBAPI cursor because this is the hot path (it keeps
+    single-event appends close to raw sqlite3, see docs/benchmarks.md)."""
     source_json = dumps(source)
     positions: list[int] = []
     with conn.begin():
-        # Stamped after taking the write lock, so recorded_at follows position order.
-        recorded_at = format_time(datetime.now(timezone.utc))
-        for new in batch:
-            row = conn.exec_driver_sql(_INSERT, encode(new, source_json, recorded_at)).first()
-            if row is None:
-                row = conn.exec_driver_sql(_EXISTING, (new.event_id,)).first()
-                assert row is not None
-            positions.append(int(row[0]))
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            # Stamped after taking the write lock, so recorded_at follows position order.
+            recorded_at = format_time(datetime.now(timezone.utc))
+            for new in batch:
+                cursor.execute(_INSERT, encode(new, source_json, recorded_at))
+                row = cursor.fetchone()
+                if row is None:
+                    cursor.execute(_EXISTING, (new.event_id,))
+                    row = cursor.fetchone()
+                positions.append(int(row[0]))
+        finally:
+            cursor.close()
     return positions
 
 

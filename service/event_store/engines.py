@@ -49,7 +49,10 @@ def _install_hooks(engine: Engine, synchronous: Synchronous, *, write: bool) -> 
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Straight to the DBAPI: this runs once per append, the hot path.
+            cursor = conn.connection.dbapi_connection.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            cursor.close()
 
 
 def sync_engine(path: Path | str, synchronous: Synchronous = "FULL", *, write: bool = True) -> Engine:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from sqlalchemy import Connection
 
 from service.core.events import Recorded
 from service.event_store import _sql
@@ -27,11 +30,23 @@ class SyncEventStore:
         self.source = {**source, "pid": source.get("pid", os.getpid())}
         self._writer = sync_engine(self.path, synchronous, write=True)
         self._reader = sync_engine(self.path, synchronous, write=False)
+        self._write_conn: Connection | None = None
+        self._write_lock = threading.Lock()  # workers may append from a helper thread
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
-        """Append all of ``batch`` atomically; returns positions (see ``_sql.append``)."""
-        with self._writer.connect() as conn:
-            return _sql.append(conn, batch, self.source)
+        """Append all of ``batch`` atomically; returns positions (see ``_sql.append``).
+        The write connection stays open: checking one out per append costs more
+        than the insert itself."""
+        with self._write_lock:
+            if self._write_conn is None:
+                self._write_conn = self._writer.connect()
+            try:
+                return _sql.append(self._write_conn, batch, self.source)
+            except Exception:
+                self._write_conn.invalidate()
+                self._write_conn.close()
+                self._write_conn = None
+                raise
 
     def emit(self, type_: str, data: Mapping[str, Any], *, model: str | None = None) -> int:
         """Append one event from its type string and payload; returns its position."""
@@ -70,6 +85,10 @@ class SyncEventStore:
                 time.sleep(poll_interval)
 
     def close(self) -> None:
+        with self._write_lock:
+            if self._write_conn is not None:
+                self._write_conn.close()
+                self._write_conn = None
         self._writer.dispose()
         self._reader.dispose()
 

@@ -1,0 +1,124 @@
+"""Event-log benchmark: modelrouter's append path vs raw sqlite3, and fold speed.
+
+Prints appends/s for 1 and 4 writer processes, single-event transactions and
+batches of 100, under the same PRAGMAs (WAL, busy_timeout, synchronous), side by
+side with raw ``sqlite3`` doing the same inserts; then the replay rate over
+100k events. Ratios are what to compare across machines.
+
+    python bench/event_log.py [--seconds 3] [--synchronous FULL|NORMAL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sqlite3
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.core.events import DownloadProgress  # noqa: E402
+from service.core.fold import replay  # noqa: E402
+from service.event_store import EventFilter, NewEvent, SyncEventStore  # noqa: E402
+from service.event_store.codec import TIME_FORMAT  # noqa: E402
+from service.event_store.engines import BUSY_TIMEOUT_MS, configure_connection  # noqa: E402
+from service.event_store.migrate import upgrade  # noqa: E402
+
+_INSERT = (
+    "INSERT INTO events (event_id, type, schema_version, model, data, source, recorded_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(event_id) DO NOTHING RETURNING position"
+)
+
+
+def _payload(i: int) -> DownloadProgress:
+    return DownloadProgress(job_id="bench", bytes_done=i, bytes_total=10**9, bytes_per_second=1e8, eta_seconds=3.0)
+
+
+def _modelrouter_writer(db: str, seconds: float, batch: int, sync: str, out: mp.Queue) -> None:
+    store = SyncEventStore(db, source={"kind": "bench"}, synchronous=sync)  # type: ignore[arg-type]
+    count, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        store.append([NewEvent(_payload(count + i), model="bench/model") for i in range(batch)])
+        count += batch
+    out.put(count)
+
+
+def _raw_writer(db: str, seconds: float, batch: int, sync: str, out: mp.Queue) -> None:
+    conn = sqlite3.connect(db, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    configure_connection(conn, sync)  # type: ignore[arg-type]
+    source = json.dumps({"kind": "raw"})
+    count, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        conn.execute("BEGIN IMMEDIATE")
+        stamp = datetime.now(timezone.utc).strftime(TIME_FORMAT)
+        for i in range(batch):
+            data = json.dumps(_payload(count + i).to_data(), separators=(",", ":"))
+            conn.execute(_INSERT, (str(uuid.uuid4()), "download_progress", 2, "bench/model", data, source, stamp)).fetchone()
+        conn.execute("COMMIT")
+        count += batch
+    out.put(count)
+
+
+def _run(target: object, writers: int, seconds: float, batch: int, sync: str) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.db"
+        upgrade(db)
+        ctx = mp.get_context("spawn")
+        queue: mp.Queue = ctx.Queue()
+        procs = [ctx.Process(target=target, args=(str(db), seconds, batch, sync, queue)) for _ in range(writers)]
+        for p in procs:
+            p.start()
+        total = sum(queue.get() for _ in procs)
+        for p in procs:
+            p.join()
+        return total / seconds
+
+
+def _fold_rate(n: int) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "fold.db"
+        upgrade(db)
+        store = SyncEventStore(db, source={"kind": "bench"}, synchronous="NORMAL")
+        for start in range(0, n, 1000):
+            store.append([NewEvent(_payload(i), model=f"m{i % 5}") for i in range(start, start + 1000)])
+        t0 = time.perf_counter()
+        events = []
+        after = 0
+        while True:
+            page = store.read(EventFilter(after=after, limit=1000))
+            if not page:
+                break
+            events.extend(page)
+            after = page[-1].position
+        t1 = time.perf_counter()
+        replay(events)
+        t2 = time.perf_counter()
+        store.close()
+        return n / (t2 - t1), n / (t2 - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    parser.add_argument("--fold-events", type=int, default=100_000)
+    args = parser.parse_args()
+    print(f"synchronous={args.synchronous}, {args.seconds:.0f} s per cell")
+    print(f"{'writers':>7} {'batch':>5} {'modelrouter/s':>14} {'raw sqlite3/s':>14} {'ratio':>6}")
+    for writers in (1, 4):
+        for batch in (1, 100):
+            ours = _run(_modelrouter_writer, writers, args.seconds, batch, args.synchronous)
+            raw = _run(_raw_writer, writers, args.seconds, batch, args.synchronous)
+            print(f"{writers:>7} {batch:>5} {ours:>14,.0f} {raw:>14,.0f} {ours / raw:>6.2f}")
+    fold_only, read_and_fold = _fold_rate(args.fold_events)
+    print(f"fold: {fold_only:,.0f} events/s; read+decode+fold: {read_and_fold:,.0f} events/s over {args.fold_events:,} events")
+
+
+if __name__ == "__main__":
+    main()

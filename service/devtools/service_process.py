@@ -1,0 +1,92 @@
+"""Run the real service as a subprocess (tests, benchmarks, demos)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import httpx
+
+
+def free_port() -> int:
+    """A port that was free a moment ago (bind 0, close): fine for tests."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServiceProcess:
+    """``modelrouter serve`` in a child process with its own data dir."""
+
+    def __init__(self, home: Path, *, port: int | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.home = Path(home)
+        self.port = port or free_port()
+        self.env = {**os.environ, "MODELROUTER_LOG_JSON": "true", **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.home / f"service-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 30.0) -> ServiceProcess:
+        self.home.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        cmd = [sys.executable, "-m", "service.cli", "serve", "--home", str(self.home), "--port", str(self.port)]
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        self.wait_healthy(timeout)
+        return self
+
+    def wait_healthy(self, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                msg = f"service exited with {self.proc.returncode}; log:\n{self.log_text()[-4000:]}"
+                raise RuntimeError(msg)
+            try:
+                answer = httpx.get(f"{self.url}/health", timeout=1.0)
+                if answer.status_code == 200:
+                    return dict(answer.json())
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        msg = f"service not healthy after {timeout}s; log:\n{self.log_text()[-4000:]}"
+        raise TimeoutError(msg)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait (graceful shutdown)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill9(self) -> None:
+        """SIGKILL: the crash the recovery tests are about."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()

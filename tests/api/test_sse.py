@@ -1,0 +1,130 @@
+"""``GET /events/stream`` against the real service in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+from httpx_sse import ServerSentEvent, connect_sse
+
+from service.devtools.service_process import ServiceProcess
+from service.event_store import SyncEventStore, new_event
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> Iterator[ServiceProcess]:
+    proc = ServiceProcess(tmp_path / "home", env={"MODELROUTER_SSE_KEEPALIVE": "0.3"})
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def _store(svc: ServiceProcess) -> SyncEventStore:
+    return SyncEventStore(svc.home / "modelrouter.db", source={"kind": "test"})
+
+
+def _append(store: SyncEventStore, n: int, model: str = "org/m:Q8_0") -> list[int]:
+    return store.append([new_event("download_progress", {"job_id": "j", "bytes_done": i}, model=model) for i in range(n)])
+
+
+def _read(svc: ServiceProcess, count: int, *, headers: dict[str, str] | None = None, params: str = "") -> list[ServerSentEvent]:
+    got: list[ServerSentEvent] = []
+    with httpx.Client(timeout=10) as client, connect_sse(client, "GET", f"{svc.url}/events/stream{params}", headers=headers or {}) as source:
+        for sse in source.iter_sse():
+            if sse.event == "message" and not sse.data:
+                continue  # a keep-alive comment
+            got.append(sse)
+            if len(got) == count:
+                break
+    return got
+
+
+@pytest.mark.timeout(60)
+def test_reconnect_with_last_event_id_delivers_exactly_the_missed_events(svc: ServiceProcess) -> None:
+    store = _store(svc)
+    _append(store, 3)
+    first = _read(svc, 2, params="?after=0")
+    assert [e.event for e in first] == ["router_started", "download_progress"]
+    last_id = first[-1].id
+    missed = _append(store, 4)
+    resumed = _read(svc, 2 + 4, headers={"Last-Event-ID": last_id})
+    assert [int(e.id) for e in resumed] == list(range(int(last_id) + 1, missed[-1] + 1))
+    payload = json.loads(resumed[0].data)
+    assert payload["position"] == int(resumed[0].id) and payload["type"] == resumed[0].event
+    store.close()
+
+
+@pytest.mark.timeout(60)
+def test_event_from_another_process_arrives_within_250ms(svc: ServiceProcess) -> None:
+    store = _store(svc)
+    start = svc.wait_healthy()["position"]
+    received: dict[int, float] = {}
+    ready = threading.Event()
+
+    def listen() -> None:
+        with httpx.Client(timeout=10) as client, connect_sse(client, "GET", f"{svc.url}/events/stream?type=download_*") as source:
+            ready.set()
+            for sse in source.iter_sse():
+                if sse.id:
+                    received[int(sse.id)] = time.monotonic()
+                    if len(received) == 5:
+                        return
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    assert ready.wait(10)
+    time.sleep(0.3)  # let the stream reach its live wait
+    latencies = []
+    for _ in range(5):
+        sent = time.monotonic()
+        (position,) = _append(store, 1)
+        while position not in received and time.monotonic() - sent < 2:
+            time.sleep(0.001)
+        latencies.append(received[position] - sent)
+        time.sleep(0.05)
+    thread.join(5)
+    assert min(received) > start
+    assert max(latencies) < 0.25, latencies
+    store.close()
+
+
+@pytest.mark.timeout(60)
+def test_filters_apply_and_keepalives_flow(svc: ServiceProcess) -> None:
+    store = _store(svc)
+    store.append([new_event("instance_requested", {"instance_id": "i"}, model="a"), new_event("download_requested", {"job_id": "j"}, model="b")])
+    lines: list[str] = []
+    with httpx.Client(timeout=10) as client, client.stream("GET", f"{svc.url}/events/stream?after=0&model=b") as answer:
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        deadline = time.monotonic() + 3
+        for line in answer.iter_lines():
+            lines.append(line)
+            if sum(1 for item in lines if item.startswith(":")) >= 2 or time.monotonic() > deadline:
+                break
+    events = [line.split(": ", 1)[1] for line in lines if line.startswith("event:")]
+    assert events == ["download_requested"]
+    assert any(line.startswith(":") for line in lines), "keep-alive comments must flow when idle"
+    store.close()
+
+
+@pytest.mark.timeout(60)
+def test_disconnected_clients_leak_nothing(svc: ServiceProcess) -> None:
+    for _ in range(5):
+        with httpx.Client(timeout=10) as client, client.stream("GET", f"{svc.url}/events/stream?after=0") as answer:
+            next(answer.iter_lines())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if svc.wait_healthy()["open_streams"] == 0:
+            break
+        time.sleep(0.1)
+    assert svc.wait_healthy()["open_streams"] == 0
+
+
+def test_bad_last_event_id_is_400(svc: ServiceProcess) -> None:
+    answer = httpx.get(f"{svc.url}/events/stream", headers={"Last-Event-ID": "abc"})
+    assert answer.status_code == 400
+    assert answer.headers["content-type"].startswith("application/problem+json")

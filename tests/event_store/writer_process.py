@@ -1,0 +1,54 @@
+"""A writer process for the concurrency and kill -9 tests.
+
+Appends ``--batches`` batches of ``--batch-size`` events and prints one line per
+*acknowledged* (committed) batch: ``ACK <batch> <first_position> <event_id,...>``.
+Counts "database is locked" errors instead of dying on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import uuid
+
+from sqlalchemy.exc import OperationalError
+
+from service.core.events import DownloadProgress
+from service.event_store import NewEvent, SyncEventStore
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--writer", type=int, required=True)
+    parser.add_argument("--batches", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--synchronous", default="FULL")
+    args = parser.parse_args()
+    store = SyncEventStore(args.db, source={"kind": "test_writer", "writer": args.writer}, synchronous=args.synchronous)
+    locked = 0
+    for batch in range(args.batches):
+        job = f"w{args.writer}-b{batch}"
+        events = [
+            NewEvent(DownloadProgress(job_id=job, bytes_done=i, bytes_total=args.batch_size), model=f"writer-{args.writer}", event_id=str(uuid.uuid4()))
+            for i in range(args.batch_size)
+        ]
+        while True:
+            try:
+                positions = store.append(events)
+                break
+            except (OperationalError, sqlite3.OperationalError) as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                locked += 1
+        ids = ",".join(e.event_id for e in events)
+        sys.stdout.write(f"ACK {job} {positions[0]} {ids}\n")
+        sys.stdout.flush()
+    sys.stdout.write(f"DONE locked={locked}\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
