@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from service.logging_config import configure_logging
@@ -16,7 +17,13 @@ def _serve(args: argparse.Namespace) -> int:
     from service.api import create_app
 
     settings = Settings.from_env(
-        home=args.home, host=args.host, port=args.port, database_url=args.database_url, models_max=args.models_max
+        home=args.home,
+        host=args.host,
+        port=args.port,
+        database_url=args.database_url,
+        models_max=args.models_max,
+        models_dir=args.models_dir,
+        hub_cache=args.hub_cache,
     )
     configure_logging(json=settings.log_json)
     app = create_app(settings)
@@ -29,11 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelrouter", description="Event-sourced local LLM model manager")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--home", type=__import__("pathlib").Path, help="data dir (MODELROUTER_HOME)")
+    serve.add_argument("--home", type=Path, help="data dir (MODELROUTER_HOME)")
     serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="bind port (default 8080)")
     serve.add_argument("--database-url", help="sqlite URL (default <home>/modelrouter.db)")
     serve.add_argument("--models-max", type=int, help="loaded models at once (0 = unlimited)")
+    serve.add_argument("--models-dir", type=Path, help="directory of local GGUF files (MODELROUTER_MODELS_DIR)")
+    serve.add_argument("--hub-cache", type=Path, help="HF cache for downloads (default <home>/hub)")
     serve.set_defaults(func=_serve)
     return parser
 

@@ -124,6 +124,11 @@ class LiveState:
         state = await self.wait_for(max(positions)) if positions else self.state
         return positions, state
 
+    async def sync(self, timeout: float = 5.0) -> RouterState:
+        """Fold everything committed so far (e.g. a worker's last events before it
+        exited) before deciding something from the state."""
+        return await self.wait_for(await self.store.head(), timeout=timeout)
+
     async def wait_for(self, position: int, timeout: float = 5.0) -> RouterState:
         """Return once the fold has reached ``position`` (read-your-writes)."""
         if self.position < position:

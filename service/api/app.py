@@ -1,13 +1,8 @@
-"""``create_app(settings)``: the Litestar application and its lifespan.
-
-Lifespan order: migrate -> open the store -> rebuild the fold -> record
-``router_started`` -> serve; on exit record ``router_stopped`` and close.
-"""
+"""``create_app(settings)``: the Litestar application and its lifespan
+(the start-up sequence itself lives in :mod:`service.startup`)."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -21,14 +16,12 @@ from service import __version__
 from service.api.events_controller import EventsController
 from service.api.health_controller import health
 from service.api.middleware import request_id_middleware
-from service.api.models_controller import list_models, list_models_openai
+from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
+from service.api.models_controller import list_models, list_models_openai, load_model, remove_model, unload_model
+from service.api.proxy import proxy_routes
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.runtime import Runtime
-from service.core import events as ev
-from service.event_store.async_store import AsyncEventStore
-from service.event_store.codec import NewEvent
-from service.event_store.migrate import upgrade
-from service.live_state import LiveState
+from service import startup
 from service.settings import Settings
 
 _log = structlog.get_logger(__name__)
@@ -39,30 +32,32 @@ def create_app(settings: Settings) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        settings.home.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(upgrade, settings.db_path)
-        store = AsyncEventStore(settings.db_path, source={"kind": "router"}, synchronous=settings.synchronous)
-        live = LiveState(store)
-        await live.start()
-        runtime = Runtime(settings=settings, store=store, live=live)
+        runtime = await startup.start(settings)
         app.state.runtime = runtime
-        started = ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port)
-        await live.record([NewEvent(started)])
-        _log.info("router_started", position=live.position, db=str(settings.db_path))
         try:
             yield
         finally:
-            await live.record([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
-            await live.stop()
-            await store.close()
-            _log.info("router_stopped")
+            await startup.stop(runtime)
 
     def provide_runtime(state: State) -> Runtime:
         runtime: Runtime = state.runtime
         return runtime
 
     return Litestar(
-        route_handlers=[health, list_models, list_models_openai, EventsController],
+        route_handlers=[
+            health,
+            list_models,
+            list_models_openai,
+            load_model,
+            unload_model,
+            remove_model,
+            download_model,
+            list_downloads,
+            get_download,
+            cancel_download,
+            *proxy_routes,
+            EventsController,
+        ],
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[request_id_middleware],

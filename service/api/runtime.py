@@ -1,13 +1,18 @@
-"""The objects one running service owns, built by the lifespan and injected into handlers."""
+"""The objects one running service owns, built at start-up and injected into handlers."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
+
+import httpx
 
 from service.event_store.async_store import AsyncEventStore
 from service.live_state import LiveState
 from service.settings import Settings
+from service.supervision.downloads import DownloadSupervisor
+from service.supervision.instances import InstanceSupervisor
 
 
 @dataclass
@@ -15,5 +20,8 @@ class Runtime:
     settings: Settings
     store: AsyncEventStore
     live: LiveState
+    downloads: DownloadSupervisor
+    instances: InstanceSupervisor
+    http: httpx.AsyncClient
     open_streams: int = 0
-    extras: dict[str, Any] = field(default_factory=dict)
+    background: set[asyncio.Task[Any]] = field(default_factory=set)

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import httpx
 
-
-def free_port() -> int:
-    """A port that was free a moment ago (bind 0, close): fine for tests."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from service.supervision.ports import free_port
 
 
 class ServiceProcess:

@@ -48,12 +48,15 @@ def _read(svc: ServiceProcess, count: int, *, headers: dict[str, str] | None = N
 def test_reconnect_with_last_event_id_delivers_exactly_the_missed_events(svc: ServiceProcess) -> None:
     store = _store(svc)
     _append(store, 3)
-    first = _read(svc, 2, params="?after=0")
-    assert [e.event for e in first] == ["router_started", "download_progress"]
+    first = _read(svc, 3, params="?after=0")
+    assert [e.event for e in first] == ["router_started", "recovery_completed", "download_progress"]
     last_id = first[-1].id
     missed = _append(store, 4)
     resumed = _read(svc, 2 + 4, headers={"Last-Event-ID": last_id})
     assert [int(e.id) for e in resumed] == list(range(int(last_id) + 1, missed[-1] + 1))
+    # The same with a filter: only the missed events that match.
+    filtered = _read(svc, 4, headers={"Last-Event-ID": last_id}, params="?type=download_*&model=org/m:Q8_0")
+    assert [int(e.id) for e in filtered] == [int(last_id) + 1, int(last_id) + 2, *missed][:4]
     payload = json.loads(resumed[0].data)
     assert payload["position"] == int(resumed[0].id) and payload["type"] == resumed[0].event
     store.close()

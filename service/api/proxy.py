@@ -1,0 +1,111 @@
+"""OpenAI-compatible routes, proxied to the model's inference worker.
+
+The body is forwarded untouched; ``model`` picks the worker (aliases resolve).
+Streams pass through chunk by chunk, never buffered. Every request ends with a
+``request_completed`` event (appended off the response path) that drives
+``last_used`` for LRU eviction and the idle TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, AsyncIterator
+
+import httpx
+from litestar import Request, Response, post
+from litestar.response import Stream
+from litestar.status_codes import HTTP_200_OK
+
+from service.api.problems import Problem
+from service.api.request_body import flag, model_field
+from service.api.runtime import Runtime
+from service.core import events as ev
+from service.event_store.codec import NewEvent
+
+PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+_FORWARD_HEADERS = ("content-type", "accept")
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Problem(400, "invalid_request", f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise Problem(400, "invalid_request", "request body must be a JSON object")
+    return body
+
+
+def _record_completion(runtime: Runtime, model: str, route: str, status: int, stream: bool, started: float) -> None:
+    event = ev.RequestCompleted(
+        route=route, status_code=status, stream=stream, duration_ms=round((time.perf_counter() - started) * 1000, 2)
+    )
+    # Off the response path: the client never waits for this fsync.
+    task = asyncio.create_task(runtime.live.store.append([NewEvent(event, model=model)]))
+    runtime.background.add(task)
+    task.add_done_callback(runtime.background.discard)
+
+
+def _worker_failed(model: str, exc: httpx.HTTPError) -> Problem:
+    return Problem(503, "model_failed", f"the worker of model {model!r} stopped answering: {type(exc).__name__}", model=model)
+
+
+async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autoload: str | None) -> Response[Any]:
+    """Route one OpenAI request to its model's worker (autoloading it if allowed)."""
+    started = time.perf_counter()
+    raw = await request.body()
+    body = _parse(raw)
+    name = model_field(body)
+    auto = runtime.settings.autoload if autoload is None else flag(autoload, "autoload")
+    path = request.url.path
+    headers = {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
+    lease = runtime.instances.lease(name, autoload=auto)
+    model, endpoint = await lease.__aenter__()
+    try:
+        upstream = await runtime.http.send(runtime.http.build_request("POST", endpoint + path, content=raw, headers=headers), stream=True)
+    except httpx.HTTPError as exc:
+        await lease.__aexit__(None, None, None)
+        raise _worker_failed(model, exc) from None
+    except BaseException:
+        await lease.__aexit__(None, None, None)
+        raise
+    media_type = upstream.headers.get("content-type", "application/json")
+    if not body.get("stream"):
+        try:
+            content = await upstream.aread()
+        except httpx.HTTPError as exc:
+            raise _worker_failed(model, exc) from None
+        finally:
+            await upstream.aclose()
+            await lease.__aexit__(None, None, None)
+        _record_completion(runtime, model, path, upstream.status_code, False, started)
+        return Response(content=content, status_code=upstream.status_code, media_type=media_type)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in upstream.aiter_raw():
+                yield chunk
+        finally:
+            await upstream.aclose()
+            await lease.__aexit__(None, None, None)
+            _record_completion(runtime, model, path, upstream.status_code, True, started)
+
+    return Stream(chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"})
+
+
+def _route(path: str, operation_id: str) -> Any:
+    @post(path, operation_id=operation_id, tags=["openai"], status_code=HTTP_200_OK)
+    async def handler(request: Request[Any, Any, Any], runtime: Runtime, autoload: str | None = None) -> Response[Any]:
+        return await proxy_request(request, runtime, autoload)
+
+    handler.__doc__ = f"Proxied to the worker of the body's ``model`` ({path})."
+    return handler
+
+
+proxy_routes = [
+    _route("/v1/chat/completions", "chatCompletions"),
+    _route("/v1/completions", "completions"),
+    _route("/v1/embeddings", "embeddings"),
+]

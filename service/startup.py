@@ -1,0 +1,104 @@
+"""Start-up and shut-down of one service instance.
+
+migrate -> quick integrity check -> rebuild the fold -> ``router_started`` ->
+discover local models -> reconcile what the last run left half-done -> resume
+downloads -> load-on-startup models -> ``recovery_completed`` -> serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import time
+
+import httpx
+import structlog
+
+from service import __version__
+from service.api.runtime import Runtime
+from service.core import events as ev
+from service.discovery import discovery_events
+from service.event_store.async_store import AsyncEventStore
+from service.event_store.codec import NewEvent
+from service.event_store.migrate import upgrade
+from service.live_state import LiveState
+from service.recovery.reconcile import elapsed_ms, plan_reconcile
+from service.settings import Settings
+from service.supervision.downloads import DownloadSupervisor
+from service.supervision.instances import InstanceSupervisor
+
+_log = structlog.get_logger(__name__)
+
+
+class StartupError(RuntimeError):
+    """The database is unusable; the service refuses to start rather than guess."""
+
+
+def _quick_check(settings: Settings) -> None:
+    with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
+        result = conn.execute("PRAGMA quick_check").fetchone()[0]
+    if result != "ok":
+        msg = f"{settings.db_path} failed PRAGMA quick_check: {result}; run `modelrouter verify`"
+        raise StartupError(msg)
+
+
+async def start(settings: Settings) -> Runtime:
+    started = time.perf_counter()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.cache_dir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(upgrade, settings.db_path)
+    await asyncio.to_thread(_quick_check, settings)
+    store = AsyncEventStore(settings.db_path, source={"kind": "router"}, synchronous=settings.synchronous)
+    live = LiveState(store)
+    await live.start()
+    replayed = live.events_applied
+    runtime = Runtime(
+        settings=settings,
+        store=store,
+        live=live,
+        downloads=DownloadSupervisor(settings, live),
+        instances=InstanceSupervisor(settings, live),
+        http=httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None, write=None, pool=None), limits=httpx.Limits(max_connections=256, max_keepalive_connections=64)),
+    )
+    await live.record([NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))])
+    found = discovery_events(live.state, [settings.models_dir] if settings.models_dir else [])
+    if found:
+        await live.record(found)
+    plan = await asyncio.to_thread(plan_reconcile, live.state, settings.cache_dir)
+    if plan.events:
+        await live.record(plan.events)
+    resumed = 0
+    if settings.resume_downloads_on_start:
+        for job in plan.interrupted:
+            await runtime.downloads.resume(job, settings.hf_endpoint)
+            resumed += 1
+    await runtime.instances.load_on_startup()
+    completed = ev.RecoveryCompleted(
+        interrupted_downloads=len(plan.interrupted),
+        resumed_downloads=resumed,
+        lost_instances=plan.lost_instances,
+        orphans=plan.orphans,
+        events_replayed=replayed,
+        duration_ms=elapsed_ms(started),
+    )
+    await live.record([NewEvent(completed)])
+    reaper = asyncio.create_task(runtime.instances.run_idle_reaper(), name="idle-reaper")
+    runtime.background.add(reaper)
+    _log.info("service_ready", position=live.position, replayed=replayed, duration_ms=completed.duration_ms)
+    return runtime
+
+
+async def stop(runtime: Runtime) -> None:
+    """SIGTERM/SIGINT path: stop children cleanly, then record ``router_stopped``."""
+    await runtime.instances.shutdown()
+    await runtime.downloads.shutdown()
+    for task in list(runtime.background):
+        task.cancel()
+    await asyncio.gather(*runtime.background, return_exceptions=True)
+    await runtime.live.record([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
+    await runtime.http.aclose()
+    await runtime.live.stop()
+    await runtime.store.close()
+    _log.info("router_stopped")

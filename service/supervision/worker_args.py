@@ -1,0 +1,42 @@
+"""Command lines for the worker processes (one place that knows their flags)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Mapping
+
+from service.settings import Settings
+
+# Per-model parameters (from presets / model_configured) -> inference worker flags.
+_INFERENCE_FLAGS: Mapping[str, str] = {
+    "n_ctx": "--n-ctx",
+    "n_threads": "--n-threads",
+    "n_threads_batch": "--n-threads-batch",
+    "n_batch": "--n-batch",
+    "chat_format": "--chat-format",
+    "seed": "--seed",
+}
+
+
+def inference_argv(
+    settings: Settings, model: str, path: str, instance_id: str, port: int, params: Mapping[str, Any]
+) -> list[str]:
+    """``python -m workers.inference`` for one instance; unknown params are ignored
+    (they are recorded in the event for the audit trail all the same)."""
+    argv = [
+        sys.executable, "-m", "workers.inference",
+        "--model-path", path,
+        "--model-name", model,
+        "--instance-id", instance_id,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--db", str(settings.db_path),
+        "--parent-pid", str(os.getpid()),
+    ]  # fmt: skip
+    for key, flag in _INFERENCE_FLAGS.items():
+        if params.get(key) is not None:
+            argv += [flag, str(params[key])]
+    if params.get("embedding"):
+        argv.append("--embedding")
+    return argv
