@@ -24,6 +24,7 @@ def _serve(args: argparse.Namespace) -> int:
         models_max=args.models_max,
         models_dir=args.models_dir,
         hub_cache=args.hub_cache,
+        presets=args.presets,
     )
     configure_logging(json=settings.log_json)
     app = create_app(settings)
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--models-max", type=int, help="loaded models at once (0 = unlimited)")
     serve.add_argument("--models-dir", type=Path, help="directory of local GGUF files (MODELROUTER_MODELS_DIR)")
     serve.add_argument("--hub-cache", type=Path, help="HF cache for downloads (default <home>/hub)")
+    serve.add_argument("--presets", type=Path, help="INI file of per-model settings (MODELROUTER_PRESETS)")
     serve.set_defaults(func=_serve)
     return parser
 

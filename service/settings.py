@@ -41,6 +41,8 @@ class Settings:
     at ``~/.cache/huggingface/hub`` to share files with ``hf`` and llama.cpp."""
     models_dir: Path | None = None
     """Optional directory of local GGUF files (MODELROUTER_MODELS_DIR)."""
+    presets: Path | None = None
+    """Optional INI file of per-model settings (MODELROUTER_PRESETS); see service/presets.py."""
     hf_endpoint: str = "https://huggingface.co"
     """Hub endpoint (HF_ENDPOINT)."""
     hf_token: str | None = None
@@ -102,6 +104,7 @@ class Settings:
             "synchronous": ("MODELROUTER_SYNCHRONOUS", lambda s: s.upper()),
             "hub_cache": ("MODELROUTER_HUB_CACHE", Path),
             "models_dir": ("MODELROUTER_MODELS_DIR", Path),
+            "presets": ("MODELROUTER_PRESETS", Path),
             "hf_endpoint": ("HF_ENDPOINT", str),
             "hf_token": ("HF_TOKEN", str),
             "models_max": ("MODELROUTER_MODELS_MAX", int),

@@ -24,6 +24,7 @@ from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
 from service.event_store.migrate import upgrade
 from service.live_state import LiveState
+from service.presets import preset_events
 from service.recovery.reconcile import elapsed_ms, plan_reconcile
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
@@ -66,6 +67,10 @@ async def start(settings: Settings) -> Runtime:
     found = discovery_events(live.state, [settings.models_dir] if settings.models_dir else [])
     if found:
         await live.record(found)
+    if settings.presets is not None:
+        configured = preset_events(live.state, settings.presets)
+        if configured:
+            await live.record(configured)
     plan = await asyncio.to_thread(plan_reconcile, live.state, settings.cache_dir)
     if plan.events:
         await live.record(plan.events)

@@ -214,7 +214,7 @@ class InstanceSupervisor:
         """Record the request, then spawn the worker (called under the lock)."""
         instance_id = uuid.uuid4().hex[:12]
         port = free_port()
-        params = {"n_ctx": 2048, **dict(model.config.params)}
+        params = dict(model.config.params)
         requested = ev.InstanceRequested(instance_id=instance_id, reason=reason, port=port, params=params)
         await self.live.record([NewEvent(requested, model=model.name)])
         assert model.path is not None
@@ -245,6 +245,11 @@ class InstanceSupervisor:
             # Nothing to signal (spawn failed or the process is already gone): record the end.
             await self.live.record([NewEvent(ev.InstanceStopped(instance_id=inst.instance_id, reason=inst.stop_reason or "unload"), model=model.name)])
             return
+        # The stdin line carries the reason into the worker's own instance_stopped;
+        # SIGTERM follows for a worker too busy to read it.
+        child.send_line(f"stop {inst.stop_reason or 'unload'}")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(child.wait(), min(0.2, self.settings.stop_timeout))
         child.signal_group(signal.SIGTERM)
         try:
             await asyncio.wait_for(child.wait(), self.settings.stop_timeout)

@@ -1,0 +1,198 @@
+"""Tiny, real GGUF files for tests and demos.
+
+Why: the project must be testable without downloading any model. A
+llama-architecture GGUF with 2 layers and 64-wide embeddings loads in
+llama.cpp in milliseconds and generates (random) text, which is all the
+supervision, routing and proxy code needs. The helpers at the bottom write
+the *broken* files the load-error classification is tested against.
+
+The vocabulary is a SentencePiece ("llama") vocabulary made only of the 256
+byte-fallback tokens ``<0x00>``..``<0xFF>`` plus ``<unk>``, ``<s>``, ``</s>``,
+the two ChatML control tokens and the SentencePiece space marker, so any UTF-8 text tokenizes (byte by
+byte) and the ChatML chat template in ``tokenizer.chat_template`` works.
+
+CLI: ``python -m service.devtools.tiny_gguf OUT.gguf [--seed N] [--embedding]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+# ChatML: the most common template in the wild; the special tokens exist in
+# the vocabulary so the template text tokenizes to single control tokens.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Token ids of the fixed vocabulary prefix; byte tokens follow.
+UNK_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID, SPACE_ID = 0, 1, 2, 3, 4, 5
+# "\u2581" is SentencePiece's space marker: as a normal token it detokenizes
+# to " " (its UTF-8 bytes as byte tokens would come back as a literal "\u2581").
+_SPECIAL = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "\u2581"]
+N_VOCAB = len(_SPECIAL) + 256
+
+# An architecture name llama.cpp will never know, for the unsupported-arch test.
+UNSUPPORTED_ARCH = "modelrouter-unknown-arch"
+
+
+def _vocab() -> tuple[list[str], list[float], list[int]]:
+    """The byte-level SPM vocabulary: (tokens, scores, token types)."""
+    tokens = list(_SPECIAL) + [f"<0x{b:02X}>" for b in range(256)]
+    scores = [0.0] * len(tokens)
+    types = [
+        int(gguf.TokenType.UNKNOWN),
+        int(gguf.TokenType.CONTROL),
+        int(gguf.TokenType.CONTROL),
+        int(gguf.TokenType.CONTROL),
+        int(gguf.TokenType.CONTROL),
+        int(gguf.TokenType.NORMAL),
+    ] + [int(gguf.TokenType.BYTE)] * 256
+    return tokens, scores, types
+
+
+def write_tiny_gguf(
+    path: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    n_layer: int = 2,
+    architecture: str = "llama",
+    embedding: bool = False,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_ff: int = 128,
+    n_ctx: int = 256,
+    name: str = "tiny-llama",
+) -> Path:
+    """Write a tiny random-weight llama-layout GGUF and return its path.
+
+    Only ``architecture="llama"`` is loadable; any other name writes the same
+    tensors under that architecture's keys (used to provoke llama.cpp's
+    "unknown model architecture" refusal). ``embedding=True`` records mean
+    pooling so ``/v1/embeddings`` returns one vector per input. The same
+    ``seed`` always gives byte-identical files (useful for hashing tests).
+    """
+    if n_embd % n_head:
+        raise ValueError("n_embd must be divisible by n_head")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    head_dim = n_embd // n_head
+
+    w = gguf.GGUFWriter(out, architecture)
+    w.add_name(name)
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_rope_dimension_count(head_dim)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
+    if embedding:
+        w.add_pooling_type(gguf.PoolingType.MEAN)
+
+    tokens, scores, types = _vocab()
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(BOS_ID)
+    # ChatML turns end with <|im_end|>, so that is the generation stop token.
+    w.add_eos_token_id(IM_END_ID)
+    w.add_unk_token_id(UNK_ID)
+    w.add_chat_template(CHATML_TEMPLATE)
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        # Small std keeps activations finite through the random network;
+        # f16 halves the file size and llama.cpp's CPU backend handles it.
+        return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float16)
+
+    def norm() -> np.ndarray:
+        return np.ones(n_embd, dtype=np.float32)
+
+    # numpy shape is (rows, cols) = ggml ne reversed: (out_features, in_features).
+    w.add_tensor("token_embd.weight", mat(N_VOCAB, n_embd))
+    w.add_tensor("output_norm.weight", norm())
+    w.add_tensor("output.weight", mat(N_VOCAB, n_embd))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm())
+        w.add_tensor(p + "attn_q.weight", mat(n_embd, n_embd))
+        w.add_tensor(p + "attn_k.weight", mat(n_embd, n_embd))
+        w.add_tensor(p + "attn_v.weight", mat(n_embd, n_embd))
+        w.add_tensor(p + "attn_output.weight", mat(n_embd, n_embd))
+        w.add_tensor(p + "ffn_norm.weight", norm())
+        w.add_tensor(p + "ffn_gate.weight", mat(n_ff, n_embd))
+        w.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
+        w.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def write_truncated_gguf(path: str | os.PathLike[str], *, keep_fraction: float = 0.6) -> Path:
+    """A valid tiny GGUF cut short: the header parses, tensor data is missing.
+
+    This is what an interrupted download without verification looks like.
+    """
+    out = write_tiny_gguf(path)
+    size = out.stat().st_size
+    with out.open("r+b") as f:
+        f.truncate(int(size * keep_fraction))
+    return out
+
+
+def write_random_bytes(path: str | os.PathLike[str], *, size: int = 4096, seed: int = 0) -> Path:
+    """Random bytes under a .gguf name (bad magic)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+    if data[:4] == b"GGUF":  # astronomically unlikely, but keep the helper honest
+        data = b"XXXX" + data[4:]
+    out.write_bytes(data)
+    return out
+
+
+def write_text_as_gguf(path: str | os.PathLike[str]) -> Path:
+    """A text file named .gguf, e.g. an HTML error page saved by a downloader."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        "<!DOCTYPE html>\n<html><body>404 Not Found: this is not a model</body></html>\n",
+        encoding="utf-8",
+    )
+    return out
+
+
+def write_unsupported_arch_gguf(path: str | os.PathLike[str]) -> Path:
+    """A structurally valid GGUF whose architecture llama.cpp does not know."""
+    return write_tiny_gguf(path, architecture=UNSUPPORTED_ARCH)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write a tiny llama GGUF for tests.")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n-layer", type=int, default=2)
+    parser.add_argument("--embedding", action="store_true")
+    args = parser.parse_args(argv)
+    out = write_tiny_gguf(args.out, seed=args.seed, n_layer=args.n_layer, embedding=args.embedding)
+    print(f"{out} {out.stat().st_size} bytes", file=sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

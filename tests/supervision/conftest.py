@@ -1,0 +1,87 @@
+"""Fixtures: the real service over a models dir of tiny real GGUF files."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+import psutil
+import pytest
+
+from service.devtools.service_process import ServiceProcess
+from service.devtools.tiny_gguf import write_random_bytes, write_text_as_gguf, write_tiny_gguf, write_truncated_gguf
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("models")
+    write_tiny_gguf(root / "tiny-a.gguf", seed=1)
+    write_tiny_gguf(root / "tiny-b.gguf", seed=2)
+    write_truncated_gguf(root / "broken-truncated.gguf")
+    write_random_bytes(root / "broken-random.gguf")
+    write_text_as_gguf(root / "broken-text.gguf")
+    return root
+
+
+StartService = Callable[..., ServiceProcess]
+
+
+@pytest.fixture
+def start_service(tmp_path: Path, models_dir: Path) -> Iterator[StartService]:
+    started: list[ServiceProcess] = []
+
+    def start(**env: Any) -> ServiceProcess:
+        variables = {"MODELROUTER_MODELS_DIR": str(models_dir), **{k.upper(): str(v) for k, v in env.items()}}
+        proc = ServiceProcess(tmp_path / f"home{len(started)}", env=variables)
+        started.append(proc)
+        return proc.start()
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def events(svc: ServiceProcess, **params: Any) -> list[dict[str, Any]]:
+    """Every matching event (follows next_after paging)."""
+    found: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = httpx.get(f"{svc.url}/events", params={"limit": 1000, "after": after, **params}, timeout=10).json()
+        found += page["events"]
+        if page["next_after"] is None:
+            return found
+        after = page["next_after"]
+
+
+def wait_for_event(svc: ServiceProcess, type_: str, timeout: float = 20.0, **params: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = events(svc, type=type_, **params)
+        if found:
+            return found[-1]
+        time.sleep(0.05)
+    msg = f"no {type_} event within {timeout}s"
+    raise AssertionError(msg)
+
+
+def model_entry(svc: ServiceProcess, name: str) -> dict[str, Any]:
+    data = httpx.get(f"{svc.url}/models", timeout=10).json()["data"]
+    return next(m for m in data if m["id"] == name)
+
+
+def inference_children(svc: ServiceProcess) -> list[psutil.Process]:
+    """Live inference worker processes started by this service."""
+    try:
+        children = psutil.Process(svc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    result = []
+    for child in children:
+        try:
+            if "workers.inference" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                result.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return result

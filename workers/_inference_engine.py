@@ -1,0 +1,200 @@
+"""The single inference thread that owns the ``llama_cpp.Llama`` object.
+
+Why one thread: ``Llama`` is not thread-safe (one KV cache, one sampler),
+and its streaming generators must be advanced on one thread. HTTP handler
+threads therefore never touch the model: they enqueue a :class:`Job` on a
+FIFO queue and read results from the job's own queue. Requests run strictly
+in arrival order; a slow client cannot corrupt anything, only wait.
+
+Cancellation (client disconnected mid-stream, or a stop that outlived its
+grace period) is cooperative: a logits processor forces the end-of-sequence
+token on the next sampling step, so generation ends within one token.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from workers._inference_api import ApiError, encode_embeddings
+
+_END = object()
+
+
+class Job:
+    """One request: what to run, and a queue of results for the HTTP thread.
+
+    Result items are response dicts (one, or one per stream chunk), an
+    exception, then the ``_END`` marker.
+    """
+
+    def __init__(self, kind: str, kwargs: dict[str, Any], *, stream: bool = False) -> None:
+        self.kind = kind  # "chat" | "completion" | "embedding"
+        self.kwargs = kwargs
+        self.stream = stream
+        self.out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.cancelled = threading.Event()
+        self.enqueued_at = time.monotonic()
+        self.started_at: float | None = None
+
+    def results(self) -> Iterator[Any]:
+        """Yield result dicts in order; re-raise a job error in the caller's thread."""
+        while True:
+            item = self.out.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class Engine:
+    """Loads the model on its own thread, then serves :class:`Job` s FIFO."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._current: Job | None = None
+        self._accepting = False
+        self._drained = False
+        self._llm: Any = None
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+        self.embedding_enabled = False
+        # Set (plain attribute, safe from a signal handler) to end whatever runs now.
+        self.force_cancel = False
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def start(
+        self, load: Callable[[], Any], on_loaded: Callable[[Any], bool], on_failed: Callable[[BaseException], None]
+    ) -> None:
+        """Run ``load()`` on the engine thread, then serve jobs.
+
+        ``on_loaded(result)`` returns False if the worker is stopping, in which
+        case no job is ever served. Both callbacks run on the engine thread.
+        """
+
+        def run() -> None:
+            try:
+                loaded = load()
+            except BaseException as exc:  # reported, then the process exits
+                on_failed(exc)
+                return
+            self._llm = loaded.llm
+            accept = on_loaded(loaded)
+            with self._lock:
+                self._accepting = accept and not self._drained
+            if self._accepting:
+                self._serve()
+
+        self._thread = threading.Thread(target=run, name="inference", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            if not self._accepting:
+                raise ApiError(503, "model is not ready (loading or stopping)", "unavailable_error")
+            self._idle.clear()
+            self._queue.put(job)
+
+    def drain(self, grace_s: float) -> None:
+        """Stop accepting, reject queued jobs, give the running one ``grace_s`` seconds.
+
+        After the grace period the running job is cancelled (ends within a
+        token, or after the current prompt evaluation).
+        """
+        with self._lock:
+            self._accepting = False
+            self._drained = True
+            self._queue.put(None)  # wakes and ends the serve loop after the current job
+        if not self._idle.wait(grace_s):
+            with self._lock:
+                if self._current is not None:
+                    self._current.cancel()
+            self._idle.wait(2.0)
+
+    # -- the engine thread ---------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                self._reject_rest()
+                self._idle.set()
+                return
+            with self._lock:
+                self._current = job
+            try:
+                if job.cancelled.is_set():
+                    raise ApiError(499, "request cancelled before it started", "cancelled")
+                job.started_at = time.monotonic()
+                self._run(job)
+            except BaseException as exc:  # delivered to the HTTP thread
+                job.out.put(exc)
+            finally:
+                job.out.put(_END)
+                with self._lock:
+                    self._current = None
+                    if self._queue.empty():
+                        self._idle.set()
+
+    def _reject_rest(self) -> None:
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.out.put(ApiError(503, "worker is stopping", "unavailable_error"))
+                job.out.put(_END)
+
+    def _cancel_processor(self, job: Job) -> Callable[[Any, Any], Any]:
+        eos = self._llm.token_eos()
+
+        def processor(_input_ids: Any, scores: Any) -> Any:
+            if job.cancelled.is_set() or self.force_cancel:
+                scores[:] = -float("inf")
+                scores[eos] = 0.0
+            return scores
+
+        return processor
+
+    def _run(self, job: Job) -> None:
+        import llama_cpp
+
+        llm = self._llm
+        if job.kind == "embedding":
+            if not self.embedding_enabled:
+                raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
+            inputs, fmt = job.kwargs["input"], job.kwargs["encoding_format"]
+            result = llm.create_embedding(inputs, model=self.model_name)
+            job.out.put(encode_embeddings(result, fmt))
+            return
+        kwargs = dict(job.kwargs)
+        kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([self._cancel_processor(job)])
+        try:
+            create = llm.create_chat_completion if job.kind == "chat" else llm.create_completion
+            result = create(**kwargs)
+        except ValueError as exc:  # e.g. "Requested tokens (n) exceed context window"
+            raise ApiError(400, str(exc)) from None
+        if not job.stream:
+            job.out.put(result)
+            return
+        try:
+            for chunk in result:
+                job.out.put(chunk)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()

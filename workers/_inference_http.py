@@ -1,0 +1,300 @@
+"""The inference worker's HTTP/1.1 front: OpenAI-compatible routes over stdlib.
+
+Why stdlib ``ThreadingHTTPServer``: the model runs one request at a time
+anyway (see :mod:`workers._inference_engine`), so an async server buys
+nothing; a thread per keep-alive connection is cheap at the handful of
+connections the service's proxy pool opens, and the added latency is tens
+of microseconds. To keep it that low, responses are written with a single
+``write`` and ``TCP_NODELAY`` is set (otherwise Nagle + delayed ACK can add
+40 ms per keep-alive request). Streams use chunked transfer encoding so the
+connection survives them; every SSE event is flushed as its own chunk.
+
+Routes (``/v1`` prefix optional): ``GET /health``, ``GET /v1/models``,
+``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import socketserver
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from workers._inference_api import (
+    ApiError,
+    chat_request,
+    completion_request,
+    embedding_request,
+    parse_json_object,
+)
+from workers._inference_engine import Engine, Job
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+@dataclass
+class InferenceApp:
+    """What the handlers need; ``status`` is "loading" | "ready" | "stopping"."""
+
+    model_name: str
+    engine: Engine
+    log: Any
+    status: str = "loading"
+    model_meta: dict[str, Any] = field(default_factory=dict)
+    created: int = field(default_factory=lambda: int(time.time()))
+    # POST responses still being written; a graceful stop waits for them,
+    # since the engine finishing a job is not the client having the bytes.
+    _inflight: int = 0
+    _inflight_cv: threading.Condition = field(default_factory=threading.Condition)
+
+    def _enter(self) -> None:
+        with self._inflight_cv:
+            self._inflight += 1
+
+    def _leave(self) -> None:
+        with self._inflight_cv:
+            self._inflight -= 1
+            self._inflight_cv.notify_all()
+
+    def wait_responses(self, timeout: float) -> bool:
+        """Wait until no POST response is being written; False on timeout."""
+        with self._inflight_cv:
+            return self._inflight_cv.wait_for(lambda: self._inflight == 0, timeout)
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Client Closed Request" if status == 499 else "Unknown"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "modelrouter-worker"
+    app: InferenceApp  # set on the per-server subclass
+
+    def setup(self) -> None:
+        super().setup()
+        if self.connection.family in (socket.AF_INET, socket.AF_INET6):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
+        pass  # per-request lines would drown the stderr tail kept for crash reports
+
+    # -- responses ----------------------------------------------------------
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        head = (
+            f"HTTP/1.1 {status} {_phrase(status)}\r\n"
+            f"Content-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if self.close_connection else "") + "\r\n"
+        )
+        self.wfile.write(head.encode("latin-1") + body)
+
+    def _send_json(self, status: int, obj: Any) -> None:
+        self._send(status, _json_bytes(obj))
+
+    def _send_api_error(self, err: ApiError) -> None:
+        self._send_json(err.status, err.body())
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # Protocol-level errors from BaseHTTPRequestHandler: answer JSON, then hang up.
+        self.close_connection = True
+        self._send_api_error(ApiError(code, message or _phrase(code)))
+
+    # -- routing ------------------------------------------------------------
+
+    def _route(self) -> str:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        return path[3:] if path.startswith("/v1/") else path
+
+    def do_GET(self) -> None:
+        route = self._route()
+        app = self.app
+        if route == "/health":
+            if app.status == "ready":
+                self._send_json(200, {"status": "ok"})
+            else:
+                self._send_json(503, {"status": app.status})
+        elif route == "/models":
+            entry = {
+                "id": app.model_name,
+                "object": "model",
+                "created": app.created,
+                "owned_by": "modelrouter",
+                "meta": app.model_meta,
+            }
+            self._send_json(200, {"object": "list", "data": [entry]})
+        else:
+            self._send_api_error(ApiError(404, f"no route GET {route}", "not_found_error"))
+
+    def do_POST(self) -> None:
+        self.app._enter()
+        try:
+            self._post()
+        finally:
+            self.app._leave()
+
+    def _post(self) -> None:
+        route = self._route()
+        try:
+            raw = self._read_body()
+            if route not in ("/chat/completions", "/completions", "/embeddings"):
+                raise ApiError(404, f"no route POST {route}", "not_found_error")
+            job = self._make_job(route, parse_json_object(raw))
+            self.app.engine.submit(job)
+        except ApiError as err:
+            self._send_api_error(err)
+            return
+        if job.stream:
+            self._respond_stream(job)
+        else:
+            self._respond_once(job)
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._read_chunked()
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            self.close_connection = True
+            raise ApiError(400, "invalid Content-Length") from None
+        if length > MAX_BODY_BYTES or length < 0:
+            self.close_connection = True  # the unread body would poison the connection
+            raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
+        return self.rfile.read(length)
+
+    def _read_chunked(self) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            try:
+                size = int(self.rfile.readline(1024).split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.close_connection = True
+                raise ApiError(400, "malformed chunked body") from None
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            total += size
+            if total > MAX_BODY_BYTES:
+                self.close_connection = True
+                raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
+            parts.append(self.rfile.read(size))
+            self.rfile.readline(8)  # CRLF after each chunk
+
+    def _make_job(self, route: str, body: dict[str, Any]) -> Job:
+        name = self.app.model_name
+        if route == "/chat/completions":
+            kwargs, stream = chat_request(body, name)
+            return Job("chat", kwargs, stream=stream)
+        if route == "/completions":
+            kwargs, stream = completion_request(body, name)
+            return Job("completion", kwargs, stream=stream)
+        if not self.app.engine.embedding_enabled:
+            raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
+        inputs, fmt = embedding_request(body)
+        return Job("embedding", {"input": inputs, "encoding_format": fmt})
+
+    # -- job results --------------------------------------------------------
+
+    def _respond_once(self, job: Job) -> None:
+        result: Any = None
+        try:
+            for item in job.results():
+                result = item
+        except ApiError as err:
+            self._send_api_error(err)
+            return
+        except Exception as exc:  # any model error becomes a JSON 500
+            self.app.log.error("inference_failed", error=repr(exc))
+            self._send_api_error(ApiError(500, f"inference failed: {exc}", "server_error"))
+            return
+        self._send_json(200, result)
+
+    def _write_chunk(self, payload: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+
+    def _respond_stream(self, job: Job) -> None:
+        results = job.results()
+        # Errors before the first chunk (e.g. prompt longer than the context)
+        # still get a proper status code instead of a 200 stream.
+        try:
+            first = next(results, None)
+        except ApiError as err:
+            self._send_api_error(err)
+            return
+        except Exception as exc:
+            self.app.log.error("inference_failed", error=repr(exc))
+            self._send_api_error(ApiError(500, f"inference failed: {exc}", "server_error"))
+            return
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        try:
+            self.wfile.write(head.encode("latin-1"))
+            item = first
+            while item is not None:
+                self._write_chunk(b"data: " + _json_bytes(item) + b"\n\n")
+                try:
+                    item = next(results, None)
+                except ApiError as err:
+                    self._write_chunk(b"data: " + _json_bytes(err.body()) + b"\n\n")
+                    break
+                except Exception as exc:
+                    self.app.log.error("inference_failed", error=repr(exc))
+                    failure = ApiError(500, f"inference failed: {exc}", "server_error")
+                    self._write_chunk(b"data: " + _json_bytes(failure.body()) + b"\n\n")
+                    break
+            else:
+                self._write_chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            # Client went away: stop generating for it, drop the connection.
+            job.cancel()
+            self.close_connection = True
+
+
+class _TCPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+
+def bind_server(
+    app: InferenceApp, *, host: str = "127.0.0.1", port: int = 0, unix_socket: str | None = None
+) -> tuple[socketserver.BaseServer, str]:
+    """Bind (not serve) and return ``(server, endpoint)``; port 0 picks a free port.
+
+    ``endpoint`` is ``http://HOST:PORT`` or ``unix:PATH``.
+    """
+    handler: Callable[..., _Handler] = type("Handler", (_Handler,), {"app": app})
+    if unix_socket:
+        # A socket file left by a killed predecessor would make bind fail.
+        if os.path.exists(unix_socket) and stat.S_ISSOCK(os.stat(unix_socket).st_mode):
+            os.unlink(unix_socket)
+        server: socketserver.BaseServer = _UnixServer(unix_socket, handler)
+        return server, f"unix:{unix_socket}"
+    server = _TCPServer((host, port), handler)
+    bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+    return server, f"http://{bound_host}:{bound_port}"

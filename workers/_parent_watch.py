@@ -1,0 +1,90 @@
+"""Make a worker process die with the service that spawned it.
+
+Why: an orphaned inference worker keeps gigabytes of RAM and a port. Two
+independent mechanisms, because each has a blind spot:
+
+* ``PR_SET_PDEATHSIG`` (Linux): the kernel signals us when the parent
+  *thread* that forked us exits -- instant, but it also fires if the service
+  spawned us from a short-lived thread, and it is lost if the parent died
+  before we called ``prctl`` (hence the ``getppid`` re-check).
+* stdin EOF: the service holds the write end of our stdin pipe; when the
+  service process dies (even by SIGKILL) the kernel closes it and our reader
+  thread sees EOF. The same pipe carries the line protocol ``stop [reason]``.
+
+Used by the inference worker (the download worker has its own, signal-driven
+variant in :mod:`workers._interrupts`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Callable
+
+PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal(sig: int = signal.SIGTERM, *, expected_ppid: int | None = None) -> bool:
+    """Ask the kernel to send ``sig`` when our parent dies; Linux only.
+
+    Returns False if unsupported, or if the parent is already gone (our ppid
+    is no longer ``expected_ppid``) -- the caller should then exit.
+    """
+    if expected_ppid is None:
+        expected_ppid = os.getppid()
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            return True  # not fatal: the stdin watch still covers us
+    except OSError:
+        return True
+    # The parent may have died between fork and prctl: then we were reparented.
+    return os.getppid() == expected_ppid
+
+
+def stdin_is_watchable() -> bool:
+    """True if stdin is a pipe or socket -- i.e. a supervisor holds its other end.
+
+    A TTY, /dev/null or a regular file is not watched: EOF there says nothing
+    about the parent, and reading a TTY from the background would stop us.
+    """
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def watch_stdin(on_line: Callable[[str], None], on_eof: Callable[[], None]) -> threading.Thread:
+    """Start a daemon thread that feeds stdin lines to ``on_line``, then calls ``on_eof``."""
+
+    def run() -> None:
+        stream = os.fdopen(os.dup(0), "rb", buffering=0)
+        buf = b""
+        try:
+            while True:
+                chunk = stream.read(4096)
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    text = line.decode("utf-8", errors="replace").strip()
+                    if text:
+                        on_line(text)
+        except OSError:
+            pass
+        finally:
+            stream.close()
+        on_eof()
+
+    thread = threading.Thread(target=run, name="stdin-watch", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,357 @@
+"""Inference worker: one OS process per loaded model (``python -m workers.inference``).
+
+Why a process per model: a llama.cpp crash, leak or OOM kill takes down only
+that model, and unloading is just ending the process -- the kernel frees
+everything. The service spawns us, learns about us only from the events we
+append (``instance_loading`` -> ``loading_progress``* -> ``instance_ready`` |
+``instance_load_failed``; finally ``instance_stopped``) and proxies OpenAI
+requests to our HTTP port.
+
+Order at start: die-with-parent hooks, bind the port (so ``/health`` answers
+``loading`` at once), emit ``instance_loading``, load on the inference
+thread, emit ``instance_ready``.
+
+Stdin protocol (only watched when stdin is a pipe or socket):
+  ``stop [reason]\\n``  graceful stop, ``instance_stopped.reason`` = reason
+                        (default "requested"), exit 0.
+  EOF                   the service died: stop at once, reason "parent_died", exit 4.
+Signals: SIGTERM/SIGINT = graceful stop (reason from an earlier ``stop`` line,
+else "signal"); a second one cancels the running request immediately.
+PR_SET_PDEATHSIG delivers SIGTERM when the parent dies (-> "parent_died").
+
+Exit codes: 0 stopped on request; 1 internal error; 2 bad command line;
+3 load failed (``instance_load_failed`` emitted); 4 orphaned (parent died).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+# Record SIGTERM/SIGINT that arrive while the heavy imports below run
+# (~0.2 s); Worker.run replays them. Without this, an early stop request
+# would kill us by the default action with no instance_stopped event.
+_EARLY_SIGNALS: list[int] = []
+if __name__ == "__main__":
+    for _sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(_sig, lambda signum, _frame: _EARLY_SIGNALS.append(signum))
+
+import structlog  # noqa: E402
+
+from workers._inference_engine import Engine  # noqa: E402
+from workers._inference_http import InferenceApp, bind_server  # noqa: E402
+from workers._llama_load import LlamaLog, LoadedModel, LoadError, load_model  # noqa: E402
+from workers._parent_watch import set_parent_death_signal, stdin_is_watchable, watch_stdin  # noqa: E402
+from workers._sink import EventSink, JsonlSink  # noqa: E402
+from workers._sink import open_sink as shared_open_sink  # noqa: E402
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
+PROGRESS_INTERVAL_S = 0.2
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    p = argparse.ArgumentParser(prog="python -m workers.inference", description=__doc__.split("\n")[0])
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--model-name", default=None, help="id served in /v1/models (default: file stem)")
+    p.add_argument("--instance-id", default=None, help="default: NAME-PID")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0 = pick a free port (reported in events)")
+    p.add_argument("--unix-socket", default=None, help="serve on this Unix socket instead of TCP")
+    p.add_argument(
+        "--n-ctx", type=int, default=4096, help="capped to the model's training context; 0 = training context"
+    )
+    p.add_argument("--n-threads", type=int, default=cores)
+    p.add_argument("--n-threads-batch", type=int, default=None, help="default: --n-threads")
+    p.add_argument("--n-batch", type=int, default=512)
+    p.add_argument("--embedding", action="store_true", help="enable /v1/embeddings")
+    p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop-timeout", type=float, default=5.0, help="grace for the running request on stop (s)")
+    p.add_argument("--db", default=None, help="SQLite event store to append events to")
+    p.add_argument("--events", default=None, help="JSONL event file ('-' = stdout, the default without --db)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--parent-pid", type=int, default=None, help="exit at once if our parent is not this pid")
+    args = p.parse_args(argv)
+    args.model_name = args.model_name or Path(args.model_path).stem
+    args.instance_id = args.instance_id or f"{args.model_name}-{os.getpid()}"
+    args.n_threads_batch = args.n_threads_batch or args.n_threads
+    return args
+
+
+def open_sink(args: argparse.Namespace) -> EventSink:
+    """The event sink named on the command line: ``--db`` store, ``--events`` file, or stdout."""
+    if args.db:
+        return shared_open_sink(
+            args.db,
+            model=args.model_name,
+            source={"kind": "inference_worker", "instance_id": args.instance_id},
+        )
+    if args.events in (None, "-"):
+        # A private dup of stdout: llama-cpp-python points fd 1 at /dev/null
+        # while it loads, which would swallow loading_progress lines.
+        return JsonlSink(os.dup(1), owns_fd=True)
+    return JsonlSink.to_path(args.events)
+
+
+def configure_logging(args: argparse.Namespace) -> Any:
+    """JSON lines on a private dup of stderr (llama-cpp-python silences fd 2 while loading)."""
+    err = os.fdopen(os.dup(2), "w", encoding="utf-8", buffering=1)
+    level = {"debug": 10, "info": 20, "warning": 30, "error": 40}[args.log_level]
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(err),
+        cache_logger_on_first_use=True,
+    )
+    return structlog.get_logger("workers.inference").bind(
+        instance_id=args.instance_id, pid=os.getpid(), model=args.model_name
+    )
+
+
+class Worker:
+    """Lifecycle of one inference process; see the module docstring."""
+
+    def __init__(self, args: argparse.Namespace, sink: EventSink, log: Any) -> None:
+        self.args = args
+        self.sink = sink
+        self.log = log
+        self.pid = os.getpid()
+        self.ppid = os.getppid()
+        self.engine = Engine(args.model_name)
+        self.engine.embedding_enabled = bool(args.embedding)
+        self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log)
+        self.endpoint = ""
+        self._state_lock = threading.Lock()
+        self._state = "loading"  # loading | ready | stopping | failed
+        # Written from signal handlers, so: plain attributes + a self-pipe to
+        # wake the main thread (no locks or Events inside a handler).
+        self._stop_reason: str | None = None
+        self._stop_code = EXIT_OK
+        self._stop_grace = args.stop_timeout
+        self._stdin_reason: str | None = None
+        self._load_failed: LoadError | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._last_progress = 0.0
+        self._progress_done = False
+        self._llama_log = LlamaLog(lambda level, text: getattr(self.log, level)("llama_cpp", text=text))
+
+    def emit(self, type: str, **data: Any) -> None:
+        try:
+            self.sink.emit(type, {"instance_id": self.args.instance_id, **data})
+        except Exception as exc:  # a sink failure must not kill serving
+            self.log.error("event_emit_failed", type=type, error=repr(exc))
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"!")
+
+    # -- stop requests (any thread, or a signal handler) --------------------
+
+    def request_stop(self, reason: str, code: int, grace: float) -> None:
+        if self._stop_reason is None:
+            self._stop_reason, self._stop_code, self._stop_grace = reason, code, grace
+        else:
+            self._stop_grace = 0.0
+            self.engine.force_cancel = True  # asked twice: end the running request now
+        self._wake()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if os.getppid() != self.ppid:
+            self.request_stop("parent_died", EXIT_ORPHANED, 0.0)
+        else:
+            self.request_stop(self._stdin_reason or "signal", EXIT_OK, self.args.stop_timeout)
+
+    def _on_stdin_line(self, line: str) -> None:
+        cmd, _, rest = line.partition(" ")
+        if cmd == "stop":
+            self._stdin_reason = rest.strip() or "requested"
+            self.request_stop(self._stdin_reason, EXIT_OK, self.args.stop_timeout)
+        else:
+            self.log.warning("unknown_stdin_command", line=line[:200])
+
+    def _on_stdin_eof(self) -> None:
+        self.request_stop("parent_died", EXIT_ORPHANED, 0.0)
+
+    # -- loading (inference thread) -----------------------------------------
+
+    def _on_progress(self, progress: float) -> bool:
+        now = time.monotonic()
+        final = progress >= 1.0
+        # Throttled to one event per PROGRESS_INTERVAL_S, plus exactly one final 1.0.
+        if not self._progress_done and (final or now - self._last_progress >= PROGRESS_INTERVAL_S):
+            self._last_progress, self._progress_done = now, final
+            self.emit("loading_progress", progress=round(min(progress, 1.0), 4))
+        return self._stop_reason is None  # False aborts llama.cpp's load
+
+    def _load(self) -> LoadedModel:
+        a = self.args
+        return load_model(
+            a.model_path,
+            log=self._llama_log,
+            on_progress=self._on_progress,
+            n_ctx=a.n_ctx,
+            n_threads=a.n_threads,
+            n_threads_batch=a.n_threads_batch,
+            n_batch=a.n_batch,
+            embedding=a.embedding,
+            chat_format=a.chat_format,
+            seed=a.seed,
+        )
+
+    def _on_loaded(self, loaded: LoadedModel) -> bool:
+        meta = {
+            "load_ms": loaded.load_ms,
+            "n_ctx": loaded.n_ctx,
+            "n_params": loaded.n_params,
+            "file_size": loaded.info.file_size,
+            "architecture": loaded.info.architecture or "",
+        }
+        # Emitted under the state lock so a concurrent stop cannot record
+        # instance_stopped before instance_ready.
+        with self._state_lock:
+            if self._state != "loading":
+                return False
+            self._state = "ready"
+            self.app.model_meta = meta
+            self.app.status = "ready"
+            self.emit("instance_ready", pid=self.pid, endpoint=self.endpoint, **meta)
+        self.log.info("instance_ready", endpoint=self.endpoint, **meta)
+        return True
+
+    def _on_load_failed(self, exc: BaseException) -> None:
+        err = exc if isinstance(exc, LoadError) else LoadError("load_error", f"{type(exc).__name__}: {exc}")
+        with self._state_lock:
+            if self._state != "loading":
+                return
+            self._state = "failed"
+        self.app.status = "failed"
+        self._load_failed = err
+        self._wake()
+
+    # -- main thread ----------------------------------------------------------
+
+    def run(self) -> int:
+        a = self.args
+        if not set_parent_death_signal(signal.SIGTERM, expected_ppid=a.parent_pid or self.ppid):
+            self.log.error("parent_already_gone")
+            return EXIT_ORPHANED
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        for early in _EARLY_SIGNALS:
+            self._on_signal(early, None)
+        if stdin_is_watchable():
+            watch_stdin(self._on_stdin_line, self._on_stdin_eof)
+        try:
+            server, self.endpoint = bind_server(self.app, host=a.host, port=a.port, unix_socket=a.unix_socket)
+        except OSError as exc:
+            self.emit("instance_load_failed", reason="port_unavailable", message=f"cannot bind: {exc}")
+            self.log.error("bind_failed", error=str(exc))
+            return EXIT_LOAD_FAILED
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True).start()
+        params = {
+            "model_path": a.model_path,
+            "model_name": a.model_name,
+            "n_ctx": a.n_ctx,
+            "n_threads": a.n_threads,
+            "n_threads_batch": a.n_threads_batch,
+            "n_batch": a.n_batch,
+            "embedding": bool(a.embedding),
+            "chat_format": a.chat_format,
+            "seed": a.seed,
+        }
+        self.emit(
+            "instance_loading",
+            pid=self.pid,
+            endpoint=self.endpoint,
+            params=params,
+            pid_started_at=_process_start_time(),
+        )
+        self.log.info("instance_loading", endpoint=self.endpoint, params=params)
+        import llama_cpp.llama  # noqa: F401 - must precede LlamaLog.install (it sets its own callback)
+
+        self._llama_log.install()
+        self.engine.start(self._load, self._on_loaded, self._on_load_failed)
+        while self._stop_reason is None and self._load_failed is None:
+            os.read(self._wake_r, 64)  # woken by signals, stdin, load failure
+        # A real load failure wins over a concurrent stop; a load we aborted does not.
+        if self._load_failed is not None and self._load_failed.reason != "aborted":
+            err = self._load_failed
+            self.emit("instance_load_failed", reason=err.reason, message=err.message)
+            self.log.error("instance_load_failed", reason=err.reason, message=err.message)
+            return EXIT_LOAD_FAILED
+        return self._stop(server)
+
+    def _stop(self, server: Any) -> int:
+        reason, code = self._stop_reason or "signal", self._stop_code
+        _hard_exit_after(self._stop_grace + 5.0, code)  # never hang on the way out
+        with self._state_lock:
+            was = self._state
+            self._state = "stopping"
+        self.app.status = "stopping"
+        self.log.info("stopping", reason=reason, state=was)
+        if was == "ready":
+            threading.Thread(target=server.shutdown, daemon=True).start()
+            self.engine.drain(self._stop_grace)
+            self.app.wait_responses(1.0)
+        # While loading there is nothing to finish: llama.cpp's load is
+        # abandoned with the process (the kernel unmaps the file).
+        if self.args.unix_socket:
+            with contextlib.suppress(OSError):
+                os.unlink(self.args.unix_socket)
+        self.emit("instance_stopped", reason=reason, exit_code=code)
+        self.log.info("instance_stopped", reason=reason, exit_code=code)
+        return code
+
+
+def _process_start_time() -> float | None:
+    """Our start time as psutil reports it: with the pid, it identifies this process."""
+    try:
+        import psutil  # type: ignore[import-untyped]
+
+        return float(psutil.Process().create_time())
+    except Exception:  # optional detail
+        return None
+
+
+def _hard_exit_after(seconds: float, code: int) -> None:
+    def bomb() -> None:
+        time.sleep(seconds)
+        os._exit(code)
+
+    threading.Thread(target=bomb, name="exit-deadline", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = configure_logging(args)
+    sink = open_sink(args)
+    code = EXIT_ERROR
+    try:
+        code = Worker(args, sink, log).run()
+    except Exception:  # logged; exit code 1 tells the supervisor
+        log.exception("worker_crashed")
+    finally:
+        close = getattr(sink, "close", None)
+        if close is not None:
+            close()
+    sys.stderr.flush()
+    sys.stdout.flush()
+    # os._exit: skip interpreter teardown, which could run llama.cpp destructors
+    # while daemon threads (HTTP handlers, the inference thread) still use them.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
