@@ -18,4 +18,6 @@ async def health(runtime: Runtime) -> dict[str, Any]:
         "version": __version__,
         "position": runtime.live.position,
         "open_streams": runtime.open_streams,
+        "queued_requests": runtime.instances.queue_length,
+        "requests_in_flight": sum(runtime.instances.busy.values()),
     }

@@ -9,6 +9,7 @@ Streams pass through chunk by chunk, never buffered. Every request ends with a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Any, AsyncIterator
@@ -48,6 +49,29 @@ def _record_completion(runtime: Runtime, model: str, route: str, status: int, st
     task.add_done_callback(runtime.background.discard)
 
 
+async def _until_disconnect(request: Request[Any, Any, Any]) -> None:
+    # With the body read, the next ASGI message is the client hanging up.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _enter_unless_disconnected(request: Request[Any, Any, Any], lease: Any) -> tuple[str, str]:
+    """Wait for a ready model (maybe queued, maybe loading), but give up the
+    place in the queue as soon as the client disconnects."""
+    acquire = asyncio.ensure_future(lease.__aenter__())
+    watch = asyncio.ensure_future(_until_disconnect(request))
+    try:
+        await asyncio.wait({acquire, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if not acquire.done():
+        acquire.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await acquire
+        raise asyncio.CancelledError  # nobody is listening any more
+    return acquire.result()  # type: ignore[no-any-return]
+
+
 def _worker_failed(model: str, exc: httpx.HTTPError) -> Problem:
     return Problem(503, "model_failed", f"the worker of model {model!r} stopped answering: {type(exc).__name__}", model=model)
 
@@ -62,7 +86,7 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
     path = request.url.path
     headers = {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
     lease = runtime.instances.lease(name, autoload=auto)
-    model, endpoint = await lease.__aenter__()
+    model, endpoint = await _enter_unless_disconnected(request, lease)
     try:
         upstream = await runtime.http.send(runtime.http.build_request("POST", endpoint + path, content=raw, headers=headers), stream=True)
     except httpx.HTTPError as exc:
