@@ -12,6 +12,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "0")
 
 from service.devtools.service_process import ServiceProcess  # noqa: E402
+
+pytest_plugins = ["tests.conftest_hub"]
 from service.event_store.migrate import upgrade  # noqa: E402
 from service.settings import Settings  # noqa: E402
 

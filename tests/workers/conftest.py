@@ -173,5 +173,3 @@ def ready_worker(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> I
         proc.stdin.close()
 
 
-# Fake Hub and download-worker fixtures (tests/conftest_hub.py).
-from tests.conftest_hub import hub, hub_server, spawn_download  # noqa: E402, F401

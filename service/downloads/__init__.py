@@ -1,0 +1,1 @@
+"""Downloads on the service side: resolving model names to files (resolution) and the HF cache layout."""

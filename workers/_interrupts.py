@@ -1,0 +1,115 @@
+"""Cancellation and parent-death handling for the download worker.
+
+Signals (the primary control channel, so a service can cancel a worker whose
+stdin it does not hold):
+
+* ``SIGTERM`` / ``SIGINT``: cancel, keep partial files for a later resume.
+* ``SIGUSR1``: cancel and delete this job's partial files.
+* ``SIGTERM`` from ``PR_SET_PDEATHSIG``, or EOF on a piped stdin: the parent
+  (the service) is gone; stop at once, keep partials, emit nothing.
+
+Optional stdin lines (for symmetry with the inference worker): ``cancel``,
+``cancel discard`` (``stop`` is an alias of ``cancel``).
+
+How a cancel interrupts a blocked read: the handler *raises*
+:class:`Interrupted` when the main thread is inside a :meth:`Interrupts.blocking`
+section (network waits, backoff sleeps). CPython runs handlers in the main
+thread and a raising handler aborts the blocked ``recv``/``sleep`` (PEP 475),
+so a cancel during a 30 s stall takes effect in milliseconds. Outside those
+sections (writing, hashing, emitting events) the request is only recorded and
+:meth:`check` raises at the next safe point, so a chunk is never half-applied.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+CANCEL = "cancel"
+DISCARD = "discard"
+PARENT = "parent"
+_PRIORITY = {CANCEL: 1, DISCARD: 2, PARENT: 3}
+_WAKE = signal.SIGUSR2  # sent to ourselves to deliver a stdin request to the main thread
+
+
+class Interrupted(BaseException):
+    """Raised in the main thread when the job must stop; ``kind`` is cancel, discard or parent.
+
+    A BaseException so that ``except Exception`` in library code cannot swallow it.
+    """
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class Interrupts:
+    """Collects stop requests and turns them into :class:`Interrupted` at safe points."""
+
+    def __init__(self, parent_pid: int | None = None) -> None:
+        self.parent_pid = parent_pid if parent_pid is not None else os.getppid()
+        self.requested: str | None = None
+        self._interruptible = False
+        self._stdin_eof = False
+
+    def install(self) -> None:
+        """Install the signal handlers (main thread only)."""
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, _WAKE):
+            signal.signal(sig, self._on_signal)
+
+    def request(self, kind: str) -> None:
+        """Record a stop request; the strongest one wins (parent > discard > cancel)."""
+        if self.requested is None or _PRIORITY[kind] > _PRIORITY[self.requested]:
+            self.requested = kind
+
+    def parent_gone(self) -> bool:
+        return self._stdin_eof or os.getppid() != self.parent_pid
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` if a stop was requested."""
+        if self.requested is not None:
+            raise Interrupted(self.requested)
+
+    @contextmanager
+    def blocking(self) -> Iterator[None]:
+        """Mark a section that may be aborted by a signal at any instant."""
+        self.check()
+        self._interruptible = True
+        try:
+            yield
+        finally:
+            self._interruptible = False
+
+    # --- stdin channel ------------------------------------------------
+
+    def on_stdin_line(self, line: str) -> None:
+        words = line.strip().lower().split()
+        if words[:1] in (["cancel"], ["stop"]):
+            self.request(DISCARD if "discard" in words[1:] else CANCEL)
+            self._wake()
+
+    def on_stdin_eof(self) -> None:
+        self._stdin_eof = True
+        self.request(PARENT)
+        self._wake()
+
+    def _wake(self) -> None:
+        # Called from the stdin thread: only the main thread can raise into the
+        # blocked read, so hand the request over with a signal to ourselves.
+        if threading.current_thread() is not threading.main_thread():
+            os.kill(os.getpid(), _WAKE)
+
+    # --- signal handler -------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if signum == signal.SIGUSR1:
+            self.request(DISCARD)
+        elif signum in (signal.SIGTERM, signal.SIGINT):
+            # PDEATHSIG also arrives as SIGTERM; by then we were reparented.
+            self.request(PARENT if self.parent_gone() else CANCEL)
+        if self._interruptible and self.requested is not None:
+            self._interruptible = False  # a second signal must not raise inside cleanup
+            raise Interrupted(self.requested)

@@ -1,0 +1,205 @@
+"""One download job: lock, check, fetch every blob, publish into the HF cache, report.
+
+Event order: ``download_started`` → ``download_progress``* → exactly one of
+``download_finished`` / ``download_failed`` / ``download_cancelled`` (or
+nothing when the parent died). A job refused before any transfer (a blob
+locked by another process, not enough disk) emits ``download_failed``
+without ``download_started``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from huggingface_hub import hf_hub_url
+from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # lazily exported
+
+from workers._hf_cache import (
+    CachePaths,
+    LockHeld,
+    acquire_lock,
+    ensure_dirs,
+    link_snapshot,
+    publish_blob,
+    release_lock,
+    write_ref,
+)
+from workers._interrupts import DISCARD, PARENT, Interrupted, Interrupts
+from workers._sink import EventSink
+from workers._transfer import ProgressMeter, TransferConfig, TransferError, fetch_blob
+
+EXIT_FINISHED, EXIT_FAILED, EXIT_CANCELLED, EXIT_PARENT_EXITED = 0, 1, 2, 3
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True, slots=True)
+class JobFile:
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """The resolution the service computed (``Resolution.to_spec()``): what to fetch, pinned to a commit."""
+
+    repo: str
+    revision: str
+    commit: str
+    endpoint: str
+    files: tuple[JobFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> JobSpec:
+        """Validate strictly: these values become file names inside the cache."""
+        files = tuple(JobFile(str(f["path"]), int(f["size"]), str(f["sha256"]).lower()) for f in obj["files"])
+        commit = str(obj["commit"]).lower()
+        if not _COMMIT.match(commit):
+            raise ValueError(f"commit must be 40 hex characters, got {commit!r}")
+        for f in files:
+            if not _SHA256.match(f.sha256) or f.size < 0:
+                raise ValueError(f"file {f.path!r}: sha256 must be 64 hex characters and size >= 0")
+            if f.path.startswith("/") or ".." in f.path.split("/") or not f.path:
+                raise ValueError(f"invalid file path {f.path!r}")
+        if not files:
+            raise ValueError("spec has no files")
+        revision = str(obj.get("revision") or commit)
+        if revision.startswith("/") or ".." in revision.split("/"):
+            raise ValueError(f"invalid revision {revision!r}")
+        endpoint = str(obj.get("endpoint") or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+        return cls(str(obj["repo"]), revision, commit, endpoint.rstrip("/"), files)
+
+
+def load_spec(arg: str) -> JobSpec:
+    """``arg`` is inline JSON (starting with '{') or the path of a JSON file."""
+    text = arg if arg.lstrip().startswith("{") else Path(arg).read_text()
+    return JobSpec.from_json(json.loads(text))
+
+
+def run_job(job_id: str, spec: JobSpec, cache_dir: Path, sink: EventSink, interrupts: Interrupts,
+            cfg: TransferConfig, token: str | None, *, pid_started_at: float | None = None,
+            log: Callable[..., None] = lambda *a, **k: None) -> int:  # fmt: skip
+    """Run the job to completion, failure or cancellation; return the exit code."""
+    began = time.monotonic()
+    paths = CachePaths(cache_dir, spec.repo)
+    blobs = {f.sha256: f for f in spec.files}  # one blob may back several paths
+    files_json = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in spec.files]
+
+    def emit(type_: str, **data: Any) -> None:
+        sink.emit(type_, {"job_id": job_id, **data})
+
+    def fail(reason: str, message: str, retryable: bool) -> int:
+        emit("download_failed", reason=reason, message=message, retryable=retryable)
+        return EXIT_FAILED
+
+    locks: list[int] = []
+    try:
+        ensure_dirs(paths)
+        for sha in sorted(blobs):
+            locks.append(acquire_lock(paths.lock(sha)))
+    except LockHeld as exc:
+        return _release(locks, fail("internal", str(exc), True))
+    except OSError as exc:
+        return _release(locks, fail(*_os_failure(exc)))
+    try:
+        on_disk = {sha: _bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items()}
+        done = sum(on_disk.values())
+        missing = sum(f.size - on_disk[sha] for sha, f in blobs.items())
+        free = shutil.disk_usage(paths.blobs_dir).free
+        if missing > free:
+            return fail("disk_full", f"need {missing} more bytes in {paths.blobs_dir}, only {free} free", False)
+        emit("download_started", pid=os.getpid(), pid_started_at=pid_started_at, commit=spec.commit,
+             files=files_json, total_bytes=spec.total_bytes, resumed_bytes=done)  # fmt: skip
+        meter = ProgressMeter(spec.total_bytes, done, lambda d: emit("download_progress", **d))
+        headers = build_hf_headers(token=token or False, library_name="modelrouter")
+        headers["Accept-Encoding"] = "identity"  # sizes and ranges are about raw bytes
+        with httpx.Client(timeout=cfg.timeout(), follow_redirects=True) as client:
+            for sha, f in sorted(blobs.items(), key=lambda kv: kv[1].path):
+                if on_disk[sha] == f.size and paths.blob(sha).exists():
+                    continue  # published by an earlier job: verified then, counts as done
+                url = hf_hub_url(spec.repo, f.path, revision=spec.commit, endpoint=spec.endpoint)
+                fetch_blob(client, url, headers, str(paths.incomplete(sha)), f.size, sha, cfg, meter,
+                           interrupts, on_disk[sha], log)  # fmt: skip
+                publish_blob(paths.incomplete(sha), paths.blob(sha))
+        published = []
+        for f in spec.files:
+            link = link_snapshot(paths, spec.commit, f.path, f.sha256)
+            published.append({**_file_json(f), "blob_path": str(paths.blob(f.sha256)), "snapshot_path": str(link)})
+        write_ref(paths, spec.revision, spec.commit)
+        meter.finish()
+        emit("download_finished", commit=spec.commit, files=published, bytes_total=spec.total_bytes,
+             bytes_transferred=meter.transferred, duration_ms=round((time.monotonic() - began) * 1000, 1))  # fmt: skip
+        return EXIT_FINISHED
+    except Interrupted as stop:
+        if stop.kind == PARENT:
+            # The service's recovery records download_interrupted itself.
+            log("parent_exited", job_id=job_id)
+            return EXIT_PARENT_EXITED
+        discard = stop.kind == DISCARD
+        if discard:
+            for sha in blobs:
+                _unlink(paths.incomplete(sha))
+        kept = sum(_bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items())
+        emit("download_cancelled", discarded=discard, bytes_on_disk=kept)
+        return EXIT_CANCELLED
+    except TransferError as exc:
+        return fail(exc.reason, exc.message, exc.retryable)
+    except OSError as exc:
+        return fail(*_os_failure(exc))
+    finally:
+        _release(locks, 0)
+
+
+def _os_failure(exc: OSError) -> tuple[str, str, bool]:
+    """(reason, message, retryable) for an OS error outside the copy loop (dirs, links, refs)."""
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return "disk_full", str(exc), False
+    return "internal", f"{type(exc).__name__}: {exc}", False
+
+
+def _file_json(f: JobFile) -> dict[str, Any]:
+    return {"path": f.path, "size": f.size, "sha256": f.sha256}
+
+
+def _bytes_on_disk(paths: CachePaths, sha: str, size: int) -> int:
+    """Bytes of this blob already present: the full size if published, else the partial's (capped)."""
+    try:
+        if paths.blob(sha).stat().st_size == size:
+            return size
+    except FileNotFoundError:
+        pass
+    try:
+        return min(paths.incomplete(sha).stat().st_size, size)
+    except FileNotFoundError:
+        return 0
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _release(locks: list[int], code: int) -> int:
+    while locks:
+        try:
+            release_lock(locks.pop())
+        except OSError as exc:
+            print(f"download worker: releasing a lock failed: {exc}", file=sys.stderr)
+    return code
