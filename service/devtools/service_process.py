@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -19,10 +20,18 @@ from service.supervision.ports import free_port
 class ServiceProcess:
     """``modelrouter serve`` in a child process with its own data dir."""
 
-    def __init__(self, home: Path, *, port: int | None = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+        file_size_limit: int | None = None,
+    ) -> None:
         self.home = Path(home)
         self.port = port or free_port()
         self.env = {**os.environ, "MODELROUTER_LOG_JSON": "true", **(env or {})}
+        self.file_size_limit = file_size_limit  # RLIMIT_FSIZE, inherited by the workers (disk-full tests)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.home / f"service-{self.port}.log"
 
@@ -39,7 +48,15 @@ class ServiceProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         cmd = [sys.executable, "-m", "service.cli", "serve", "--home", str(self.home), "--port", str(self.port)]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        limit = self.file_size_limit
+
+        def _limit_file_size() -> None:  # pragma: no cover - runs in the child
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True, preexec_fn=_limit_file_size
+        )
         self.wait_healthy(timeout)
         return self
 
