@@ -30,7 +30,9 @@ from service.devtools.service_process import ServiceProcess  # noqa: E402
 from service.devtools.tiny_gguf import write_tiny_gguf  # noqa: E402
 from service.supervision.ports import free_port  # noqa: E402
 
-PROMPT = [{"role": "user", "content": "Write one sentence about the sea."}]
+# /v1/completions with a plain prompt: the Gemma 270M file is a base model
+# without a chat template, and the proxy path is the same for every route.
+PROMPT = "The sea is"
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -40,20 +42,20 @@ def _pct(values: list[float], q: float) -> float:
 
 def _chat(client: httpx.Client, base: str, model: str, max_tokens: int) -> float:
     started = time.perf_counter()
-    answer = client.post(f"{base}/v1/chat/completions", json={"model": model, "messages": PROMPT, "max_tokens": max_tokens, "temperature": 0, "seed": 1})
+    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "seed": 1}
+    answer = client.post(f"{base}/v1/completions", json=body)
     answer.raise_for_status()
     return (time.perf_counter() - started) * 1000
 
 
 def _stream(client: httpx.Client, base: str, model: str, max_tokens: int) -> float:
-    body = {"model": model, "messages": PROMPT, "max_tokens": max_tokens, "temperature": 0, "seed": 1, "stream": True}
+    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "seed": 1, "stream": True}
     tokens = 0
     started = time.perf_counter()
-    with client.stream("POST", f"{base}/v1/chat/completions", json=body) as answer:
+    with client.stream("POST", f"{base}/v1/completions", json=body) as answer:
         for line in answer.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
-                delta = json.loads(line[6:])["choices"][0].get("delta", {})
-                tokens += 1 if delta.get("content") else 0
+                tokens += 1 if json.loads(line[6:])["choices"][0].get("text") else 0
     return tokens / (time.perf_counter() - started)
 
 
