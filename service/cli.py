@@ -46,6 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--hub-cache", type=Path, help="HF cache for downloads (default <home>/hub)")
     serve.add_argument("--presets", type=Path, help="INI file of per-model settings (MODELROUTER_PRESETS)")
     serve.set_defaults(func=_serve)
+
+    from service.recovery import gc
+    from service.recovery.verify import add_arguments as verify_arguments
+    from service.recovery.verify import run as run_verify
+
+    verify_parser = sub.add_parser("verify", help="check the log, snapshots and downloaded files")
+    verify_arguments(verify_parser)
+    verify_parser.set_defaults(func=run_verify)
+    gc_parser = sub.add_parser("gc", help="delete partial downloads no job refers to")
+    gc.add_arguments(gc_parser)
+    gc_parser.set_defaults(func=gc.run)
     return parser
 
 

@@ -14,10 +14,11 @@ thread, emit ``instance_ready``.
 Stdin protocol (only watched when stdin is a pipe or socket):
   ``stop [reason]\\n``  graceful stop, ``instance_stopped.reason`` = reason
                         (default "requested"), exit 0.
-  EOF                   the service died: stop at once, reason "parent_died", exit 4.
+  EOF                   the service died: stop at once, record nothing (the service's
+                        recovery records ``instance_lost``), exit 4.
 Signals: SIGTERM/SIGINT = graceful stop (reason from an earlier ``stop`` line,
 else "signal"); a second one cancels the running request immediately.
-PR_SET_PDEATHSIG delivers SIGTERM when the parent dies (-> "parent_died").
+PR_SET_PDEATHSIG delivers SIGTERM when the parent dies (treated like EOF).
 
 Exit codes: 0 stopped on request; 1 internal error; 2 bad command line;
 3 load failed (``instance_load_failed`` emitted); 4 orphaned (parent died).
@@ -141,6 +142,7 @@ class Worker:
         self._stop_code = EXIT_OK
         self._stop_grace = args.stop_timeout
         self._stdin_reason: str | None = None
+        self._stdin_eof = False
         self._load_failed: LoadError | None = None
         self._wake_r, self._wake_w = os.pipe()
         self._last_progress = 0.0
@@ -182,7 +184,18 @@ class Worker:
             self.log.warning("unknown_stdin_command", line=line[:200])
 
     def _on_stdin_eof(self) -> None:
+        self._stdin_eof = True
         self.request_stop("parent_died", EXIT_ORPHANED, 0.0)
+
+    def _parent_gone_within(self, timeout: float) -> bool:
+        """Whether the service died (stdin EOF or reparenting) within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._stdin_eof or os.getppid() != self.ppid:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
 
     # -- loading (inference thread) -----------------------------------------
 
@@ -310,6 +323,16 @@ class Worker:
         if self.args.unix_socket:
             with contextlib.suppress(OSError):
                 os.unlink(self.args.unix_socket)
+        if reason == "signal" and self._parent_gone_within(0.5):
+            # PDEATHSIG fires when the *thread* that forked us dies; during a
+            # SIGKILL of the service that can be before we are reparented, so
+            # getppid() in the handler still named the dying service.
+            reason, code = "parent_died", EXIT_ORPHANED
+        if reason == "parent_died":
+            # The service's recovery records instance_lost: a dead service
+            # cannot have asked for this stop, so we record nothing.
+            self.log.info("parent_died", exit_code=code)
+            return code
         self.emit("instance_stopped", reason=reason, exit_code=code)
         self.log.info("instance_stopped", reason=reason, exit_code=code)
         return code

@@ -109,6 +109,15 @@ class PartialFileFound(Event):
     bytes: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class PartialFileRemoved(Event):
+    """``modelrouter gc`` deleted a partial file that no job refers to."""
+
+    TYPE: ClassVar[str] = "partial_file_removed"
+    path: str = ""
+    bytes: int = 0
+
+
 # --- model catalogue ----------------------------------------------------------
 
 
@@ -225,6 +234,15 @@ class DownloadInterrupted(Event):
     reason: str = "router_restart"
 
 
+@dataclass(frozen=True, slots=True)
+class DownloadResumed(Event):
+    """The service started a new worker for an interrupted job (same job id)."""
+
+    TYPE: ClassVar[str] = "download_resumed"
+    job_id: str = ""
+    bytes_on_disk: int = 0
+
+
 # --- inference instances -----------------------------------------------------
 
 
@@ -329,6 +347,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         RouterStopped,
         RecoveryCompleted,
         PartialFileFound,
+        PartialFileRemoved,
         ModelDiscovered,
         ModelConfigured,
         ModelRemoved,
@@ -340,6 +359,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         DownloadCancelRequested,
         DownloadCancelled,
         DownloadInterrupted,
+        DownloadResumed,
         InstanceRequested,
         InstanceLoading,
         LoadingProgress,

@@ -122,6 +122,14 @@ def _partial_found(state: RouterState, rec: ev.Recorded) -> RouterState:
     return dataclasses.replace(state, partial_files={**state.partial_files, e.path: e.bytes})
 
 
+@_on(ev.PartialFileRemoved)
+def _partial_removed(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.PartialFileRemoved)
+    remaining = {path: size for path, size in state.partial_files.items() if path != e.path}
+    return dataclasses.replace(state, partial_files=remaining)
+
+
 # --- catalogue ---------------------------------------------------------------
 
 
@@ -290,6 +298,18 @@ def _download_interrupted(state: RouterState, rec: ev.Recorded) -> RouterState:
     assert isinstance(e, ev.DownloadInterrupted)
     state, _ = _end_job(state, rec, e.job_id, JobStatus.INTERRUPTED, bytes_done=e.bytes_on_disk, pid=None)
     return state
+
+
+@_on(ev.DownloadResumed)
+def _download_resumed(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.DownloadResumed)
+    found = _job_of(state, rec, e.job_id)
+    if found is None or found[1].status.active or found[0].active_job is not None:
+        return state
+    model, job = found
+    job = dataclasses.replace(job, status=JobStatus.QUEUED, finished_at=None, pid=None, bytes_done=e.bytes_on_disk, error=None)
+    return _put_job(state, model, job, active_job=e.job_id, failed=False)
 
 
 # --- instances ---------------------------------------------------------------

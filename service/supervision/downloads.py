@@ -71,6 +71,8 @@ class DownloadSupervisor:
             "total_bytes": job.bytes_total,
         }
         async with self._lock:
+            on_disk = self._bytes_on_disk(job)
+            await self.live.record([NewEvent(ev.DownloadResumed(job_id=job.job_id, bytes_on_disk=on_disk), model=job.model)])
             await self._spawn(job.job_id, job.model, spec)
 
     async def _spawn(self, job_id: str, model: str, spec: dict[str, Any]) -> None:

@@ -85,3 +85,20 @@ def inference_children(svc: ServiceProcess) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     return result
+
+
+def still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Processes still running after ``timeout`` (a zombie has exited: only its
+    reaping is left, to whoever inherited it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = []
+        for proc in procs:
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    running.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        if not running or time.monotonic() >= deadline:
+            return running
+        time.sleep(0.02)

@@ -24,7 +24,7 @@ from service.devtools.hub_repos import make_repo
 from service.devtools.hub_server import HubServer
 from service.devtools.service_process import ServiceProcess
 from tests.conftest_hub import unique_repo
-from tests.supervision.conftest import events, model_entry, wait_for_event
+from tests.supervision.conftest import events, model_entry, still_running, wait_for_event
 
 MB = 1024 * 1024
 
@@ -163,7 +163,7 @@ def test_cancel_at_30_percent(svc: ServiceProcess, hub: HubServer, discard: bool
     assert time.monotonic() - started < 2
     assert cancelled["data"]["discarded"] is discard
     assert events(svc, type="download_failed") == []
-    assert psutil.wait_procs([worker], timeout=2)[1] == []
+    assert still_running([worker], 2) == []
     partials = list((svc.home / "hub").rglob("*.incomplete"))
     if discard:
         assert partials == []

@@ -14,7 +14,7 @@ import openai
 import psutil
 import pytest
 
-from tests.supervision.conftest import StartService, events, inference_children, model_entry, wait_for_event
+from tests.supervision.conftest import StartService, events, inference_children, model_entry, still_running, wait_for_event
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 
@@ -161,7 +161,7 @@ def test_no_orphans_after_service_kill9(start_service: StartService) -> None:
     workers = inference_children(svc)
     assert len(workers) == 2
     svc.kill9()
-    gone, alive = psutil.wait_procs(workers, timeout=2)
+    alive = still_running(workers, 2)
     assert alive == [], f"orphaned workers: {[p.pid for p in alive]}"
 
 
@@ -187,7 +187,7 @@ def test_graceful_shutdown_stops_children_and_records_it(start_service: StartSer
     workers = inference_children(svc)
     # uvicorn re-raises the signal after a clean shutdown, so the status is "killed by SIGTERM".
     assert svc.stop() in (0, -signal.SIGTERM)
-    assert psutil.wait_procs(workers, timeout=5)[1] == []
+    assert still_running(workers, 5) == []
     from service.event_store import SyncEventStore
 
     store = SyncEventStore(svc.home / "modelrouter.db", source={"kind": "test"})

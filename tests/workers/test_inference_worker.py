@@ -332,7 +332,8 @@ def test_closing_stdin_exits_within_2s(spawn_worker: Spawn, tiny_gguf: Path) -> 
     w.proc.stdin.close()
     assert w.wait_exit(2.0) == 4
     assert time.monotonic() - t0 < 2.0
-    assert w.wait_event("instance_stopped", 1)["reason"] == "parent_died"
+    # The service is gone: its recovery records instance_lost, the worker records nothing.
+    assert "instance_stopped" not in w.types()
 
 
 _PARENT = """
@@ -371,7 +372,7 @@ def test_sigkill_of_parent_kills_worker_within_2s(tmp_path: Path, tiny_gguf: Pat
             time.sleep(0.02)
         assert _gone(worker_pid), "worker outlived its parent"
         assert time.monotonic() - t0 < 2.0
-        assert w.wait_event("instance_stopped", 1)["reason"] == "parent_died"
+        assert "instance_stopped" not in w.types()
     finally:
         if parent.poll() is None:
             parent.kill()
