@@ -27,7 +27,7 @@ from service.settings import Settings
 from service.supervision.child_process import ChildProcess
 
 _log = structlog.get_logger(__name__)
-CANCEL_GRACE_SECONDS = 2.0
+CANCEL_GRACE_SECONDS = 1.5  # then SIGKILL: the issue allows 2 s for a cancel
 
 
 class DownloadSupervisor:
@@ -136,8 +136,9 @@ class DownloadSupervisor:
             paths.incomplete(str(f.get("sha256", ""))).unlink(missing_ok=True)
 
     async def cancel(self, job_id: str, *, discard: bool) -> DownloadJob:
-        """Ask the worker to stop (SIGTERM keeps partials, SIGUSR1 deletes them);
-        returns the job once it has left the active states."""
+        """Ask the worker to stop over its stdin (``cancel`` keeps partials,
+        ``cancel discard`` deletes them); returns the job once it has left the
+        active states."""
         state = self.live.state
         cancel_events = commands.cancel_download(state, job_id, discard=discard)
         job = state.job(job_id)
@@ -151,11 +152,13 @@ class DownloadSupervisor:
             cancelled = ev.DownloadCancelled(job_id=job_id, discarded=discard, bytes_on_disk=self._bytes_on_disk(job))
             await self.live.record([NewEvent(cancelled, model=job.model)])
         else:
-            child.signal_group(signal.SIGUSR1 if discard else signal.SIGTERM)
+            # The stdin line, not SIGTERM: SIGTERM is also what the worker gets
+            # when the service dies (PR_SET_PDEATHSIG), and must not read as a cancel.
+            child.send_line("cancel discard" if discard else "cancel")
             try:
                 await asyncio.wait_for(child.wait(), CANCEL_GRACE_SECONDS)
             except asyncio.TimeoutError:
-                child.signal_group(signal.SIGKILL)
+                child.signal_group(signal.SIGKILL)  # CANCELLING -> killed; _watch records the cancel
                 await child.wait()
         return await self._settled(job_id)
 
