@@ -6,7 +6,7 @@ HOME_DIR ?= $(or $(MODELROUTER_HOME),$(HOME)/.local/share/modelrouter)
 # llama-cpp-python compiles from source the first time (~12 min on 2 cores); pip caches the wheel.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install run migrate test bench demo clean
+.PHONY: install run migrate test bench demo verify clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,18 @@ test: install
 	$(BIN)/python -m pytest tests -q
 
 bench: install
+	$(BIN)/pip install -e '.[test,bench]'
 	$(BIN)/python bench/event_log.py
+	$(BIN)/python bench/download.py
+	$(BIN)/python bench/proxy.py --gemma
+	$(BIN)/python bench/recovery.py
+
+# Offline demo: the project's own Hub server, a generated repo, a download, a chat.
+demo: install
+	$(BIN)/python -m service.devtools.demo
+
+verify: install
+	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/modelrouter verify --deep
 
 clean:
 	rm -rf $(VENV) .pytest_cache
