@@ -6,7 +6,11 @@ stdin it does not hold):
 * ``SIGTERM`` / ``SIGINT``: cancel, keep partial files for a later resume.
 * ``SIGUSR1``: cancel and delete this job's partial files.
 * ``SIGTERM`` from ``PR_SET_PDEATHSIG``, or EOF on a piped stdin: the parent
-  (the service) is gone; stop at once, keep partials, emit nothing.
+  (the service) is gone; stop at once, keep partials, emit nothing. Under
+  ``--stdin-control`` (how the service runs us: it cancels with stdin lines)
+  every SIGTERM means this, because PDEATHSIG fires when the *thread* that
+  forked us dies, which during a SIGKILL of the service can come before we are
+  reparented, so ``getppid()`` cannot tell.
 
 Optional stdin lines (for symmetry with the inference worker): ``cancel``,
 ``cancel discard`` (``stop`` is an alias of ``cancel``).
@@ -54,6 +58,7 @@ class Interrupts:
         self.requested: str | None = None
         self._interruptible = False
         self._stdin_eof = False
+        self.stdin_control = False
 
     def install(self) -> None:
         """Install the signal handlers (main thread only)."""
@@ -108,8 +113,8 @@ class Interrupts:
         if signum == signal.SIGUSR1:
             self.request(DISCARD)
         elif signum in (signal.SIGTERM, signal.SIGINT):
-            # PDEATHSIG also arrives as SIGTERM; by then we were reparented.
-            self.request(PARENT if self.parent_gone() else CANCEL)
+            # PDEATHSIG also arrives as SIGTERM (see the module docstring).
+            self.request(PARENT if self.stdin_control or self.parent_gone() else CANCEL)
         if self._interruptible and self.requested is not None:
             self._interruptible = False  # a second signal must not raise inside cleanup
             raise Interrupted(self.requested)

@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         # Opt-in only: an inherited stdin that is already at EOF (a shell
         # heredoc, a closed pipe) would otherwise read as "parent died".
         watch_stdin(interrupts.on_stdin_line, interrupts.on_stdin_eof)
+        interrupts.stdin_control = True
 
     from workers._job import EXIT_FAILED, load_spec, run_job
     from workers._sink import open_sink
