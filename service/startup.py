@@ -1,6 +1,7 @@
 """Start-up and shut-down of one service instance.
 
-migrate -> quick integrity check -> rebuild the fold -> ``router_started`` ->
+migrate -> quick integrity check -> rebuild the fold (latest snapshot + the
+events after it) -> ``router_started`` ->
 discover local models -> reconcile what the last run left half-done -> resume
 downloads -> load-on-startup models -> ``recovery_completed`` -> serve.
 """
@@ -25,7 +26,9 @@ from service.event_store.codec import NewEvent
 from service.event_store.migrate import upgrade
 from service.live_state import LiveState
 from service.presets import preset_events
+from service.recovery.rebuild import rebuild_state
 from service.recovery.reconcile import elapsed_ms, plan_reconcile
+from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
@@ -52,15 +55,20 @@ async def start(settings: Settings) -> Runtime:
     await asyncio.to_thread(upgrade, settings.db_path)
     await asyncio.to_thread(_quick_check, settings)
     store = AsyncEventStore(settings.db_path, source={"kind": "router"}, synchronous=settings.synchronous)
-    live = LiveState(store)
+    rebuilt = await rebuild_state(store)  # snapshot + tail: start-up does not grow with history
+    live = LiveState(store, state=rebuilt.state)
+    snapshotter = Snapshotter(store, every=settings.snapshot_every, last_position=rebuilt.snapshot_position)
+    live.add_listener(snapshotter.on_folded)
     await live.start()
-    replayed = live.events_applied
+    replayed = rebuilt.events_replayed + live.events_applied
+    snapshotter.maybe_snapshot(live.state)  # a long replay gets a fresh snapshot at once
     runtime = Runtime(
         settings=settings,
         store=store,
         live=live,
         downloads=DownloadSupervisor(settings, live),
         instances=InstanceSupervisor(settings, live),
+        snapshotter=snapshotter,
         http=httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None, write=None, pool=None), limits=httpx.Limits(max_connections=256, max_keepalive_connections=64)),
     )
     await live.record([NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))])
@@ -86,6 +94,7 @@ async def start(settings: Settings) -> Runtime:
         lost_instances=plan.lost_instances,
         orphans=plan.orphans,
         events_replayed=replayed,
+        snapshot_position=rebuilt.snapshot_position,
         duration_ms=elapsed_ms(started),
     )
     await live.record([NewEvent(completed)])
@@ -103,6 +112,8 @@ async def stop(runtime: Runtime) -> None:
         task.cancel()
     await asyncio.gather(*runtime.background, return_exceptions=True)
     await runtime.live.record([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
+    await runtime.snapshotter.snapshot_now(runtime.live.state)
+    await runtime.snapshotter.close()
     await runtime.http.aclose()
     await runtime.live.stop()
     await runtime.store.close()

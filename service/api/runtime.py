@@ -10,6 +10,7 @@ import httpx
 
 from service.event_store.async_store import AsyncEventStore
 from service.live_state import LiveState
+from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
@@ -22,6 +23,7 @@ class Runtime:
     live: LiveState
     downloads: DownloadSupervisor
     instances: InstanceSupervisor
+    snapshotter: Snapshotter
     http: httpx.AsyncClient
     open_streams: int = 0
     background: set[asyncio.Task[Any]] = field(default_factory=set)

@@ -57,7 +57,11 @@ class ServiceProcess:
         self.proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True, preexec_fn=_limit_file_size
         )
-        self.wait_healthy(timeout)
+        try:
+            self.wait_healthy(timeout)
+        except BaseException:
+            self.kill9()  # never leak a half-started service
+            raise
         return self
 
     def wait_healthy(self, timeout: float = 30.0) -> dict[str, Any]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from service.core.events import EVENT_TYPES, Event, Recorded
 from service.core.upcasting import decode
@@ -38,6 +38,25 @@ def format_time(moment: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
+    """Inverse of :func:`format_time`.
+
+    ``strptime`` costs ~4 us; replaying a million events spends seconds in it.
+    Text in exactly ``format_time``'s shape goes through ``fromisoformat``
+    (~0.1 us, same value, tz ``timezone.utc``); anything else keeps the strict
+    ``strptime`` path so what is accepted and rejected does not change."""
+    if (
+        len(text) == 27
+        and text[26] == "Z"
+        and text[10] == "T"
+        and text[19] == "."
+        and text[4] == text[7] == "-"
+        and text[13] == text[16] == ":"
+        and text.isascii()
+    ):
+        try:
+            return datetime.fromisoformat(text)
+        except ValueError:
+            pass  # let strptime produce its own error message
     return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=timezone.utc)
 
 
@@ -58,22 +77,111 @@ def encode(new: NewEvent, source_json: str, recorded_at: str) -> tuple[Any, ...]
     )
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` at about half the cost for the compact text ``dumps`` writes.
+
+    ``json.loads`` runs two whitespace regexes around ``raw_decode``; stored
+    JSON has no surrounding whitespace, so decode directly and fall back to
+    ``json.loads`` (same result, same errors) whenever the text is not fully
+    consumed or fails."""
+    if isinstance(text, str):
+        try:
+            value, end = _raw_decode(text)
+        except ValueError:
+            return json.loads(text)
+        if end == len(text):
+            return value
+    return json.loads(text)
+
+
 def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
+    return loads(value) if isinstance(value, (str, bytes)) else value
+
+
+PayloadDecoder = Callable[[Mapping[str, Any]], Event]
+_DECODERS: dict[tuple[str, int], PayloadDecoder] = {}
+
+
+def _current_decoder(cls: type[Event]) -> PayloadDecoder:
+    names = frozenset(f.name for f in fields(cls))
+    type_, version = cls.TYPE, cls.VERSION
+
+    def build(data: Mapping[str, Any]) -> Event:
+        # The common case (a dict of known keys, no lists to freeze) skips the
+        # copy, key filtering and list->tuple walk of ``decode``; the result is
+        # equal. Anything else takes ``decode`` itself, errors included.
+        if type(data) is dict and names.issuperset(data):
+            for value in data.values():
+                if isinstance(value, list):
+                    return decode(type_, version, data)
+            return cls(**data)
+        return decode(type_, version, data)
+
+    return build
+
+
+def payload_decoder(type_: str, version: int) -> PayloadDecoder:
+    """The cached ``data -> Event`` function for one ``(type, schema_version)``.
+
+    The current version of a known type needs no upcasting, so it gets a direct
+    builder; old versions go through :func:`service.core.upcasting.decode`, and
+    unknown types or versions raise the same errors ``decode`` raises."""
+    key = (type_, version)
+    found = _DECODERS.get(key)
+    if found is None:
+        cls = EVENT_TYPES.get(type_)
+        if cls is not None and version == cls.VERSION:
+            found = _current_decoder(cls)
+            _DECODERS[key] = found
+        else:
+            return lambda data: decode(type_, version, data)
+    return found
 
 
 def to_recorded(row: Sequence[Any]) -> Recorded:
     """Decode ``(position, event_id, type, schema_version, model, data, source, recorded_at)``,
     upcasting old versions to the current event class."""
     position, event_id, type_, version, model, data, source, recorded_at = row
+    version = int(version)
     return Recorded(
-        position=int(position),
-        event_id=str(event_id),
-        model=model,
-        event=decode(type_, int(version), _loads(data)),
-        source=_loads(source),
-        recorded_at=parse_time(recorded_at),
+        int(position),
+        str(event_id),
+        model,
+        payload_decoder(type_, version)(_loads(data)),
+        _loads(source),
+        parse_time(recorded_at),
     )
+
+
+def decode_rows(rows: Iterable[Sequence[Any]]) -> list[Recorded]:
+    """:func:`to_recorded` over a page of rows, for replay.
+
+    Equal results, fewer repeated costs: rows of one append share ``recorded_at``
+    and usually ``source`` text, so each distinct value is parsed once per page
+    (the parsed ``source`` mapping is shared between those records; treat it as
+    read-only, as ``Recorded.source``'s ``Mapping`` type says)."""
+    out: list[Recorded] = []
+    append = out.append
+    sources: dict[Any, Any] = {}
+    last_time_text: Any = None
+    last_time: datetime | None = None
+    for position, event_id, type_, version, model, data, source, recorded_at in rows:
+        version = int(version)
+        build = _DECODERS.get((type_, version)) or payload_decoder(type_, version)
+        event = build(loads(data) if isinstance(data, (str, bytes)) else data)
+        if isinstance(source, (str, bytes)):
+            parsed = sources.get(source)
+            if parsed is None:
+                parsed = sources[source] = loads(source)
+        else:
+            parsed = source
+        if recorded_at != last_time_text:
+            last_time_text, last_time = recorded_at, parse_time(recorded_at)
+        append(Recorded(int(position), str(event_id), model, event, parsed, last_time))  # type: ignore[arg-type]
+    return out
 
 
 def to_wire(recorded: Recorded) -> dict[str, Any]:

@@ -55,16 +55,20 @@ def test_kill9_during_a_download_ten_times_then_it_completes(hub: HubServer, tmp
     env = {"HF_ENDPOINT": hub.url}
     rng = random.Random(7)
     svc = ServiceProcess(home, env=env).start()
-    job_id = httpx.post(f"{svc.url}/models", json={"model": repo}, timeout=30).json()["job_id"]
-    for _ in range(10):
-        time.sleep(rng.uniform(0.05, 0.45))
-        acknowledged = _all_event_ids(svc)
+    try:
+        job_id = httpx.post(f"{svc.url}/models", json={"model": repo}, timeout=30).json()["job_id"]
+        for _ in range(10):
+            time.sleep(rng.uniform(0.05, 0.45))
+            acknowledged = _all_event_ids(svc)
+            svc.kill9()
+            assert still_running(_workers("download", job_id), 2) == [], "orphaned download worker"
+            svc = ServiceProcess(home, env=env, port=svc.port).start()
+            assert acknowledged <= _all_event_ids(svc), "an acknowledged event was lost"
+            job = httpx.get(f"{svc.url}/downloads/{job_id}").json()
+            assert job["status"] in {"running", "queued", "finished"}, job
+    except BaseException:
         svc.kill9()
-        assert still_running(_workers("download", job_id), 2) == [], "orphaned download worker"
-        svc = ServiceProcess(home, env=env, port=svc.port).start()
-        assert acknowledged <= _all_event_ids(svc), "an acknowledged event was lost"
-        job = httpx.get(f"{svc.url}/downloads/{job_id}").json()
-        assert job["status"] in {"running", "queued", "finished"}, job
+        raise
     try:
         deadline = time.monotonic() + 60
         while httpx.get(f"{svc.url}/downloads/{job_id}").json()["status"] != "finished" and time.monotonic() < deadline:

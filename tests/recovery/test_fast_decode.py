@@ -1,0 +1,121 @@
+"""The replay fast paths (``codec.decode_rows``, the cached decoders, ``parse_time``,
+``loads``, ``select_events``' raw path) give exactly what the reference decoding gives."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.core import events as ev
+from service.core.upcasting import decode
+from service.event_store import EventFilter, NewEvent, SyncEventStore
+from service.event_store.codec import TIME_FORMAT, decode_rows, dumps, format_time, loads, parse_time, to_recorded
+from tests.core.strategies import event_sequences
+
+
+def _reference(row: tuple[Any, ...]) -> ev.Recorded:
+    """``to_recorded`` as it was before the fast paths."""
+    position, event_id, type_, version, model, data, source, recorded_at = row
+    return ev.Recorded(
+        position=int(position),
+        event_id=str(event_id),
+        model=model,
+        event=decode(type_, int(version), json.loads(data)),
+        source=json.loads(source),
+        recorded_at=datetime.strptime(recorded_at, TIME_FORMAT).replace(tzinfo=UTC),
+    )
+
+
+def _row(rec: ev.Recorded) -> tuple[Any, ...]:
+    return (
+        rec.position, rec.event_id, rec.type, rec.event.VERSION, rec.model,
+        dumps(rec.event.to_data()), dumps(dict(rec.source)), format_time(rec.recorded_at),
+    )  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(event_sequences)
+def test_decode_rows_and_to_recorded_equal_the_reference(events: list[ev.Recorded]) -> None:
+    rows = [_row(r) for r in events]
+    expected = [_reference(r) for r in rows]
+    assert decode_rows(rows) == expected
+    assert [to_recorded(r) for r in rows] == expected
+
+
+def test_old_versions_and_odd_payloads_take_the_reference_path() -> None:
+    t = "2026-11-29T15:00:00.000001Z"
+    rows = [
+        (1, "a", "download_progress", 1, "m", '{"job_id":"j","done":4,"total":9}', "{}", t),  # upcast v1
+        (2, "b", "model_discovered", 1, "m", '{"files":[{"path":"x"}],"extra":1}', '{"k":[1]}', t),  # list, unknown key
+        (3, "c", "router_started", 1, None, ' {"pid": 3} ', '{"kind":"x"}', t),  # whitespace around JSON
+    ]
+    assert decode_rows(rows) == [_reference(r) for r in rows]
+    assert isinstance(decode_rows(rows)[1].event.files, tuple)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        (1, "a", "no_such_type", 1, None, "{}", "{}", "2026-11-29T15:00:00.000000Z"),
+        (1, "a", "router_started", 9, None, "{}", "{}", "2026-11-29T15:00:00.000000Z"),
+        (1, "a", "router_started", 1, None, "[1]", "{}", "2026-11-29T15:00:00.000000Z"),
+        (1, "a", "router_started", 1, None, '{"pid":1', "{}", "2026-11-29T15:00:00.000000Z"),
+        (1, "a", "router_started", 1, None, "{}", "{}", "2026-11-29 15:00:00.000000Z"),
+    ],
+)
+def test_bad_rows_raise_what_the_reference_raises(row: tuple[Any, ...]) -> None:
+    with pytest.raises(Exception) as reference:
+        _reference(row)
+    with pytest.raises(type(reference.value)):
+        decode_rows([row])
+    with pytest.raises(type(reference.value)):
+        to_recorded(row)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-29T15:00:00.123456Z",
+        "2026-02-29T15:00:00.123456Z",  # not a leap year
+        "2026-11-29T24:00:00.000000Z",
+        "2026-11-29T15:00:00,123456Z",
+        "2026-11-29T15:00:00.12345Z",
+        "2026-11-29T15:00:00.1234567",
+        "\uff12026-11-29T15:00:00.123456Z",  # a fullwidth digit
+    ],
+)
+def test_parse_time_accepts_and_rejects_like_strptime(text: str) -> None:
+    try:
+        expected: object = datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        with pytest.raises(ValueError):
+            parse_time(text)
+        return
+    assert parse_time(text) == expected
+    assert parse_time(text).utcoffset() is not None
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=10))  # fmt: skip
+def test_loads_equals_json_loads(value: object) -> None:
+    for text in (dumps(value), json.dumps(value), f" {json.dumps(value)}\n"):
+        assert loads(text) == json.loads(text)
+
+
+def test_select_events_plain_page_equals_filtered_query(db_path: Path) -> None:
+    """The raw-cursor path (after/limit only) returns what the SQLAlchemy path returns."""
+    store = SyncEventStore(db_path, source={"kind": "test"})
+    try:
+        store.append([NewEvent(ev.RouterStarted(pid=i), model=f"m{i % 2}") for i in range(30)])
+        raw = store.read(EventFilter(after=4, limit=10))
+        via_sqlalchemy = store.read(EventFilter(after=4, before=10_000, limit=10))
+        assert raw == via_sqlalchemy and [r.position for r in raw] == list(range(5, 15))
+        assert store.read(EventFilter(limit=3)) == store.read(EventFilter(before=10_000, limit=3))
+    finally:
+        store.close()

@@ -1,0 +1,31 @@
+"""The running service snapshots its fold and starts from the snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from service.devtools.service_process import ServiceProcess
+from service.event_store import SyncEventStore, new_event
+from tests.supervision.conftest import events
+
+
+def test_restart_starts_from_the_snapshot_taken_at_shutdown(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with ServiceProcess(home, env={"MODELROUTER_SNAPSHOT_EVERY": "100"}) as svc:
+        store = SyncEventStore(home / "modelrouter.db", source={"kind": "test"})
+        for i in range(3):
+            store.append([new_event("download_requested", {"job_id": f"j{i}", "repo": "org/r", "total_bytes": 10}, model=f"org/r{i}:Q8_0")])
+            store.append([new_event("download_progress", {"job_id": f"j{i}", "bytes_done": n, "bytes_total": 10}, model=f"org/r{i}:Q8_0") for n in range(60)])
+            store.append([new_event("download_failed", {"job_id": f"j{i}", "reason": "network", "message": "x", "retryable": True}, model=f"org/r{i}:Q8_0")])
+        store.close()
+        head = svc.wait_healthy()["position"]
+        while svc.wait_healthy()["position"] < head:
+            pass
+        before = httpx.get(f"{svc.url}/downloads").json(), httpx.get(f"{svc.url}/models").json()
+    with ServiceProcess(home, port=svc.port) as svc:
+        completed = events(svc, type="recovery_completed")[-1]["data"]
+        assert completed["snapshot_position"] >= head
+        assert completed["events_replayed"] < 5, completed
+        assert (httpx.get(f"{svc.url}/downloads").json(), httpx.get(f"{svc.url}/models").json()) == before
