@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from typing import Any, AsyncIterator
 
@@ -20,23 +19,13 @@ from litestar.response import Stream
 from litestar.status_codes import HTTP_200_OK
 
 from service.api.problems import Problem
-from service.api.request_body import flag, model_field
+from service.api.request_body import flag, model_field, parse_object
 from service.api.runtime import Runtime
 from service.core import events as ev
 from service.event_store.codec import NewEvent
 
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 _FORWARD_HEADERS = ("content-type", "accept")
-
-
-def _parse(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Problem(400, "invalid_request", f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise Problem(400, "invalid_request", "request body must be a JSON object")
-    return body
 
 
 def _record_completion(runtime: Runtime, model: str, route: str, status: int, stream: bool, started: float) -> None:
@@ -80,7 +69,7 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
     """Route one OpenAI request to its model's worker (autoloading it if allowed)."""
     started = time.perf_counter()
     raw = await request.body()
-    body = _parse(raw)
+    body = parse_object(raw)
     name = model_field(body)
     auto = runtime.settings.autoload if autoload is None else flag(autoload, "autoload")
     path = request.url.path

@@ -12,7 +12,11 @@ from service.api.problems import Problem
 
 async def json_body(request: Request[Any, Any, Any]) -> dict[str, Any]:
     """The body as a JSON object, or a 400 problem saying what is wrong."""
-    raw = await request.body()
+    return parse_object(await request.body())
+
+
+def parse_object(raw: bytes) -> dict[str, Any]:
+    """Parse ``raw`` as a JSON object (an empty body counts as ``{}``)."""
     try:
         body = json.loads(raw or b"{}")
     except (ValueError, UnicodeDecodeError) as exc:

@@ -414,9 +414,11 @@ def _stop_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
 
 
 @_on(ev.InstanceStopped)
-def _instance_stopped(state: RouterState, rec: ev.Recorded) -> RouterState:
+@_on(ev.InstanceLost)
+def _instance_ended(state: RouterState, rec: ev.Recorded) -> RouterState:
+    # Stopped as asked, or lost with a previous service: either way not a failure.
     e = rec.event
-    assert isinstance(e, ev.InstanceStopped)
+    assert isinstance(e, (ev.InstanceStopped, ev.InstanceLost))
     return _end_instance(state, rec, e.instance_id, failed=False, error=None)
 
 
@@ -433,13 +435,6 @@ def _instance_crashed(state: RouterState, rec: ev.Recorded) -> RouterState:
     if model is None:
         return state
     return _put(state, model.replace(instance=None, failed=True, last_error=error, crash_count=model.crash_count + 1))
-
-
-@_on(ev.InstanceLost)
-def _instance_lost(state: RouterState, rec: ev.Recorded) -> RouterState:
-    e = rec.event
-    assert isinstance(e, ev.InstanceLost)
-    return _end_instance(state, rec, e.instance_id, failed=False, error=None)
 
 
 @_on(ev.RequestCompleted)
