@@ -152,6 +152,8 @@ def test_cancel_at_30_percent(svc: ServiceProcess, hub: HubServer, discard: bool
     hub.set_faults({"kind": "throttle", "repo": repo, "rate": 4 * MB})
     body = _download(svc, repo).json()
     job = _wait_progress(svc, body["job_id"], 0.3)
+    listed = model_entry(svc, body["model"])["status"]
+    assert listed["value"] == "downloading" and listed["progress"]["fraction"] >= 0.3
     worker = _worker(job)
     started = time.monotonic()
     if discard:
@@ -261,3 +263,32 @@ def test_disk_full_fails_clearly_and_the_service_stays_up(hub: HubServer, tmp_pa
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+@pytest.mark.timeout(90)
+def test_remove_keeps_shared_blobs_and_refuses_loaded_models(svc: ServiceProcess, hub: HubServer, tmp_path: Path) -> None:
+    from service.devtools.tiny_gguf import write_tiny_gguf
+
+    repo = unique_repo("remove")
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()
+    # Two quants with identical bytes share one blob.
+    make_repo(hub.root, repo, {"m-Q4_K_M.gguf": gguf, "m-Q8_0.gguf": gguf})
+    for quant in ("Q4_K_M", "Q8_0"):
+        job = _wait_job(svc, _download(svc, f"{repo}:{quant}").json()["job_id"], {"finished", "failed"})
+        assert job["status"] == "finished"
+    blobs = [p for p in (svc.home / "hub").rglob("blobs/*") if not p.name.endswith((".lock", ".incomplete"))]
+    assert len(blobs) == 1
+    removed = httpx.delete(f"{svc.url}/models", params={"model": f"{repo}:Q4_K_M"}, timeout=30)
+    assert removed.status_code == 200 and removed.json()["bytes_freed"] == 0
+    assert blobs[0].exists(), "a blob another snapshot uses must stay"
+    assert f"{repo}:Q4_K_M" not in [m["id"] for m in httpx.get(f"{svc.url}/models").json()["data"]]
+    chat = {"model": f"{repo}:Q8_0", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    assert httpx.post(f"{svc.url}/v1/chat/completions", json=chat, timeout=60).status_code == 200
+    refused = httpx.delete(f"{svc.url}/models", params={"model": f"{repo}:Q8_0"}, timeout=30)
+    assert refused.status_code == 409 and refused.headers["content-type"].startswith("application/problem+json")
+    forced = httpx.delete(f"{svc.url}/models", params={"model": f"{repo}:Q8_0", "force": "true"}, timeout=30)
+    assert forced.status_code == 200 and forced.json()["bytes_freed"] == len(gguf)
+    assert not blobs[0].exists()
+    assert [e["data"]["reason"] for e in events(svc, type="instance_stop_requested")] == ["remove"]
+    assert [e["model"] for e in events(svc, type="model_removed")] == [f"{repo}:Q4_K_M", f"{repo}:Q8_0"]
+    assert httpx.delete(f"{svc.url}/models", params={"model": "nope/nope"}, timeout=10).status_code == 404

@@ -101,3 +101,18 @@ def test_load_on_startup_and_presets_are_logged(start_service: StartService, tmp
     configured = events(svc, type="model_configured", model="tiny-b")
     assert configured[0]["data"]["load_on_startup"] is True and configured[0]["data"]["params"] == {"n_ctx": 128}
     assert events(svc, type="instance_requested", model="tiny-b")[0]["data"]["reason"] == "startup"
+
+
+@pytest.mark.timeout(60)
+def test_embeddings_through_the_service(start_service: StartService, tmp_path: Path) -> None:
+    import openai
+
+    presets = _presets(tmp_path, "[tiny-a]\nembedding = true\n")
+    svc = start_service(modelrouter_presets=presets)
+    client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused")
+    result = client.embeddings.create(model="tiny-a", input=["hello", "world"])
+    assert len(result.data) == 2 and len(result.data[0].embedding) == 64
+    assert result.data[0].embedding != result.data[1].embedding
+    # Without embedding=true the worker refuses clearly (a 4xx passed through, not a 5xx).
+    refused = httpx.post(f"{svc.url}/v1/embeddings", json={"model": "tiny-b", "input": "x"}, timeout=30)
+    assert 400 <= refused.status_code < 500
