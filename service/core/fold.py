@@ -8,7 +8,6 @@ it, so that a log written by a crashing system still folds.
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
@@ -21,6 +20,7 @@ from service.core.state import (
     ModelConfig,
     ModelState,
     RouterState,
+    evolve,
 )
 
 Handler = Callable[[RouterState, ev.Recorded], RouterState]
@@ -42,7 +42,7 @@ def fold(state: RouterState, recorded: ev.Recorded) -> RouterState:
         return state
     handler = _HANDLERS.get(type(recorded.event))
     new = handler(state, recorded) if handler is not None else state
-    return dataclasses.replace(new, position=recorded.position)
+    return evolve(new, position=recorded.position)
 
 
 def replay(events: Iterable[ev.Recorded], state: RouterState | None = None) -> RouterState:
@@ -68,7 +68,7 @@ def _ensure_model(state: RouterState, rec: ev.Recorded, source: str = "cache") -
 
 
 def _put(state: RouterState, model: ModelState) -> RouterState:
-    return dataclasses.replace(state, models={**state.models, model.name: model})
+    return evolve(state, models={**state.models, model.name: model})
 
 
 def _put_job(state: RouterState, model: ModelState, job: DownloadJob, **model_changes: Any) -> RouterState:
@@ -112,14 +112,14 @@ def _primary_path(files: Iterable[Mapping[str, Any]]) -> str | None:
 def _router_started(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.RouterStarted)
-    return dataclasses.replace(state, router_pid=e.pid, router_started_at=rec.recorded_at)
+    return evolve(state, router_pid=e.pid, router_started_at=rec.recorded_at)
 
 
 @_on(ev.PartialFileFound)
 def _partial_found(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.PartialFileFound)
-    return dataclasses.replace(state, partial_files={**state.partial_files, e.path: e.bytes})
+    return evolve(state, partial_files={**state.partial_files, e.path: e.bytes})
 
 
 @_on(ev.PartialFileRemoved)
@@ -127,7 +127,7 @@ def _partial_removed(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.PartialFileRemoved)
     remaining = {path: size for path, size in state.partial_files.items() if path != e.path}
-    return dataclasses.replace(state, partial_files=remaining)
+    return evolve(state, partial_files=remaining)
 
 
 # --- catalogue ---------------------------------------------------------------
@@ -187,7 +187,7 @@ def _download_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
         bytes_total=e.total_bytes,
         requested_at=rec.recorded_at,
     )
-    state = dataclasses.replace(state, job_index={**state.job_index, e.job_id: model.name})
+    state = evolve(state, job_index={**state.job_index, e.job_id: model.name})
     return _put_job(state, model, job, active_job=e.job_id, last_job=e.job_id, failed=False)
 
 
@@ -199,7 +199,7 @@ def _download_started(state: RouterState, rec: ev.Recorded) -> RouterState:
     if found is None:
         return state
     model, job = found
-    job = dataclasses.replace(
+    job = evolve(
         job,
         status=JobStatus.CANCELLING if job.status is JobStatus.CANCELLING else JobStatus.RUNNING,
         pid=e.pid,
@@ -222,7 +222,7 @@ def _download_progress(state: RouterState, rec: ev.Recorded) -> RouterState:
     if found is None or not found[1].status.active:
         return state
     model, job = found
-    job = dataclasses.replace(
+    job = evolve(
         job,
         bytes_done=e.bytes_done,
         bytes_total=e.bytes_total or job.bytes_total,
@@ -239,7 +239,7 @@ def _end_job(
     if found is None:
         return state, None
     model, job = found
-    job = dataclasses.replace(
+    job = evolve(
         job, status=status, finished_at=rec.recorded_at, bytes_per_second=None, eta_seconds=None, **job_changes
     )
     active = None if model.active_job == job_id else model.active_job
@@ -281,7 +281,7 @@ def _cancel_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
     if found is None or not found[1].status.active:
         return state
     model, job = found
-    return _put_job(state, model, dataclasses.replace(job, status=JobStatus.CANCELLING, discard_requested=e.discard))
+    return _put_job(state, model, evolve(job, status=JobStatus.CANCELLING, discard_requested=e.discard))
 
 
 @_on(ev.DownloadCancelled)
@@ -308,7 +308,7 @@ def _download_resumed(state: RouterState, rec: ev.Recorded) -> RouterState:
     if found is None or found[1].status.active or found[0].active_job is not None:
         return state
     model, job = found
-    job = dataclasses.replace(job, status=JobStatus.QUEUED, finished_at=None, pid=None, bytes_done=e.bytes_on_disk, error=None)
+    job = evolve(job, status=JobStatus.QUEUED, finished_at=None, pid=None, bytes_done=e.bytes_on_disk, error=None)
     return _put_job(state, model, job, active_job=e.job_id, failed=False)
 
 
@@ -332,7 +332,7 @@ def _update_instance(state: RouterState, rec: ev.Recorded, instance_id: str, **c
     model = _instance_of(state, rec, instance_id)
     if model is None or model.instance is None:
         return state
-    return _put(state, model.replace(instance=dataclasses.replace(model.instance, **changes)))
+    return _put(state, model.replace(instance=evolve(model.instance, **changes)))
 
 
 @_on(ev.InstanceLoading)

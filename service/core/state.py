@@ -13,6 +13,22 @@ from enum import Enum
 from typing import Any, Mapping
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def evolve(obj: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` for these frozen, slotted, validation-free values,
+    about twice as fast: the fold calls it several times per event."""
+    cls = type(obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    new = object.__new__(cls)
+    for name in names:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(obj, name))
+    return new
+
+
 class ModelStatus(str, Enum):
     """What a client sees in ``GET /models`` ``status.value``."""
 
@@ -142,7 +158,7 @@ class ModelState:
         return self.status is not ModelStatus.ABSENT
 
     def replace(self, **changes: Any) -> ModelState:
-        return dataclasses.replace(self, **changes)
+        return evolve(self, **changes)  # type: ignore[no-any-return]
 
 
 _INSTANCE_TO_MODEL = {

@@ -119,7 +119,7 @@ PINNED_TYPES = frozenset(
         "request_completed",
     }
 )  # fmt: skip
-FINGERPRINTS = {1: ("be17643e0302114b", "610876d63659d7d5")}  # re-pinned: stopped/lost share a handler (same behaviour)
+FINGERPRINTS = {1: ("be17643e0302114b", "faa66adf7e887299")}  # re-pinned: shared stopped/lost handler, evolve() (same behaviour)
 
 
 def _handled_type(node: ast.stmt) -> str | None:
