@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.core.events import DownloadProgress  # noqa: E402
+from service.core.events import DownloadProgress, DownloadRequested  # noqa: E402
 from service.core.fold import replay  # noqa: E402
 from service.event_store import EventFilter, NewEvent, SyncEventStore  # noqa: E402
 from service.event_store.codec import TIME_FORMAT  # noqa: E402
@@ -85,8 +85,13 @@ def _fold_rate(n: int) -> tuple[float, float]:
         db = Path(tmp) / "fold.db"
         upgrade(db)
         store = SyncEventStore(db, source={"kind": "bench"}, synchronous="NORMAL")
+        # Realistic: the jobs exist, so every progress event really updates state.
+        store.append([NewEvent(DownloadRequested(job_id=f"job-{m}", repo="bench/r", total_bytes=10**9), model=f"m{m}") for m in range(5)])
         for start in range(0, n, 1000):
-            store.append([NewEvent(_payload(i), model=f"m{i % 5}") for i in range(start, start + 1000)])
+            store.append([
+                NewEvent(DownloadProgress(job_id=f"job-{i % 5}", bytes_done=i, bytes_total=10**9, bytes_per_second=1e8, eta_seconds=3.0), model=f"m{i % 5}")
+                for i in range(start, start + 1000)
+            ])  # fmt: skip
         t0 = time.perf_counter()
         events = []
         after = 0
