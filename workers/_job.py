@@ -21,10 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import httpx
-from huggingface_hub import hf_hub_url
-from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # lazily exported
+from urllib.parse import quote
 
 from workers._hf_cache import (
     CachePaths,
@@ -50,6 +47,7 @@ class JobFile:
     path: str
     size: int
     sha256: str
+    url: str | None = None  # built by the service with huggingface_hub.hf_hub_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +67,10 @@ class JobSpec:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> JobSpec:
         """Validate strictly: these values become file names inside the cache."""
-        files = tuple(JobFile(str(f["path"]), int(f["size"]), str(f["sha256"]).lower()) for f in obj["files"])
+        files = tuple(
+            JobFile(str(f["path"]), int(f["size"]), str(f["sha256"]).lower(), str(f["url"]) if f.get("url") else None)
+            for f in obj["files"]
+        )
         commit = str(obj["commit"]).lower()
         if not _COMMIT.match(commit):
             raise ValueError(f"commit must be 40 hex characters, got {commit!r}")
@@ -128,16 +129,14 @@ def run_job(job_id: str, spec: JobSpec, cache_dir: Path, sink: EventSink, interr
         emit("download_started", pid=os.getpid(), pid_started_at=pid_started_at, commit=spec.commit,
              files=files_json, total_bytes=spec.total_bytes, resumed_bytes=done)  # fmt: skip
         meter = ProgressMeter(spec.total_bytes, done, lambda d: emit("download_progress", **d))
-        headers = build_hf_headers(token=token or False, library_name="modelrouter")
-        headers["Accept-Encoding"] = "identity"  # sizes and ranges are about raw bytes
-        with httpx.Client(timeout=cfg.timeout(), follow_redirects=True) as client:
-            for sha, f in sorted(blobs.items(), key=lambda kv: kv[1].path):
-                if on_disk[sha] == f.size and paths.blob(sha).exists():
-                    continue  # published by an earlier job: verified then, counts as done
-                url = hf_hub_url(spec.repo, f.path, revision=spec.commit, endpoint=spec.endpoint)
-                fetch_blob(client, url, headers, str(paths.incomplete(sha)), f.size, sha, cfg, meter,
-                           interrupts, on_disk[sha], log)  # fmt: skip
-                publish_blob(paths.incomplete(sha), paths.blob(sha))
+        headers = hub_headers(token)
+        for sha, f in sorted(blobs.items(), key=lambda kv: kv[1].path):
+            if on_disk[sha] == f.size and paths.blob(sha).exists():
+                continue  # published by an earlier job: verified then, counts as done
+            url = f.url or file_url(spec.endpoint, spec.repo, spec.commit, f.path)
+            fetch_blob(url, headers, str(paths.incomplete(sha)), f.size, sha, cfg, meter, interrupts,
+                       on_disk[sha], log)  # fmt: skip
+            publish_blob(paths.incomplete(sha), paths.blob(sha))
         published = []
         for f in spec.files:
             link = link_snapshot(paths, spec.commit, f.path, f.sha256)
@@ -165,6 +164,28 @@ def run_job(job_id: str, spec: JobSpec, cache_dir: Path, sink: EventSink, interr
         return fail(*_os_failure(exc))
     finally:
         _release(locks, 0)
+
+
+def file_url(endpoint: str, repo: str, commit: str, path: str) -> str:
+    """Fallback for specs without ``url`` (the service puts ``hf_hub_url``'s in).
+
+    Not imported from huggingface_hub here: with its httpx2 it added ~0.1 s to
+    every worker's start-up for two string functions.
+    """
+    return f"{endpoint}/{repo}/resolve/{quote(commit, safe='')}/{quote(path)}"
+
+
+def hub_headers(token: str | None) -> dict[str, str]:
+    """What ``build_hf_headers(token=token or False)`` sends, plus raw bytes only."""
+    from service import __version__
+
+    headers = {
+        "User-Agent": f"modelrouter/{__version__}; python/{sys.version.split()[0]}",
+        "Accept-Encoding": "identity",  # sizes and ranges are about raw bytes
+    }
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
 
 
 def _os_failure(exc: OSError) -> tuple[str, str, bool]:

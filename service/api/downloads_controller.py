@@ -35,7 +35,7 @@ async def download_model(request: Request[Any, Any, Any], runtime: Runtime) -> d
         "joined": joined,
         "already_downloaded": already,
         "status": job.status.value if job else "downloaded",
-        "files": [dict(f) for f in resolution.to_spec()["files"]],
+        "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in resolution.files],
         "total_bytes": resolution.total_bytes,
     }
 

@@ -99,15 +99,26 @@ class Resolution:
 
     def to_spec(self) -> dict[str, Any]:
         """The JSON the download worker takes as ``--spec`` (no token: it comes from HF_TOKEN)."""
-        return {
-            "repo": self.repo,
-            "revision": self.revision,
-            "commit": self.commit,
-            "quant": self.quant,
-            "endpoint": self.endpoint,
-            "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in self.files],
-            "total_bytes": self.total_bytes,
-        }
+        files = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in self.files]
+        return worker_spec(self.repo, self.revision, self.commit, self.quant, self.endpoint, files)
+
+
+def worker_spec(
+    repo: str, revision: str, commit: str, quant: str | None, endpoint: str, files: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The worker's job spec, each file with the download URL huggingface_hub
+    builds for it (pinned to the commit, so the job never mixes revisions)."""
+    return {
+        "repo": repo,
+        "revision": revision,
+        "commit": commit,
+        "quant": quant,
+        "endpoint": endpoint,
+        "files": [
+            {**f, "url": hf_hub_url(repo, str(f["path"]), revision=commit, endpoint=endpoint)} for f in files
+        ],
+        "total_bytes": sum(int(f["size"]) for f in files),
+    }
 
 
 def endpoint_from_env() -> str:

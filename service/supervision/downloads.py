@@ -21,6 +21,7 @@ from service.core import commands
 from service.core import events as ev
 from service.core.state import DownloadJob, JobStatus
 from service.downloads.cache_layout import CachePaths
+from service.downloads.resolution import worker_spec
 from service.event_store.codec import NewEvent
 from service.live_state import LiveState
 from service.settings import Settings
@@ -61,15 +62,8 @@ class DownloadSupervisor:
 
     async def resume(self, job: DownloadJob, endpoint: str) -> None:
         """Start a new worker for an interrupted job; it resumes from the partial files."""
-        spec = {
-            "repo": job.repo,
-            "revision": job.revision,
-            "commit": job.commit,
-            "quant": job.quant,
-            "endpoint": endpoint,
-            "files": [dict(f) for f in job.files],
-            "total_bytes": job.bytes_total,
-        }
+        files = [{k: f[k] for k in ("path", "size", "sha256")} for f in job.files]
+        spec = worker_spec(job.repo, job.revision, job.commit, job.quant, endpoint, files)
         async with self._lock:
             on_disk = self._bytes_on_disk(job)
             await self.live.record([NewEvent(ev.DownloadResumed(job_id=job.job_id, bytes_on_disk=on_disk), model=job.model)])
