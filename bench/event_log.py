@@ -27,7 +27,7 @@ from service.core.events import DownloadProgress, DownloadRequested  # noqa: E40
 from service.core.fold import replay  # noqa: E402
 from service.event_store import EventFilter, NewEvent, SyncEventStore  # noqa: E402
 from service.event_store.codec import TIME_FORMAT  # noqa: E402
-from service.event_store.engines import BUSY_TIMEOUT_MS, configure_connection  # noqa: E402
+from service.event_store.pragmas import BUSY_TIMEOUT_MS, configure_connection  # noqa: E402
 from service.event_store.migrate import upgrade  # noqa: E402
 
 _INSERT = (

@@ -1,9 +1,29 @@
-"""The event store: one schema, an async path (service) and a sync path (workers)."""
+"""The event store: one schema, an async path (service), a sync path (CLI tools)
+and a stdlib-only writer (workers).
+
+Exports load lazily, so that a worker importing ``service.event_store.worker_writer``
+does not pay for SQLAlchemy.
+"""
 
 from __future__ import annotations
 
-from service.event_store._sql import EventFilter
-from service.event_store.codec import NewEvent, new_event, to_wire
-from service.event_store.sync_store import StoreSink, SyncEventStore
+import importlib
+from typing import Any
 
 __all__ = ["EventFilter", "NewEvent", "StoreSink", "SyncEventStore", "new_event", "to_wire"]
+
+_HOMES = {
+    "EventFilter": "service.event_store._sql",
+    "NewEvent": "service.event_store.codec",
+    "new_event": "service.event_store.codec",
+    "to_wire": "service.event_store.codec",
+    "StoreSink": "service.event_store.sync_store",
+    "SyncEventStore": "service.event_store.sync_store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

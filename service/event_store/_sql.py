@@ -1,8 +1,8 @@
 """Statements over a *sync* SQLAlchemy ``Connection``.
 
-The service runs them through ``AsyncConnection.run_sync`` and the workers call
-them directly, so both access paths share exactly one append and one query
-implementation.
+The service runs them through ``AsyncConnection.run_sync`` and CLI tools call
+them directly; workers append through ``worker_writer`` (stdlib sqlite3), which
+runs the same :func:`rows.insert_rows`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,10 @@ from typing import Any, Sequence
 
 from sqlalchemy import Connection, and_, func, or_, select
 
-from service.event_store.codec import NewEvent, dumps, encode, format_time, loads
+from service.event_store.codec import NewEvent, format_time, loads
+from service.event_store.rows import insert_rows
 from service.event_store.schema import events
 
-_INSERT = (
-    "INSERT INTO events (event_id, type, schema_version, model, data, source, recorded_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(event_id) DO NOTHING RETURNING position"
-)
-_EXISTING = "SELECT position FROM events WHERE event_id = ?"
 _PAGE = (
     "SELECT position, event_id, type, schema_version, model, data, source, recorded_at "
     "FROM events WHERE position > ? ORDER BY position LIMIT ?"
@@ -44,25 +40,14 @@ def append(conn: Connection, batch: Sequence[NewEvent], source: dict[str, Any]) 
 
     Returns one position per event; an ``event_id`` already stored returns its
     original position and stores nothing new. SQLAlchemy owns the transaction;
-    the rows go through the DBAPI cursor because this is the hot path (it keeps
-    single-event appends close to raw sqlite3, see docs/benchmarks.md)."""
-    source_json = dumps(source)
-    positions: list[int] = []
+    the rows go through the DBAPI cursor (:func:`rows.insert_rows`, shared with
+    the workers' writer) because this is the hot path."""
     with conn.begin():
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
-            # Stamped after taking the write lock, so recorded_at follows position order.
-            recorded_at = format_time(datetime.now(timezone.utc))
-            for new in batch:
-                cursor.execute(_INSERT, encode(new, source_json, recorded_at))
-                row = cursor.fetchone()
-                if row is None:
-                    cursor.execute(_EXISTING, (new.event_id,))
-                    row = cursor.fetchone()
-                positions.append(int(row[0]))
+            return insert_rows(cursor, batch, source)
         finally:
             cursor.close()
-    return positions
 
 
 @dataclass(frozen=True, slots=True)

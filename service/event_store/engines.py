@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-Synchronous = Literal["FULL", "NORMAL"]
-BUSY_TIMEOUT_MS = 30_000
+from service.event_store.pragmas import BUSY_TIMEOUT_MS, Synchronous, configure_connection
+
 
 
 def sqlite_path(url: str) -> Path:
@@ -28,16 +28,6 @@ def sqlite_path(url: str) -> Path:
         msg = f"only sqlite URLs are supported, got {url!r}"
         raise ValueError(msg)
     return Path(rest)
-
-
-def configure_connection(dbapi_conn: Any, synchronous: Synchronous, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
-    """PRAGMAs are per connection, so every new connection runs these."""
-    cursor = dbapi_conn.cursor()
-    cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute(f"PRAGMA synchronous={synchronous}")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
 
 
 def _install_hooks(engine: Engine, synchronous: Synchronous, *, write: bool) -> None:

@@ -1,0 +1,65 @@
+"""The workers' event writer: stdlib ``sqlite3`` only.
+
+Importing SQLAlchemy costs a worker ~0.2 s of start-up (every download and
+every model load pays it), and a worker only ever appends. It runs the same
+insert as the service (:func:`service.event_store.rows.insert_rows`) under the
+same PRAGMAs and the same ``BEGIN IMMEDIATE`` discipline.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from service.event_store.codec import NewEvent, new_event
+from service.event_store.pragmas import BUSY_TIMEOUT_MS, Synchronous, configure_connection
+from service.event_store.rows import insert_rows
+
+
+class WorkerEventWriter:
+    """Append-only access to the log from a worker process."""
+
+    def __init__(self, path: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous | None = None) -> None:
+        level = synchronous or os.environ.get("MODELROUTER_SYNCHRONOUS", "FULL").upper()
+        self.source = {**source, "pid": source.get("pid", os.getpid())}
+        # Opened here, in this process: never inherit a connection across fork.
+        self._conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        configure_connection(self._conn, level if level in ("FULL", "NORMAL") else "FULL")  # type: ignore[arg-type]
+        self._lock = threading.Lock()  # a worker may emit from a helper thread
+
+    def append(self, batch: Sequence[NewEvent]) -> list[int]:
+        """Append ``batch`` atomically; returns positions once committed."""
+        with self._lock:
+            cursor = self._conn.cursor()
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    positions = insert_rows(cursor, batch, self.source)
+                except BaseException:
+                    cursor.execute("ROLLBACK")
+                    raise
+                cursor.execute("COMMIT")
+                return positions
+            finally:
+                cursor.close()
+
+    def emit(self, type_: str, data: Mapping[str, Any], *, model: str | None = None) -> int:
+        return self.append([new_event(type_, data, model)])[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class WriterSink:
+    """The ``emit(type, data)`` sink a worker is written against, bound to one model."""
+
+    def __init__(self, writer: WorkerEventWriter, model: str | None) -> None:
+        self.writer = writer
+        self.model = model
+
+    def emit(self, type_: str, data: dict[str, Any], /) -> None:
+        self.writer.emit(type_, data, model=self.model)
