@@ -67,6 +67,9 @@ class HubHandler(BaseHTTPRequestHandler):
     """One request; routes by path to the API, resolve or control handlers."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as real clients expect
+    # Headers and a small body go out in separate writes; with Nagle on, the
+    # body waits for the client's delayed ACK (~40 ms per API call).
+    disable_nagle_algorithm = True
     server: HubHTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
