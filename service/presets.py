@@ -94,7 +94,7 @@ def preset_events(state: RouterState, path: Path) -> list[NewEvent]:
         current = state.models.get(name)
         if model_path:
             file = Path(model_path).expanduser()
-            if not file.is_file():
+            if not file.exists():
                 msg = f"[{name}] model = {model_path}: no such file"
                 raise PresetError(msg)
             if current is None or current.path != str(file):

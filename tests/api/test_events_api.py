@@ -108,3 +108,10 @@ async def test_unknown_route_is_problem_json(client: AsyncTestClient) -> None:
     answer = await client.get("/nowhere")
     assert answer.status_code == 404
     assert answer.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_request_id_is_echoed_or_made_up(client: AsyncTestClient) -> None:
+    given = await client.get("/health", headers={"X-Request-ID": "abc-123"})
+    assert given.headers["x-request-id"] == "abc-123"
+    made = await client.get("/health")
+    assert len(made.headers["x-request-id"]) == 32

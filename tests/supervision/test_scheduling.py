@@ -116,3 +116,22 @@ def test_embeddings_through_the_service(start_service: StartService, tmp_path: P
     # Without embedding=true the worker refuses clearly (a 4xx passed through, not a 5xx).
     refused = httpx.post(f"{svc.url}/v1/embeddings", json={"model": "tiny-b", "input": "x"}, timeout=30)
     assert 400 <= refused.status_code < 500
+
+
+@pytest.mark.timeout(60)
+def test_load_timeout_kills_a_worker_that_never_gets_ready(start_service: StartService, tmp_path: Path) -> None:
+    # A FIFO with no writer: the worker's first read of the "model" blocks forever.
+    fifo = tmp_path / "hangs.gguf"
+    os.mkfifo(fifo)
+    presets = _presets(tmp_path, f"[hangs]\nmodel = {fifo}\n")
+    svc = start_service(modelrouter_presets=presets, modelrouter_load_timeout=2)
+    started = time.monotonic()
+    answer = httpx.post(f"{svc.url}/v1/chat/completions", json={"model": "hangs", **CHAT}, timeout=30)
+    assert answer.status_code == 503 and "load_timeout" in answer.json()["detail"]
+    assert 1.5 < time.monotonic() - started < 15
+    failed = wait_for_event(svc, "instance_load_failed", model="hangs")
+    assert failed["data"]["reason"] == "load_timeout" and failed["source"]["kind"] == "router"
+    assert model_entry(svc, "hangs")["status"]["value"] == "failed"
+    from tests.supervision.conftest import inference_children, still_running
+
+    assert still_running(inference_children(svc), 5) == []
