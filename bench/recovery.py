@@ -45,9 +45,8 @@ from service.core.snapshot import FOLD_VERSION
 from service.devtools.service_process import ServiceProcess
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, dumps, encode, format_time
-from service.event_store.engines import sync_engine
 from service.event_store.migrate import upgrade
-from service.event_store.snapshots import save_snapshot
+from service.event_store.snapshots import save_snapshot_file
 from service.recovery.rebuild import rebuild_state
 
 _INSERT = (
@@ -192,12 +191,7 @@ def add_snapshot(path: Path) -> int:
             await store.close()
 
     state = asyncio.run(fold_all())
-    engine = sync_engine(path, write=True)
-    try:
-        with engine.connect() as conn:
-            save_snapshot(conn, state, FOLD_VERSION)
-    finally:
-        engine.dispose()
+    save_snapshot_file(path, state, FOLD_VERSION)
     return int(state.position)
 
 

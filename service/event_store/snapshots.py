@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -129,3 +130,15 @@ def list_snapshots(conn: Connection) -> list[SnapshotInfo]:
         return [SnapshotInfo(int(i), int(p), int(v), str(c), int(n or 0)) for i, p, v, c, n in cursor.fetchall()]
     finally:
         cursor.close()
+
+
+def save_snapshot_file(db_path: Path, state: RouterState, fold_version: int, *, keep: int = KEEP) -> int:
+    """:func:`save_snapshot` on the database file at ``db_path`` (tools, tests, benchmarks)."""
+    from service.event_store.engines import sync_engine
+
+    engine = sync_engine(db_path, write=True)
+    try:
+        with engine.connect() as conn:
+            return save_snapshot(conn, state, fold_version, keep=keep)
+    finally:
+        engine.dispose()

@@ -15,7 +15,13 @@ from service.core.state import RouterState
 from service.event_store import EventFilter, SyncEventStore
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.engines import sync_engine
-from service.event_store.snapshots import KEEP, encode_state, list_snapshots, load_latest_snapshot, save_snapshot
+from service.event_store.snapshots import (
+    KEEP,
+    encode_state,
+    list_snapshots,
+    load_latest_snapshot,
+    save_snapshot_file,
+)
 from service.recovery import RebuildResult, Snapshotter, rebuild_state
 from tests.recovery.histories import history, write_history
 
@@ -29,12 +35,7 @@ def _at(store: SyncEventStore, position: int) -> RouterState:
 
 
 def _save(db_path: Path, state: RouterState, fold_version: int = FOLD_VERSION) -> None:
-    engine = sync_engine(db_path, write=True)
-    try:
-        with engine.connect() as conn:
-            save_snapshot(conn, state, fold_version)
-    finally:
-        engine.dispose()
+    save_snapshot_file(db_path, state, fold_version)
 
 
 def _raw_snapshot(db_path: Path, position: int, text: str, fold_version: int = FOLD_VERSION) -> None:

@@ -12,8 +12,7 @@ from service.core.fold import replay
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
 from service.event_store import EventFilter
-from service.event_store.engines import sync_engine
-from service.event_store.snapshots import save_snapshot
+from service.event_store.snapshots import save_snapshot_file
 from service.recovery.verify import VerifyReport, main, verify
 from tests.recovery.histories import history, publish_files, write_history
 
@@ -49,12 +48,7 @@ def _insert_raw(db_path: Path, *, position: int | None, type_: str = "router_sta
 
 
 def _snapshot(db_path: Path, state: RouterState, fold_version: int = FOLD_VERSION) -> None:
-    engine = sync_engine(db_path, write=True)
-    try:
-        with engine.connect() as conn:
-            save_snapshot(conn, state, fold_version)
-    finally:
-        engine.dispose()
+    save_snapshot_file(db_path, state, fold_version)
 
 
 def _state_at(db_path: Path, position: int) -> RouterState:
