@@ -21,6 +21,7 @@ from service import __version__
 from service.api.runtime import Runtime
 from service.core import events as ev
 from service.discovery import discovery_events
+from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
 from service.event_store.migrate import upgrade
@@ -99,7 +100,8 @@ async def start(settings: Settings) -> Runtime:
     )
     await live.record([NewEvent(completed)])
     reaper = asyncio.create_task(runtime.instances.run_idle_reaper(), name="idle-reaper")
-    runtime.background.add(reaper)
+    warm = asyncio.create_task(asyncio.to_thread(warm_up), name="hub-client-warm-up")
+    runtime.background.update({reaper, warm})
     _log.info("service_ready", position=live.position, replayed=replayed, duration_ms=completed.duration_ms)
     return runtime
 
