@@ -18,17 +18,17 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.core.events import DownloadProgress, DownloadRequested  # noqa: E402
-from service.core.fold import replay  # noqa: E402
-from service.event_store import EventFilter, NewEvent, SyncEventStore  # noqa: E402
-from service.event_store.codec import TIME_FORMAT  # noqa: E402
-from service.event_store.pragmas import BUSY_TIMEOUT_MS, configure_connection  # noqa: E402
-from service.event_store.migrate import upgrade  # noqa: E402
+from service.core.events import DownloadProgress, DownloadRequested
+from service.core.fold import replay
+from service.event_store import EventFilter, NewEvent, SyncEventStore
+from service.event_store.codec import TIME_FORMAT
+from service.event_store.migrate import upgrade
+from service.event_store.pragmas import BUSY_TIMEOUT_MS, configure_connection
 
 _INSERT = (
     "INSERT INTO events (event_id, type, schema_version, model, data, source, recorded_at) "
@@ -56,10 +56,12 @@ def _raw_writer(db: str, seconds: float, batch: int, sync: str, out: mp.Queue) -
     count, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         conn.execute("BEGIN IMMEDIATE")
-        stamp = datetime.now(timezone.utc).strftime(TIME_FORMAT)
+        stamp = datetime.now(UTC).strftime(TIME_FORMAT)
         for i in range(batch):
             data = json.dumps(_payload(count + i).to_data(), separators=(",", ":"))
-            conn.execute(_INSERT, (str(uuid.uuid4()), "download_progress", 2, "bench/model", data, source, stamp)).fetchone()
+            conn.execute(
+                _INSERT, (str(uuid.uuid4()), "download_progress", 2, "bench/model", data, source, stamp)
+            ).fetchone()
         conn.execute("COMMIT")
         count += batch
     out.put(count)
@@ -86,7 +88,12 @@ def _fold_rate(n: int) -> tuple[float, float]:
         upgrade(db)
         store = SyncEventStore(db, source={"kind": "bench"}, synchronous="NORMAL")
         # Realistic: the jobs exist, so every progress event really updates state.
-        store.append([NewEvent(DownloadRequested(job_id=f"job-{m}", repo="bench/r", total_bytes=10**9), model=f"m{m}") for m in range(5)])
+        store.append(
+            [
+                NewEvent(DownloadRequested(job_id=f"job-{m}", repo="bench/r", total_bytes=10**9), model=f"m{m}")
+                for m in range(5)
+            ]
+        )
         for start in range(0, n, 1000):
             store.append([
                 NewEvent(DownloadProgress(job_id=f"job-{i % 5}", bytes_done=i, bytes_total=10**9, bytes_per_second=1e8, eta_seconds=3.0), model=f"m{i % 5}")
@@ -122,7 +129,9 @@ def main() -> None:
             raw = _run(_raw_writer, writers, args.seconds, batch, args.synchronous)
             print(f"{writers:>7} {batch:>5} {ours:>14,.0f} {raw:>14,.0f} {ours / raw:>6.2f}")
     fold_only, read_and_fold = _fold_rate(args.fold_events)
-    print(f"fold: {fold_only:,.0f} events/s; read+decode+fold: {read_and_fold:,.0f} events/s over {args.fold_events:,} events")
+    print(
+        f"fold: {fold_only:,.0f} events/s; read+decode+fold: {read_and_fold:,.0f} events/s over {args.fold_events:,} events"
+    )
 
 
 if __name__ == "__main__":

@@ -26,9 +26,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.devtools.service_process import ServiceProcess  # noqa: E402
-from service.devtools.tiny_gguf import write_tiny_gguf  # noqa: E402
-from service.supervision.ports import free_port  # noqa: E402
+from service.devtools.service_process import ServiceProcess
+from service.devtools.tiny_gguf import write_tiny_gguf
+from service.supervision.ports import free_port
 
 # /v1/completions with a plain prompt: the Gemma 270M file is a base model
 # without a chat template, and the proxy path is the same for every route.
@@ -135,7 +135,9 @@ def main() -> None:
             load_to_ready = (time.perf_counter() - t0) * 1000
             worker = entry["status"]["instance"]["endpoint"]
             print(f"model: {source.name} ({source.stat().st_size / 1e6:.1f} MB), threads={threads}")
-            print(f"load-to-ready through the service: {load_to_ready:.0f} ms (Llama() load inside the worker: {entry['status']['instance']['load_ms']:.0f} ms)")
+            print(
+                f"load-to-ready through the service: {load_to_ready:.0f} ms (Llama() load inside the worker: {entry['status']['instance']['load_ms']:.0f} ms)"
+            )
             pairs = {"direct": worker, "service": svc.url}
             server = _llama_cpp_server(source, threads)
             if server is not None:
@@ -148,7 +150,9 @@ def main() -> None:
         base = stats["direct"]
         print(f"{'target':<18} {'p50 ms':>8} {'p99 ms':>8} {'tok/s':>8} {'added p50':>10} {'tok/s ratio':>12}")
         for name, s in stats.items():
-            print(f"{name:<18} {s['p50']:>8.2f} {s['p99']:>8.2f} {s['tps']:>8.1f} {s['p50'] - base['p50']:>+10.2f} {s['tps'] / base['tps']:>12.3f}")
+            print(
+                f"{name:<18} {s['p50']:>8.2f} {s['p99']:>8.2f} {s['tps']:>8.1f} {s['p50'] - base['p50']:>+10.2f} {s['tps'] / base['tps']:>12.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ files that disappeared (``model_removed``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from service.core import events as ev
 from service.core.state import RouterState
@@ -49,7 +49,9 @@ def plan_discovery(state: RouterState, found: dict[str, list[Path]]) -> list[New
             continue
         listing = tuple({"path": str(p), "size": p.stat().st_size} for p in files)
         size = sum(int(f["size"]) for f in listing)
-        planned.append(NewEvent(ev.ModelDiscovered(source="models_dir", path=primary, files=listing, size=size), model=name))
+        planned.append(
+            NewEvent(ev.ModelDiscovered(source="models_dir", path=primary, files=listing, size=size), model=name)
+        )
     for name, model in state.models.items():
         if model.source == "models_dir" and model.available and name not in found:
             planned.append(NewEvent(ev.ModelRemoved(files=tuple(str(f.get("path")) for f in model.files)), model=name))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 
@@ -141,6 +141,6 @@ class LiveState:
         async with self._changed:
             try:
                 await asyncio.wait_for(self._changed.wait_for(lambda: self.position > position), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return False
         return True

@@ -100,7 +100,9 @@ def preset_events(state: RouterState, path: Path) -> list[NewEvent]:
             if current is None or current.path != str(file):
                 size = file.stat().st_size
                 listing = ({"path": str(file), "size": size},)
-                planned.append(NewEvent(ev.ModelDiscovered(source="preset", path=str(file), files=listing, size=size), model=name))
+                planned.append(
+                    NewEvent(ev.ModelDiscovered(source="preset", path=str(file), files=listing, size=size), model=name)
+                )
         if current is None or current.config != config:
             configured = ev.ModelConfigured(
                 aliases=config.aliases,

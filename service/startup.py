@@ -70,9 +70,14 @@ async def start(settings: Settings) -> Runtime:
         downloads=DownloadSupervisor(settings, live),
         instances=InstanceSupervisor(settings, live),
         snapshotter=snapshotter,
-        http=httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None, write=None, pool=None), limits=httpx.Limits(max_connections=256, max_keepalive_connections=64)),
+        http=httpx.AsyncClient(
+            timeout=httpx.Timeout(10.0, read=None, write=None, pool=None),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        ),
     )
-    await live.record([NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))])
+    await live.record(
+        [NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))]
+    )
     found = discovery_events(live.state, [settings.models_dir] if settings.models_dir else [])
     if found:
         await live.record(found)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "0")
 
-from service.devtools.service_process import ServiceProcess  # noqa: E402
+from service.devtools.service_process import ServiceProcess
 
 pytest_plugins = ["tests.conftest_hub"]
 from service.event_store.migrate import upgrade  # noqa: E402

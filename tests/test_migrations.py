@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _alembic(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MODELROUTER_DATABASE_URL": f"sqlite:///{db}"}
-    return subprocess.run([sys.executable, "-m", "alembic", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "alembic", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
 
 
 def test_upgrade_head_on_empty_database_then_check_finds_no_drift(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import structlog
 from litestar import Litestar
@@ -12,16 +12,15 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
-from service import __version__
+from service import __version__, startup
+from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
 from service.api.events_controller import EventsController
 from service.api.health_controller import health
 from service.api.middleware import request_id_middleware
-from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
 from service.api.models_controller import list_models, list_models_openai, load_model, remove_model, unload_model
-from service.api.proxy import proxy_routes
 from service.api.problems import EXCEPTION_HANDLERS
+from service.api.proxy import proxy_routes
 from service.api.runtime import Runtime
-from service import startup
 from service.settings import Settings
 
 _log = structlog.get_logger(__name__)

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 
 from service.api.problems import Problem
 from service.event_store._sql import EventFilter
@@ -28,7 +28,7 @@ def _time(name: str, value: str) -> datetime:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace(" ", "+"))
     except ValueError:
         raise _bad(name, value, "must be an ISO-8601 date or date-time") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _limit(value: str) -> int:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
 
 from litestar import Controller, Request, get
 from litestar.response import ServerSentEvent, ServerSentEventMessage
@@ -23,7 +24,7 @@ def _params(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
 
 class EventsController(Controller):
     path = "/events"
-    tags = ["events"]
+    tags: ClassVar[list[str]] = ["events"]
 
     @get("/", operation_id="listEvents", summary="Query the event log")
     async def list_events(self, request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
@@ -59,7 +60,9 @@ async def _messages(runtime: Runtime, flt: EventFilter) -> AsyncIterator[ServerS
             while cursor < head:
                 page = await runtime.store.read(dataclasses.replace(flt, after=cursor, before=head + 1, limit=_PAGE))
                 for recorded in page:
-                    yield ServerSentEventMessage(data=dumps(to_wire(recorded)), event=recorded.type, id=recorded.position)
+                    yield ServerSentEventMessage(
+                        data=dumps(to_wire(recorded)), event=recorded.type, id=recorded.position
+                    )
                 cursor = page[-1].position if len(page) == _PAGE else head
             if not await runtime.live.wait_beyond(head, timeout=runtime.settings.sse_keepalive):
                 yield ServerSentEventMessage(comment="keep-alive")

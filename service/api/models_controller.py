@@ -50,7 +50,11 @@ async def unload_model(request: Request[Any, Any, Any], runtime: Runtime, discar
     await runtime.instances.unload(name)
     state = runtime.live.state
     resolved = state.resolve(name)
-    return {"success": True, "model": resolved.name if resolved else name, "status": resolved.status.value if resolved else None}
+    return {
+        "success": True,
+        "model": resolved.name if resolved else name,
+        "status": resolved.status.value if resolved else None,
+    }
 
 
 @delete("/models", operation_id="removeModel", tags=["models"], status_code=HTTP_200_OK)
@@ -62,16 +66,37 @@ async def remove_model(runtime: Runtime, model: str, force: str | None = None) -
     if found is None or not found.listed:
         raise Problem(404, "model_not_found", f"model {model!r} is not found", model=model)
     if found.source != "cache":
-        raise Problem(409, "conflict", f"model {found.name!r} comes from {found.source}, not the download cache; remove its file yourself")
+        raise Problem(
+            409,
+            "conflict",
+            f"model {found.name!r} comes from {found.source}, not the download cache; remove its file yourself",
+        )
     if found.active_job is not None:
         await runtime.downloads.cancel(found.active_job, discard=True)
     if found.instance is not None:
         if not flag(force, "force"):
-            raise CommandRejected("model_loaded", f"model {found.name!r} is loaded; unload it first or pass force=true", model=found.name)
+            raise CommandRejected(
+                "model_loaded", f"model {found.name!r} is loaded; unload it first or pass force=true", model=found.name
+            )
         await runtime.instances.unload(found.name, reason="remove")
     found = runtime.live.state.models[found.name]
     job = state.job(found.last_job) if found.last_job else None
-    removal = remove_files(runtime.settings.cache_dir, job.repo if job else found.name.split(":")[0], job.commit if job else "", found.files) if found.files else None
+    removal = (
+        remove_files(
+            runtime.settings.cache_dir,
+            job.repo if job else found.name.split(":")[0],
+            job.commit if job else "",
+            found.files,
+        )
+        if found.files
+        else None
+    )
     removed = ev.ModelRemoved(files=removal.files if removal else (), bytes_freed=removal.bytes_freed if removal else 0)
     _, new_state = await runtime.live.record([NewEvent(removed, model=found.name)])
-    return {"success": True, "model": found.name, "files": list(removed.files), "bytes_freed": removed.bytes_freed, "entry": model_view(new_state.models[found.name], new_state)}
+    return {
+        "success": True,
+        "model": found.name,
+        "files": list(removed.files),
+        "bytes_freed": removed.bytes_freed,
+        "entry": model_view(new_state.models[found.name], new_state),
+    }

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 from litestar import Request, Response, post
@@ -62,7 +63,9 @@ async def _enter_unless_disconnected(request: Request[Any, Any, Any], lease: Any
 
 
 def _worker_failed(model: str, exc: httpx.HTTPError) -> Problem:
-    return Problem(503, "model_failed", f"the worker of model {model!r} stopped answering: {type(exc).__name__}", model=model)
+    return Problem(
+        503, "model_failed", f"the worker of model {model!r} stopped answering: {type(exc).__name__}", model=model
+    )
 
 
 async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autoload: str | None) -> Response[Any]:
@@ -77,7 +80,9 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
     lease = runtime.instances.lease(name, autoload=auto)
     model, endpoint = await _enter_unless_disconnected(request, lease)
     try:
-        upstream = await runtime.http.send(runtime.http.build_request("POST", endpoint + path, content=raw, headers=headers), stream=True)
+        upstream = await runtime.http.send(
+            runtime.http.build_request("POST", endpoint + path, content=raw, headers=headers), stream=True
+        )
     except httpx.HTTPError as exc:
         await lease.__aexit__(None, None, None)
         raise _worker_failed(model, exc) from None
@@ -105,7 +110,9 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
             await lease.__aexit__(None, None, None)
             _record_completion(runtime, model, path, upstream.status_code, True, started)
 
-    return Stream(chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"})
+    return Stream(
+        chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}
+    )
 
 
 def _route(path: str, operation_id: str) -> Any:

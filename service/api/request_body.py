@@ -30,7 +30,9 @@ def model_field(body: dict[str, Any]) -> str:
     """The ``model`` field, required and non-empty (llama.cpp's wording)."""
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
-        raise Problem(400, "invalid_request", "model name is missing from the request: 'model' must be a non-empty string")
+        raise Problem(
+            400, "invalid_request", "model name is missing from the request: 'model' must be a non-empty string"
+        )
     return model.strip()
 
 
@@ -43,4 +45,6 @@ def flag(value: str | None, name: str) -> bool:
         return True
     if lowered in {"0", "false", "no", ""}:
         return False
-    raise Problem(400, "invalid_request", f"query parameter {name!r} must be true or false, got {value!r}", parameter=name)
+    raise Problem(
+        400, "invalid_request", f"query parameter {name!r} must be true or false, got {value!r}", parameter=name
+    )

@@ -6,16 +6,16 @@ return, and only then act on processes. Refusals raise ``CommandRejected``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from service.core import events as ev
 from service.core.errors import CommandRejected
 from service.core.state import InstanceStatus, ModelState, ModelStatus, RouterState
 
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +28,7 @@ class DownloadDecision:
     events: tuple[ev.Event, ...] = ()
 
 
-def request_download(
-    state: RouterState, model: str, job_id: str, resolution: Mapping[str, Any]
-) -> DownloadDecision:
+def request_download(state: RouterState, model: str, job_id: str, resolution: Mapping[str, Any]) -> DownloadDecision:
     """One download per model: a running job is joined; a model whose files for
     this commit are present is not fetched again."""
     current = state.models.get(model)
@@ -63,7 +61,9 @@ def cancel_download(state: RouterState, job_id: str, *, discard: bool) -> tuple[
     if job is None:
         raise CommandRejected("job_not_found", f"download job {job_id!r} does not exist")
     if not job.status.active:
-        raise CommandRejected("conflict", f"download job {job_id!r} is already {job.status.value}", job_status=job.status.value)
+        raise CommandRejected(
+            "conflict", f"download job {job_id!r} is already {job.status.value}", job_status=job.status.value
+        )
     return (ev.DownloadCancelRequested(job_id=job_id, discard=discard),)
 
 

@@ -11,9 +11,10 @@ Pure module: stdlib only, no clock, no ids. Callers pass those in.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 JSON = Any
 """A JSON-compatible value (dict, list, str, int, float, bool, None)."""

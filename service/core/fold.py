@@ -8,8 +8,9 @@ it, so that a log written by a crashing system still folds.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from service.core import events as ev
 from service.core.state import (

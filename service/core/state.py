@@ -7,11 +7,11 @@ these values from events, and the API renders them.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, Mapping
-
+from typing import Any
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 

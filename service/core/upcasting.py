@@ -7,7 +7,8 @@ applies them in order, so the fold only ever sees current payloads.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from service.core.errors import UnknownEventType, UnknownSchemaVersion
 from service.core.events import EVENT_TYPES, Event

@@ -32,7 +32,10 @@ def main() -> None:
                 print(f"modelrouter on {svc.url}")
                 job = httpx.post(f"{svc.url}/models", json={"model": REPO}, timeout=30).json()
                 print(f"POST /models -> job {job['job_id']} for {job['model']}")
-                while (state := httpx.get(f"{svc.url}/downloads/{job['job_id']}").json())["status"] not in {"finished", "failed"}:
+                while (state := httpx.get(f"{svc.url}/downloads/{job['job_id']}").json())["status"] not in {
+                    "finished",
+                    "failed",
+                }:
                     time.sleep(0.05)
                 print(f"download {state['status']}: {state['bytes_done']} bytes")
                 chat = {"model": job["model"], "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8}

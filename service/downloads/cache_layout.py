@@ -1,18 +1,18 @@
 """Paths of the Hugging Face cache layout, shared by the service and the download worker.
 
-    <cache>/models--user--repo/blobs/<sha256>               verified content
-    <cache>/models--user--repo/blobs/<sha256>.incomplete    partial, resumable
-    <cache>/models--user--repo/snapshots/<commit>/<path>    relative symlink to the blob
-    <cache>/models--user--repo/refs/<revision>              the commit
-    <cache>/.locks/models--user--repo/<sha256>.lock         held while a blob is written
+<cache>/models--user--repo/blobs/<sha256>               verified content
+<cache>/models--user--repo/blobs/<sha256>.incomplete    partial, resumable
+<cache>/models--user--repo/snapshots/<commit>/<path>    relative symlink to the blob
+<cache>/models--user--repo/refs/<revision>              the commit
+<cache>/.locks/models--user--repo/<sha256>.lock         held while a blob is written
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 
 def repo_folder_name(repo_id: str) -> str:

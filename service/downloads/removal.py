@@ -7,9 +7,10 @@ link in the repo still points at it (another quant or revision may share it).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from service.downloads.cache_layout import CachePaths
 
@@ -51,7 +52,9 @@ def remove_files(cache_dir: Path, repo: str, commit: str, files: Iterable[Mappin
                 blob.unlink()
                 removed.append(str(blob))
     snapshot_dir = paths.repo_dir / "snapshots" / commit
-    for folder in sorted((p for p in snapshot_dir.rglob("*") if p.is_dir()), reverse=True) if snapshot_dir.is_dir() else []:
+    for folder in (
+        sorted((p for p in snapshot_dir.rglob("*") if p.is_dir()), reverse=True) if snapshot_dir.is_dir() else []
+    ):
         if not any(folder.iterdir()):
             folder.rmdir()
     if snapshot_dir.is_dir() and not any(snapshot_dir.iterdir()):

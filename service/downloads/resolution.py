@@ -114,9 +114,7 @@ def worker_spec(
         "commit": commit,
         "quant": quant,
         "endpoint": endpoint,
-        "files": [
-            {**f, "url": hf_hub_url(repo, str(f["path"]), revision=commit, endpoint=endpoint)} for f in files
-        ],
+        "files": [{**f, "url": hf_hub_url(repo, str(f["path"]), revision=commit, endpoint=endpoint)} for f in files],
         "total_bytes": sum(int(f["size"]) for f in files),
     }
 

@@ -7,9 +7,10 @@ runs the same :func:`rows.insert_rows`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Sequence
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, and_, func, or_, select
 

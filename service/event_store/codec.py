@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from service.core.events import EVENT_TYPES, Event, Recorded
 from service.core.upcasting import decode
@@ -34,7 +35,7 @@ def new_event(type_: str, data: Mapping[str, Any], model: str | None = None, eve
 
 def format_time(moment: datetime) -> str:
     """Fixed-width UTC text; lexical order equals time order."""
-    return moment.astimezone(timezone.utc).strftime(TIME_FORMAT)
+    return moment.astimezone(UTC).strftime(TIME_FORMAT)
 
 
 def parse_time(text: str) -> datetime:
@@ -57,7 +58,7 @@ def parse_time(text: str) -> datetime:
             return datetime.fromisoformat(text)
         except ValueError:
             pass  # let strptime produce its own error message
-    return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=timezone.utc)
+    return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
 
 
 def dumps(value: Any) -> str:

@@ -17,8 +17,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from service.event_store.pragmas import BUSY_TIMEOUT_MS, Synchronous, configure_connection
-
+from service.event_store.pragmas import Synchronous, configure_connection
 
 
 def sqlite_path(url: str) -> Path:

@@ -8,8 +8,9 @@ is one append path whichever process writes.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from service.event_store.codec import NewEvent, dumps, encode, format_time
 
@@ -25,7 +26,7 @@ def insert_rows(cursor: Any, batch: Sequence[NewEvent], source: dict[str, Any]) 
     (an ``event_id`` already stored gives its original position)."""
     source_json = dumps(source)
     # Stamped after taking the write lock, so recorded_at follows position order.
-    recorded_at = format_time(datetime.now(timezone.utc))
+    recorded_at = format_time(datetime.now(UTC))
     positions: list[int] = []
     for new in batch:
         cursor.execute(INSERT_SQL, encode(new, source_json, recorded_at))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import Connection
 

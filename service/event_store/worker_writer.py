@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from service.event_store.codec import NewEvent, new_event
 from service.event_store.pragmas import BUSY_TIMEOUT_MS, Synchronous, configure_connection
@@ -26,7 +27,9 @@ class WorkerEventWriter:
         level = synchronous or os.environ.get("MODELROUTER_SYNCHRONOUS", "FULL").upper()
         self.source = {**source, "pid": source.get("pid", os.getpid())}
         # Opened here, in this process: never inherit a connection across fork.
-        self._conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        self._conn = sqlite3.connect(
+            str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+        )
         configure_connection(self._conn, level if level in ("FULL", "NORMAL") else "FULL")  # type: ignore[arg-type]
         self._lock = threading.Lock()  # a worker may emit from a helper thread
 

@@ -72,7 +72,9 @@ def plan_reconcile(state: RouterState, cache_dir: Path) -> ReconcilePlan:
                 cancelled = ev.DownloadCancelled(job_id=job.job_id, discarded=False, bytes_on_disk=on_disk)
                 plan.events.append(NewEvent(cancelled, model=model.name))
             else:
-                plan.events.append(NewEvent(ev.DownloadInterrupted(job_id=job.job_id, bytes_on_disk=on_disk), model=model.name))
+                plan.events.append(
+                    NewEvent(ev.DownloadInterrupted(job_id=job.job_id, bytes_on_disk=on_disk), model=model.name)
+                )
                 plan.interrupted.append(job)
         if model.instance is not None:
             inst = model.instance

@@ -15,8 +15,8 @@ import os
 import signal
 import sys
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import psutil
 import structlog
@@ -164,6 +164,6 @@ class ChildProcess:
         self.signal_group(sig)
         try:
             return await asyncio.wait_for(self.wait(), timeout), False
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.signal_group(signal.SIGKILL)
             return await self.wait(), True

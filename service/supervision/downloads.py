@@ -66,7 +66,9 @@ class DownloadSupervisor:
         spec = worker_spec(job.repo, job.revision, job.commit, job.quant, endpoint, files)
         async with self._lock:
             on_disk = self._bytes_on_disk(job)
-            await self.live.record([NewEvent(ev.DownloadResumed(job_id=job.job_id, bytes_on_disk=on_disk), model=job.model)])
+            await self.live.record(
+                [NewEvent(ev.DownloadResumed(job_id=job.job_id, bytes_on_disk=on_disk), model=job.model)]
+            )
             await self._spawn(job.job_id, job.model, spec)
 
     async def _spawn(self, job_id: str, model: str, spec: dict[str, Any]) -> None:
@@ -151,7 +153,7 @@ class DownloadSupervisor:
             child.send_line("cancel discard" if discard else "cancel")
             try:
                 await asyncio.wait_for(child.wait(), CANCEL_GRACE_SECONDS)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 child.signal_group(signal.SIGKILL)  # CANCELLING -> killed; _watch records the cancel
                 await child.wait()
         return await self._settled(job_id)

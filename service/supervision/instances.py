@@ -23,9 +23,10 @@ import signal
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
-from typing import Any, AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 
@@ -99,7 +100,11 @@ class InstanceSupervisor:
             if not self._has_slot(model.name):
                 victim = commands.choose_victim(self.live.state, self.busy, exclude=model.name)
                 if victim is None:
-                    raise CommandRejected("capacity", f"model limit reached ({self.settings.models_max}) and every loaded model is busy or loading; try again later")
+                    raise CommandRejected(
+                        "capacity",
+                        f"model limit reached ({self.settings.models_max}) and every loaded model is busy "
+                        "or loading; try again later",
+                    )
                 await self._request_stop(victim, "evicted")
                 self._spawn_task(self._stop_process(victim), f"evict-{victim.name}")
                 await self._wait_slot_free_locked(model.name)
@@ -154,7 +159,11 @@ class InstanceSupervisor:
                 if inst is None:
                     self._raise_if_failed(model, started)
                     if not autoload:
-                        raise CommandRejected("model_not_loaded", f"model {model.name!r} is not loaded and autoload is off", model=model.name)
+                        raise CommandRejected(
+                            "model_not_loaded",
+                            f"model {model.name!r} is not loaded and autoload is off",
+                            model=model.name,
+                        )
                     if not queued:
                         self._queue.append(ticket)
                         queued = True
@@ -164,7 +173,11 @@ class InstanceSupervisor:
                         queued = False
                         self._poke()
                 if time.monotonic() > deadline and (inst is None or inst.status is InstanceStatus.STOPPING):
-                    raise CommandRejected("capacity", f"no slot for model {model.name!r} within {self.settings.queue_timeout:.0f} s (models_max={self.settings.models_max})")
+                    raise CommandRejected(
+                        "capacity",
+                        f"no slot for model {model.name!r} within {self.settings.queue_timeout:.0f} s "
+                        f"(models_max={self.settings.models_max})",
+                    )
                 await self._wait_change(change, min(1.0, deadline - time.monotonic()) if inst is None else 1.0)
         finally:
             if queued:
@@ -220,13 +233,19 @@ class InstanceSupervisor:
         assert model.path is not None
         argv = inference_argv(self.settings, model.name, model.path, instance_id, port, params)
         try:
-            child = await ChildProcess.spawn(argv, name=f"inference:{model.name}:{instance_id}", env={**os.environ, "MODELROUTER_SYNCHRONOUS": self.settings.synchronous})
+            child = await ChildProcess.spawn(
+                argv,
+                name=f"inference:{model.name}:{instance_id}",
+                env={**os.environ, "MODELROUTER_SYNCHRONOUS": self.settings.synchronous},
+            )
         except OSError as exc:
             failed = ev.InstanceLoadFailed(instance_id=instance_id, reason="spawn_failed", message=str(exc))
             await self.live.record([NewEvent(failed, model=model.name)])
             return instance_id
         self._children[instance_id] = child
-        self._watchers[instance_id] = self._spawn_task(self._watch(instance_id, model.name, child), f"watch-{instance_id}")
+        self._watchers[instance_id] = self._spawn_task(
+            self._watch(instance_id, model.name, child), f"watch-{instance_id}"
+        )
         self._spawn_task(self._load_deadline(instance_id, model.name, child), f"deadline-{instance_id}")
         return instance_id
 
@@ -243,7 +262,14 @@ class InstanceSupervisor:
         child = self._children.get(inst.instance_id)
         if child is None:
             # Nothing to signal (spawn failed or the process is already gone): record the end.
-            await self.live.record([NewEvent(ev.InstanceStopped(instance_id=inst.instance_id, reason=inst.stop_reason or "unload"), model=model.name)])
+            await self.live.record(
+                [
+                    NewEvent(
+                        ev.InstanceStopped(instance_id=inst.instance_id, reason=inst.stop_reason or "unload"),
+                        model=model.name,
+                    )
+                ]
+            )
             return
         # The stdin line carries the reason into the worker's own instance_stopped;
         # SIGTERM follows for a worker too busy to read it.
@@ -253,7 +279,7 @@ class InstanceSupervisor:
         child.signal_group(signal.SIGTERM)
         try:
             await asyncio.wait_for(child.wait(), self.settings.stop_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             # STOPPING -> killed: a worker that ignores SIGTERM (or is SIGSTOPped).
             self._forced.add(inst.instance_id)
             child.signal_group(signal.SIGKILL)
@@ -280,11 +306,20 @@ class InstanceSupervisor:
             else:
                 # LOADING/READY -> crashed: an exit nobody asked for.
                 end = ev.InstanceCrashed(
-                    instance_id=instance_id, exit_code=status.exit_code, signal=status.signal, stderr_tail=child.stderr_tail()
+                    instance_id=instance_id,
+                    exit_code=status.exit_code,
+                    signal=status.signal,
+                    stderr_tail=child.stderr_tail(),
                 )
             await self.live.record([NewEvent(end, model=model_name)])
             if isinstance(end, ev.InstanceCrashed):
-                _log.warning("instance_crashed", model=model_name, instance_id=instance_id, signal=status.signal, exit_code=status.exit_code)
+                _log.warning(
+                    "instance_crashed",
+                    model=model_name,
+                    instance_id=instance_id,
+                    signal=status.signal,
+                    exit_code=status.exit_code,
+                )
                 self._maybe_restart(model_name)
         finally:
             self._forced.discard(instance_id)
@@ -313,12 +348,18 @@ class InstanceSupervisor:
             change = self._change
             model = self.live.state.models.get(model_name)
             inst = model.instance if model else None
-            if inst is None or inst.instance_id != instance_id or inst.status not in (InstanceStatus.STARTING, InstanceStatus.LOADING):
+            if (
+                inst is None
+                or inst.instance_id != instance_id
+                or inst.status not in (InstanceStatus.STARTING, InstanceStatus.LOADING)
+            ):
                 return
             if inst.progress != last_progress:
                 last_progress, deadline = inst.progress, time.monotonic() + timeout
             if time.monotonic() >= deadline:
-                failed = ev.InstanceLoadFailed(instance_id=instance_id, reason="load_timeout", message=f"not ready within {timeout:.0f} s")
+                failed = ev.InstanceLoadFailed(
+                    instance_id=instance_id, reason="load_timeout", message=f"not ready within {timeout:.0f} s"
+                )
                 await self.live.record([NewEvent(failed, model=model_name)])
                 child.signal_group(signal.SIGKILL)
                 return
@@ -330,7 +371,7 @@ class InstanceSupervisor:
         """Unload models idle longer than their ``ttl`` (reason ``idle``)."""
         while True:
             await asyncio.sleep(interval)
-            for model in commands.idle_expired(self.live.state, self.busy, datetime.now(timezone.utc)):
+            for model in commands.idle_expired(self.live.state, self.busy, datetime.now(UTC)):
                 with contextlib.suppress(CommandRejected):
                     await self.unload(model.name, reason="idle")
 
@@ -350,7 +391,9 @@ class InstanceSupervisor:
         models = [m for m in self.live.state.models.values() if m.instance is not None]
         for model in models:
             await self._request_stop(model, "shutdown")
-        await asyncio.gather(*(self._stop_process(self.live.state.models[m.name]) for m in models), return_exceptions=True)
+        await asyncio.gather(
+            *(self._stop_process(self.live.state.models[m.name]) for m in models), return_exceptions=True
+        )
         for task in list(self._tasks):
             task.cancel()
 
@@ -362,5 +405,3 @@ class InstanceSupervisor:
     @property
     def live_pids(self) -> list[int]:
         return [c.pid for c in self._children.values() if c.alive]
-
-

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 from litestar.testing import AsyncTestClient
@@ -24,7 +24,11 @@ def _seed(settings: Settings) -> None:
         [
             new_event("download_requested", {"job_id": "j1", "repo": "org/a", "total_bytes": 10}, model="org/a:Q4_K_M"),
             new_event("download_progress", {"job_id": "j1", "bytes_done": 5, "bytes_total": 10}, model="org/a:Q4_K_M"),
-            new_event("download_finished", {"job_id": "j1", "bytes_total": 10, "files": [{"path": "a-Q4_K_M.gguf", "size": 10}]}, model="org/a:Q4_K_M"),
+            new_event(
+                "download_finished",
+                {"job_id": "j1", "bytes_total": 10, "files": [{"path": "a-Q4_K_M.gguf", "size": 10}]},
+                model="org/a:Q4_K_M",
+            ),
             new_event("instance_requested", {"instance_id": "i1"}, model="org/a:Q4_K_M"),
         ]
     )

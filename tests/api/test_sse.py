@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -29,12 +29,19 @@ def _store(svc: ServiceProcess) -> SyncEventStore:
 
 
 def _append(store: SyncEventStore, n: int, model: str = "org/m:Q8_0") -> list[int]:
-    return store.append([new_event("download_progress", {"job_id": "j", "bytes_done": i}, model=model) for i in range(n)])
+    return store.append(
+        [new_event("download_progress", {"job_id": "j", "bytes_done": i}, model=model) for i in range(n)]
+    )
 
 
-def _read(svc: ServiceProcess, count: int, *, headers: dict[str, str] | None = None, params: str = "") -> list[ServerSentEvent]:
+def _read(
+    svc: ServiceProcess, count: int, *, headers: dict[str, str] | None = None, params: str = ""
+) -> list[ServerSentEvent]:
     got: list[ServerSentEvent] = []
-    with httpx.Client(timeout=10) as client, connect_sse(client, "GET", f"{svc.url}/events/stream{params}", headers=headers or {}) as source:
+    with (
+        httpx.Client(timeout=10) as client,
+        connect_sse(client, "GET", f"{svc.url}/events/stream{params}", headers=headers or {}) as source,
+    ):
         for sse in source.iter_sse():
             if sse.event == "message" and not sse.data:
                 continue  # a keep-alive comment
@@ -70,7 +77,10 @@ def test_event_from_another_process_arrives_within_250ms(svc: ServiceProcess) ->
     ready = threading.Event()
 
     def listen() -> None:
-        with httpx.Client(timeout=10) as client, connect_sse(client, "GET", f"{svc.url}/events/stream?type=download_*") as source:
+        with (
+            httpx.Client(timeout=10) as client,
+            connect_sse(client, "GET", f"{svc.url}/events/stream?type=download_*") as source,
+        ):
             ready.set()
             for sse in source.iter_sse():
                 if sse.id:
@@ -99,7 +109,12 @@ def test_event_from_another_process_arrives_within_250ms(svc: ServiceProcess) ->
 @pytest.mark.timeout(60)
 def test_filters_apply_and_keepalives_flow(svc: ServiceProcess) -> None:
     store = _store(svc)
-    store.append([new_event("instance_requested", {"instance_id": "i"}, model="a"), new_event("download_requested", {"job_id": "j"}, model="b")])
+    store.append(
+        [
+            new_event("instance_requested", {"instance_id": "i"}, model="a"),
+            new_event("download_requested", {"job_id": "j"}, model="b"),
+        ]
+    )
     lines: list[str] = []
     with httpx.Client(timeout=10) as client, client.stream("GET", f"{svc.url}/events/stream?after=0&model=b") as answer:
         assert answer.headers["content-type"].startswith("text/event-stream")

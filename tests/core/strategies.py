@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
@@ -37,7 +37,7 @@ def _payload(cls: type[ev.Event]) -> st.SearchStrategy[ev.Event]:
 
 payloads = st.one_of(*[_payload(cls) for cls in ev.EVENT_TYPES.values()])
 envelopes = st.tuples(st.sampled_from([*MODELS, None]), payloads)
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def recorded_sequence(items: list[tuple[str | None, ev.Event]]) -> list[ev.Recorded]:

@@ -36,4 +36,6 @@ def test_core_reads_no_clock_and_makes_no_ids() -> None:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 owner = node.func.value
                 if isinstance(owner, ast.Name):
-                    assert (owner.id, node.func.attr) not in FORBIDDEN_CALLS, f"{path.name} calls {owner.id}.{node.func.attr}"
+                    assert (owner.id, node.func.attr) not in FORBIDDEN_CALLS, (
+                        f"{path.name} calls {owner.id}.{node.func.attr}"
+                    )

@@ -42,7 +42,16 @@ def test_fold_never_raises_and_status_is_always_defined(events: list[ev.Recorded
 
 
 def _row(position: int, type_: str, version: int, data: dict[str, object]) -> tuple[object, ...]:
-    return (position, f"id-{position}", type_, version, "org/a:Q4_K_M", dumps(data), dumps({"kind": "t"}), format_time(T0))
+    return (
+        position,
+        f"id-{position}",
+        type_,
+        version,
+        "org/a:Q4_K_M",
+        dumps(data),
+        dumps({"kind": "t"}),
+        format_time(T0),
+    )
 
 
 def test_upcast_v1_progress_folds_like_current_version() -> None:

@@ -18,12 +18,12 @@ def main() -> int:
     args = parser.parse_args()
     store = SyncEventStore(args.db, source={"kind": "test_tailer"})
     deadline = time.monotonic() + args.timeout
-    seen = 0
+    seen = [0]  # a cell the stop predicate reads as the loop advances
     with open(args.out, "w") as out:
-        for recorded in store.tail(0, stop=lambda: seen >= args.expect or time.monotonic() > deadline):
+        for recorded in store.tail(0, stop=lambda: seen[0] >= args.expect or time.monotonic() > deadline):
             out.write(f"{recorded.position} {recorded.event_id}\n")
-            seen += 1
-    return 0 if seen >= args.expect else 1
+            seen[0] += 1
+    return 0 if seen[0] >= args.expect else 1
 
 
 if __name__ == "__main__":

@@ -17,7 +17,17 @@ def test_four_writers_two_tailers(db_path: Path, tmp_path: Path) -> None:
     total = WRITERS * PER_WRITER
     tailers = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.event_store.tailer_process", "--db", str(db_path), "--expect", str(total), "--out", str(tmp_path / f"tail{i}.txt")]
+            [
+                sys.executable,
+                "-m",
+                "tests.event_store.tailer_process",
+                "--db",
+                str(db_path),
+                "--expect",
+                str(total),
+                "--out",
+                str(tmp_path / f"tail{i}.txt"),
+            ]
         )
         for i in range(TAILERS)
     ]
@@ -25,10 +35,24 @@ def test_four_writers_two_tailers(db_path: Path, tmp_path: Path) -> None:
     # (synchronous does not change locking).
     writers = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.event_store.writer_process", "--db", str(db_path), "--writer", str(w),
-             "--batches", str(PER_WRITER), "--batch-size", "1", "--synchronous", "NORMAL"],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.event_store.writer_process",
+                "--db",
+                str(db_path),
+                "--writer",
+                str(w),
+                "--batches",
+                str(PER_WRITER),
+                "--batch-size",
+                "1",
+                "--synchronous",
+                "NORMAL",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for w in range(WRITERS)
     ]
     acked: set[str] = set()

@@ -75,7 +75,10 @@ class TestRead:
             ]
         )
         assert [r.position for r in store.read(EventFilter(model="m1"))] == [1, 2]
-        assert [r.type for r in store.read(EventFilter(types=("download_*",)))] == ["download_requested", "download_progress"]
+        assert [r.type for r in store.read(EventFilter(types=("download_*",)))] == [
+            "download_requested",
+            "download_progress",
+        ]
         assert [r.position for r in store.read(EventFilter(types=("router_started", "instance_requested")))] == [3, 4]
         assert [r.position for r in store.read(EventFilter(after=1, before=4))] == [2, 3]
         assert [r.position for r in store.read(EventFilter(limit=2))] == [1, 2]
@@ -92,7 +95,9 @@ class TestTransactions:
         while our store's writer waits for the lock and succeeds."""
         holder = sqlite3.connect(db_path, isolation_level=None, timeout=0.1)
         holder.execute("BEGIN IMMEDIATE")
-        holder.execute("INSERT INTO events (event_id, type, schema_version, data, source, recorded_at) VALUES ('x','router_started',1,'{}','{}','2026-01-01T00:00:00.000000Z')")
+        holder.execute(
+            "INSERT INTO events (event_id, type, schema_version, data, source, recorded_at) VALUES ('x','router_started',1,'{}','{}','2026-01-01T00:00:00.000000Z')"
+        )
         store = SyncEventStore(db_path, source={"kind": "test"})
         done: list[int] = []
         thread = threading.Thread(target=lambda: done.extend(store.append([NewEvent(RouterStarted(pid=2))])))

@@ -27,7 +27,10 @@ def test_duplicate_event_id_returns_the_original_position(db_path: Path) -> None
     writer = WorkerEventWriter(db_path, source={"kind": "t"})
     first = NewEvent(RouterStarted(pid=1))
     assert writer.append([first]) == [1]
-    assert writer.append([NewEvent(RouterStarted(pid=2)), NewEvent(RouterStarted(pid=9), event_id=first.event_id)]) == [2, 1]
+    assert writer.append([NewEvent(RouterStarted(pid=2)), NewEvent(RouterStarted(pid=9), event_id=first.event_id)]) == [
+        2,
+        1,
+    ]
 
 
 def test_batches_are_all_or_nothing_and_use_begin_immediate(db_path: Path) -> None:

@@ -31,7 +31,11 @@ def main() -> int:
     for batch in range(args.batches):
         job = f"w{args.writer}-b{batch}"
         events = [
-            NewEvent(DownloadProgress(job_id=job, bytes_done=i, bytes_total=args.batch_size), model=f"writer-{args.writer}", event_id=str(uuid.uuid4()))
+            NewEvent(
+                DownloadProgress(job_id=job, bytes_done=i, bytes_total=args.batch_size),
+                model=f"writer-{args.writer}",
+                event_id=str(uuid.uuid4()),
+            )
             for i in range(args.batch_size)
         ]
         while True:

@@ -34,7 +34,11 @@ def _workers(kind: str, marker: str | None = None) -> list[psutil.Process]:
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
-            if f"workers.{kind}" in cmd and (marker is None or marker in cmd) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            if (
+                f"workers.{kind}" in cmd
+                and (marker is None or marker in cmd)
+                and proc.info["status"] != psutil.STATUS_ZOMBIE
+            ):
                 found.append(proc)
         except psutil.NoSuchProcess:
             continue
@@ -78,7 +82,12 @@ def test_kill9_during_a_download_ten_times_then_it_completes(hub: HubServer, tmp
         interrupted = events(svc, type="download_interrupted")
         assert len(interrupted) >= 9  # a kill before the worker recorded anything may still count
         assert hub.bytes_served(repo, "m-Q4_K_M.gguf") <= 1.1 * size
-        verified = subprocess.run([sys.executable, "-m", "service.cli", "verify", "--home", str(home), "--deep"], capture_output=True, text=True, check=False)
+        verified = subprocess.run(
+            [sys.executable, "-m", "service.cli", "verify", "--home", str(home), "--deep"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert verified.returncode == 0, verified.stdout + verified.stderr
         assert model_entry(svc, f"{repo}:Q4_K_M")["status"]["value"] == "unloaded"
     finally:
@@ -157,7 +166,10 @@ def test_state_after_restart_equals_state_before_kill(hub: HubServer, tmp_path: 
     make_repo(hub.root, good, {"m-Q4_K_M.gguf": 2 * MB})
     make_repo(hub.root, bad, {"m-Q4_K_M.gguf": 2 * MB})
     make_repo(hub.root, slow, {"m-Q4_K_M.gguf": 32 * MB})
-    hub.set_faults({"kind": "corrupt", "repo": bad, "at_fraction": 0.5, "times": None}, {"kind": "throttle", "repo": slow, "rate": 2 * MB})
+    hub.set_faults(
+        {"kind": "corrupt", "repo": bad, "at_fraction": 0.5, "times": None},
+        {"kind": "throttle", "repo": slow, "rate": 2 * MB},
+    )
     home = tmp_path / "home"
     env = {"HF_ENDPOINT": hub.url, "MODELROUTER_RESUME_DOWNLOADS_ON_START": "false"}
     svc = ServiceProcess(home, env=env).start()

@@ -34,7 +34,9 @@ def test_a_surviving_download_worker_is_identified_and_terminated(hub: HubServer
     svc = ServiceProcess(home, env=env).start()
     job_id = httpx.post(f"{svc.url}/models", json={"model": repo}, timeout=30).json()["job_id"]
     deadline = time.monotonic() + 20
-    while (job := httpx.get(f"{svc.url}/downloads/{job_id}").json())["bytes_done"] < 2 * MB and time.monotonic() < deadline:
+    while (job := httpx.get(f"{svc.url}/downloads/{job_id}").json())[
+        "bytes_done"
+    ] < 2 * MB and time.monotonic() < deadline:
         time.sleep(0.02)
     survivor = psutil.Process(job["pid"])
     os.kill(survivor.pid, signal.SIGSTOP)
@@ -78,9 +80,16 @@ def test_orphan_partials_are_reported_then_collected_by_gc(hub: HubServer, tmp_p
         found = events(svc, type="partial_file_found")
         assert [(e["data"]["path"], e["data"]["bytes"]) for e in found] == [(str(orphan), 1000)]
         assert events(svc, type="recovery_completed")[-1]["data"]["orphans"] == 1
-    dry = subprocess.run([sys.executable, "-m", "service.cli", "gc", "--home", str(home), "--dry-run"], capture_output=True, text=True, check=True)
+    dry = subprocess.run(
+        [sys.executable, "-m", "service.cli", "gc", "--home", str(home), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "would delete" in dry.stdout and orphan.exists()
-    done = subprocess.run([sys.executable, "-m", "service.cli", "gc", "--home", str(home)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "gc", "--home", str(home)], capture_output=True, text=True, check=True
+    )
     assert "1 orphan partial file(s), 1000 bytes deleted" in done.stdout
     assert not orphan.exists() and kept.exists()
     with ServiceProcess(home, env=env) as svc:

@@ -16,9 +16,34 @@ def test_restart_starts_from_the_snapshot_taken_at_shutdown(tmp_path: Path) -> N
     with ServiceProcess(home, env={"MODELROUTER_SNAPSHOT_EVERY": "100"}) as svc:
         store = SyncEventStore(home / "modelrouter.db", source={"kind": "test"})
         for i in range(3):
-            store.append([new_event("download_requested", {"job_id": f"j{i}", "repo": "org/r", "total_bytes": 10}, model=f"org/r{i}:Q8_0")])
-            store.append([new_event("download_progress", {"job_id": f"j{i}", "bytes_done": n, "bytes_total": 10}, model=f"org/r{i}:Q8_0") for n in range(60)])
-            store.append([new_event("download_failed", {"job_id": f"j{i}", "reason": "network", "message": "x", "retryable": True}, model=f"org/r{i}:Q8_0")])
+            store.append(
+                [
+                    new_event(
+                        "download_requested",
+                        {"job_id": f"j{i}", "repo": "org/r", "total_bytes": 10},
+                        model=f"org/r{i}:Q8_0",
+                    )
+                ]
+            )
+            store.append(
+                [
+                    new_event(
+                        "download_progress",
+                        {"job_id": f"j{i}", "bytes_done": n, "bytes_total": 10},
+                        model=f"org/r{i}:Q8_0",
+                    )
+                    for n in range(60)
+                ]
+            )
+            store.append(
+                [
+                    new_event(
+                        "download_failed",
+                        {"job_id": f"j{i}", "reason": "network", "message": "x", "retryable": True},
+                        model=f"org/r{i}:Q8_0",
+                    )
+                ]
+            )
         store.close()
         head = svc.wait_healthy()["position"]
         while svc.wait_healthy()["position"] < head:

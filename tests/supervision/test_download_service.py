@@ -3,16 +3,17 @@ against the project's Hub server, real files in an HF cache layout."""
 
 from __future__ import annotations
 
-import contextlib
+import itertools
 import os
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import psutil
@@ -81,7 +82,10 @@ def test_happy_path_split_gguf_and_mmproj(svc: ServiceProcess, hub: HubServer) -
     listening = threading.Event()
 
     def listen() -> None:
-        with httpx.Client(timeout=60) as client, connect_sse(client, "GET", f"{svc.url}/events/stream?type=download_*") as source:
+        with (
+            httpx.Client(timeout=60) as client,
+            connect_sse(client, "GET", f"{svc.url}/events/stream?type=download_*") as source,
+        ):
             listening.set()
             for sse in source.iter_sse():
                 if sse.event.startswith("download_"):
@@ -96,7 +100,11 @@ def test_happy_path_split_gguf_and_mmproj(svc: ServiceProcess, hub: HubServer) -
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["success"] is True and body["model"] == f"{repo}:Q4_K_M"
-    assert sorted(f["path"] for f in body["files"]) == ["m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf", "mmproj-m-f16.gguf"]
+    assert sorted(f["path"] for f in body["files"]) == [
+        "m-Q4_K_M-00001-of-00002.gguf",
+        "m-Q4_K_M-00002-of-00002.gguf",
+        "mmproj-m-f16.gguf",
+    ]
     job = _wait_job(svc, body["job_id"], {"finished", "failed"})
     listener.join(30)
     assert job["status"] == "finished", job
@@ -106,7 +114,11 @@ def test_happy_path_split_gguf_and_mmproj(svc: ServiceProcess, hub: HubServer) -
     assert entry["status"]["value"] == "unloaded" and entry["path"].endswith("m-Q4_K_M-00001-of-00002.gguf")
     cache = svc.home / "hub"
     (info,) = [r for r in scan_cache_dir(cache).repos if r.repo_id == repo]
-    assert {f.file_name for r in info.revisions for f in r.files} == {"m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf", "mmproj-m-f16.gguf"}
+    assert {f.file_name for r in info.revisions for f in r.files} == {
+        "m-Q4_K_M-00001-of-00002.gguf",
+        "m-Q4_K_M-00002-of-00002.gguf",
+        "mmproj-m-f16.gguf",
+    }
     snapshot = Path(entry["path"])
     assert snapshot.is_symlink() and snapshot.resolve().parent.name == "blobs"
     assert list(cache.rglob("*.incomplete")) == []
@@ -208,7 +220,9 @@ def test_resolution_errors_are_clear_4xx_and_start_nothing(svc: ServiceProcess, 
     assert sorted(missing_quant["available_quants"]) == ["Q5_K_M", "Q8_0"]
     assert httpx.post(f"{svc.url}/models", json={}, timeout=5).status_code == 400
     assert events(svc, type="download_requested") == []
-    assert [p for p in psutil.Process(svc.pid).children(recursive=True) if "workers.download" in " ".join(p.cmdline())] == []
+    assert [
+        p for p in psutil.Process(svc.pid).children(recursive=True) if "workers.download" in " ".join(p.cmdline())
+    ] == []
 
 
 @pytest.mark.timeout(60)
@@ -236,7 +250,7 @@ def test_progress_is_throttled_for_a_fast_50mb_download(svc: ServiceProcess, hub
     assert job["status"] == "finished"
     progress = events(svc, type="download_progress")
     stamps = [datetime.fromisoformat(e["recorded_at"].replace("Z", "+00:00")) for e in progress]
-    gaps = [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:])]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)]
     # The final 100 % event is always sent; every other pair is >= 500 ms apart.
     assert all(gap >= 0.45 for gap in gaps[:-1]), gaps
     assert progress[-1]["data"]["bytes_done"] == 50 * MB
@@ -249,7 +263,12 @@ def test_disk_full_fails_clearly_and_the_service_stays_up(hub: HubServer, tmp_pa
     worker inherits (ENOSPC-like EFBIG in the middle of the transfer)."""
     small = tmp_path / "small-fs"
     small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], capture_output=True, check=False).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
     env = {"HF_ENDPOINT": hub.url, "MODELROUTER_HUB_CACHE": str(small)}
     try:
         with ServiceProcess(tmp_path / "home", env=env, file_size_limit=None if mounted else 4 * MB) as svc:
@@ -266,7 +285,9 @@ def test_disk_full_fails_clearly_and_the_service_stays_up(hub: HubServer, tmp_pa
 
 
 @pytest.mark.timeout(90)
-def test_remove_keeps_shared_blobs_and_refuses_loaded_models(svc: ServiceProcess, hub: HubServer, tmp_path: Path) -> None:
+def test_remove_keeps_shared_blobs_and_refuses_loaded_models(
+    svc: ServiceProcess, hub: HubServer, tmp_path: Path
+) -> None:
     from service.devtools.tiny_gguf import write_tiny_gguf
 
     repo = unique_repo("remove")

@@ -14,7 +14,14 @@ import openai
 import psutil
 import pytest
 
-from tests.supervision.conftest import StartService, events, inference_children, model_entry, still_running, wait_for_event
+from tests.supervision.conftest import (
+    StartService,
+    events,
+    inference_children,
+    model_entry,
+    still_running,
+    wait_for_event,
+)
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 
@@ -34,8 +41,14 @@ def test_basic_cycle_load_chat_stream_unload(start_service: StartService) -> Non
 
     client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused")
     reply = client.chat.completions.create(model="tiny-a", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
-    assert reply.choices[0].message.role == "assistant" and reply.usage is not None and reply.usage.completion_tokens > 0
-    chunks = list(client.chat.completions.create(model="tiny-a", messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True))
+    assert (
+        reply.choices[0].message.role == "assistant" and reply.usage is not None and reply.usage.completion_tokens > 0
+    )
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny-a", messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True
+        )
+    )
     assert len(chunks) >= 2 and chunks[-1].choices[0].finish_reason is not None
     completion = client.completions.create(model="tiny-a", prompt="once upon", max_tokens=3)
     assert completion.choices[0].text is not None
@@ -44,7 +57,13 @@ def test_basic_cycle_load_chat_stream_unload(start_service: StartService) -> Non
     assert httpx.post(f"{svc.url}/models/unload", json={"model": "tiny-a"}, timeout=30).status_code == 200
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     types = [e["type"] for e in events(svc, model="tiny-a", type="instance_*")]
-    assert types == ["instance_requested", "instance_loading", "instance_ready", "instance_stop_requested", "instance_stopped"]
+    assert types == [
+        "instance_requested",
+        "instance_loading",
+        "instance_ready",
+        "instance_stop_requested",
+        "instance_stopped",
+    ]
     assert model_entry(svc, "tiny-a")["status"]["value"] == "unloaded"
     served = events(svc, model="tiny-a", type="request_completed")
     assert len(served) == 3 and {e["data"]["route"] for e in served} == {"/v1/chat/completions", "/v1/completions"}
@@ -119,7 +138,9 @@ def test_crash_is_recorded_within_a_second_and_next_request_autoloads(start_serv
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize(("model", "reason"), [("broken-truncated", "truncated"), ("broken-random", "not_gguf"), ("broken-text", "not_gguf")])
+@pytest.mark.parametrize(
+    ("model", "reason"), [("broken-truncated", "truncated"), ("broken-random", "not_gguf"), ("broken-text", "not_gguf")]
+)
 def test_bad_model_files_fail_clearly(start_service: StartService, model: str, reason: str) -> None:
     svc = start_service()
     answer = _chat(svc.url, model)
@@ -145,7 +166,9 @@ def test_request_errors_are_problems(start_service: StartService) -> None:
     assert unknown.status_code == 404
     not_json = httpx.post(f"{svc.url}/v1/chat/completions", content=b"{nope", timeout=10)
     assert not_json.status_code == 400
-    no_autoload = httpx.post(f"{svc.url}/v1/chat/completions?autoload=false", json={"model": "tiny-a", **CHAT}, timeout=10)
+    no_autoload = httpx.post(
+        f"{svc.url}/v1/chat/completions?autoload=false", json={"model": "tiny-a", **CHAT}, timeout=10
+    )
     assert no_autoload.status_code == 409
     for answer in (missing, unknown, not_json, no_autoload):
         assert answer.headers["content-type"].startswith("application/problem+json")

@@ -171,5 +171,3 @@ def ready_worker(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> I
     w.kill()
     if proc.stdin:
         proc.stdin.close()
-
-
