@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from service.devtools.hub_server import HubServer
-from workers._sink import read_jsonl
+from tests.worker_proc import WorkerUnderTest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _counter = itertools.count()
@@ -52,36 +52,11 @@ def unique_repo(prefix: str = "repo") -> str:
 
 
 @dataclass
-class DownloadProc:
+class DownloadProc(WorkerUnderTest):
     """A running ``python -m workers.download`` writing JSONL events to a file."""
 
-    proc: subprocess.Popen[bytes]
-    events_path: Path
-    stderr_path: Path
     job_id: str
     _start: float = field(default_factory=time.monotonic)
-
-    def events(self) -> list[tuple[str, dict[str, Any]]]:
-        return read_jsonl(self.events_path)
-
-    def types(self) -> list[str]:
-        return [t for t, _ in self.events()]
-
-    def of_type(self, type_: str) -> list[dict[str, Any]]:
-        return [d for t, d in self.events() if t == type_]
-
-    def wait_event(self, type_: str, timeout: float = 20.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = self.of_type(type_)
-            if found:
-                return found[0]
-            if self.proc.poll() is not None and not self.of_type(type_):
-                raise AssertionError(f"worker exited {self.proc.returncode} without {type_}: "
-                                     f"{self.types()}\n{self.stderr()}")  # fmt: skip
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {type_} within {timeout}s: {self.types()}\n{self.stderr()}")
-            time.sleep(0.01)
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
         deadline = time.monotonic() + timeout
@@ -101,15 +76,7 @@ class DownloadProc:
         self.proc.send_signal(sig)
 
     def stderr(self) -> str:
-        try:
-            return self.stderr_path.read_text(errors="replace")[-4000:]
-        except FileNotFoundError:
-            return ""
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        return self.stderr_tail()
 
 
 def worker_env(**extra: str) -> dict[str, str]:

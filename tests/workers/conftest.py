@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 from service.devtools.tiny_gguf import write_tiny_gguf
-from workers._sink import read_jsonl
+from tests.worker_proc import WorkerUnderTest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,39 +29,11 @@ def tiny_embedding_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @dataclass
-class WorkerProc:
+class WorkerProc(WorkerUnderTest):
     """A running ``python -m workers.inference`` and its JSONL event file."""
 
-    proc: subprocess.Popen[bytes]
-    events_path: Path
-    stderr_path: Path
     instance_id: str
     endpoint: str = ""
-    _seen: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-
-    def events(self) -> list[tuple[str, dict[str, Any]]]:
-        return read_jsonl(self.events_path)
-
-    def types(self) -> list[str]:
-        return [t for t, _ in self.events()]
-
-    def wait_event(self, type: str, timeout: float = 20.0) -> dict[str, Any]:
-        """Wait for the first event of ``type``; fail early if the process exits without it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for t, data in self.events():
-                if t == type:
-                    return data
-            if self.proc.poll() is not None:
-                for t, data in self.events():  # final read after exit
-                    if t == type:
-                        return data
-                raise AssertionError(
-                    f"worker exited ({self.proc.returncode}) without {type}; events={self.types()}\n"
-                    f"stderr tail:\n{self.stderr_tail()}"
-                )
-            time.sleep(0.01)
-        raise AssertionError(f"no {type} within {timeout}s; events={self.types()}\n{self.stderr_tail()}")
 
     def wait_ready(self, timeout: float = 30.0) -> str:
         ready = self.wait_event("instance_ready", timeout)
@@ -72,17 +42,6 @@ class WorkerProc:
 
     def wait_exit(self, timeout: float = 10.0) -> int:
         return self.proc.wait(timeout=timeout)
-
-    def stderr_tail(self, n: int = 4000) -> str:
-        try:
-            return self.stderr_path.read_text(errors="replace")[-n:]
-        except FileNotFoundError:
-            return ""
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 def worker_command(
