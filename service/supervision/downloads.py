@@ -42,10 +42,6 @@ class DownloadSupervisor:
         self._lock = asyncio.Lock()
         self._shutting_down = False
 
-    @property
-    def running_jobs(self) -> list[str]:
-        return list(self._children)
-
     async def request(self, model: str, resolution: dict[str, Any]) -> tuple[str | None, bool, bool]:
         """Start (or join) the download of ``model``. Returns
         ``(job_id, joined, already_downloaded)``."""

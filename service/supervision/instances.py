@@ -401,7 +401,3 @@ class InstanceSupervisor:
     def queue_length(self) -> int:
         """Requests waiting for a model slot."""
         return len(self._queue)
-
-    @property
-    def live_pids(self) -> list[int]:
-        return [c.pid for c in self._children.values() if c.alive]
