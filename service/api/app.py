@@ -14,7 +14,7 @@ from litestar.openapi import OpenAPIConfig
 
 from service import __version__, startup
 from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
-from service.api.events_controller import EventsController
+from service.api.events_controller import EventsController, models_sse
 from service.api.health_controller import health
 from service.api.middleware import request_id_middleware
 from service.api.models_controller import list_models, list_models_openai, load_model, remove_model, unload_model
@@ -56,6 +56,7 @@ def create_app(settings: Settings) -> Litestar:
             cancel_download,
             *proxy_routes,
             EventsController,
+            models_sse,
         ],
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,

@@ -1,17 +1,20 @@
-"""``GET /events`` (the audit query) and ``GET /events/stream`` (SSE with replay)."""
+"""``GET /events`` (the audit query), ``GET /events/stream`` (SSE with replay) and
+llama.cpp's ``GET /models/sse``, all served from the log."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar
 
 from litestar import Controller, Request, get
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from service.api.event_query import parse_filter
+from service.api.llama_sse import to_llama
 from service.api.problems import Problem
 from service.api.runtime import Runtime
+from service.core.events import Recorded
 from service.event_store._sql import EventFilter
 from service.event_store.codec import dumps, to_wire
 
@@ -49,7 +52,27 @@ class EventsController(Controller):
         return ServerSentEvent(_messages(runtime, flt), retry_duration=1000)
 
 
-async def _messages(runtime: Runtime, flt: EventFilter) -> AsyncIterator[ServerSentEventMessage]:
+def _ours(recorded: Recorded) -> ServerSentEventMessage | None:
+    return ServerSentEventMessage(data=dumps(to_wire(recorded)), event=recorded.type, id=recorded.position)
+
+
+def _llama(recorded: Recorded) -> ServerSentEventMessage | None:
+    payload = to_llama(recorded)
+    return None if payload is None else ServerSentEventMessage(data=dumps(payload), id=recorded.position)
+
+
+@get("/models/sse", operation_id="modelsSse", tags=["models"])
+async def models_sse(request: Request[Any, Any, Any], runtime: Runtime) -> ServerSentEvent:
+    """llama.cpp router's event stream shape (``data: {model, event, data}``), from
+    the same log; resumable with ``Last-Event-ID`` unlike the original."""
+    last_id = request.headers.get("last-event-id", "")
+    after = int(last_id) if last_id.strip().isdigit() else runtime.live.position
+    return ServerSentEvent(_messages(runtime, EventFilter(after=after), render=_llama))
+
+
+async def _messages(
+    runtime: Runtime, flt: EventFilter, render: Callable[[Recorded], ServerSentEventMessage | None] = _ours
+) -> AsyncIterator[ServerSentEventMessage]:
     # No DB connection is held across a yield: each page opens and closes its
     # own, so a client that vanishes mid-stream leaks nothing.
     cursor = flt.after or 0
@@ -60,9 +83,9 @@ async def _messages(runtime: Runtime, flt: EventFilter) -> AsyncIterator[ServerS
             while cursor < head:
                 page = await runtime.store.read(dataclasses.replace(flt, after=cursor, before=head + 1, limit=_PAGE))
                 for recorded in page:
-                    yield ServerSentEventMessage(
-                        data=dumps(to_wire(recorded)), event=recorded.type, id=recorded.position
-                    )
+                    message = render(recorded)
+                    if message is not None:
+                        yield message
                 cursor = page[-1].position if len(page) == _PAGE else head
             if not await runtime.live.wait_beyond(head, timeout=runtime.settings.sse_keepalive):
                 yield ServerSentEventMessage(comment="keep-alive")

@@ -146,3 +146,42 @@ def test_bad_last_event_id_is_400(svc: ServiceProcess) -> None:
     answer = httpx.get(f"{svc.url}/events/stream", headers={"Last-Event-ID": "abc"})
     assert answer.status_code == 400
     assert answer.headers["content-type"].startswith("application/problem+json")
+
+
+@pytest.mark.timeout(60)
+def test_llama_cpp_models_sse_shape(svc: ServiceProcess) -> None:
+    """llama.cpp clients read ``data: {model, event, data}`` lines from /models/sse."""
+    store = _store(svc)
+    got: list[dict[str, object]] = []
+    ready = threading.Event()
+
+    def listen() -> None:
+        with httpx.Client(timeout=10) as client, connect_sse(client, "GET", f"{svc.url}/models/sse") as source:
+            ready.set()
+            for sse in source.iter_sse():
+                if sse.data:
+                    got.append(json.loads(sse.data))
+                    if len(got) == 4:
+                        return
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    assert ready.wait(10)
+    time.sleep(0.3)
+    store.append(
+        [
+            new_event("download_requested", {"job_id": "j", "repo": "org/m", "total_bytes": 10}, model="org/m:Q8_0"),
+            new_event("download_progress", {"job_id": "j", "bytes_done": 5, "bytes_total": 10}, model="org/m:Q8_0"),
+            new_event("request_completed", {"route": "/v1/completions"}, model="org/m:Q8_0"),  # no llama.cpp twin
+            new_event("download_cancelled", {"job_id": "j", "bytes_on_disk": 5}, model="org/m:Q8_0"),
+            new_event("instance_crashed", {"instance_id": "i", "exit_code": 139}, model="org/m:Q8_0"),
+        ]
+    )
+    thread.join(10)
+    assert got == [
+        {"model": "org/m:Q8_0", "event": "model_status", "data": {"status": "downloading"}},
+        {"model": "org/m:Q8_0", "event": "download_progress", "data": {"progress": {"j": {"done": 5, "total": 10}}}},
+        {"model": "org/m:Q8_0", "event": "download_cancelled", "data": {}},
+        {"model": "org/m:Q8_0", "event": "status_change", "data": {"status": "unloaded", "exit_code": 139}},
+    ]
+    store.close()
