@@ -1,7 +1,7 @@
 """Where a worker's events go (shared by the download and inference workers).
 
 A worker only ever calls ``sink.emit(type, data)``. The real destination is the
-service's SQLite event store (``--db``, via ``service.event_store.StoreSink``);
+service's SQLite event store (``--db``, via ``service.event_store.worker_writer``);
 tests use :class:`ListSink`, and without a store a worker writes JSON lines
 (:class:`JsonlSink`) to stdout or to a file, which :func:`read_jsonl` reads back.
 """

@@ -10,14 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["EventFilter", "NewEvent", "StoreSink", "SyncEventStore", "new_event", "to_wire"]
+__all__ = ["EventFilter", "NewEvent", "SyncEventStore", "new_event", "to_wire"]
 
 _HOMES = {
     "EventFilter": "service.event_store._sql",
     "NewEvent": "service.event_store.codec",
     "new_event": "service.event_store.codec",
     "to_wire": "service.event_store.codec",
-    "StoreSink": "service.event_store.sync_store",
     "SyncEventStore": "service.event_store.sync_store",
 }
 

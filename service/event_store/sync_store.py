@@ -92,15 +92,3 @@ class SyncEventStore:
                 self._write_conn = None
         self._writer.dispose()
         self._reader.dispose()
-
-
-class StoreSink:
-    """Adapter giving workers the ``emit(type, data)`` sink they are written against,
-    bound to one model (the stream key)."""
-
-    def __init__(self, store: SyncEventStore, model: str | None) -> None:
-        self.store = store
-        self.model = model
-
-    def emit(self, type_: str, data: dict[str, Any]) -> None:
-        self.store.emit(type_, data, model=self.model)

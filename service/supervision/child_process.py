@@ -155,15 +155,3 @@ class ChildProcess:
         """Signal the child's whole process group."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
-
-    async def stop(self, timeout: float, *, sig: int = signal.SIGTERM) -> tuple[ExitStatus, bool]:
-        """``sig`` (SIGTERM), then SIGKILL after ``timeout``. Returns the exit status
-        and whether the kill was forced. Works on a SIGSTOPped child too."""
-        if not self.alive:
-            return await self.wait(), False
-        self.signal_group(sig)
-        try:
-            return await asyncio.wait_for(self.wait(), timeout), False
-        except TimeoutError:
-            self.signal_group(signal.SIGKILL)
-            return await self.wait(), True
