@@ -98,15 +98,12 @@ class InstanceSupervisor:
             if model.instance is not None:
                 return model
             if not self._has_slot(model.name):
-                victim = commands.choose_victim(self.live.state, self.busy, exclude=model.name)
-                if victim is None:
+                if not await self._evict_for(model.name):
                     raise CommandRejected(
                         "capacity",
                         f"model limit reached ({self.settings.models_max}) and every loaded model is busy "
                         "or loading; try again later",
                     )
-                await self._request_stop(victim, "evicted")
-                self._spawn_task(self._stop_process(victim), f"evict-{victim.name}")
                 await self._wait_slot_free_locked(model.name)
             await self._start(model, reason)
         return self.live.state.models[model.name]
@@ -204,12 +201,19 @@ class InstanceSupervisor:
             if current.instance is not None or self._queue[0] is not ticket:
                 return None
             if not self._has_slot(model.name):
-                victim = commands.choose_victim(self.live.state, self.busy, exclude=model.name)
-                if victim is not None:
-                    await self._request_stop(victim, "evicted")
-                    self._spawn_task(self._stop_process(victim), f"evict-{victim.name}")
+                await self._evict_for(model.name)
                 return None
             return await self._start(current, "autoload")
+
+    async def _evict_for(self, model: str) -> bool:
+        """LOADED -> UNLOADING for the LRU idle model, to free a slot for ``model``
+        (called under the lock). False when every running model is busy or loading."""
+        victim = commands.choose_victim(self.live.state, self.busy, exclude=model)
+        if victim is None:
+            return False
+        await self._request_stop(victim, "evicted")
+        self._spawn_task(self._stop_process(victim), f"evict-{victim.name}")
+        return True
 
     def _has_slot(self, model: str) -> bool:
         limit = self.settings.models_max
