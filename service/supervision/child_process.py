@@ -1,35 +1,51 @@
 """One supervised child process: spawn, watch, stop. The only module that forks.
 
 Every worker runs in its own process group (so a stop reaches any grandchild)
-and gets ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with the service even when
-the service is SIGKILLed; workers also treat EOF on stdin as "the service is
-gone". The last 8 KiB of stderr are kept for crash reports.
+and treats EOF on stdin as "the service is gone"; each worker also asks for
+``PR_SET_PDEATHSIG`` itself, right after exec, and re-checks its parent pid
+(``workers/_parent_watch.py``). The last 8 KiB of stderr are kept for crash
+reports.
+
+Why no ``preexec_fn``, and why a spawner thread: the service is threaded
+(aiosqlite, ``asyncio.to_thread``, huggingface_hub's HTTP client). With a
+``preexec_fn`` CPython runs the interpreter's at-fork hooks in the child, and
+huggingface_hub's (``close_session``) could block on a lock that another
+thread held at the moment of the fork, so the child never reached exec, while
+the event loop sat inside ``Popen`` waiting for it: the whole service froze
+(issue 11 §1.1). Now no Python code runs between fork and exec (only
+``setsid`` and closing descriptors, done in C, and CPython may use ``vfork``),
+and ``Popen`` runs on one long-lived spawner thread, so the event loop never
+waits for a fork. The thread lives as long as the process because
+``PR_SET_PDEATHSIG`` fires when the *thread* that forked a child exits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import functools
 import os
 import signal
-import sys
+import subprocess
 from collections import deque
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psutil
 import structlog
 
 STDERR_TAIL_BYTES = 8192
-_PR_SET_PDEATHSIG = 1
 _log = structlog.get_logger(__name__)
+_spawner: ThreadPoolExecutor | None = None
 
 
-def _child_setup() -> None:  # pragma: no cover - runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _spawner_thread() -> ThreadPoolExecutor:
+    # Created on first use, never shut down: see the module docstring.
+    global _spawner
+    if _spawner is None:
+        _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spawner")
+    return _spawner
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,49 +87,65 @@ def same_process_alive(pid: int | None, started_at: float | None, marker: str | 
 class ChildProcess:
     """A running worker. Create with :meth:`spawn`; ``wait()`` resolves on exit."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, name: str) -> None:
-        self._proc = proc
+    def __init__(self, popen: subprocess.Popen[bytes], name: str) -> None:
+        self._popen = popen
         self.name = name
-        self.pid = proc.pid
-        self.started_at = process_start_time(proc.pid)
+        self.pid = popen.pid
+        self.started_at = process_start_time(popen.pid)
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
-        self._readers = [asyncio.create_task(self._drain_stderr()), asyncio.create_task(self._drain_stdout())]
-        self._exit: asyncio.Task[ExitStatus] = asyncio.create_task(self._wait())
+        self._stdin: asyncio.WriteTransport | None = None
+        self._readers: list[asyncio.Task[None]] = []
+        self._exit: asyncio.Task[ExitStatus] | None = None
 
     @classmethod
     async def spawn(cls, argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None) -> ChildProcess:
-        """Start ``argv`` in its own process group with stdin/stdout/stderr pipes."""
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-            preexec_fn=_child_setup,
+        """Start ``argv`` in its own session and process group, stdin and stderr
+        piped, without blocking the event loop (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        popen = await loop.run_in_executor(
+            _spawner_thread(),
+            functools.partial(
+                subprocess.Popen,
+                list(argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+                close_fds=True,
+            ),
         )
-        child = cls(proc, name)
+        child = cls(popen, name)
+        try:
+            await child._attach(loop)
+        except BaseException:
+            # Never leave an unwatched process behind.
+            child.signal_group(signal.SIGKILL)
+            await loop.run_in_executor(None, popen.wait)
+            raise
         _log.info("child_spawned", child=name, pid=child.pid)
         return child
 
+    async def _attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self._popen.stdin is not None and self._popen.stderr is not None
+        self._stdin, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, self._popen.stdin)
+        reader = asyncio.StreamReader(limit=1 << 20)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._popen.stderr)
+        self._readers = [asyncio.create_task(self._drain_stderr(reader), name=f"stderr-{self.pid}")]
+        self._exit = asyncio.create_task(self._wait(loop), name=f"wait-{self.pid}")
+
     @property
     def returncode(self) -> int | None:
-        return self._proc.returncode
+        return self._popen.returncode
 
     @property
     def alive(self) -> bool:
-        return not self._exit.done()
+        return self._exit is not None and not self._exit.done()
 
-    async def _drain_stdout(self) -> None:
-        assert self._proc.stdout is not None
-        while await self._proc.stdout.read(65536):
-            pass
-
-    async def _drain_stderr(self) -> None:
-        assert self._proc.stderr is not None
+    async def _drain_stderr(self, reader: asyncio.StreamReader) -> None:
         while True:
-            chunk = await self._proc.stderr.read(65536)
+            chunk = await reader.read(65536)
             if not chunk:
                 return
             self._stderr.append(chunk)
@@ -125,21 +157,47 @@ class ChildProcess:
         """The last 8 KiB the child wrote to stderr."""
         return b"".join(self._stderr)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
 
-    async def _wait(self) -> ExitStatus:
-        returncode = await self._proc.wait()
-        # Let the readers collect the last stderr bytes before anyone reports them.
+    async def _reaped(self, loop: asyncio.AbstractEventLoop) -> int:
+        """The exit status, collected without a thread per child: a pidfd becomes
+        readable when the process exits (Linux 5.3+); elsewhere a thread waits."""
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            return await loop.run_in_executor(None, self._popen.wait)
+        exited: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not exited.done():
+                exited.set_result(None)
+
+        loop.add_reader(pidfd, readable)
+        try:
+            await exited
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        # Popen.poll, not os.waitpid: Popen keeps its own record of the reaped status.
+        code = self._popen.poll()
+        return code if code is not None else await loop.run_in_executor(None, self._popen.wait)
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop) -> ExitStatus:
+        returncode = await self._reaped(loop)
+        # Let the reader collect the last stderr bytes before anyone reports them.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.gather(*self._readers), 1.0)
+        if self._stdin is not None:
+            self._stdin.close()
         status = ExitStatus.from_returncode(returncode)
         _log.info("child_exited", child=self.name, pid=self.pid, exit_code=status.exit_code, signal=status.signal)
         return status
 
     async def wait(self) -> ExitStatus:
+        assert self._exit is not None
         return await asyncio.shield(self._exit)
 
     def send_line(self, line: str) -> None:
         """Write a command line to the child's stdin (ignored if it is gone)."""
-        stdin = self._proc.stdin
+        stdin = self._stdin
         if stdin is None or stdin.is_closing():
             return
         with contextlib.suppress(OSError, RuntimeError):
@@ -147,7 +205,7 @@ class ChildProcess:
 
     def close_stdin(self) -> None:
         """EOF on the child's stdin: workers read it as "the service is going away"."""
-        stdin = self._proc.stdin
+        stdin = self._stdin
         if stdin is not None and not stdin.is_closing():
             stdin.close()
 

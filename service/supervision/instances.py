@@ -217,7 +217,14 @@ class InstanceSupervisor:
 
     def _has_slot(self, model: str) -> bool:
         limit = self.settings.models_max
-        return limit == 0 or commands.running_count(self.live.state) < limit
+        return limit == 0 or commands.running_count(self.live.state) + self._exiting() < limit
+
+    def _exiting(self) -> int:
+        # A worker records its own end (instance_stopped, instance_load_failed)
+        # just before it exits: its process holds the slot until it is reaped.
+        state = self.live.state
+        live = {m.instance.instance_id for m in state.models.values() if m.instance is not None}
+        return sum(1 for instance_id in self._children if instance_id not in live)
 
     async def _wait_slot_free_locked(self, model: str) -> None:
         deadline = time.monotonic() + self.settings.stop_timeout + 5
@@ -294,6 +301,7 @@ class InstanceSupervisor:
     async def _watch(self, instance_id: str, model_name: str, child: ChildProcess) -> None:
         status = await child.wait()
         self._children.pop(instance_id, None)
+        self._poke()  # a reaped worker frees its slot
         try:
             state = await self.live.sync()
             model = state.models.get(model_name)
