@@ -36,7 +36,7 @@ bench: install
 
 # Offline demo: the project's own Hub server, a generated repo, a download, a chat.
 demo: install
-	$(BIN)/python -m service.devtools.demo
+	$(BIN)/python -m devtools.demo
 
 verify: install
 	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/modelrouter verify --deep

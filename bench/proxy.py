@@ -26,8 +26,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.devtools.service_process import ServiceProcess
-from service.devtools.tiny_gguf import write_tiny_gguf
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
 from service.supervision.ports import free_port
 
 # /v1/completions with a plain prompt: the Gemma 270M file is a base model

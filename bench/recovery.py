@@ -40,9 +40,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devtools.service_process import ServiceProcess
 from service.core import events as ev
 from service.core.snapshot import FOLD_VERSION
-from service.devtools.service_process import ServiceProcess
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, dumps, encode, format_time
 from service.event_store.migrate import upgrade

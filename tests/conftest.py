@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "0")
 
-from service.devtools.service_process import ServiceProcess
+from devtools.service_process import ServiceProcess
 
 pytest_plugins = ["tests.conftest_hub"]
 from service.event_store.migrate import upgrade  # noqa: E402

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from service.devtools.hub_server import HubServer
+from devtools.hub_server import HubServer
 from tests.worker_proc import WorkerUnderTest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

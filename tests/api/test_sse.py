@@ -12,7 +12,7 @@ import httpx
 import pytest
 from httpx_sse import ServerSentEvent, connect_sse
 
-from service.devtools.service_process import ServiceProcess
+from devtools.service_process import ServiceProcess
 from service.event_store import SyncEventStore, new_event
 
 

@@ -16,8 +16,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from service.devtools.hub_repos import generated_bytes, load_repo, make_repo
-from service.devtools.hub_server import HubServer
+from devtools.hub_repos import generated_bytes, load_repo, make_repo
+from devtools.hub_server import HubServer
 from tests.conftest_hub import unique_repo
 
 pytestmark = pytest.mark.timeout(60)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.devtools.tiny_gguf import (
+from devtools.tiny_gguf import (
     UNSUPPORTED_ARCH,
     write_random_bytes,
     write_text_as_gguf,
@@ -78,7 +78,7 @@ def test_bad_file_helpers(tmp_path: Path) -> None:
 def test_cli(tmp_path: Path) -> None:
     out = tmp_path / "cli.gguf"
     proc = subprocess.run(
-        [sys.executable, "-m", "service.devtools.tiny_gguf", str(out), "--seed", "3"],
+        [sys.executable, "-m", "devtools.tiny_gguf", str(out), "--seed", "3"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -15,10 +15,10 @@ import httpx
 import psutil
 import pytest
 
-from service.devtools.hub_repos import make_repo
-from service.devtools.hub_server import HubServer
-from service.devtools.service_process import ServiceProcess
-from service.devtools.tiny_gguf import write_tiny_gguf
+from devtools.hub_repos import make_repo
+from devtools.hub_server import HubServer
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
 from tests.conftest_hub import unique_repo
 from tests.supervision.conftest import events, inference_children, model_entry, still_running, wait_for_event
 

@@ -13,9 +13,9 @@ import httpx
 import psutil
 import pytest
 
-from service.devtools.hub_repos import make_repo
-from service.devtools.hub_server import HubServer
-from service.devtools.service_process import ServiceProcess
+from devtools.hub_repos import make_repo
+from devtools.hub_server import HubServer
+from devtools.service_process import ServiceProcess
 from tests.conftest_hub import unique_repo
 from tests.supervision.conftest import events, still_running
 

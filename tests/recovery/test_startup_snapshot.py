@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from service.devtools.service_process import ServiceProcess
+from devtools.service_process import ServiceProcess
 from service.event_store import SyncEventStore, new_event
 from tests.supervision.conftest import events
 

@@ -11,8 +11,8 @@ import httpx
 import psutil
 import pytest
 
-from service.devtools.service_process import ServiceProcess
-from service.devtools.tiny_gguf import write_random_bytes, write_text_as_gguf, write_tiny_gguf, write_truncated_gguf
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_random_bytes, write_text_as_gguf, write_tiny_gguf, write_truncated_gguf
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,9 @@ import pytest
 from httpx_sse import connect_sse
 from huggingface_hub import scan_cache_dir
 
-from service.devtools.hub_repos import make_repo
-from service.devtools.hub_server import HubServer
-from service.devtools.service_process import ServiceProcess
+from devtools.hub_repos import make_repo
+from devtools.hub_server import HubServer
+from devtools.service_process import ServiceProcess
 from tests.conftest_hub import unique_repo
 from tests.supervision.conftest import events, model_entry, still_running, wait_for_event
 
@@ -288,7 +288,7 @@ def test_disk_full_fails_clearly_and_the_service_stays_up(hub: HubServer, tmp_pa
 def test_remove_keeps_shared_blobs_and_refuses_loaded_models(
     svc: ServiceProcess, hub: HubServer, tmp_path: Path
 ) -> None:
-    from service.devtools.tiny_gguf import write_tiny_gguf
+    from devtools.tiny_gguf import write_tiny_gguf
 
     repo = unique_repo("remove")
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf").read_bytes()

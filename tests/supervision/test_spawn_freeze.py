@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.devtools.hub_repos import make_repo
-from service.devtools.hub_server import HubServer
-from service.devtools.service_process import ServiceProcess
+from devtools.hub_repos import make_repo
+from devtools.hub_server import HubServer
+from devtools.service_process import ServiceProcess
 from tests.conftest_hub import unique_repo
 
 DURATION = float(os.environ.get("MODELROUTER_FREEZE_TEST_SECONDS", "60"))

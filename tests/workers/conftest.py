@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from service.devtools.tiny_gguf import write_tiny_gguf
+from devtools.tiny_gguf import write_tiny_gguf
 from tests.worker_proc import WorkerUnderTest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

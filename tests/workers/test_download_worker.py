@@ -19,8 +19,8 @@ import psutil
 import pytest
 from huggingface_hub import hf_hub_download, scan_cache_dir
 
-from service.devtools.hub_repos import RepoInfo, make_repo
-from service.devtools.hub_server import HubServer
+from devtools.hub_repos import RepoInfo, make_repo
+from devtools.hub_server import HubServer
 from service.downloads.resolution import resolve
 from tests.conftest_hub import (
     REPO_ROOT,

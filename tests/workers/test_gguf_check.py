@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.devtools.tiny_gguf import (
+from devtools.tiny_gguf import (
     UNSUPPORTED_ARCH,
     write_random_bytes,
     write_text_as_gguf,

@@ -19,7 +19,7 @@ import openai
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from service.devtools.tiny_gguf import (
+from devtools.tiny_gguf import (
     write_random_bytes,
     write_text_as_gguf,
     write_tiny_gguf,

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from service.devtools.hub_repos import RepoInfo, make_repo
-from service.devtools.hub_server import HubServer
+from devtools.hub_repos import RepoInfo, make_repo
+from devtools.hub_server import HubServer
 from service.downloads.resolution import ResolutionError, resolve
 from tests.conftest_hub import unique_repo
 

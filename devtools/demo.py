@@ -13,10 +13,10 @@ from pathlib import Path
 
 import httpx
 
-from service.devtools.hub_repos import make_repo
-from service.devtools.hub_server import HubServer
-from service.devtools.service_process import ServiceProcess
-from service.devtools.tiny_gguf import write_tiny_gguf
+from devtools.hub_repos import make_repo
+from devtools.hub_server import HubServer
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
 
 REPO = "demo/tiny-llama-GGUF"
 

@@ -1,4 +1,4 @@
-"""Start, steer and stop the fake Hub (:mod:`service.devtools.hub_server`) as a subprocess.
+"""Start, steer and stop the fake Hub (:mod:`devtools.hub_server`) as a subprocess.
 
 Why a subprocess and not a thread: the server must keep serving while a test
 SIGKILLs or SIGSTOPs the download worker, its byte counters must be exact
@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 class HubServer:
@@ -49,7 +49,7 @@ class HubServer:
         root.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
-        cmd = [sys.executable, "-m", "service.devtools.hub_server", "--root", str(root),
+        cmd = [sys.executable, "-m", "devtools.hub_server", "--root", str(root),
                "--port", str(port), "--host", host] + (["--verbose"] if verbose else [])  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=_PROJECT_ROOT, env=env)
         assert proc.stdout is not None
@@ -72,7 +72,7 @@ class HubServer:
     # --- control -------------------------------------------------------
 
     def set_faults(self, *faults: Mapping[str, Any], replace: bool = True) -> list[dict[str, Any]]:
-        """Arm faults (see :mod:`service.devtools.hub_faults`); replaces the current list by default."""
+        """Arm faults (see :mod:`devtools.hub_faults`); replaces the current list by default."""
         r = self._client.post("/_control/faults", json={"faults": list(faults), "replace": replace})
         r.raise_for_status()
         return list(r.json()["faults"])

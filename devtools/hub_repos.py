@@ -1,4 +1,4 @@
-"""On-disk repositories served by the fake Hub (:mod:`service.devtools.hub_server`).
+"""On-disk repositories served by the fake Hub (:mod:`devtools.hub_server`).
 
 Layout under a root directory::
 
@@ -224,7 +224,7 @@ def _write_json_atomic(path: Path, data: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m service.devtools.hub_repos --root DIR user/repo PATH=SIZE|PATH=@FILE ... [--gated --token T]``
+    """``python -m devtools.hub_repos --root DIR user/repo PATH=SIZE|PATH=@FILE ... [--gated --token T]``
 
     Creates a repo for the hub server from a shell (``make demo``): ``=SIZE``
     generates that many bytes, ``=@FILE`` copies a real file (e.g. a tiny GGUF).
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m service.devtools.hub_repos", description="Create a fake Hub repo.")
+    p = argparse.ArgumentParser(prog="python -m devtools.hub_repos", description="Create a fake Hub repo.")
     p.add_argument("--root", required=True, type=Path)
     p.add_argument("repo")
     p.add_argument("files", nargs="+", metavar="PATH=SIZE|PATH=@FILE")

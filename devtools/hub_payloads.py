@@ -1,4 +1,4 @@
-"""JSON bodies and header parsing of the fake Hub (:mod:`service.devtools.hub_server`).
+"""JSON bodies and header parsing of the fake Hub (:mod:`devtools.hub_server`).
 
 Kept apart from the HTTP handler so the Hub's response shapes (what
 huggingface_hub 2.4.0 and llama.cpp parse) can be read in one place.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from service.devtools.hub_repos import RepoInfo
+from devtools.hub_repos import RepoInfo
 
 _TIMESTAMP = "2026-01-01T00:00:00.000Z"
 

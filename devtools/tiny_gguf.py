@@ -11,7 +11,7 @@ byte-fallback tokens ``<0x00>``..``<0xFF>`` plus ``<unk>``, ``<s>``, ``</s>``,
 the two ChatML control tokens and the SentencePiece space marker, so any UTF-8 text tokenizes (byte by
 byte) and the ChatML chat template in ``tokenizer.chat_template`` works.
 
-CLI: ``python -m service.devtools.tiny_gguf OUT.gguf [--seed N] [--embedding]``.
+CLI: ``python -m devtools.tiny_gguf OUT.gguf [--seed N] [--embedding]``.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 Run as its own process::
 
-    python -m service.devtools.hub_server --root DIR [--port 0] [--host 127.0.0.1] [--verbose]
+    python -m devtools.hub_server --root DIR [--port 0] [--host 127.0.0.1] [--verbose]
 
 It prints one JSON line ``{"port": N, "url": "http://host:N"}`` on stdout once
 it listens, then serves the repos under ``DIR`` (see
-:mod:`service.devtools.hub_repos` for the layout and ``make_repo``).
+:mod:`devtools.hub_repos` for the layout and ``make_repo``).
 
 Implements what huggingface_hub 2.4.0 and llama.cpp need: model info (with and
 without ``/revision/<rev>``), recursive tree listing, refs, and
@@ -15,9 +15,9 @@ headers and ``X-Error-Code`` errors (RepoNotFound, RevisionNotFound,
 EntryNotFound, GatedRepo). Bytes are sent with ``sendfile`` so a 1 GB download
 is limited by the client, not by this server.
 
-Control endpoints (used by :class:`service.devtools.hub_control.HubServer`):
+Control endpoints (used by :class:`devtools.hub_control.HubServer`):
 ``POST /_control/faults`` (``{"faults": [...], "replace": true}``, see
-:mod:`service.devtools.hub_faults`), ``GET /_control/faults``,
+:mod:`devtools.hub_faults`), ``GET /_control/faults``,
 ``GET /_control/stats``, ``POST /_control/reset_stats``, ``POST /_control/reset``
 (clears faults and stats and releases stalled responses), ``GET /_control/health``.
 """
@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from service.devtools.hub_control import HubServer
-from service.devtools.hub_faults import BodyPlan, FaultBook
-from service.devtools.hub_payloads import bearer_token, model_json, parse_range, tree_json
-from service.devtools.hub_repos import HubFile, RepoInfo, file_path, load_repo, make_repo
+from devtools.hub_control import HubServer
+from devtools.hub_faults import BodyPlan, FaultBook
+from devtools.hub_payloads import bearer_token, model_json, parse_range, tree_json
+from devtools.hub_repos import HubFile, RepoInfo, file_path, load_repo, make_repo
 
 __all__ = ["HubServer", "RepoInfo", "main", "make_repo", "serve"]
 
