@@ -48,16 +48,12 @@ class ServiceProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         cmd = [sys.executable, "-m", "service.cli", "serve", "--home", str(self.home), "--port", str(self.port)]
-        limit = self.file_size_limit
-
-        def _limit_file_size() -> None:  # pragma: no cover - runs in the child
-            if limit is not None:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-        self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True, preexec_fn=_limit_file_size
-        )
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         try:
+            if self.file_size_limit is not None:
+                # Set on the running child, not in preexec_fn (unsafe in a threaded parent); it is
+                # in place before /health answers, so every worker spawned for a request inherits it.
+                resource.prlimit(self.proc.pid, resource.RLIMIT_FSIZE, (self.file_size_limit, self.file_size_limit))
             self.wait_healthy(timeout)
         except BaseException:
             self.kill9()  # never leak a half-started service
