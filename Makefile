@@ -6,7 +6,7 @@ HOME_DIR ?= $(or $(MODELROUTER_HOME),$(HOME)/.local/share/modelrouter)
 # llama-cpp-python compiles from source the first time (~12 min on 2 cores); pip caches the wheel.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install run migrate test bench demo verify clean
+.PHONY: install run migrate test wheel-check bench demo verify clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ run: migrate
 
 test: install
 	$(BIN)/python -m pytest tests -q
+
+# The wheel in a scratch venv: `modelrouter serve` answers /health and migrates (also run by .ci/run).
+wheel-check:
+	$(PYTHON) .ci/wheel_check.py
 
 bench: install
 	$(BIN)/pip install -e '.[test,bench]'

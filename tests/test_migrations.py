@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from alembic.script import ScriptDirectory
+
+from service.event_store.migrate import alembic_config, upgrade
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -36,3 +41,15 @@ def test_downgrade_and_upgrade_round_trip(tmp_path: Path) -> None:
     assert _alembic(db, "upgrade", "head").returncode == 0
     assert _alembic(db, "downgrade", "base").returncode == 0
     assert _alembic(db, "upgrade", "head").returncode == 0
+
+
+def test_the_service_migrates_without_alembic_ini_from_any_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime builds its Alembic config in code (a wheel install has no alembic.ini)."""
+    cfg = alembic_config()
+    assert cfg.config_file_name is None
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "nested" / "service.db"
+    upgrade(db)
+    with sqlite3.connect(db) as conn:
+        (version,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    assert version == ScriptDirectory.from_config(cfg).get_current_head()

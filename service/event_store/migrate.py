@@ -7,15 +7,18 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
+import migrations
 from service.event_store.engines import sync_engine
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def alembic_config(url: str | None = None) -> Config:
-    """Config pointing at this project's ``migrations/`` whatever the cwd."""
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    """Alembic's config built in code, pointing at the installed ``migrations`` package.
+
+    Neither ``alembic.ini`` nor the cwd matters, so a wheel install migrates too.
+    """
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(migrations.__file__).resolve().parent))
+    cfg.set_main_option("path_separator", "os")
     if url is not None:
         cfg.set_main_option("sqlalchemy.url", url)
     return cfg
