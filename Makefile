@@ -1,4 +1,4 @@
-# modelrouter: `make run` serves on 127.0.0.1:8080, `make test` runs the suite.
+# modelrouter: `make run` serves on 127.0.0.1:8080, `make test` runs lint, types and the suite.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,7 @@ HOME_DIR ?= $(or $(MODELROUTER_HOME),$(HOME)/.local/share/modelrouter)
 # llama-cpp-python compiles from source the first time (~12 min on 2 cores); pip caches the wheel.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install run migrate test wheel-check bench demo verify clean
+.PHONY: install run migrate lint test wheel-check bench demo verify clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,13 @@ migrate: install
 run: migrate
 	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/modelrouter serve
 
-test: install
+# Zero findings, or the suite does not run.
+lint: install
+	$(BIN)/ruff check service workers migrations devtools tests bench .ci
+	$(BIN)/ruff format --check service workers migrations devtools tests bench .ci
+	$(BIN)/mypy service workers devtools
+
+test: lint
 	$(BIN)/python -m pytest tests -q
 
 # The wheel in a scratch venv: `modelrouter serve` answers /health and migrates (also run by .ci/run).

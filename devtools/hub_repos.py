@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -176,7 +176,7 @@ def generated_bytes(repo_id: str, path: str, size: int) -> bytes:
     return b"".join(_generated_blocks(size, seed=f"{repo_id}/{path}", gguf=path.endswith(".gguf")))
 
 
-def _generated_blocks(size: int, *, seed: str, gguf: bool):  # type: ignore[no-untyped-def]
+def _generated_blocks(size: int, *, seed: str, gguf: bool) -> Iterator[bytes]:
     # One random 1 MiB block, with each copy stamped by its index so no two
     # blocks are equal: a resume at a wrong block-aligned offset must change
     # the sha256 instead of going unnoticed.

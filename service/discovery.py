@@ -47,8 +47,9 @@ def plan_discovery(state: RouterState, found: dict[str, list[Path]]) -> list[New
         current = state.models.get(name)
         if current is not None and current.available and current.path == primary:
             continue
-        listing = tuple({"path": str(p), "size": p.stat().st_size} for p in files)
-        size = sum(int(f["size"]) for f in listing)
+        sizes = [p.stat().st_size for p in files]
+        listing = tuple({"path": str(p), "size": n} for p, n in zip(files, sizes, strict=True))
+        size = sum(sizes)
         planned.append(
             NewEvent(ev.ModelDiscovered(source="models_dir", path=primary, files=listing, size=size), model=name)
         )

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.events import Recorded
 from service.core.fold import fold
@@ -107,9 +108,9 @@ class LiveState:
         finally:
             await asyncio.shield(conn.close())
 
-    async def _read_new(self, conn: object) -> None:
+    async def _read_new(self, conn: AsyncConnection) -> None:
         while True:
-            rows = await conn.run_sync(_sql.select_events, EventFilter(after=self.position, limit=_PAGE))  # type: ignore[attr-defined]
+            rows = await conn.run_sync(_sql.select_events, EventFilter(after=self.position, limit=_PAGE))
             if not rows:
                 return
             self._apply([to_recorded(row) for row in rows])

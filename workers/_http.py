@@ -201,7 +201,7 @@ def _proxy_for(scheme: str, host: str) -> str | None:
     import urllib.request
 
     proxies = urllib.request.getproxies_environment()
-    if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+    if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]  # undocumented, so not in typeshed
         return None
     return proxies.get(scheme) or proxies.get("all")
 

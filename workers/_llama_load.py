@@ -72,7 +72,7 @@ class LlamaLog:
     def install(self) -> None:
         import llama_cpp
 
-        @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+        @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]  # llama_cpp's ctypes callbacks are untyped
         def _callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
             self._on_log(level, text.decode("utf-8", errors="replace") if text else "")
 
@@ -137,7 +137,7 @@ def _with_progress_callback(on_progress: Callable[[float], bool]) -> tuple[Calla
     """
     import llama_cpp.llama_cpp as lc
 
-    @lc.llama_progress_callback  # type: ignore[untyped-decorator]
+    @lc.llama_progress_callback  # type: ignore[untyped-decorator]  # llama_cpp's ctypes callbacks are untyped
     def _progress(progress: float, _user_data: ctypes.c_void_p) -> bool:
         try:
             return bool(on_progress(float(progress)))

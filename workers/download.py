@@ -141,7 +141,7 @@ def _process_start_time() -> float | None:
     """Our start time as psutil reports it: with the pid it identifies this process
     even after the pid is reused (the service checks both before signalling)."""
     try:
-        import psutil  # type: ignore[import-untyped]
+        import psutil
 
         return float(psutil.Process().create_time())
     except Exception:

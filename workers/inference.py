@@ -341,7 +341,7 @@ class Worker:
 def _process_start_time() -> float | None:
     """Our start time as psutil reports it: with the pid, it identifies this process."""
     try:
-        import psutil  # type: ignore[import-untyped]
+        import psutil
 
         return float(psutil.Process().create_time())
     except Exception:  # optional detail

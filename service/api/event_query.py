@@ -69,4 +69,4 @@ def parse_filter(params: Mapping[str, Sequence[str]], *, after_default: int | No
         if given:
             values[name] = convert(name, given[0])
     types = tuple(_type(t) for t in params.get("type", []) or [])
-    return EventFilter(types=types, **values)  # type: ignore[arg-type]
+    return EventFilter(types=types, **values)  # type: ignore[arg-type]  # each _ONE converter returns its field's type

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from litestar import Controller, Request, get
 from litestar.response import ServerSentEvent, ServerSentEventMessage
@@ -27,7 +27,7 @@ def _params(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
 
 class EventsController(Controller):
     path = "/events"
-    tags: ClassVar[list[str]] = ["events"]
+    tags = ("events",)
 
     @get("/", operation_id="listEvents", summary="Query the event log")
     async def list_events(self, request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:

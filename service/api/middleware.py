@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import structlog
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 _log = structlog.get_logger("modelrouter.access")
@@ -17,7 +18,7 @@ def request_id_middleware(app: ASGIApp) -> ASGIApp:
     duration, echo it in the response, and log one canonical access line."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])

@@ -59,7 +59,8 @@ async def _enter_unless_disconnected(request: Request[Any, Any, Any], lease: Any
         with contextlib.suppress(asyncio.CancelledError):
             await acquire
         raise asyncio.CancelledError  # nobody is listening any more
-    return acquire.result()  # type: ignore[no-any-return]
+    address: tuple[str, str] = acquire.result()
+    return address
 
 
 def _worker_failed(model: str, exc: httpx.HTTPError) -> Problem:
@@ -116,11 +117,12 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
 
 
 def _route(path: str, operation_id: str) -> Any:
-    @post(path, operation_id=operation_id, tags=["openai"], status_code=HTTP_200_OK)
+    description = f"Proxied to the worker of the body's ``model`` ({path})."
+
+    @post(path, operation_id=operation_id, tags=["openai"], status_code=HTTP_200_OK, description=description)
     async def handler(request: Request[Any, Any, Any], runtime: Runtime, autoload: str | None = None) -> Response[Any]:
         return await proxy_request(request, runtime, autoload)
 
-    handler.__doc__ = f"Proxied to the worker of the body's ``model`` ({path})."
     return handler
 
 

@@ -142,7 +142,7 @@ def state_shape() -> str:
             seen.append(f"{cls.__name__}[{', '.join(str(m.value) for m in cls)}]")
             continue
         hints = typing.get_type_hints(cls)
-        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]  # not an Enum: a state dataclass
         seen.append(f"{cls.__name__}({', '.join(f'{n}: {_type_name(hints[n])}' for n in names)})")
         for name in names:
             pending.extend(_nested_types(hints[name]))

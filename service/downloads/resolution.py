@@ -122,7 +122,7 @@ def worker_spec(
 def warm_up() -> None:
     """Build huggingface_hub's shared HTTP client now (~30 ms: SSL context,
     certificates) instead of inside the first download request."""
-    from huggingface_hub.utils import get_session
+    from huggingface_hub import get_session
 
     get_session()
 

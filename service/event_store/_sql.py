@@ -44,7 +44,7 @@ def append(conn: Connection, batch: Sequence[NewEvent], source: dict[str, Any]) 
     the rows go through the DBAPI cursor (:func:`rows.insert_rows`, shared with
     the workers' writer) because this is the hot path."""
     with conn.begin():
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
         try:
             return insert_rows(cursor, batch, source)
         finally:
@@ -82,7 +82,7 @@ def select_page_raw(conn: Connection, after: int, limit: int) -> list[tuple[Any,
     the DBAPI cursor: ``data`` and ``source`` stay JSON *text* (decode them with
     ``codec.decode_rows``). The replay path: SQLAlchemy's per-row result
     processing costs more than the query itself."""
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
         cursor.execute(_PAGE, (int(after), int(limit)))
         return list(cursor.fetchall())

@@ -15,7 +15,8 @@ from service.core.events import Recorded
 from service.event_store import _sql
 from service.event_store._sql import EventFilter
 from service.event_store.codec import NewEvent, to_recorded
-from service.event_store.engines import Synchronous, async_engine
+from service.event_store.engines import async_engine
+from service.event_store.pragmas import Synchronous
 
 
 class AsyncEventStore:

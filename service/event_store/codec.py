@@ -167,8 +167,8 @@ def decode_rows(rows: Iterable[Sequence[Any]]) -> list[Recorded]:
     out: list[Recorded] = []
     append = out.append
     sources: dict[Any, Any] = {}
-    last_time_text: Any = None
-    last_time: datetime | None = None
+    last_time_text: Any = None  # recorded_at is NOT NULL, so the first row always parses its own
+    last_time = datetime.min
     for position, event_id, type_, version, model, data, source, recorded_at in rows:
         version = int(version)
         build = _DECODERS.get((type_, version)) or payload_decoder(type_, version)
@@ -181,7 +181,7 @@ def decode_rows(rows: Iterable[Sequence[Any]]) -> list[Recorded]:
             parsed = source
         if recorded_at != last_time_text:
             last_time_text, last_time = recorded_at, parse_time(recorded_at)
-        append(Recorded(int(position), str(event_id), model, event, parsed, last_time))  # type: ignore[arg-type]
+        append(Recorded(int(position), str(event_id), model, event, parsed, last_time))
     return out
 
 

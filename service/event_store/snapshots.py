@@ -76,7 +76,7 @@ def save_encoded(conn: Connection, position: int, fold_version: int, state_json:
     (atomic on a write engine, whose ``begin`` is ``BEGIN IMMEDIATE``). Returns the row id."""
     created_at = format_time(datetime.now(UTC))
     with conn.begin():
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
         try:
             cursor.execute(_INSERT, (int(position), int(fold_version), state_json, created_at))
             row_id = int(cursor.lastrowid or 0)
@@ -99,10 +99,10 @@ def load_latest_snapshot(conn: Connection, fold_version: int) -> tuple[RouterSta
     state), as are rows beyond the log's head and rows that fail to decode or
     whose state disagrees with their position column: a snapshot is a cache,
     never a source of truth, so a bad one only means a longer replay."""
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
         cursor.execute(_BEYOND_HEAD, (int(fold_version),))
-        beyond = int(cursor.fetchone()[0])  # type: ignore[index]
+        beyond = int(cursor.fetchone()[0])  # type: ignore[index]  # count(*) always returns a row
         if beyond:
             _log.warning("snapshot_beyond_head_ignored", count=beyond)
         cursor.execute(_CANDIDATES, (int(fold_version),))
@@ -124,7 +124,7 @@ def load_latest_snapshot(conn: Connection, fold_version: int) -> tuple[RouterSta
 
 def list_snapshots(conn: Connection) -> list[SnapshotInfo]:
     """Every stored snapshot's envelope, newest first (any fold version)."""
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
         cursor.execute(_LIST)
         return [SnapshotInfo(int(i), int(p), int(v), str(c), int(n or 0)) for i, p, v, c, n in cursor.fetchall()]

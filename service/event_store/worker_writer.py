@@ -30,7 +30,7 @@ class WorkerEventWriter:
         self._conn = sqlite3.connect(
             str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
         )
-        configure_connection(self._conn, level if level in ("FULL", "NORMAL") else "FULL")  # type: ignore[arg-type]
+        configure_connection(self._conn, "NORMAL" if level == "NORMAL" else "FULL")
         self._lock = threading.Lock()  # a worker may emit from a helper thread
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:

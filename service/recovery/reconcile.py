@@ -65,7 +65,7 @@ def plan_reconcile(state: RouterState, cache_dir: Path) -> ReconcilePlan:
             job = model.jobs[model.active_job]
             if same_process_alive(job.pid, job.pid_started_at, marker=job.job_id):
                 _log.warning("killing_surviving_download_worker", pid=job.pid, job_id=job.job_id)
-                _kill_survivor(job.pid)  # type: ignore[arg-type]
+                _kill_survivor(job.pid)  # type: ignore[arg-type]  # alive, so the pid is not None
             on_disk = CachePaths(cache_dir, job.repo).partial_bytes(str(f.get("sha256", "")) for f in job.files)
             if job.status is JobStatus.CANCELLING:
                 # The user asked to cancel before the crash: honour it, never resume.
@@ -81,7 +81,7 @@ def plan_reconcile(state: RouterState, cache_dir: Path) -> ReconcilePlan:
             killed = same_process_alive(inst.pid, inst.pid_started_at, marker=inst.instance_id)
             if killed:
                 _log.warning("killing_surviving_inference_worker", pid=inst.pid, instance_id=inst.instance_id)
-                _kill_survivor(inst.pid)  # type: ignore[arg-type]
+                _kill_survivor(inst.pid)  # type: ignore[arg-type]  # alive, so the pid is not None
             lost = ev.InstanceLost(instance_id=inst.instance_id, reason="router_restart", killed_survivor=killed)
             plan.events.append(NewEvent(lost, model=model.name))
             plan.lost_instances += 1

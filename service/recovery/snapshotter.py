@@ -21,7 +21,8 @@ from service.core.events import Recorded
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.engines import Synchronous, async_engine
+from service.event_store.engines import async_engine
+from service.event_store.pragmas import Synchronous
 from service.event_store.snapshots import KEEP, encode_state, save_encoded
 
 _log = structlog.get_logger(__name__)
