@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -29,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = {"service", "workers", "migrations"}
+_NOT_SOURCE = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis")
 # A cold venv imports litestar, SQLAlchemy and llama_cpp for the first time: be generous.
 HEALTH_TIMEOUT = 180.0
 HEAD_SCRIPT = (
@@ -45,8 +47,13 @@ def _run(*cmd: str | Path, cwd: Path) -> str:
     return done.stdout
 
 
-def build_wheel(bin_dir: Path, out: Path) -> Path:
-    _run(bin_dir / "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", out, ROOT, cwd=ROOT)
+def build_wheel(bin_dir: Path, scratch: Path) -> Path:
+    # From a copy: setuptools builds in-tree, and a stale build/lib (a module since
+    # removed) would slip into the wheel and into this check.
+    source = scratch / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+    out = scratch / "dist"
+    _run(bin_dir / "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", out, source, cwd=scratch)
     (wheel,) = out.glob("modelrouter-*.whl")
     return wheel
 
@@ -130,7 +137,7 @@ def main() -> None:
         scratch = Path(tmp)
         venv.create(scratch / "venv", with_pip=True)
         bin_dir = scratch / "venv" / "bin"
-        wheel = build_wheel(bin_dir, scratch / "dist")
+        wheel = build_wheel(bin_dir, scratch)
         check_contents(wheel)
         print(f"built {wheel.name}: product only")
         _run(bin_dir / "pip", "install", "--quiet", wheel, cwd=scratch)
