@@ -16,10 +16,7 @@ Routes (``/v1`` prefix optional): ``GET /health``, ``GET /v1/models``,
 from __future__ import annotations
 
 import json
-import os
 import socket
-import socketserver
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -276,25 +273,9 @@ class _TCPServer(ThreadingHTTPServer):
     request_queue_size = 128
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    request_queue_size = 128
-
-
-def bind_server(
-    app: InferenceApp, *, host: str = "127.0.0.1", port: int = 0, unix_socket: str | None = None
-) -> tuple[socketserver.BaseServer, str]:
-    """Bind (not serve) and return ``(server, endpoint)``; port 0 picks a free port.
-
-    ``endpoint`` is ``http://HOST:PORT`` or ``unix:PATH``.
-    """
+def bind_server(app: InferenceApp, *, host: str = "127.0.0.1", port: int = 0) -> tuple[ThreadingHTTPServer, str]:
+    """Bind (not serve) and return ``(server, "http://HOST:PORT")``; port 0 picks a free port."""
     handler: Callable[..., _Handler] = type("Handler", (_Handler,), {"app": app})
-    if unix_socket:
-        # A socket file left by a killed predecessor would make bind fail.
-        if os.path.exists(unix_socket) and stat.S_ISSOCK(os.stat(unix_socket).st_mode):
-            os.unlink(unix_socket)
-        server: socketserver.BaseServer = _UnixServer(unix_socket, handler)
-        return server, f"unix:{unix_socket}"
     server = _TCPServer((host, port), handler)
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
     return server, f"http://{bound_host}:{bound_port}"

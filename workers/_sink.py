@@ -2,8 +2,8 @@
 
 A worker only ever calls ``sink.emit(type, data)``. The real destination is the
 service's SQLite event store (``--db``, via ``service.event_store.worker_writer``);
-tests use :class:`ListSink`, and without a store a worker writes JSON lines
-(:class:`JsonlSink`) to stdout or to a file, which :func:`read_jsonl` reads back.
+without a store a worker writes JSON lines (:class:`JsonlSink`) to stdout or to
+a file, which :func:`read_jsonl` reads back.
 """
 
 from __future__ import annotations
@@ -23,19 +23,6 @@ class EventSink(Protocol):
     """
 
     def emit(self, type_: str, data: dict[str, Any], /) -> None: ...
-
-
-class ListSink:
-    """Keeps events in memory, for unit tests."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-
-    def emit(self, type_: str, data: dict[str, Any], /) -> None:
-        self.events.append((type_, dict(data)))
-
-    def of_type(self, type_: str) -> list[dict[str, Any]]:
-        return [d for t, d in self.events if t == type_]
 
 
 class JsonlSink:

@@ -65,7 +65,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--instance-id", default=None, help="default: NAME-PID")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 = pick a free port (reported in events)")
-    p.add_argument("--unix-socket", default=None, help="serve on this Unix socket instead of TCP")
     p.add_argument(
         "--n-ctx", type=int, default=4096, help="capped to the model's training context; 0 = training context"
     )
@@ -267,7 +266,7 @@ class Worker:
         if stdin_is_watchable():
             watch_stdin(self._on_stdin_line, self._on_stdin_eof)
         try:
-            server, self.endpoint = bind_server(self.app, host=a.host, port=a.port, unix_socket=a.unix_socket)
+            server, self.endpoint = bind_server(self.app, host=a.host, port=a.port)
         except OSError as exc:
             self.emit("instance_load_failed", reason="port_unavailable", message=f"cannot bind: {exc}")
             self.log.error("bind_failed", error=str(exc))
@@ -320,9 +319,6 @@ class Worker:
             self.app.wait_responses(1.0)
         # While loading there is nothing to finish: llama.cpp's load is
         # abandoned with the process (the kernel unmaps the file).
-        if self.args.unix_socket:
-            with contextlib.suppress(OSError):
-                os.unlink(self.args.unix_socket)
         if reason == "signal" and self._parent_gone_within(0.5):
             # PDEATHSIG fires when the *thread* that forked us dies; during a
             # SIGKILL of the service that can be before we are reparented, so

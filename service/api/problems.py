@@ -19,25 +19,17 @@ PROBLEM_JSON = "application/problem+json"
 _log = structlog.get_logger(__name__)
 
 # CommandRejected.code -> HTTP status; codes are also the problem "type" suffix.
+# Exactly the codes the service raises as CommandRejected (tests/api/test_problems.py);
+# a Problem carries its own status.
 _STATUS_BY_CODE = {
-    "invalid_request": 400,
-    "invalid_name": 400,
     "model_not_found": 404,
     "job_not_found": 404,
-    "repo_not_found": 404,
-    "quant_not_found": 404,
-    "no_gguf": 422,
-    "unauthorized": 401,
-    "gated": 403,
-    "already_exists": 409,
     "conflict": 409,
     "model_loaded": 409,
     "not_running": 409,
     "model_not_loaded": 409,
     "model_failed": 503,
     "capacity": 503,
-    "upstream_unavailable": 424,
-    "disk_full": 507,
 }
 
 

@@ -25,7 +25,6 @@ from service.api.runtime import Runtime
 from service.core import events as ev
 from service.event_store.codec import NewEvent
 
-PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 _FORWARD_HEADERS = ("content-type", "accept")
 
 

@@ -72,9 +72,6 @@ class ResolutionError(Exception):
         self.message = message
         self.extra = dict(extra or {})
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "status": self.status, "message": self.message, **self.extra}
-
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
