@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from service.core.events import Recorded
 from service.core.fold import fold
 from service.core.state import RouterState
-from service.event_store import _sql
-from service.event_store._sql import EventFilter
+from service.event_store import statements
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, to_recorded
+from service.event_store.statements import EventFilter
 
 Listener = Callable[[Recorded, RouterState], None]
 _log = structlog.get_logger(__name__)
@@ -92,7 +92,7 @@ class LiveState:
         try:
             seen: int | None = None
             while True:
-                version = await conn.run_sync(_sql.data_version)
+                version = await conn.run_sync(statements.data_version)
                 if version != seen or self._kick.is_set():
                     self._kick.clear()
                     seen = version
@@ -110,7 +110,7 @@ class LiveState:
 
     async def _read_new(self, conn: AsyncConnection) -> None:
         while True:
-            rows = await conn.run_sync(_sql.select_events, EventFilter(after=self.position, limit=_PAGE))
+            rows = await conn.run_sync(statements.select_events, EventFilter(after=self.position, limit=_PAGE))
             if not rows:
                 return
             self._apply([to_recorded(row) for row in rows])

@@ -18,7 +18,6 @@ import httpx
 import structlog
 
 from service import __version__
-from service.api.runtime import Runtime
 from service.core import events as ev
 from service.discovery import discovery_events
 from service.downloads.resolution import warm_up
@@ -30,6 +29,7 @@ from service.presets import preset_events
 from service.recovery.rebuild import rebuild_state
 from service.recovery.reconcile import elapsed_ms, plan_reconcile
 from service.recovery.snapshotter import Snapshotter
+from service.runtime import Runtime
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor

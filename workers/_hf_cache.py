@@ -15,7 +15,7 @@ deterministic name (``<sha256>.incomplete``, not a per-process one) so that
 any later worker resumes it, and it is never deleted on failure. The lock
 path is huggingface_hub's, so an ``hf_hub_download`` of the same blob in
 another process waits for us instead of writing the same file. The path
-arithmetic (:class:`CachePaths`) lives in :mod:`service.downloads.cache_layout`,
+arithmetic (:class:`CachePaths`) lives in :mod:`service.core.cache_layout`,
 shared with the service.
 """
 
@@ -27,7 +27,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from service.downloads.cache_layout import CachePaths, repo_folder_name
+from service.core.cache_layout import CachePaths, repo_folder_name
 
 __all__ = [
     "CachePaths",

@@ -20,7 +20,7 @@ from service.api.middleware import request_id_middleware
 from service.api.models_controller import list_models, list_models_openai, load_model, remove_model, unload_model
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.proxy import proxy_routes
-from service.api.runtime import Runtime
+from service.runtime import Runtime
 from service.settings import Settings
 
 _log = structlog.get_logger(__name__)

@@ -10,9 +10,9 @@ from litestar.status_codes import HTTP_200_OK
 
 from service.api.problems import Problem
 from service.api.request_body import flag, json_body, model_field
-from service.api.runtime import Runtime
 from service.api.views import job_view
 from service.downloads.resolution import ResolutionError, resolve
+from service.runtime import Runtime
 
 
 @post("/models", operation_id="downloadModel", tags=["downloads"], status_code=HTTP_200_OK)

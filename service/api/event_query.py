@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from service.api.problems import Problem
-from service.event_store._sql import EventFilter
+from service.event_store.statements import EventFilter
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100

@@ -13,10 +13,10 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 from service.api.event_query import parse_filter
 from service.api.llama_sse import to_llama
 from service.api.problems import Problem
-from service.api.runtime import Runtime
 from service.core.events import Recorded
-from service.event_store._sql import EventFilter
 from service.event_store.codec import dumps, to_wire
+from service.event_store.statements import EventFilter
+from service.runtime import Runtime
 
 _PAGE = 500
 

@@ -7,7 +7,7 @@ from typing import Any
 from litestar import get
 
 from service import __version__
-from service.api.runtime import Runtime
+from service.runtime import Runtime
 
 
 @get("/health", operation_id="health", tags=["service"])

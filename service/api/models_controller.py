@@ -9,12 +9,12 @@ from litestar.status_codes import HTTP_200_OK
 
 from service.api.problems import Problem
 from service.api.request_body import flag, json_body, model_field
-from service.api.runtime import Runtime
 from service.api.views import job_view, model_view, models_view
 from service.core import events as ev
 from service.core.errors import CommandRejected
 from service.downloads.removal import remove_files
 from service.event_store.codec import NewEvent
+from service.runtime import Runtime
 
 
 @get("/models", operation_id="listModels", tags=["models"])

@@ -21,9 +21,9 @@ from litestar.status_codes import HTTP_200_OK
 
 from service.api.problems import Problem
 from service.api.request_body import flag, model_field, parse_object
-from service.api.runtime import Runtime
 from service.core import events as ev
 from service.event_store.codec import NewEvent
+from service.runtime import Runtime
 
 _FORWARD_HEADERS = ("content-type", "accept")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.downloads.cache_layout import CachePaths
+from service.core.cache_layout import CachePaths
 
 
 @dataclass(frozen=True, slots=True)

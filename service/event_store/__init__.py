@@ -8,12 +8,17 @@ does not pay for SQLAlchemy.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on first use (__getattr__)
+    from service.event_store.codec import NewEvent, new_event, to_wire
+    from service.event_store.statements import EventFilter
+    from service.event_store.sync_store import SyncEventStore
 
 __all__ = ["EventFilter", "NewEvent", "SyncEventStore", "new_event", "to_wire"]
 
 _HOMES = {
-    "EventFilter": "service.event_store._sql",
+    "EventFilter": "service.event_store.statements",
     "NewEvent": "service.event_store.codec",
     "new_event": "service.event_store.codec",
     "to_wire": "service.event_store.codec",

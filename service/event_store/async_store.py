@@ -12,11 +12,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.core.events import Recorded
-from service.event_store import _sql
-from service.event_store._sql import EventFilter
+from service.event_store import statements
 from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.engines import async_engine
 from service.event_store.pragmas import Synchronous
+from service.event_store.statements import EventFilter
 
 
 class AsyncEventStore:
@@ -34,16 +34,16 @@ class AsyncEventStore:
     async def append(self, batch: Sequence[NewEvent]) -> list[int]:
         """Append atomically; returns positions once committed (acknowledged)."""
         async with self._lock, self._writer.connect() as conn:
-            return await conn.run_sync(_sql.append, batch, self.source)
+            return await conn.run_sync(statements.append, batch, self.source)
 
     async def read(self, flt: EventFilter = EventFilter()) -> list[Recorded]:
         async with self._reader.connect() as conn:
-            rows = await conn.run_sync(_sql.select_events, flt)
+            rows = await conn.run_sync(statements.select_events, flt)
         return [to_recorded(row) for row in rows]
 
     async def head(self) -> int:
         async with self._reader.connect() as conn:
-            return await conn.run_sync(_sql.head)
+            return await conn.run_sync(statements.head)
 
     async def watch_connection(self) -> AsyncConnection:
         """A dedicated read connection for the tailer (its ``data_version``

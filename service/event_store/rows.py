@@ -1,6 +1,6 @@
 """The one insert every writer runs, at the DBAPI level.
 
-``_sql.append`` (SQLAlchemy: the service and CLI tools) and
+``statements.append`` (SQLAlchemy: the service and CLI tools) and
 ``WorkerEventWriter`` (stdlib sqlite3: worker processes) both call
 :func:`insert_rows` inside their own ``BEGIN IMMEDIATE`` transaction, so there
 is one append path whichever process writes.

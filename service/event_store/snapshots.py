@@ -4,7 +4,7 @@ Unlike ``events`` it is not history: rows are replaced, the oldest deleted,
 and any row that does not decode is skipped. Losing every snapshot only costs
 replay time. Functions take a *sync* SQLAlchemy ``Connection`` so the service
 calls them through ``AsyncConnection.run_sync`` and CLI tools directly, like
-:mod:`service.event_store._sql`.
+:mod:`service.event_store.statements`.
 
 The ``state`` column is written and read as JSON *text* through raw SQL (not
 the ``JSON`` column type) so a damaged row is a decode error we can catch per

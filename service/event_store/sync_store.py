@@ -12,11 +12,11 @@ from typing import Any
 from sqlalchemy import Connection
 
 from service.core.events import Recorded
-from service.event_store import _sql
-from service.event_store._sql import EventFilter
+from service.event_store import statements
 from service.event_store.codec import NewEvent, new_event, to_recorded
 from service.event_store.engines import sync_engine
 from service.event_store.pragmas import Synchronous
+from service.event_store.statements import EventFilter
 
 
 class SyncEventStore:
@@ -36,14 +36,14 @@ class SyncEventStore:
         self._write_lock = threading.Lock()  # workers may append from a helper thread
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
-        """Append all of ``batch`` atomically; returns positions (see ``_sql.append``).
+        """Append all of ``batch`` atomically; returns positions (see ``statements.append``).
         The write connection stays open: checking one out per append costs more
         than the insert itself."""
         with self._write_lock:
             if self._write_conn is None:
                 self._write_conn = self._writer.connect()
             try:
-                return _sql.append(self._write_conn, batch, self.source)
+                return statements.append(self._write_conn, batch, self.source)
             except Exception:
                 self._write_conn.invalidate()
                 self._write_conn.close()
@@ -56,11 +56,11 @@ class SyncEventStore:
 
     def read(self, flt: EventFilter = EventFilter()) -> list[Recorded]:
         with self._reader.connect() as conn:
-            return [to_recorded(row) for row in _sql.select_events(conn, flt)]
+            return [to_recorded(row) for row in statements.select_events(conn, flt)]
 
     def head(self) -> int:
         with self._reader.connect() as conn:
-            return _sql.head(conn)
+            return statements.head(conn)
 
     def tail(
         self, after: int = 0, *, poll_interval: float = 0.005, stop: Callable[[], bool] = lambda: False
@@ -72,11 +72,11 @@ class SyncEventStore:
         with self._reader.connect() as conn:
             seen_version: int | None = None
             while not stop():
-                version = _sql.data_version(conn)
+                version = statements.data_version(conn)
                 if version != seen_version:
                     seen_version = version
                     while True:
-                        rows = _sql.select_events(conn, EventFilter(after=position, limit=1000))
+                        rows = statements.select_events(conn, EventFilter(after=position, limit=1000))
                         for row in rows:
                             recorded = to_recorded(row)
                             position = recorded.position

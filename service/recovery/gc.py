@@ -13,7 +13,7 @@ from pathlib import Path
 
 from service.core import events as ev
 from service.core.fold import replay
-from service.downloads.cache_layout import find_partials
+from service.downloads.cache_files import find_partials
 from service.event_store import EventFilter, NewEvent, SyncEventStore
 from service.event_store.migrate import upgrade
 from service.recovery.reconcile import referenced_blobs

@@ -16,10 +16,10 @@ import structlog
 from service.core.fold import fold
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
-from service.event_store._sql import select_page_raw
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import decode_rows
 from service.event_store.snapshots import load_latest_snapshot
+from service.event_store.statements import select_page_raw
 
 PAGE = 5000
 """Events per read: large enough that the per-page hop to the aiosqlite thread

@@ -23,8 +23,9 @@ import psutil
 import structlog
 
 from service.core import events as ev
+from service.core.cache_layout import CachePaths
 from service.core.state import DownloadJob, JobStatus, RouterState
-from service.downloads.cache_layout import CachePaths, find_partials
+from service.downloads.cache_files import find_partials, partial_bytes
 from service.event_store.codec import NewEvent
 from service.supervision.child_process import same_process_alive
 
@@ -66,7 +67,7 @@ def plan_reconcile(state: RouterState, cache_dir: Path) -> ReconcilePlan:
             if same_process_alive(job.pid, job.pid_started_at, marker=job.job_id):
                 _log.warning("killing_surviving_download_worker", pid=job.pid, job_id=job.job_id)
                 _kill_survivor(job.pid)  # type: ignore[arg-type]  # alive, so the pid is not None
-            on_disk = CachePaths(cache_dir, job.repo).partial_bytes(str(f.get("sha256", "")) for f in job.files)
+            on_disk = partial_bytes(CachePaths(cache_dir, job.repo), (str(f.get("sha256", "")) for f in job.files))
             if job.status is JobStatus.CANCELLING:
                 # The user asked to cancel before the crash: honour it, never resume.
                 cancelled = ev.DownloadCancelled(job_id=job.job_id, discarded=False, bytes_on_disk=on_disk)

@@ -19,8 +19,9 @@ import structlog
 
 from service.core import commands
 from service.core import events as ev
+from service.core.cache_layout import CachePaths
 from service.core.state import DownloadJob, JobStatus
-from service.downloads.cache_layout import CachePaths
+from service.downloads.cache_files import partial_bytes
 from service.downloads.resolution import worker_spec
 from service.event_store.codec import NewEvent
 from service.live_state import LiveState
@@ -120,7 +121,7 @@ class DownloadSupervisor:
         return CachePaths(self.settings.cache_dir, job.repo)
 
     def _bytes_on_disk(self, job: DownloadJob) -> int:
-        return self._paths(job).partial_bytes([str(f.get("sha256", "")) for f in job.files])
+        return partial_bytes(self._paths(job), [str(f.get("sha256", "")) for f in job.files])
 
     def _discard_partials(self, job: DownloadJob) -> None:
         paths = self._paths(job)

@@ -1,4 +1,5 @@
-"""The objects one running service owns, built at start-up and injected into handlers."""
+"""The objects one running service owns: built by :func:`service.startup.start` (the composition
+root), injected into the API handlers, released by :func:`service.startup.stop`."""
 
 from __future__ import annotations
 

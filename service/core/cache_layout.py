@@ -1,5 +1,7 @@
 """Paths of the Hugging Face cache layout, shared by the service and the download worker.
 
+Path arithmetic only, no I/O (what is on disk: :mod:`service.downloads.cache_files`).
+
 <cache>/models--user--repo/blobs/<sha256>               verified content
 <cache>/models--user--repo/blobs/<sha256>.incomplete    partial, resumable
 <cache>/models--user--repo/snapshots/<commit>/<path>    relative symlink to the blob
@@ -10,7 +12,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,19 +54,3 @@ class CachePaths:
 
     def ref(self, revision: str) -> Path:
         return self.repo_dir / "refs" / revision
-
-    def partial_bytes(self, sha256s: Iterable[str]) -> int:
-        """Bytes on disk for these blobs: complete blobs count whole, partials by size."""
-        total = 0
-        for sha in sha256s:
-            for candidate in (self.blob(sha), self.incomplete(sha)):
-                if candidate.exists():
-                    total += candidate.stat().st_size
-                    break
-        return total
-
-
-def find_partials(cache_dir: Path) -> Iterator[Path]:
-    """Every ``*.incomplete`` file under the cache (recovery reports the orphans)."""
-    if cache_dir.is_dir():
-        yield from sorted(cache_dir.glob("models--*/blobs/*.incomplete"))

@@ -1,0 +1,25 @@
+"""What is on disk in the Hugging Face cache: bytes held by a job's blobs, and partial files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from service.core.cache_layout import CachePaths
+
+
+def partial_bytes(paths: CachePaths, sha256s: Iterable[str]) -> int:
+    """Bytes on disk for these blobs: complete blobs count whole, partials by size."""
+    total = 0
+    for sha in sha256s:
+        for candidate in (paths.blob(sha), paths.incomplete(sha)):
+            if candidate.exists():
+                total += candidate.stat().st_size
+                break
+    return total
+
+
+def find_partials(cache_dir: Path) -> Iterator[Path]:
+    """Every ``*.incomplete`` file under the cache (recovery reports the orphans)."""
+    if cache_dir.is_dir():
+        yield from sorted(cache_dir.glob("models--*/blobs/*.incomplete"))

@@ -1,0 +1,161 @@
+"""House rules on imports, checked on the source (AST), so a violation fails before it runs.
+
+* The product (``service/``, ``workers/``) never imports test tooling (``devtools``, ``tests``, ``bench``).
+* No module imports another package's private ``_module`` or ``_name``.
+* The import graph between packages is acyclic. Its nodes are the packages
+  ``service.core``, ``service.event_store``, ``service.api``, ``service.supervision``,
+  ``service.recovery``, ``service.downloads`` and ``workers``, plus each top-level
+  module of ``service`` (``service.startup``, ``service.live_state``, ...) on its own.
+* Workers import ``service.core`` and ``service.event_store`` only (STYLE.md house rule 4),
+  besides the root ``service`` package for ``__version__``.
+
+Imports inside functions and under ``TYPE_CHECKING`` count: they are dependencies too.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = ("service", "workers")
+TOOLING = {"devtools", "tests", "bench"}
+WORKERS_MAY_IMPORT = {"service", "service.core", "service.event_store"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_package(name: str) -> bool:
+    return (ROOT / name.replace(".", "/") / "__init__.py").is_file()
+
+
+def _is_module(name: str) -> bool:
+    return _is_package(name) or (ROOT / (name.replace(".", "/") + ".py")).is_file()
+
+
+def _package_of(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _product_modules() -> Iterator[tuple[str, Path]]:
+    for top in PRODUCT:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            yield _module_name(path), path
+
+
+def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """``(line, dotted target)`` per import; ``from a import b`` targets ``a.b``
+    when ``b`` is a module, else ``a`` (and ``a.b`` for private-name checks)."""
+    package = _package_of(module, path)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base == "__future__":
+                continue
+            for alias in node.names:
+                yield node.lineno, f"{base}.{alias.name}"
+
+
+def _node(target: str) -> str | None:
+    """The graph node a dotted target belongs to (None outside the product)."""
+    parts = target.split(".")
+    if parts[0] == "workers":
+        return "workers"
+    if parts[0] != "service":
+        return None
+    if len(parts) == 1 or not _is_module(".".join(parts[:2])):
+        return "service"  # the root package itself (``from service import __version__``)
+    return ".".join(parts[:2])
+
+
+def _private_owner(target: str) -> str | None:
+    """The package that owns the first private part of ``target``, if any."""
+    parts = target.split(".")
+    for i, part in enumerate(parts[1:], 1):
+        if part.startswith("_") and not (part.startswith("__") and part.endswith("__")):
+            prefix = ".".join(parts[:i])
+            return prefix if _is_package(prefix) else prefix.rpartition(".")[0]
+    return None
+
+
+def test_the_product_never_imports_test_tooling() -> None:
+    bad = [
+        f"{module}:{line} imports {target}"
+        for module, path in _product_modules()
+        for line, target in _imports(module, path)
+        if target.split(".")[0] in TOOLING
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_imports_another_packages_private_parts() -> None:
+    bad = []
+    for module, path in _product_modules():
+        package = _package_of(module, path)
+        for line, target in _imports(module, path):
+            owner = _private_owner(target)
+            if owner is not None and package != owner and not package.startswith(owner + "."):
+                bad.append(f"{module}:{line} imports {target}, private to {owner}")
+    assert not bad, "\n".join(bad)
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, path in _product_modules():
+        source = _node(module)
+        assert source is not None
+        for _line, target in _imports(module, path):
+            node = _node(target)
+            if node is not None and node != source:
+                graph.setdefault(source, set()).add(node)
+    return graph
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        if node in visiting:
+            return [*visiting[visiting.index(node) :], node]
+        if node in done:
+            return None
+        visiting.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if cycle := visit(nxt):
+                return cycle
+        visiting.pop()
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if cycle := visit(start):
+            return cycle
+    return None
+
+
+def test_the_package_import_graph_is_acyclic() -> None:
+    graph = _graph()
+    assert {"service.api", "service.supervision", "service.recovery", "workers"} <= set(graph)  # the scan works
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "d": {"a", "c"}}) is None
+
+
+def test_workers_import_only_the_core_and_the_event_store() -> None:
+    reached = _graph().get("workers", set())
+    assert reached <= WORKERS_MAY_IMPORT, f"workers import {sorted(reached - WORKERS_MAY_IMPORT)}"
