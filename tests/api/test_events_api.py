@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -85,12 +87,8 @@ async def test_filters_and_paging(client: AsyncTestClient, settings: Settings) -
 async def test_models_shape_comes_from_the_fold(client: AsyncTestClient, settings: Settings) -> None:
     _seed(settings)
     # The seed was written by another "process"; wait for the tail to fold it.
-    for _ in range(100):
-        body = (await client.get("/v1/models")).json()
-        if body["data"]:
-            break
-        import asyncio
-
+    deadline = time.monotonic() + 30
+    while not (body := (await client.get("/v1/models")).json())["data"] and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     assert body["object"] == "list"
     (entry,) = body["data"]

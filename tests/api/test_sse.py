@@ -70,39 +70,40 @@ def test_reconnect_with_last_event_id_delivers_exactly_the_missed_events(svc: Se
 
 
 @pytest.mark.timeout(60)
-def test_event_from_another_process_arrives_within_250ms(svc: ServiceProcess) -> None:
+def test_events_from_another_process_arrive_live_one_by_one(svc: ServiceProcess) -> None:
+    """Each append from another process reaches a live stream before the next is made.
+    How fast is a goal of bench/reaction.py, not a pass/fail here."""
     store = _store(svc)
     start = svc.wait_healthy()["position"]
-    received: dict[int, float] = {}
+    received: list[int] = []
+    arrived = threading.Condition()
     ready = threading.Event()
 
     def listen() -> None:
         with (
-            httpx.Client(timeout=10) as client,
+            httpx.Client(timeout=30) as client,
             connect_sse(client, "GET", f"{svc.url}/events/stream?type=download_*") as source,
         ):
-            ready.set()
+            ready.set()  # headers are in: the stream's start position is fixed, later appends are ours
             for sse in source.iter_sse():
                 if sse.id:
-                    received[int(sse.id)] = time.monotonic()
+                    with arrived:
+                        received.append(int(sse.id))
+                        arrived.notify_all()
                     if len(received) == 5:
                         return
 
     thread = threading.Thread(target=listen)
     thread.start()
-    assert ready.wait(10)
-    time.sleep(0.3)  # let the stream reach its live wait
-    latencies = []
+    assert ready.wait(30)
+    sent = []
     for _ in range(5):
-        sent = time.monotonic()
         (position,) = _append(store, 1)
-        while position not in received and time.monotonic() - sent < 2:
-            time.sleep(0.001)
-        latencies.append(received[position] - sent)
-        time.sleep(0.05)
-    thread.join(5)
-    assert min(received) > start
-    assert max(latencies) < 0.25, latencies
+        sent.append(position)
+        with arrived:
+            assert arrived.wait_for(lambda p=position: p in received, timeout=30), f"{position} never arrived"
+    thread.join(30)
+    assert received == sent and min(received) > start
     store.close()
 
 
@@ -116,12 +117,11 @@ def test_filters_apply_and_keepalives_flow(svc: ServiceProcess) -> None:
         ]
     )
     lines: list[str] = []
-    with httpx.Client(timeout=10) as client, client.stream("GET", f"{svc.url}/events/stream?after=0&model=b") as answer:
+    with httpx.Client(timeout=30) as client, client.stream("GET", f"{svc.url}/events/stream?after=0&model=b") as answer:
         assert answer.headers["content-type"].startswith("text/event-stream")
-        deadline = time.monotonic() + 3
-        for line in answer.iter_lines():
+        for line in answer.iter_lines():  # keep-alives every 0.3 s; none at all would time the read out
             lines.append(line)
-            if sum(1 for item in lines if item.startswith(":")) >= 2 or time.monotonic() > deadline:
+            if sum(1 for item in lines if item.startswith(":")) >= 2:
                 break
     events = [line.split(": ", 1)[1] for line in lines if line.startswith("event:")]
     assert events == ["download_requested"]
@@ -134,7 +134,7 @@ def test_disconnected_clients_leak_nothing(svc: ServiceProcess) -> None:
     for _ in range(5):
         with httpx.Client(timeout=10) as client, client.stream("GET", f"{svc.url}/events/stream?after=0") as answer:
             next(answer.iter_lines())
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if svc.wait_healthy()["open_streams"] == 0:
             break
@@ -156,7 +156,7 @@ def test_llama_cpp_models_sse_shape(svc: ServiceProcess) -> None:
     ready = threading.Event()
 
     def listen() -> None:
-        with httpx.Client(timeout=10) as client, connect_sse(client, "GET", f"{svc.url}/models/sse") as source:
+        with httpx.Client(timeout=30) as client, connect_sse(client, "GET", f"{svc.url}/models/sse") as source:
             ready.set()
             for sse in source.iter_sse():
                 if sse.data:
@@ -166,8 +166,7 @@ def test_llama_cpp_models_sse_shape(svc: ServiceProcess) -> None:
 
     thread = threading.Thread(target=listen)
     thread.start()
-    assert ready.wait(10)
-    time.sleep(0.3)
+    assert ready.wait(30)  # headers are in: the stream's start position is fixed, later appends are ours
     store.append(
         [
             new_event("download_requested", {"job_id": "j", "repo": "org/m", "total_bytes": 10}, model="org/m:Q8_0"),
@@ -177,7 +176,7 @@ def test_llama_cpp_models_sse_shape(svc: ServiceProcess) -> None:
             new_event("instance_crashed", {"instance_id": "i", "exit_code": 139}, model="org/m:Q8_0"),
         ]
     )
-    thread.join(10)
+    thread.join(30)
     assert got == [
         {"model": "org/m:Q8_0", "event": "model_status", "data": {"status": "downloading"}},
         {"model": "org/m:Q8_0", "event": "download_progress", "data": {"progress": {"j": {"done": 5, "total": 10}}}},

@@ -31,7 +31,7 @@ def test_kill9_mid_batch_keeps_log_whole(db_path: Path) -> None:
         # Wait for the first acknowledgement, then kill at a random moment mid-stream.
         first = proc.stdout.readline()
         assert first.startswith("ACK"), first
-        time.sleep(rng.uniform(0.0, 0.25))
+        time.sleep(rng.uniform(0.0, 0.25))  # a random moment to kill at, not a wait for anything
         proc.send_signal(signal.SIGKILL)
         rest, _ = proc.communicate()
         for line in [first, *rest.splitlines()]:

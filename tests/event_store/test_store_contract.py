@@ -105,7 +105,7 @@ class TestTransactions:
         thread.join(0.3)
         assert thread.is_alive(), "the store's writer must wait on the lock (busy_timeout), not fail"
         holder.execute("COMMIT")
-        thread.join(5)
+        thread.join(30)
         assert done == [2]
         store.close()
         holder.close()

@@ -29,23 +29,30 @@ def test_a_surviving_download_worker_is_identified_and_terminated(hub: HubServer
     job id, terminate it, and resume the job with a worker of its own."""
     repo = unique_repo("survivor")
     make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 16 * MB})
-    hub.set_faults({"kind": "throttle", "repo": repo, "rate": 4 * MB, "times": 1})
+    # The first response stalls at 50 %: the worker is still downloading when stopped, however slow we are.
+    hub.set_faults(
+        {"kind": "throttle", "repo": repo, "rate": 4 * MB, "times": 1},
+        {"kind": "stall", "repo": repo, "at_fraction": 0.5},
+    )
     home, env = tmp_path / "home", {"HF_ENDPOINT": hub.url}
     svc = ServiceProcess(home, env=env).start()
     job_id = httpx.post(f"{svc.url}/models", json={"model": repo}, timeout=30).json()["job_id"]
-    deadline = time.monotonic() + 20
-    while (job := httpx.get(f"{svc.url}/downloads/{job_id}").json())[
-        "bytes_done"
-    ] < 2 * MB and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30
+    while (job := httpx.get(f"{svc.url}/downloads/{job_id}").json())["bytes_done"] < 2 * MB:
+        assert time.monotonic() < deadline, job
         time.sleep(0.02)
     survivor = psutil.Process(job["pid"])
     os.kill(survivor.pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while survivor.status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, survivor.status()
+        time.sleep(0.01)
     svc.kill9()
-    time.sleep(0.5)
+    # Stopped, it cannot act on the parent-death signal now pending: it stays until continued or killed.
     assert still_running([survivor], 0) == [survivor], "the stopped worker should have survived"
     svc = ServiceProcess(home, env=env, port=svc.port).start(timeout=60)
     try:
-        assert still_running([survivor], 5) == [], "the survivor must be terminated"
+        assert still_running([survivor], 30) == [], "the survivor must be terminated"
         interrupted = events(svc, type="download_interrupted")
         assert [e["data"]["job_id"] for e in interrupted] == [job_id]
         assert interrupted[0]["data"]["bytes_on_disk"] >= 2 * MB
@@ -65,12 +72,17 @@ def test_orphan_partials_are_reported_then_collected_by_gc(hub: HubServer, tmp_p
     # A cancelled job's partial is referenced (a later request resumes it) ...
     repo = unique_repo("kept")
     make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 16 * MB})
-    hub.set_faults({"kind": "throttle", "repo": repo, "rate": 4 * MB})
+    hub.set_faults(  # stalls at 50 %: still running when cancelled, however slow we are
+        {"kind": "throttle", "repo": repo, "rate": 4 * MB},
+        {"kind": "stall", "repo": repo, "at_fraction": 0.5, "times": None},
+    )
     with ServiceProcess(home, env=env) as svc:
         job_id = httpx.post(f"{svc.url}/models", json={"model": repo}, timeout=30).json()["job_id"]
+        deadline = time.monotonic() + 30
         while httpx.get(f"{svc.url}/downloads/{job_id}").json()["bytes_done"] < MB:
+            assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert httpx.delete(f"{svc.url}/downloads/{job_id}", timeout=10).json()["status"] == "cancelled"
+        assert httpx.delete(f"{svc.url}/downloads/{job_id}", timeout=30).json()["status"] == "cancelled"
     kept = next((home / "hub").rglob("*.incomplete"))
     # ... a partial nobody asked for is an orphan.
     orphan = home / "hub" / "models--someone--else" / "blobs" / ("ab" * 32 + ".incomplete")

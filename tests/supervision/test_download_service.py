@@ -64,6 +64,10 @@ def _wait_progress(svc: ServiceProcess, job_id: str, fraction: float) -> dict[st
     raise AssertionError(msg)
 
 
+def _stamp(event: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(event["recorded_at"].replace("Z", "+00:00"))
+
+
 def _worker(job: dict[str, Any]) -> psutil.Process:
     return psutil.Process(job["pid"])
 
@@ -139,21 +143,25 @@ def test_worker_killed_at_50_percent_then_resumed(svc: ServiceProcess, hub: HubS
     repo = unique_repo("kill")
     size = 16 * MB
     make_repo(hub.root, repo, {"m-Q4_K_M.gguf": size})
-    hub.set_faults({"kind": "throttle", "repo": repo, "rate": 8 * MB, "times": 1})
+    # Every response stalls at 60 %: the worker is still running when killed, however slow we are.
+    hub.set_faults(
+        {"kind": "throttle", "repo": repo, "rate": 8 * MB},
+        {"kind": "stall", "repo": repo, "at_fraction": 0.6, "times": None},
+    )
     first = _download(svc, repo).json()
     job = _wait_progress(svc, first["job_id"], 0.5)
-    killed_at = datetime.now().astimezone()
     os.kill(job["pid"], signal.SIGKILL)
-    failed = wait_for_event(svc, "download_failed", timeout=5)
+    failed = wait_for_event(svc, "download_failed", timeout=30)  # how fast: bench/reaction.py
     assert failed["data"]["reason"] == "worker_crashed" and failed["data"]["retryable"] is True
-    assert (datetime.fromisoformat(failed["recorded_at"].replace("Z", "+00:00")) - killed_at).total_seconds() < 1.0
+    served = hub.bytes_served(repo, "m-Q4_K_M.gguf")
+    hub.reset()  # no more faults for the resumed download
     second = _download(svc, repo).json()
     assert second["job_id"] != first["job_id"]
     finished = _wait_job(svc, second["job_id"], {"finished", "failed"})
     assert finished["status"] == "finished"
     started = events(svc, type="download_started")[-1]["data"]
     assert started["resumed_bytes"] >= 0.4 * size
-    assert hub.bytes_served(repo, "m-Q4_K_M.gguf") <= 1.05 * size
+    assert served + hub.bytes_served(repo, "m-Q4_K_M.gguf") <= 1.05 * size
 
 
 @pytest.mark.timeout(60)
@@ -161,23 +169,25 @@ def test_worker_killed_at_50_percent_then_resumed(svc: ServiceProcess, hub: HubS
 def test_cancel_at_30_percent(svc: ServiceProcess, hub: HubServer, discard: bool) -> None:
     repo = unique_repo("cancel")
     make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 16 * MB})
-    hub.set_faults({"kind": "throttle", "repo": repo, "rate": 4 * MB})
+    # Every response stalls at 50 %: only the cancel can end this job, however slow we are.
+    hub.set_faults(
+        {"kind": "throttle", "repo": repo, "rate": 4 * MB},
+        {"kind": "stall", "repo": repo, "at_fraction": 0.5, "times": None},
+    )
     body = _download(svc, repo).json()
     job = _wait_progress(svc, body["job_id"], 0.3)
     listed = model_entry(svc, body["model"])["status"]
     assert listed["value"] == "downloading" and listed["progress"]["fraction"] >= 0.3
     worker = _worker(job)
-    started = time.monotonic()
     if discard:
-        answer = httpx.delete(f"{svc.url}/downloads/{body['job_id']}?discard=true", timeout=10)
+        answer = httpx.delete(f"{svc.url}/downloads/{body['job_id']}?discard=true", timeout=30)
     else:
-        answer = httpx.post(f"{svc.url}/models/unload", json={"model": body["model"]}, timeout=10)
+        answer = httpx.post(f"{svc.url}/models/unload", json={"model": body["model"]}, timeout=30)
     assert answer.status_code == 200
-    cancelled = wait_for_event(svc, "download_cancelled", timeout=2)
-    assert time.monotonic() - started < 2
+    cancelled = wait_for_event(svc, "download_cancelled", timeout=30)  # how fast: bench/reaction.py
     assert cancelled["data"]["discarded"] is discard
-    assert events(svc, type="download_failed") == []
-    assert still_running([worker], 2) == []
+    assert events(svc, type="download_failed") == [] and events(svc, type="download_finished") == []
+    assert still_running([worker], 30) == []
     partials = list((svc.home / "hub").rglob("*.incomplete"))
     if discard:
         assert partials == []
@@ -229,11 +239,13 @@ def test_resolution_errors_are_clear_4xx_and_start_nothing(svc: ServiceProcess, 
 def test_two_concurrent_requests_share_one_job_and_one_worker(svc: ServiceProcess, hub: HubServer) -> None:
     repo = unique_repo("dedupe")
     make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 8 * MB})
-    hub.set_faults({"kind": "throttle", "repo": repo, "rate": 8 * MB, "times": 1})
+    # The download stalls until both answers are in, so the second request always finds it running.
+    hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5, "times": None})
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(lambda _: _download(svc, repo).json(), range(2)))
     assert answers[0]["job_id"] == answers[1]["job_id"]
     assert sorted(a["joined"] for a in answers) == [False, True]
+    hub.reset()  # releases the stalled response: the worker resumes and finishes
     _wait_job(svc, answers[0]["job_id"], {"finished"})
     assert len(events(svc, type="download_requested")) == 1
     assert len(events(svc, type="download_started")) == 1
@@ -248,12 +260,19 @@ def test_progress_is_throttled_for_a_fast_50mb_download(svc: ServiceProcess, hub
     make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 50 * MB})
     job = _wait_job(svc, _download(svc, repo).json()["job_id"], {"finished", "failed"})
     assert job["status"] == "finished"
+    started = events(svc, type="download_started")[-1]
     progress = events(svc, type="download_progress")
-    stamps = [datetime.fromisoformat(e["recorded_at"].replace("Z", "+00:00")) for e in progress]
-    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)]
-    # The final 100 % event is always sent; every other pair is >= 500 ms apart.
-    assert all(gap >= 0.45 for gap in gaps[:-1]), gaps
-    assert progress[-1]["data"]["bytes_done"] == 50 * MB
+    steady, final = progress[:-1], progress[-1]  # the final 100 % event is always sent
+    assert final["data"]["bytes_done"] == 50 * MB
+    # The worker decides each steady event >= 0.5 s after the previous one, and only after
+    # download_started was committed; each is stamped when committed, after it was decided.
+    # So the log spans at least 0.5 s per steady event, however slow the machine or the
+    # commits (a per-pair gap would not: one late commit shortens the next gap).
+    # 0.45: the wall clock may be slewed against the worker's monotonic one.
+    span = (_stamp(steady[-1]) - _stamp(started)).total_seconds() if steady else 0.0
+    assert span >= 0.45 * (len(steady) - 1), (len(steady), span)
+    done = [e["data"]["bytes_done"] for e in steady]
+    assert all(b - a >= 0.005 * 50 * MB for a, b in itertools.pairwise(done)), done  # and >= 0.5 % apart
 
 
 @pytest.mark.timeout(60)

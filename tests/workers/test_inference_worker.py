@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import resource
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import openai
@@ -185,18 +187,22 @@ def test_client_disconnect_mid_stream_does_not_wedge(ready_worker: WorkerProc) -
 
 
 @pytest.mark.timeout(60)
-def test_keep_alive_overhead_is_small(ready_worker: WorkerProc) -> None:
-    with httpx.Client(base_url=ready_worker.endpoint) as c:
-        for _ in range(5):
-            c.get("/health")
-        samples = []
+def test_keep_alive_serves_many_requests_on_one_connection(ready_worker: WorkerProc) -> None:
+    """The service's proxy pools connections to the worker. How fast a round trip on one
+    is (no Nagle + delayed-ACK stall) is a goal of bench/proxy.py, not a pass/fail here."""
+    address = urlsplit(ready_worker.endpoint)
+    conn = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
+    try:
+        local_ports = set()
         for _ in range(50):
-            t0 = time.perf_counter()
-            assert c.get("/health").status_code == 200
-            samples.append(time.perf_counter() - t0)
-    samples.sort()
-    # Generous bound for slow CI; typical is ~0.3 ms. Catches Nagle/delayed-ACK (40 ms).
-    assert samples[len(samples) // 2] < 0.02, samples[len(samples) // 2]
+            conn.request("GET", "/health")
+            assert conn.sock is not None
+            local_ports.add(conn.sock.getsockname()[1])
+            answer = conn.getresponse()
+            assert answer.status == 200 and json.loads(answer.read()) == {"status": "ok"}
+        assert len(local_ports) == 1, "the worker closed a keep-alive connection"
+    finally:
+        conn.close()
 
 
 @pytest.mark.timeout(60)
@@ -293,7 +299,7 @@ def test_loading_state_then_sigterm_during_load(spawn_worker: Spawn, tmp_path: P
     r = httpx.post(f"{endpoint}/v1/completions", json={"prompt": "x"})
     assert r.status_code == 503 and r.json()["error"]["type"] == "unavailable_error"
     w.proc.send_signal(signal.SIGTERM)
-    assert w.wait_exit(5) == 0
+    assert w.wait_exit(30) == 0
     assert w.types() == ["instance_loading", "instance_stopped"]
     assert w.wait_event("instance_stopped", 1)["reason"] == "signal"
 
@@ -323,15 +329,13 @@ def test_sigterm_lets_running_stream_finish(spawn_worker: Spawn, tiny_gguf: Path
     assert w.wait_exit(10) == 0
 
 
-@pytest.mark.timeout(30)
-def test_closing_stdin_exits_within_2s(spawn_worker: Spawn, tiny_gguf: Path) -> None:
+@pytest.mark.timeout(60)
+def test_closing_stdin_makes_the_worker_exit(spawn_worker: Spawn, tiny_gguf: Path) -> None:
     w = spawn_worker(tiny_gguf)
     w.wait_ready()
     assert w.proc.stdin is not None
-    t0 = time.monotonic()
     w.proc.stdin.close()
-    assert w.wait_exit(2.0) == 4
-    assert time.monotonic() - t0 < 2.0
+    assert w.wait_exit(30) == 4  # how fast: bench/reaction.py
     # The service is gone: its recovery records instance_lost, the worker records nothing.
     assert "instance_stopped" not in w.types()
 
@@ -353,7 +357,7 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.mark.timeout(60)
-def test_sigkill_of_parent_kills_worker_within_2s(tmp_path: Path, tiny_gguf: Path, worker_tools: Any) -> None:
+def test_sigkill_of_parent_kills_the_worker(tmp_path: Path, tiny_gguf: Path, worker_tools: Any) -> None:
     events = tmp_path / "events.jsonl"
     cmd = worker_tools.command(tiny_gguf, instance_id="orphan", events=events)
     parent = subprocess.Popen(
@@ -365,13 +369,12 @@ def test_sigkill_of_parent_kills_worker_within_2s(tmp_path: Path, tiny_gguf: Pat
         worker_pid = int(parent.stdout.readline())
         w = worker_tools.WorkerProc(parent, events, tmp_path / "none.log", "orphan")  # parent stands in for proc
         w.wait_event("instance_ready")
-        t0 = time.monotonic()
         os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(5)
-        while not _gone(worker_pid) and time.monotonic() - t0 < 5:
+        parent.wait(30)
+        deadline = time.monotonic() + 30  # how fast: bench/reaction.py
+        while not _gone(worker_pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert _gone(worker_pid), "worker outlived its parent"
-        assert time.monotonic() - t0 < 2.0
         assert "instance_stopped" not in w.types()
     finally:
         if parent.poll() is None:

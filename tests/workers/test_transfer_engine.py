@@ -19,7 +19,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -130,24 +129,41 @@ def test_sync_file_range_works_here(tmp_path: Path) -> None:
         os.close(fd)
 
 
+@pytest.mark.timeout(60)
 def test_a_cancel_while_waiting_for_the_hasher_is_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    class SlowSha:
-        def update(self, data: Any) -> None:
-            time.sleep(0.3)
+    hashing, release, returned = threading.Event(), threading.Event(), threading.Event()
 
-    monkeypatch.setattr(hashlib, "sha256", SlowSha)  # what the hasher thread creates
-    monkeypatch.setattr(partial_mod, "HASH_BLOCK", 64 * 1024)
+    class StuckSha:
+        """The hasher thread hangs in its first update until the test lets go: only a cancel can end digest()."""
+
+        def update(self, data: Any) -> None:
+            hashing.set()
+            release.wait()
+
+        def hexdigest(self) -> str:
+            return ""
+
+    def cancel_once_hashing() -> None:
+        if hashing.wait(30):
+            interrupts.request(CANCEL)
+        if not returned.wait(30):
+            release.set()  # digest ignored the cancel: let it finish, so the test fails instead of hanging
+
+    monkeypatch.setattr(hashlib, "sha256", StuckSha)  # what the hasher thread creates
     part = PartialFile(str(tmp_path / "p"), len(DATA))
     interrupts = Interrupts()
-    started = time.monotonic()
+    canceller = threading.Thread(target=cancel_once_hashing)
     try:
         part.write(memoryview(DATA))
-        threading.Timer(0.2, interrupts.request, args=(CANCEL,)).start()
+        canceller.start()
         with pytest.raises(Interrupted):
-            part.digest(interrupts)  # ~15 s of hashing left
+            part.digest(interrupts)
     finally:
+        returned.set()
+        release.set()
+        if canceller.is_alive():
+            canceller.join()
         part.close()
-    assert time.monotonic() - started < 1.5
     assert not _hasher_threads() and part.fd == -1
 
 
@@ -163,7 +179,6 @@ class _Server:
         self.honour_range = True
         self.chunked = False
         self.redirect_to: str | None = None
-        self.pace: float = 0.0  # seconds between 64 KiB pieces
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -199,8 +214,6 @@ class _Server:
                         self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
                     else:
                         self.wfile.write(piece)
-                    if outer.pace:
-                        time.sleep(outer.pace)
                 if outer.chunked:
                     self.wfile.write(b"0\r\n\r\n")
 
@@ -231,8 +244,8 @@ def servers() -> Iterator[Callable[..., _Server]]:
 
 
 def _fetch(url: str, path: Path, *, headers: dict[str, str] | None = None, interrupts: Interrupts | None = None,
-           counted: int = 0) -> ProgressMeter:  # fmt: skip
-    meter = ProgressMeter(len(DATA), counted, lambda d: None)
+           counted: int = 0, emit: Callable[[dict[str, Any]], None] = lambda _: None) -> ProgressMeter:  # fmt: skip
+    meter = ProgressMeter(len(DATA), counted, emit)
     cfg = TransferConfig(stall_timeout=5, connect_timeout=5, max_retries=1, retry_base=0.01, retry_cap=0.05)
     fetch_blob(url, headers or {}, str(path), len(DATA), SHA, cfg, meter, interrupts or Interrupts(), counted)
     return meter
@@ -271,16 +284,14 @@ def test_chunked_bodies_are_received(servers: Callable[..., _Server], tmp_path: 
 
 def test_cancel_mid_transfer_keeps_a_resumable_partial(servers: Callable[..., _Server], tmp_path: Path) -> None:
     server = servers()
-    server.pace = 0.01  # ~6 MB/s: the cancel lands mid-body
     interrupts = Interrupts()
-    threading.Timer(0.2, interrupts.request, args=(CANCEL,)).start()
+    # Cancel on the first progress event: some bytes are on disk, most are still to come.
     with pytest.raises(Interrupted):
-        _fetch(f"{server.url}/file", tmp_path / "p", interrupts=interrupts)
+        _fetch(f"{server.url}/file", tmp_path / "p", interrupts=interrupts, emit=lambda _: interrupts.request(CANCEL))
     kept = (tmp_path / "p").stat().st_size
     assert 0 < kept < len(DATA) and (tmp_path / "p").read_bytes() == DATA[:kept]
     assert not _hasher_threads()
 
-    server.pace = 0.0
     meter = _fetch(f"{server.url}/file", tmp_path / "p", counted=kept)
     assert meter.transferred == len(DATA) - kept and (tmp_path / "p").read_bytes() == DATA
     assert server.requests[-1]["range"] == f"bytes={kept}-"
