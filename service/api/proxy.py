@@ -28,9 +28,15 @@ from service.runtime import Runtime
 _FORWARD_HEADERS = ("content-type", "accept")
 
 
-def _record_completion(runtime: Runtime, model: str, route: str, status: int, stream: bool, started: float) -> None:
+def _record_completion(
+    runtime: Runtime, model: str, instance_id: str, route: str, status: int, stream: bool, started: float
+) -> None:
     event = ev.RequestCompleted(
-        route=route, status_code=status, stream=stream, duration_ms=round((time.perf_counter() - started) * 1000, 2)
+        instance_id=instance_id,
+        route=route,
+        status_code=status,
+        stream=stream,
+        duration_ms=round((time.perf_counter() - started) * 1000, 2),
     )
     # Off the response path: the client never waits for this fsync.
     task = asyncio.create_task(runtime.live.store.append([NewEvent(event, model=model)]))
@@ -79,6 +85,8 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
     headers = {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
     lease = runtime.instances.lease(name, autoload=auto)
     model, endpoint = await _enter_unless_disconnected(request, lease)
+    instance = runtime.live.state.models[model].instance  # the one the lease holds: not stopped while leased
+    instance_id = instance.instance_id if instance is not None else ""
     try:
         upstream = await runtime.http.send(
             runtime.http.build_request("POST", endpoint + path, content=raw, headers=headers), stream=True
@@ -98,7 +106,7 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
         finally:
             await upstream.aclose()
             await lease.__aexit__(None, None, None)
-        _record_completion(runtime, model, path, upstream.status_code, False, started)
+        _record_completion(runtime, model, instance_id, path, upstream.status_code, False, started)
         return Response(content=content, status_code=upstream.status_code, media_type=media_type)
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -108,7 +116,7 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
         finally:
             await upstream.aclose()
             await lease.__aexit__(None, None, None)
-            _record_completion(runtime, model, path, upstream.status_code, True, started)
+            _record_completion(runtime, model, instance_id, path, upstream.status_code, True, started)
 
     return Stream(
         chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}

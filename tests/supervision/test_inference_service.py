@@ -66,6 +66,7 @@ def test_basic_cycle_load_chat_stream_unload(start_service: StartService) -> Non
     assert model_entry(svc, "tiny-a")["status"]["value"] == "unloaded"
     served = events(svc, model="tiny-a", type="request_completed")
     assert len(served) == 3 and {e["data"]["route"] for e in served} == {"/v1/chat/completions", "/v1/completions"}
+    assert {e["data"]["instance_id"] for e in served} == {ready["data"]["instance_id"]}
 
 
 @pytest.mark.timeout(120)
