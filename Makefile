@@ -43,6 +43,7 @@ bench: install
 	$(BIN)/python bench/download.py
 	$(BIN)/python bench/proxy.py --gemma
 	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/reaction.py
 
 # Offline demo: the project's own Hub server, a generated repo, a download, a chat.
 demo: install

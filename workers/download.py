@@ -23,15 +23,18 @@ else JSON lines to ``--events`` or stdout:
   service's, for a worker that died without an event)
 * ``download_cancelled {discarded, bytes_on_disk}``
 
-Control: ``SIGTERM`` cancels and keeps partials; ``SIGUSR1`` cancels and
-deletes them; both take effect within milliseconds, even during a stall.
-With ``--stdin-control`` the lines ``cancel`` / ``cancel discard`` do the same. If
-the service dies (``PR_SET_PDEATHSIG`` → SIGTERM while reparented, or, with
-``--stdin-control``, EOF on the stdin pipe) the worker stops, keeps partials and emits nothing: the
-service's recovery records ``download_interrupted``. Spawn the worker from a
-long-lived thread: Linux sends the death signal when the *thread* that forked
-it exits. A SIGTERM in the first ~0.1 s (before handlers exist) kills the
-process by the signal (returncode -15) with no event: treat as cancelled.
+Control. The service runs the worker with ``--stdin-control`` and cancels it
+with a stdin line: ``cancel`` keeps the partials, ``cancel discard`` deletes
+them. Under ``--stdin-control`` a SIGTERM is never a cancel: it is
+``PR_SET_PDEATHSIG`` (the service died), like EOF on the stdin pipe; the worker
+then stops, keeps partials and emits nothing, and the service's recovery
+records ``download_interrupted``. Without ``--stdin-control`` (by hand, in
+tests) signals cancel: ``SIGTERM`` keeps partials, ``SIGUSR1`` deletes them.
+A cancel takes effect within milliseconds, even during a stall. Spawn the
+worker from a long-lived thread: Linux sends the death signal when the
+*thread* that forked it exits. A SIGTERM in the first ~0.1 s (before handlers
+exist) kills the process by the signal (returncode -15) with no event: treat
+as cancelled.
 
 Exit codes: 0 finished, 1 failed (after ``download_failed``), 2 cancelled
 (after ``download_cancelled``), 3 parent exited (no event), 64 bad usage.
