@@ -63,7 +63,10 @@ class LiveState:
 
     def _apply(self, batch: list[Recorded]) -> None:
         for recorded in batch:
+            before = self.state.anomalies
             self.state = fold(self.state, recorded)
+            if self.state.anomalies != before:
+                _log.error("impossible_transition", detail=self.state.last_anomaly, count=self.state.anomalies)
             self.events_applied += 1
             for listener in self._listeners:
                 try:

@@ -58,6 +58,8 @@ class Settings:
     """Seconds between SIGTERM and SIGKILL when stopping a worker (MODELROUTER_STOP_TIMEOUT)."""
     queue_timeout: float = 60.0
     """Seconds a request may wait for a model slot before 503 (MODELROUTER_QUEUE_TIMEOUT)."""
+    max_downloads: int = 4
+    """Download workers at once (MODELROUTER_MAX_DOWNLOADS); more jobs wait ``queued``, in order. 0 = no cap."""
     resume_downloads_on_start: bool = True
     """Restart interrupted downloads after a crash (MODELROUTER_RESUME_DOWNLOADS_ON_START)."""
     stall_timeout: float = 30.0
@@ -76,6 +78,9 @@ class Settings:
             object.__setattr__(self, "hub_cache", self.home / "hub")
         if self.synchronous not in ("FULL", "NORMAL"):
             msg = f"synchronous must be FULL or NORMAL, got {self.synchronous!r}"
+            raise ValueError(msg)
+        if self.max_downloads < 0:
+            msg = "max_downloads must be >= 0"
             raise ValueError(msg)
         if self.models_max < 0:
             msg = "models_max must be >= 0"
@@ -113,6 +118,7 @@ class Settings:
             "load_timeout": ("MODELROUTER_LOAD_TIMEOUT", float),
             "stop_timeout": ("MODELROUTER_STOP_TIMEOUT", float),
             "queue_timeout": ("MODELROUTER_QUEUE_TIMEOUT", float),
+            "max_downloads": ("MODELROUTER_MAX_DOWNLOADS", int),
             "resume_downloads_on_start": ("MODELROUTER_RESUME_DOWNLOADS_ON_START", _bool),
             "stall_timeout": ("MODELROUTER_STALL_TIMEOUT", float),
             "snapshot_every": ("MODELROUTER_SNAPSHOT_EVERY", int),

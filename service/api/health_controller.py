@@ -20,4 +20,6 @@ async def health(runtime: Runtime) -> dict[str, Any]:
         "open_streams": runtime.open_streams,
         "queued_requests": runtime.instances.queue_length,
         "requests_in_flight": sum(runtime.instances.busy.values()),
+        "anomalies": runtime.live.state.anomalies,
+        "last_anomaly": runtime.live.state.last_anomaly,
     }

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import signal
 import subprocess
@@ -103,10 +102,9 @@ class ChildProcess:
         """Start ``argv`` in its own session and process group, stdin and stderr
         piped, without blocking the event loop (see the module docstring)."""
         loop = asyncio.get_running_loop()
-        popen = await loop.run_in_executor(
-            _spawner_thread(),
-            functools.partial(
-                subprocess.Popen,
+
+        def start() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
                 list(argv),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
@@ -114,8 +112,9 @@ class ChildProcess:
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
                 close_fds=True,
-            ),
-        )
+            )
+
+        popen = await loop.run_in_executor(_spawner_thread(), start)
         child = cls(popen, name)
         try:
             await child._attach(loop)

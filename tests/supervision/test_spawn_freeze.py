@@ -11,6 +11,7 @@ kept the listening port.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -53,20 +54,16 @@ def test_health_answers_throughout_concurrent_pulls_and_deletes(hub: HubServer, 
         rng = random.Random(seed)
         with httpx.Client(base_url=svc.url, timeout=60) as client:
             while not stop.is_set():
-                try:
+                with contextlib.suppress(httpx.HTTPError):  # the health probe is the judge of a freeze
                     note("pull", client.post("/models", json={"model": rng.choice(repos)}))
-                except httpx.HTTPError:
-                    pass  # the health probe is the judge of a freeze
 
     def deleter() -> None:
         rng = random.Random(99)
         with httpx.Client(base_url=svc.url, timeout=60) as client:
             while not stop.is_set():
                 model = f"{rng.choice(repos)}:Q4_K_M"
-                try:
+                with contextlib.suppress(httpx.HTTPError):
                     note("delete", client.delete("/models", params={"model": model, "force": "true"}))
-                except httpx.HTTPError:
-                    pass
                 stop.wait(0.1)
 
     threads = [threading.Thread(target=puller, args=(i,), daemon=True) for i in range(8)]
