@@ -66,6 +66,8 @@ class Settings:
     """Seconds without a byte before a download connection is retried (MODELROUTER_STALL_TIMEOUT)."""
     snapshot_every: int = 10_000
     """Take a snapshot of the fold every N events (MODELROUTER_SNAPSHOT_EVERY)."""
+    tail_lag_limit: float = 2.0
+    """Seconds the live state may lag the log before /health answers 503 (MODELROUTER_TAIL_LAG_LIMIT)."""
     sse_keepalive: float = 15.0
     """Seconds of silence before an SSE keep-alive comment (MODELROUTER_SSE_KEEPALIVE)."""
     log_json: bool | None = None
@@ -123,6 +125,7 @@ class Settings:
             "stall_timeout": ("MODELROUTER_STALL_TIMEOUT", float),
             "snapshot_every": ("MODELROUTER_SNAPSHOT_EVERY", int),
             "sse_keepalive": ("MODELROUTER_SSE_KEEPALIVE", float),
+            "tail_lag_limit": ("MODELROUTER_TAIL_LAG_LIMIT", float),
             "log_json": ("MODELROUTER_LOG_JSON", _bool),
         }
         for name, (var, convert) in spec.items():
