@@ -25,7 +25,11 @@ def _bool(text: str) -> bool:
     raise ValueError(msg)
 
 
-@dataclass(frozen=True, slots=True)
+SECRET_FIELDS = ("hf_token",)
+"""Fields never shown: ``repr(settings)`` redacts them, and the log redacts their values."""
+
+
+@dataclass(frozen=True, slots=True, repr=False)
 class Settings:
     home: Path = dataclasses.field(default_factory=_default_home)
     """Data directory (MODELROUTER_HOME): the database, the hub cache, logs."""
@@ -87,6 +91,17 @@ class Settings:
         if self.models_max < 0:
             msg = "models_max must be >= 0"
             raise ValueError(msg)
+
+    def __repr__(self) -> str:
+        def shown(name: str) -> str:
+            value = getattr(self, name)
+            return "'[redacted]'" if name in SECRET_FIELDS and value else repr(value)
+
+        return f"Settings({', '.join(f'{f.name}={shown(f.name)}' for f in dataclasses.fields(self))})"
+
+    def secrets(self) -> list[str]:
+        """The secret values, for log redaction."""
+        return [str(getattr(self, name)) for name in SECRET_FIELDS if getattr(self, name)]
 
     @property
     def db_path(self) -> Path:
