@@ -26,7 +26,7 @@ def _serve(args: argparse.Namespace) -> int:
         hub_cache=args.hub_cache,
         presets=args.presets,
     )
-    configure_logging(json=settings.log_json)
+    configure_logging(json=settings.log_json, secrets=settings.secrets())
     app = create_app(settings)
     # log_config=None: uvicorn's records propagate to our structlog handler.
     uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="on")

@@ -3,17 +3,27 @@
 The service's own appends are not applied directly: they are committed like a
 worker's, then picked up by the same tail. ``kick()`` merely shortens the wait
 so a handler can read its own write (``await wait_for(position)``).
+
+The tail is supervised: if it fails (its connection breaks, a read raises) it
+is restarted with capped exponential backoff. While it is down the state is
+stale, so :meth:`LiveState.record` refuses at once (:class:`StateUnavailable`)
+instead of appending a command whose outcome could never be read back, and
+``/health`` answers 503 with the lag.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.core.backoff import retry_delay
 from service.core.events import Recorded
 from service.core.fold import fold
 from service.core.state import RouterState
@@ -21,6 +31,28 @@ from service.event_store import statements
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.statements import EventFilter
+
+
+class StateUnavailable(RuntimeError):
+    """The live state is not being kept current (tail down) or did not reach a
+    position in time; the API answers 503 ``state_unavailable``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TailHealth:
+    """What ``/health`` reports about the tail."""
+
+    up: bool
+    position: int
+    head: int
+    lag_ms: float
+    restarts: int
+    last_error: str | None
+
+    @property
+    def lag_events(self) -> int:
+        return max(0, self.head - self.position)
+
 
 Listener = Callable[[Recorded, RouterState], None]
 _log = structlog.get_logger(__name__)
@@ -33,10 +65,25 @@ class LiveState:
     ``poll_interval`` bounds how late a commit by another process is noticed
     (PRAGMA data_version changes on each foreign commit)."""
 
-    def __init__(self, store: AsyncEventStore, state: RouterState | None = None, poll_interval: float = 0.01) -> None:
+    def __init__(
+        self,
+        store: AsyncEventStore,
+        state: RouterState | None = None,
+        poll_interval: float = 0.01,
+        *,
+        retry_base: float = 0.1,
+        retry_cap: float = 5.0,
+    ) -> None:
         self.store = store
         self.state = state if state is not None else RouterState()
         self.poll_interval = poll_interval
+        self.retry_base = retry_base
+        self.retry_cap = retry_cap
+        self.restarts = 0
+        self.last_error: str | None = None
+        self._down_since: float | None = None
+        self._failures_in_a_row = 0
+        self.connection: AsyncConnection | None = None  # the tail's own, while it runs
         self._changed = asyncio.Condition()
         self._kick = asyncio.Event()
         self._listeners: list[Listener] = []
@@ -64,7 +111,10 @@ class LiveState:
 
     def _apply(self, batch: list[Recorded]) -> None:
         for recorded in batch:
+            before = self.state.anomalies
             self.state = fold(self.state, recorded)
+            if self.state.anomalies != before:
+                _log.error("impossible_transition", detail=self.state.last_anomaly, count=self.state.anomalies)
             self.events_applied += 1
             for listener in self._listeners:
                 try:
@@ -74,7 +124,7 @@ class LiveState:
 
     async def start(self) -> None:
         await self.catch_up()
-        self._task = asyncio.create_task(self._run(), name="live-state-tail")
+        self._task = asyncio.create_task(self._supervise(), name="live-state-tail")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -87,8 +137,32 @@ class LiveState:
         """Wake the tail now (after our own append) instead of at the next poll."""
         self._kick.set()
 
+    @property
+    def up(self) -> bool:
+        """Whether the tail runs and its last read succeeded."""
+        return self._task is not None and not self._task.done() and self._down_since is None
+
+    async def _supervise(self) -> None:
+        while True:
+            try:
+                await self._run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failures_in_a_row += 1
+                self.restarts += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if self._down_since is None:
+                    self._down_since = time.monotonic()
+                delay = retry_delay(self._failures_in_a_row, base=self.retry_base, cap=self.retry_cap)
+                _log.error("tail_failed", error=self.last_error, retry_in_s=round(delay, 2), restarts=self.restarts)
+                async with self._changed:
+                    self._changed.notify_all()  # waiters re-check, and give up on a dead tail
+                await asyncio.sleep(delay)
+
     async def _run(self) -> None:
         conn = await self.store.watch_connection()
+        self.connection = conn
         try:
             seen: int | None = None
             while True:
@@ -98,15 +172,27 @@ class LiveState:
                     seen = version
                     await self._read_new(conn)
                 await conn.rollback()
+                if self._down_since is not None:
+                    _log.info("tail_recovered", down_ms=round((time.monotonic() - self._down_since) * 1000, 1))
+                self._down_since, self._failures_in_a_row = None, 0
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), self.poll_interval)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            _log.exception("tail_failed")
-            raise
         finally:
-            await asyncio.shield(conn.close())
+            self.connection = None
+            with contextlib.suppress(Exception):
+                await asyncio.shield(conn.close())
+
+    async def health(self) -> TailHealth:
+        """Position vs. head of the log, and how old the oldest unfolded event is."""
+        head = await self.store.head()
+        lag_ms = 0.0
+        if head > self.position:
+            first = await self.store.read(EventFilter(after=self.position, limit=1))
+            if first:
+                lag_ms = max(0.0, (datetime.now(UTC) - first[0].recorded_at).total_seconds() * 1000)
+        if self._down_since is not None:
+            lag_ms = max(lag_ms, (time.monotonic() - self._down_since) * 1000)
+        return TailHealth(self.up, self.position, head, round(lag_ms, 1), self.restarts, self.last_error)
 
     async def _read_new(self, conn: AsyncConnection) -> None:
         while True:
@@ -120,7 +206,9 @@ class LiveState:
                 return
 
     async def record(self, batch: list[NewEvent]) -> tuple[list[int], RouterState]:
-        """The service's append path: commit, then wait until the tail has folded it."""
+        """The service's append path: commit, then wait until the tail has folded it.
+        Refused before anything is written while the tail is down."""
+        self._require_up()
         positions = await self.store.append(batch)
         state = await self.wait_for(max(positions)) if positions else self.state
         return positions, state
@@ -131,17 +219,32 @@ class LiveState:
         return await self.wait_for(await self.store.head(), timeout=timeout)
 
     async def wait_for(self, position: int, timeout: float = 5.0) -> RouterState:
-        """Return once the fold has reached ``position`` (read-your-writes)."""
+        """Return once the fold has reached ``position`` (read-your-writes); raises
+        :class:`StateUnavailable` on timeout or when the tail is down."""
         if self.position < position:
+            self._require_up()
             self.kick()
-        await self.wait_beyond(position - 1, timeout=timeout)
+        if not await self.wait_beyond(position - 1, timeout=timeout):
+            self._require_up()
+            msg = f"the live state did not reach position {position} within {timeout:g} s (at {self.position})"
+            raise StateUnavailable(msg)
         return self.state
 
-    async def wait_beyond(self, position: int, timeout: float | None = None) -> bool:
-        """Wait until the fold passes ``position``; False on timeout."""
+    def _require_up(self) -> None:
+        if self._task is not None and not self.up:
+            msg = f"the live state is stale: its tail is down ({self.last_error}); retrying"
+            raise StateUnavailable(msg)
+
+    async def wait_beyond(self, position: int, timeout: float | None = None, *, while_down: bool = False) -> bool:
+        """Wait until the fold passes ``position``; False on timeout, or as soon as
+        the tail goes down (nothing will arrive until it is back) unless ``while_down``."""
+
+        def reached() -> bool:
+            return self.position > position or (not while_down and self._down_since is not None)
+
         async with self._changed:
             try:
-                await asyncio.wait_for(self._changed.wait_for(lambda: self.position > position), timeout)
+                await asyncio.wait_for(self._changed.wait_for(reached), timeout)
             except TimeoutError:
                 return False
-        return True
+        return self.position > position

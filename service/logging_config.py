@@ -3,22 +3,65 @@
 JSON lines when not on a TTY (or when forced), a console renderer on a TTY.
 Standard-library records (uvicorn, alembic, httpx) go through the same
 processors so every line has one shape.
+
+Secrets never reach a log line (issue 11 §1.4): tracebacks are rendered
+without frame locals (structlog's default dumps them, and a frame holding
+``Settings`` carried the Hub token), and a last processor replaces every
+configured secret value (HF token, API keys) wherever it appears in a line.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterable
+from typing import Any
 
 import structlog
+from structlog.processors import ExceptionRenderer
+from structlog.tracebacks import ExceptionDictTransformer
+from structlog.types import EventDict
+
+# Frame locals off: they would print whatever objects the failing frames held.
+_TRACEBACKS = ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
 
 
-def configure_logging(*, json: bool | None = None, level: int = logging.INFO, **bind: object) -> None:
+REDACTED = "[redacted]"
+_MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
+
+
+def redactor(secrets: Iterable[str | None]) -> structlog.types.Processor:
+    """A processor replacing each secret value in every string of an event dict
+    (nested dicts and lists included: ``dict_tracebacks`` builds those)."""
+    values = sorted({s for s in secrets if s and len(s) >= _MIN_SECRET_LENGTH}, key=len, reverse=True)
+
+    def scrub(value: Any) -> Any:
+        if isinstance(value, str):
+            for secret in values:
+                if secret in value:
+                    value = value.replace(secret, REDACTED)
+            return value
+        if isinstance(value, dict):
+            return {k: scrub(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [scrub(v) for v in value]
+        return value
+
+    def processor(_logger: Any, _name: str, event_dict: EventDict) -> EventDict:
+        return scrub(event_dict) if values else event_dict
+
+    return processor
+
+
+def configure_logging(
+    *, json: bool | None = None, level: int = logging.INFO, secrets: Iterable[str | None] = (), **bind: object
+) -> None:
     """Configure structlog and the stdlib root logger once per process.
 
     Call it early in each process (service main, worker main): cached loggers
-    are per process. ``bind`` values (e.g. ``worker="download", job_id=...``)
-    are attached to every line of this process."""
+    are per process. ``secrets`` (token, API keys) are redacted from every
+    line. ``bind`` values (e.g. ``worker="download", job_id=...``) are attached
+    to every line of this process."""
     use_json = (not sys.stderr.isatty()) if json is None else json
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -38,7 +81,8 @@ def configure_logging(*, json: bool | None = None, level: int = logging.INFO, **
         foreign_pre_chain=shared,
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.dict_tracebacks if use_json else structlog.processors.format_exc_info,
+            _TRACEBACKS if use_json else structlog.processors.format_exc_info,
+            redactor(secrets),
             renderer,
         ],
     )

@@ -15,6 +15,7 @@ from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.removal import ModelRemover
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Runtime:
     live: LiveState
     downloads: DownloadSupervisor
     instances: InstanceSupervisor
+    remover: ModelRemover
     snapshotter: Snapshotter
     http: httpx.AsyncClient
     open_streams: int = 0

@@ -25,7 +25,11 @@ def _bool(text: str) -> bool:
     raise ValueError(msg)
 
 
-@dataclass(frozen=True, slots=True)
+SECRET_FIELDS = ("hf_token",)
+"""Fields never shown: ``repr(settings)`` redacts them, and the log redacts their values."""
+
+
+@dataclass(frozen=True, slots=True, repr=False)
 class Settings:
     home: Path = dataclasses.field(default_factory=_default_home)
     """Data directory (MODELROUTER_HOME): the database, the hub cache, logs."""
@@ -58,12 +62,16 @@ class Settings:
     """Seconds between SIGTERM and SIGKILL when stopping a worker (MODELROUTER_STOP_TIMEOUT)."""
     queue_timeout: float = 60.0
     """Seconds a request may wait for a model slot before 503 (MODELROUTER_QUEUE_TIMEOUT)."""
+    max_downloads: int = 4
+    """Download workers at once (MODELROUTER_MAX_DOWNLOADS); more jobs wait ``queued``, in order. 0 = no cap."""
     resume_downloads_on_start: bool = True
     """Restart interrupted downloads after a crash (MODELROUTER_RESUME_DOWNLOADS_ON_START)."""
     stall_timeout: float = 30.0
     """Seconds without a byte before a download connection is retried (MODELROUTER_STALL_TIMEOUT)."""
     snapshot_every: int = 10_000
     """Take a snapshot of the fold every N events (MODELROUTER_SNAPSHOT_EVERY)."""
+    tail_lag_limit: float = 2.0
+    """Seconds the live state may lag the log before /health answers 503 (MODELROUTER_TAIL_LAG_LIMIT)."""
     sse_keepalive: float = 15.0
     """Seconds of silence before an SSE keep-alive comment (MODELROUTER_SSE_KEEPALIVE)."""
     log_json: bool | None = None
@@ -77,9 +85,23 @@ class Settings:
         if self.synchronous not in ("FULL", "NORMAL"):
             msg = f"synchronous must be FULL or NORMAL, got {self.synchronous!r}"
             raise ValueError(msg)
+        if self.max_downloads < 0:
+            msg = "max_downloads must be >= 0"
+            raise ValueError(msg)
         if self.models_max < 0:
             msg = "models_max must be >= 0"
             raise ValueError(msg)
+
+    def __repr__(self) -> str:
+        def shown(name: str) -> str:
+            value = getattr(self, name)
+            return "'[redacted]'" if name in SECRET_FIELDS and value else repr(value)
+
+        return f"Settings({', '.join(f'{f.name}={shown(f.name)}' for f in dataclasses.fields(self))})"
+
+    def secrets(self) -> list[str]:
+        """The secret values, for log redaction."""
+        return [str(getattr(self, name)) for name in SECRET_FIELDS if getattr(self, name)]
 
     @property
     def db_path(self) -> Path:
@@ -113,10 +135,12 @@ class Settings:
             "load_timeout": ("MODELROUTER_LOAD_TIMEOUT", float),
             "stop_timeout": ("MODELROUTER_STOP_TIMEOUT", float),
             "queue_timeout": ("MODELROUTER_QUEUE_TIMEOUT", float),
+            "max_downloads": ("MODELROUTER_MAX_DOWNLOADS", int),
             "resume_downloads_on_start": ("MODELROUTER_RESUME_DOWNLOADS_ON_START", _bool),
             "stall_timeout": ("MODELROUTER_STALL_TIMEOUT", float),
             "snapshot_every": ("MODELROUTER_SNAPSHOT_EVERY", int),
             "sse_keepalive": ("MODELROUTER_SSE_KEEPALIVE", float),
+            "tail_lag_limit": ("MODELROUTER_TAIL_LAG_LIMIT", float),
             "log_json": ("MODELROUTER_LOG_JSON", _bool),
         }
         for name, (var, convert) in spec.items():

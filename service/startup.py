@@ -33,6 +33,7 @@ from service.runtime import Runtime
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.removal import ModelRemover
 
 _log = structlog.get_logger(__name__)
 
@@ -63,12 +64,15 @@ async def start(settings: Settings) -> Runtime:
     await live.start()
     replayed = rebuilt.events_replayed + live.events_applied
     snapshotter.maybe_snapshot(live.state)  # a long replay gets a fresh snapshot at once
+    downloads = DownloadSupervisor(settings, live)
+    instances = InstanceSupervisor(settings, live)
     runtime = Runtime(
         settings=settings,
         store=store,
         live=live,
-        downloads=DownloadSupervisor(settings, live),
-        instances=InstanceSupervisor(settings, live),
+        downloads=downloads,
+        instances=instances,
+        remover=ModelRemover(live, instances, downloads, settings.cache_dir),
         snapshotter=snapshotter,
         http=httpx.AsyncClient(
             timeout=httpx.Timeout(10.0, read=None, write=None, pool=None),
@@ -93,6 +97,8 @@ async def start(settings: Settings) -> Runtime:
         for job in plan.interrupted:
             await runtime.downloads.resume(job, settings.hf_endpoint)
             resumed += 1
+    supervisor = asyncio.create_task(runtime.instances.run(), name="instance-supervisor")
+    runtime.background.add(supervisor)
     await runtime.instances.load_on_startup()
     completed = ev.RecoveryCompleted(
         interrupted_downloads=len(plan.interrupted),
@@ -104,9 +110,8 @@ async def start(settings: Settings) -> Runtime:
         duration_ms=elapsed_ms(started),
     )
     await live.record([NewEvent(completed)])
-    reaper = asyncio.create_task(runtime.instances.run_idle_reaper(), name="idle-reaper")
     warm = asyncio.create_task(asyncio.to_thread(warm_up), name="hub-client-warm-up")
-    runtime.background.update({reaper, warm})
+    runtime.background.add(warm)
     _log.info("service_ready", position=live.position, replayed=replayed, duration_ms=completed.duration_ms)
     return runtime
 

@@ -18,7 +18,6 @@ variant in :mod:`workers._interrupts`).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import stat
@@ -40,7 +39,9 @@ def set_parent_death_signal(sig: int = signal.SIGTERM, *, expected_ppid: int | N
     if not sys.platform.startswith("linux"):
         return True
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # CDLL(None): the symbols already loaded, libc's prctl among them.
+        # ctypes.util.find_library("c") would fork /sbin/ldconfig at every worker start.
+        libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
             return True  # not fatal: the stdin watch still covers us
     except OSError:

@@ -87,7 +87,7 @@ async def _messages(
                     if message is not None:
                         yield message
                 cursor = page[-1].position if len(page) == _PAGE else head
-            if not await runtime.live.wait_beyond(head, timeout=runtime.settings.sse_keepalive):
+            if not await runtime.live.wait_beyond(head, timeout=runtime.settings.sse_keepalive, while_down=True):
                 yield ServerSentEventMessage(comment="keep-alive")
     finally:
         runtime.open_streams -= 1

@@ -7,13 +7,8 @@ from typing import Any
 from litestar import Request, delete, get, post
 from litestar.status_codes import HTTP_200_OK
 
-from service.api.problems import Problem
 from service.api.request_body import flag, json_body, model_field
 from service.api.views import job_view, model_view, models_view
-from service.core import events as ev
-from service.core.errors import CommandRejected
-from service.downloads.removal import remove_files
-from service.event_store.codec import NewEvent
 from service.runtime import Runtime
 
 
@@ -59,44 +54,15 @@ async def unload_model(request: Request[Any, Any, Any], runtime: Runtime, discar
 
 @delete("/models", operation_id="removeModel", tags=["models"], status_code=HTTP_200_OK)
 async def remove_model(runtime: Runtime, model: str, force: str | None = None) -> dict[str, Any]:
-    """Delete a downloaded model's files (blobs no other snapshot uses too) and
-    record ``model_removed``. A loaded model is refused unless ``?force=true``."""
-    state = runtime.live.state
-    found = state.resolve(model)
-    if found is None or not found.listed:
-        raise Problem(404, "model_not_found", f"model {model!r} is not found", model=model)
-    if found.source != "cache":
-        raise Problem(
-            409,
-            "conflict",
-            f"model {found.name!r} comes from {found.source}, not the download cache; remove its file yourself",
-        )
-    if found.active_job is not None:
-        await runtime.downloads.cancel(found.active_job, discard=True)
-    if found.instance is not None:
-        if not flag(force, "force"):
-            raise CommandRejected(
-                "model_loaded", f"model {found.name!r} is loaded; unload it first or pass force=true", model=found.name
-            )
-        await runtime.instances.unload(found.name, reason="remove")
-    found = runtime.live.state.models[found.name]
-    job = state.job(found.last_job) if found.last_job else None
-    removal = (
-        remove_files(
-            runtime.settings.cache_dir,
-            job.repo if job else found.name.split(":")[0],
-            job.commit if job else "",
-            found.files,
-        )
-        if found.files
-        else None
-    )
-    removed = ev.ModelRemoved(files=removal.files if removal else (), bytes_freed=removal.bytes_freed if removal else 0)
-    _, new_state = await runtime.live.record([NewEvent(removed, model=found.name)])
+    """Delete a downloaded model's files (blobs no other model uses too) and record
+    ``model_removed``. A running download is cancelled first; a loaded model is
+    refused unless ``?force=true``, which stops it first."""
+    removed = await runtime.remover.remove(model, force=flag(force, "force"))
     return {
         "success": True,
-        "model": found.name,
+        "model": removed.model,
         "files": list(removed.files),
         "bytes_freed": removed.bytes_freed,
-        "entry": model_view(new_state.models[found.name], new_state),
+        "kept_blobs": list(removed.kept_blobs),
+        "entry": model_view(removed.state.models[removed.model], removed.state),
     }

@@ -14,6 +14,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from service.core.errors import CommandRejected
+from service.live_state import StateUnavailable
 
 PROBLEM_JSON = "application/problem+json"
 _log = structlog.get_logger(__name__)
@@ -77,6 +78,12 @@ def _on_http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[di
     return problem_response(request, Problem(exc.status_code, code, str(exc.detail), **extra))
 
 
+def _on_stale(request: Request[Any, Any, Any], exc: StateUnavailable) -> Response[dict[str, Any]]:
+    response = problem_response(request, Problem(503, "state_unavailable", str(exc)))
+    response.headers["Retry-After"] = "1"
+    return response
+
+
 def _on_bug(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     _log.exception("unhandled_exception", path=request.url.path)
     return problem_response(request, Problem(500, "internal_error", "internal error (a bug): see the service log"))
@@ -85,6 +92,7 @@ def _on_bug(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[st
 EXCEPTION_HANDLERS: dict[Any, Any] = {
     Problem: _on_problem,
     CommandRejected: _on_rejected,
+    StateUnavailable: _on_stale,
     HTTPException: _on_http,
     Exception: _on_bug,
 }

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from service.core import events as ev
+from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
+from service.core.instance_lifecycle import INSTANCE_LIFECYCLE
 from service.core.state import (
     DownloadJob,
     Instance,
@@ -25,6 +28,8 @@ from service.core.state import (
 )
 
 Handler = Callable[[RouterState, ev.Recorded], RouterState]
+_INSTANCE_KINDS = INSTANCE_LIFECYCLE.event_types()
+_DOWNLOAD_KINDS = DOWNLOAD_LIFECYCLE.event_types()
 _HANDLERS: dict[type[ev.Event], Handler] = {}
 
 
@@ -38,12 +43,59 @@ def _on(cls: type[ev.Event]) -> Callable[[Handler], Handler]:
 
 def fold(state: RouterState, recorded: ev.Recorded) -> RouterState:
     """Apply one recorded event. Events at or below ``state.position`` are skipped,
-    which makes re-delivery (tail overlap, snapshot + tail) harmless."""
+    which makes re-delivery (tail overlap, snapshot + tail) harmless. A lifecycle
+    event whose transition the tables in :mod:`service.core.transitions` do not
+    allow is not applied: it is counted in ``state.anomalies``."""
     if recorded.position <= state.position:
         return state
-    handler = _HANDLERS.get(type(recorded.event))
-    new = handler(state, recorded) if handler is not None else state
+    verdict = _check_transition(state, recorded)
+    if verdict is None:
+        handler = _HANDLERS.get(type(recorded.event))
+        new = handler(state, recorded) if handler is not None else state
+    elif verdict == _LATE:
+        new = state
+    else:
+        new = evolve(state, anomalies=state.anomalies + 1, last_anomaly=f"#{recorded.position}: {verdict}")
     return evolve(new, position=recorded.position)
+
+
+_LATE = "late"
+
+
+def _check_transition(state: RouterState, rec: ev.Recorded) -> str | None:
+    """None when the event may be applied, ``_LATE`` for a harmless late event,
+    else why it is an impossible transition."""
+    kind = rec.event.TYPE
+    status: Enum | None
+    if kind in _INSTANCE_KINDS:
+        lifecycle, subject, status = INSTANCE_LIFECYCLE, "instance", _instance_status(state, rec)
+    elif kind in _DOWNLOAD_KINDS:
+        lifecycle, subject, status = DOWNLOAD_LIFECYCLE, "job", _job_status(state, rec)
+    else:
+        return None
+    allowed, _ = lifecycle.next_status(status, kind)
+    if allowed:
+        return None
+    if lifecycle.is_late(status, kind):
+        return _LATE
+    ident = getattr(rec.event, "instance_id", None) or getattr(rec.event, "job_id", None)
+    shown = status.value if status is not None else "none"
+    return f"{kind} for {subject} {ident} of {rec.model!r} in state {shown}"
+
+
+def _instance_status(state: RouterState, rec: ev.Recorded) -> InstanceStatus | None:
+    model = _model(state, rec)
+    inst = model.instance if model is not None else None
+    if inst is None:
+        return None
+    if isinstance(rec.event, ev.InstanceRequested):
+        return inst.status  # any live instance: a second one would be a phantom
+    return inst.status if inst.instance_id == getattr(rec.event, "instance_id", None) else None
+
+
+def _job_status(state: RouterState, rec: ev.Recorded) -> JobStatus | None:
+    found = _job_of(state, rec, str(getattr(rec.event, "job_id", "")))
+    return found[1].status if found is not None else None
 
 
 def replay(events: Iterable[ev.Recorded], state: RouterState | None = None) -> RouterState:
@@ -164,7 +216,15 @@ def _removed(state: RouterState, rec: ev.Recorded) -> RouterState:
     model = _model(state, rec)
     if model is None:
         return state
-    return _put(state, model.replace(available=False, files=(), path=None, size=0, failed=False, instance=None))
+    if model.instance is not None:
+        # Removal stops the instance first; dropping a live one here would leave
+        # its worker untracked (the phantom instances of issue 11 §1.2).
+        return evolve(
+            state,
+            anomalies=state.anomalies + 1,
+            last_anomaly=f"#{rec.position}: model_removed for {model.name!r} with a live instance",
+        )
+    return _put(state, model.replace(available=False, files=(), path=None, size=0, failed=False))
 
 
 # --- downloads ---------------------------------------------------------------
@@ -348,6 +408,7 @@ def _instance_loading(state: RouterState, rec: ev.Recorded) -> RouterState:
         rec,
         e.instance_id,
         status=InstanceStatus.LOADING,
+        progress_at=rec.recorded_at,
         pid=e.pid,
         pid_started_at=e.pid_started_at,
         endpoint=e.endpoint,
@@ -359,7 +420,7 @@ def _instance_loading(state: RouterState, rec: ev.Recorded) -> RouterState:
 def _loading_progress(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.LoadingProgress)
-    return _update_instance(state, rec, e.instance_id, progress=e.progress)
+    return _update_instance(state, rec, e.instance_id, progress=e.progress, progress_at=rec.recorded_at)
 
 
 @_on(ev.InstanceReady)

@@ -1,18 +1,19 @@
-"""Remove a downloaded model's files from the HF cache.
+"""Delete a model's files from the HF cache, as a :class:`RemovalPlan` says.
 
-Snapshot links of the model's files go; a blob goes only when no snapshot
-link in the repo still points at it (another quant or revision may share it).
+The plan (``service/core/removal.py``) was decided over the log. Before a blob
+goes, the links left in its repo folder are checked once more, so that a blob
+a snapshot the log never saw still points at (``hf download`` into a shared
+cache, say) is kept. Empty snapshot folders are removed too.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from service.core.cache_layout import CachePaths
+from service.core.removal import RemovalPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,32 +32,33 @@ def _linked_blobs(repo_dir: Path) -> set[str]:
     return linked
 
 
-def remove_files(cache_dir: Path, repo: str, commit: str, files: Iterable[Mapping[str, Any]]) -> Removal:
-    """Delete the snapshot links for ``files`` at ``commit``, then each blob that no
-    remaining link uses, plus empty snapshot folders."""
-    paths = CachePaths(cache_dir, repo)
+def remove_files(cache_dir: Path, plan: RemovalPlan) -> Removal:
+    """Delete the plan's snapshot links, then each of its blobs no remaining link
+    uses, then empty snapshot folders."""
+    paths = CachePaths(cache_dir, plan.repo)
     removed: list[str] = []
     freed = 0
-    shas = []
-    for f in files:
-        link = paths.snapshot(commit, str(f["path"]))
+    for text in plan.links:
+        link = Path(text)
         if link.is_symlink() or link.exists():
             link.unlink()
-            removed.append(str(link))
-        shas.append(str(f.get("sha256", "")))
+            removed.append(text)
     still_used = _linked_blobs(paths.repo_dir)
-    for sha in shas:
-        for blob in (paths.blob(sha), paths.incomplete(sha)):
-            if sha and sha not in still_used and blob.exists():
-                freed += blob.stat().st_size
-                blob.unlink()
-                removed.append(str(blob))
-    snapshot_dir = paths.repo_dir / "snapshots" / commit
-    for folder in (
-        sorted((p for p in snapshot_dir.rglob("*") if p.is_dir()), reverse=True) if snapshot_dir.is_dir() else []
-    ):
+    for text in plan.blobs:
+        blob = Path(text)
+        if blob.name not in still_used and blob.exists():
+            freed += blob.stat().st_size
+            blob.unlink()
+            removed.append(text)
+    _prune_empty(paths.repo_dir / "snapshots" / plan.commit if plan.commit else None)
+    return Removal(files=tuple(removed), bytes_freed=freed)
+
+
+def _prune_empty(snapshot_dir: Path | None) -> None:
+    if snapshot_dir is None or not snapshot_dir.is_dir():
+        return
+    for folder in sorted((p for p in snapshot_dir.rglob("*") if p.is_dir()), reverse=True):
         if not any(folder.iterdir()):
             folder.rmdir()
-    if snapshot_dir.is_dir() and not any(snapshot_dir.iterdir()):
+    if not any(snapshot_dir.iterdir()):
         snapshot_dir.rmdir()
-    return Removal(files=tuple(removed), bytes_freed=freed)

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import structlog
 
+from service.core import download_lifecycle, instance_lifecycle
 from service.core import events as ev
 from service.core.cache_layout import CachePaths
 from service.core.state import DownloadJob, JobStatus, RouterState
@@ -59,33 +60,32 @@ def referenced_blobs(state: RouterState) -> set[str]:
 
 
 def plan_reconcile(state: RouterState, cache_dir: Path) -> ReconcilePlan:
-    """Close every non-terminal model state (killing verified survivors)."""
+    """Close every non-terminal state of the last run (killing verified survivors
+    first); the events themselves are the core's decisions."""
     plan = ReconcilePlan()
+    on_disk: dict[str, int] = {}
     for model in state.models.values():
-        if model.active_job is not None:
-            job = model.jobs[model.active_job]
-            if same_process_alive(job.pid, job.pid_started_at, marker=job.job_id):
-                _log.warning("killing_surviving_download_worker", pid=job.pid, job_id=job.job_id)
-                _kill_survivor(job.pid)  # type: ignore[arg-type]  # alive, so the pid is not None
-            on_disk = partial_bytes(CachePaths(cache_dir, job.repo), (str(f.get("sha256", "")) for f in job.files))
-            if job.status is JobStatus.CANCELLING:
-                # The user asked to cancel before the crash: honour it, never resume.
-                cancelled = ev.DownloadCancelled(job_id=job.job_id, discarded=False, bytes_on_disk=on_disk)
-                plan.events.append(NewEvent(cancelled, model=model.name))
-            else:
-                plan.events.append(
-                    NewEvent(ev.DownloadInterrupted(job_id=job.job_id, bytes_on_disk=on_disk), model=model.name)
-                )
-                plan.interrupted.append(job)
-        if model.instance is not None:
-            inst = model.instance
-            killed = same_process_alive(inst.pid, inst.pid_started_at, marker=inst.instance_id)
-            if killed:
-                _log.warning("killing_surviving_inference_worker", pid=inst.pid, instance_id=inst.instance_id)
-                _kill_survivor(inst.pid)  # type: ignore[arg-type]  # alive, so the pid is not None
-            lost = ev.InstanceLost(instance_id=inst.instance_id, reason="router_restart", killed_survivor=killed)
-            plan.events.append(NewEvent(lost, model=model.name))
-            plan.lost_instances += 1
+        if model.active_job is None:
+            continue
+        job = model.jobs[model.active_job]
+        if same_process_alive(job.pid, job.pid_started_at, marker=job.job_id):
+            _log.warning("killing_surviving_download_worker", pid=job.pid, job_id=job.job_id)
+            _kill_survivor(job.pid)  # type: ignore[arg-type]  # same_process_alive checked the pid
+        on_disk[job.job_id] = partial_bytes(
+            CachePaths(cache_dir, job.repo), (str(f.get("sha256", "")) for f in job.files)
+        )
+        if job.status is not JobStatus.CANCELLING:
+            plan.interrupted.append(job)  # resumable; a cancel asked before the crash is honoured
+    killed: set[str] = set()
+    for model in state.models.values():
+        inst = model.instance
+        if inst is not None and same_process_alive(inst.pid, inst.pid_started_at, marker=inst.instance_id):
+            _log.warning("killing_surviving_inference_worker", pid=inst.pid, instance_id=inst.instance_id)
+            _kill_survivor(inst.pid)  # type: ignore[arg-type]  # same_process_alive checked the pid
+            killed.add(inst.instance_id)
+    closing = download_lifecycle.reconcile(state, on_disk) + instance_lifecycle.reconcile(state, frozenset(killed))
+    plan.events.extend(NewEvent(event, model=name) for name, event in closing)
+    plan.lost_instances = sum(1 for _, event in closing if isinstance(event, ev.InstanceLost))
     known = referenced_blobs(state)
     for partial in find_partials(cache_dir):
         sha = partial.name.removesuffix(".incomplete")

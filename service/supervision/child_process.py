@@ -103,7 +103,7 @@ class ChildProcess:
         piped, without blocking the event loop (see the module docstring)."""
         loop = asyncio.get_running_loop()
 
-        def popen_bytes() -> subprocess.Popen[bytes]:
+        def start() -> subprocess.Popen[bytes]:
             return subprocess.Popen(
                 list(argv),
                 stdin=subprocess.PIPE,
@@ -114,7 +114,7 @@ class ChildProcess:
                 close_fds=True,
             )
 
-        popen = await loop.run_in_executor(_spawner_thread(), popen_bytes)
+        popen = await loop.run_in_executor(_spawner_thread(), start)
         child = cls(popen, name)
         try:
             await child._attach(loop)

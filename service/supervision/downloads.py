@@ -1,8 +1,10 @@
-"""Download jobs: one ``workers.download`` process per job, watched to the end.
+"""Download jobs: the thin driver around ``core.download_lifecycle``.
 
-The worker records its own progress and outcome. The service records what only
-it can know: the request, a cancel request, and a worker that died without
-saying why (``download_failed`` with reason ``worker_crashed``).
+One ``workers.download`` process per job. The worker records its own start,
+progress and outcome; the service records the request, a cancel request, the
+outcome of a worker that died without one, and starts queued jobs in request
+order as far as ``max_downloads`` allows. The decide -> append step is
+serialised by one lock that is never held while waiting for a worker.
 """
 
 from __future__ import annotations
@@ -10,36 +12,37 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sys
-import uuid
 from typing import Any
 
 import structlog
 
-from service.core import commands
+from service.core import download_lifecycle as lifecycle
 from service.core import events as ev
 from service.core.cache_layout import CachePaths
-from service.core.state import DownloadJob, JobStatus
+from service.core.processes import ProcessExit
+from service.core.state import DownloadJob
 from service.downloads.cache_files import partial_bytes
 from service.downloads.resolution import worker_spec
 from service.event_store.codec import NewEvent
 from service.live_state import LiveState
 from service.settings import Settings
-from service.supervision.child_process import ChildProcess
+from service.supervision.effects import Effects
+from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
-CANCEL_GRACE_SECONDS = 1.5  # then SIGKILL: the issue allows 2 s for a cancel
+CANCEL_GRACE_SECONDS = 1.5  # then SIGKILL: a cancel takes effect within 2 s
 
 
 class DownloadSupervisor:
     """Owns the download worker processes of this service instance."""
 
-    def __init__(self, settings: Settings, live: LiveState) -> None:
+    def __init__(self, settings: Settings, live: LiveState, effects: Effects | None = None) -> None:
         self.settings = settings
         self.live = live
-        self._children: dict[str, ChildProcess] = {}
-        self._watchers: set[asyncio.Task[None]] = set()
+        self.fx = effects or Effects()
+        self._pool = WorkerPool(self.fx.spawn, self._on_exit)
+        self._specs: dict[str, dict[str, Any]] = {}  # job id -> worker spec, until its worker starts
         self._lock = asyncio.Lock()
         self._shutting_down = False
 
@@ -47,32 +50,39 @@ class DownloadSupervisor:
         """Start (or join) the download of ``model``. Returns
         ``(job_id, joined, already_downloaded)``."""
         async with self._lock:
-            decision = commands.request_download(self.live.state, model, str(uuid.uuid4()), resolution)
+            decision = lifecycle.request_download(self.live.state, model, self.fx.new_job_id(), resolution)
             if decision.existing_job is not None:
                 return decision.existing_job, True, False
             if decision.already_downloaded:
                 return None, False, True
             assert decision.job_id is not None
+            self._specs[decision.job_id] = resolution
             await self.live.record([NewEvent(e, model=model) for e in decision.events])
-            await self._spawn(decision.job_id, model, resolution)
+            await self._start_queued_locked()
             return decision.job_id, False, False
 
     async def resume(self, job: DownloadJob, endpoint: str) -> None:
-        """Start a new worker for an interrupted job; it resumes from the partial files."""
+        """``interrupted -> queued`` for a job the last run left; a worker resumes it
+        from the partial files when a download slot is free."""
         files = [{k: f[k] for k in ("path", "size", "sha256")} for f in job.files]
-        spec = worker_spec(job.repo, job.revision, job.commit, job.quant, endpoint, files)
         async with self._lock:
-            on_disk = self._bytes_on_disk(job)
-            await self.live.record(
-                [NewEvent(ev.DownloadResumed(job_id=job.job_id, bytes_on_disk=on_disk), model=job.model)]
-            )
-            await self._spawn(job.job_id, job.model, spec)
+            self._specs[job.job_id] = worker_spec(job.repo, job.revision, job.commit, job.quant, endpoint, files)
+            resumed = ev.DownloadResumed(job_id=job.job_id, bytes_on_disk=self._bytes_on_disk(job))
+            await self.live.record([NewEvent(resumed, model=job.model)])
+            await self._start_queued_locked()
 
-    async def _spawn(self, job_id: str, model: str, spec: dict[str, Any]) -> None:
+    async def _start_queued_locked(self) -> None:
+        for job in lifecycle.waiting_to_start(self.live.state, self._pool.active(), self.settings.max_downloads):
+            spec = self._specs.pop(job.job_id, None)
+            if spec is None:
+                continue  # queued by an earlier run and not resumed: nothing to fetch with
+            await self._spawn(job, spec)
+
+    async def _spawn(self, job: DownloadJob, spec: dict[str, Any]) -> None:
         argv = [
             sys.executable, "-m", "workers.download",
-            "--job-id", job_id,
-            "--model", model,
+            "--job-id", job.job_id,
+            "--model", job.model,
             "--cache-dir", str(self.settings.cache_dir),
             "--spec", json.dumps(spec),
             "--db", str(self.settings.db_path),
@@ -80,42 +90,30 @@ class DownloadSupervisor:
             "--parent-pid", str(os.getpid()),
             "--stdin-control",
         ]  # fmt: skip
-        env = _worker_env(self.settings)
-        child = await ChildProcess.spawn(argv, name=f"download:{job_id}", env=env)
-        self._children[job_id] = child
-        task = asyncio.create_task(self._watch(job_id, model, child), name=f"watch-download-{job_id}")
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
+        try:
+            await self._pool.spawn(job.job_id, argv, name=f"download:{job.job_id}", env=_worker_env(self.settings))
+        except OSError as exc:
+            failed = ev.DownloadFailed(
+                job_id=job.job_id, reason="internal", message=f"cannot start a download worker: {exc}"
+            )
+            await self.live.record([NewEvent(failed, model=job.model)])
 
-    async def _watch(self, job_id: str, model: str, child: ChildProcess) -> None:
-        status = await child.wait()
-        self._children.pop(job_id, None)
-        # The worker appends its outcome before exiting: fold it before judging.
-        state = await self.live.sync()
+    async def _on_exit(self, job_id: str, exit_: ProcessExit) -> None:
+        state = await self.live.sync()  # the worker appends its outcome before exiting
         job = state.job(job_id)
-        if job is None or not job.status.active:
-            return
-        if job.status is JobStatus.CANCELLING:
-            # Killed before it could record the cancel (e.g. SIGTERM during start-up).
-            if job.discard_requested:
-                self._discard_partials(job)
-            outcome: ev.Event = ev.DownloadCancelled(
-                job_id=job_id, discarded=job.discard_requested, bytes_on_disk=self._bytes_on_disk(job)
-            )
-        elif self._shutting_down:
-            outcome = ev.DownloadInterrupted(job_id=job_id, bytes_on_disk=self._bytes_on_disk(job), reason="shutdown")
-        else:
-            how = f"signal {status.signal}" if status.signal is not None else f"exit code {status.exit_code}"
-            tail = child.stderr_tail().strip().splitlines()[-3:]
-            outcome = ev.DownloadFailed(
-                job_id=job_id,
-                reason="worker_crashed",
-                message=f"download worker {child.pid} died ({how}) without reporting an outcome"
-                + (f": {' | '.join(tail)}" if tail else ""),
-                retryable=True,
-            )
-        await self.live.record([NewEvent(outcome, model=model)])
-        _log.warning("download_worker_lost", job_id=job_id, event=outcome.TYPE)
+        async with self._lock:
+            if job is not None:
+                if job.discard_requested:
+                    self._discard_partials(job)
+                events = lifecycle.on_worker_exit(
+                    self.live.state, job_id, exit_, shutting_down=self._shutting_down,
+                    bytes_on_disk=self._bytes_on_disk(job),
+                )  # fmt: skip
+                if events:
+                    await self.live.record([NewEvent(e, model=job.model) for e in events])
+                    _log.warning("download_worker_lost", job_id=job_id, outcome=events[0].TYPE, how=exit_.describe())
+            if not self._shutting_down:
+                await self._start_queued_locked()
 
     def _paths(self, job: DownloadJob) -> CachePaths:
         return CachePaths(self.settings.cache_dir, job.repo)
@@ -130,50 +128,35 @@ class DownloadSupervisor:
 
     async def cancel(self, job_id: str, *, discard: bool) -> DownloadJob:
         """Ask the worker to stop over its stdin (``cancel`` keeps partials,
-        ``cancel discard`` deletes them); returns the job once it has left the
-        active states."""
-        state = self.live.state
-        cancel_events = commands.cancel_download(state, job_id, discard=discard)
-        job = state.job(job_id)
-        assert job is not None
-        await self.live.record([NewEvent(e, model=job.model) for e in cancel_events])
-        child = self._children.get(job_id)
-        if child is None:
-            # No process (e.g. queued and never started): the service records the cancel itself.
-            if discard:
+        ``cancel discard`` deletes them); a queued job without a worker is
+        cancelled at once. Returns the job once it has ended."""
+        async with self._lock:
+            job = lifecycle.active_job(self.live.state, job_id)
+            has_worker = job_id in self._pool
+            if discard and not has_worker:
                 self._discard_partials(job)
-            cancelled = ev.DownloadCancelled(job_id=job_id, discarded=discard, bytes_on_disk=self._bytes_on_disk(job))
-            await self.live.record([NewEvent(cancelled, model=job.model)])
-        else:
+            events = lifecycle.cancel(
+                self.live.state, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=self._bytes_on_disk(job)
+            )
+            await self.live.record([NewEvent(e, model=job.model) for e in events])
+            self._specs.pop(job_id, None)
+        if has_worker:
             # The stdin line, not SIGTERM: SIGTERM is also what the worker gets
             # when the service dies (PR_SET_PDEATHSIG), and must not read as a cancel.
-            child.send_line("cancel discard" if discard else "cancel")
-            try:
-                await asyncio.wait_for(child.wait(), CANCEL_GRACE_SECONDS)
-            except TimeoutError:
-                child.signal_group(signal.SIGKILL)  # CANCELLING -> killed; _watch records the cancel
-                await child.wait()
-        return await self._settled(job_id)
-
-    async def _settled(self, job_id: str, timeout: float = 5.0) -> DownloadJob:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            job = (await self.live.sync()).job(job_id)
-            assert job is not None
-            if not job.status.active or asyncio.get_running_loop().time() > deadline:
-                return job
-            await asyncio.sleep(0.02)
+            line = "cancel discard" if discard else "cancel"
+            await self._pool.stop(job_id, line, grace=CANCEL_GRACE_SECONDS, timeout=0.5)
+        ended = (await self.live.sync()).job(job_id)
+        assert ended is not None
+        return ended
 
     async def shutdown(self) -> None:
-        """Stop every worker, keeping partials; jobs become ``interrupted`` and
-        resume at the next start (``resume_downloads_on_start``)."""
+        """Stop every worker, keeping partials; their jobs become ``interrupted``
+        and resume at the next start (``resume_downloads_on_start``)."""
         self._shutting_down = True
-        for child in list(self._children.values()):
-            child.close_stdin()  # EOF = "service going away": stop, keep partials, record nothing
-        if self._watchers:
-            await asyncio.wait(set(self._watchers), timeout=CANCEL_GRACE_SECONDS + 3)
-        for child in list(self._children.values()):
-            child.signal_group(signal.SIGKILL)
+        self._pool.close_all_stdin()  # EOF = "service going away": stop, keep partials, record nothing
+        if not await self._pool.wait_all(CANCEL_GRACE_SECONDS + 3):
+            self._pool.kill_all()
+            await self._pool.wait_all(5)
 
 
 def _worker_env(settings: Settings) -> dict[str, str]:

@@ -1,16 +1,15 @@
-"""Inference instances: one ``workers.inference`` process per loaded model.
+"""Inference instances: the thin driver around ``core.scheduling`` and
+``core.instance_lifecycle``.
 
-Scheduling (who gets a slot) is decided under one lock from the fold plus the
-in-memory count of requests in flight; waiting happens outside the lock. The
-worker records its own loading/ready/failed/stopped events; the service records
-requests, stop requests, crashes and timeouts.
+It keeps what the fold cannot: requests in flight per model (``busy``), the
+FIFO of demands (requests or loads waiting for a model), models held for
+removal, and restart timers. Every decision is a pure function of the fold
+plus those facts; this class appends what the decision returns and performs
+the effects (spawn, stop, kill) through injected :class:`Effects`.
 
-Edges recorded here (model status in brackets):
-  * unloaded -> loading         ``instance_requested``      (load, autoload, restart, startup)
-  * loading  -> failed          ``instance_load_failed``    (load_timeout; the worker records the rest)
-  * loaded   -> unloading       ``instance_stop_requested`` (unload, evicted, idle, shutdown, remove)
-  * unloading -> unloaded       ``instance_stopped``        (when the worker could not say so itself)
-  * loading/loaded -> failed    ``instance_crashed``        (exit nobody asked for)
+Locking: one ``asyncio.Lock`` serialises decide -> append. It is never held
+while waiting for a slot, a process or a readiness: requests wait for state
+changes outside it, and stops and spawns run as their own tasks.
 """
 
 from __future__ import annotations
@@ -18,53 +17,66 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
-import signal
-import time
-import uuid
-from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from service.core import commands
 from service.core import events as ev
-from service.core.backoff import retry_delay
+from service.core import instance_lifecycle as lifecycle
+from service.core import scheduling
 from service.core.errors import CommandRejected
+from service.core.processes import ProcessExit
 from service.core.state import InstanceStatus, ModelState, RouterState
 from service.event_store.codec import NewEvent
 from service.live_state import LiveState
 from service.settings import Settings
-from service.supervision.child_process import ChildProcess
-from service.supervision.ports import free_port
+from service.supervision.effects import Effects
 from service.supervision.worker_args import inference_argv
+from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
 _WAKE_TYPES = frozenset(
     {"instance_requested", "instance_loading", "loading_progress", "instance_ready", "instance_load_failed",
      "instance_stop_requested", "instance_stopped", "instance_crashed", "instance_lost", "request_completed",
-     "model_removed", "model_discovered"}
+     "model_removed", "model_discovered", "download_finished", "model_configured"}
 )  # fmt: skip
+_TICK_SECONDS = 1.0  # timers (load deadline, idle TTL, restarts) are checked at least this often
+
+
+@dataclass
+class _Demand:
+    """Requests or a load waiting for one model (one entry per model)."""
+
+    model: str
+    reason: str
+    created: float
+    waiters: int = 0
+    explicit: bool = False  # a POST /models/load, startup or restart: kept without waiters
+    autoload: bool = False  # some waiter (or the explicit load) may start the model
+    started: str | None = None  # the instance started for it
 
 
 class InstanceSupervisor:
-    """Owns the inference worker processes and the slot queue."""
+    """Owns the inference worker processes and the demand queue."""
 
-    def __init__(self, settings: Settings, live: LiveState) -> None:
+    def __init__(self, settings: Settings, live: LiveState, effects: Effects | None = None) -> None:
         self.settings = settings
         self.live = live
+        self.fx = effects or Effects()
         self.busy: dict[str, int] = {}
-        self._children: dict[str, ChildProcess] = {}
-        self._watchers: dict[str, asyncio.Task[None]] = {}
-        self._forced: set[str] = set()
+        self._demands: dict[str, _Demand] = {}  # insertion order is arrival order
+        self._holds: set[str] = set()
+        self._restart_due: dict[str, float] = {}
+        self._models: dict[str, str] = {}  # instance id -> model, while its process lives
+        self._pool = WorkerPool(self.fx.spawn, self._on_exit)
         self._lock = asyncio.Lock()
-        self._queue: deque[object] = deque()
         self._change = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._shutting_down = False
+        self._fake_timing = bool(os.environ.get("LLAMA_SERVER_DEBUG_FAKE_TIMING"))
         live.add_listener(self._on_event)
 
     # --- change notification ---------------------------------------------------
@@ -78,56 +90,118 @@ class InstanceSupervisor:
         change.set()
 
     async def _wait_change(self, change: asyncio.Event, timeout: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(change.wait(), max(timeout, 0.0))
 
-    def _spawn_task(self, coro: Any, name: str) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro, name=name)
+    def _spawn_task(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # --- public API --------------------------------------------------------------
+    # --- facts for the decisions -------------------------------------------------
+
+    def _facts(self) -> scheduling.SlotFacts:
+        state = self.live.state
+        live = {m.instance.instance_id for m in state.models.values() if m.instance is not None}
+        exiting = sum(1 for instance_id in self._pool.active() if instance_id not in live)
+        return scheduling.SlotFacts(models_max=self.settings.models_max, busy=dict(self.busy), exiting=exiting)
+
+    def _pending(self) -> list[scheduling.Demand]:
+        return [
+            scheduling.Demand(d.model, d.reason, d.started, start=d.autoload or d.explicit)
+            for d in self._demands.values()
+            if d.model not in self._holds
+        ]
+
+    @property
+    def restarts_pending(self) -> dict[str, float]:
+        """Crashed models waiting for their backoff: model -> monotonic due time."""
+        return dict(self._restart_due)
+
+    @property
+    def queue_length(self) -> int:
+        """Requests waiting for a model to be ready (loading or waiting for a slot)."""
+        return sum(d.waiters for d in self._demands.values())
+
+    # --- commands -------------------------------------------------------------------
 
     async def load(self, name: str, *, reason: str = "load") -> ModelState:
-        """Start loading ``name`` if it is not running; returns at once (readiness
-        arrives as events). Evicts the LRU idle model when at capacity."""
-        commands.require_loadable(self.live.state, name)
+        """Start loading ``name`` unless it runs; returns at once (readiness arrives as
+        events). At capacity an idle model is evicted first; when no slot can be freed
+        (every loaded model is busy or loading) the answer is 503 ``capacity``."""
+        model = scheduling.require_loadable(self.live.state, name)
         async with self._lock:
-            model = commands.require_loadable(self.live.state, name)
+            model = scheduling.require_loadable(self.live.state, model.name)
+            self._refuse_held(model.name)
             if model.instance is not None:
                 return model
-            if not self._has_slot(model.name):
-                if not await self._evict_for(model.name):
-                    raise CommandRejected(
-                        "capacity",
-                        f"model limit reached ({self.settings.models_max}) and every loaded model is busy "
-                        "or loading; try again later",
-                    )
-                await self._wait_slot_free_locked(model.name)
-            await self._start(model, reason)
+            if model.name not in self._demands and not scheduling.can_ever_start(
+                self.live.state, model.name, self._facts()
+            ):
+                raise CommandRejected(
+                    "capacity",
+                    f"model limit reached ({self.settings.models_max}) and every loaded model is busy "
+                    "or loading; try again later",
+                )
+            demand = self._demand(model.name, reason)
+            demand.explicit = True
+            demand.started = None  # a new attempt, even if an earlier one for it failed
+            await self._plan_locked()
         return self.live.state.models[model.name]
 
     async def unload(self, name: str, *, reason: str = "unload") -> None:
-        """Stop the model's worker: SIGTERM, SIGKILL after ``stop_timeout``."""
+        """``-> stopping``, then wait until the worker is gone (stdin line, SIGTERM,
+        SIGKILL after ``stop_timeout``)."""
         model = self.live.state.resolve(name)
         if model is None or not model.listed:
             raise CommandRejected("model_not_found", f"model {name!r} is not found", model=name)
         if model.instance is None:
             raise CommandRejected("not_running", f"model {model.name!r} is not running", model=model.name)
         async with self._lock:
-            model = self.live.state.models[model.name]
-            if model.instance is None:
+            inst = self.live.state.models[model.name].instance
+            if inst is None:
                 return
-            await self._request_stop(model, reason)
-        await self._stop_process(model)
+            demand = self._demands.get(model.name)
+            if demand is not None and demand.waiters == 0:
+                del self._demands[model.name]
+            await self.live.record([NewEvent(e, model=model.name) for e in lifecycle.stop(inst, reason)])
+        await self._stop_process(inst.instance_id)
+
+    @asynccontextmanager
+    async def holding(self, name: str) -> AsyncIterator[None]:
+        """Keep ``name`` from starting while it is being removed: waiting requests
+        fail with 409, new ones too, until the block exits."""
+        self._holds.add(name)
+        self._demands.pop(name, None)
+        self._poke()
+        try:
+            yield
+        finally:
+            self._holds.discard(name)
+            self._poke()
+
+    def _refuse_held(self, model: str) -> None:
+        if model in self._holds:
+            raise CommandRejected("conflict", f"model {model!r} is being removed", model=model)
+
+    def _demand(self, model: str, reason: str) -> _Demand:
+        demand = self._demands.get(model)
+        if demand is None:
+            demand = self._demands[model] = _Demand(model, reason, created=self.fx.clock.monotonic())
+        return demand
+
+    # --- requests -------------------------------------------------------------------
 
     @asynccontextmanager
     async def lease(self, name: str, *, autoload: bool) -> AsyncIterator[tuple[str, str]]:
         """Hold the model loaded while a request runs: yields ``(model, endpoint)``.
-        Loads it first when ``autoload`` allows, queueing for a slot (FIFO)."""
+        Loads it first when ``autoload`` allows, waiting in arrival order for a slot."""
         model_name, endpoint = await self._acquire(name, autoload=autoload)
         try:
+            if self._fake_timing:
+                await asyncio.sleep(2.0)  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: busy, not yet proxied
             yield model_name, endpoint
         finally:
             self.busy[model_name] -= 1
@@ -135,257 +209,236 @@ class InstanceSupervisor:
                 self.busy.pop(model_name, None)
                 self._poke()
 
-    # --- acquiring a ready instance ---------------------------------------------
-
     async def _acquire(self, name: str, *, autoload: bool) -> tuple[str, str]:
-        ticket = object()
-        queued = False
-        started: str | None = None
-        deadline = time.monotonic() + self.settings.queue_timeout
+        deadline = self.fx.clock.monotonic() + self.settings.queue_timeout
+        demand: _Demand | None = None
         try:
             while True:
                 change = self._change
-                state = self.live.state
-                model = state.resolve(name)
+                model = self.live.state.resolve(name)
                 if model is None or not model.listed:
                     raise CommandRejected("model_not_found", f"model {name!r} is not found", model=name)
+                self._refuse_held(model.name)
                 inst = model.instance
                 if inst is not None and inst.status is InstanceStatus.READY:
+                    # Counted busy in the same step as the check: no eviction can come between.
                     self.busy[model.name] = self.busy.get(model.name, 0) + 1
                     return model.name, inst.endpoint
                 if inst is None:
-                    self._raise_if_failed(model, started)
+                    self._raise_if_failed(model, demand)
                     if not autoload:
                         raise CommandRejected(
-                            "model_not_loaded",
-                            f"model {model.name!r} is not loaded and autoload is off",
-                            model=model.name,
+                            "model_not_loaded", f"model {model.name!r} is not loaded", model=model.name
                         )
-                    if not queued:
-                        self._queue.append(ticket)
-                        queued = True
-                    started = await self._try_start(model, ticket) or started
-                    if started and self._queue and self._queue[0] is ticket:
-                        self._queue.popleft()
-                        queued = False
-                        self._poke()
-                if time.monotonic() > deadline and (inst is None or inst.status is InstanceStatus.STOPPING):
+                    scheduling.require_loadable(self.live.state, model.name)
+                if demand is None:
+                    demand = self._demand(model.name, "autoload")
+                    demand.waiters += 1
+                    demand.autoload = demand.autoload or autoload
+                    self._poke()
+                remaining = deadline - self.fx.clock.monotonic()
+                if remaining <= 0 and (inst is None or inst.status is InstanceStatus.STOPPING):
+                    # Waiting for a slot is bounded here; a load in progress by its load deadline.
                     raise CommandRejected(
                         "capacity",
-                        f"no slot for model {model.name!r} within {self.settings.queue_timeout:.0f} s "
-                        f"(models_max={self.settings.models_max})",
+                        f"no slot for model {model.name!r} within {self.settings.queue_timeout:g} s "
+                        f"(models_max={self.settings.models_max}, queue={self.queue_length})",
                     )
-                await self._wait_change(change, min(1.0, deadline - time.monotonic()) if inst is None else 1.0)
+                await self._wait_change(change, min(max(remaining, 0.0), _TICK_SECONDS))
         finally:
-            if queued:
-                with contextlib.suppress(ValueError):
-                    self._queue.remove(ticket)
+            if demand is not None:
+                demand.waiters -= 1
+                if demand.waiters <= 0 and not demand.explicit and self._demands.get(demand.model) is demand:
+                    # A client that gave up leaves no demand behind: it costs nobody a slot.
+                    del self._demands[demand.model]
                 self._poke()
 
-    def _raise_if_failed(self, model: ModelState, started: str | None) -> None:
+    def _raise_if_failed(self, model: ModelState, demand: _Demand | None) -> None:
+        """A failed load is not retried on every request (a corrupt file stays corrupt);
+        a crash is, once: the next request autoloads, as in llama.cpp."""
         error = model.last_error or {}
-        # A failed load is not retried on every request (a corrupt file stays corrupt);
-        # a crash is: the next request autoloads, as in llama.cpp.
-        if model.failed and (error.get("kind") == "load" or started is not None):
+        ours = demand is not None and demand.started is not None
+        if model.failed and (error.get("kind") == "load" or ours):
             raise CommandRejected(
                 "model_failed",
                 f"model {model.name!r} failed to load: {error.get('reason')}: {error.get('message')}",
                 model=model.name,
                 reason=error.get("reason"),
             )
-        commands.require_loadable(self.live.state, model.name)
+        if ours:
+            raise CommandRejected(
+                "model_failed", f"model {model.name!r} was unloaded before it was ready", model=model.name
+            )
 
-    async def _try_start(self, model: ModelState, ticket: object) -> str | None:
+    # --- the planning pass ----------------------------------------------------------
+
+    async def tick(self) -> None:
+        """One pass over the timers (load deadlines, idle TTL, restarts, stale
+        demands) and the demand queue. The run loop calls it on every change."""
         async with self._lock:
-            current = self.live.state.models[model.name]
-            if current.instance is not None or self._queue[0] is not ticket:
-                return None
-            if not self._has_slot(model.name):
-                await self._evict_for(model.name)
-                return None
-            return await self._start(current, "autoload")
+            await self._timers_locked()
+            await self._plan_locked()
 
-    async def _evict_for(self, model: str) -> bool:
-        """LOADED -> UNLOADING for the LRU idle model, to free a slot for ``model``
-        (called under the lock). False when every running model is busy or loading."""
-        victim = commands.choose_victim(self.live.state, self.busy, exclude=model)
-        if victim is None:
-            return False
-        await self._request_stop(victim, "evicted")
-        self._spawn_task(self._stop_process(victim), f"evict-{victim.name}")
-        return True
-
-    def _has_slot(self, model: str) -> bool:
-        limit = self.settings.models_max
-        return limit == 0 or commands.running_count(self.live.state) + self._exiting() < limit
-
-    def _exiting(self) -> int:
-        # A worker records its own end (instance_stopped, instance_load_failed)
-        # just before it exits: its process holds the slot until it is reaped.
-        state = self.live.state
-        live = {m.instance.instance_id for m in state.models.values() if m.instance is not None}
-        return sum(1 for instance_id in self._children if instance_id not in live)
-
-    async def _wait_slot_free_locked(self, model: str) -> None:
-        deadline = time.monotonic() + self.settings.stop_timeout + 5
-        while not self._has_slot(model) and time.monotonic() < deadline:
+    async def run(self) -> None:
+        """Call :meth:`tick` on every change, and at least every second for the timers."""
+        while not self._shutting_down:
             change = self._change
-            await self._wait_change(change, 0.5)
+            try:
+                await self.tick()
+            except Exception:
+                _log.exception("instance_tick_failed")
+            await self._wait_change(change, _TICK_SECONDS)
 
-    # --- process lifecycle -------------------------------------------------------
+    async def _plan_locked(self) -> None:
+        state = self.live.state
+        self._forget_settled(state)
+        plan = scheduling.plan_slots(state, self._pending(), self._facts())
+        batch: list[NewEvent] = []
+        for victim in plan.evict:
+            inst = state.models[victim].instance
+            assert inst is not None  # choose_victim returns ready instances only
+            batch += [NewEvent(e, model=victim) for e in lifecycle.stop(inst, "evicted")]
+        starts = []
+        for wanted in plan.start:
+            model = state.models[wanted.model]
+            instance_id = self.fx.new_id()
+            request = lifecycle.request(instance_id, self.fx.free_port(), model, wanted.reason)
+            batch.append(NewEvent(request, model=model.name))
+            starts.append((self._demands[wanted.model], request))
+        if not batch:
+            return
+        await self.live.record(batch)
+        for victim in plan.evict:
+            inst = state.models[victim].instance
+            assert inst is not None
+            self._spawn_task(self._stop_process(inst.instance_id), f"evict-{victim}")
+        for demand, request in starts:
+            demand.started = request.instance_id
+            self._spawn_task(self._start_process(demand.model, request), f"start-{request.instance_id}")
 
-    async def _start(self, model: ModelState, reason: str) -> str:
-        """Record the request, then spawn the worker (called under the lock)."""
-        instance_id = uuid.uuid4().hex[:12]
-        port = free_port()
-        params = dict(model.config.params)
-        requested = ev.InstanceRequested(instance_id=instance_id, reason=reason, port=port, params=params)
-        await self.live.record([NewEvent(requested, model=model.name)])
-        assert model.path is not None
-        argv = inference_argv(self.settings, model.name, model.path, instance_id, port, params)
+    def _forget_settled(self, state: RouterState) -> None:
+        """Drop demands that need nothing more: started and now ready or ended with
+        nobody waiting, or explicit ones that waited longer than ``queue_timeout``."""
+        now = self.fx.clock.monotonic()
+        for name, demand in list(self._demands.items()):
+            model = state.models.get(name)
+            inst = model.instance if model is not None else None
+            done = demand.started is not None and (
+                inst is None or inst.instance_id != demand.started or inst.status is InstanceStatus.READY
+            )
+            stale = demand.started is None and now - demand.created > self.settings.queue_timeout
+            if (done or stale or model is None) and demand.waiters == 0:
+                if stale:
+                    _log.warning("load_abandoned", model=name, waited_s=round(now - demand.created, 1))
+                del self._demands[name]
+
+    async def _timers_locked(self) -> None:
+        state, now = self.live.state, self.fx.clock.now()
+        batch: list[NewEvent] = []
+        timed_out: list[str] = []
+        for model in state.models.values():
+            inst = model.instance
+            if inst is None:
+                continue
+            failed = lifecycle.on_load_deadline(state, model.name, inst.instance_id, now, self.settings.load_timeout)
+            if failed:
+                timed_out.append(inst.instance_id)
+                batch += [NewEvent(e, model=model.name) for e in failed]
+        for model in scheduling.idle_expired(state, self.busy, now):
+            assert model.instance is not None
+            batch += [NewEvent(e, model=model.name) for e in lifecycle.stop(model.instance, "idle")]
+        if batch:
+            await self.live.record(batch)
+        for instance_id in timed_out:
+            self._pool.kill(instance_id)  # LOADING -> failed(load_timeout): nothing to save
+        for event in batch:
+            if isinstance(event.event, ev.InstanceStopRequested):
+                self._spawn_task(self._stop_process(event.event.instance_id), f"idle-{event.model}")
+        mono = self.fx.clock.monotonic()
+        for name, due in list(self._restart_due.items()):
+            if mono >= due:
+                del self._restart_due[name]
+                found = self.live.state.models.get(name)
+                if found is not None and scheduling.loadable(found) and found.instance is None:
+                    demand = self._demand(name, "restart")
+                    demand.explicit, demand.started = True, None
+
+    # --- processes ---------------------------------------------------------------------
+
+    async def _start_process(self, model_name: str, request: ev.InstanceRequested) -> None:
+        if self._fake_timing:
+            await asyncio.sleep(2.0)  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: a slow load
+        model = self.live.state.models[model_name]
+        inst = lifecycle.current_instance(self.live.state, model_name, request.instance_id)
+        if inst is None or inst.status is InstanceStatus.STOPPING:
+            return  # stopped before it was spawned: _stop_process records the end
+        assert model.path is not None  # loadable() was checked when the slot was given
+        argv = inference_argv(self.settings, model_name, model.path, request.instance_id, request.port, request.params)
+        self._models[request.instance_id] = model_name
         try:
-            child = await ChildProcess.spawn(
+            await self._pool.spawn(
+                request.instance_id,
                 argv,
-                name=f"inference:{model.name}:{instance_id}",
+                name=f"inference:{model_name}:{request.instance_id}",
                 env={**os.environ, "MODELROUTER_SYNCHRONOUS": self.settings.synchronous},
             )
         except OSError as exc:
-            failed = ev.InstanceLoadFailed(instance_id=instance_id, reason="spawn_failed", message=str(exc))
-            await self.live.record([NewEvent(failed, model=model.name)])
-            return instance_id
-        self._children[instance_id] = child
-        self._watchers[instance_id] = self._spawn_task(
-            self._watch(instance_id, model.name, child), f"watch-{instance_id}"
-        )
-        self._spawn_task(self._load_deadline(instance_id, model.name, child), f"deadline-{instance_id}")
-        return instance_id
-
-    async def _request_stop(self, model: ModelState, reason: str) -> None:
-        inst = model.instance
-        if inst is not None and inst.status is not InstanceStatus.STOPPING:
-            stop = ev.InstanceStopRequested(instance_id=inst.instance_id, reason=reason)
-            await self.live.record([NewEvent(stop, model=model.name)])
-
-    async def _stop_process(self, model: ModelState) -> None:
-        inst = model.instance
-        if inst is None:
-            return
-        child = self._children.get(inst.instance_id)
-        if child is None:
-            # Nothing to signal (spawn failed or the process is already gone): record the end.
-            await self.live.record(
-                [
-                    NewEvent(
-                        ev.InstanceStopped(instance_id=inst.instance_id, reason=inst.stop_reason or "unload"),
-                        model=model.name,
+            self._models.pop(request.instance_id, None)
+            async with self._lock:
+                if lifecycle.current_instance(self.live.state, model_name, request.instance_id) is not None:
+                    failed = ev.InstanceLoadFailed(
+                        instance_id=request.instance_id, reason="spawn_failed", message=str(exc)
                     )
-                ]
-            )
+                    await self.live.record([NewEvent(failed, model=model_name)])
             return
-        # The stdin line carries the reason into the worker's own instance_stopped;
-        # SIGTERM follows for a worker too busy to read it.
-        child.send_line(f"stop {inst.stop_reason or 'unload'}")
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(child.wait(), min(0.2, self.settings.stop_timeout))
-        child.signal_group(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(child.wait(), self.settings.stop_timeout)
-        except TimeoutError:
-            # STOPPING -> killed: a worker that ignores SIGTERM (or is SIGSTOPped).
-            self._forced.add(inst.instance_id)
-            child.signal_group(signal.SIGKILL)
-        watcher = self._watchers.get(inst.instance_id)
-        if watcher is not None:
-            await asyncio.shield(watcher)
+        if lifecycle.current_instance(self.live.state, model_name, request.instance_id) is None:
+            self._pool.kill(request.instance_id)  # its load deadline passed while it was spawning
 
-    async def _watch(self, instance_id: str, model_name: str, child: ChildProcess) -> None:
-        status = await child.wait()
-        self._children.pop(instance_id, None)
+    async def _stop_process(self, instance_id: str) -> None:
+        grace = min(0.2, self.settings.stop_timeout)
+        state = self.live.state
+        model = self._models.get(instance_id)
+        inst = lifecycle.current_instance(state, model, instance_id) if model else None
+        reason = inst.stop_reason if inst is not None and inst.stop_reason else "unload"
+        # The stdin line carries the reason into the worker's own instance_stopped.
+        await self._pool.stop(instance_id, f"stop {reason}", grace=grace, timeout=self.settings.stop_timeout)
+        if instance_id not in self._pool and model is None:
+            await self._close_without_process(instance_id)
+
+    async def _close_without_process(self, instance_id: str) -> None:
+        """A stop for an instance whose worker never started: record its end."""
+        async with self._lock:
+            for model in self.live.state.models.values():
+                inst = model.instance
+                if inst is not None and inst.instance_id == instance_id:
+                    stopped = ev.InstanceStopped(instance_id=instance_id, reason=inst.stop_reason or "unload")
+                    await self.live.record([NewEvent(stopped, model=model.name)])
+
+    async def _on_exit(self, instance_id: str, exit_: ProcessExit) -> None:
+        model = self._models.pop(instance_id, None)
         self._poke()  # a reaped worker frees its slot
-        try:
-            state = await self.live.sync()
-            model = state.models.get(model_name)
-            if model is None or model.instance is None or model.instance.instance_id != instance_id:
-                return  # the worker recorded its own end (stopped / load failed)
-            inst = model.instance
-            if inst.status is InstanceStatus.STOPPING or self._shutting_down:
-                end: ev.Event = ev.InstanceStopped(
-                    instance_id=instance_id,
-                    reason=inst.stop_reason or "shutdown",
-                    exit_code=status.exit_code if status.exit_code is not None else -(status.signal or 0),
-                    forced=instance_id in self._forced,
-                )
-            else:
-                # LOADING/READY -> crashed: an exit nobody asked for.
-                end = ev.InstanceCrashed(
-                    instance_id=instance_id,
-                    exit_code=status.exit_code,
-                    signal=status.signal,
-                    stderr_tail=child.stderr_tail(),
-                )
-            await self.live.record([NewEvent(end, model=model_name)])
-            if isinstance(end, ev.InstanceCrashed):
-                _log.warning(
-                    "instance_crashed",
-                    model=model_name,
-                    instance_id=instance_id,
-                    signal=status.signal,
-                    exit_code=status.exit_code,
-                )
-                self._maybe_restart(model_name)
-        finally:
-            self._forced.discard(instance_id)
-            self._watchers.pop(instance_id, None)
-
-    def _maybe_restart(self, model_name: str) -> None:
-        model = self.live.state.models.get(model_name)
-        if model is None or model.config.restart != "on-failure" or self._shutting_down:
+        if model is None:
             return
-        delay = retry_delay(max(model.crash_count, 1), base=1.0, cap=60.0, jitter=random.random())
-        self._spawn_task(self._restart_later(model_name, delay), f"restart-{model_name}")
+        await self.live.sync()  # fold what the worker recorded before it exited
+        async with self._lock:
+            events = lifecycle.on_process_exit(self.live.state, model, instance_id, exit_)
+            if events:
+                await self.live.record([NewEvent(e, model=model) for e in events])
+        if any(isinstance(e, ev.InstanceCrashed) for e in events):
+            _log.warning("instance_crashed", model=model, instance_id=instance_id, how=exit_.describe())
+            self._schedule_restart(model)
 
-    async def _restart_later(self, model_name: str, delay: float) -> None:
-        await asyncio.sleep(delay)
+    def _schedule_restart(self, model_name: str) -> None:
         model = self.live.state.models.get(model_name)
-        if model is not None and model.instance is None and not self._shutting_down:
-            with contextlib.suppress(CommandRejected):
-                await self.load(model_name, reason="restart")
+        if model is None or self._shutting_down:
+            return
+        delay = lifecycle.restart_delay(model, self.fx.jitter())
+        if delay is not None:
+            self._restart_due[model_name] = self.fx.clock.monotonic() + delay
+        elif model.config.restart == "on-failure":
+            _log.error("restart_gave_up", model=model_name, crashes=model.crash_count)
 
-    async def _load_deadline(self, instance_id: str, model_name: str, child: ChildProcess) -> None:
-        """LOADING -> failed(load_timeout): no ready within ``load_timeout``; progress resets it."""
-        timeout = self.settings.load_timeout
-        deadline = time.monotonic() + timeout
-        last_progress = -1.0
-        while True:
-            change = self._change
-            model = self.live.state.models.get(model_name)
-            inst = model.instance if model else None
-            if (
-                inst is None
-                or inst.instance_id != instance_id
-                or inst.status not in (InstanceStatus.STARTING, InstanceStatus.LOADING)
-            ):
-                return
-            if inst.progress != last_progress:
-                last_progress, deadline = inst.progress, time.monotonic() + timeout
-            if time.monotonic() >= deadline:
-                failed = ev.InstanceLoadFailed(
-                    instance_id=instance_id, reason="load_timeout", message=f"not ready within {timeout:.0f} s"
-                )
-                await self.live.record([NewEvent(failed, model=model_name)])
-                child.signal_group(signal.SIGKILL)
-                return
-            await self._wait_change(change, min(1.0, deadline - time.monotonic()))
-
-    # --- background duties -------------------------------------------------------
-
-    async def run_idle_reaper(self, interval: float = 1.0) -> None:
-        """Unload models idle longer than their ``ttl`` (reason ``idle``)."""
-        while True:
-            await asyncio.sleep(interval)
-            for model in commands.idle_expired(self.live.state, self.busy, datetime.now(UTC)):
-                with contextlib.suppress(CommandRejected):
-                    await self.unload(model.name, reason="idle")
+    # --- start-up and shut-down ---------------------------------------------------------
 
     async def load_on_startup(self) -> list[str]:
         """Load every model configured with ``load_on_startup``."""
@@ -400,16 +453,14 @@ class InstanceSupervisor:
     async def shutdown(self) -> None:
         """Stop every worker (reason ``shutdown``) and wait for them."""
         self._shutting_down = True
-        models = [m for m in self.live.state.models.values() if m.instance is not None]
-        for model in models:
-            await self._request_stop(model, "shutdown")
-        await asyncio.gather(
-            *(self._stop_process(self.live.state.models[m.name]) for m in models), return_exceptions=True
-        )
+        self._poke()
+        async with self._lock:
+            self._demands.clear()
+            live = [(m.name, m.instance) for m in self.live.state.models.values() if m.instance is not None]
+            batch = [NewEvent(e, model=name) for name, inst in live for e in lifecycle.stop(inst, "shutdown")]
+            if batch:
+                await self.live.record(batch)
+        await asyncio.gather(*(self._stop_process(inst.instance_id) for _, inst in live), return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
-
-    @property
-    def queue_length(self) -> int:
-        """Requests waiting for a model slot."""
-        return len(self._queue)
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from service.core import events as ev
 from service.core import fold as fold_module
+from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
 from service.core.fold import replay
+from service.core.instance_lifecycle import INSTANCE_LIFECYCLE
 from service.core.snapshot import FOLD_VERSION, state_from_json, state_shape, state_to_json
 from service.core.state import (
     DownloadJob,
@@ -119,8 +121,9 @@ PINNED_TYPES = frozenset(
         "request_completed",
     }
 )  # fmt: skip
-# Re-pinned without a bump: shared stopped/lost handler, evolve(), import style (same behaviour).
-FINGERPRINTS = {1: ("be17643e0302114b", "14a3bc5f8b098e9b")}
+# v1 re-pinned without a bump: shared stopped/lost handler, evolve(), import style (same behaviour).
+# v2: transitions checked against the lifecycle tables, anomalies counted, progress_at.
+FINGERPRINTS = {1: ("be17643e0302114b", "14a3bc5f8b098e9b"), 2: ("2f871af48b68cdf2", "4e44e93998e30512")}
 
 
 def _handled_type(node: ast.stmt) -> str | None:
@@ -141,7 +144,13 @@ def _fold_code_fingerprint() -> str:
         if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
             body.pop(0)  # type: ignore[union-attr]
     kept = [node for node in tree.body if _handled_type(node) in PINNED_TYPES or _handled_type(node) is None]
-    return hashlib.sha256("\n".join(ast.dump(node) for node in kept).encode()).hexdigest()[:16]
+    # The fold applies only what the transition tables allow: they are part of its code.
+    tables = [
+        sorted((repr(k), repr(v)) for k, v in (*lc.table.items(), *((pair, "late") for pair in lc.late)))
+        for lc in (INSTANCE_LIFECYCLE, DOWNLOAD_LIFECYCLE)
+    ]
+    text = "\n".join(ast.dump(node) for node in kept) + repr(tables)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def test_fold_version_tracks_state_shape_and_fold_code() -> None:

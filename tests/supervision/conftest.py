@@ -73,9 +73,11 @@ def model_entry(svc: ServiceProcess, name: str) -> dict[str, Any]:
 
 
 def inference_children(svc: ServiceProcess) -> list[psutil.Process]:
-    """Live inference worker processes started by this service."""
+    """Live inference worker processes started by this service: its direct children
+    (a worker's own short-lived helpers, forked before they exec, show the worker's
+    command line too)."""
     try:
-        children = psutil.Process(svc.pid).children(recursive=True)
+        children = psutil.Process(svc.pid).children()
     except psutil.NoSuchProcess:
         return []
     result = []

@@ -1,0 +1,147 @@
+"""The inference instance lifecycle: its transitions, and the decisions on it.
+
+    [*] --instance_requested--> starting --instance_loading--> loading
+    starting/loading --instance_ready--> ready
+    starting/loading/ready --instance_stop_requested--> stopping
+    any live --instance_stopped | instance_crashed | instance_lost--> [*]
+    starting/loading/stopping --instance_load_failed--> [*]
+
+Who records what: the service records ``instance_requested`` (a decision),
+``instance_stop_requested`` (a decision), ``instance_load_failed`` for a load
+deadline or a failed spawn, and, once it has reaped the process, the end it
+observed (``instance_stopped`` or ``instance_crashed``) unless the worker
+recorded its own end first. The worker records ``instance_loading``,
+``loading_progress``, ``instance_ready``, ``instance_load_failed`` and
+``instance_stopped``. Start-up recovery records ``instance_lost``.
+
+Decision functions take the fold and the facts the fold cannot know (how the
+process ended, the time) and return the events to append. No I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from service.core import events as ev
+from service.core.backoff import retry_delay
+from service.core.processes import ProcessExit
+from service.core.state import Instance, InstanceStatus, ModelState, RouterState
+from service.core.transitions import Lifecycle, edges
+
+_S, _L, _R, _X = InstanceStatus.STARTING, InstanceStatus.LOADING, InstanceStatus.READY, InstanceStatus.STOPPING
+_LIVE = (_S, _L, _R, _X)
+
+INSTANCE_LIFECYCLE = Lifecycle(
+    name="instance",
+    table=edges(
+        [
+            ((None,), "instance_requested", _S),
+            ((_S,), "instance_loading", _L),
+            ((_X,), "instance_loading", "same"),  # stop asked before the worker reported
+            ((_S, _L, _X), "loading_progress", "same"),
+            ((_S, _L), "instance_ready", _R),
+            ((_X,), "instance_ready", "same"),  # became ready as a stop was asked: the stop wins
+            ((_S, _L, _R), "instance_stop_requested", _X),
+            ((_S, _L, _X), "instance_load_failed", None),
+            ((*_LIVE,), "instance_stopped", None),
+            ((*_LIVE,), "instance_crashed", None),
+            ((*_LIVE,), "instance_lost", None),
+        ]
+    ),
+    # A worker killed by the service (load deadline, stop timeout) may have
+    # appended one more progress or readiness event on its way out.
+    late=frozenset({(None, "instance_loading"), (None, "loading_progress"), (None, "instance_ready")}),
+)
+
+MAX_RESTARTS = 5
+"""Crashes in a row (without a successful ready in between) after which
+``restart = on-failure`` gives up, as Supervisor's ``startretries``."""
+
+
+def current_instance(state: RouterState, model: str, instance_id: str) -> Instance | None:
+    """The model's instance if it is still ``instance_id`` (None once it ended or was replaced)."""
+    found = state.models.get(model)
+    inst = found.instance if found is not None else None
+    return inst if inst is not None and inst.instance_id == instance_id else None
+
+
+def on_process_exit(state: RouterState, model: str, instance_id: str, exit: ProcessExit) -> list[ev.Event]:
+    """The end to record once the worker process has been reaped.
+
+    Nothing when the worker recorded its own end (stopped, load failed) or
+    the instance was already closed; ``instance_stopped`` when a stop had been
+    asked for (STOPPING -> ended); otherwise it is a crash (LOADING/READY ->
+    ended), an exit nobody asked for."""
+    inst = current_instance(state, model, instance_id)
+    if inst is None:
+        return []
+    code = exit.exit_code if exit.exit_code is not None else -(exit.signal or 0)
+    if inst.status is InstanceStatus.STOPPING:
+        return [
+            ev.InstanceStopped(
+                instance_id=instance_id, reason=inst.stop_reason or "unload", exit_code=code, forced=exit.forced
+            )
+        ]
+    return [
+        ev.InstanceCrashed(
+            instance_id=instance_id, exit_code=exit.exit_code, signal=exit.signal, stderr_tail=exit.stderr_tail
+        )
+    ]
+
+
+def load_deadline(inst: Instance, timeout: float) -> datetime | None:
+    """When a starting/loading instance times out: ``timeout`` after the last sign of
+    life (request, ``instance_loading`` or progress). None once it is ready or stopping."""
+    if inst.status not in (InstanceStatus.STARTING, InstanceStatus.LOADING) or timeout <= 0:
+        return None
+    last = inst.progress_at or inst.requested_at
+    if last is None:
+        return None
+    return last + timedelta(seconds=timeout)
+
+
+def on_load_deadline(state: RouterState, model: str, instance_id: str, now: datetime, timeout: float) -> list[ev.Event]:
+    """STARTING/LOADING -> failed(load_timeout) when no sign of life for ``timeout`` s."""
+    inst = current_instance(state, model, instance_id)
+    if inst is None:
+        return []
+    deadline = load_deadline(inst, timeout)
+    if deadline is None or now < deadline:
+        return []
+    return [
+        ev.InstanceLoadFailed(instance_id=instance_id, reason="load_timeout", message=f"not ready within {timeout:g} s")
+    ]
+
+
+def restart_delay(model: ModelState, jitter: float) -> float | None:
+    """Seconds until ``restart = on-failure`` reloads a crashed model, or None:
+    no restart policy, the model is running again, or the backoff ran out
+    (``MAX_RESTARTS`` crashes in a row)."""
+    if model.config.restart != "on-failure" or model.instance is not None or not model.available:
+        return None
+    if model.crash_count < 1 or model.crash_count > MAX_RESTARTS:
+        return None
+    return retry_delay(model.crash_count, base=1.0, cap=60.0, jitter=jitter)
+
+
+def request(instance_id: str, port: int, model: ModelState, reason: str) -> ev.InstanceRequested:
+    """``[*] -> starting``: the event that takes a slot for ``model``."""
+    return ev.InstanceRequested(instance_id=instance_id, reason=reason, port=port, params=dict(model.config.params))
+
+
+def stop(inst: Instance, reason: str) -> list[ev.Event]:
+    """``starting/loading/ready -> stopping``; nothing when it is already stopping."""
+    if inst.status is InstanceStatus.STOPPING:
+        return []
+    return [ev.InstanceStopRequested(instance_id=inst.instance_id, reason=reason)]
+
+
+def reconcile(state: RouterState, killed: frozenset[str] = frozenset()) -> list[tuple[str, ev.Event]]:
+    """Start-up: every live instance of the previous run is lost (its worker died
+    with the service, or was killed by recovery: ``killed`` instance ids)."""
+    return [
+        (m.name, ev.InstanceLost(instance_id=m.instance.instance_id, reason="router_restart",
+                                 killed_survivor=m.instance.instance_id in killed))
+        for m in state.models.values()
+        if m.instance is not None
+    ]  # fmt: skip

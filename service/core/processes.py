@@ -1,0 +1,19 @@
+"""Facts about worker processes that only the supervisor observes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExit:
+    """How a worker process ended, as ``waitpid`` told the supervisor."""
+
+    exit_code: int | None
+    signal: int | None
+    forced: bool = False  # the supervisor had to SIGKILL it
+    stderr_tail: str = ""
+
+    def describe(self) -> str:
+        """``signal 9`` or ``exit code 1``, for messages."""
+        return f"signal {self.signal}" if self.signal is not None else f"exit code {self.exit_code}"

@@ -1,0 +1,84 @@
+"""What a supervisor needs from the outside world, injected so tests can fake it.
+
+The decisions live in ``service/core``; a supervisor turns observations into
+calls to them and performs the effects they imply. Everything here is one of
+those effects or a source of facts: the clock, the process spawner, the port
+allocator, the id source and the jitter of backoffs. Tests pass a fake clock
+and a fake spawner and drive every transition in milliseconds.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from service.supervision.child_process import ChildProcess, ExitStatus
+from service.supervision.ports import free_port
+
+
+class Child(Protocol):
+    """A spawned worker as a supervisor sees it (``ChildProcess`` in production)."""
+
+    pid: int
+    started_at: float | None
+
+    async def wait(self) -> ExitStatus: ...
+
+    def send_line(self, line: str) -> None: ...
+
+    def close_stdin(self) -> None: ...
+
+    def signal_group(self, sig: int) -> None: ...
+
+    def stderr_tail(self) -> str: ...
+
+
+class Spawner(Protocol):
+    async def __call__(self, argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None) -> Child: ...
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Wall-clock time (UTC): compared with ``recorded_at`` of events."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds for timeouts that must not jump with the wall clock."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+async def spawn_child(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None) -> Child:
+    return await ChildProcess.spawn(argv, name=name, env=env)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _new_job_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """The injected outside world of a supervisor; the defaults are the real one."""
+
+    clock: Clock = field(default_factory=SystemClock)
+    spawn: Spawner = spawn_child
+    free_port: Callable[[], int] = free_port
+    new_id: Callable[[], str] = _new_id
+    new_job_id: Callable[[], str] = _new_job_id
+    jitter: Callable[[], float] = random.random

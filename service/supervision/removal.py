@@ -1,0 +1,64 @@
+"""``DELETE /models``: stop what runs, then delete the files, then record it.
+
+Order matters (issue 11 §1.2): the model is held first, so no autoload can
+start it again while it is being removed; a running download is cancelled
+(partials discarded) and a running instance stopped and reaped; only then
+are the files deleted and ``model_removed`` recorded. Concurrent removals
+of one model run one after the other; the second finds it gone (404).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.core import events as ev
+from service.core.errors import CommandRejected
+from service.core.removal import plan_removal
+from service.core.state import RouterState
+from service.downloads.removal import remove_files
+from service.event_store.codec import NewEvent
+from service.live_state import LiveState
+from service.supervision.downloads import DownloadSupervisor
+from service.supervision.instances import InstanceSupervisor
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    model: str
+    files: tuple[str, ...]
+    bytes_freed: int
+    kept_blobs: tuple[str, ...]
+    state: RouterState
+
+
+class ModelRemover:
+    """Removes downloaded models, one removal per model at a time."""
+
+    def __init__(
+        self, live: LiveState, instances: InstanceSupervisor, downloads: DownloadSupervisor, cache_dir: Path
+    ) -> None:
+        self.live = live
+        self.instances = instances
+        self.downloads = downloads
+        self.cache_dir = cache_dir
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def remove(self, name: str, *, force: bool) -> Removed:
+        """Remove ``name`` (or alias); raises ``CommandRejected`` (404, 409) when it cannot."""
+        plan = plan_removal(self.live.state, name, force=force)
+        lock = self._locks.setdefault(plan.model, asyncio.Lock())
+        async with lock, self.instances.holding(plan.model):
+            plan = plan_removal(await self.live.sync(), name, force=force)  # a removal before us may have won
+            if plan.cancel_job is not None:
+                await self.downloads.cancel(plan.cancel_job, discard=True)
+            if plan.stop_instance is not None:
+                with contextlib.suppress(CommandRejected):  # it may have ended meanwhile
+                    await self.instances.unload(plan.model, reason="remove")
+            plan = plan_removal(await self.live.sync(), name, force=force)
+            removal = await asyncio.to_thread(remove_files, self.cache_dir, plan)
+            event = ev.ModelRemoved(files=removal.files, bytes_freed=removal.bytes_freed)
+            _, state = await self.live.record([NewEvent(event, model=plan.model)])
+        return Removed(plan.model, removal.files, removal.bytes_freed, plan.kept_blobs, state)
