@@ -232,6 +232,7 @@ class InstanceSupervisor:
                         )
                     scheduling.require_loadable(self.live.state, model.name)
                 if demand is None:
+                    self._refuse_when_queue_full()
                     demand = self._demand(model.name, "autoload")
                     demand.waiters += 1
                     demand.autoload = demand.autoload or autoload
@@ -252,6 +253,13 @@ class InstanceSupervisor:
                     # A client that gave up leaves no demand behind: it costs nobody a slot.
                     del self._demands[demand.model]
                 self._poke()
+
+    def _refuse_when_queue_full(self) -> None:
+        limit = self.settings.max_queued_requests
+        if limit and self.queue_length >= limit:
+            raise CommandRejected(
+                "capacity", f"{self.queue_length} requests already wait for a model (max_queued_requests={limit})"
+            )
 
     def _raise_if_failed(self, model: ModelState, demand: _Demand | None) -> None:
         """A failed load is not retried on every request (a corrupt file stays corrupt);
