@@ -178,6 +178,11 @@ class LiveState:
                 self._down_since, self._failures_in_a_row = None, 0
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), self.poll_interval)
+        except Exception:
+            # A broken connection must not go back to the pool for the next attempt.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(conn.invalidate())
+            raise
         finally:
             self.connection = None
             with contextlib.suppress(Exception):

@@ -178,8 +178,9 @@ class InstanceSupervisor:
     async def holding(self, name: str) -> AsyncIterator[None]:
         """Keep ``name`` from starting while it is being removed: waiting requests
         fail with 409, new ones too, until the block exits."""
-        self._holds.add(name)
-        self._demands.pop(name, None)
+        async with self._lock:  # a pass that is deciding now finishes first; later ones see the hold
+            self._holds.add(name)
+            self._demands.pop(name, None)
         self._poke()
         try:
             yield
