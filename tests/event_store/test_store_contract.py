@@ -20,32 +20,53 @@ def store(db_path: Path) -> SyncEventStore:
     s.close()
 
 
+_REQUESTED = {"repo": "org/a", "commit": "c" * 40, "files": [], "total_bytes": 1}
+
+
 class TestAppend:
     def test_positions_are_consecutive_and_returned_in_order(self, store: SyncEventStore) -> None:
-        positions = store.append([NewEvent(RouterStarted(pid=i)) for i in range(5)])
+        positions = store.append(
+            [NewEvent(RouterStarted(pid=i, version="0.1.0", host="127.0.0.1", port=8080)) for i in range(5)]
+        )
         assert positions == [1, 2, 3, 4, 5]
         assert [r.event.pid for r in store.read()] == [0, 1, 2, 3, 4]  # type: ignore[attr-defined]
 
     def test_duplicate_event_id_returns_original_position_and_stores_nothing(self, store: SyncEventStore) -> None:
-        first = NewEvent(RouterStarted(pid=1), event_id="00000000-0000-0000-0000-000000000001")
-        store.append([NewEvent(RouterStarted(pid=0))])
+        first = NewEvent(
+            RouterStarted(pid=1, version="0.1.0", host="127.0.0.1", port=8080),
+            event_id="00000000-0000-0000-0000-000000000001",
+        )
+        store.append([NewEvent(RouterStarted(pid=0, version="0.1.0", host="127.0.0.1", port=8080))])
         assert store.append([first]) == [2]
-        again = NewEvent(RouterStarted(pid=99), event_id=first.event_id)
-        assert store.append([NewEvent(RouterStarted(pid=3)), again]) == [3, 2]
+        again = NewEvent(RouterStarted(pid=99, version="0.1.0", host="127.0.0.1", port=8080), event_id=first.event_id)
+        assert store.append([NewEvent(RouterStarted(pid=3, version="0.1.0", host="127.0.0.1", port=8080)), again]) == [
+            3,
+            2,
+        ]
         stored = store.read()
         assert len(stored) == 3
-        assert stored[1].event == RouterStarted(pid=1)  # the original, not the retry's payload
+        assert stored[1].event == RouterStarted(
+            pid=1, version="0.1.0", host="127.0.0.1", port=8080
+        )  # the original, not the retry's payload
 
     def test_batch_is_all_or_nothing(self, store: SyncEventStore) -> None:
-        store.append([NewEvent(RouterStarted(pid=1))])
-        poisoned = NewEvent(DownloadProgress(job_id="j", bytes_done=object()))  # type: ignore[arg-type]
+        store.append([NewEvent(RouterStarted(pid=1, version="0.1.0", host="127.0.0.1", port=8080))])
+        poisoned = NewEvent(DownloadProgress(job_id="j", bytes_done=object(), bytes_total=1))  # type: ignore[arg-type]
         with pytest.raises((TypeError, StatementError)):
-            store.append([NewEvent(RouterStarted(pid=2)), NewEvent(RouterStarted(pid=3)), poisoned])
+            store.append(
+                [
+                    NewEvent(RouterStarted(pid=2, version="0.1.0", host="127.0.0.1", port=8080)),
+                    NewEvent(RouterStarted(pid=3, version="0.1.0", host="127.0.0.1", port=8080)),
+                    poisoned,
+                ]
+            )
         assert [r.position for r in store.read()] == [1]
-        assert store.append([NewEvent(RouterStarted(pid=4))]) == [2]  # no position was burnt visibly
+        assert store.append([NewEvent(RouterStarted(pid=4, version="0.1.0", host="127.0.0.1", port=8080))]) == [
+            2
+        ]  # no position was burnt visibly
 
     def test_source_and_model_are_recorded(self, store: SyncEventStore) -> None:
-        store.emit("download_progress", {"job_id": "j", "bytes_done": 1}, model="org/m:Q8_0")
+        store.emit("download_progress", {"job_id": "j", "bytes_done": 1, "bytes_total": 1}, model="org/m:Q8_0")
         (rec,) = store.read()
         assert rec.model == "org/m:Q8_0"
         assert rec.source["kind"] == "test" and isinstance(rec.source["pid"], int)
@@ -53,12 +74,12 @@ class TestAppend:
 
 class TestImmutability:
     def test_update_is_rejected(self, store: SyncEventStore, db_path: Path) -> None:
-        store.append([NewEvent(RouterStarted(pid=1))])
+        store.append([NewEvent(RouterStarted(pid=1, version="0.1.0", host="127.0.0.1", port=8080))])
         with sqlite3.connect(db_path) as conn, pytest.raises(sqlite3.DatabaseError, match="append-only"):
             conn.execute("UPDATE events SET type = 'router_stopped'")
 
     def test_delete_is_rejected(self, store: SyncEventStore, db_path: Path) -> None:
-        store.append([NewEvent(RouterStarted(pid=1))])
+        store.append([NewEvent(RouterStarted(pid=1, version="0.1.0", host="127.0.0.1", port=8080))])
         with sqlite3.connect(db_path) as conn, pytest.raises(sqlite3.DatabaseError, match="append-only"):
             conn.execute("DELETE FROM events")
         assert len(store.read()) == 1
@@ -68,10 +89,10 @@ class TestRead:
     def test_filters(self, store: SyncEventStore) -> None:
         store.append(
             [
-                new_event("download_requested", {"job_id": "a"}, model="m1"),
-                new_event("download_progress", {"job_id": "a", "bytes_done": 1}, model="m1"),
-                new_event("instance_requested", {"instance_id": "i"}, model="m2"),
-                new_event("router_started", {"pid": 1}),
+                new_event("download_requested", {"job_id": "a", **_REQUESTED}, model="m1"),
+                new_event("download_progress", {"job_id": "a", "bytes_done": 1, "bytes_total": 1}, model="m1"),
+                new_event("instance_requested", {"instance_id": "i", "port": 9000}, model="m2"),
+                new_event("router_started", {"pid": 1, "version": "0.1.0", "host": "127.0.0.1", "port": 8080}),
             ]
         )
         assert [r.position for r in store.read(EventFilter(model="m1"))] == [1, 2]
@@ -84,7 +105,7 @@ class TestRead:
         assert [r.position for r in store.read(EventFilter(limit=2))] == [1, 2]
 
     def test_prefix_match_treats_underscore_literally(self, store: SyncEventStore) -> None:
-        store.append([new_event("download_requested", {"job_id": "a"}, model="m")])
+        store.append([new_event("download_requested", {"job_id": "a", **_REQUESTED}, model="m")])
         assert store.read(EventFilter(types=("downloadXrequested",))) == []
         assert store.read(EventFilter(types=("download?*",))) == []
 
@@ -100,7 +121,11 @@ class TestTransactions:
         )
         store = SyncEventStore(db_path, source={"kind": "test"})
         done: list[int] = []
-        thread = threading.Thread(target=lambda: done.extend(store.append([NewEvent(RouterStarted(pid=2))])))
+        thread = threading.Thread(
+            target=lambda: done.extend(
+                store.append([NewEvent(RouterStarted(pid=2, version="0.1.0", host="127.0.0.1", port=8080))])
+            )
+        )
         thread.start()
         thread.join(0.3)
         assert thread.is_alive(), "the store's writer must wait on the lock (busy_timeout), not fail"
@@ -112,11 +137,18 @@ class TestTransactions:
 
     def test_every_append_transaction_starts_with_begin_immediate(self, db_path: Path) -> None:
         store = SyncEventStore(db_path, source={"kind": "test"})
-        store.append([NewEvent(RouterStarted(pid=0))])  # opens the write connection
+        store.append(
+            [NewEvent(RouterStarted(pid=0, version="0.1.0", host="127.0.0.1", port=8080))]
+        )  # opens the write connection
         assert store._write_conn is not None
         statements: list[str] = []
         store._write_conn.connection.dbapi_connection.set_trace_callback(statements.append)  # type: ignore[union-attr]
-        store.append([NewEvent(RouterStarted(pid=1)), NewEvent(RouterStarted(pid=2))])
+        store.append(
+            [
+                NewEvent(RouterStarted(pid=1, version="0.1.0", host="127.0.0.1", port=8080)),
+                NewEvent(RouterStarted(pid=2, version="0.1.0", host="127.0.0.1", port=8080)),
+            ]
+        )
         assert statements[0] == "BEGIN IMMEDIATE"
         assert statements.count("BEGIN IMMEDIATE") == 1
         assert statements[-1] == "COMMIT"
