@@ -1,7 +1,6 @@
 """Cancellation and parent-death handling for the download worker.
 
-Signals (the primary control channel, so a service can cancel a worker whose
-stdin it does not hold):
+Signals (the control channel when run by hand or in tests):
 
 * ``SIGTERM`` / ``SIGINT``: cancel, keep partial files for a later resume.
 * ``SIGUSR1``: cancel and delete this job's partial files.
@@ -12,7 +11,7 @@ stdin it does not hold):
   forked us dies, which during a SIGKILL of the service can come before we are
   reparented, so ``getppid()`` cannot tell.
 
-Optional stdin lines (for symmetry with the inference worker): ``cancel``,
+Stdin lines (``--stdin-control``, served by the runtime): ``cancel``,
 ``cancel discard`` (``stop`` is an alias of ``cancel``).
 
 How a cancel interrupts a blocked read: the handler *raises*
@@ -31,6 +30,8 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from workers._parent_watch import Parent
 
 CANCEL = "cancel"
 DISCARD = "discard"
@@ -53,12 +54,11 @@ class Interrupted(BaseException):
 class Interrupts:
     """Collects stop requests and turns them into :class:`Interrupted` at safe points."""
 
-    def __init__(self, parent_pid: int | None = None) -> None:
-        self.parent_pid = parent_pid if parent_pid is not None else os.getppid()
+    def __init__(self, parent: Parent | None = None) -> None:
+        self.parent = parent or Parent()
         self.requested: str | None = None
-        self._interruptible = False
-        self._stdin_eof = False
         self.stdin_control = False
+        self._interruptible = False
 
     def install(self) -> None:
         """Install the signal handlers (main thread only)."""
@@ -70,13 +70,10 @@ class Interrupts:
         if self.requested is None or _PRIORITY[kind] > _PRIORITY[self.requested]:
             self.requested = kind
 
-    def parent_gone(self) -> bool:
-        return self._stdin_eof or os.getppid() != self.parent_pid
-
     def check(self) -> None:
         """Raise :class:`Interrupted` if a stop was requested."""
         if self.requested is not None:
-            raise Interrupted(self.requested)
+            self._raise()
 
     @contextmanager
     def blocking(self) -> Iterator[None]:
@@ -88,16 +85,14 @@ class Interrupts:
         finally:
             self._interruptible = False
 
-    # --- stdin channel ------------------------------------------------
+    # --- stdin channel (the runtime's stdin thread) -------------------
 
-    def on_stdin_line(self, line: str) -> None:
-        words = line.strip().lower().split()
-        if words[:1] in (["cancel"], ["stop"]):
-            self.request(DISCARD if "discard" in words[1:] else CANCEL)
-            self._wake()
+    def on_cancel(self, argument: str) -> None:
+        """``cancel [discard]`` (and its alias ``stop``)."""
+        self.request(DISCARD if "discard" in argument.lower().split() else CANCEL)
+        self._wake()
 
     def on_stdin_eof(self) -> None:
-        self._stdin_eof = True
         self.request(PARENT)
         self._wake()
 
@@ -107,14 +102,23 @@ class Interrupts:
         if threading.current_thread() is not threading.main_thread():
             os.kill(os.getpid(), _WAKE)
 
-    # --- signal handler -------------------------------------------------
+    # --- signals ------------------------------------------------------
+
+    def _kind_of(self, signum: int) -> str | None:
+        if signum == signal.SIGUSR1:
+            return DISCARD
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            # PDEATHSIG also arrives as SIGTERM (see the module docstring).
+            return PARENT if self.stdin_control or self.parent.gone() else CANCEL
+        return None  # _WAKE: delivers a request recorded elsewhere
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        if signum == signal.SIGUSR1:
-            self.request(DISCARD)
-        elif signum in (signal.SIGTERM, signal.SIGINT):
-            # PDEATHSIG also arrives as SIGTERM (see the module docstring).
-            self.request(PARENT if self.stdin_control or self.parent_gone() else CANCEL)
+        kind = self._kind_of(signum)
+        if kind is not None:
+            self.request(kind)
         if self._interruptible and self.requested is not None:
-            self._interruptible = False  # a second signal must not raise inside cleanup
-            raise Interrupted(self.requested)
+            self._raise()
+
+    def _raise(self) -> None:
+        self._interruptible = False  # a second signal must not raise inside cleanup
+        raise Interrupted(self.requested or CANCEL)

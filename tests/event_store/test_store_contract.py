@@ -66,7 +66,7 @@ class TestAppend:
         ]  # no position was burnt visibly
 
     def test_source_and_model_are_recorded(self, store: SyncEventStore) -> None:
-        store.emit("download_progress", {"job_id": "j", "bytes_done": 1, "bytes_total": 1}, model="org/m:Q8_0")
+        store.emit(DownloadProgress(job_id="j", bytes_done=1, bytes_total=1), model="org/m:Q8_0")
         (rec,) = store.read()
         assert rec.model == "org/m:Q8_0"
         assert rec.source["kind"] == "test" and isinstance(rec.source["pid"], int)
