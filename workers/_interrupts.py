@@ -21,23 +21,33 @@ thread and a raising handler aborts the blocked ``recv``/``sleep`` (PEP 475),
 so a cancel during a 30 s stall takes effect in milliseconds. Outside those
 sections (writing, hashing, emitting events) the request is only recorded and
 :meth:`check` raises at the next safe point, so a chunk is never half-applied.
+
+Why a signal can never be lost before a blocked read: a signal that lands
+after the main thread last ran bytecode but before its ``poll(2)`` sleeps
+interrupts nothing (see :mod:`workers._wakeup`). So every handled signal also
+lands in a wake-up pipe, and a *waker* thread reading it re-signals the main
+thread (``SIGUSR2``, every :data:`RESIGNAL_SECONDS`) from the moment a stop is
+requested until it has been raised there. One of those signals finds the main
+thread inside its blocked call and ends it.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from workers._parent_watch import Parent
+from workers._parent_watch import MAIN_THREAD_SIGNALS, Parent
+from workers._wakeup import Wakeup
 
 CANCEL = "cancel"
 DISCARD = "discard"
 PARENT = "parent"
 _PRIORITY = {CANCEL: 1, DISCARD: 2, PARENT: 3}
-_WAKE = signal.SIGUSR2  # sent to ourselves to deliver a stdin request to the main thread
+_WAKE = signal.SIGUSR2  # sent to the main thread to deliver a stop request there
+RESIGNAL_SECONDS = 0.02
 
 
 class Interrupted(BaseException):
@@ -59,11 +69,17 @@ class Interrupts:
         self.requested: str | None = None
         self.stdin_control = False
         self._interruptible = False
+        self._raised = False  # an Interrupted reached the main thread: stop re-signalling
+        self._main = threading.main_thread().ident
+        self._wakeup: Wakeup | None = None
 
     def install(self) -> None:
-        """Install the signal handlers (main thread only)."""
+        """Install the signal handlers, the wake-up pipe and its waker thread (main thread only)."""
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, _WAKE):
             signal.signal(sig, self._on_signal)
+        self._wakeup = Wakeup()
+        self._wakeup.install()
+        threading.Thread(target=self._run_waker, name="interrupt-waker", daemon=True).start()
 
     def request(self, kind: str) -> None:
         """Record a stop request; the strongest one wins (parent > discard > cancel)."""
@@ -78,9 +94,11 @@ class Interrupts:
     @contextmanager
     def blocking(self) -> Iterator[None]:
         """Mark a section that may be aborted by a signal at any instant."""
-        self.check()
+        # Interruptible first, then check: a request recorded in between is
+        # then raised by the handler or by this check, never by neither.
         self._interruptible = True
         try:
+            self.check()
             yield
         finally:
             self._interruptible = False
@@ -97,10 +115,9 @@ class Interrupts:
         self._wake()
 
     def _wake(self) -> None:
-        # Called from the stdin thread: only the main thread can raise into the
-        # blocked read, so hand the request over with a signal to ourselves.
-        if threading.current_thread() is not threading.main_thread():
-            os.kill(os.getpid(), _WAKE)
+        # Only the main thread can raise into its blocked read: the waker signals it.
+        if self._wakeup is not None:
+            self._wakeup.wake()
 
     # --- signals ------------------------------------------------------
 
@@ -121,4 +138,17 @@ class Interrupts:
 
     def _raise(self) -> None:
         self._interruptible = False  # a second signal must not raise inside cleanup
+        self._raised = True
         raise Interrupted(self.requested or CANCEL)
+
+    def _run_waker(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+        assert self._wakeup is not None and self._main is not None
+        while True:
+            for signum in self._wakeup.wait():
+                kind = self._kind_of(signum)
+                if kind is not None:
+                    self.request(kind)  # what the handler will do, done before it can run
+            while self.requested is not None and not self._raised:
+                signal.pthread_kill(self._main, _WAKE)
+                time.sleep(RESIGNAL_SECONDS)

@@ -29,6 +29,8 @@ import threading
 from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
+MAIN_THREAD_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2})
+"""The signals workers handle; their helper threads block them, so the kernel delivers them to the main thread."""
 
 
 class Parent:
@@ -103,6 +105,9 @@ def watch_stdin(on_line: Callable[[str], None], on_eof: Callable[[], None]) -> t
     """Start a daemon thread that feeds stdin lines to ``on_line``, then calls ``on_eof``."""
 
     def run() -> None:
+        # Signals belong to the main thread: only there can a handler cut a
+        # blocked call short (see workers._wakeup).
+        signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
         stream = os.fdopen(os.dup(0), "rb", buffering=0)
         buf = b""
         try:

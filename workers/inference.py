@@ -28,7 +28,6 @@ Exit codes: 0 stopped on request; 1 internal error; 2 bad command line;
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
@@ -51,6 +50,7 @@ from workers._inference_http import InferenceApp, bind_server  # noqa: E402
 from workers._llama_load import LlamaLog, LoadedModel, LoadError, load_model  # noqa: E402
 from workers._parent_watch import Parent  # noqa: E402
 from workers._runtime import INFERENCE_WORKER, WorkerRuntime  # noqa: E402
+from workers._wakeup import Wakeup  # noqa: E402
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
 PROGRESS_INTERVAL_S = 0.2
@@ -99,14 +99,15 @@ class Worker:
         self.endpoint = ""
         self._state_lock = threading.Lock()
         self._state = "loading"  # loading | ready | stopping | failed
-        # Written from signal handlers, so: plain attributes + a self-pipe to
-        # wake the main thread (no locks or Events inside a handler).
+        # Written from signal handlers, so: plain attributes + a wake-up pipe
+        # for the main thread (no locks or Events inside a handler); every
+        # signal also writes to it, so none is lost before the main thread waits.
         self._stop_reason: str | None = None
         self._stop_code = EXIT_OK
         self._stop_grace = args.stop_timeout
         self._stdin_reason: str | None = None
         self._load_failed: LoadError | None = None
-        self._wake_r, self._wake_w = os.pipe()
+        self._wakeup = Wakeup()
         self._last_progress = 0.0
         self._progress_done = False
         self._llama_log = LlamaLog(lambda level, text: getattr(self.log, level)("llama_cpp", text=text))
@@ -118,8 +119,7 @@ class Worker:
             self.log.error("event_emit_failed", type=event.TYPE, error=repr(exc))
 
     def _wake(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"!")
+        self._wakeup.wake()
 
     # -- stop requests (any thread, or a signal handler) --------------------
 
@@ -217,6 +217,7 @@ class Worker:
         if not self.runtime.parent.die_with(signal.SIGTERM):
             self.log.error("parent_already_gone")
             return EXIT_ORPHANED
+        self._wakeup.install()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         for early in _EARLY_SIGNALS:
@@ -256,7 +257,7 @@ class Worker:
         self._llama_log.install()
         self.engine.start(self._load, self._on_loaded, self._on_load_failed)
         while self._stop_reason is None and self._load_failed is None:
-            os.read(self._wake_r, 64)  # woken by signals, stdin, load failure
+            self._wakeup.wait()  # woken by signals, stdin, load failure
         # A real load failure wins over a concurrent stop; a load we aborted does not.
         if self._load_failed is not None and self._load_failed.reason != "aborted":
             err = self._load_failed
