@@ -90,7 +90,10 @@ def _fold_rate(n: int) -> tuple[float, float]:
         # Realistic: the jobs exist, so every progress event really updates state.
         store.append(
             [
-                NewEvent(DownloadRequested(job_id=f"job-{m}", repo="bench/r", total_bytes=10**9), model=f"m{m}")
+                NewEvent(
+                    DownloadRequested(job_id=f"job-{m}", repo="bench/r", commit="c" * 40, files=(), total_bytes=10**9),
+                    model=f"m{m}",
+                )
                 for m in range(5)
             ]
         )

@@ -100,7 +100,9 @@ def sse_delivery(svc: ServiceProcess, rounds: int) -> list[float]:
     took = []
     for i in range(rounds):
         sent = time.monotonic()
-        (position,) = store.append([new_event("download_progress", {"job_id": "bench", "bytes_done": i})])
+        (position,) = store.append(
+            [new_event("download_progress", {"job_id": "bench", "bytes_done": i, "bytes_total": rounds})]
+        )
         took.append((_until(lambda p=position: arrived.get(p), "SSE delivery") - sent) * 1000)
     store.close()
     return took

@@ -143,8 +143,8 @@ def build_rows(n: int) -> list[tuple[Any, ...]]:
         blob = f"/bench/hub/models--org--x/blobs/{c:064x}"
         files = ({"path": "model.gguf", "size": total, "sha256": f"{c:064x}", "blob_path": blob,
                   "snapshot_path": f"/bench/hub/models--org--x/snapshots/{c:040x}/model.gguf"},)  # fmt: skip
-        rows.add(ev.DownloadRequested(job_id=job, repo=model.split(":")[0], quant="Q4_K_M", files=files,
-                                      total_bytes=total), model)  # fmt: skip
+        rows.add(ev.DownloadRequested(job_id=job, repo=model.split(":")[0], commit=f"{c:040x}", quant="Q4_K_M",
+                                      files=files, total_bytes=total), model)  # fmt: skip
         rows.add(ev.DownloadStarted(job_id=job, pid=4242, commit=f"{c:040x}", files=files, total_bytes=total),
                  model, rows.worker)  # fmt: skip
         rows.progress(model, job, per if c < cycles - 1 else max(1, n - len(rows.rows) - 12), total)

@@ -1,20 +1,116 @@
-"""Docs stay true: every event type is catalogued, and the README shows the two commands."""
+"""Docs stay true: the event catalogue describes every event type field by field, and
+the README shows the two commands."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import functools
+import json
+import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from service.core.events import EVENT_TYPES
+import pytest
+
+from service.core import events as ev
+from workers._runtime import DOWNLOAD_WORKER, INFERENCE_WORKER
 
 ROOT = Path(__file__).resolve().parents[1]
+_ITEM = re.compile(r"^(?P<name>[a-z_]+)(?:\[[^\]]*\])?(?:=(?P<default>\"[^\"]*\"|[^\s(]+))?(?: \((?P<note>.+)\))?$")
+
+
+def _rows() -> dict[str, list[str]]:
+    """Catalogue table rows by event type: the cells, split on unescaped ``|``."""
+    rows = {}
+    for line in (ROOT / "docs" / "event-catalogue.md").read_text().splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def _split_top_level(text: str) -> list[str]:
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += char in "[({"
+        depth -= char in "])}"
+        if char == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [*items, current.strip()]
+
+
+def _documented_fields(cell: str) -> list[tuple[str, str | None]]:
+    """``(name, default JSON or None)`` per field of a data cell like `` `job_id, discard=false` ``."""
+    out = []
+    for item in _split_top_level(cell.strip("`")):
+        match = _ITEM.match(item)
+        assert match, f"cannot read field {item!r} (see the notation at the top of the catalogue)"
+        out.append((match["name"], match["default"]))
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default  # type: ignore[misc]  # one of the two is set
+
+
+@functools.cache
+def _constructed_by_the_service() -> set[str]:
+    """Event types whose class the service's code (``service/``) instantiates: what the router writes."""
+    classes = {cls.__name__: cls.TYPE for cls in ev.EVENT_TYPES.values()}
+    found = set()
+    for path in (ROOT / "service").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+                if name in classes:
+                    found.add(classes[name])
+    return found
 
 
 def test_every_event_type_is_in_the_catalogue_with_its_version() -> None:
-    catalogue = (ROOT / "docs" / "event-catalogue.md").read_text()
-    for type_, cls in EVENT_TYPES.items():
-        row = next((line for line in catalogue.splitlines() if line.startswith(f"| `{type_}` |")), None)
-        assert row is not None, f"{type_} is missing from docs/event-catalogue.md"
-        assert row.split("|")[2].strip() == str(cls.VERSION), f"{type_}: catalogue version differs from code"
+    rows = _rows()
+    for type_, cls in ev.EVENT_TYPES.items():
+        assert type_ in rows, f"{type_} is missing from docs/event-catalogue.md"
+        assert rows[type_][1] == str(cls.VERSION), f"{type_}: catalogue version differs from code"
+    assert set(rows) == set(ev.EVENT_TYPES), f"catalogued but not in the code: {set(rows) - set(ev.EVENT_TYPES)}"
+
+
+@pytest.mark.parametrize("type_", sorted(ev.EVENT_TYPES))
+def test_the_catalogue_lists_every_field_in_order_with_its_default(type_: str) -> None:
+    cls = ev.EVENT_TYPES[type_]
+    documented = _documented_fields(_rows()[type_][3])
+    fields = dataclasses.fields(cls)
+    assert [name for name, _ in documented] == [f.name for f in fields], f"{type_}: fields differ from the class"
+    required = set(ev.required_fields(cls))
+    for (name, default), field in zip(documented, fields, strict=True):
+        if name in required:
+            assert default is None, f"{type_}.{name} is required: write it without '='"
+        else:
+            assert default is not None, f"{type_}.{name} has a default: write it as {name}=<JSON>"
+            assert json.loads(default) == _jsonable(_default(field)), f"{type_}.{name}: documented default differs"
+
+
+@pytest.mark.parametrize("type_", sorted(ev.EVENT_TYPES))
+def test_the_catalogue_names_every_writer(type_: str) -> None:
+    writer = _rows()[type_][2]
+    cls = ev.EVENT_TYPES[type_]
+    assert ("download worker" in writer) == (cls in DOWNLOAD_WORKER.events), f"{type_}: download worker?"
+    assert ("inference worker" in writer) == (cls in INFERENCE_WORKER.events), f"{type_}: inference worker?"
+    by_service = "router" in writer or "modelrouter gc" in writer
+    assert by_service == (type_ in _constructed_by_the_service()), f"{type_}: does the service write it?"
 
 
 def test_readme_names_the_two_commands() -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from service.core import events as ev
 from workers._hf_cache import (
     CachePaths,
     LockHeld,
@@ -34,7 +35,6 @@ from workers._hf_cache import (
     write_ref,
 )
 from workers._interrupts import DISCARD, PARENT, Interrupted, Interrupts
-from workers._sink import EventSink
 from workers._transfer import ProgressMeter, TransferConfig, TransferError, fetch_blob
 
 EXIT_FINISHED, EXIT_FAILED, EXIT_CANCELLED, EXIT_PARENT_EXITED = 0, 1, 2, 3
@@ -94,20 +94,19 @@ def load_spec(arg: str) -> JobSpec:
     return JobSpec.from_json(json.loads(text))
 
 
-def run_job(job_id: str, spec: JobSpec, cache_dir: Path, sink: EventSink, interrupts: Interrupts,
+def run_job(job_id: str, spec: JobSpec, cache_dir: Path, emit: Callable[[ev.Event], None], interrupts: Interrupts,
             cfg: TransferConfig, token: str | None, *, pid_started_at: float | None = None,
             log: Callable[..., None] = lambda *a, **k: None) -> int:  # fmt: skip
-    """Run the job to completion, failure or cancellation; return the exit code."""
+    """Run the job to completion, failure or cancellation; return the exit code.
+
+    ``emit`` records this job's events (the runtime's typed emit)."""
     began = time.monotonic()
     paths = CachePaths(cache_dir, spec.repo)
     blobs = {f.sha256: f for f in spec.files}  # one blob may back several paths
-    files_json = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in spec.files]
-
-    def emit(type_: str, **data: Any) -> None:
-        sink.emit(type_, {"job_id": job_id, **data})
+    files_json = tuple(_file_json(f) for f in spec.files)
 
     def fail(reason: str, message: str, retryable: bool) -> int:
-        emit("download_failed", reason=reason, message=message, retryable=retryable)
+        emit(ev.DownloadFailed(job_id=job_id, reason=reason, message=message, retryable=retryable))
         return EXIT_FAILED
 
     locks: list[int] = []
@@ -126,9 +125,9 @@ def run_job(job_id: str, spec: JobSpec, cache_dir: Path, sink: EventSink, interr
         free = shutil.disk_usage(paths.blobs_dir).free
         if missing > free:
             return fail("disk_full", f"need {missing} more bytes in {paths.blobs_dir}, only {free} free", False)
-        emit("download_started", pid=os.getpid(), pid_started_at=pid_started_at, commit=spec.commit,
-             files=files_json, total_bytes=spec.total_bytes, resumed_bytes=done)  # fmt: skip
-        meter = ProgressMeter(spec.total_bytes, done, lambda d: emit("download_progress", **d))
+        emit(ev.DownloadStarted(job_id=job_id, pid=os.getpid(), pid_started_at=pid_started_at, commit=spec.commit,
+                                files=files_json, total_bytes=spec.total_bytes, resumed_bytes=done))  # fmt: skip
+        meter = ProgressMeter(spec.total_bytes, done, lambda d: emit(ev.DownloadProgress(job_id=job_id, **d)))
         headers = hub_headers(token)
         for sha, f in sorted(blobs.items(), key=lambda kv: kv[1].path):
             if on_disk[sha] == f.size and paths.blob(sha).exists():
@@ -143,8 +142,9 @@ def run_job(job_id: str, spec: JobSpec, cache_dir: Path, sink: EventSink, interr
             published.append({**_file_json(f), "blob_path": str(paths.blob(f.sha256)), "snapshot_path": str(link)})
         write_ref(paths, spec.revision, spec.commit)
         meter.finish()
-        emit("download_finished", commit=spec.commit, files=published, bytes_total=spec.total_bytes,
-             bytes_transferred=meter.transferred, duration_ms=round((time.monotonic() - began) * 1000, 1))  # fmt: skip
+        emit(ev.DownloadFinished(job_id=job_id, commit=spec.commit, files=tuple(published),
+                                 bytes_total=spec.total_bytes, bytes_transferred=meter.transferred,
+                                 duration_ms=round((time.monotonic() - began) * 1000, 1)))  # fmt: skip
         return EXIT_FINISHED
     except Interrupted as stop:
         if stop.kind == PARENT:
@@ -156,7 +156,7 @@ def run_job(job_id: str, spec: JobSpec, cache_dir: Path, sink: EventSink, interr
             for sha in blobs:
                 _unlink(paths.incomplete(sha))
         kept = sum(_bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items())
-        emit("download_cancelled", discarded=discard, bytes_on_disk=kept)
+        emit(ev.DownloadCancelled(job_id=job_id, discarded=discard, bytes_on_disk=kept))
         return EXIT_CANCELLED
     except TransferError as exc:
         return fail(exc.reason, exc.message, exc.retryable)

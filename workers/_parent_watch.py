@@ -1,7 +1,8 @@
 """Make a worker process die with the service that spawned it.
 
-Why: an orphaned inference worker keeps gigabytes of RAM and a port. Two
-independent mechanisms, because each has a blind spot:
+Why: an orphaned inference worker keeps gigabytes of RAM and a port, an
+orphaned download keeps a lock on its blobs. Two independent mechanisms,
+because each has a blind spot:
 
 * ``PR_SET_PDEATHSIG`` (Linux): the kernel signals us when the parent
   *thread* that forked us exits -- instant, but it also fires if the service
@@ -9,10 +10,12 @@ independent mechanisms, because each has a blind spot:
   before we called ``prctl`` (hence the ``getppid`` re-check).
 * stdin EOF: the service holds the write end of our stdin pipe; when the
   service process dies (even by SIGKILL) the kernel closes it and our reader
-  thread sees EOF. The same pipe carries the line protocol ``stop [reason]``.
+  thread sees EOF. The same pipe carries each worker's line protocol
+  (:meth:`workers._runtime.WorkerRuntime.control`).
 
-Used by the inference worker (the download worker has its own, signal-driven
-variant in :mod:`workers._interrupts`).
+:class:`Parent` holds both; what a worker *does* when its parent dies is its
+own (the download worker turns it into :data:`workers._interrupts.PARENT`, the
+inference worker into a stop with exit code 4).
 """
 
 from __future__ import annotations
@@ -26,13 +29,48 @@ import threading
 from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
+MAIN_THREAD_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2})
+"""The signals workers handle; their helper threads block them, so the kernel delivers them to the main thread."""
+
+
+class Parent:
+    """The process that spawned this worker, and whether it is gone.
+
+    Create it first thing in ``main``: ``getppid()`` read after slow imports
+    may already name init if the service died meanwhile.
+    """
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = pid if pid is not None else os.getppid()
+        self.stdin_closed = False  # set by the stdin watcher at EOF
+
+    def gone(self) -> bool:
+        """Whether the service died: its end of our stdin closed, or we were reparented."""
+        return self.stdin_closed or os.getppid() != self.pid
+
+    def die_with(self, sig: int = signal.SIGTERM) -> bool:
+        """Ask for ``sig`` when the parent dies; False if it is already gone (then exit)."""
+        return set_parent_death_signal(sig, expected_ppid=self.pid)
+
+    def watch_stdin(self, on_line: Callable[[str], None], on_eof: Callable[[], None]) -> bool:
+        """Feed stdin lines to ``on_line`` on a thread and call ``on_eof`` at EOF, when stdin is
+        watchable (:func:`stdin_is_watchable`); returns whether it is watched."""
+        if not stdin_is_watchable():
+            return False
+
+        def eof() -> None:
+            self.stdin_closed = True
+            on_eof()
+
+        watch_stdin(on_line, eof)
+        return True
 
 
 def set_parent_death_signal(sig: int = signal.SIGTERM, *, expected_ppid: int | None = None) -> bool:
     """Ask the kernel to send ``sig`` when our parent dies; Linux only.
 
-    Returns False if unsupported, or if the parent is already gone (our ppid
-    is no longer ``expected_ppid``) -- the caller should then exit.
+    Returns False if the parent is already gone (our ppid is no longer
+    ``expected_ppid``) -- the caller should then exit. True where unsupported.
     """
     if expected_ppid is None:
         expected_ppid = os.getppid()
@@ -67,6 +105,9 @@ def watch_stdin(on_line: Callable[[str], None], on_eof: Callable[[], None]) -> t
     """Start a daemon thread that feeds stdin lines to ``on_line``, then calls ``on_eof``."""
 
     def run() -> None:
+        # Signals belong to the main thread: only there can a handler cut a
+        # blocked call short (see workers._wakeup).
+        signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
         stream = os.fdopen(os.dup(0), "rb", buffering=0)
         buf = b""
         try:

@@ -1,9 +1,11 @@
-"""Where a worker's events go (shared by the download and inference workers).
+"""Where a worker's events go: the event store, or JSON lines.
 
-A worker only ever calls ``sink.emit(type, data)``. The real destination is the
-service's SQLite event store (``--db``, via ``service.event_store.worker_writer``);
-without a store a worker writes JSON lines (:class:`JsonlSink`) to stdout or to
-a file, which :func:`read_jsonl` reads back.
+The runtime (:class:`workers._runtime.WorkerRuntime`) hands every typed event
+to one sink. The real destination is the service's SQLite event store
+(``--db``: :class:`StoreSink` over ``service.event_store.worker_writer``);
+without a store a worker writes JSON lines (:class:`JsonlSink`) to stdout or
+to a file, which :func:`read_jsonl` reads back (tests, benchmarks, runs by
+hand). A JSON line carries exactly what the store's ``data`` column would.
 """
 
 from __future__ import annotations
@@ -11,18 +13,34 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
+
+from service.core.events import Event
+from service.event_store.worker_writer import WorkerEventWriter
 
 
-@runtime_checkable
 class EventSink(Protocol):
-    """Receives worker events. ``emit`` must be durable when it returns (or raise).
+    """Receives a worker's events. ``emit`` must be durable when it returns (or raise)."""
 
-    Positional-only so that any ``emit(type_, data)`` implementation fits.
-    """
+    def emit(self, event: Event, *, model: str | None) -> None: ...
 
-    def emit(self, type_: str, data: dict[str, Any], /) -> None: ...
+    def close(self) -> None: ...
+
+
+class StoreSink:
+    """Appends to the event store, one transaction per event, stamped with the worker's source."""
+
+    def __init__(self, db_path: str | Path, source: Mapping[str, Any]) -> None:
+        # The stdlib-only writer: SQLAlchemy would add ~0.2 s to every worker start.
+        self.writer = WorkerEventWriter(db_path, source=source)
+
+    def emit(self, event: Event, *, model: str | None) -> None:
+        self.writer.emit(event, model=model)
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class JsonlSink:
@@ -50,8 +68,9 @@ class JsonlSink:
         fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         return cls(fd, owns_fd=True)
 
-    def emit(self, type_: str, data: dict[str, Any], /) -> None:
-        line = (json.dumps({"type": type_, "data": data}, separators=(",", ":")) + "\n").encode()
+    def emit(self, event: Event, *, model: str | None) -> None:
+        record = {"type": event.TYPE, "data": event.to_data()}
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
         with self._lock:
             view = memoryview(line)
             while view:
@@ -61,6 +80,17 @@ class JsonlSink:
         if self._owns_fd and self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def open_sink(db_path: str | None, *, source: Mapping[str, Any], events_path: str | None = None,
+              stdout_fd: int = 1) -> EventSink:  # fmt: skip
+    """The sink named on a worker's command line: ``--db`` store, else ``--events`` file, else stdout
+    (``stdout_fd``: a private ``dup`` of fd 1 where a library may redirect fd 1 meanwhile)."""
+    if db_path:
+        return StoreSink(db_path, source)
+    if events_path in (None, "-"):
+        return JsonlSink(stdout_fd, owns_fd=stdout_fd != 1)
+    return JsonlSink.to_path(events_path)
 
 
 def parse_jsonl(text: str) -> list[tuple[str, dict[str, Any]]]:
@@ -83,20 +113,3 @@ def read_jsonl(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     except FileNotFoundError:
         return []
     return parse_jsonl(text)
-
-
-def open_sink(db_path: str | None, *, model: str, source: dict[str, Any], events_path: str | None = None) -> EventSink:
-    """The sink for a worker process.
-
-    With ``db_path``: the SQLite event store (``WriterSink`` bound to ``model``,
-    each event stamped with ``source``). Otherwise JSON lines to
-    ``events_path``, or to stdout when that is None or "-".
-    """
-    if db_path:
-        # The stdlib-only writer: SQLAlchemy would add ~0.2 s to every worker start.
-        from service.event_store.worker_writer import WorkerEventWriter, WriterSink
-
-        return WriterSink(WorkerEventWriter(db_path, source=source), model)
-    if events_path in (None, "-"):
-        return JsonlSink.to_fd(1)
-    return JsonlSink.to_path(events_path)

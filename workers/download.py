@@ -10,8 +10,9 @@ file. The token comes from ``HF_TOKEN`` in the environment (never argv: it
 would show in ``ps``). Files land in the HF cache layout under ``--cache-dir``
 (see :mod:`workers._hf_cache`); partials are resumable by any later worker.
 
-Events (every payload carries ``job_id``), to the event store with ``--db``,
-else JSON lines to ``--events`` or stdout:
+Events (every payload carries ``job_id``; each is the class of that name in
+``service/core/events.py``, emitted through :mod:`workers._runtime`), to the
+event store with ``--db``, else JSON lines to ``--events`` or stdout:
 
 * ``download_started {pid, pid_started_at, commit, files:[{path,size,sha256}], total_bytes, resumed_bytes}``
 * ``download_progress {bytes_done, bytes_total, bytes_per_second, eta_seconds}``
@@ -43,18 +44,19 @@ Exit codes: 0 finished, 1 failed (after ``download_failed``), 2 cancelled
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from workers._interrupts import Interrupts
+from workers._parent_watch import Parent
 
-EXIT_USAGE = 64
+if TYPE_CHECKING:  # imported in main, after the handlers are installed
+    from workers._runtime import WorkerRuntime
+
+EXIT_PARENT_EXITED, EXIT_USAGE = 3, 64
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,69 +88,60 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _log(event: str, **fields: Any) -> None:
-    """One JSON line on stderr (the service captures it into the job's log)."""
-    line = json.dumps({"event": event, "pid": os.getpid(), "ts": round(time.time(), 3), **fields}, default=str)
-    with contextlib.suppress(OSError):
-        os.write(2, (line + "\n").encode())
-
-
 def main(argv: list[str] | None = None) -> int:
-    # Handlers first, before the slow imports below, so an early cancel is handled.
-    interrupts = Interrupts()
+    # First, before the slow imports below: who our parent is (read later it
+    # may already be init), and handlers, so an early cancel is handled.
+    parent = Parent()
+    interrupts = Interrupts(parent)
     interrupts.install()
     # With SIGXFSZ ignored, exceeding RLIMIT_FSIZE makes write() fail with EFBIG
     # (reported as disk_full) instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     args = build_parser().parse_args(argv)
-
-    from workers._parent_watch import set_parent_death_signal, stdin_is_watchable, watch_stdin
-
     if args.parent_pid is not None:
-        interrupts.parent_pid = args.parent_pid
-    if not set_parent_death_signal(signal.SIGTERM, expected_ppid=interrupts.parent_pid):
-        _log("parent_exited_before_start", job_id=args.job_id)
-        return 3
-    if args.stdin_control and stdin_is_watchable():
-        # Opt-in only: an inherited stdin that is already at EOF (a shell
-        # heredoc, a closed pipe) would otherwise read as "parent died".
-        watch_stdin(interrupts.on_stdin_line, interrupts.on_stdin_eof)
+        parent.pid = args.parent_pid
+
+    from workers._runtime import DOWNLOAD_WORKER, WorkerRuntime
+
+    runtime = WorkerRuntime.open(DOWNLOAD_WORKER, model=args.model, owner_id=args.job_id, db=args.db,
+                                 events=args.events, parent=parent)  # fmt: skip
+    try:
+        return _run(args, runtime, interrupts)
+    finally:
+        runtime.close()
+
+
+def _run(args: argparse.Namespace, runtime: WorkerRuntime, interrupts: Interrupts) -> int:
+    if not runtime.parent.die_with(signal.SIGTERM):
+        runtime.log.info("parent_exited_before_start")
+        return EXIT_PARENT_EXITED
+    # Opt-in only: an inherited stdin that is already at EOF (a shell heredoc,
+    # a closed pipe) would otherwise read as "parent died".
+    commands = {"cancel": interrupts.on_cancel, "stop": interrupts.on_cancel}
+    if args.stdin_control and runtime.control(commands, on_eof=interrupts.on_stdin_eof):
         interrupts.stdin_control = True
 
+    from service.core import events as ev
     from workers._job import EXIT_FAILED, load_spec, run_job
-    from workers._sink import open_sink
     from workers._transfer import TransferConfig
 
-    sink = open_sink(args.db, model=args.model, events_path=args.events,
-                     source={"kind": "download_worker", "job_id": args.job_id, "pid": os.getpid()})  # fmt: skip
+    def fail(message: str) -> int:
+        runtime.emit(ev.DownloadFailed(job_id=args.job_id, reason="internal", message=message, retryable=False))
+        return EXIT_FAILED
+
     try:
         spec = load_spec(args.spec)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        msg = f"invalid --spec: {type(exc).__name__}: {exc}"
-        sink.emit("download_failed", {"job_id": args.job_id, "reason": "internal", "message": msg, "retryable": False})
-        return EXIT_FAILED
+        return fail(f"invalid --spec: {type(exc).__name__}: {exc}")
     cfg = TransferConfig(stall_timeout=args.stall_timeout, max_retries=args.max_retries,
                          retry_base=args.retry_base, retry_cap=args.retry_cap, fsync=not args.no_fsync)  # fmt: skip
     token = os.environ.get("HF_TOKEN") or None
     try:
-        return run_job(args.job_id, spec, args.cache_dir, sink, interrupts, cfg, token,
-                       pid_started_at=_process_start_time(), log=_log)  # fmt: skip
+        return run_job(args.job_id, spec, args.cache_dir, runtime.emit, interrupts, cfg, token,
+                       pid_started_at=runtime.started_at, log=runtime.log.info)  # fmt: skip
     except Exception as exc:
-        _log("worker_error", job_id=args.job_id, error=repr(exc))
-        sink.emit("download_failed", {"job_id": args.job_id, "reason": "internal",
-                                      "message": f"{type(exc).__name__}: {exc}", "retryable": False})  # fmt: skip
-        return EXIT_FAILED
-
-
-def _process_start_time() -> float | None:
-    """Our start time as psutil reports it: with the pid it identifies this process
-    even after the pid is reused (the service checks both before signalling)."""
-    try:
-        import psutil
-
-        return float(psutil.Process().create_time())
-    except Exception:
-        return None
+        runtime.log.exception("worker_error")
+        return fail(f"{type(exc).__name__}: {exc}")
 
 
 if __name__ == "__main__":

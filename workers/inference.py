@@ -4,8 +4,9 @@ Why a process per model: a llama.cpp crash, leak or OOM kill takes down only
 that model, and unloading is just ending the process -- the kernel frees
 everything. The service spawns us, learns about us only from the events we
 append (``instance_loading`` -> ``loading_progress``* -> ``instance_ready`` |
-``instance_load_failed``; finally ``instance_stopped``) and proxies OpenAI
-requests to our HTTP port.
+``instance_load_failed``; finally ``instance_stopped``: the classes of those
+names in ``service/core/events.py``, emitted through :mod:`workers._runtime`)
+and proxies OpenAI requests to our HTTP port.
 
 Order at start: die-with-parent hooks, bind the port (so ``/health`` answers
 ``loading`` at once), emit ``instance_loading``, load on the inference
@@ -27,7 +28,6 @@ Exit codes: 0 stopped on request; 1 internal error; 2 bad command line;
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
@@ -44,14 +44,13 @@ if __name__ == "__main__":
     for _sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(_sig, lambda signum, _frame: _EARLY_SIGNALS.append(signum))
 
-import structlog  # noqa: E402
-
+from service.core import events as ev  # noqa: E402
 from workers._inference_engine import Engine  # noqa: E402
 from workers._inference_http import InferenceApp, bind_server  # noqa: E402
 from workers._llama_load import LlamaLog, LoadedModel, LoadError, load_model  # noqa: E402
-from workers._parent_watch import set_parent_death_signal, stdin_is_watchable, watch_stdin  # noqa: E402
-from workers._sink import EventSink, JsonlSink  # noqa: E402
-from workers._sink import open_sink as shared_open_sink  # noqa: E402
+from workers._parent_watch import Parent  # noqa: E402
+from workers._runtime import INFERENCE_WORKER, WorkerRuntime  # noqa: E402
+from workers._wakeup import Wakeup  # noqa: E402
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
 PROGRESS_INTERVAL_S = 0.2
@@ -86,77 +85,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def open_sink(args: argparse.Namespace) -> EventSink:
-    """The event sink named on the command line: ``--db`` store, ``--events`` file, or stdout."""
-    if args.db:
-        return shared_open_sink(
-            args.db,
-            model=args.model_name,
-            source={"kind": "inference_worker", "instance_id": args.instance_id},
-        )
-    if args.events in (None, "-"):
-        # A private dup of stdout: llama-cpp-python points fd 1 at /dev/null
-        # while it loads, which would swallow loading_progress lines.
-        return JsonlSink(os.dup(1), owns_fd=True)
-    return JsonlSink.to_path(args.events)
-
-
-def configure_logging(args: argparse.Namespace) -> Any:
-    """JSON lines on a private dup of stderr (llama-cpp-python silences fd 2 while loading)."""
-    err = os.fdopen(os.dup(2), "w", encoding="utf-8", buffering=1)
-    level = {"debug": 10, "info": 20, "warning": 30, "error": 40}[args.log_level]
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(err),
-        cache_logger_on_first_use=True,
-    )
-    return structlog.get_logger("workers.inference").bind(
-        instance_id=args.instance_id, pid=os.getpid(), model=args.model_name
-    )
-
-
 class Worker:
     """Lifecycle of one inference process; see the module docstring."""
 
-    def __init__(self, args: argparse.Namespace, sink: EventSink, log: Any) -> None:
+    def __init__(self, args: argparse.Namespace, runtime: WorkerRuntime) -> None:
         self.args = args
-        self.sink = sink
-        self.log = log
+        self.runtime = runtime
+        self.log = log = runtime.log
         self.pid = os.getpid()
-        self.ppid = os.getppid()
         self.engine = Engine(args.model_name)
         self.engine.embedding_enabled = bool(args.embedding)
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log)
         self.endpoint = ""
         self._state_lock = threading.Lock()
         self._state = "loading"  # loading | ready | stopping | failed
-        # Written from signal handlers, so: plain attributes + a self-pipe to
-        # wake the main thread (no locks or Events inside a handler).
+        # Written from signal handlers, so: plain attributes + a wake-up pipe
+        # for the main thread (no locks or Events inside a handler); every
+        # signal also writes to it, so none is lost before the main thread waits.
         self._stop_reason: str | None = None
         self._stop_code = EXIT_OK
         self._stop_grace = args.stop_timeout
         self._stdin_reason: str | None = None
-        self._stdin_eof = False
         self._load_failed: LoadError | None = None
-        self._wake_r, self._wake_w = os.pipe()
+        self._wakeup = Wakeup()
         self._last_progress = 0.0
         self._progress_done = False
         self._llama_log = LlamaLog(lambda level, text: getattr(self.log, level)("llama_cpp", text=text))
 
-    def emit(self, type: str, **data: Any) -> None:
+    def emit(self, event: ev.Event) -> None:
         try:
-            self.sink.emit(type, {"instance_id": self.args.instance_id, **data})
+            self.runtime.emit(event)
         except Exception as exc:  # a sink failure must not kill serving
-            self.log.error("event_emit_failed", type=type, error=repr(exc))
+            self.log.error("event_emit_failed", type=event.TYPE, error=repr(exc))
 
     def _wake(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"!")
+        self._wakeup.wake()
 
     # -- stop requests (any thread, or a signal handler) --------------------
 
@@ -169,28 +132,23 @@ class Worker:
         self._wake()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        if os.getppid() != self.ppid:
+        if self.runtime.parent.gone():
             self.request_stop("parent_died", EXIT_ORPHANED, 0.0)
         else:
             self.request_stop(self._stdin_reason or "signal", EXIT_OK, self.args.stop_timeout)
 
-    def _on_stdin_line(self, line: str) -> None:
-        cmd, _, rest = line.partition(" ")
-        if cmd == "stop":
-            self._stdin_reason = rest.strip() or "requested"
-            self.request_stop(self._stdin_reason, EXIT_OK, self.args.stop_timeout)
-        else:
-            self.log.warning("unknown_stdin_command", line=line[:200])
+    def _on_stop_command(self, reason: str) -> None:
+        self._stdin_reason = reason or "requested"
+        self.request_stop(self._stdin_reason, EXIT_OK, self.args.stop_timeout)
 
     def _on_stdin_eof(self) -> None:
-        self._stdin_eof = True
         self.request_stop("parent_died", EXIT_ORPHANED, 0.0)
 
     def _parent_gone_within(self, timeout: float) -> bool:
         """Whether the service died (stdin EOF or reparenting) within ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
-            if self._stdin_eof or os.getppid() != self.ppid:
+            if self.runtime.parent.gone():
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -204,7 +162,7 @@ class Worker:
         # Throttled to one event per PROGRESS_INTERVAL_S, plus exactly one final 1.0.
         if not self._progress_done and (final or now - self._last_progress >= PROGRESS_INTERVAL_S):
             self._last_progress, self._progress_done = now, final
-            self.emit("loading_progress", progress=round(min(progress, 1.0), 4))
+            self.emit(ev.LoadingProgress(instance_id=self.args.instance_id, progress=round(min(progress, 1.0), 4)))
         return self._stop_reason is None  # False aborts llama.cpp's load
 
     def _load(self) -> LoadedModel:
@@ -223,7 +181,7 @@ class Worker:
         )
 
     def _on_loaded(self, loaded: LoadedModel) -> bool:
-        meta = {
+        meta: dict[str, Any] = {
             "load_ms": loaded.load_ms,
             "n_ctx": loaded.n_ctx,
             "n_params": loaded.n_params,
@@ -238,7 +196,7 @@ class Worker:
             self._state = "ready"
             self.app.model_meta = meta
             self.app.status = "ready"
-            self.emit("instance_ready", pid=self.pid, endpoint=self.endpoint, **meta)
+            self.emit(ev.InstanceReady(instance_id=self.args.instance_id, pid=self.pid, endpoint=self.endpoint, **meta))
         self.log.info("instance_ready", endpoint=self.endpoint, **meta)
         return True
 
@@ -256,19 +214,20 @@ class Worker:
 
     def run(self) -> int:
         a = self.args
-        if not set_parent_death_signal(signal.SIGTERM, expected_ppid=a.parent_pid or self.ppid):
+        if not self.runtime.parent.die_with(signal.SIGTERM):
             self.log.error("parent_already_gone")
             return EXIT_ORPHANED
+        self._wakeup.install()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         for early in _EARLY_SIGNALS:
             self._on_signal(early, None)
-        if stdin_is_watchable():
-            watch_stdin(self._on_stdin_line, self._on_stdin_eof)
+        self.runtime.control({"stop": self._on_stop_command}, on_eof=self._on_stdin_eof)
         try:
             server, self.endpoint = bind_server(self.app, host=a.host, port=a.port)
         except OSError as exc:
-            self.emit("instance_load_failed", reason="port_unavailable", message=f"cannot bind: {exc}")
+            self.emit(ev.InstanceLoadFailed(instance_id=a.instance_id, reason="port_unavailable",
+                                            message=f"cannot bind: {exc}"))  # fmt: skip
             self.log.error("bind_failed", error=str(exc))
             return EXIT_LOAD_FAILED
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True).start()
@@ -284,11 +243,13 @@ class Worker:
             "seed": a.seed,
         }
         self.emit(
-            "instance_loading",
-            pid=self.pid,
-            endpoint=self.endpoint,
-            params=params,
-            pid_started_at=_process_start_time(),
+            ev.InstanceLoading(
+                instance_id=a.instance_id,
+                pid=self.pid,
+                endpoint=self.endpoint,
+                params=params,
+                pid_started_at=self.runtime.started_at,
+            )
         )
         self.log.info("instance_loading", endpoint=self.endpoint, params=params)
         import llama_cpp.llama  # noqa: F401 - must precede LlamaLog.install (it sets its own callback)
@@ -296,11 +257,11 @@ class Worker:
         self._llama_log.install()
         self.engine.start(self._load, self._on_loaded, self._on_load_failed)
         while self._stop_reason is None and self._load_failed is None:
-            os.read(self._wake_r, 64)  # woken by signals, stdin, load failure
+            self._wakeup.wait()  # woken by signals, stdin, load failure
         # A real load failure wins over a concurrent stop; a load we aborted does not.
         if self._load_failed is not None and self._load_failed.reason != "aborted":
             err = self._load_failed
-            self.emit("instance_load_failed", reason=err.reason, message=err.message)
+            self.emit(ev.InstanceLoadFailed(instance_id=a.instance_id, reason=err.reason, message=err.message))
             self.log.error("instance_load_failed", reason=err.reason, message=err.message)
             return EXIT_LOAD_FAILED
         return self._stop(server)
@@ -329,19 +290,9 @@ class Worker:
             # cannot have asked for this stop, so we record nothing.
             self.log.info("parent_died", exit_code=code)
             return code
-        self.emit("instance_stopped", reason=reason, exit_code=code)
+        self.emit(ev.InstanceStopped(instance_id=self.args.instance_id, reason=reason, exit_code=code))
         self.log.info("instance_stopped", reason=reason, exit_code=code)
         return code
-
-
-def _process_start_time() -> float | None:
-    """Our start time as psutil reports it: with the pid, it identifies this process."""
-    try:
-        import psutil
-
-        return float(psutil.Process().create_time())
-    except Exception:  # optional detail
-        return None
 
 
 def _hard_exit_after(seconds: float, code: int) -> None:
@@ -354,17 +305,23 @@ def _hard_exit_after(seconds: float, code: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    log = configure_logging(args)
-    sink = open_sink(args)
+    runtime = WorkerRuntime.open(
+        INFERENCE_WORKER,
+        model=args.model_name,
+        owner_id=args.instance_id,
+        db=args.db,
+        events=args.events,
+        parent=Parent(args.parent_pid or os.getppid()),
+        log_level=args.log_level,
+        private_stdout=True,  # llama-cpp-python points fd 1 at /dev/null while it loads
+    )
     code = EXIT_ERROR
     try:
-        code = Worker(args, sink, log).run()
+        code = Worker(args, runtime).run()
     except Exception:  # logged; exit code 1 tells the supervisor
-        log.exception("worker_crashed")
+        runtime.log.exception("worker_crashed")
     finally:
-        close = getattr(sink, "close", None)
-        if close is not None:
-            close()
+        runtime.close()
     sys.stderr.flush()
     sys.stdout.flush()
     # os._exit: skip interpreter teardown, which could run llama.cpp destructors

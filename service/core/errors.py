@@ -3,6 +3,7 @@
     CoreError
      +-- UnknownEventType        a stored type this code does not know
      +-- UnknownSchemaVersion    a version newer than this code, or no upcaster
+     +-- InvalidEvent            an event being written: unknown or missing fields, or not a registered class
      +-- CommandRejected         a decision refused a request (carries a code)
 
 The API maps ``CommandRejected.code`` to an HTTP status and a problem type.
@@ -10,6 +11,7 @@ The API maps ``CommandRejected.code`` to an HTTP status and a problem type.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -29,6 +31,24 @@ class UnknownSchemaVersion(CoreError):
         self.type = type_
         self.version = version
         self.current = current
+
+
+class InvalidEvent(CoreError, ValueError):
+    """Raised when an event is *written*, never when stored events are read
+    (reading tolerates unknown keys so that older code reads newer logs)."""
+
+    def __init__(
+        self, type_: str, *, unknown: Sequence[str] = (), missing: Sequence[str] = (), reason: str = ""
+    ) -> None:
+        parts = [reason] if reason else []
+        if unknown:
+            parts.append(f"unknown fields {', '.join(unknown)}")
+        if missing:
+            parts.append(f"missing required fields {', '.join(missing)}")
+        super().__init__(f"event {type_!r}: {'; '.join(parts)}")
+        self.type = type_
+        self.unknown = list(unknown)
+        self.missing = list(missing)
 
 
 class CommandRejected(CoreError):

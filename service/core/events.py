@@ -5,6 +5,13 @@ a stable ``TYPE`` string (never renamed once stored) and a ``VERSION``; older
 stored versions are lifted by the upcasters in :mod:`service.core.upcasting`.
 The catalogue with field meanings lives in ``docs/event-catalogue.md``.
 
+A field without a default is required: its writer must state it (ids, pids,
+paths, sizes, the measurements the event exists to report). A default is kept
+only where it is the true common case (``reason="unload"``, ``discard=False``,
+``revision="main"``, an optional measurement ``None``), never a placeholder
+such as ``""``. Classes are ``kw_only`` so required fields may follow
+defaulted ones without reordering the stored payload.
+
 Pure module: stdlib only, no clock, no ids. Callers pass those in.
 """
 
@@ -15,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
+
+from service.core.errors import InvalidEvent
 
 JSON = Any
 """A JSON-compatible value (dict, list, str, int, float, bool, None)."""
@@ -33,11 +42,26 @@ class Event:
 
     @classmethod
     def from_data(cls, data: Mapping[str, JSON]) -> Event:
-        """Build from a current-version payload; unknown keys are ignored so that
-        adding a defaulted field never breaks older readers."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: _frozen(v) for k, v in data.items() if k in names}
-        return cls(**kwargs)
+        """Build from a current-version payload that is about to be *written*.
+
+        Strict: an unknown key or a missing required field raises
+        :class:`~service.core.errors.InvalidEvent`, so a misspelt field fails
+        at the writer instead of vanishing from the log. Reading stored
+        payloads is tolerant instead (:func:`service.core.upcasting.decode`)."""
+        unknown = sorted(set(data).difference(f.name for f in dataclasses.fields(cls)))
+        missing = [name for name in required_fields(cls) if name not in data]
+        if unknown or missing:
+            raise InvalidEvent(cls.TYPE, unknown=unknown, missing=missing)
+        return cls(**{k: _frozen(v) for k, v in data.items()})
+
+
+def required_fields(cls: type[Event]) -> tuple[str, ...]:
+    """The fields of ``cls`` without a default, in declaration order: what every writer must state."""
+    return tuple(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
 
 
 def _jsonable(value: Any) -> JSON:
@@ -75,65 +99,65 @@ class Recorded:
 # --- router-level -------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RouterStarted(Event):
     TYPE: ClassVar[str] = "router_started"
-    pid: int = 0
-    version: str = ""
-    host: str = ""
-    port: int = 0
+    pid: int
+    version: str
+    host: str
+    port: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RouterStopped(Event):
     TYPE: ClassVar[str] = "router_stopped"
-    pid: int = 0
+    pid: int
     reason: str = "shutdown"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RecoveryCompleted(Event):
     TYPE: ClassVar[str] = "recovery_completed"
-    interrupted_downloads: int = 0
-    resumed_downloads: int = 0
-    lost_instances: int = 0
-    orphans: int = 0
-    events_replayed: int = 0
-    snapshot_position: int = 0
-    duration_ms: float = 0.0
+    interrupted_downloads: int
+    resumed_downloads: int
+    lost_instances: int
+    orphans: int
+    events_replayed: int
+    snapshot_position: int
+    duration_ms: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartialFileFound(Event):
     TYPE: ClassVar[str] = "partial_file_found"
-    path: str = ""
-    bytes: int = 0
+    path: str
+    bytes: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartialFileRemoved(Event):
     """``modelrouter gc`` deleted a partial file that no job refers to."""
 
     TYPE: ClassVar[str] = "partial_file_removed"
-    path: str = ""
-    bytes: int = 0
+    path: str
+    bytes: int
 
 
 # --- model catalogue ----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelDiscovered(Event):
     """A model found on disk (models dir or an existing HF cache), not downloaded by us."""
 
     TYPE: ClassVar[str] = "model_discovered"
     source: str = "models_dir"
-    path: str = ""
-    files: tuple[Mapping[str, JSON], ...] = ()
-    size: int = 0
+    path: str
+    files: tuple[Mapping[str, JSON], ...]
+    size: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelConfigured(Event):
     """Per-model settings (aliases, load params, ttl, restart policy, load-on-startup)."""
 
@@ -145,200 +169,200 @@ class ModelConfigured(Event):
     load_on_startup: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRemoved(Event):
     TYPE: ClassVar[str] = "model_removed"
-    files: tuple[str, ...] = ()
+    files: tuple[str, ...]
     bytes_freed: int = 0
 
 
 # --- downloads ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadRequested(Event):
     TYPE: ClassVar[str] = "download_requested"
-    job_id: str = ""
-    repo: str = ""
+    job_id: str
+    repo: str
     revision: str = "main"
-    commit: str = ""
+    commit: str
     quant: str | None = None
-    files: tuple[Mapping[str, JSON], ...] = ()
-    total_bytes: int = 0
+    files: tuple[Mapping[str, JSON], ...]
+    total_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadStarted(Event):
     TYPE: ClassVar[str] = "download_started"
-    job_id: str = ""
-    pid: int = 0
-    commit: str = ""
-    files: tuple[Mapping[str, JSON], ...] = ()
-    total_bytes: int = 0
+    job_id: str
+    pid: int
+    commit: str
+    files: tuple[Mapping[str, JSON], ...]
+    total_bytes: int
     resumed_bytes: int = 0
     pid_started_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadProgress(Event):
     """v2; v1 was ``{job_id, done, total}`` (llama.cpp's shape), see upcasting."""
 
     TYPE: ClassVar[str] = "download_progress"
     VERSION: ClassVar[int] = 2
-    job_id: str = ""
-    bytes_done: int = 0
-    bytes_total: int = 0
+    job_id: str
+    bytes_done: int
+    bytes_total: int
     bytes_per_second: float | None = None
     eta_seconds: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadFinished(Event):
     TYPE: ClassVar[str] = "download_finished"
-    job_id: str = ""
-    commit: str = ""
-    files: tuple[Mapping[str, JSON], ...] = ()
-    bytes_total: int = 0
-    bytes_transferred: int = 0
-    duration_ms: float = 0.0
+    job_id: str
+    commit: str
+    files: tuple[Mapping[str, JSON], ...]
+    bytes_total: int
+    bytes_transferred: int
+    duration_ms: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadFailed(Event):
     TYPE: ClassVar[str] = "download_failed"
-    job_id: str = ""
+    job_id: str
     reason: str = "internal"
-    message: str = ""
+    message: str
     retryable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadCancelRequested(Event):
     TYPE: ClassVar[str] = "download_cancel_requested"
-    job_id: str = ""
+    job_id: str
     discard: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadCancelled(Event):
     TYPE: ClassVar[str] = "download_cancelled"
-    job_id: str = ""
+    job_id: str
     discarded: bool = False
-    bytes_on_disk: int = 0
+    bytes_on_disk: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadInterrupted(Event):
     TYPE: ClassVar[str] = "download_interrupted"
-    job_id: str = ""
-    bytes_on_disk: int = 0
+    job_id: str
+    bytes_on_disk: int
     reason: str = "router_restart"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadResumed(Event):
     """The service started a new worker for an interrupted job (same job id)."""
 
     TYPE: ClassVar[str] = "download_resumed"
-    job_id: str = ""
-    bytes_on_disk: int = 0
+    job_id: str
+    bytes_on_disk: int
 
 
 # --- inference instances -----------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceRequested(Event):
     """The service decided to start an inference worker (load, autoload, restart, startup)."""
 
     TYPE: ClassVar[str] = "instance_requested"
-    instance_id: str = ""
+    instance_id: str
     reason: str = "load"
-    port: int = 0
+    port: int
     params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceLoading(Event):
     TYPE: ClassVar[str] = "instance_loading"
-    instance_id: str = ""
-    pid: int = 0
-    endpoint: str = ""
+    instance_id: str
+    pid: int
+    endpoint: str
     params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
     pid_started_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoadingProgress(Event):
     TYPE: ClassVar[str] = "loading_progress"
-    instance_id: str = ""
-    progress: float = 0.0
+    instance_id: str
+    progress: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceReady(Event):
     TYPE: ClassVar[str] = "instance_ready"
-    instance_id: str = ""
-    pid: int = 0
-    endpoint: str = ""
-    load_ms: float = 0.0
-    n_ctx: int = 0
-    n_params: int = 0
-    file_size: int = 0
-    architecture: str = ""
+    instance_id: str
+    pid: int
+    endpoint: str
+    load_ms: float
+    n_ctx: int
+    n_params: int
+    file_size: int
+    architecture: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceLoadFailed(Event):
     TYPE: ClassVar[str] = "instance_load_failed"
-    instance_id: str = ""
+    instance_id: str
     reason: str = "load_error"
-    message: str = ""
+    message: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceStopRequested(Event):
     TYPE: ClassVar[str] = "instance_stop_requested"
-    instance_id: str = ""
+    instance_id: str
     reason: str = "unload"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceStopped(Event):
     TYPE: ClassVar[str] = "instance_stopped"
-    instance_id: str = ""
+    instance_id: str
     reason: str = "unload"
     exit_code: int | None = None
     forced: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceCrashed(Event):
     TYPE: ClassVar[str] = "instance_crashed"
-    instance_id: str = ""
+    instance_id: str
     exit_code: int | None = None
     signal: int | None = None
-    stderr_tail: str = ""
+    stderr_tail: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceLost(Event):
     TYPE: ClassVar[str] = "instance_lost"
-    instance_id: str = ""
+    instance_id: str
     reason: str = "router_restart"
     killed_survivor: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestCompleted(Event):
     """A proxied request finished; drives ``last_used`` for LRU and idle TTL."""
 
     TYPE: ClassVar[str] = "request_completed"
-    instance_id: str = ""
-    route: str = ""
-    status_code: int = 0
+    instance_id: str
+    route: str
+    status_code: int
     stream: bool = False
-    duration_ms: float = 0.0
+    duration_ms: float
 
 
 EVENT_TYPES: Mapping[str, type[Event]] = {

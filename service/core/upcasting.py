@@ -3,15 +3,25 @@
 Stored history is never rewritten. When an event's shape changes, its class gets
 a higher ``VERSION`` and one function here turns version N into N+1. Decoding
 applies them in order, so the fold only ever sees current payloads.
+
+Reading is tolerant where writing is strict (``Event.from_data``): a stored
+payload may carry keys this code does not know (written by a newer
+modelrouter; ignored) and may lack a required field (filled with the zero
+value of its type -- ``""``, ``0``, ``()``, ``{}`` -- which is exactly the
+default every required field had before fields became required, so old
+rows read as they always did).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from service.core.errors import UnknownEventType, UnknownSchemaVersion
-from service.core.events import EVENT_TYPES, Event
+from service.core.events import EVENT_TYPES, Event, required_fields
 
 Upcaster = Callable[[Mapping[str, Any]], dict[str, Any]]
 
@@ -56,6 +66,56 @@ def upcast(type_: str, version: int, data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def decode(type_: str, version: int, data: Mapping[str, Any]) -> Event:
-    """Upcast and build the typed event."""
+    """Upcast and build the typed event from a *stored* payload (tolerant: see the module docstring)."""
     payload = upcast(type_, version, data)  # raises for unknown types first
-    return EVENT_TYPES[type_].from_data(payload)
+    return stored_event(EVENT_TYPES[type_], payload)
+
+
+def stored_event(cls: type[Event], data: Mapping[str, Any]) -> Event:
+    """``cls`` from a current-version stored payload: unknown keys ignored, missing
+    required fields read as their zero value, lists frozen into tuples."""
+    names, zeros = _reading_plan(cls)
+    kwargs = {k: _frozen(v) for k, v in data.items() if k in names}
+    for name, zero in zeros.items():
+        if name not in kwargs:
+            kwargs[name] = zero()
+    return cls(**kwargs)
+
+
+_ZERO: Mapping[object, Callable[[], Any]] = {
+    str: str,
+    int: int,
+    float: float,
+    bool: bool,
+    tuple: tuple,
+    Mapping: dict,
+}
+_PLANS: dict[type[Event], tuple[frozenset[str], dict[str, Callable[[], Any]]]] = {}
+
+
+def _reading_plan(cls: type[Event]) -> tuple[frozenset[str], dict[str, Callable[[], Any]]]:
+    """Field names and, per required field, a factory for its zero value (computed once per class)."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = typing.get_type_hints(cls)
+        zeros = {name: _zero_factory(cls, name, hints[name]) for name in required_fields(cls)}
+        plan = _PLANS[cls] = (frozenset(f.name for f in dataclasses.fields(cls)), zeros)
+    return plan
+
+
+def _zero_factory(cls: type[Event], name: str, hint: object) -> Callable[[], Any]:
+    origin = typing.get_origin(hint) or hint
+    if origin in (typing.Union, types.UnionType):
+        return type(None)
+    factory = _ZERO.get(origin)
+    if factory is None:
+        msg = f"{cls.__name__}.{name}: no zero value for {hint!r}; extend upcasting._ZERO"
+        raise TypeError(msg)
+    return factory
+
+
+def _frozen(value: Any) -> Any:
+    # Lists become tuples so that events compare and hash like values.
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value

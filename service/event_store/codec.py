@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
+from service.core.errors import InvalidEvent, UnknownEventType
 from service.core.events import EVENT_TYPES, Event, Recorded
 from service.core.upcasting import decode
 
@@ -26,11 +27,15 @@ class NewEvent:
 
 
 def new_event(type_: str, data: Mapping[str, Any], model: str | None = None, event_id: str | None = None) -> NewEvent:
-    """Build a ``NewEvent`` from a type string and a current-version payload
-    (the shape workers emit)."""
-    cls = EVENT_TYPES[type_]
-    event = cls.from_data(data)
-    return NewEvent(event=event, model=model, event_id=event_id or str(uuid.uuid4()))
+    """A ``NewEvent`` from a type string and a current-version JSON payload.
+
+    For payloads that arrive as JSON (tools, fixtures); code builds the event
+    classes directly. Strict like every write: an unknown type raises
+    :class:`UnknownEventType`, unknown or missing fields :class:`InvalidEvent`."""
+    cls = EVENT_TYPES.get(type_)
+    if cls is None:
+        raise UnknownEventType(type_)
+    return NewEvent(event=cls.from_data(data), model=model, event_id=event_id or str(uuid.uuid4()))
 
 
 def format_time(moment: datetime) -> str:
@@ -66,13 +71,20 @@ def dumps(value: Any) -> str:
 
 
 def encode(new: NewEvent, source_json: str, recorded_at: str) -> tuple[Any, ...]:
-    """Row parameters in the column order of the insert statement."""
+    """Row parameters in the column order of the insert statement.
+
+    Every writer's rows pass here, inside its transaction: an event that is not
+    exactly a registered class (the base ``Event``, an unregistered subclass)
+    raises :class:`InvalidEvent` and the whole batch rolls back."""
+    event = new.event
+    if EVENT_TYPES.get(event.TYPE) is not type(event):
+        raise InvalidEvent(event.TYPE, reason=f"{type(event).__name__} is not the registered class of its TYPE")
     return (
         new.event_id,
-        new.event.TYPE,
-        new.event.VERSION,
+        event.TYPE,
+        event.VERSION,
         new.model,
-        dumps(new.event.to_data()),
+        dumps(event.to_data()),
         source_json,
         recorded_at,
     )
@@ -108,13 +120,15 @@ _DECODERS: dict[tuple[str, int], PayloadDecoder] = {}
 
 def _current_decoder(cls: type[Event]) -> PayloadDecoder:
     names = frozenset(f.name for f in fields(cls))
+    count = len(names)
     type_, version = cls.TYPE, cls.VERSION
 
     def build(data: Mapping[str, Any]) -> Event:
-        # The common case (a dict of known keys, no lists to freeze) skips the
-        # copy, key filtering and list->tuple walk of ``decode``; the result is
-        # equal. Anything else takes ``decode`` itself, errors included.
-        if type(data) is dict and names.issuperset(data):
+        # The common case (exactly the class's keys -- every row ``encode``
+        # writes -- and no lists to freeze) skips the copy, key filtering,
+        # zero-filling and list->tuple walk of ``decode``; the result is equal.
+        # Anything else takes ``decode`` itself, errors included.
+        if type(data) is dict and len(data) == count and names.issuperset(data):
             for value in data.values():
                 if isinstance(value, list):
                     return decode(type_, version, data)

@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from service.core.events import Recorded
+from service.core.events import Event, Recorded
 from service.event_store import statements
-from service.event_store.codec import NewEvent, new_event, to_recorded
+from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.engines import sync_engine
 from service.event_store.pragmas import Synchronous
 from service.event_store.statements import EventFilter
@@ -50,9 +50,9 @@ class SyncEventStore:
                 self._write_conn = None
                 raise
 
-    def emit(self, type_: str, data: Mapping[str, Any], *, model: str | None = None) -> int:
-        """Append one event from its type string and payload; returns its position."""
-        return self.append([new_event(type_, data, model)])[0]
+    def emit(self, event: Event, *, model: str | None = None) -> int:
+        """Append one event; returns its position."""
+        return self.append([NewEvent(event, model)])[0]
 
     def read(self, flt: EventFilter = EventFilter()) -> list[Recorded]:
         with self._reader.connect() as conn:

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.event_store.codec import NewEvent, new_event
+from service.core.events import Event
+from service.event_store.codec import NewEvent
 from service.event_store.pragmas import BUSY_TIMEOUT_MS, Synchronous, configure_connection
 from service.event_store.rows import insert_rows
 
@@ -49,20 +50,10 @@ class WorkerEventWriter:
             finally:
                 cursor.close()
 
-    def emit(self, type_: str, data: Mapping[str, Any], *, model: str | None = None) -> int:
-        return self.append([new_event(type_, data, model)])[0]
+    def emit(self, event: Event, *, model: str | None = None) -> int:
+        """Append one event (durable when this returns); returns its position."""
+        return self.append([NewEvent(event, model)])[0]
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-class WriterSink:
-    """The ``emit(type, data)`` sink a worker is written against, bound to one model."""
-
-    def __init__(self, writer: WorkerEventWriter, model: str | None) -> None:
-        self.writer = writer
-        self.model = model
-
-    def emit(self, type_: str, data: dict[str, Any], /) -> None:
-        self.writer.emit(type_, data, model=self.model)

@@ -24,14 +24,25 @@ def _seed(settings: Settings) -> None:
     store = SyncEventStore(settings.db_path, source={"kind": "test"})
     store.append(
         [
-            new_event("download_requested", {"job_id": "j1", "repo": "org/a", "total_bytes": 10}, model="org/a:Q4_K_M"),
+            new_event(
+                "download_requested",
+                {"job_id": "j1", "repo": "org/a", "commit": "c" * 40, "files": [], "total_bytes": 10},
+                model="org/a:Q4_K_M",
+            ),
             new_event("download_progress", {"job_id": "j1", "bytes_done": 5, "bytes_total": 10}, model="org/a:Q4_K_M"),
             new_event(
                 "download_finished",
-                {"job_id": "j1", "bytes_total": 10, "files": [{"path": "a-Q4_K_M.gguf", "size": 10}]},
+                {
+                    "job_id": "j1",
+                    "commit": "c" * 40,
+                    "bytes_total": 10,
+                    "bytes_transferred": 10,
+                    "duration_ms": 1.0,
+                    "files": [{"path": "a-Q4_K_M.gguf", "size": 10}],
+                },
                 model="org/a:Q4_K_M",
             ),
-            new_event("instance_requested", {"instance_id": "i1"}, model="org/a:Q4_K_M"),
+            new_event("instance_requested", {"instance_id": "i1", "port": 9000}, model="org/a:Q4_K_M"),
         ]
     )
     store.close()

@@ -30,7 +30,10 @@ def _store(svc: ServiceProcess) -> SyncEventStore:
 
 def _append(store: SyncEventStore, n: int, model: str = "org/m:Q8_0") -> list[int]:
     return store.append(
-        [new_event("download_progress", {"job_id": "j", "bytes_done": i}, model=model) for i in range(n)]
+        [
+            new_event("download_progress", {"job_id": "j", "bytes_done": i, "bytes_total": n}, model=model)
+            for i in range(n)
+        ]
     )
 
 
@@ -112,8 +115,12 @@ def test_filters_apply_and_keepalives_flow(svc: ServiceProcess) -> None:
     store = _store(svc)
     store.append(
         [
-            new_event("instance_requested", {"instance_id": "i"}, model="a"),
-            new_event("download_requested", {"job_id": "j"}, model="b"),
+            new_event("instance_requested", {"instance_id": "i", "port": 9000}, model="a"),
+            new_event(
+                "download_requested",
+                {"job_id": "j", "repo": "org/b", "commit": "c" * 40, "files": [], "total_bytes": 10},
+                model="b",
+            ),
         ]
     )
     lines: list[str] = []
@@ -169,11 +176,21 @@ def test_llama_cpp_models_sse_shape(svc: ServiceProcess) -> None:
     assert ready.wait(30)  # headers are in: the stream's start position is fixed, later appends are ours
     store.append(
         [
-            new_event("download_requested", {"job_id": "j", "repo": "org/m", "total_bytes": 10}, model="org/m:Q8_0"),
+            new_event(
+                "download_requested",
+                {"job_id": "j", "repo": "org/m", "commit": "c" * 40, "files": [], "total_bytes": 10},
+                model="org/m:Q8_0",
+            ),
             new_event("download_progress", {"job_id": "j", "bytes_done": 5, "bytes_total": 10}, model="org/m:Q8_0"),
-            new_event("request_completed", {"route": "/v1/completions"}, model="org/m:Q8_0"),  # no llama.cpp twin
+            new_event(  # no llama.cpp twin
+                "request_completed",
+                {"instance_id": "i", "route": "/v1/completions", "status_code": 200, "duration_ms": 1.0},
+                model="org/m:Q8_0",
+            ),
             new_event("download_cancelled", {"job_id": "j", "bytes_on_disk": 5}, model="org/m:Q8_0"),
-            new_event("instance_crashed", {"instance_id": "i", "exit_code": 139}, model="org/m:Q8_0"),
+            new_event(
+                "instance_crashed", {"instance_id": "i", "exit_code": 139, "stderr_tail": ""}, model="org/m:Q8_0"
+            ),
         ]
     )
     thread.join(30)

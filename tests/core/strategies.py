@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import strategies as st
 
 from service.core import events as ev
+from tests.core.examples import EXAMPLE_VALUES
 
 MODELS = ["org/a-GGUF:Q4_K_M", "org/b-GGUF:Q8_0", "local-model"]
 JOBS = ["job-1", "job-2", "job-3"]
@@ -30,9 +31,15 @@ _KEY_FIELDS = {
 }
 
 
+# Every other required field: a fixed plausible value (what the fold keys on is above).
+FIELDS = {**{k: st.just(v) for k, v in EXAMPLE_VALUES.items()}, **_KEY_FIELDS}
+
+
 def _payload(cls: type[ev.Event]) -> st.SearchStrategy[ev.Event]:
     names = {f.name for f in dataclasses.fields(cls)}
-    return st.builds(cls, **{k: v for k, v in _KEY_FIELDS.items() if k in names})
+    missing = set(ev.required_fields(cls)) - set(FIELDS)
+    assert not missing, f"{cls.__name__}: no strategy for required {sorted(missing)}"  # never inferred from types
+    return st.builds(cls, **{k: v for k, v in FIELDS.items() if k in names})
 
 
 payloads = st.one_of(*[_payload(cls) for cls in ev.EVENT_TYPES.values()])

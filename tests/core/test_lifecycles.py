@@ -16,6 +16,7 @@ from service.core.fold import replay
 from service.core.processes import ProcessExit
 from service.core.state import InstanceStatus, JobStatus, ModelConfig, RouterState
 from service.core.transitions import mermaid
+from tests.core.examples import example
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 M = "org/a-GGUF:Q4_K_M"
@@ -39,8 +40,8 @@ AVAILABLE = ev.ModelDiscovered(source="models_dir", path="/m/a.gguf", files=({"p
 READY = (
     AVAILABLE,
     ev.InstanceRequested(instance_id="i1", port=1),
-    ev.InstanceLoading(instance_id="i1", pid=10),
-    ev.InstanceReady(instance_id="i1", pid=10, endpoint="http://x"),
+    example(ev.InstanceLoading, instance_id="i1", pid=10),
+    example(ev.InstanceReady, instance_id="i1", pid=10, endpoint="http://x"),
 )
 
 
@@ -59,8 +60,8 @@ class TestInstanceTransitions:
     def test_late_progress_from_a_killed_worker_is_ignored_without_an_anomaly(self) -> None:
         state = state_of(
             AVAILABLE,
-            ev.InstanceRequested(instance_id="i1"),
-            ev.InstanceLoadFailed(instance_id="i1", reason="load_timeout"),
+            example(ev.InstanceRequested, instance_id="i1"),
+            example(ev.InstanceLoadFailed, instance_id="i1", reason="load_timeout"),
             ev.LoadingProgress(instance_id="i1", progress=0.5),
         )
         assert state.models[M].instance is None and state.anomalies == 0
@@ -72,9 +73,9 @@ class TestInstanceTransitions:
     def test_ready_after_a_stop_request_stays_stopping(self) -> None:
         state = state_of(
             AVAILABLE,
-            ev.InstanceRequested(instance_id="i1"),
+            example(ev.InstanceRequested, instance_id="i1"),
             ev.InstanceStopRequested(instance_id="i1", reason="unload"),
-            ev.InstanceReady(instance_id="i1"),
+            example(ev.InstanceReady, instance_id="i1"),
         )
         inst = state.models[M].instance
         assert inst is not None and inst.status is InstanceStatus.STOPPING
@@ -84,17 +85,17 @@ class TestInstanceTransitions:
         """Drive each (status, event) pair of the table from a state in that status."""
         reach: dict[InstanceStatus | None, tuple[ev.Event, ...]] = {
             None: (AVAILABLE,),
-            InstanceStatus.STARTING: (AVAILABLE, ev.InstanceRequested(instance_id="i1")),
+            InstanceStatus.STARTING: (AVAILABLE, example(ev.InstanceRequested, instance_id="i1")),
             InstanceStatus.LOADING: (
                 AVAILABLE,
-                ev.InstanceRequested(instance_id="i1"),
-                ev.InstanceLoading(instance_id="i1"),
+                example(ev.InstanceRequested, instance_id="i1"),
+                example(ev.InstanceLoading, instance_id="i1"),
             ),
             InstanceStatus.READY: READY,
             InstanceStatus.STOPPING: (*READY, ev.InstanceStopRequested(instance_id="i1")),
         }
         for (source, kind), target in instances.INSTANCE_LIFECYCLE.table.items():
-            event = ev.EVENT_TYPES[kind](instance_id="i1")  # type: ignore[call-arg]  # every instance event has it
+            event = example(ev.EVENT_TYPES[kind], instance_id="i1")
             state = state_of(*reach[source], event)  # type: ignore[index]  # sources are InstanceStatus | None
             inst = state.models[M].instance
             assert (inst.status if inst else None) is target, (source, kind)
@@ -119,8 +120,8 @@ class TestInstanceDecisions:
     def test_load_deadline_is_reset_by_progress(self) -> None:
         state = state_of(
             AVAILABLE,
-            ev.InstanceRequested(instance_id="i1"),  # at T0+2s
-            ev.InstanceLoading(instance_id="i1"),  # T0+3s
+            example(ev.InstanceRequested, instance_id="i1"),  # at T0+2s
+            example(ev.InstanceLoading, instance_id="i1"),  # T0+3s
             ev.LoadingProgress(instance_id="i1", progress=0.4),  # T0+4s
         )
         assert instances.on_load_deadline(state, M, "i1", T0 + timedelta(seconds=13.9), timeout=10) == []
@@ -136,7 +137,10 @@ class TestInstanceDecisions:
         delays = []
         for attempt in range(1, instances.MAX_RESTARTS + 2):
             iid = f"i{attempt}"
-            crashes += [ev.InstanceRequested(instance_id=iid), ev.InstanceCrashed(instance_id=iid, signal=9)]
+            crashes += [
+                example(ev.InstanceRequested, instance_id=iid),
+                example(ev.InstanceCrashed, instance_id=iid, signal=9),
+            ]
             model = state_of(AVAILABLE, config, *crashes).models[M]
             assert model.crash_count == attempt
             delays.append(instances.restart_delay(model, jitter=0.0))
@@ -145,7 +149,9 @@ class TestInstanceDecisions:
         assert delays[-1] is None  # ran out: the model stays failed
 
     def test_no_restart_without_the_policy(self) -> None:
-        state = state_of(AVAILABLE, ev.InstanceRequested(instance_id="i1"), ev.InstanceCrashed(instance_id="i1"))
+        state = state_of(
+            AVAILABLE, example(ev.InstanceRequested, instance_id="i1"), example(ev.InstanceCrashed, instance_id="i1")
+        )
         assert state.models[M].config == ModelConfig()
         assert instances.restart_delay(state.models[M], jitter=0.0) is None
 
@@ -155,18 +161,22 @@ class TestInstanceDecisions:
 
 
 def _job(*more: ev.Event) -> RouterState:
-    return state_of(ev.DownloadRequested(job_id="j", repo="org/a-GGUF", files=FILES, total_bytes=10), *more)
+    return state_of(example(ev.DownloadRequested, job_id="j", repo="org/a-GGUF", files=FILES, total_bytes=10), *more)
 
 
 class TestDownloadLifecycle:
     def test_a_second_terminal_event_is_an_anomaly(self) -> None:
-        state = _job(ev.DownloadCancelled(job_id="j"), ev.DownloadCancelled(job_id="j"))
+        state = _job(example(ev.DownloadCancelled, job_id="j"), example(ev.DownloadCancelled, job_id="j"))
         job = state.job("j")
         assert job is not None and job.status is JobStatus.CANCELLED
         assert state.anomalies == 1
 
     def test_progress_after_the_end_is_late_not_an_anomaly(self) -> None:
-        state = _job(ev.DownloadStarted(job_id="j"), ev.DownloadCancelled(job_id="j"), ev.DownloadProgress(job_id="j"))
+        state = _job(
+            example(ev.DownloadStarted, job_id="j"),
+            example(ev.DownloadCancelled, job_id="j"),
+            example(ev.DownloadProgress, job_id="j"),
+        )
         assert state.anomalies == 0
 
     def test_cancel_of_a_queued_job_without_worker_ends_it_at_once(self) -> None:
@@ -175,7 +185,7 @@ class TestDownloadLifecycle:
 
     def test_cancel_with_a_worker_only_asks(self) -> None:
         events = downloads.cancel(
-            _job(ev.DownloadStarted(job_id="j")), "j", discard=False, has_worker=True, bytes_on_disk=0
+            _job(example(ev.DownloadStarted, job_id="j")), "j", discard=False, has_worker=True, bytes_on_disk=0
         )
         assert [type(e) for e in events] == [ev.DownloadCancelRequested]
 
@@ -184,16 +194,20 @@ class TestDownloadLifecycle:
 
         with pytest.raises(CommandRejected, match="already cancelled"):
             downloads.cancel(
-                _job(ev.DownloadCancelled(job_id="j")), "j", discard=False, has_worker=False, bytes_on_disk=0
+                _job(example(ev.DownloadCancelled, job_id="j")), "j", discard=False, has_worker=False, bytes_on_disk=0
             )
 
     @pytest.mark.parametrize(
         ("history", "shutting_down", "expected"),
         [
-            ((ev.DownloadStarted(job_id="j"),), False, ev.DownloadFailed),
-            ((ev.DownloadStarted(job_id="j"),), True, ev.DownloadInterrupted),
-            ((ev.DownloadStarted(job_id="j"), ev.DownloadCancelRequested(job_id="j")), False, ev.DownloadCancelled),
-            ((ev.DownloadStarted(job_id="j"), ev.DownloadFinished(job_id="j")), False, None),
+            ((example(ev.DownloadStarted, job_id="j"),), False, ev.DownloadFailed),
+            ((example(ev.DownloadStarted, job_id="j"),), True, ev.DownloadInterrupted),
+            (
+                (example(ev.DownloadStarted, job_id="j"), ev.DownloadCancelRequested(job_id="j")),
+                False,
+                ev.DownloadCancelled,
+            ),
+            ((example(ev.DownloadStarted, job_id="j"), example(ev.DownloadFinished, job_id="j")), False, None),
         ],
     )
     def test_worker_exit_outcomes(
@@ -206,13 +220,13 @@ class TestDownloadLifecycle:
 
     def test_queued_jobs_start_in_request_order_within_the_cap(self) -> None:
         state = state_of(*[
-            ev.DownloadRequested(job_id=f"j{i}", repo=f"org/m{i}", files=FILES) for i in range(4)
+            example(ev.DownloadRequested, job_id=f"j{i}", repo=f"org/m{i}", files=FILES) for i in range(4)
         ])  # fmt: skip
         assert [j.job_id for j in downloads.waiting_to_start(state, {"j0"}, max_running=2)] == ["j1"]
         assert [j.job_id for j in downloads.waiting_to_start(state, set(), max_running=0)] == ["j0", "j1", "j2", "j3"]
 
     def test_reconcile_honours_a_cancel_asked_before_the_crash(self) -> None:
-        state = _job(ev.DownloadStarted(job_id="j"), ev.DownloadCancelRequested(job_id="j"))
+        state = _job(example(ev.DownloadStarted, job_id="j"), ev.DownloadCancelRequested(job_id="j"))
         [(_, event)] = downloads.reconcile(state, {"j": 4})
         assert isinstance(event, ev.DownloadCancelled) and event.bytes_on_disk == 4
 

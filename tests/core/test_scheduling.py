@@ -6,18 +6,19 @@ from service.core import events as ev
 from service.core.fold import replay
 from service.core.scheduling import Demand, SlotFacts, can_ever_start, plan_slots
 from service.core.state import RouterState
+from tests.core.examples import example
 from tests.core.test_lifecycles import log
 
 
 def _discovered(name: str) -> tuple[ev.Event, str]:
-    return ev.ModelDiscovered(source="models_dir", path=f"/m/{name}.gguf", size=1), name
+    return example(ev.ModelDiscovered, source="models_dir", path=f"/m/{name}.gguf", size=1), name
 
 
 def _ready(name: str, iid: str) -> list[tuple[ev.Event, str]]:
     return [
-        (ev.InstanceRequested(instance_id=iid), name),
-        (ev.InstanceLoading(instance_id=iid), name),
-        (ev.InstanceReady(instance_id=iid, endpoint="http://x"), name),
+        (example(ev.InstanceRequested, instance_id=iid), name),
+        (example(ev.InstanceLoading, instance_id=iid), name),
+        (example(ev.InstanceReady, instance_id=iid, endpoint="http://x"), name),
     ]
 
 
@@ -27,7 +28,7 @@ def world(*loaded: str, loading: tuple[str, ...] = (), stopping: tuple[str, ...]
     for _i, name in enumerate(loaded):
         entries += _ready(name, f"i-{name}")
     for name in loading:
-        entries.append((ev.InstanceRequested(instance_id=f"i-{name}"), name))
+        entries.append((example(ev.InstanceRequested, instance_id=f"i-{name}"), name))
     for name in stopping:
         entries.append((ev.InstanceStopRequested(instance_id=f"i-{name}"), name))
     return replay(log(*entries))

@@ -1,4 +1,4 @@
-"""The workers' stdlib writer keeps the store's contract, without SQLAlchemy."""
+"""The workers' stdlib writer: its contract is in ``test_store_contract.py``; here, what it costs to import."""
 
 from __future__ import annotations
 
@@ -6,50 +6,26 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from service.core.events import DownloadProgress, RouterStarted
-from service.event_store import NewEvent, SyncEventStore
-from service.event_store.worker_writer import WorkerEventWriter, WriterSink
+from service.core import events as ev
+from service.event_store import SyncEventStore
+from service.event_store.worker_writer import WorkerEventWriter
 
 
-def test_appends_are_read_back_by_the_store(db_path: Path) -> None:
-    writer = WorkerEventWriter(db_path, source={"kind": "download_worker"})
-    assert writer.append([NewEvent(RouterStarted(pid=1)), NewEvent(RouterStarted(pid=2))]) == [1, 2]
-    WriterSink(writer, "org/m:Q8_0").emit("download_progress", {"job_id": "j", "bytes_done": 3})
-    stored = SyncEventStore(db_path, source={"kind": "test"}).read()
-    assert [r.position for r in stored] == [1, 2, 3]
-    assert stored[2].model == "org/m:Q8_0" and stored[2].source["kind"] == "download_worker"
-    assert stored[2].event == DownloadProgress(job_id="j", bytes_done=3)
-
-
-def test_duplicate_event_id_returns_the_original_position(db_path: Path) -> None:
-    writer = WorkerEventWriter(db_path, source={"kind": "t"})
-    first = NewEvent(RouterStarted(pid=1))
-    assert writer.append([first]) == [1]
-    assert writer.append([NewEvent(RouterStarted(pid=2)), NewEvent(RouterStarted(pid=9), event_id=first.event_id)]) == [
-        2,
-        1,
-    ]
-
-
-def test_batches_are_all_or_nothing_and_use_begin_immediate(db_path: Path) -> None:
-    writer = WorkerEventWriter(db_path, source={"kind": "t"})
-    statements: list[str] = []
-    writer._conn.set_trace_callback(statements.append)
-    with pytest.raises(TypeError):
-        writer.append([NewEvent(RouterStarted(pid=1)), NewEvent(DownloadProgress(job_id="j", bytes_done=object()))])  # type: ignore[arg-type]
-    assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "ROLLBACK"
-    assert SyncEventStore(db_path, source={"kind": "t"}).read() == []
-    assert writer.append([NewEvent(RouterStarted(pid=2))]) == [1]
+def test_emit_appends_one_typed_event_for_a_model(db_path: Path) -> None:
+    writer = WorkerEventWriter(db_path, source={"kind": "download_worker", "job_id": "j"})
+    progress = ev.DownloadProgress(job_id="j", bytes_done=3, bytes_total=9)
+    assert writer.emit(progress, model="org/m:Q8_0") == 1
+    writer.close()
+    (stored,) = SyncEventStore(db_path, source={"kind": "test"}).read()
+    assert (stored.event, stored.model, stored.source["job_id"]) == (progress, "org/m:Q8_0", "j")
 
 
 def test_worker_entry_points_do_not_load_sqlalchemy() -> None:
-    """Every worker start pays for what it imports (~0.2 s for SQLAlchemy)."""
+    """Every worker start pays for what it imports (~0.2 s for SQLAlchemy, ~0.1 s for structlog)."""
     code = (
-        "import sys, workers.download, workers.inference, workers._job, workers._sink;"
+        "import sys, workers.download, workers.inference, workers._runtime, workers._job, workers._sink;"
         "import service.event_store.worker_writer;"
-        "bad = [m for m in ('sqlalchemy', 'huggingface_hub', 'litestar') if m in sys.modules];"
+        "bad = [m for m in ('sqlalchemy', 'huggingface_hub', 'litestar', 'structlog') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -36,7 +36,10 @@ def history(blob_dir: Path | None = None, progress: int = 40) -> list[NewEvent]:
         ),
         NewEvent(ev.ModelConfigured(aliases=("fast",), params={"ctx": 2048}, ttl_seconds=60.0), OTHER),
         NewEvent(
-            ev.DownloadRequested(job_id="job-1", repo="org/a-GGUF", quant="Q4_K_M", files=files, total_bytes=5), MODEL
+            ev.DownloadRequested(
+                job_id="job-1", repo="org/a-GGUF", commit="c" * 40, quant="Q4_K_M", files=files, total_bytes=5
+            ),
+            MODEL,
         ),
         NewEvent(ev.DownloadStarted(job_id="job-1", pid=11, commit="c" * 40, files=files, total_bytes=5), MODEL),
     ]
@@ -45,12 +48,32 @@ def history(blob_dir: Path | None = None, progress: int = 40) -> list[NewEvent]:
         for i in range(progress)
     ]
     items += [
-        NewEvent(ev.DownloadFinished(job_id="job-1", commit="c" * 40, files=files, bytes_total=5), MODEL),
+        NewEvent(
+            ev.DownloadFinished(
+                job_id="job-1", commit="c" * 40, files=files, bytes_total=5, bytes_transferred=5, duration_ms=7.5
+            ),
+            MODEL,
+        ),
         NewEvent(ev.InstanceRequested(instance_id="i-1", port=9001, params={"ctx": 4096}), MODEL),
         NewEvent(ev.InstanceLoading(instance_id="i-1", pid=12, endpoint="http://127.0.0.1:9001"), MODEL),
         NewEvent(ev.LoadingProgress(instance_id="i-1", progress=0.5), MODEL),
-        NewEvent(ev.InstanceReady(instance_id="i-1", pid=12, endpoint="http://127.0.0.1:9001", n_ctx=4096), MODEL),
-        NewEvent(ev.RequestCompleted(instance_id="i-1", route="/v1/chat/completions", status_code=200), MODEL),
+        NewEvent(
+            ev.InstanceReady(
+                instance_id="i-1",
+                pid=12,
+                endpoint="http://127.0.0.1:9001",
+                load_ms=3.5,
+                n_ctx=4096,
+                n_params=1000,
+                file_size=len(CONTENT),
+                architecture="llama",
+            ),
+            MODEL,
+        ),
+        NewEvent(
+            ev.RequestCompleted(instance_id="i-1", route="/v1/chat/completions", status_code=200, duration_ms=4.0),
+            MODEL,
+        ),
         NewEvent(ev.InstanceRequested(instance_id="i-2", port=9002), OTHER),
         NewEvent(ev.InstanceCrashed(instance_id="i-2", exit_code=None, signal=9, stderr_tail="boom"), OTHER),
         NewEvent(ev.PartialFileFound(path="/tmp/x.incomplete", bytes=3)),

@@ -112,7 +112,12 @@ def test_select_events_plain_page_equals_filtered_query(db_path: Path) -> None:
     """The raw-cursor path (after/limit only) returns what the SQLAlchemy path returns."""
     store = SyncEventStore(db_path, source={"kind": "test"})
     try:
-        store.append([NewEvent(ev.RouterStarted(pid=i), model=f"m{i % 2}") for i in range(30)])
+        store.append(
+            [
+                NewEvent(ev.RouterStarted(pid=i, version="0.1", host="127.0.0.1", port=8080), model=f"m{i % 2}")
+                for i in range(30)
+            ]
+        )
         raw = store.read(EventFilter(after=4, limit=10))
         via_sqlalchemy = store.read(EventFilter(after=4, before=10_000, limit=10))
         assert raw == via_sqlalchemy and [r.position for r in raw] == list(range(5, 15))

@@ -20,7 +20,7 @@ def test_restart_starts_from_the_snapshot_taken_at_shutdown(tmp_path: Path) -> N
                 [
                     new_event(
                         "download_requested",
-                        {"job_id": f"j{i}", "repo": "org/r", "total_bytes": 10},
+                        {"job_id": f"j{i}", "repo": "org/r", "commit": "c" * 40, "files": [], "total_bytes": 10},
                         model=f"org/r{i}:Q8_0",
                     )
                 ]

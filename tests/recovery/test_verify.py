@@ -187,7 +187,9 @@ def test_verify_while_the_log_grows_sees_one_consistent_state(log: Path) -> None
 
     def keep_writing() -> None:
         while not stop.is_set():
-            store.append([NewEvent(ev.RouterStarted(pid=1)) for _ in range(20)])
+            store.append(
+                [NewEvent(ev.RouterStarted(pid=1, version="0.1", host="127.0.0.1", port=8080)) for _ in range(20)]
+            )
             _snapshot(log, _state_at(log, store.head()))
 
     writer = threading.Thread(target=keep_writing)

@@ -129,8 +129,9 @@ class Rig:
         child = await self.child_of(model)
         iid = child.instance_id
         await self.worker(
-            model, ev.InstanceLoading(instance_id=iid, pid=child.pid),
-            ev.InstanceReady(instance_id=iid, pid=child.pid, endpoint=f"http://127.0.0.1:{child.pid}"),
+            model, ev.InstanceLoading(instance_id=iid, pid=child.pid, endpoint=f"http://127.0.0.1:{child.pid}"),
+            ev.InstanceReady(instance_id=iid, pid=child.pid, endpoint=f"http://127.0.0.1:{child.pid}", load_ms=1.0,
+                             n_ctx=4096, n_params=1000, file_size=1, architecture="llama"),
         )  # fmt: skip
         return child
 
@@ -186,7 +187,7 @@ async def rig(tmp_path: Path, models: Sequence[str] = ("a", "b", "c"), **setting
     the_rig = Rig(sup, live, clock, spawner)
     live.add_listener(lambda r, _s: the_rig.log.append((r.type, r.model)))
     await live.record([
-        NewEvent(ev.ModelDiscovered(source="models_dir", path=f"/m/{m}.gguf", size=1), model=m) for m in models
+        NewEvent(ev.ModelDiscovered(source="models_dir", path=f"/m/{m}.gguf", files=({"path": f"/m/{m}.gguf", "size": 1},), size=1), model=m) for m in models
     ])  # fmt: skip
     runner = asyncio.create_task(sup.run())
     try:

@@ -13,6 +13,7 @@ from service.core import events as ev
 from service.core.errors import CommandRejected
 from service.core.instance_lifecycle import MAX_RESTARTS
 from service.core.state import InstanceStatus
+from tests.core.examples import example
 from tests.supervision.fakes import Rig, rig, until
 
 
@@ -73,7 +74,7 @@ async def test_a_crash_during_load_fails_the_waiting_requests(tmp_path: Path) ->
     async with rig(tmp_path) as r:
         waiting = Request(r, "a")
         child = await r.child_of("a")
-        await r.worker("a", ev.InstanceLoading(instance_id=child.instance_id, pid=child.pid))
+        await r.worker("a", example(ev.InstanceLoading, instance_id=child.instance_id, pid=child.pid))
         child.exit(1)  # LOADING -> crashed
         error = await waiting.failed()
         assert error.code == "model_failed"
@@ -88,7 +89,7 @@ async def test_an_unload_during_load_stops_it_before_ready(tmp_path: Path) -> No
         await r.sup.unload("a")  # STARTING -> STOPPING -> stopped
         assert child.exited
         assert (await waiting.failed()).code == "model_failed"
-        await r.worker("a", ev.InstanceReady(instance_id=child.instance_id))  # late: ignored
+        await r.worker("a", example(ev.InstanceReady, instance_id=child.instance_id))  # late: ignored
         assert _ended(r, "a") and r.state.anomalies == 0
 
 

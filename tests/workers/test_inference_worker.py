@@ -284,7 +284,8 @@ def test_sigterm_stops_gracefully(spawn_worker: Spawn, tiny_gguf: Path) -> None:
     w.proc.send_signal(signal.SIGTERM)
     assert w.wait_exit(10) == 0
     stopped = w.wait_event("instance_stopped", 1)
-    assert stopped == {"instance_id": w.instance_id, "reason": "signal", "exit_code": 0}
+    # The JSON line holds what the store records: the whole payload, `forced` included.
+    assert stopped == {"instance_id": w.instance_id, "reason": "signal", "exit_code": 0, "forced": False}
 
 
 @pytest.mark.timeout(60)

@@ -1,0 +1,70 @@
+"""Plausible values for every required event field, for tests that state only the fields they are about.
+
+Production writers state every required field (``service/core/events.py``).
+A given-events test about, say, an instance's transitions cares about
+``instance_id`` and nothing else; :func:`example` fills the other required
+fields from :data:`EXAMPLE_VALUES`, so the test shows only what it is about.
+``tests/core/test_examples.py`` keeps the table complete.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from service.core import events as ev
+
+FILES = ({"path": "m-Q4_K_M.gguf", "size": 100, "sha256": "ab" * 32},)
+
+EXAMPLE_VALUES: dict[str, Any] = {
+    "architecture": "llama",
+    "bytes": 100,
+    "bytes_done": 50,
+    "bytes_on_disk": 50,
+    "bytes_total": 100,
+    "bytes_transferred": 100,
+    "commit": "c" * 40,
+    "duration_ms": 12.5,
+    "endpoint": "http://127.0.0.1:9000",
+    "events_replayed": 0,
+    "file_size": 100,
+    "files": FILES,
+    "host": "127.0.0.1",
+    "instance_id": "inst-1",
+    "interrupted_downloads": 0,
+    "job_id": "job-1",
+    "load_ms": 12.5,
+    "lost_instances": 0,
+    "message": "example failure",
+    "n_ctx": 4096,
+    "n_params": 1000,
+    "orphans": 0,
+    "path": "/models/m-Q4_K_M.gguf",
+    "pid": 4242,
+    "port": 9000,
+    "progress": 0.5,
+    "repo": "org/m-GGUF",
+    "resumed_downloads": 0,
+    "route": "/v1/chat/completions",
+    "size": 100,
+    "snapshot_position": 0,
+    "status_code": 200,
+    "stderr_tail": "",
+    "total_bytes": 100,
+    "version": "0.1.0",
+}
+"""Field name -> value; one table for every event type that has the field."""
+
+OVERRIDES: dict[tuple[type[ev.Event], str], Any] = {
+    (ev.ModelRemoved, "files"): ("/models/m-Q4_K_M.gguf",),
+}
+"""Where a field name means something else in one event type."""
+
+E = TypeVar("E", bound=ev.Event)
+
+
+def example(cls: type[E], **fields: Any) -> E:
+    """``cls(**fields)``, with every required field not given taken from the tables above."""
+    for name in ev.required_fields(cls):
+        if name not in fields:
+            fields[name] = OVERRIDES.get((cls, name), EXAMPLE_VALUES[name])
+    return cls(**fields)
