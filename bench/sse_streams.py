@@ -101,9 +101,11 @@ def main() -> None:
     parser.add_argument("--counts", default="100,300,1000,2000,4000")
     parser.add_argument("--events", type=int, default=20)
     args = parser.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # N client + N server sockets
-    print(f"{'streams':>8} {'open':>6} {'fan-out p50':>12} {'fan-out max':>12} {'/health p50':>12} {'rss MB':>8} {'missed':>7}")
+    print(
+        f"{'streams':>8} {'open':>6} {'fan-out p50':>12} {'fan-out max':>12} {'/health p50':>12} {'rss MB':>8} {'missed':>7}"
+    )
     for count in (int(c) for c in args.counts.split(",")):
         with tempfile.TemporaryDirectory() as home:
             env = {"MODELROUTER_MAX_STREAMS": "0", "MODELROUTER_SSE_KEEPALIVE": "60"}
