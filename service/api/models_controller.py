@@ -12,7 +12,7 @@ from service.api.schemas import (
     LoadAnswer,
     ModelCommand,
     ModelList,
-    ModelName,
+    ModelParam,
     RemoveAnswer,
     UnloadAnswer,
     problems,
@@ -83,7 +83,7 @@ async def unload_model(
     status_code=HTTP_200_OK,
     responses=problems(400, 404, 409, 503),
 )
-async def remove_model(runtime: Runtime, model: ModelName, force: Annotated[bool, _FORCE] = False) -> RemoveAnswer:
+async def remove_model(runtime: Runtime, model: ModelParam, force: Annotated[bool, _FORCE] = False) -> RemoveAnswer:
     """Delete a downloaded model's files (blobs no other model uses too) and record
     ``model_removed``. A running download is cancelled first; a loaded model is
     refused unless ``?force=true``, which stops it first."""

@@ -23,7 +23,7 @@ from litestar.status_codes import HTTP_200_OK
 from service import __version__
 from service.api import schemas as s
 from service.api.proxy import proxy_request
-from service.api.schemas import ModelName, problems
+from service.api.schemas import ModelParam, problems
 from service.runtime import Runtime
 
 Autoload = Annotated[
@@ -114,7 +114,7 @@ def _get_route(path: str) -> Any:
         responses={**_ANSWER, **_PROXIED},
     )
     async def handler(
-        request: Request[Any, Any, Any], runtime: Runtime, model: ModelName, autoload: Autoload = None
+        request: Request[Any, Any, Any], runtime: Runtime, model: ModelParam, autoload: Autoload = None
     ) -> Response[Any]:
         return await proxy_request(request, runtime, model.strip(), autoload)
 
@@ -146,7 +146,7 @@ BUILD_INFO = _build_info()
     },
 )
 async def get_props(
-    request: Request[Any, Any, Any], runtime: Runtime, model: ModelName | None = None, autoload: Autoload = None
+    request: Request[Any, Any, Any], runtime: Runtime, model: ModelParam | None = None, autoload: Autoload = None
 ) -> Response[Any]:
     """llama.cpp router's ``GET /props``: its own role and limits, or with ``?model=``
     the model's own properties, from its worker."""

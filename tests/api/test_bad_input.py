@@ -94,3 +94,41 @@ async def test_options_models_lists_every_method(client: AsyncTestClient) -> Non
     assert answer.status_code == 204
     allowed = {m.strip() for m in answer.headers["allow"].split(",")}
     assert {"GET", "POST", "DELETE", "OPTIONS"} <= allowed
+
+
+BAD_NAMES = [
+    "",
+    "   ",
+    "no-slash",
+    "a/b/c",
+    "-bad/start",
+    "user/repo--x",
+    "user/re..po",
+    "user/repo.git",
+    "user/repo:",
+    "user/repo:Q4 K",
+    "user/repo@",
+    "user/repo@main:Q4_K_M",
+    "user/" + "r" * 100,
+    "user/repo\x00",
+]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
+async def test_download_names_follow_the_hub_grammar(client: AsyncTestClient, name: str) -> None:
+    body = _is_problem(await client.post("/models", json={"model": name}), 400)
+    assert body["type"] in ("/problems/invalid_name", "/problems/invalid_request")
+
+
+@pytest.mark.parametrize("path", ["/models/load", "/models/unload", "/models", "/v1/chat/completions"])
+async def test_names_have_a_bounded_length(client: AsyncTestClient, path: str) -> None:
+    body = {"model": "a/" + "b" * 600, "messages": [{"role": "user", "content": "x"}]}
+    answer = _is_problem(await client.post(path, json=body), 400)
+    assert "model" in str(answer["detail"])
+    _is_problem(await client.delete("/models", params={"model": "x" * 600}), 400)
+
+
+@pytest.mark.parametrize("model", [None, 5, [], {}, True])
+async def test_model_must_be_a_string(client: AsyncTestClient, model: object) -> None:
+    body = _is_problem(await client.post("/models/load", json={"model": model}), 400)
+    assert body["errors"][0]["key"] == "model"  # type: ignore[index]

@@ -9,6 +9,7 @@ from service.api.schemas._common import (
     ErrorObject,
     FieldError,
     ModelName,
+    ModelParam,
     ProblemDetails,
     problems,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "ModelEntry",
     "ModelList",
     "ModelName",
+    "ModelParam",
     "ModelRequest",
     "ModelStatusView",
     "ProblemDetails",

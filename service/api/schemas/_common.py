@@ -12,23 +12,32 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import Parameter
 
 PROBLEM_JSON = "application/problem+json"
 MAX_NAME_LENGTH = 512
 """Longest model name accepted anywhere: a Hub id is at most 96 characters, plus
 ``:QUANT`` (64) and ``@revision`` (255); local names are file names (255)."""
 
+_NAME_PATTERN = r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$"
+_NAME_DESCRIPTION = "A model's name or alias: `user/repo[:QUANT][@revision]`, a local model's name, or an alias."
+
 ModelName = Annotated[
     str,
     msgspec.Meta(
         min_length=1,
         max_length=MAX_NAME_LENGTH,
-        pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$",
-        description="A model's name or alias: `user/repo[:QUANT][@revision]`, a local model's name, or an alias.",
+        pattern=_NAME_PATTERN,
+        description=_NAME_DESCRIPTION,
         examples=["ggml-org/gemma-3-1b-it-GGUF:Q4_K_M"],
     ),
 ]
-"""Any name a client may use for a model; whether it exists is the handler's question."""
+"""Any name a client may use for a model, in a body; whether it exists is the handler's question."""
+
+ModelParam = Annotated[
+    str, Parameter(min_length=1, max_length=MAX_NAME_LENGTH, pattern=_NAME_PATTERN, description=_NAME_DESCRIPTION)
+]
+"""The same, as ``?model=`` (Litestar applies a query parameter's constraints from ``Parameter``)."""
 
 ErrorType = Literal[
     "invalid_request_error",
