@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from service.core import events as ev
+from service.core.flags import parse_bool
 from service.core.state import ModelConfig, RouterState
 from service.event_store.codec import NewEvent
 
@@ -36,13 +37,11 @@ class PresetError(ValueError):
 
 
 def _bool(section: str, key: str, text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    msg = f"[{section}] {key} = {text!r}: expected true or false"
-    raise PresetError(msg)
+    try:
+        return parse_bool(text)
+    except ValueError:
+        msg = f"[{section}] {key} = {text!r}: expected true or false"
+        raise PresetError(msg) from None
 
 
 def parse_presets(text: str) -> dict[str, tuple[ModelConfig, str | None]]:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from service.event_store.async_store import AsyncEventStore
+from service.event_store.statements import EventFilter
 from service.live_state import LiveState
 from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
@@ -30,3 +31,5 @@ class Runtime:
     http: httpx.AsyncClient
     open_streams: int = 0
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    stream_reads: dict[tuple[EventFilter, Any], asyncio.Future[Any]] = field(default_factory=dict)
+    """Reads in flight for SSE streams: streams at the same place share one (service.api.events_controller)."""

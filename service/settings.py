@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from service.core.flags import parse_bool
 from service.event_store.engines import sqlite_path
 
 
@@ -17,12 +18,7 @@ def _default_home() -> Path:
 
 
 def _bool(text: str) -> bool:
-    if text.strip().lower() in {"1", "true", "yes", "on"}:
-        return True
-    if text.strip().lower() in {"0", "false", "no", "off", ""}:
-        return False
-    msg = f"not a boolean: {text!r}"
-    raise ValueError(msg)
+    return parse_bool(text, empty=False)
 
 
 SECRET_FIELDS = ("hf_token",)
@@ -79,6 +75,17 @@ class Settings:
     """Seconds of silence before an SSE keep-alive comment (MODELROUTER_SSE_KEEPALIVE)."""
     log_json: bool | None = None
     """Force JSON logs (true) or console logs (false); default: console on a TTY."""
+    max_body_bytes: int = 10 * 1024 * 1024
+    """Largest request body on the inference routes (MODELROUTER_MAX_BODY_BYTES); past it, 413."""
+    max_control_body_bytes: int = 64 * 1024
+    """Largest request body on the control routes, ``/models*`` and ``/downloads*``
+    (MODELROUTER_MAX_CONTROL_BODY_BYTES): their bodies are a model name."""
+    max_streams: int = 1000
+    """Open SSE connections (``/events/stream``, ``/models/sse``) at once (MODELROUTER_MAX_STREAMS);
+    past it, 503 with ``Retry-After``. 0 = no cap. Chosen from ``bench/sse_streams.py``."""
+    disk_reserve_bytes: int = 1024 * 1024 * 1024
+    """Free bytes a download must leave in the cache dir (MODELROUTER_DISK_RESERVE_BYTES); a
+    download that would leave less is refused (507) before it starts."""
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -94,9 +101,14 @@ class Settings:
         if self.max_downloads < 0:
             msg = "max_downloads must be >= 0"
             raise ValueError(msg)
-        if self.models_max < 0:
-            msg = "models_max must be >= 0"
-            raise ValueError(msg)
+        for name in ("models_max", "max_streams", "disk_reserve_bytes"):
+            if getattr(self, name) < 0:
+                msg = f"{name} must be >= 0"
+                raise ValueError(msg)
+        for name in ("max_body_bytes", "max_control_body_bytes"):
+            if getattr(self, name) < 1:
+                msg = f"{name} must be >= 1"
+                raise ValueError(msg)
 
     def __repr__(self) -> str:
         def shown(name: str) -> str:
@@ -149,6 +161,10 @@ class Settings:
             "sse_keepalive": ("MODELROUTER_SSE_KEEPALIVE", float),
             "tail_lag_limit": ("MODELROUTER_TAIL_LAG_LIMIT", float),
             "log_json": ("MODELROUTER_LOG_JSON", _bool),
+            "max_body_bytes": ("MODELROUTER_MAX_BODY_BYTES", int),
+            "max_control_body_bytes": ("MODELROUTER_MAX_CONTROL_BODY_BYTES", int),
+            "max_streams": ("MODELROUTER_MAX_STREAMS", int),
+            "disk_reserve_bytes": ("MODELROUTER_DISK_RESERVE_BYTES", int),
         }
         for name, (var, convert) in spec.items():
             if env.get(var):

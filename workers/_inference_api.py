@@ -110,12 +110,16 @@ def _normalize_message(i: int, msg: Any) -> dict[str, Any]:
     if not isinstance(msg, dict):
         raise ApiError(400, f"messages[{i}] must be an object")
     role = msg.get("role")
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:  # a dict role is unhashable: check the type first
         raise ApiError(400, f"messages[{i}].role must be one of {sorted(_ROLES)}")
+    if "content" not in msg and role != "assistant":
+        raise ApiError(400, f"messages[{i}].content is required for role {role!r}")
     out = dict(msg)
     if role == "developer":  # OpenAI's newer name; chat templates know "system"
         out["role"] = "system"
     content = msg.get("content")
+    if content is None and role == "assistant":
+        out["content"] = ""  # chat formatters index "content" and join strings
     if isinstance(content, list):
         # Multi-part content: keep text parts; this worker has no vision support.
         texts = []

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import structlog
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
@@ -15,11 +15,13 @@ from litestar.openapi import OpenAPIConfig
 from service import __version__, startup
 from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
 from service.api.events_controller import EventsController, models_sse
-from service.api.health_controller import health
+from service.api.health_controller import health, health_v1
 from service.api.middleware import request_id_middleware
 from service.api.models_controller import list_models, list_models_openai, load_model, remove_model, unload_model
+from service.api.options import options_handlers
 from service.api.problems import EXCEPTION_HANDLERS
-from service.api.proxy import proxy_routes
+from service.api.proxy_routes import proxy_routes
+from service.api.request import ApiRequest, reject_control_characters
 from service.runtime import Runtime
 from service.settings import Settings
 
@@ -42,18 +44,29 @@ def create_app(settings: Settings) -> Litestar:
         runtime: Runtime = state.runtime
         return runtime
 
+    # Control bodies are a model name: a small limit. Inference bodies carry prompts.
+    control_handlers = [
+        list_models,
+        list_models_openai,
+        download_model,
+        load_model,
+        unload_model,
+        remove_model,
+        list_downloads,
+        get_download,
+        cancel_download,
+    ]
+    control = Router(
+        path="/",
+        route_handlers=[*options_handlers(control_handlers), *control_handlers],
+        request_max_body_size=settings.max_control_body_bytes,
+    )
     return Litestar(
         route_handlers=[
+            *options_handlers(proxy_routes),
             health,
-            list_models,
-            list_models_openai,
-            load_model,
-            unload_model,
-            remove_model,
-            download_model,
-            list_downloads,
-            get_download,
-            cancel_download,
+            health_v1,
+            control,
             *proxy_routes,
             EventsController,
             models_sse,
@@ -61,6 +74,9 @@ def create_app(settings: Settings) -> Litestar:
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[request_id_middleware],
+        before_request=reject_control_characters,
+        request_class=ApiRequest,
+        request_max_body_size=settings.max_body_bytes,
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(title="modelrouter", version=__version__, path="/schema"),
         logging_config=None,  # structlog is configured by the process (service.logging_config)

@@ -3,60 +3,113 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated
 
-from litestar import Request, delete, get, post
+from litestar import delete, get, post
+from litestar.params import Parameter
 from litestar.status_codes import HTTP_200_OK
 
 from service.api.problems import Problem
-from service.api.request_body import flag, json_body, model_field
+from service.api.schemas import DownloadAnswer, FileView, JobList, JobView, ModelCommand, problems
 from service.api.views import job_view
-from service.downloads.resolution import ResolutionError, resolve
+from service.core.cache_layout import CachePaths
+from service.core.disk_budget import check_disk
+from service.downloads.cache_files import free_bytes, partial_bytes
+from service.downloads.resolution import Resolution, ResolutionError, resolve
 from service.runtime import Runtime
 
+JobId = Annotated[str, Parameter(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
-@post("/models", operation_id="downloadModel", tags=["downloads"], status_code=HTTP_200_OK)
-async def download_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
+
+@post(
+    "/models",
+    operation_id="downloadModel",
+    tags=["downloads"],
+    status_code=HTTP_200_OK,
+    responses=problems(400, 401, 403, 404, 413, 422, 424, 503, 507),
+)
+async def download_model(data: ModelCommand, runtime: Runtime) -> DownloadAnswer:
     """Resolve ``user/repo[:QUANT][@revision]`` on the Hub, then start a download
-    job in its own worker process (or join the running one). Returns at once."""
-    name = model_field(await json_body(request))
+    job in its own worker process (or join the running one). Returns at once.
+    Refused with 507 when it would leave less than the disk reserve free."""
     settings = runtime.settings
     try:
-        resolution = await asyncio.to_thread(resolve, name, endpoint=settings.hf_endpoint, token=settings.hf_token)
+        resolution = await asyncio.to_thread(
+            resolve, data.model, endpoint=settings.hf_endpoint, token=settings.hf_token
+        )
     except ResolutionError as exc:
         raise Problem(exc.status, exc.code, exc.message, **exc.extra) from None
     model = resolution.canonical_name
+    await _check_disk(runtime, model, resolution)
     job_id, joined, already = await runtime.downloads.request(model, resolution.to_spec())
     job = runtime.live.state.job(job_id) if job_id else None
-    return {
-        "success": True,
-        "model": model,
-        "job_id": job_id,
-        "joined": joined,
-        "already_downloaded": already,
-        "status": job.status.value if job else "downloaded",
-        "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in resolution.files],
-        "total_bytes": resolution.total_bytes,
-    }
+    return DownloadAnswer(
+        success=True,
+        model=model,
+        job_id=job_id,
+        joined=joined,
+        already_downloaded=already,
+        status=job.status.value if job else "downloaded",
+        files=[FileView(path=f.path, size=f.size, sha256=f.sha256) for f in resolution.files],
+        total_bytes=resolution.total_bytes,
+    )
 
 
-@get("/downloads", operation_id="listDownloads", tags=["downloads"])
-async def list_downloads(runtime: Runtime) -> dict[str, Any]:
+async def _check_disk(runtime: Runtime, model: str, resolution: Resolution) -> None:
+    cache_dir = runtime.settings.cache_dir
+    paths = CachePaths(cache_dir, resolution.repo)
+    shas = [f.sha256 for f in resolution.files if f.sha256]
+    on_disk = await asyncio.to_thread(partial_bytes, paths, shas)
+    free = await asyncio.to_thread(free_bytes, cache_dir)
+    shortfall = check_disk(
+        runtime.live.state,
+        model,
+        total_bytes=resolution.total_bytes,
+        on_disk=on_disk,
+        free=free,
+        reserve=runtime.settings.disk_reserve_bytes,
+    )
+    if shortfall is not None:
+        raise Problem(
+            507,
+            "disk_full",
+            shortfall.message,
+            model=model,
+            needed_bytes=shortfall.needed,
+            pending_bytes=shortfall.pending,
+            free_bytes=shortfall.free,
+            reserve_bytes=shortfall.reserve,
+        )
+
+
+@get("/downloads", operation_id="listDownloads", tags=["downloads"], responses=problems(400))
+async def list_downloads(runtime: Runtime) -> JobList:
     """Every download job in the log, oldest first."""
-    return {"downloads": [job_view(job) for job in runtime.live.state.all_jobs()]}
+    return JobList(downloads=[job_view(job) for job in runtime.live.state.all_jobs()])
 
 
-@get("/downloads/{job_id:str}", operation_id="getDownload", tags=["downloads"])
-async def get_download(job_id: str, runtime: Runtime) -> dict[str, Any]:
+@get("/downloads/{job_id:str}", operation_id="getDownload", tags=["downloads"], responses=problems(400, 404))
+async def get_download(job_id: JobId, runtime: Runtime) -> JobView:
+    """One download job: bytes, rate, ETA, outcome."""
     job = runtime.live.state.job(job_id)
     if job is None:
         raise Problem(404, "job_not_found", f"download job {job_id!r} does not exist")
     return job_view(job)
 
 
-@delete("/downloads/{job_id:str}", operation_id="cancelDownload", tags=["downloads"], status_code=HTTP_200_OK)
-async def cancel_download(job_id: str, runtime: Runtime, discard: str | None = None) -> dict[str, Any]:
+@delete(
+    "/downloads/{job_id:str}",
+    operation_id="cancelDownload",
+    tags=["downloads"],
+    status_code=HTTP_200_OK,
+    responses=problems(400, 404, 409, 503),
+)
+async def cancel_download(
+    job_id: JobId,
+    runtime: Runtime,
+    discard: Annotated[bool, Parameter(description="Delete the partial file (default: keep it to resume)")] = False,
+) -> JobView:
     """Cancel a running job. The partial file is kept for a later resume unless
     ``?discard=true``."""
-    job = await runtime.downloads.cancel(job_id, discard=flag(discard, "discard"))
+    job = await runtime.downloads.cancel(job_id, discard=discard)
     return job_view(job)

@@ -1,55 +1,121 @@
 """``GET /events`` (the audit query), ``GET /events/stream`` (SSE with replay) and
-llama.cpp's ``GET /models/sse``, all served from the log."""
+llama.cpp's ``GET /models/sse``, all served from the log.
+
+Open streams are capped (``max_streams``): each holds a connection and wakes on
+every append, so past the cap a new one gets 503 with ``Retry-After`` instead
+of slowing every other stream down (``bench/sse_streams.py``).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from litestar import Controller, Request, get
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from service.api.event_query import parse_filter
+from service.api.event_query import (
+    LastEventId,
+    Limit,
+    ModelFilter,
+    Moment,
+    Position,
+    TypeFilter,
+    check_single,
+    event_filter,
+)
 from service.api.llama_sse import to_llama
 from service.api.problems import Problem
+from service.api.schemas import EventPage, EventView, problems
 from service.core.events import Recorded
 from service.event_store.codec import dumps, to_wire
 from service.event_store.statements import EventFilter
 from service.runtime import Runtime
 
 _PAGE = 500
-
-
-def _params(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
-    return {key: request.query_params.getall(key) for key in request.query_params}
+_RETRY_AFTER_SECONDS = 5
+_SSE = {200: ResponseSpec(data_container=str, media_type="text/event-stream", description="Server-sent events")}
 
 
 class EventsController(Controller):
     path = "/events"
     tags = ("events",)
 
-    @get("/", operation_id="listEvents", summary="Query the event log")
-    async def list_events(self, request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
+    @get("/", operation_id="listEvents", summary="Query the event log", responses=problems(400))
+    async def list_events(  # one argument per declared query parameter
+        self,
+        request: Request[Any, Any, Any],
+        runtime: Runtime,
+        model: ModelFilter = None,
+        types: TypeFilter = None,
+        since: Moment = None,
+        until: Moment = None,
+        after: Position = None,
+        before: Position = None,
+        limit: Limit = 100,
+    ) -> EventPage:
         """Filters: model, type (repeatable, trailing * = prefix), since/until
         (ISO-8601), after/before (positions), limit (1..1000, default 100)."""
-        flt = parse_filter(_params(request))
+        check_single(request)
+        flt = event_filter(model=model, types=types, since=since, until=until, after=after, before=before, limit=limit)
         page = await runtime.store.read(flt)
         next_after = page[-1].position if len(page) == flt.limit else None
-        return {"events": [to_wire(r) for r in page], "next_after": next_after}
+        return EventPage(events=[EventView(**to_wire(r)) for r in page], next_after=next_after)
 
-    @get("/stream", operation_id="streamEvents", summary="Server-sent events with replay")
-    async def stream(self, request: Request[Any, Any, Any], runtime: Runtime) -> ServerSentEvent:
+    @get(
+        "/stream",
+        operation_id="streamEvents",
+        summary="Server-sent events with replay",
+        responses={**_SSE, **problems(400, 503)},
+    )
+    async def stream(  # one argument per declared query parameter
+        self,
+        request: Request[Any, Any, Any],
+        runtime: Runtime,
+        last_event_id: LastEventId = None,
+        model: ModelFilter = None,
+        types: TypeFilter = None,
+        since: Moment = None,
+        until: Moment = None,
+        after: Position = None,
+        before: Position = None,
+    ) -> ServerSentEvent:
         """Replays from ``Last-Event-ID`` (or ``?after=``), then goes live with no
         gap and no duplicate. Without either, starts at the current head."""
-        params = _params(request)
-        last_id = request.headers.get("last-event-id")
-        if last_id is not None:
-            if not last_id.strip().isdigit():
-                raise Problem(400, "invalid_request", f"Last-Event-ID {last_id!r} is not an event position")
-            params["after"] = [last_id.strip()]
-        flt = parse_filter(params, after_default=runtime.live.position)
-        return ServerSentEvent(_messages(runtime, flt), retry_duration=1000)
+        check_single(request)
+        start = last_event_id if last_event_id is not None else after
+        if start is not None:
+            await _check_not_beyond_head(runtime, start, "Last-Event-ID" if last_event_id is not None else "after")
+        flt = event_filter(model=model, types=types, since=since, until=until, after=start, before=before, limit=_PAGE)
+        if start is None:
+            flt = dataclasses.replace(flt, after=runtime.live.position)
+        return ServerSentEvent(_admitted(runtime, flt, _ours), retry_duration=1000)
+
+
+@get("/models/sse", operation_id="modelsSse", tags=["models"], responses={**_SSE, **problems(400, 503)})
+async def models_sse(runtime: Runtime, last_event_id: LastEventId = None) -> ServerSentEvent:
+    """llama.cpp router's event stream shape (``data: {model, event, data}``), from
+    the same log; resumable with ``Last-Event-ID`` unlike the original."""
+    if last_event_id is not None:
+        await _check_not_beyond_head(runtime, last_event_id, "Last-Event-ID")
+    after = runtime.live.position if last_event_id is None else last_event_id
+    return ServerSentEvent(_admitted(runtime, EventFilter(after=after), _llama))
+
+
+async def _check_not_beyond_head(runtime: Runtime, position: int, name: str) -> None:
+    # The fold may trail the store by a few events; only a position the log has
+    # never reached is refused.
+    if position > runtime.live.position and position > (head := await runtime.store.head()):
+        raise Problem(
+            400,
+            "invalid_request",
+            f"{name} {position} is beyond the head of the log ({head}): no such event",
+            parameter=name,
+        )
 
 
 def _ours(recorded: Recorded) -> ServerSentEventMessage | None:
@@ -61,33 +127,80 @@ def _llama(recorded: Recorded) -> ServerSentEventMessage | None:
     return None if payload is None else ServerSentEventMessage(data=dumps(payload), id=recorded.position)
 
 
-@get("/models/sse", operation_id="modelsSse", tags=["models"])
-async def models_sse(request: Request[Any, Any, Any], runtime: Runtime) -> ServerSentEvent:
-    """llama.cpp router's event stream shape (``data: {model, event, data}``), from
-    the same log; resumable with ``Last-Event-ID`` unlike the original."""
-    last_id = request.headers.get("last-event-id", "")
-    after = int(last_id) if last_id.strip().isdigit() else runtime.live.position
-    return ServerSentEvent(_messages(runtime, EventFilter(after=after), render=_llama))
+Render = Callable[[Recorded], ServerSentEventMessage | None]
+
+
+def _admitted(runtime: Runtime, flt: EventFilter, render: Render) -> AsyncIterator[ServerSentEventMessage]:
+    """The stream, counted against ``max_streams`` from now until it ends, however
+    it ends (also if the client leaves before the first message)."""
+    cap = runtime.settings.max_streams
+    if cap and runtime.open_streams >= cap:
+        raise Problem(
+            503,
+            "too_many_streams",
+            f"{runtime.open_streams} event streams are open, the limit (MODELROUTER_MAX_STREAMS) is {cap}",
+            headers={"Retry-After": str(_RETRY_AFTER_SECONDS)},
+            limit=cap,
+        )
+    runtime.open_streams += 1
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            runtime.open_streams -= 1
+
+    messages = _messages(runtime, flt, render, release)
+    weakref.finalize(messages, release)  # a generator never started runs no finally
+    return messages
 
 
 async def _messages(
-    runtime: Runtime, flt: EventFilter, render: Callable[[Recorded], ServerSentEventMessage | None] = _ours
+    runtime: Runtime, flt: EventFilter, render: Render, release: Callable[[], None]
 ) -> AsyncIterator[ServerSentEventMessage]:
     # No DB connection is held across a yield: each page opens and closes its
     # own, so a client that vanishes mid-stream leaks nothing.
     cursor = flt.after or 0
-    runtime.open_streams += 1
     try:
         while True:
             head = runtime.live.position
             while cursor < head:
-                page = await runtime.store.read(dataclasses.replace(flt, after=cursor, before=head + 1, limit=_PAGE))
-                for recorded in page:
-                    message = render(recorded)
-                    if message is not None:
-                        yield message
-                cursor = page[-1].position if len(page) == _PAGE else head
+                page_flt = dataclasses.replace(flt, after=cursor, before=_before(flt, head), limit=_PAGE)
+                page, last = await _read_shared(runtime, page_flt, render)
+                for message in page:
+                    yield message
+                cursor = last if last is not None else head
             if not await runtime.live.wait_beyond(head, timeout=runtime.settings.sse_keepalive, while_down=True):
                 yield ServerSentEventMessage(comment="keep-alive")
     finally:
-        runtime.open_streams -= 1
+        release()
+
+
+async def _read_shared(
+    runtime: Runtime, flt: EventFilter, render: Render
+) -> tuple[list[ServerSentEventMessage], int | None]:
+    """The rendered page, and its last position when the page is full (more may
+    follow) -- read and rendered once for every stream waiting at the same place
+    with the same filter and shape: an append wakes all streams at once, and N
+    identical queries made the fan-out grow by ~5 ms per stream (bench/sse_streams.py)."""
+    key = (flt, render)
+    pending = runtime.stream_reads.get(key)
+    if pending is None:
+        pending = asyncio.ensure_future(_read_rendered(runtime, flt, render))
+        runtime.stream_reads[key] = pending
+        pending.add_done_callback(lambda _done: runtime.stream_reads.pop(key, None))
+    result: tuple[list[ServerSentEventMessage], int | None] = await asyncio.shield(pending)
+    return result
+
+
+async def _read_rendered(
+    runtime: Runtime, flt: EventFilter, render: Render
+) -> tuple[list[ServerSentEventMessage], int | None]:
+    page = await runtime.store.read(flt)
+    messages = [m for m in (render(r) for r in page) if m is not None]
+    return messages, page[-1].position if len(page) == flt.limit else None
+
+
+def _before(flt: EventFilter, head: int) -> int:
+    return head + 1 if flt.before is None else min(flt.before, head + 1)

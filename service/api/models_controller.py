@@ -2,67 +2,97 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
-from litestar import Request, delete, get, post
+from litestar import delete, get, post
+from litestar.params import Parameter
 from litestar.status_codes import HTTP_200_OK
 
-from service.api.request_body import flag, json_body, model_field
+from service.api.schemas import (
+    LoadAnswer,
+    ModelCommand,
+    ModelList,
+    ModelParam,
+    RemoveAnswer,
+    UnloadAnswer,
+    problems,
+)
 from service.api.views import job_view, model_view, models_view
 from service.runtime import Runtime
 
+_DISCARD = Parameter(description="Delete the partial file of a cancelled download (default: keep it to resume)")
+_FORCE = Parameter(description="Stop a loaded model's worker first (default: refuse with 409)")
 
-@get("/models", operation_id="listModels", tags=["models"])
-async def list_models(runtime: Runtime) -> dict[str, Any]:
+
+@get("/models", operation_id="listModels", tags=["models"], responses=problems(400))
+async def list_models(runtime: Runtime) -> ModelList:
     """Every model the log knows of, with status, progress and last error."""
     return models_view(runtime.live.state)
 
 
-@get("/v1/models", operation_id="listModelsOpenAI", tags=["models"])
-async def list_models_openai(runtime: Runtime) -> dict[str, Any]:
+@get("/v1/models", operation_id="listModelsOpenAI", tags=["models"], responses=problems(400))
+async def list_models_openai(runtime: Runtime) -> ModelList:
     """The same list under the OpenAI path, for OpenAI clients."""
     return models_view(runtime.live.state)
 
 
-@post("/models/load", operation_id="loadModel", tags=["models"], status_code=HTTP_200_OK)
-async def load_model(request: Request[Any, Any, Any], runtime: Runtime) -> dict[str, Any]:
+@post(
+    "/models/load",
+    operation_id="loadModel",
+    tags=["models"],
+    status_code=HTTP_200_OK,
+    responses=problems(400, 404, 409, 413, 503),
+)
+async def load_model(data: ModelCommand, runtime: Runtime) -> LoadAnswer:
     """Start the model's worker and return at once; readiness arrives as events
     (``instance_ready``) and in ``GET /models``. Loading a running model is a no-op."""
-    name = model_field(await json_body(request))
-    model = await runtime.instances.load(name)
-    return {"success": True, "model": model.name, "status": model.status.value}
+    model = await runtime.instances.load(data.model.strip())
+    return LoadAnswer(success=True, model=model.name, status=model.status.value)
 
 
-@post("/models/unload", operation_id="unloadModel", tags=["models"], status_code=HTTP_200_OK)
-async def unload_model(request: Request[Any, Any, Any], runtime: Runtime, discard: str | None = None) -> dict[str, Any]:
+@post(
+    "/models/unload",
+    operation_id="unloadModel",
+    tags=["models"],
+    status_code=HTTP_200_OK,
+    responses=problems(400, 404, 409, 413, 503),
+)
+async def unload_model(
+    data: ModelCommand, runtime: Runtime, discard: Annotated[bool, _DISCARD] = False
+) -> UnloadAnswer:
     """Stop the model's worker; for a model that is downloading, cancel the
     download instead (llama.cpp's behaviour), keeping the partial unless ``?discard=true``."""
-    name = model_field(await json_body(request))
+    name = data.model.strip()
     model = runtime.live.state.resolve(name)
     if model is not None and model.active_job is not None:
-        job = await runtime.downloads.cancel(model.active_job, discard=flag(discard, "discard"))
-        return {"success": True, "model": model.name, "download": job_view(job)}
+        job = await runtime.downloads.cancel(model.active_job, discard=discard)
+        return UnloadAnswer(success=True, model=model.name, download=job_view(job))
     await runtime.instances.unload(name)
-    state = runtime.live.state
-    resolved = state.resolve(name)
-    return {
-        "success": True,
-        "model": resolved.name if resolved else name,
-        "status": resolved.status.value if resolved else None,
-    }
+    resolved = runtime.live.state.resolve(name)
+    return UnloadAnswer(
+        success=True,
+        model=resolved.name if resolved else name,
+        status=resolved.status.value if resolved else None,
+    )
 
 
-@delete("/models", operation_id="removeModel", tags=["models"], status_code=HTTP_200_OK)
-async def remove_model(runtime: Runtime, model: str, force: str | None = None) -> dict[str, Any]:
+@delete(
+    "/models",
+    operation_id="removeModel",
+    tags=["models"],
+    status_code=HTTP_200_OK,
+    responses=problems(400, 404, 409, 503),
+)
+async def remove_model(runtime: Runtime, model: ModelParam, force: Annotated[bool, _FORCE] = False) -> RemoveAnswer:
     """Delete a downloaded model's files (blobs no other model uses too) and record
     ``model_removed``. A running download is cancelled first; a loaded model is
     refused unless ``?force=true``, which stops it first."""
-    removed = await runtime.remover.remove(model, force=flag(force, "force"))
-    return {
-        "success": True,
-        "model": removed.model,
-        "files": list(removed.files),
-        "bytes_freed": removed.bytes_freed,
-        "kept_blobs": list(removed.kept_blobs),
-        "entry": model_view(removed.state.models[removed.model], removed.state),
-    }
+    removed = await runtime.remover.remove(model.strip(), force=force)
+    return RemoveAnswer(
+        success=True,
+        model=removed.model,
+        files=list(removed.files),
+        bytes_freed=removed.bytes_freed,
+        kept_blobs=list(removed.kept_blobs),
+        entry=model_view(removed.state.models[removed.model], removed.state),
+    )

@@ -1,8 +1,12 @@
 """RFC 9457 problem details for every error the API returns.
 
 Handlers raise :class:`Problem` (or let a ``CommandRejected`` escape); the
-exception handlers below render ``application/problem+json``. Anything else
-that escapes is a bug: it is logged with its traceback and answered 500.
+framework raises its own ``HTTPException`` for invalid fields, unknown routes
+and oversized bodies. All of them are rendered here as
+``application/problem+json``, with llama.cpp's ``error`` object beside
+(``{"code", "message", "type"}``, its ``type`` values), so both problem-aware
+clients and llama.cpp/OpenAI clients read the message. Anything else that
+escapes is a bug: logged with its traceback and answered 500.
 """
 
 from __future__ import annotations
@@ -10,13 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from litestar import MediaType, Request, Response
+from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from service.api.schemas import PROBLEM_JSON
 from service.core.errors import CommandRejected
 from service.live_state import StateUnavailable
 
-PROBLEM_JSON = "application/problem+json"
 _log = structlog.get_logger(__name__)
 
 # CommandRejected.code -> HTTP status; codes are also the problem "type" suffix.
@@ -28,24 +32,46 @@ _STATUS_BY_CODE = {
     "conflict": 409,
     "model_loaded": 409,
     "not_running": 409,
-    "model_not_loaded": 409,
+    "model_not_loaded": 400,  # llama.cpp: 400 "model is not loaded" when autoload is off
     "model_failed": 503,
     "capacity": 503,
 }
 
+# llama.cpp's format_error_response: its error types and the status each has.
+_LLAMA_TYPE = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    501: "not_supported_error",
+    503: "unavailable_error",
+    424: "unavailable_error",  # the Hub is unavailable: llama.cpp has no closer type
+}
+
+
+def llama_error_type(status: int) -> str:
+    """llama.cpp's ``error.type`` for a status: its own where it has one, else
+    ``invalid_request_error`` for 4xx and ``server_error`` for 5xx."""
+    return _LLAMA_TYPE.get(status, "invalid_request_error" if status < 500 else "server_error")
+
 
 class Problem(Exception):
-    """An error response. ``code`` names the problem type (``/problems/<code>``)."""
+    """An error response. ``code`` names the problem type (``/problems/<code>``);
+    ``extra`` members are added to the body, ``headers`` to the response."""
 
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+    def __init__(
+        self, status: int, code: str, detail: str, *, headers: dict[str, str] | None = None, **extra: Any
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
+        self.headers = headers or {}
         self.extra = extra
 
 
 def problem_response(request: Request[Any, Any, Any], problem: Problem) -> Response[dict[str, Any]]:
+    """The one renderer of error bodies (schema: ``ProblemDetails``)."""
     body = {
         "type": f"/problems/{problem.code}",
         "title": problem.code.replace("_", " "),
@@ -54,9 +80,10 @@ def problem_response(request: Request[Any, Any, Any], problem: Problem) -> Respo
         "instance": request.url.path,
         **problem.extra,
     }
-    # The OpenAI error shape too, so OpenAI clients show the message.
-    body.setdefault("error", {"message": problem.detail, "type": problem.code, "code": problem.status})
-    return Response(body, status_code=problem.status, media_type=PROBLEM_JSON)
+    body.setdefault(
+        "error", {"code": problem.status, "message": problem.detail, "type": llama_error_type(problem.status)}
+    )
+    return Response(body, status_code=problem.status, media_type=PROBLEM_JSON, headers=problem.headers)
 
 
 def _on_problem(request: Request[Any, Any, Any], exc: Problem) -> Response[dict[str, Any]]:
@@ -65,26 +92,51 @@ def _on_problem(request: Request[Any, Any, Any], exc: Problem) -> Response[dict[
 
 def _on_rejected(request: Request[Any, Any, Any], exc: CommandRejected) -> Response[dict[str, Any]]:
     status = _STATUS_BY_CODE.get(exc.code, 409)
-    response = problem_response(request, Problem(status, exc.code, exc.message, **exc.extra))
-    if status == 503:
-        response.headers["Retry-After"] = "1"  # capacity and failed models: worth a retry soon
-    return response
+    headers = {"Retry-After": "1"} if status == 503 else None  # capacity, queue full, failed model: worth a retry soon
+    return problem_response(request, Problem(status, exc.code, exc.message, headers=headers, **exc.extra))
+
+
+def _wire_name(request: Request[Any, Any, Any], key: str) -> str:
+    """The name the client used: ``Last-Event-ID`` for ``last_event_id``, ``type`` for ``types``."""
+    field = request.route_handler.parsed_fn_signature.parameters.get(key)
+    kwarg = getattr(field, "kwarg_definition", None)
+    return getattr(kwarg, "header", None) or getattr(kwarg, "query", None) or key
+
+
+def _field_errors(request: Request[Any, Any, Any], exc: ValidationException) -> list[dict[str, Any]]:
+    extra = exc.extra if isinstance(exc.extra, list) else [exc.extra] if exc.extra else []
+    errors = [dict(e) if isinstance(e, dict) else {"message": str(e)} for e in extra]
+    for error in errors:
+        if isinstance(error.get("key"), str):
+            error["key"] = _wire_name(request, error["key"])
+    return errors
 
 
 def _on_http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+    status = exc.status_code
     extra: dict[str, Any] = {}
-    if isinstance(exc, ValidationException) and exc.extra:
-        extra["errors"] = exc.extra
-    code = "invalid_request" if exc.status_code == 400 else f"http_{exc.status_code}"
-    if exc.status_code >= 500:
-        _log.error("http_exception", status=exc.status_code, detail=exc.detail)
-    return problem_response(request, Problem(exc.status_code, code, str(exc.detail), **extra))
+    detail = str(exc.detail)
+    if isinstance(exc, ValidationException):
+        errors = _field_errors(request, exc)
+        if errors:
+            extra["errors"] = errors
+            named = "; ".join(f"{e['key']}: {e['message']}" if e.get("key") else str(e["message"]) for e in errors)
+            detail = f"{detail}: {named}"
+    code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(
+        status, f"http_{status}"
+    )
+    if status == 413:
+        limit = request.route_handler.resolve_request_max_body_size()
+        if limit:
+            extra["limit"] = limit
+            detail = f"request body larger than this route's limit of {limit} bytes"
+    if status >= 500:
+        _log.error("http_exception", status=status, detail=exc.detail)
+    return problem_response(request, Problem(status, code, detail, headers=dict(exc.headers or {}), **extra))
 
 
 def _on_stale(request: Request[Any, Any, Any], exc: StateUnavailable) -> Response[dict[str, Any]]:
-    response = problem_response(request, Problem(503, "state_unavailable", str(exc)))
-    response.headers["Retry-After"] = "1"
-    return response
+    return problem_response(request, Problem(503, "state_unavailable", str(exc), headers={"Retry-After": "1"}))
 
 
 def _on_bug(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
@@ -100,4 +152,4 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     Exception: _on_bug,
 }
 
-__all__ = ["EXCEPTION_HANDLERS", "PROBLEM_JSON", "MediaType", "Problem", "problem_response"]
+__all__ = ["EXCEPTION_HANDLERS", "PROBLEM_JSON", "Problem", "llama_error_type", "problem_response"]

@@ -1,26 +1,28 @@
-"""OpenAI-compatible routes, proxied to the model's inference worker.
+"""Forwarding a request to its model's inference worker.
 
-The body is forwarded untouched; ``model`` picks the worker (aliases resolve).
-Streams pass through chunk by chunk, never buffered. Every request ends with a
-``request_completed`` event (appended off the response path) that drives
-``last_used`` for LRU eviction and the idle TTL.
+The body is forwarded as received (its ``model`` was validated with the rest
+of the declared shape, and picks the worker; aliases resolve). Streams pass
+through chunk by chunk, never buffered. A worker's error answer (llama.cpp's
+``{"error": {…}}``) reaches the client as a problem with that same ``error``
+object, so every error the router returns is ``application/problem+json``.
+Every request ends with a ``request_completed`` event (appended off the
+response path) that drives ``last_used`` for LRU eviction and the idle TTL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-from litestar import Request, Response, post
+from litestar import Request, Response
 from litestar.response import Stream
-from litestar.status_codes import HTTP_200_OK
 
-from service.api.problems import Problem
-from service.api.request_body import flag, model_field, parse_object
+from service.api.problems import Problem, problem_response
 from service.core import events as ev
 from service.event_store.codec import NewEvent
 from service.runtime import Runtime
@@ -74,23 +76,38 @@ def _worker_failed(model: str, exc: httpx.HTTPError) -> Problem:
     )
 
 
-async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autoload: str | None) -> Response[Any]:
-    """Route one OpenAI request to its model's worker (autoloading it if allowed)."""
+def _worker_problem(status: int, content: bytes, model: str) -> Problem | None:
+    """The worker's ``{"error": {"message", "type", "code"}}`` as a problem keeping that object."""
+    try:
+        body = json.loads(content)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return None
+    kind = str(error.get("type") or "server_error")
+    code = kind.removesuffix("_error") or "server"
+    llama_error = {"code": status, "message": error["message"], "type": kind}
+    return Problem(status, code, error["message"], model=model, error=llama_error)
+
+
+async def proxy_request(
+    request: Request[Any, Any, Any], runtime: Runtime, name: str, autoload: bool | None
+) -> Response[Any]:
+    """Route one request for model ``name`` to its worker (autoloading it if allowed)."""
     started = time.perf_counter()
-    raw = await request.body()
-    body = parse_object(raw)
-    name = model_field(body)
-    auto = runtime.settings.autoload if autoload is None else flag(autoload, "autoload")
+    raw = await request.body() if request.method == "POST" else b""
+    auto = runtime.settings.autoload if autoload is None else autoload
     path = request.url.path
+    target = path + (f"?{request.url.query}" if request.url.query else "")
     headers = {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
     lease = runtime.instances.lease(name, autoload=auto)
     model, endpoint = await _enter_unless_disconnected(request, lease)
     instance = runtime.live.state.models[model].instance  # the one the lease holds: not stopped while leased
     instance_id = instance.instance_id if instance is not None else ""
     try:
-        upstream = await runtime.http.send(
-            runtime.http.build_request("POST", endpoint + path, content=raw, headers=headers), stream=True
-        )
+        outgoing = runtime.http.build_request(request.method, endpoint + target, content=raw, headers=headers)
+        upstream = await runtime.http.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
         await lease.__aexit__(None, None, None)
         raise _worker_failed(model, exc) from None
@@ -98,7 +115,7 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
         await lease.__aexit__(None, None, None)
         raise
     media_type = upstream.headers.get("content-type", "application/json")
-    if not body.get("stream"):
+    if not media_type.startswith("text/event-stream"):
         try:
             content = await upstream.aread()
         except httpx.HTTPError as exc:
@@ -107,6 +124,9 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
             await upstream.aclose()
             await lease.__aexit__(None, None, None)
         _record_completion(runtime, model, instance_id, path, upstream.status_code, False, started)
+        problem = _worker_problem(upstream.status_code, content, model) if upstream.status_code >= 400 else None
+        if problem is not None:
+            return problem_response(request, problem)
         return Response(content=content, status_code=upstream.status_code, media_type=media_type)
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -121,20 +141,3 @@ async def proxy_request(request: Request[Any, Any, Any], runtime: Runtime, autol
     return Stream(
         chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}
     )
-
-
-def _route(path: str, operation_id: str) -> Any:
-    description = f"Proxied to the worker of the body's ``model`` ({path})."
-
-    @post(path, operation_id=operation_id, tags=["openai"], status_code=HTTP_200_OK, description=description)
-    async def handler(request: Request[Any, Any, Any], runtime: Runtime, autoload: str | None = None) -> Response[Any]:
-        return await proxy_request(request, runtime, autoload)
-
-    return handler
-
-
-proxy_routes = [
-    _route("/v1/chat/completions", "chatCompletions"),
-    _route("/v1/completions", "completions"),
-    _route("/v1/embeddings", "embeddings"),
-]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -23,3 +24,12 @@ def find_partials(cache_dir: Path) -> Iterator[Path]:
     """Every ``*.incomplete`` file under the cache (recovery reports the orphans)."""
     if cache_dir.is_dir():
         yield from sorted(cache_dir.glob("models--*/blobs/*.incomplete"))
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the file system that holds ``path`` (or would: the nearest
+    existing ancestor is measured, since the cache dir may not exist yet)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free

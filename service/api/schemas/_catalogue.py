@@ -1,0 +1,74 @@
+"""``GET /models``: llama.cpp router's entry shape plus download progress,
+the instance and the last error."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+ModelStatusValue = Literal["downloading", "unloaded", "loading", "loaded", "unloading", "failed", "absent"]
+InstanceState = Literal["starting", "loading", "ready", "stopping"]
+JobStatusValue = Literal["queued", "running", "cancelling", "finished", "failed", "cancelled", "interrupted"]
+
+
+class ProgressView(msgspec.Struct, frozen=True):
+    """A downloading model's job progress."""
+
+    job_id: str
+    job_status: JobStatusValue
+    bytes_done: int
+    bytes_total: int
+    fraction: float
+    bytes_per_second: float | None
+    eta_seconds: float | None
+
+
+class InstanceView(msgspec.Struct, frozen=True):
+    """The model's inference worker while it starts, serves or stops."""
+
+    instance_id: str
+    state: InstanceState
+    pid: int | None
+    endpoint: str | None
+    progress: float
+    load_ms: float | None
+    n_ctx: int | None
+    args: dict[str, Any]
+
+
+class ModelStatusView(msgspec.Struct, frozen=True):
+    """``status``: ``value`` always; the rest only when it applies."""
+
+    value: ModelStatusValue
+    progress: ProgressView | UnsetType = UNSET
+    instance: InstanceView | UnsetType = UNSET
+    failed: bool | UnsetType = UNSET
+    error: dict[str, Any] | UnsetType = UNSET
+    exit_code: int | UnsetType = UNSET
+
+
+class ModelEntry(msgspec.Struct, frozen=True):
+    """One entry of ``GET /models``."""
+
+    id: str
+    aliases: list[str]
+    tags: list[str]
+    object: Literal["model"]
+    owned_by: str
+    created: int
+    status: ModelStatusView
+    source: str
+    can_remove: bool
+    path: str | None
+    size: int
+    last_used: str | None
+    last_error: dict[str, Any] | None
+
+
+class ModelList(msgspec.Struct, frozen=True):
+    """``GET /models`` and ``GET /v1/models`` (OpenAI's list shape)."""
+
+    object: Literal["list"]
+    data: list[ModelEntry]

@@ -1,0 +1,191 @@
+"""Request bodies of the routes proxied to a model's worker, checked in the
+service before a worker (or a model slot) is involved.
+
+Shapes follow OpenAI's API for ``/v1/*`` and llama-server's for its own routes.
+Only what decides whether a request makes sense is declared; members not named
+here pass through untouched (llama.cpp clients send many: ``cache_prompt``,
+``n_predict``, ``samplers``, …), because the proxy forwards the body it received,
+not the decoded one. The worker validates again: it is also reachable on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from service.api.schemas._common import ModelName
+
+
+class _Body(msgspec.Struct, frozen=True):
+    model: ModelName
+
+
+# --- chat messages: a union tagged by "role", as OpenAI defines them ----------
+
+
+class TextPart(msgspec.Struct, frozen=True, tag_field="type", tag="text"):
+    text: str
+
+
+class ImageUrl(msgspec.Struct, frozen=True):
+    url: str
+    detail: str | UnsetType = UNSET
+
+
+class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image_url"):
+    image_url: ImageUrl
+
+
+class InputAudio(msgspec.Struct, frozen=True):
+    data: str
+    format: str
+
+
+class AudioPart(msgspec.Struct, frozen=True, tag_field="type", tag="input_audio"):
+    input_audio: InputAudio
+
+
+class FilePart(msgspec.Struct, frozen=True, tag_field="type", tag="file"):
+    file: dict[str, Any]
+
+
+ContentPart = TextPart | ImagePart | AudioPart | FilePart
+TextContent = str | list[TextPart]
+
+
+class SystemMessage(msgspec.Struct, frozen=True, tag_field="role", tag="system"):
+    content: TextContent
+    name: str | UnsetType = UNSET
+
+
+class DeveloperMessage(msgspec.Struct, frozen=True, tag_field="role", tag="developer"):
+    content: TextContent
+    name: str | UnsetType = UNSET
+
+
+class UserMessage(msgspec.Struct, frozen=True, tag_field="role", tag="user"):
+    content: str | list[ContentPart]
+    name: str | UnsetType = UNSET
+
+
+class AssistantMessage(msgspec.Struct, frozen=True, tag_field="role", tag="assistant"):
+    content: str | list[ContentPart] | None = None
+    name: str | UnsetType = UNSET
+    tool_calls: list[dict[str, Any]] | UnsetType | None = UNSET
+    reasoning_content: str | UnsetType | None = UNSET
+
+
+class ToolMessage(msgspec.Struct, frozen=True, tag_field="role", tag="tool"):
+    content: TextContent
+    tool_call_id: str | UnsetType = UNSET
+
+
+class FunctionMessage(msgspec.Struct, frozen=True, tag_field="role", tag="function"):
+    content: str | None
+    name: str
+
+
+ChatMessage = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage
+Messages = Annotated[list[ChatMessage], Meta(min_length=1)]
+Stop = str | list[str] | None
+Prompt = str | list[str | int | list[int]]
+"""A string, or a list of strings, token ids or token-id lists (OpenAI's and llama-server's forms)."""
+
+
+class _Sampling(_Body, frozen=True):
+    stream: bool | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: Stop = None
+    n: Annotated[int, Meta(ge=1)] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    stream_options: dict[str, Any] | None = None
+
+
+class ChatRequest(_Sampling, frozen=True, kw_only=True):
+    """``/v1/chat/completions`` and ``/chat/completions``."""
+
+    messages: Messages
+    max_completion_tokens: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+
+class CompletionRequest(_Sampling, frozen=True, kw_only=True):
+    """``/v1/completions``, ``/completions`` and llama-server's ``/completion``."""
+
+    prompt: Prompt
+    suffix: str | None = None
+    echo: bool | None = None
+    logprobs: int | None = None
+
+
+class EmbeddingRequest(_Body, frozen=True):
+    """``/v1/embeddings`` (OpenAI's shape)."""
+
+    input: Prompt
+    encoding_format: Literal["float", "base64"] | None = None
+    dimensions: Annotated[int, Meta(ge=1)] | None = None
+
+
+class LlamaEmbeddingRequest(_Body, frozen=True):
+    """llama-server's ``/embedding`` and ``/embeddings``: ``content`` or ``input``."""
+
+    content: Prompt | UnsetType = UNSET
+    input: Prompt | UnsetType = UNSET
+    encoding_format: Literal["float", "base64"] | None = None
+
+
+class TokenizeRequest(_Body, frozen=True):
+    """llama-server's ``/tokenize``."""
+
+    content: str | list[str | int] | UnsetType = UNSET
+    add_special: bool | None = None
+    parse_special: bool | None = None
+    with_pieces: bool | None = None
+
+
+class DetokenizeRequest(_Body, frozen=True):
+    """llama-server's ``/detokenize``."""
+
+    tokens: list[int] | UnsetType = UNSET
+
+
+class ApplyTemplateRequest(_Body, frozen=True):
+    """llama-server's ``/apply-template``."""
+
+    messages: Messages
+
+
+class InfillRequest(_Body, frozen=True):
+    """llama-server's ``/infill``."""
+
+    input_prefix: str | None = None
+    input_suffix: str | None = None
+    input_extra: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    stream: bool | None = None
+
+
+class RerankRequest(_Body, frozen=True):
+    """llama-server's ``/rerank`` (also ``/reranking``, ``/v1/rerank``, ``/v1/reranking``)."""
+
+    query: str
+    documents: list[str] | UnsetType = UNSET
+    texts: list[str] | UnsetType = UNSET
+    top_n: Annotated[int, Meta(ge=1)] | None = None
+
+
+class ModelRequest(_Body, frozen=True):
+    """Any other routed body: only ``model`` is the router's business."""
+
+    stream: bool | None = None

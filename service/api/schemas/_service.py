@@ -1,0 +1,72 @@
+"""``/health``, ``/props`` and the event log's wire shapes."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+
+class EventView(msgspec.Struct, frozen=True):
+    """One event of the log, as ``GET /events`` and SSE ``data:`` carry it.
+    ``data`` depends on ``type`` (``docs/event-catalogue.md``)."""
+
+    position: int
+    id: str
+    type: str
+    schema_version: int
+    model: str | None
+    data: dict[str, Any]
+    source: dict[str, Any]
+    recorded_at: str
+
+
+class EventPage(msgspec.Struct, frozen=True):
+    """``GET /events``: page on with ``after=next_after`` while it is not null."""
+
+    events: list[EventView]
+    next_after: int | None
+
+
+class TailView(msgspec.Struct, frozen=True):
+    """How current the live state is."""
+
+    up: bool
+    head: int
+    lag_events: int
+    lag_ms: float
+    restarts: int
+    last_error: str | None
+
+
+class HealthView(msgspec.Struct, frozen=True):
+    """``GET /health`` (503 with ``"status": "degraded"`` while the tail is down or behind)."""
+
+    status: Literal["ok", "degraded"]
+    version: str
+    position: int
+    tail: TailView
+    open_streams: int
+    queued_requests: int
+    requests_in_flight: int
+    anomalies: int
+    last_anomaly: str | None
+
+
+class GenerationSettings(msgspec.Struct, frozen=True):
+    """A placeholder llama.cpp's router sends so its web UI does not break."""
+
+    params: dict[str, Any]
+    n_ctx: int
+
+
+class RouterProps(msgspec.Struct, frozen=True):
+    """``GET /props`` without ``?model=``: llama.cpp router's own properties."""
+
+    role: Literal["router"]
+    max_instances: int
+    models_autoload: bool
+    model_alias: str
+    model_path: str
+    default_generation_settings: GenerationSettings
+    build_info: str
