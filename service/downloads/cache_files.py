@@ -10,13 +10,17 @@ from service.core.cache_layout import CachePaths
 
 
 def partial_bytes(paths: CachePaths, sha256s: Iterable[str]) -> int:
-    """Bytes on disk for these blobs: complete blobs count whole, partials by size."""
+    """Bytes on disk for these blobs: complete blobs count whole, partials by size.
+    A file may vanish between looks (a removal, a finishing download renaming its
+    partial): it then counts as absent, never as an error."""
     total = 0
     for sha in sha256s:
         for candidate in (paths.blob(sha), paths.incomplete(sha)):
-            if candidate.exists():
+            try:
                 total += candidate.stat().st_size
-                break
+            except FileNotFoundError:
+                continue
+            break
     return total
 
 

@@ -40,16 +40,23 @@ def remove_files(cache_dir: Path, plan: RemovalPlan) -> Removal:
     freed = 0
     for text in plan.links:
         link = Path(text)
-        if link.is_symlink() or link.exists():
+        try:
             link.unlink()
-            removed.append(text)
+        except FileNotFoundError:  # already gone: a removal is idempotent
+            continue
+        removed.append(text)
     still_used = _linked_blobs(paths.repo_dir)
     for text in plan.blobs:
         blob = Path(text)
-        if blob.name not in still_used and blob.exists():
-            freed += blob.stat().st_size
+        if blob.name in still_used:
+            continue
+        try:
+            size = blob.stat().st_size
             blob.unlink()
-            removed.append(text)
+        except FileNotFoundError:
+            continue
+        freed += size
+        removed.append(text)
     _prune_empty(paths.repo_dir / "snapshots" / plan.commit if plan.commit else None)
     return Removal(files=tuple(removed), bytes_freed=freed)
 
