@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from service.catalogue.sources import Catalogue
 from service.event_store.async_store import AsyncEventStore
 from service.live_state import LiveState
 from service.recovery.snapshotter import Snapshotter
@@ -30,3 +31,5 @@ class Runtime:
     http: httpx.AsyncClient
     open_streams: int = 0
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    catalogue: Catalogue | None = None  # set once the sources were read at start-up
+    warnings: list[str] = field(default_factory=list)  # shown on /health (e.g. an open bind without a key)
