@@ -13,6 +13,7 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from service import __version__, startup
+from service.api.auth import api_key_middleware
 from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
 from service.api.events_controller import EventsController, models_sse
 from service.api.health_controller import health
@@ -20,6 +21,7 @@ from service.api.middleware import request_id_middleware
 from service.api.models_controller import list_models, list_models_openai, load_model, remove_model, unload_model
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.proxy import proxy_routes
+from service.api.reload_controller import reload_before_listing, reload_models
 from service.runtime import Runtime
 from service.settings import Settings
 
@@ -57,10 +59,12 @@ def create_app(settings: Settings) -> Litestar:
             *proxy_routes,
             EventsController,
             models_sse,
+            reload_models,
         ],
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[request_id_middleware],
+        middleware=[request_id_middleware, api_key_middleware(settings.api_keys)],
+        before_request=reload_before_listing,
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(title="modelrouter", version=__version__, path="/schema"),
         logging_config=None,  # structlog is configured by the process (service.logging_config)

@@ -38,5 +38,6 @@ async def health(runtime: Runtime) -> Response[dict[str, Any]]:
         "requests_in_flight": sum(runtime.instances.busy.values()),
         "anomalies": state.anomalies,
         "last_anomaly": state.last_anomaly,
+        "warnings": list(runtime.warnings),
     }
     return Response(body, status_code=200 if healthy else 503)

@@ -93,5 +93,5 @@ def model_view(model: ModelState, state: RouterState) -> dict[str, Any]:
 
 def models_view(state: RouterState) -> dict[str, Any]:
     """``GET /models`` and ``GET /v1/models``."""
-    data = [model_view(m, state) for name, m in sorted(state.models.items()) if m.listed]
+    data = [model_view(m, state) for name, m in sorted(state.models.items()) if m.listed and not m.config.hidden]
     return {"object": "list", "data": data}
