@@ -100,7 +100,7 @@ def plan_catalogue(
         current = state.models.get(name)
         moved = _files_differ(current, d)
         gone = current is not None and not d.files and current.available and current.path not in present
-        new_config = current is None or current.config != d.config
+        new_config = (current.config if current is not None else ModelConfig()) != d.config
         events += [_discovered(d)] if moved else [_removed(current)] if gone and current is not None else []
         events += [configured(name, d.config)] if new_config else []
         if current is None or not current.listed:

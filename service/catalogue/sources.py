@@ -136,6 +136,8 @@ def command_line_model(settings: Settings) -> tuple[RemotePreset | None, SingleM
         name = path.name[: -len(".gguf")] if path.name.lower().endswith(".gguf") else path.name
         return None, SingleModel(name, "preset", (_file_record(path),), aliases=settings.aliases)
     if not settings.hf_repo:
+        if settings.aliases or settings.hf_file:
+            _log.warning("option_ignored", detail="--alias and --hf-file name the -hf / -m model; there is none")
         return None, None
     repos, _ = scan_caches(settings)
     found = resolve_hf(

@@ -135,6 +135,8 @@ def router_args(
             overrides[field] = convert(value)
         elif not handling(arg).honoured:
             warnings.append(f"--{key} is accepted but ignored: {handling(arg).note}")
+        else:  # a source option with no router meaning (--mmproj): it belongs in a preset section
+            warnings.append(f"--{key} is accepted but ignored on the command line: set it in a preset section")
     keys = _api_keys(cli, cli_keys, env)
     if keys:
         overrides["api_keys"] = keys
