@@ -214,9 +214,15 @@ class Catalogue:
             return
         model = state.models.get(recorded.model)
         if model is not None and model.config == ModelConfig():
-            task = asyncio.ensure_future(self.live.record([configured(recorded.model, self.base)]))
+            task = asyncio.ensure_future(self._configure(recorded.model, self.base))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _configure(self, name: str, config: ModelConfig) -> None:
+        try:
+            await self.live.record([configured(name, config)])
+        except Exception:  # the tail is down: the next reload or restart applies it
+            _log.exception("configure_failed", model=name)
 
 
 def _ignored(desired: Iterable[Desired]) -> dict[str, list[str]]:

@@ -145,6 +145,14 @@ def _restart(extras: Mapping[str, str]) -> str:
     return restart
 
 
+def _stop_timeout(value: str | None) -> float | None:
+    # llama.cpp warns about a bad value and keeps its default: so do we (None = the default).
+    try:
+        return float(int(value.strip())) if value is not None else None
+    except ValueError:
+        return None
+
+
 def _names(*texts: str | None) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for text in texts:
@@ -170,7 +178,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         ignored=(*ignored, "stop-timeout") if stop is not None else ignored,
         hf_repo=(options.get("hf-repo") or "").strip() or None,
         hf_file=(options.get("hf-file") or "").strip() or None,
-        stop_timeout=float(_int("stop-timeout", stop)) if stop is not None else None,
+        stop_timeout=_stop_timeout(stop),
     )
     return ModelSettings(
         config=config,
