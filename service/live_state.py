@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -30,6 +30,7 @@ from service.core.state import RouterState
 from service.event_store import statements
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, to_recorded
+from service.event_store.rows import ConcurrencyConflict
 from service.event_store.statements import EventFilter
 
 
@@ -177,6 +178,11 @@ class LiveState:
                 self._down_since, self._failures_in_a_row = None, 0
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), self.poll_interval)
+        except Exception:
+            # A broken connection must not go back to the pool for the next attempt.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(conn.invalidate())
+            raise
         finally:
             self.connection = None
             with contextlib.suppress(Exception):
@@ -205,13 +211,36 @@ class LiveState:
             if len(rows) < _PAGE:
                 return
 
-    async def record(self, batch: list[NewEvent]) -> tuple[list[int], RouterState]:
+    async def record(
+        self, batch: list[NewEvent], expect: Mapping[str, int] | None = None
+    ) -> tuple[list[int], RouterState]:
         """The service's append path: commit, then wait until the tail has folded it.
-        Refused before anything is written while the tail is down."""
+        Refused before anything is written while the tail is down. ``expect``:
+        optimistic concurrency per model (see :meth:`decide`)."""
         self._require_up()
-        positions = await self.store.append(batch)
+        positions = await self.store.append(batch, expect)
         state = await self.wait_for(max(positions)) if positions else self.state
         return positions, state
+
+    async def decide(self, decision: Callable[[RouterState], Sequence[NewEvent]], attempts: int = 20) -> RouterState:
+        """Run ``decision`` over the fold and append what it returns, as one step
+        for the models its events are about: if another writer (a worker) appended
+        an event about one of them after the state the decision saw, nothing is
+        written, and the decision runs again on the newer state. Without this, a
+        cancel decided just before the worker's ``download_finished`` was folded
+        would land after it, an impossible transition. Returns the state after."""
+        state = self.state
+        for _ in range(attempts):
+            batch = list(decision(state))
+            if not batch:
+                return state
+            expect = {new.model: state.position for new in batch if new.model is not None}
+            try:
+                return (await self.record(batch, expect))[1]
+            except ConcurrencyConflict:
+                state = await self.sync()
+        msg = f"no decision held after {attempts} attempts: the log kept changing under it"
+        raise StateUnavailable(msg)
 
     async def sync(self, timeout: float = 5.0) -> RouterState:
         """Fold everything committed so far (e.g. a worker's last events before it

@@ -62,6 +62,9 @@ class Settings:
     """Seconds between SIGTERM and SIGKILL when stopping a worker (MODELROUTER_STOP_TIMEOUT)."""
     queue_timeout: float = 60.0
     """Seconds a request may wait for a model slot before 503 (MODELROUTER_QUEUE_TIMEOUT)."""
+    max_queued_requests: int = 512
+    """Requests that may wait for a model at once (MODELROUTER_MAX_QUEUED_REQUESTS); the next gets 503
+    at once instead of queueing (Ollama's OLLAMA_MAX_QUEUE has the same default). 0 = no cap."""
     max_downloads: int = 4
     """Download workers at once (MODELROUTER_MAX_DOWNLOADS); more jobs wait ``queued``, in order. 0 = no cap."""
     resume_downloads_on_start: bool = True
@@ -110,6 +113,9 @@ class Settings:
             object.__setattr__(self, "hub_cache", self.home / "hub")
         if self.synchronous not in ("FULL", "NORMAL"):
             msg = f"synchronous must be FULL or NORMAL, got {self.synchronous!r}"
+            raise ValueError(msg)
+        if self.max_queued_requests < 0:
+            msg = "max_queued_requests must be >= 0"
             raise ValueError(msg)
         if self.max_downloads < 0:
             msg = "max_downloads must be >= 0"
@@ -166,6 +172,7 @@ class Settings:
             "stop_timeout": ("MODELROUTER_STOP_TIMEOUT", float),
             "queue_timeout": ("MODELROUTER_QUEUE_TIMEOUT", float),
             "max_downloads": ("MODELROUTER_MAX_DOWNLOADS", int),
+            "max_queued_requests": ("MODELROUTER_MAX_QUEUED_REQUESTS", int),
             "resume_downloads_on_start": ("MODELROUTER_RESUME_DOWNLOADS_ON_START", _bool),
             "stall_timeout": ("MODELROUTER_STALL_TIMEOUT", float),
             "snapshot_every": ("MODELROUTER_SNAPSHOT_EVERY", int),

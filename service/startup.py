@@ -161,7 +161,9 @@ async def stop(runtime: Runtime) -> None:
     for task in list(runtime.background):
         task.cancel()
     await asyncio.gather(*runtime.background, return_exceptions=True)
-    await runtime.live.record([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
+    # Appended without waiting for the tail: nothing reads it back, and a shutdown
+    # must record it even while the tail is down.
+    await runtime.store.append([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
     await runtime.snapshotter.snapshot_now(runtime.live.state)
     await runtime.snapshotter.close()
     await runtime.http.aclose()

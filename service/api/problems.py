@@ -65,7 +65,10 @@ def _on_problem(request: Request[Any, Any, Any], exc: Problem) -> Response[dict[
 
 def _on_rejected(request: Request[Any, Any, Any], exc: CommandRejected) -> Response[dict[str, Any]]:
     status = _STATUS_BY_CODE.get(exc.code, 409)
-    return problem_response(request, Problem(status, exc.code, exc.message, **exc.extra))
+    response = problem_response(request, Problem(status, exc.code, exc.message, **exc.extra))
+    if status == 503:
+        response.headers["Retry-After"] = "1"  # capacity and failed models: worth a retry soon
+    return response
 
 
 def _on_http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:

@@ -31,10 +31,12 @@ class AsyncEventStore:
         self._reader: AsyncEngine = async_engine(self.path, synchronous, write=False)
         self._lock = asyncio.Lock()
 
-    async def append(self, batch: Sequence[NewEvent]) -> list[int]:
-        """Append atomically; returns positions once committed (acknowledged)."""
+    async def append(self, batch: Sequence[NewEvent], expect: Mapping[str, int] | None = None) -> list[int]:
+        """Append atomically; returns positions once committed (acknowledged).
+        ``expect`` (model -> position) raises ``ConcurrencyConflict`` instead of
+        appending when a newer event about one of those models exists."""
         async with self._lock, self._writer.connect() as conn:
-            return await conn.run_sync(statements.append, batch, self.source)
+            return await conn.run_sync(statements.append, batch, self.source, expect)
 
     async def read(self, flt: EventFilter = EventFilter()) -> list[Recorded]:
         async with self._reader.connect() as conn:

@@ -8,7 +8,7 @@ is one append path whichever process writes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,11 +19,34 @@ INSERT_SQL = (
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(event_id) DO NOTHING RETURNING position"
 )
 EXISTING_SQL = "SELECT position FROM events WHERE event_id = ?"
+LAST_OF_MODEL_SQL = "SELECT max(position) FROM events WHERE model = ?"  # ix_events_model_position
 
 
-def insert_rows(cursor: Any, batch: Sequence[NewEvent], source: dict[str, Any]) -> list[int]:
+class ConcurrencyConflict(Exception):
+    """An event about ``model`` was appended after the state a decision was based on;
+    nothing was written. Decide again on the newer state."""
+
+    def __init__(self, model: str, expected: int, found: int) -> None:
+        super().__init__(f"model {model!r} has an event at {found}, after the decision's state at {expected}")
+        self.model = model
+        self.expected = expected
+        self.found = found
+
+
+def insert_rows(
+    cursor: Any, batch: Sequence[NewEvent], source: dict[str, Any], expect: Mapping[str, int] | None = None
+) -> list[int]:
     """Insert ``batch`` with the write lock already held; one position per event
-    (an ``event_id`` already stored gives its original position)."""
+    (an ``event_id`` already stored gives its original position).
+
+    ``expect`` (model -> position) is optimistic concurrency per model: when an
+    event about a model was stored after that position, raise
+    :class:`ConcurrencyConflict` before inserting anything (the caller rolls back)."""
+    for model, position in (expect or {}).items():
+        cursor.execute(LAST_OF_MODEL_SQL, (model,))
+        found = cursor.fetchone()[0] or 0
+        if found > position:
+            raise ConcurrencyConflict(model, position, int(found))
     source_json = dumps(source)
     # Stamped after taking the write lock, so recorded_at follows position order.
     recorded_at = format_time(datetime.now(UTC))

@@ -7,7 +7,7 @@ runs the same :func:`rows.insert_rows`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -36,17 +36,20 @@ COLUMNS = (
 )
 
 
-def append(conn: Connection, batch: Sequence[NewEvent], source: dict[str, Any]) -> list[int]:
+def append(
+    conn: Connection, batch: Sequence[NewEvent], source: dict[str, Any], expect: Mapping[str, int] | None = None
+) -> list[int]:
     """Append ``batch`` in one ``BEGIN IMMEDIATE`` transaction: all or nothing.
 
     Returns one position per event; an ``event_id`` already stored returns its
     original position and stores nothing new. SQLAlchemy owns the transaction;
     the rows go through the DBAPI cursor (:func:`rows.insert_rows`, shared with
-    the workers' writer) because this is the hot path."""
+    the workers' writer) because this is the hot path. ``expect``: see
+    :func:`rows.insert_rows` (a conflict rolls the transaction back)."""
     with conn.begin():
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
         try:
-            return insert_rows(cursor, batch, source)
+            return insert_rows(cursor, batch, source, expect)
         finally:
             cursor.close()
 

@@ -21,7 +21,7 @@ from service.core import download_lifecycle as lifecycle
 from service.core import events as ev
 from service.core.cache_layout import CachePaths
 from service.core.processes import ProcessExit
-from service.core.state import DownloadJob
+from service.core.state import DownloadJob, RouterState
 from service.downloads.cache_files import partial_bytes
 from service.downloads.resolution import worker_spec
 from service.event_store.codec import NewEvent
@@ -49,15 +49,21 @@ class DownloadSupervisor:
     async def request(self, model: str, resolution: dict[str, Any]) -> tuple[str | None, bool, bool]:
         """Start (or join) the download of ``model``. Returns
         ``(job_id, joined, already_downloaded)``."""
+        found: list[lifecycle.DownloadDecision] = []
+
+        def decide(state: RouterState) -> list[NewEvent]:
+            found[:] = [lifecycle.request_download(state, model, self.fx.new_job_id(), resolution)]
+            return [NewEvent(e, model=model) for e in found[0].events]
+
         async with self._lock:
-            decision = lifecycle.request_download(self.live.state, model, self.fx.new_job_id(), resolution)
+            await self.live.decide(decide)
+            decision = found[0]
             if decision.existing_job is not None:
                 return decision.existing_job, True, False
             if decision.already_downloaded:
                 return None, False, True
             assert decision.job_id is not None
             self._specs[decision.job_id] = resolution
-            await self.live.record([NewEvent(e, model=model) for e in decision.events])
             await self._start_queued_locked()
             return decision.job_id, False, False
 
@@ -96,7 +102,12 @@ class DownloadSupervisor:
             failed = ev.DownloadFailed(
                 job_id=job.job_id, reason="internal", message=f"cannot start a download worker: {exc}"
             )
-            await self.live.record([NewEvent(failed, model=job.model)])
+
+            def decide(state: RouterState) -> list[NewEvent]:
+                current = state.job(job.job_id)
+                return [NewEvent(failed, model=job.model)] if current is not None and current.status.active else []
+
+            await self.live.decide(decide)
 
     async def _on_exit(self, job_id: str, exit_: ProcessExit) -> None:
         state = await self.live.sync()  # the worker appends its outcome before exiting
@@ -105,13 +116,18 @@ class DownloadSupervisor:
             if job is not None:
                 if job.discard_requested:
                     self._discard_partials(job)
-                events = lifecycle.on_worker_exit(
-                    self.live.state, job_id, exit_, shutting_down=self._shutting_down,
-                    bytes_on_disk=self._bytes_on_disk(job),
-                )  # fmt: skip
-                if events:
-                    await self.live.record([NewEvent(e, model=job.model) for e in events])
-                    _log.warning("download_worker_lost", job_id=job_id, outcome=events[0].TYPE, how=exit_.describe())
+                on_disk = self._bytes_on_disk(job)
+                outcome: list[ev.Event] = []
+
+                def decide(state: RouterState) -> list[NewEvent]:
+                    outcome[:] = lifecycle.on_worker_exit(
+                        state, job_id, exit_, shutting_down=self._shutting_down, bytes_on_disk=on_disk
+                    )
+                    return [NewEvent(e, model=job.model) for e in outcome]
+
+                await self.live.decide(decide)
+                if outcome:
+                    _log.warning("download_worker_lost", job_id=job_id, outcome=outcome[0].TYPE, how=exit_.describe())
             if not self._shutting_down:
                 await self._start_queued_locked()
 
@@ -135,10 +151,13 @@ class DownloadSupervisor:
             has_worker = job_id in self._pool
             if discard and not has_worker:
                 self._discard_partials(job)
-            events = lifecycle.cancel(
-                self.live.state, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=self._bytes_on_disk(job)
-            )
-            await self.live.record([NewEvent(e, model=job.model) for e in events])
+            on_disk = self._bytes_on_disk(job)
+
+            def decide(state: RouterState) -> list[NewEvent]:
+                events = lifecycle.cancel(state, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=on_disk)
+                return [NewEvent(e, model=job.model) for e in events]
+
+            await self.live.decide(decide)  # refuses a job that ended meanwhile (409)
             self._specs.pop(job_id, None)
         if has_worker:
             # The stdin line, not SIGTERM: SIGTERM is also what the worker gets

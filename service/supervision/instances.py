@@ -29,7 +29,7 @@ from service.core import instance_lifecycle as lifecycle
 from service.core import scheduling
 from service.core.errors import CommandRejected
 from service.core.processes import ProcessExit
-from service.core.state import InstanceStatus, ModelState, RouterState
+from service.core.state import Instance, InstanceStatus, ModelState, RouterState
 from service.event_store.codec import NewEvent
 from service.live_state import LiveState
 from service.settings import Settings
@@ -102,8 +102,8 @@ class InstanceSupervisor:
 
     # --- facts for the decisions -------------------------------------------------
 
-    def _facts(self) -> scheduling.SlotFacts:
-        state = self.live.state
+    def _facts(self, state: RouterState | None = None) -> scheduling.SlotFacts:
+        state = self.live.state if state is None else state
         live = {m.instance.instance_id for m in state.models.values() if m.instance is not None}
         exiting = sum(1 for instance_id in self._pool.active() if instance_id not in live)
         return scheduling.SlotFacts(models_max=self.settings.models_max, busy=dict(self.busy), exiting=exiting)
@@ -159,22 +159,28 @@ class InstanceSupervisor:
             raise CommandRejected("model_not_found", f"model {name!r} is not found", model=name)
         if model.instance is None:
             raise CommandRejected("not_running", f"model {model.name!r} is not running", model=model.name)
+        stopping: Instance | None = None
+
+        def decide(state: RouterState) -> list[NewEvent]:
+            nonlocal stopping
+            stopping = state.models[model.name].instance
+            return [] if stopping is None else [NewEvent(e, model=model.name) for e in lifecycle.stop(stopping, reason)]
+
         async with self._lock:
-            inst = self.live.state.models[model.name].instance
-            if inst is None:
-                return
             demand = self._demands.get(model.name)
             if demand is not None and demand.waiters == 0:
                 del self._demands[model.name]
-            await self.live.record([NewEvent(e, model=model.name) for e in lifecycle.stop(inst, reason)])
-        await self._stop_process(inst.instance_id)
+            await self.live.decide(decide)
+        if stopping is not None:
+            await self._stop_process(stopping.instance_id)
 
     @asynccontextmanager
     async def holding(self, name: str) -> AsyncIterator[None]:
         """Keep ``name`` from starting while it is being removed: waiting requests
         fail with 409, new ones too, until the block exits."""
-        self._holds.add(name)
-        self._demands.pop(name, None)
+        async with self._lock:  # a pass that is deciding now finishes first; later ones see the hold
+            self._holds.add(name)
+            self._demands.pop(name, None)
         self._poke()
         try:
             yield
@@ -232,6 +238,7 @@ class InstanceSupervisor:
                         )
                     scheduling.require_loadable(self.live.state, model.name)
                 if demand is None:
+                    self._refuse_when_queue_full()
                     demand = self._demand(model.name, "autoload")
                     demand.waiters += 1
                     demand.autoload = demand.autoload or autoload
@@ -252,6 +259,13 @@ class InstanceSupervisor:
                     # A client that gave up leaves no demand behind: it costs nobody a slot.
                     del self._demands[demand.model]
                 self._poke()
+
+    def _refuse_when_queue_full(self) -> None:
+        limit = self.settings.max_queued_requests
+        if limit and self.queue_length >= limit:
+            raise CommandRejected(
+                "capacity", f"{self.queue_length} requests already wait for a model (max_queued_requests={limit})"
+            )
 
     def _raise_if_failed(self, model: ModelState, demand: _Demand | None) -> None:
         """A failed load is not retried on every request (a corrupt file stays corrupt);
@@ -290,31 +304,35 @@ class InstanceSupervisor:
             await self._wait_change(change, _TICK_SECONDS)
 
     async def _plan_locked(self) -> None:
-        state = self.live.state
-        self._forget_settled(state)
-        plan = scheduling.plan_slots(state, self._pending(), self._facts())
-        batch: list[NewEvent] = []
-        for victim in plan.evict:
-            inst = state.models[victim].instance
-            assert inst is not None  # choose_victim returns ready instances only
-            batch += [NewEvent(e, model=victim) for e in lifecycle.stop(inst, "evicted")]
-        starts = []
-        for wanted in plan.start:
-            model = state.models[wanted.model]
-            instance_id = self.fx.new_id()
-            request = lifecycle.request(instance_id, self.fx.free_port(), model, wanted.reason)
-            batch.append(NewEvent(request, model=model.name))
-            starts.append((self._demands[wanted.model], request))
-        if not batch:
-            return
-        await self.live.record(batch)
-        for victim in plan.evict:
-            inst = state.models[victim].instance
-            assert inst is not None
-            self._spawn_task(self._stop_process(inst.instance_id), f"evict-{victim}")
-        for demand, request in starts:
-            demand.started = request.instance_id
-            self._spawn_task(self._start_process(demand.model, request), f"start-{request.instance_id}")
+        evict: list[Instance] = []
+        starts: list[tuple[str, ev.InstanceRequested]] = []
+
+        def decide(state: RouterState) -> list[NewEvent]:
+            self._forget_settled(state)
+            plan = scheduling.plan_slots(state, self._pending(), self._facts(state))
+            evict[:], starts[:] = [], []
+            batch: list[NewEvent] = []
+            for victim in plan.evict:
+                inst = state.models[victim].instance
+                assert inst is not None  # choose_victim returns ready instances only
+                evict.append(inst)
+                batch += [NewEvent(e, model=victim) for e in lifecycle.stop(inst, "evicted")]
+            for wanted in plan.start:
+                request = lifecycle.request(
+                    self.fx.new_id(), self.fx.free_port(), state.models[wanted.model], wanted.reason
+                )
+                starts.append((wanted.model, request))
+                batch.append(NewEvent(request, model=wanted.model))
+            return batch
+
+        await self.live.decide(decide)
+        for inst in evict:
+            self._spawn_task(self._stop_process(inst.instance_id), f"evict-{inst.instance_id}")
+        for model_name, request in starts:
+            demand = self._demands.get(model_name)
+            if demand is not None:  # its waiters may all have left meanwhile: the load goes on
+                demand.started = request.instance_id
+            self._spawn_task(self._start_process(model_name, request), f"start-{request.instance_id}")
 
     def _forget_settled(self, state: RouterState) -> None:
         """Drop demands that need nothing more: started and now ready or ended with
@@ -333,27 +351,34 @@ class InstanceSupervisor:
                 del self._demands[name]
 
     async def _timers_locked(self) -> None:
-        state, now = self.live.state, self.fx.clock.now()
-        batch: list[NewEvent] = []
+        now = self.fx.clock.now()
         timed_out: list[str] = []
-        for model in state.models.values():
-            inst = model.instance
-            if inst is None:
-                continue
-            failed = lifecycle.on_load_deadline(state, model.name, inst.instance_id, now, self.settings.load_timeout)
-            if failed:
-                timed_out.append(inst.instance_id)
-                batch += [NewEvent(e, model=model.name) for e in failed]
-        for model in scheduling.idle_expired(state, self.busy, now):
-            assert model.instance is not None
-            batch += [NewEvent(e, model=model.name) for e in lifecycle.stop(model.instance, "idle")]
-        if batch:
-            await self.live.record(batch)
+        idle: list[str] = []
+
+        def decide(state: RouterState) -> list[NewEvent]:
+            timed_out[:], idle[:] = [], []
+            batch: list[NewEvent] = []
+            for model in state.models.values():
+                inst = model.instance
+                if inst is None:
+                    continue
+                failed = lifecycle.on_load_deadline(
+                    state, model.name, inst.instance_id, now, self.settings.load_timeout
+                )
+                if failed:
+                    timed_out.append(inst.instance_id)
+                    batch += [NewEvent(e, model=model.name) for e in failed]
+            for model in scheduling.idle_expired(state, self.busy, now):
+                assert model.instance is not None
+                idle.append(model.instance.instance_id)
+                batch += [NewEvent(e, model=model.name) for e in lifecycle.stop(model.instance, "idle")]
+            return batch
+
+        await self.live.decide(decide)
         for instance_id in timed_out:
             self._pool.kill(instance_id)  # LOADING -> failed(load_timeout): nothing to save
-        for event in batch:
-            if isinstance(event.event, ev.InstanceStopRequested):
-                self._spawn_task(self._stop_process(event.event.instance_id), f"idle-{event.model}")
+        for instance_id in idle:
+            self._spawn_task(self._stop_process(instance_id), f"idle-{instance_id}")
         mono = self.fx.clock.monotonic()
         for name, due in list(self._restart_due.items()):
             if mono >= due:
@@ -384,35 +409,47 @@ class InstanceSupervisor:
             )
         except OSError as exc:
             self._models.pop(request.instance_id, None)
+            failed = ev.InstanceLoadFailed(instance_id=request.instance_id, reason="spawn_failed", message=str(exc))
+
+            def decide(state: RouterState) -> list[NewEvent]:
+                live = lifecycle.current_instance(state, model_name, request.instance_id) is not None
+                return [NewEvent(failed, model=model_name)] if live else []
+
             async with self._lock:
-                if lifecycle.current_instance(self.live.state, model_name, request.instance_id) is not None:
-                    failed = ev.InstanceLoadFailed(
-                        instance_id=request.instance_id, reason="spawn_failed", message=str(exc)
-                    )
-                    await self.live.record([NewEvent(failed, model=model_name)])
+                await self.live.decide(decide)
             return
         if lifecycle.current_instance(self.live.state, model_name, request.instance_id) is None:
             self._pool.kill(request.instance_id)  # its load deadline passed while it was spawning
 
     async def _stop_process(self, instance_id: str) -> None:
-        grace = min(0.2, self.settings.stop_timeout)
-        state = self.live.state
-        model = self._models.get(instance_id)
-        inst = lifecycle.current_instance(state, model, instance_id) if model else None
-        reason = inst.stop_reason if inst is not None and inst.stop_reason else "unload"
+        found = self._find(instance_id)
+        reason = found[1].stop_reason if found is not None and found[1].stop_reason else "unload"
         # The stdin line carries the reason into the worker's own instance_stopped.
-        await self._pool.stop(instance_id, f"stop {reason}", grace=grace, timeout=self.settings.stop_timeout)
-        if instance_id not in self._pool and model is None:
+        grace = min(0.2, self.settings.stop_timeout)
+        stopped = await self._pool.stop(instance_id, f"stop {reason}", grace=grace, timeout=self.settings.stop_timeout)
+        if not stopped and instance_id not in self._models:
             await self._close_without_process(instance_id)
 
+    def _find(self, instance_id: str, state: RouterState | None = None) -> tuple[str, Instance] | None:
+        for model in (self.live.state if state is None else state).models.values():
+            if model.instance is not None and model.instance.instance_id == instance_id:
+                return model.name, model.instance
+        return None
+
     async def _close_without_process(self, instance_id: str) -> None:
-        """A stop for an instance whose worker never started: record its end."""
+        """A stop for an instance whose worker never started (it was stopped before
+        its spawn, or the spawn failed): record its end, unless that is done."""
+
+        def decide(_state: RouterState) -> list[NewEvent]:
+            found = self._find(instance_id, _state)
+            if found is None:
+                return []
+            stopped = ev.InstanceStopped(instance_id=instance_id, reason=found[1].stop_reason or "unload")
+            return [NewEvent(stopped, model=found[0])]
+
+        await self.live.sync()
         async with self._lock:
-            for model in self.live.state.models.values():
-                inst = model.instance
-                if inst is not None and inst.instance_id == instance_id:
-                    stopped = ev.InstanceStopped(instance_id=instance_id, reason=inst.stop_reason or "unload")
-                    await self.live.record([NewEvent(stopped, model=model.name)])
+            await self.live.decide(decide)
 
     async def _on_exit(self, instance_id: str, exit_: ProcessExit) -> None:
         model = self._models.pop(instance_id, None)
@@ -420,10 +457,14 @@ class InstanceSupervisor:
         if model is None:
             return
         await self.live.sync()  # fold what the worker recorded before it exited
+        events: list[ev.Event] = []
+
+        def decide(state: RouterState) -> list[NewEvent]:
+            events[:] = lifecycle.on_process_exit(state, model, instance_id, exit_)
+            return [NewEvent(e, model=model) for e in events]
+
         async with self._lock:
-            events = lifecycle.on_process_exit(self.live.state, model, instance_id, exit_)
-            if events:
-                await self.live.record([NewEvent(e, model=model) for e in events])
+            await self.live.decide(decide)
         if any(isinstance(e, ev.InstanceCrashed) for e in events):
             _log.warning("instance_crashed", model=model, instance_id=instance_id, how=exit_.describe())
             self._schedule_restart(model)
@@ -454,12 +495,15 @@ class InstanceSupervisor:
         """Stop every worker (reason ``shutdown``) and wait for them."""
         self._shutting_down = True
         self._poke()
+        live: list[tuple[str, Instance]] = []
+
+        def decide(state: RouterState) -> list[NewEvent]:
+            live[:] = [(m.name, m.instance) for m in state.models.values() if m.instance is not None]
+            return [NewEvent(e, model=name) for name, inst in live for e in lifecycle.stop(inst, "shutdown")]
+
         async with self._lock:
             self._demands.clear()
-            live = [(m.name, m.instance) for m in self.live.state.models.values() if m.instance is not None]
-            batch = [NewEvent(e, model=name) for name, inst in live for e in lifecycle.stop(inst, "shutdown")]
-            if batch:
-                await self.live.record(batch)
+            await self.live.decide(decide)
         await asyncio.gather(*(self._stop_process(inst.instance_id) for _, inst in live), return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()

@@ -60,5 +60,5 @@ class ModelRemover:
             plan = plan_removal(await self.live.sync(), name, force=force)
             removal = await asyncio.to_thread(remove_files, self.cache_dir, plan)
             event = ev.ModelRemoved(files=removal.files, bytes_freed=removal.bytes_freed)
-            _, state = await self.live.record([NewEvent(event, model=plan.model)])
+            _, state = await self.live.record([NewEvent(event, model=plan.model)])  # the files are gone: a fact
         return Removed(plan.model, removal.files, removal.bytes_freed, plan.kept_blobs, state)

@@ -84,13 +84,14 @@ class WorkerPool:
         finally:
             self._watchers.pop(key, None)
 
-    async def stop(self, key: str, line: str, *, grace: float, timeout: float) -> None:
+    async def stop(self, key: str, line: str, *, grace: float, timeout: float) -> bool:
         """Ask nicely (``line`` on stdin), wait ``grace``; SIGTERM the group, wait
         ``timeout``; then SIGKILL (the exit is then reported as ``forced``).
-        Returns once the exit has been handled by ``on_exit``."""
+        Returns once the exit has been handled by ``on_exit``; False when ``key``
+        had no process (never spawned, or already reaped)."""
         child = await self.settled(key)
         if child is None:
-            return
+            return False
         child.send_line(line)
         if not await self._exited_within(child, grace):
             child.signal_group(signal.SIGTERM)
@@ -98,6 +99,7 @@ class WorkerPool:
                 self._forced.add(key)  # STOPPING -> killed: ignores SIGTERM, or SIGSTOPped
                 child.signal_group(signal.SIGKILL)
         await self.reaped(key)
+        return True
 
     def kill(self, key: str) -> None:
         """SIGKILL at once (a load deadline passed): nothing to save."""

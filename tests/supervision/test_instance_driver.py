@@ -269,3 +269,20 @@ async def test_an_idle_model_is_unloaded_after_its_ttl(tmp_path: Path) -> None:
         await r.sup.tick()
         await until(lambda: child.exited, what="the idle stop")
         assert child.lines == ["stop idle"]
+
+
+async def test_past_the_queue_cap_a_request_is_refused_at_once(tmp_path: Path) -> None:
+    async with rig(tmp_path, models_max=1, max_queued_requests=3) as r:
+        await r.sup.load("a")
+        await r.ready("a")
+        busy = Request(r, "a")
+        await busy.served()
+        waiting = [Request(r, "b") for _ in range(3)]
+        await until(lambda: r.sup.queue_length == 3, what="three queued")
+        refused = await Request(r, "c").failed()
+        assert refused.code == "capacity" and "max_queued_requests=3" in refused.message
+        await busy.done()  # a idle: evicted for b, whose waiters are then served
+        await r.ready("b")
+        for w in waiting:
+            await w.served()
+            await w.done()

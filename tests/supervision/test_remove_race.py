@@ -67,7 +67,10 @@ def test_delete_racing_autoload_leaves_no_phantom_and_no_5xx(hub: HubServer, tmp
                     m["id"] == model and m["status"]["value"] == "unloaded"
                     for m in client.get("/models").json()["data"]
                 ):
-                    assert time.monotonic() < deadline, "download did not finish"
+                    assert time.monotonic() < deadline, (
+                        f"download did not finish: {pulled.json()} {client.get('/models').json()['data']} "
+                        f"{client.get('/downloads').json()['downloads'][-2:]}"
+                    )
                     time.sleep(0.02)
                 chatters = [threading.Thread(target=chat, args=(client,)) for _ in range(3)]
                 for thread in chatters:
