@@ -182,15 +182,25 @@ class Catalogue:
                 for name, reason in first.unload.items():
                     with contextlib.suppress(CommandRejected):  # it may have stopped meanwhile
                         await self.instances.unload(name, reason=reason)
-                plan = plan_catalogue(self.live.state, read.desired, read.base, read.present)
-                batch = list(plan.events)
-                if reload:
-                    summary = ev.ModelsReloaded(plan.added, plan.changed, plan.removed, tuple(first.unload))
-                    batch.append(NewEvent(summary))
-                if batch:
-                    await self.live.record(batch)
+                plan = await self._apply(read, reload=reload, unloaded=tuple(first.unload))
             self.base = read.base
             return CataloguePlan(plan.events, first.unload, plan.added, plan.changed, plan.removed)
+
+    async def _apply(self, read: SourcesRead, *, reload: bool, unloaded: tuple[str, ...]) -> CataloguePlan:
+        """Plan again over the state after the stops and append, as one decision: a
+        worker's event about one of these models in between makes it plan anew."""
+        decided: list[CataloguePlan] = []
+
+        def decide(state: RouterState) -> list[NewEvent]:
+            plan = plan_catalogue(state, read.desired, read.base, read.present)
+            decided[:] = [plan]
+            batch = list(plan.events)
+            if reload:
+                batch.append(NewEvent(ev.ModelsReloaded(plan.added, plan.changed, plan.removed, unloaded)))
+            return batch
+
+        await self.live.decide(decide)
+        return decided[0]
 
     def _once(self, key: str, event: str, **fields: Any) -> None:
         if key not in self._said:
@@ -219,8 +229,12 @@ class Catalogue:
             task.add_done_callback(self._tasks.discard)
 
     async def _configure(self, name: str, config: ModelConfig) -> None:
+        def decide(state: RouterState) -> list[NewEvent]:
+            model = state.models.get(name)
+            return [configured(name, config)] if model is not None and model.config == ModelConfig() else []
+
         try:
-            await self.live.record([configured(name, config)])
+            await self.live.decide(decide)
         except Exception:  # the tail is down: the next reload or restart applies it
             _log.exception("configure_failed", model=name)
 
