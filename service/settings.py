@@ -34,7 +34,8 @@ class Settings:
     home: Path = dataclasses.field(default_factory=_default_home)
     """Data directory (MODELROUTER_HOME): the database, the hub cache, logs."""
     host: str = "127.0.0.1"
-    """Bind address (MODELROUTER_HOST). Loopback by default: there is no auth."""
+    """Bind address (MODELROUTER_HOST, --host). Loopback by default; beyond it, set api_keys
+    (an open bind without a key is warned about at start and on /health)."""
     port: int = 8080
     """Bind port (MODELROUTER_PORT)."""
     database_url: str = ""
@@ -42,8 +43,9 @@ class Settings:
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     """SQLite synchronous level (MODELROUTER_SYNCHRONOUS). FULL survives power loss."""
     hub_cache: Path | None = None
-    """HF cache for downloads (MODELROUTER_HUB_CACHE); default ``<home>/hub``. Point it
-    at ``~/.cache/huggingface/hub`` to share files with ``hf`` and llama.cpp."""
+    """HF cache for downloads (MODELROUTER_HUB_CACHE, --hub-cache); default LLAMA_CACHE when set
+    (llama.cpp downloads there), else ``<home>/hub``. Point it at ``~/.cache/huggingface/hub``
+    to share files with ``hf`` and llama.cpp both ways."""
     models_dir: Path | None = None
     """Optional directory of local GGUF files (MODELROUTER_MODELS_DIR)."""
     presets: Path | None = None
