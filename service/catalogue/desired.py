@@ -104,6 +104,20 @@ def base_config(listing: Listing) -> ModelConfig:
     return _settings(listing, None).config
 
 
+def pulled_config(listing: Listing, name: str) -> ModelConfig:
+    """The settings a model pulled by ``POST /models`` gets at once: its preset section's
+    if one is named after it (llama.cpp re-reads its sources when a download finishes),
+    else the common ones. An unusable section leaves the common ones."""
+    for preset in reversed(listing.presets):
+        for section in preset.sections:
+            if section.name == name:
+                try:
+                    return _settings(listing, _Entry("preset", (), section, preset.defaults)).config
+                except OptionError:
+                    break
+    return base_config(listing)
+
+
 def _preset_entry(listing: Listing, preset: Preset, section: Section, current: _Entry | None) -> _Entry | None:
     options = merge([preset.defaults.options, section.options])
     files: Files = current.files if current is not None else ()

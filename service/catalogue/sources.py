@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from service.catalogue.cache_models import cache_models
-from service.catalogue.desired import Desired, Listing, SingleModel, base_config, desired_models
+from service.catalogue.desired import Desired, Listing, SingleModel, base_config, desired_models, pulled_config
 from service.catalogue.disk import CachedRepo, Refusal, local_file, scan_cache, scan_models_dir
 from service.catalogue.hf_source import HfSourceError, RemotePreset, resolve_hf
 from service.catalogue.plan import CataloguePlan, configured, plan_catalogue
@@ -93,6 +93,7 @@ class SourcesRead:
 
     desired: dict[str, Desired]
     base: ModelConfig
+    listing: Listing
     present: frozenset[str]
     refused: tuple[Refusal, ...]
     warnings: tuple[str, ...]
@@ -119,7 +120,7 @@ def read_sources(
                       cli_layer=dict(settings.model_args))  # fmt: skip
     desired, warnings = desired_models(listing)
     present = frozenset(m.path for m in state.models.values() if m.path and os.path.exists(m.path))
-    return SourcesRead(desired, base_config(listing), present, tuple(refused), tuple(warnings))
+    return SourcesRead(desired, base_config(listing), listing, present, tuple(refused), tuple(warnings))
 
 
 def command_line_model(settings: Settings) -> tuple[RemotePreset | None, SingleModel | None]:
@@ -164,7 +165,7 @@ class Catalogue:
         self.instances = instances
         self.remote = remote
         self.single = single
-        self.base = ModelConfig()
+        self.listing = Listing()  # the last reading: what a model pulled meanwhile is configured from
         self._lock = asyncio.Lock()
         self._said: set[str] = set()  # warnings already logged: each once per process
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -183,7 +184,7 @@ class Catalogue:
                     with contextlib.suppress(CommandRejected):  # it may have stopped meanwhile
                         await self.instances.unload(name, reason=reason)
                 plan = await self._apply(read, reload=reload, unloaded=tuple(first.unload))
-            self.base = read.base
+            self.listing = read.listing
             return CataloguePlan(plan.events, first.unload, plan.added, plan.changed, plan.removed)
 
     async def _apply(self, read: SourcesRead, *, reload: bool, unloaded: tuple[str, ...]) -> CataloguePlan:
@@ -218,13 +219,16 @@ class Catalogue:
             self._once(f"ignored:{key}", "option_ignored", option=key, reason=reason, models=models[:5])
 
     def _on_event(self, recorded: ev.Recorded, state: RouterState) -> None:
-        """A model downloaded by ``POST /models`` gets the settings every model gets
-        (command line, env, ``[*]``) as soon as it is requested, so its first load uses them."""
-        if recorded.type != "download_requested" or recorded.model is None or self.base == ModelConfig():
+        """A model downloaded by ``POST /models`` gets its settings (its preset section's, else
+        the command line's, env's and ``[*]``'s) as soon as it is requested: its first load uses them."""
+        if recorded.type != "download_requested" or recorded.model is None:
             return
         model = state.models.get(recorded.model)
-        if model is not None and model.config == ModelConfig():
-            task = asyncio.ensure_future(self._configure(recorded.model, self.base))
+        if model is None or model.config != ModelConfig():
+            return
+        config = pulled_config(self.listing, recorded.model)
+        if config != ModelConfig():
+            task = asyncio.ensure_future(self._configure(recorded.model, config))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.catalogue.cache_models import cache_models
-from service.catalogue.desired import Desired, Listing, desired_models
+from service.catalogue.desired import Desired, Listing, desired_models, pulled_config
 from service.catalogue.disk import local_file, scan_cache, scan_models_dir
 from service.catalogue.hf_source import is_preset_repo
 from service.catalogue.plan import plan_catalogue
@@ -163,6 +163,14 @@ class TestPlan:
         state = state_of(*[(e.event, e.model) for e in plan.events])
         assert state.models["remote"].listed and state.models["remote"].status.value == "unloaded"
         assert warnings == []
+
+    def test_a_pulled_model_gets_its_preset_section_at_once(self) -> None:
+        """A ``POST /models`` pull is configured when requested, as llama.cpp re-reads its sources."""
+        preset = parse_preset("[*]\nc = 64\n[u/r:q4_k_m]\nt = 3\n", "p.ini")
+        listing = Listing(presets=(preset,), cli_layer={"batch-size": "32"})
+        assert pulled_config(listing, "u/r:Q4_K_M").params == {"n_ctx": 64, "n_threads": 3, "n_batch": 32}
+        assert pulled_config(listing, "u/other:F16").params == {"n_ctx": 64, "n_batch": 32}
+        assert pulled_config(Listing(), "u/r:Q4_K_M") == ModelConfig()
 
     def test_a_section_without_a_source_is_skipped_with_a_warning(self) -> None:
         desired, warnings = desired_models(Listing(presets=(parse_preset("[lonely]\nc = 1\n", "p.ini"),)))
