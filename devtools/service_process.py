@@ -8,13 +8,23 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from service.supervision.ports import free_port
+
+
+def _hermetic(environ: Mapping[str, str], home: Path) -> dict[str, str]:
+    """The caller's environment without what would point the service at the developer's
+    own models: llama.cpp's variables and cache locations. llama.cpp's cache defaults to
+    ``<home>/hf-home/hub`` (a test that means to share one passes LLAMA_CACHE or HF_HOME)."""
+    dropped = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "MODEL_ENDPOINT", "HF_HUB_OFFLINE")
+    kept = {k: v for k, v in environ.items() if not k.startswith("LLAMA_") and k not in dropped}
+    kept["HF_HOME"] = str(home / "hf-home")
+    return kept
 
 
 class ServiceProcess:
@@ -27,10 +37,12 @@ class ServiceProcess:
         port: int | None = None,
         env: Mapping[str, str] | None = None,
         file_size_limit: int | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.home = Path(home)
         self.port = port or free_port()
-        self.env = {**os.environ, "MODELROUTER_LOG_JSON": "true", **(env or {})}
+        self.env = {**_hermetic(os.environ, self.home), "MODELROUTER_LOG_JSON": "true", **(env or {})}
+        self.args = list(args)  # a llama-server command line (``--models-dir``, ``-hf``, ``--api-key``...)
         self.file_size_limit = file_size_limit  # RLIMIT_FSIZE, inherited by the workers (disk-full tests)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.home / f"service-{self.port}.log"
@@ -47,7 +59,8 @@ class ServiceProcess:
     def start(self, timeout: float = 30.0) -> ServiceProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
-        cmd = [sys.executable, "-m", "service.cli", "serve", "--home", str(self.home), "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "service.cli", "serve", *self.args, "--home", str(self.home),
+               "--port", str(self.port)]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         try:
             if self.file_size_limit is not None:

@@ -1,51 +1,129 @@
-"""The ``modelrouter`` command."""
+"""The ``modelrouter`` command.
+
+``modelrouter serve`` takes llama-server's command line (router options,
+per-model defaults, ``-hf``/``-m``) plus modelrouter's own options, so that a
+llama.cpp user can swap the binary and change nothing else; see
+``docs/llama-cpp-compat.md``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from service import __version__
+from service.llamacpp.cli import add_llama_arguments, env_options, given_options, normalize_argv
+from service.llamacpp.router_args import UsageError, llama_cache_dir, router_args
 from service.logging_config import configure_logging
 from service.settings import Settings
 
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
+
+
+def serve_settings(args: argparse.Namespace, environ: dict[str, str]) -> tuple[Settings, tuple[str, ...]]:
+    """Settings for ``serve`` from its parsed command line and the environment, with
+    the warnings to log once logging is set up. Raises ``UsageError``/``ValueError``."""
+    cli, keys = given_options(args)
+    routed = router_args(cli, keys, env_options(environ), environ)
+    overrides = dict(routed.overrides)
+    if args.presets is not None and "presets" not in overrides:
+        overrides["presets"] = args.presets
+    settings = Settings.from_env(
+        environ,
+        home=args.home,
+        database_url=args.database_url,
+        hub_cache=args.hub_cache,
+        llama_cache=llama_cache_dir(environ),
+        **overrides,
+    )
+    return settings, routed.warnings
+
+
+def _check_presets(settings: Settings) -> None:
+    """Fail before serving on a preset llama.cpp would refuse (the file, section and key named)."""
+    if settings.presets is None:
+        return
+    from service.catalogue.sources import check_preset
+
+    check_preset(settings.presets)
+
+
+def _list_cache(settings: Settings) -> int:
+    """``--cache-list``: the cached models, numbered as llama.cpp prints them."""
+    from service.catalogue.cache_models import cache_models
+    from service.catalogue.sources import scan_caches
+
+    names = sorted(cache_models(scan_caches(settings)[0]))
+    print(f"number of models in cache: {len(names)}")
+    for number, name in enumerate(names, 1):
+        print(f"{number:4d}. {name}")
+    return 0
+
 
 def _serve(args: argparse.Namespace) -> int:
+    environ = dict(os.environ)
+    try:
+        settings, warnings = serve_settings(args, environ)
+        if getattr(args, "llama:version", None):
+            print(f"modelrouter {__version__}")
+            return 0
+        if getattr(args, "llama:cache-list", None):
+            return _list_cache(settings)
+        _check_presets(settings)
+    except ValueError as exc:  # UsageError, PresetError, a bad MODELROUTER_* value
+        print(f"modelrouter serve: error: {exc}", file=sys.stderr)
+        return 2
+    if settings.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported: it reads it once
+    configure_logging(json=settings.log_json, level=_LEVELS[settings.log_level], secrets=settings.secrets())
+    import structlog
     import uvicorn
 
     from service.api import create_app
 
-    settings = Settings.from_env(
-        home=args.home,
-        host=args.host,
-        port=args.port,
-        database_url=args.database_url,
-        models_max=args.models_max,
-        models_dir=args.models_dir,
-        hub_cache=args.hub_cache,
-        presets=args.presets,
-    )
-    configure_logging(json=settings.log_json, secrets=settings.secrets())
+    log = structlog.get_logger("modelrouter.cli")
+    for warning in warnings:
+        log.warning("option_ignored", detail=warning)
     app = create_app(settings)
     # log_config=None: uvicorn's records propagate to our structlog handler.
-    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="on")
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="on",
+        ssl_keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None,
+        ssl_certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
+    )  # fmt: skip
     return 0
+
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="run the HTTP service (takes llama-server's command line)",
+        description="Serve models as llama.cpp's router does. Takes llama-server's options, then modelrouter's.",
+        usage="modelrouter serve [llama-server options] [modelrouter options]",
+        add_help=False,  # llama.cpp's -h/--help/--usage is registered with its options
+        allow_abbrev=False,  # llama-server matches option names exactly
+    )
+    add_llama_arguments(serve)
+    ours = serve.add_argument_group("modelrouter", "modelrouter's own options (also MODELROUTER_* variables)")
+    ours.add_argument("--home", type=Path, help="data dir: database, download cache (MODELROUTER_HOME)")
+    ours.add_argument("--database-url", help="sqlite URL (default <home>/modelrouter.db)")
+    ours.add_argument(
+        "--hub-cache",
+        type=Path,
+        help="download cache, HF layout (MODELROUTER_HUB_CACHE; default LLAMA_CACHE, else <home>/hub)",
+    )
+    ours.add_argument("--presets", type=Path, help="same as --models-preset (MODELROUTER_PRESETS)")  # fmt: skip
+    serve.set_defaults(func=_serve)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelrouter", description="Event-sourced local LLM model manager")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--home", type=Path, help="data dir (MODELROUTER_HOME)")
-    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="bind port (default 8080)")
-    serve.add_argument("--database-url", help="sqlite URL (default <home>/modelrouter.db)")
-    serve.add_argument("--models-max", type=int, help="loaded models at once (0 = unlimited)")
-    serve.add_argument("--models-dir", type=Path, help="directory of local GGUF files (MODELROUTER_MODELS_DIR)")
-    serve.add_argument("--hub-cache", type=Path, help="HF cache for downloads (default <home>/hub)")
-    serve.add_argument("--presets", type=Path, help="INI file of per-model settings (MODELROUTER_PRESETS)")
-    serve.set_defaults(func=_serve)
+    _add_serve(sub)
 
     from service.recovery import gc
     from service.recovery.verify import add_arguments as verify_arguments
@@ -61,9 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
     return int(args.func(args))
 
+
+__all__ = ["UsageError", "build_parser", "main", "serve_settings"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,114 +1,151 @@
-"""Per-model settings from an INI file, in the spirit of llama.cpp's ``--models-preset``.
+"""Preset files in llama.cpp's format (``--models-preset``, or ``preset.ini`` of an ``-hf`` repo).
 
-    [*]                      ; applied to every section below
-    n_threads = 2
+    version = 1
+    [*]                          ; applied to every model, from every source
+    c = 8192
+    n-gpu-layers = 8             ; accepted, warned about: the worker cannot honour it
+
+    [ggml-org/gemma-3-1b-it-GGUF:Q4_K_M]   ; settings for a cached model
+    jinja = true
+    LLAMA_ARG_CACHE_RAM = 0      ; env names work as keys too
 
     [tiny]
-    model = /models/tiny.gguf  ; a local file (optional for downloaded models)
-    aliases = small, fast
-    n_ctx = 512
-    ttl = 300                  ; seconds idle before unload (reason "idle")
-    restart = on-failure       ; or "never" (the default)
+    model = /models/tiny.gguf    ; a local file (relative paths: from the working directory)
+    alias = small, fast
     load-on-startup = true
-    embedding = false
 
-Start-up turns each section into ``model_configured`` (and ``model_discovered``
-for ``model =`` paths) when it differs from what the log already says, so the
-settings in force at any time are part of the audit trail.
+    [remote]
+    hf-repo = user/repo:Q4_K_M   ; downloaded on first use
+    ttl = 300                    ; modelrouter's own: seconds idle before unload
+    restart = on-failure         ; modelrouter's own: reload after a crash
+
+Keys are llama-server's options without dashes (long or short names) or their
+env names, the preset-only keys (``load-on-startup``, ``stop-timeout``,
+``dedup-cache-models``) and ``version``; ``no-X`` negates a boolean. Ours:
+``ttl``, ``restart``, ``aliases``, plus the parameter names older modelrouter
+presets used (``n_ctx``, ``n_threads``...). Any other key is a start-up error
+naming the file, the section and the key, as in llama.cpp. A section name
+``user/repo:tag`` gets its tag upper-cased (llama.cpp's canonical name).
+
+The grammar is llama.cpp's (``common/preset.cpp``): a value ends at the first
+``;`` or ``#``; a section opened twice starts over. Pure: text in, values out.
 """
 
 from __future__ import annotations
 
-import configparser
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from service.core import events as ev
-from service.core.flags import parse_bool
-from service.core.state import ModelConfig, RouterState
-from service.event_store.codec import NewEvent
+from service.llamacpp.flags import allowed_remotely, is_falsey, lookup
+from service.llamacpp.options import LEGACY_PARAMS, OUR_KEYS
 
-_INT_PARAMS = {"n_ctx", "n_threads", "n_threads_batch", "n_batch", "seed"}
-_KNOWN = _INT_PARAMS | {"model", "aliases", "ttl", "restart", "load-on-startup", "embedding", "chat_format"}
+GLOBAL_SECTION = "*"
+DEFAULT_SECTION = "default"  # keys before any header (llama.cpp's COMMON_PRESET_DEFAULT_NAME)
+_HEADER = re.compile(r"^\[\s*([^\]]+?)\s*\]\s*(?:[;#].*)?$")
+_KEY_VALUE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.\-]*)[ \t]*=[ \t]*([^;#]*?)[ \t]*(?:[;#].*)?$")
+_COMMENT_OR_BLANK = re.compile(r"^[ \t]*(?:[;#].*)?$")
+_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 
 
 class PresetError(ValueError):
-    """A preset file that cannot be used; the message names the section and key."""
+    """A preset that cannot be used; the message names the file, the section and the key."""
 
 
-def _bool(section: str, key: str, text: str) -> bool:
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One section: llama options by canonical key (negations resolved), and our own keys."""
+
+    name: str
+    options: Mapping[str, str] = field(default_factory=dict)
+    extras: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """A parsed preset file: ``[*]`` and the model sections, in file order."""
+
+    origin: str
+    remote: bool = False
+    defaults: Section = field(default_factory=lambda: Section(GLOBAL_SECTION))
+    sections: tuple[Section, ...] = ()
+
+
+def canonical_section_name(name: str) -> str:
+    """``user/repo:q4_k_m`` -> ``user/repo:Q4_K_M``, as llama.cpp names cached models."""
+    if name in (GLOBAL_SECTION, DEFAULT_SECTION) or ":" not in name:
+        return name
+    head, tag = name.rsplit(":", 1)
+    match = _TAG.search(tag)
+    return f"{head}:{(match.group(1) if match else tag).upper()}"
+
+
+def _lines(text: str, origin: str) -> dict[str, dict[str, str]]:
+    """Section name -> raw key/values, by llama.cpp's INI grammar."""
+    parsed: dict[str, dict[str, str]] = {}
+    current = DEFAULT_SECTION
+    for number, line in enumerate(re.split(r"\r\n|\n|\r", text), 1):
+        stripped = line.strip()
+        if _COMMENT_OR_BLANK.match(stripped):
+            continue
+        if header := _HEADER.match(stripped):
+            current = header.group(1)
+            parsed[current] = {}  # a section opened again starts over, as in llama.cpp
+        elif pair := _KEY_VALUE.match(stripped):
+            parsed.setdefault(current, {})[pair.group(1)] = pair.group(2)
+        else:
+            msg = f"{origin}:{number}: not a section header, key = value, or comment: {line!r}"
+            raise PresetError(msg)
+    return parsed
+
+
+def _section(name: str, raw: Mapping[str, str], origin: str, *, remote: bool) -> Section:
+    options: dict[str, str] = {}
+    extras: dict[str, str] = {}
+    for key, value in raw.items():
+        if key == "version":
+            continue  # reserved by llama.cpp for later formats
+        found = lookup(key)
+        if found is None:
+            if key in OUR_KEYS or key in LEGACY_PARAMS:
+                if remote:
+                    msg = f"{origin}: [{name}] {key}: not allowed in remote presets"
+                    raise PresetError(msg)
+                extras[key] = value
+                continue
+            msg = f"{origin}: [{name}] {key}: unknown key (not a llama-server option, nor one of modelrouter's)"
+            raise PresetError(msg)
+        arg, negated = found
+        if remote and not allowed_remotely(arg):
+            msg = f"{origin}: [{name}] {key}: not allowed in remote presets (llama.cpp's whitelist)"
+            raise PresetError(msg)
+        if arg.kind in ("flag", "bool") and negated:
+            value = "1" if is_falsey(value) else "0"
+        options[arg.key] = value
+    return Section(name, options, extras)
+
+
+def parse_preset(text: str, origin: str, *, remote: bool = False) -> Preset:
+    """Parse a preset file's ``text``; ``origin`` names it in errors. ``remote``
+    applies llama.cpp's whitelist for presets fetched from a Hub repo."""
+    defaults = Section(GLOBAL_SECTION)
+    sections: list[Section] = []
+    for raw_name, raw in _lines(text, origin).items():
+        name = canonical_section_name(raw_name)
+        section = _section(name, raw, origin, remote=remote)
+        if name == GLOBAL_SECTION:
+            defaults = section
+        elif name != DEFAULT_SECTION or section.options or section.extras:
+            sections.append(section)
+    return Preset(origin=origin, remote=remote, defaults=defaults, sections=tuple(sections))
+
+
+def read_preset(path: Path, *, remote: bool = False) -> Preset:
+    """Read and parse a preset file; a missing or unreadable file is a :class:`PresetError`."""
     try:
-        return parse_bool(text)
-    except ValueError:
-        msg = f"[{section}] {key} = {text!r}: expected true or false"
+        text = path.read_text()
+    except OSError as exc:
+        msg = f"preset file {path}: {exc.strerror or exc}"
         raise PresetError(msg) from None
-
-
-def parse_presets(text: str) -> dict[str, tuple[ModelConfig, str | None]]:
-    """``name -> (config, local model path or None)``. Unknown keys are an error (as in llama.cpp)."""
-    parser = configparser.ConfigParser(default_section="*", interpolation=None, inline_comment_prefixes=(";", "#"))
-    parser.read_string(text)
-    result: dict[str, tuple[ModelConfig, str | None]] = {}
-    for name in parser.sections():
-        section = parser[name]
-        unknown = set(section) - _KNOWN
-        if unknown:
-            msg = f"[{name}] unknown keys: {sorted(unknown)}"
-            raise PresetError(msg)
-        params: dict[str, Any] = {}
-        for key in _INT_PARAMS & set(section):
-            try:
-                params[key] = int(section[key])
-            except ValueError:
-                msg = f"[{name}] {key} = {section[key]!r}: expected an integer"
-                raise PresetError(msg) from None
-        if "embedding" in section:
-            params["embedding"] = _bool(name, "embedding", section["embedding"])
-        if "chat_format" in section:
-            params["chat_format"] = section["chat_format"]
-        restart = section.get("restart", "never").strip()
-        if restart not in {"never", "on-failure"}:
-            msg = f"[{name}] restart = {restart!r}: expected never or on-failure"
-            raise PresetError(msg)
-        try:
-            ttl = float(section["ttl"]) if "ttl" in section else None
-        except ValueError:
-            msg = f"[{name}] ttl = {section['ttl']!r}: expected seconds"
-            raise PresetError(msg) from None
-        config = ModelConfig(
-            aliases=tuple(a.strip() for a in section.get("aliases", "").split(",") if a.strip()),
-            params=params,
-            ttl_seconds=ttl,
-            restart=restart,
-            load_on_startup=_bool(name, "load-on-startup", section.get("load-on-startup", "false")),
-        )
-        result[name] = (config, section.get("model"))
-    return result
-
-
-def preset_events(state: RouterState, path: Path) -> list[NewEvent]:
-    """Events that make the fold's per-model settings match the preset file."""
-    planned: list[NewEvent] = []
-    for name, (config, model_path) in parse_presets(path.read_text()).items():
-        current = state.models.get(name)
-        if model_path:
-            file = Path(model_path).expanduser()
-            if not file.exists():
-                msg = f"[{name}] model = {model_path}: no such file"
-                raise PresetError(msg)
-            if current is None or current.path != str(file):
-                size = file.stat().st_size
-                listing = ({"path": str(file), "size": size},)
-                planned.append(
-                    NewEvent(ev.ModelDiscovered(source="preset", path=str(file), files=listing, size=size), model=name)
-                )
-        if current is None or current.config != config:
-            configured = ev.ModelConfigured(
-                aliases=config.aliases,
-                params=dict(config.params),
-                ttl_seconds=config.ttl_seconds,
-                restart=config.restart,
-                load_on_startup=config.load_on_startup,
-            )
-            planned.append(NewEvent(configured, model=name))
-    return planned
+    return parse_preset(text, str(path), remote=remote)

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from service.catalogue.sources import Catalogue
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.statements import EventFilter
 from service.live_state import LiveState
@@ -33,3 +34,5 @@ class Runtime:
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     stream_reads: dict[tuple[EventFilter, Any], asyncio.Future[Any]] = field(default_factory=dict)
     """Reads in flight for SSE streams: streams at the same place share one (service.api.events_controller)."""
+    catalogue: Catalogue | None = None  # set once the sources were read at start-up
+    warnings: list[str] = field(default_factory=list)  # shown on /health (e.g. an open bind without a key)

@@ -21,7 +21,7 @@ def _bool(text: str) -> bool:
     return parse_bool(text, empty=False)
 
 
-SECRET_FIELDS = ("hf_token",)
+SECRET_FIELDS = ("hf_token", "api_keys")
 """Fields never shown: ``repr(settings)`` redacts them, and the log redacts their values."""
 
 
@@ -30,7 +30,8 @@ class Settings:
     home: Path = dataclasses.field(default_factory=_default_home)
     """Data directory (MODELROUTER_HOME): the database, the hub cache, logs."""
     host: str = "127.0.0.1"
-    """Bind address (MODELROUTER_HOST). Loopback by default: there is no auth."""
+    """Bind address (MODELROUTER_HOST, --host). Loopback by default; beyond it, set api_keys
+    (an open bind without a key is warned about at start and on /health)."""
     port: int = 8080
     """Bind port (MODELROUTER_PORT)."""
     database_url: str = ""
@@ -38,8 +39,9 @@ class Settings:
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     """SQLite synchronous level (MODELROUTER_SYNCHRONOUS). FULL survives power loss."""
     hub_cache: Path | None = None
-    """HF cache for downloads (MODELROUTER_HUB_CACHE); default ``<home>/hub``. Point it
-    at ``~/.cache/huggingface/hub`` to share files with ``hf`` and llama.cpp."""
+    """HF cache for downloads (MODELROUTER_HUB_CACHE, --hub-cache); default LLAMA_CACHE when set
+    (llama.cpp downloads there), else ``<home>/hub``. Point it at ``~/.cache/huggingface/hub``
+    to share files with ``hf`` and llama.cpp both ways."""
     models_dir: Path | None = None
     """Optional directory of local GGUF files (MODELROUTER_MODELS_DIR)."""
     presets: Path | None = None
@@ -86,6 +88,32 @@ class Settings:
     disk_reserve_bytes: int = 1024 * 1024 * 1024
     """Free bytes a download must leave in the cache dir (MODELROUTER_DISK_RESERVE_BYTES); a
     download that would leave less is refused (507) before it starts."""
+    # --- llama-server's router options (see service/llamacpp and docs/llama-cpp-compat.md) ---
+    api_keys: tuple[str, ...] = ()
+    """Keys required on every endpoint but /health (--api-key, --api-key-file, LLAMA_API_KEY). Secret."""
+    offline: bool = False
+    """No Hub access; models come from the caches (--offline, LLAMA_ARG_OFFLINE, LLAMA_OFFLINE, HF_HUB_OFFLINE)."""
+    llama_cache: Path | None = None
+    """llama.cpp's model cache, listed as a model source (LLAMA_CACHE, else HF_HUB_CACHE, ..., see
+    service.llamacpp.router_args.llama_cache_dir); None: only ``hub_cache`` is listed."""
+    hf_repo: str | None = None
+    """-hf user/repo[:quant]: a repo's preset.ini runs as the preset, else its GGUF is served and loaded."""
+    hf_file: str | None = None
+    """--hf-file: the file of --hf-repo to serve."""
+    model_file: Path | None = None
+    """-m FILE: a local GGUF served and loaded at start (llama-server's single-model mode)."""
+    aliases: tuple[str, ...] = ()
+    """--alias: aliases of the -hf / -m model."""
+    model_args: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Per-model llama-server options from the command line: applied to every model, over its preset."""
+    model_env_args: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Per-model llama-server options from LLAMA_ARG_* variables: every model's lowest layer."""
+    ssl_keyfile: Path | None = None
+    """TLS key (--ssl-key-file); with ssl_certfile, the service speaks HTTPS."""
+    ssl_certfile: Path | None = None
+    """TLS certificate (--ssl-cert-file)."""
+    log_level: str = "info"
+    """debug, info or error (--verbose, --log-verbosity, --log-disable)."""
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -118,8 +146,12 @@ class Settings:
         return f"Settings({', '.join(f'{f.name}={shown(f.name)}' for f in dataclasses.fields(self))})"
 
     def secrets(self) -> list[str]:
-        """The secret values, for log redaction."""
-        return [str(getattr(self, name)) for name in SECRET_FIELDS if getattr(self, name)]
+        """The secret values, for log redaction (each API key on its own)."""
+        found: list[str] = []
+        for name in SECRET_FIELDS:
+            value = getattr(self, name)
+            found += [str(v) for v in value] if isinstance(value, tuple) else [str(value)] if value else []
+        return found
 
     @property
     def db_path(self) -> Path:
@@ -169,5 +201,11 @@ class Settings:
         for name, (var, convert) in spec.items():
             if env.get(var):
                 values[name] = convert(env[var])
+        # llama.cpp's names: downloads land in LLAMA_CACHE when it is set (drop-in), and
+        # MODEL_ENDPOINT beats HF_ENDPOINT as in common_get_model_endpoint().
+        if "hub_cache" not in values and env.get("LLAMA_CACHE"):
+            values["hub_cache"] = Path(env["LLAMA_CACHE"]).expanduser()
+        if env.get("MODEL_ENDPOINT"):
+            values["hf_endpoint"] = env["MODEL_ENDPOINT"].rstrip("/")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

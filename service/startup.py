@@ -1,15 +1,17 @@
 """Start-up and shut-down of one service instance.
 
 migrate -> quick integrity check -> rebuild the fold (latest snapshot + the
-events after it) -> ``router_started`` ->
-discover local models -> reconcile what the last run left half-done -> resume
-downloads -> load-on-startup models -> ``recovery_completed`` -> serve.
+events after it) -> ``router_started`` -> reconcile what the last run left
+half-done -> resolve ``-hf``/``-m`` -> list the model sources (caches, models
+dir, presets) -> resume downloads -> load-on-startup models ->
+``recovery_completed`` -> serve.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import sqlite3
 import time
@@ -18,28 +20,30 @@ import httpx
 import structlog
 
 from service import __version__
+from service.catalogue.hf_source import HfSourceError
+from service.catalogue.sources import Catalogue, command_line_model
 from service.core import events as ev
-from service.discovery import discovery_events
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
 from service.event_store.migrate import upgrade
 from service.live_state import LiveState
-from service.presets import preset_events
+from service.presets import PresetError
 from service.recovery.rebuild import rebuild_state
 from service.recovery.reconcile import elapsed_ms, plan_reconcile
 from service.recovery.snapshotter import Snapshotter
 from service.runtime import Runtime
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
-from service.supervision.instances import InstanceSupervisor
+from service.supervision.on_demand import OnDemandInstances
 from service.supervision.removal import ModelRemover
 
 _log = structlog.get_logger(__name__)
 
 
 class StartupError(RuntimeError):
-    """The database is unusable; the service refuses to start rather than guess."""
+    """The service cannot start as configured (an unusable database, a bad preset, an
+    ``-hf`` that names nothing); it refuses rather than guess."""
 
 
 def _quick_check(settings: Settings) -> None:
@@ -65,7 +69,7 @@ async def start(settings: Settings) -> Runtime:
     replayed = rebuilt.events_replayed + live.events_applied
     snapshotter.maybe_snapshot(live.state)  # a long replay gets a fresh snapshot at once
     downloads = DownloadSupervisor(settings, live)
-    instances = InstanceSupervisor(settings, live)
+    instances = OnDemandInstances(settings, live, downloads)
     runtime = Runtime(
         settings=settings,
         store=store,
@@ -82,16 +86,14 @@ async def start(settings: Settings) -> Runtime:
     await live.record(
         [NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))]
     )
-    found = discovery_events(live.state, [settings.models_dir] if settings.models_dir else [])
-    if found:
-        await live.record(found)
-    if settings.presets is not None:
-        configured = preset_events(live.state, settings.presets)
-        if configured:
-            await live.record(configured)
+    warning = binding_warning(settings)
+    if warning is not None:
+        runtime.warnings.append(warning)
+        _log.warning("insecure_binding", detail=warning)
     plan = await asyncio.to_thread(plan_reconcile, live.state, settings.cache_dir)
     if plan.events:
-        await live.record(plan.events)
+        await live.record(plan.events)  # first: no instance of the last run is left when models go
+    runtime.catalogue = await _catalogue(settings, live, instances)
     resumed = 0
     if settings.resume_downloads_on_start:
         for job in plan.interrupted:
@@ -114,6 +116,42 @@ async def start(settings: Settings) -> Runtime:
     runtime.background.add(warm)
     _log.info("service_ready", position=live.position, replayed=replayed, duration_ms=completed.duration_ms)
     return runtime
+
+
+def binding_warning(settings: Settings) -> str | None:
+    """Issue 11 §4: listening beyond loopback with no API key lets anyone on the network
+    load models, download files and delete them. Said loudly at start and on /health."""
+    if settings.api_keys:
+        return None
+    host = settings.host.strip("[]")
+    if host == "localhost":
+        return None
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    return (
+        f"listening on {settings.host}, beyond loopback, without an API key: anyone who can reach "
+        "this port can download, load and delete models; set --api-key or LLAMA_API_KEY"
+    )
+
+
+async def _catalogue(settings: Settings, live: LiveState, instances: OnDemandInstances) -> Catalogue:
+    """Resolve ``-hf``/``-m`` first (a preset repo makes a router, the seed's regression),
+    then list every source. A bad preset, or an ``-hf`` that names nothing, stops the start."""
+    try:
+        remote, single = await asyncio.to_thread(command_line_model, settings)
+        catalogue = Catalogue(settings, live, instances, remote=remote, single=single)
+        await catalogue.refresh(reload=False)
+    except (PresetError, HfSourceError) as exc:
+        raise StartupError(str(exc)) from None
+    if remote is not None:
+        _log.warning("remote_preset", repo=remote.repo, path=str(remote.path),
+                     note="using preset.ini from a Hub repo: only use presets you trust")  # fmt: skip
+    on_startup = [m.name for m in live.state.models.values() if m.config.load_on_startup and m.listed]
+    if 0 < settings.models_max < len(on_startup):
+        msg = f"{len(on_startup)} models to load on startup ({', '.join(sorted(on_startup))}) exceed --models-max"
+        raise StartupError(f"{msg} {settings.models_max}")
+    return catalogue
 
 
 async def stop(runtime: Runtime) -> None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import structlog
-from litestar import Litestar, Router
+from litestar import Litestar, Request, Router
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from service import __version__, startup
+from service.api.auth import api_key_middleware
 from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
 from service.api.events_controller import EventsController, models_sse
 from service.api.health_controller import health, health_v1
@@ -21,11 +23,18 @@ from service.api.models_controller import list_models, list_models_openai, load_
 from service.api.options import options_handlers
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.proxy_routes import proxy_routes
+from service.api.reload_controller import reload_before_listing, reload_models
 from service.api.request import ApiRequest, reject_control_characters
 from service.runtime import Runtime
 from service.settings import Settings
 
 _log = structlog.get_logger(__name__)
+
+
+async def _before_request(request: Request[Any, Any, Any]) -> None:
+    """Litestar takes one hook: reject bad query values first, then reload if asked."""
+    await reject_control_characters(request)
+    await reload_before_listing(request)
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -70,11 +79,12 @@ def create_app(settings: Settings) -> Litestar:
             *proxy_routes,
             EventsController,
             models_sse,
+            reload_models,
         ],
         dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[request_id_middleware],
-        before_request=reject_control_characters,
+        middleware=[request_id_middleware, api_key_middleware(settings.api_keys)],
+        before_request=_before_request,
         request_class=ApiRequest,
         request_max_body_size=settings.max_body_bytes,
         lifespan=[lifespan],

@@ -58,5 +58,6 @@ async def _health(runtime: Runtime) -> Response[HealthView]:
         requests_in_flight=sum(runtime.instances.busy.values()),
         anomalies=state.anomalies,
         last_anomaly=state.last_anomaly,
+        warnings=list(runtime.warnings),
     )
     return Response(body, status_code=200 if healthy else 503)

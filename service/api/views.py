@@ -119,5 +119,5 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
 
 def models_view(state: RouterState) -> ModelList:
     """``GET /models`` and ``GET /v1/models``."""
-    data = [model_view(m, state) for _name, m in sorted(state.models.items()) if m.listed]
+    data = [model_view(m, state) for _name, m in sorted(state.models.items()) if m.listed and not m.config.hidden]
     return ModelList(object="list", data=data)

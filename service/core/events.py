@@ -159,7 +159,15 @@ class ModelDiscovered(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelConfigured(Event):
-    """Per-model settings (aliases, load params, ttl, restart policy, load-on-startup)."""
+    """Per-model settings (aliases, load params, ttl, restart policy, load-on-startup).
+
+    The llama.cpp-compatible fields (all defaulted, so older rows read as before):
+    ``args`` are the llama-server options in force for the model (long names,
+    the merge of env, preset ``[*]``, its section and the command line),
+    ``ignored`` the ones modelrouter accepted but cannot honour, ``hf_repo``/
+    ``hf_file`` where a preset model is downloaded from on first use,
+    ``stop_timeout`` the preset's ``stop-timeout``, and ``hidden`` a cache
+    entry that ``dedup-cache-models`` keeps out of ``GET /models``."""
 
     TYPE: ClassVar[str] = "model_configured"
     aliases: tuple[str, ...] = ()
@@ -167,6 +175,12 @@ class ModelConfigured(Event):
     ttl_seconds: float | None = None
     restart: str = "never"
     load_on_startup: bool = False
+    args: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+    hf_repo: str | None = None
+    hf_file: str | None = None
+    stop_timeout: float | None = None
+    hidden: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +188,20 @@ class ModelRemoved(Event):
     TYPE: ClassVar[str] = "model_removed"
     files: tuple[str, ...]
     bytes_freed: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelsReloaded(Event):
+    """The model sources (presets, models dir, caches) were read again on request
+    (``GET /models?reload=1``, ``POST /models/reload``). The per-model facts are
+    the ``model_discovered``/``model_configured``/``model_removed`` events recorded
+    with it; this one says what the reload changed, by model name."""
+
+    TYPE: ClassVar[str] = "models_reloaded"
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    unloaded: tuple[str, ...] = ()
 
 
 # --- downloads ----------------------------------------------------------------
@@ -376,6 +404,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         ModelDiscovered,
         ModelConfigured,
         ModelRemoved,
+        ModelsReloaded,
         DownloadRequested,
         DownloadStarted,
         DownloadProgress,

@@ -206,6 +206,12 @@ def _configured(state: RouterState, rec: ev.Recorded) -> RouterState:
         ttl_seconds=e.ttl_seconds,
         restart=e.restart,
         load_on_startup=e.load_on_startup,
+        args=dict(e.args),
+        ignored=tuple(e.ignored),
+        hf_repo=e.hf_repo,
+        hf_file=e.hf_file,
+        stop_timeout=e.stop_timeout,
+        hidden=e.hidden,
     )
     model = _ensure_model(state, rec)
     return state if model is None else _put(state, model.replace(config=config))

@@ -260,6 +260,19 @@ def choose_files(files: Iterable[FileEntry], quant: str | None) -> FileChoice:
     return FileChoice(quant=chosen_quant, model_files=parts, mmproj=mmproj)
 
 
+def choose_file(files: Iterable[FileEntry], path: str) -> FileChoice:
+    """The files for one named file (``--hf-file``): it, the other parts of its
+    split, and its projector. Raises :class:`NoGgufFiles` when it is not there."""
+    listing = sorted(files, key=lambda f: f.path)
+    primary = next((f for f in listing if f.path == path), None)
+    info = split_info(path)
+    if primary is None or info is None:
+        raise NoGgufFiles(f"the repository has no GGUF file {path!r}")
+    parts = _split_parts(listing, primary, info)
+    quant = info.tag or None
+    return FileChoice(quant=quant, model_files=parts, mmproj=_best_mmproj(listing, primary.path, quant))
+
+
 def _is_first_part(path: str) -> bool:
     info = split_info(path)
     return info is not None and (info.count <= 1 or info.index == 1)

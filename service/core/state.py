@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, TypeVar
 
+from service.core.errors import CommandRejected
+
 _T = TypeVar("_T")
 
 _FIELD_NAMES: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
@@ -123,11 +125,19 @@ class Instance:
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
+    """The settings in force for one model, as the last ``model_configured`` said."""
+
     aliases: tuple[str, ...] = ()
     params: Mapping[str, Any] = field(default_factory=dict)
     ttl_seconds: float | None = None
     restart: str = "never"
     load_on_startup: bool = False
+    args: Mapping[str, Any] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+    hf_repo: str | None = None  # downloaded on first use when its files are missing
+    hf_file: str | None = None
+    stop_timeout: float | None = None
+    hidden: bool = False  # a cache entry deduplicated by a preset: usable, not listed
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +168,9 @@ class ModelState:
             return ModelStatus.DOWNLOADING
         if self.failed:
             return ModelStatus.FAILED
-        return ModelStatus.UNLOADED if self.available else ModelStatus.ABSENT
+        # A preset model with an hf-repo is loadable before its files exist: the
+        # first load downloads them (llama.cpp #19351).
+        return ModelStatus.UNLOADED if self.available or self.config.hf_repo else ModelStatus.ABSENT
 
     @property
     def listed(self) -> bool:
@@ -201,11 +213,25 @@ class RouterState:
         return sorted(jobs, key=lambda j: (j.requested_at is None, j.requested_at or datetime.min, j.job_id))
 
     def resolve(self, name_or_alias: str) -> ModelState | None:
-        """Find a model by canonical name or alias (aliases come from model_configured)."""
+        """Find a model by canonical name, alias (from ``model_configured``), or
+        ``user/repo`` without its tag when exactly one listed ``user/repo:TAG``
+        exists. Several tags make the short name ambiguous: ``CommandRejected``
+        (``conflict``, 409) listing them, never a guess."""
         found = self.models.get(name_or_alias)
         if found is not None:
             return found
         for model in self.models.values():
             if name_or_alias in model.config.aliases:
                 return model
-        return None
+        if ":" in name_or_alias or name_or_alias.count("/") != 1:
+            return None
+        prefix = name_or_alias + ":"
+        tagged = sorted(name for name, m in self.models.items() if name.startswith(prefix) and m.listed)
+        if len(tagged) > 1:
+            raise CommandRejected(
+                "conflict",
+                f"model {name_or_alias!r} is ambiguous: name one of {', '.join(tagged)}",
+                model=name_or_alias,
+                candidates=tagged,
+            )
+        return self.models[tagged[0]] if tagged else None

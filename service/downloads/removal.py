@@ -9,6 +9,7 @@ cache, say) is kept. Empty snapshot folders are removed too.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,20 +33,45 @@ def _linked_blobs(repo_dir: Path) -> set[str]:
     return linked
 
 
+def _repo_dirs(cache_dir: Path, plan: RemovalPlan) -> list[Path]:
+    """The repo folders the plan's links live in: a model found in llama.cpp's cache
+    lives there, not in our download cache."""
+    found = [CachePaths(cache_dir, plan.repo).repo_dir]
+    for text in plan.links:
+        for parent in Path(text).parents:
+            if parent.name.startswith("models--") and parent not in found:
+                found.append(parent)
+                break
+    return found
+
+
+def _snapshot_dirs(repo_dirs: list[Path], plan: RemovalPlan) -> list[Path]:
+    dirs = [d / "snapshots" / plan.commit for d in repo_dirs] if plan.commit else []
+    for text in plan.links:
+        for parent in Path(text).parents:
+            if parent.parent.name == "snapshots" and parent not in dirs:
+                dirs.append(parent)
+                break
+    return dirs
+
+
 def remove_files(cache_dir: Path, plan: RemovalPlan) -> Removal:
     """Delete the plan's snapshot links, then each of its blobs no remaining link
     uses, then empty snapshot folders."""
-    paths = CachePaths(cache_dir, plan.repo)
+    repo_dirs = _repo_dirs(cache_dir, plan)
     removed: list[str] = []
     freed = 0
     for text in plan.links:
         link = Path(text)
         try:
+            info = link.lstat()
             link.unlink()
         except FileNotFoundError:  # already gone: a removal is idempotent
             continue
+        if not stat.S_ISLNK(info.st_mode):
+            freed += info.st_size  # a cache without symlinks keeps the bytes in snapshots/
         removed.append(text)
-    still_used = _linked_blobs(paths.repo_dir)
+    still_used = set().union(*(_linked_blobs(d) for d in repo_dirs))
     for text in plan.blobs:
         blob = Path(text)
         if blob.name in still_used:
@@ -57,7 +83,8 @@ def remove_files(cache_dir: Path, plan: RemovalPlan) -> Removal:
             continue
         freed += size
         removed.append(text)
-    _prune_empty(paths.repo_dir / "snapshots" / plan.commit if plan.commit else None)
+    for snapshot in _snapshot_dirs(repo_dirs, plan):
+        _prune_empty(snapshot)
     return Removal(files=tuple(removed), bytes_freed=freed)
 
 

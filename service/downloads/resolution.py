@@ -52,6 +52,7 @@ from service.core.model_spec import (
     NoGgufFiles,
     QuantNotFound,
     available_quants,
+    choose_file,
     choose_files,
     parse_model_spec,
 )
@@ -138,8 +139,10 @@ def resolve(
     endpoint: str | None = None,
     token: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    hf_file: str | None = None,
 ) -> Resolution:
     """Resolve ``spec`` against the Hub at ``endpoint`` (default: ``$HF_ENDPOINT``).
+    ``hf_file`` (llama.cpp's ``--hf-file``) names the file instead of the quant.
 
     ``token`` defaults to ``$HF_TOKEN``; when neither is set, no token is sent
     (never one from a login file on disk: the service must behave the same on
@@ -164,7 +167,7 @@ def resolve(
             for item in api.list_repo_tree(spec.repo, revision=commit, recursive=True)
             if isinstance(item, RepoFile)
         ]
-        choice = choose_files(entries, spec.quant)
+        choice = choose_file(entries, hf_file) if hf_file else choose_files(entries, spec.quant)
         gated = bool(info.gated)
         if gated:
             # Metadata of a gated repo is public; only the files are protected.

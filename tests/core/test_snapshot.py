@@ -118,12 +118,17 @@ PINNED_TYPES = frozenset(
         "download_finished", "download_failed", "download_cancel_requested", "download_cancelled",
         "download_interrupted", "instance_requested", "instance_loading", "loading_progress", "instance_ready",
         "instance_load_failed", "instance_stop_requested", "instance_stopped", "instance_crashed", "instance_lost",
-        "request_completed",
+        "request_completed", "models_reloaded",
     }
 )  # fmt: skip
 # v1 re-pinned without a bump: shared stopped/lost handler, evolve(), import style (same behaviour).
 # v2: transitions checked against the lifecycle tables, anomalies counted, progress_at.
-FINGERPRINTS = {1: ("be17643e0302114b", "14a3bc5f8b098e9b"), 2: ("2f871af48b68cdf2", "4e44e93998e30512")}
+# v3: ModelConfig carries llama.cpp's options (args, ignored, hf_repo, hidden...); models_reloaded.
+FINGERPRINTS = {
+    1: ("be17643e0302114b", "14a3bc5f8b098e9b"),
+    2: ("2f871af48b68cdf2", "4e44e93998e30512"),
+    3: ("e888db85a92445eb", "da2177ace255f470"),
+}
 
 
 def _handled_type(node: ast.stmt) -> str | None:

@@ -51,6 +51,8 @@ class HealthView(msgspec.Struct, frozen=True):
     requests_in_flight: int
     anomalies: int
     last_anomaly: str | None
+    warnings: list[str]
+    """Start-up warnings worth an operator's eye (an open bind without an API key, say)."""
 
 
 class GenerationSettings(msgspec.Struct, frozen=True):

@@ -1,0 +1,106 @@
+"""API keys, as llama-server checks them (``--api-key``, ``--api-key-file``, ``LLAMA_API_KEY``).
+
+With keys configured, every request but ``/health``, ``/v1/health`` and CORS
+preflights (``OPTIONS``) needs ``Authorization: Bearer <key>`` or
+``X-Api-Key: <key>``; anything else gets llama.cpp's 401 body
+``{"error": {"message": "Invalid API Key", "type": "authentication_error",
+"code": 401}}``, with the problem+json members beside it. The event stream,
+the audit log and the OpenAPI schema are covered like everything else.
+
+Where we differ from llama.cpp on purpose: it compares keys with
+``std::find`` (string ``==``, which stops at the first differing byte), so
+the answer time leaks how much of a guess is right. Here every configured key
+is compared with ``hmac.compare_digest`` over SHA-256 digests (equal lengths,
+so not even a key's length leaks), and always all of them. Keys are never
+logged: :class:`~service.settings.Settings` redacts them and the log
+processor scrubs their values (``Settings.secrets``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Callable, Sequence
+
+import structlog
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
+
+from service.api.problems import PROBLEM_JSON
+
+PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+_MESSAGE = "Invalid API Key"
+_log = structlog.get_logger(__name__)
+
+
+def _digest(key: str | bytes) -> bytes:
+    return hashlib.sha256(key if isinstance(key, bytes) else key.encode()).digest()
+
+
+class KeyChecker:
+    """Constant-time membership of a presented key among the configured ones."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self._digests = tuple(_digest(k) for k in keys)
+
+    def __bool__(self) -> bool:
+        return bool(self._digests)
+
+    def accepts(self, presented: bytes | None) -> bool:
+        """Whether ``presented`` is one of the keys; compares against every key, always."""
+        if presented is None:
+            return False
+        digest = _digest(presented)
+        found = False
+        for expected in self._digests:
+            found |= hmac.compare_digest(digest, expected)
+        return found
+
+
+def presented_key(headers: dict[bytes, bytes]) -> bytes | None:
+    """The key a request carries: ``Authorization`` (``Bearer `` stripped), else ``X-Api-Key``."""
+    value = headers.get(b"authorization") or headers.get(b"x-api-key")
+    if value is None:
+        return None
+    return value[len(b"Bearer ") :] if value.startswith(b"Bearer ") else value
+
+
+def unauthorized_body(path: str) -> bytes:
+    """llama.cpp's 401 body, plus the problem details members."""
+    body = {
+        "type": "/problems/authentication_error",
+        "title": "authentication error",
+        "status": 401,
+        "detail": _MESSAGE,
+        "instance": path,
+        "error": {"message": _MESSAGE, "type": "authentication_error", "code": 401},
+    }
+    return json.dumps(body).encode()
+
+
+def api_key_middleware(keys: Sequence[str]) -> Callable[[ASGIApp], ASGIApp]:
+    """An ASGI middleware factory for Litestar's ``middleware=[...]``; a no-op without keys."""
+    checker = KeyChecker(keys)
+
+    def middleware(app: ASGIApp) -> ASGIApp:
+        if not checker:
+            return app
+
+        async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != ScopeType.HTTP or scope["path"] in PUBLIC_PATHS or scope["method"] == "OPTIONS":
+                await app(scope, receive, send)
+                return
+            if checker.accepts(presented_key(dict(scope.get("headers") or []))):
+                await app(scope, receive, send)
+                return
+            _log.warning("unauthorized", path=scope["path"])  # never the presented value
+            body = unauthorized_body(scope["path"])
+            headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode()),
+                       (b"www-authenticate", b"Bearer")]  # fmt: skip
+            await send(HTTPResponseStartEvent(type="http.response.start", status=401, headers=headers))
+            await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))
+
+        return guarded
+
+    return middleware

@@ -1,0 +1,56 @@
+"""Reloading the model sources: ``POST /models/reload`` and llama.cpp's ``GET /models?reload=1``.
+
+Both re-read the presets, the models dir and the caches (see
+:class:`service.catalogue.sources.Catalogue`): removed models disappear (a
+running one is stopped first, reason ``removed``), changed ones are stopped
+so that their next load uses the new settings, new ones appear, and one
+``models_reloaded`` event says which. ``?reload=1`` on ``GET /models`` and
+``GET /v1/models`` runs as a hook before the listing, so the listing already
+shows the result, as in llama.cpp.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, post
+from litestar.status_codes import HTTP_200_OK
+
+from service.api.problems import Problem
+from service.presets import PresetError
+from service.runtime import Runtime
+
+_LISTINGS = frozenset({"/models", "/v1/models"})
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+async def _reload(runtime: Runtime) -> dict[str, Any]:
+    if runtime.catalogue is None:
+        raise Problem(503, "state_unavailable", "the model sources are not read yet: the service is starting")
+    try:
+        plan = await runtime.catalogue.refresh(reload=True)
+    except PresetError as exc:
+        # Nothing changed: the last good reading stays in force.
+        raise Problem(400, "invalid_preset", str(exc)) from None
+    return {
+        "success": True,
+        "added": list(plan.added),
+        "changed": list(plan.changed),
+        "removed": list(plan.removed),
+        "unloaded": list(plan.unload),
+    }
+
+
+@post("/models/reload", operation_id="reloadModels", tags=["models"], status_code=HTTP_200_OK)
+async def reload_models(runtime: Runtime) -> dict[str, Any]:
+    """Re-read presets, models dir and caches; answers what changed
+    (``added``, ``changed``, ``removed``, ``unloaded``)."""
+    return await _reload(runtime)
+
+
+async def reload_before_listing(request: Request[Any, Any, Any]) -> None:
+    """``before_request`` hook: ``GET /models?reload=1`` reloads, then lists."""
+    if request.method != "GET" or request.url.path not in _LISTINGS:
+        return
+    if request.query_params.get("reload", "").strip().lower() in _TRUE:
+        await _reload(request.app.state.runtime)

@@ -1,0 +1,257 @@
+"""The model sources of one service: read them, plan, stop what must stop, record.
+
+:class:`Catalogue` runs the start-up read and every reload (``GET
+/models?reload=1``, ``POST /models/reload``) one at a time. Reading is I/O in
+a thread (:func:`read_sources`); the decisions are the pure
+:func:`~service.catalogue.desired.desired_models` and
+:func:`~service.catalogue.plan.plan_catalogue`; the effects are
+``InstanceSupervisor.unload`` (through its public API only) and one batch of
+events, with ``models_reloaded`` saying what a reload changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from service.catalogue.cache_models import cache_models
+from service.catalogue.desired import Desired, Listing, SingleModel, base_config, desired_models, pulled_config
+from service.catalogue.disk import CachedRepo, Refusal, local_file, scan_cache, scan_models_dir
+from service.catalogue.hf_source import HfSourceError, RemotePreset, resolve_hf
+from service.catalogue.plan import CataloguePlan, configured, plan_catalogue
+from service.core import events as ev
+from service.core.errors import CommandRejected
+from service.core.state import ModelConfig, RouterState
+from service.event_store.codec import NewEvent
+from service.live_state import LiveState
+from service.llamacpp.flags import BY_NAME, handling
+from service.presets import Preset, PresetError, read_preset
+from service.settings import Settings
+from service.supervision.instances import InstanceSupervisor
+
+_log = structlog.get_logger(__name__)
+
+
+def cache_dirs(settings: Settings) -> list[Path]:
+    """The caches listed as model sources: ours (downloads land there) first, then llama.cpp's."""
+    dirs: list[Path] = []
+    for directory in (settings.cache_dir, settings.llama_cache):
+        if directory is not None and directory.absolute() not in dirs:
+            dirs.append(directory.absolute())
+    return dirs
+
+
+def scan_caches(settings: Settings) -> tuple[list[CachedRepo], list[Refusal]]:
+    repos: list[CachedRepo] = []
+    refused: list[Refusal] = []
+    for directory in cache_dirs(settings):
+        found, bad = scan_cache(directory)
+        repos += found
+        refused += bad
+    return repos, refused
+
+
+def _file_record(path: Path) -> dict[str, Any]:
+    return {"path": str(path), "size": path.stat().st_size}
+
+
+def _preset_files(preset: Preset) -> dict[str, tuple[dict[str, Any], ...]]:
+    """Each ``model =`` path a preset names -> its files (with its ``mmproj``); a path
+    that cannot be used is a start-up error naming it."""
+    files: dict[str, tuple[dict[str, Any], ...]] = {}
+    for section in preset.sections:
+        options = {**preset.defaults.options, **section.options}
+        if not options.get("model"):
+            continue
+        found = []
+        for key in ("model", "mmproj"):
+            if options.get(key):
+                path, reason = local_file(options[key])
+                if path is None:
+                    msg = f"{preset.origin}: [{section.name}] {key} = {options[key]}: {reason}"
+                    raise PresetError(msg)
+                found.append(_file_record(path))
+        files[options["model"]] = tuple(found)
+    return files
+
+
+def check_preset(path: Path) -> None:
+    """Parse ``path`` and check the files it names: ``PresetError`` if llama.cpp would refuse it."""
+    _preset_files(read_preset(path))
+
+
+@dataclass(frozen=True, slots=True)
+class SourcesRead:
+    """One reading of the sources: the desired models, plus what to log about it."""
+
+    desired: dict[str, Desired]
+    base: ModelConfig
+    listing: Listing
+    present: frozenset[str]
+    refused: tuple[Refusal, ...]
+    warnings: tuple[str, ...]
+
+
+def read_sources(
+    settings: Settings, state: RouterState, remote: RemotePreset | None, single: SingleModel | None
+) -> SourcesRead:
+    """Read every source (blocking: run it in a thread). Raises ``PresetError``."""
+    repos, refused = scan_caches(settings)
+    local: dict[str, tuple[dict[str, Any], ...]] = {}
+    if settings.models_dir is not None:
+        found, bad = scan_models_dir(settings.models_dir)
+        local = {name: tuple(_file_record(p) for p in files) for name, files in found.items()}
+        refused += bad
+    presets = [read_preset(settings.presets)] if settings.presets is not None else []
+    if remote is not None:
+        presets.append(read_preset(remote.path, remote=True))
+    preset_files: dict[str, tuple[dict[str, Any], ...]] = {}
+    for preset in presets:
+        preset_files.update(_preset_files(preset))
+    listing = Listing(cache=cache_models(repos), repos=tuple(repos), local=local, presets=tuple(presets),
+                      preset_files=preset_files, single=single, env_layer=dict(settings.model_env_args),
+                      cli_layer=dict(settings.model_args))  # fmt: skip
+    desired, warnings = desired_models(listing)
+    present = frozenset(m.path for m in state.models.values() if m.path and os.path.exists(m.path))
+    return SourcesRead(desired, base_config(listing), listing, present, tuple(refused), tuple(warnings))
+
+
+def command_line_model(settings: Settings) -> tuple[RemotePreset | None, SingleModel | None]:
+    """What ``-hf`` / ``-m`` ask for, resolved before anything runs (blocking: network).
+    Raises :class:`HfSourceError` for a repo or file that cannot be served."""
+    if settings.hf_repo and settings.model_file:
+        msg = "-m and -hf name two different models: give one of them"
+        raise HfSourceError(msg)
+    if settings.model_file is not None:
+        path, reason = local_file(str(settings.model_file))
+        if path is None:
+            msg = f"-m {settings.model_file}: {reason}"
+            raise HfSourceError(msg)
+        name = path.name[: -len(".gguf")] if path.name.lower().endswith(".gguf") else path.name
+        return None, SingleModel(name, "preset", (_file_record(path),), aliases=settings.aliases)
+    if not settings.hf_repo:
+        if settings.aliases or settings.hf_file:
+            _log.warning("option_ignored", detail="--alias and --hf-file name the -hf / -m model; there is none")
+        return None, None
+    repos, _ = scan_caches(settings)
+    found = resolve_hf(
+        settings.hf_repo, settings.hf_file, cache_dir=settings.cache_dir, repos=repos,
+        endpoint=settings.hf_endpoint, token=settings.hf_token, offline=settings.offline, aliases=settings.aliases,
+    )  # fmt: skip
+    return (found, None) if isinstance(found, RemotePreset) else (None, found)
+
+
+class Catalogue:
+    """Keeps the log's models in line with the sources, at start-up and on reload."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        live: LiveState,
+        instances: InstanceSupervisor,
+        *,
+        remote: RemotePreset | None = None,
+        single: SingleModel | None = None,
+    ) -> None:
+        self.settings = settings
+        self.live = live
+        self.instances = instances
+        self.remote = remote
+        self.single = single
+        self.listing = Listing()  # the last reading: what a model pulled meanwhile is configured from
+        self._lock = asyncio.Lock()
+        self._said: set[str] = set()  # warnings already logged: each once per process
+        self._tasks: set[asyncio.Task[Any]] = set()
+        live.add_listener(self._on_event)
+
+    async def refresh(self, *, reload: bool) -> CataloguePlan:
+        """Read the sources and apply the plan; with ``reload``, also record ``models_reloaded``."""
+        async with self._lock:
+            read = await asyncio.to_thread(read_sources, self.settings, self.live.state, self.remote, self.single)
+            self._report(read)
+            first = plan_catalogue(self.live.state, read.desired, read.base, read.present)
+            async with contextlib.AsyncExitStack() as stack:
+                for name in first.removed:
+                    await stack.enter_async_context(self.instances.holding(name))  # no autoload meanwhile
+                for name, reason in first.unload.items():
+                    with contextlib.suppress(CommandRejected):  # it may have stopped meanwhile
+                        await self.instances.unload(name, reason=reason)
+                plan = await self._apply(read, reload=reload, unloaded=tuple(first.unload))
+            self.listing = read.listing
+            return CataloguePlan(plan.events, first.unload, plan.added, plan.changed, plan.removed)
+
+    async def _apply(self, read: SourcesRead, *, reload: bool, unloaded: tuple[str, ...]) -> CataloguePlan:
+        """Plan again over the state after the stops and append, as one decision: a
+        worker's event about one of these models in between makes it plan anew."""
+        decided: list[CataloguePlan] = []
+
+        def decide(state: RouterState) -> list[NewEvent]:
+            plan = plan_catalogue(state, read.desired, read.base, read.present)
+            decided[:] = [plan]
+            batch = list(plan.events)
+            if reload:
+                batch.append(
+                    NewEvent(
+                        ev.ModelsReloaded(
+                            added=plan.added, changed=plan.changed, removed=plan.removed, unloaded=unloaded
+                        )
+                    )
+                )
+            return batch
+
+        await self.live.decide(decide)
+        return decided[0]
+
+    def _once(self, key: str, event: str, **fields: Any) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            _log.warning(event, **fields)
+
+    def _report(self, read: SourcesRead) -> None:
+        for refusal in read.refused:
+            self._once(f"refused:{refusal.path}", "model_file_refused", path=refusal.path, reason=refusal.reason)
+        for warning in read.warnings:
+            self._once(warning, "catalogue_warning", detail=warning)
+        for key, models in _ignored(read.desired.values()).items():
+            arg = BY_NAME.get(key)
+            reason = handling(arg).note if arg is not None else "not honoured"
+            self._once(f"ignored:{key}", "option_ignored", option=key, reason=reason, models=models[:5])
+
+    def _on_event(self, recorded: ev.Recorded, state: RouterState) -> None:
+        """A model downloaded by ``POST /models`` gets its settings (its preset section's, else
+        the command line's, env's and ``[*]``'s) as soon as it is requested: its first load uses them."""
+        if recorded.type != "download_requested" or recorded.model is None:
+            return
+        model = state.models.get(recorded.model)
+        if model is None or model.config != ModelConfig():
+            return
+        config = pulled_config(self.listing, recorded.model)
+        if config != ModelConfig():
+            task = asyncio.ensure_future(self._configure(recorded.model, config))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _configure(self, name: str, config: ModelConfig) -> None:
+        def decide(state: RouterState) -> list[NewEvent]:
+            model = state.models.get(name)
+            return [configured(name, config)] if model is not None and model.config == ModelConfig() else []
+
+        try:
+            await self.live.decide(decide)
+        except Exception:  # the tail is down: the next reload or restart applies it
+            _log.exception("configure_failed", model=name)
+
+
+def _ignored(desired: Iterable[Desired]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for d in desired:
+        for key in d.config.ignored:
+            found.setdefault(key, []).append(d.name)
+    return found

@@ -1,0 +1,226 @@
+"""What modelrouter does with each llama-server option: the decisions behind the generated table.
+
+:mod:`service.llama_args` lists every option llama-server accepts, read from
+llama.cpp's ``arg.cpp``. This module says how each one is handled, in four
+scopes:
+
+* ``router``: configures the router process itself (``--port``, ``--api-key``,
+  ``--models-max``...). Honoured options change :class:`~service.settings.Settings`;
+  the others are accepted and warned about once at start.
+* ``source``: names a model's files (``-m``, ``-hf``, ``--mmproj``, ``--alias``).
+  On the command line they make the single model of llama-server's
+  single-model mode; in a preset section they are that model's source.
+* ``model``: a per-model setting, as llama.cpp's router passes it to every
+  child. Honoured ones become a worker parameter (``-c`` -> ``n_ctx``); the
+  others are accepted, warned about once, and recorded in
+  ``model_configured.ignored``: the worker (llama-cpp-python) cannot apply them.
+* ``preset``: keys of preset files only (``load-on-startup``, ``stop-timeout``,
+  ``dedup-cache-models``).
+
+Anything llama-server does not know is an error, as in llama-server: a usage
+error on the command line, a start-up error in a preset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from service.llama_args import LLAMA_ARGS, LlamaArg
+
+Scope = Literal["router", "source", "model", "preset"]
+
+# Flags llama.cpp replaced by --load-mode in the release llama-cpp-python 0.3.36
+# vendors, still on many command lines and in preset files (and ``mmap`` is on
+# llama.cpp's remote-preset whitelist): accepted as llama-server used to accept them.
+LEGACY_ARGS: tuple[LlamaArg, ...] = (
+    LlamaArg(("--mlock",), (), "flag", "", "LLAMA_ARG_MLOCK",
+             "force the system to keep the model in RAM (older llama.cpp; now --load-mode mlock)",
+             server_specific=False, sampling=False, speculative=False, preset_only=False),
+    LlamaArg(("--mmap",), ("--no-mmap",), "bool", "", "LLAMA_ARG_MMAP",
+             "memory-map the model (older llama.cpp; now --load-mode)",
+             server_specific=False, sampling=False, speculative=False, preset_only=False),
+)  # fmt: skip
+
+ARGS: tuple[LlamaArg, ...] = LLAMA_ARGS + LEGACY_ARGS
+"""Every option modelrouter accepts under llama-server's names."""
+
+
+@dataclass(frozen=True, slots=True)
+class Handling:
+    """How one option is handled: its scope, whether modelrouter honours it, and why or how."""
+
+    scope: Scope
+    honoured: bool
+    note: str
+    param: str | None = None  # the inference worker parameter a ``model`` option sets
+
+
+_ROUTER: Mapping[str, str] = {
+    "usage": "prints this help",
+    "version": "prints modelrouter's version",
+    "cache-list": "lists the models in the model caches, then exits",
+    "host": "bind address (one TCP address)",
+    "port": "bind port",
+    "models-dir": "directory of local GGUF models (a source, re-read on reload)",
+    "models-preset": "INI file of model presets (a source, re-read on reload)",
+    "models-max": "loaded models at once (0 = unlimited); downloads never take a slot",
+    "models-autoload": "load a model on its first request",
+    "hf-token": "Hub token (also HF_TOKEN)",
+    "api-key": "required on every endpoint but /health (repeatable, comma-separated)",
+    "api-key-file": "file of API keys, one per line, # comments",
+    "offline": "no Hub access: models come from the caches only",
+    "ssl-key-file": "TLS private key (served by uvicorn)",
+    "ssl-cert-file": "TLS certificate (served by uvicorn)",
+    "log-verbose": "debug logging",
+    "log-verbosity": "log level: 0-2 errors, 3 info, 4+ debug",
+    "log-disable": "errors only",
+    "log-jsonl": "JSON log lines",
+    "sse-ping-interval": "seconds of silence before an SSE keep-alive comment",
+}
+_ROUTER_IGNORED: Mapping[str, str] = {
+    "completion-bash": "no bash completion script",
+    "reuse-port": "one service binds the port",
+    "path": "no static files are served",
+    "api-prefix": "the API is served at the root",
+    "cors-origins": "no CORS handling (put a reverse proxy in front)",
+    "cors-methods": "no CORS handling (put a reverse proxy in front)",
+    "cors-headers": "no CORS handling (put a reverse proxy in front)",
+    "cors-credentials": "no CORS handling (put a reverse proxy in front)",
+    "webui": "no web UI",
+    "webui-config": "no web UI",
+    "webui-config-file": "no web UI",
+    "webui-mcp-proxy": "no web UI",
+    "tools": "no built-in agent tools",
+    "tools-runtime": "no built-in agent tools",
+    "mcp-servers-config": "no MCP servers",
+    "mcp-servers-json": "no MCP servers",
+    "agent": "no built-in agent tools",
+    "timeout": "uvicorn's timeouts apply",
+    "threads-http": "one asyncio event loop serves HTTP",
+    "log-file": "logs go to stderr",
+    "log-colors": "colours follow the terminal",
+    "log-prefix": "structlog's line format",
+    "log-timestamps": "every log line carries a timestamp",
+    "media-path": "no local media files are served",
+}
+_SOURCE: Mapping[str, tuple[bool, str]] = {
+    "model": (True, "a local GGUF: on the command line llama-server's single-model mode, in a preset its file"),
+    "hf-repo": (True, "a Hub repo: its preset.ini runs as the router's preset, else its GGUF is the model "
+                "(downloaded on first use)"),
+    "hf-file": (True, "the file of --hf-repo to use"),
+    "alias": (True, "aliases of the single model (command line) or of the preset's model"),
+    "mmproj": (True, "the model's multimodal projector (recorded with its files; the worker is text-only)"),
+    "model-url": (False, "downloads come from the Hub only (-hf / hf-repo)"),
+    "docker-repo": (False, "downloads come from the Hub only (-hf / hf-repo)"),
+}  # fmt: skip
+_PRESET: Mapping[str, tuple[bool, str]] = {
+    "load-on-startup": (True, "load the model when the service starts"),
+    "stop-timeout": (False, "recorded; the SIGTERM-to-SIGKILL grace is the global MODELROUTER_STOP_TIMEOUT"),
+    "dedup-cache-models": (True, "hide the cache entry that this preset's hf-repo resolves to"),
+}
+_MODEL: Mapping[str, tuple[str, str]] = {
+    "ctx-size": ("n_ctx", "context size"),
+    "threads": ("n_threads", "generation threads"),
+    "threads-batch": ("n_threads_batch", "prompt-processing threads"),
+    "batch-size": ("n_batch", "logical batch size"),
+    "seed": ("seed", "RNG seed"),
+    "embeddings": ("embedding", "serve /v1/embeddings"),
+    "parallel": ("n_parallel", "slots decoded together (-1 = auto: the worker's default)"),
+    "chat-template": ("chat_format", "built-in template names llama-cpp-python knows (chatml, llama2, ...)"),
+    "jinja": ("", "the GGUF's Jinja template is always used; --no-jinja is ignored"),
+    "cont-batching": ("", "the batch engine always batches; --no-cont-batching is ignored"),
+}
+_SAMPLING = "the worker applies no server-side sampling defaults: send the value in the request"
+_SPECULATIVE = "the worker has no speculative decoding"
+_MODEL_IGNORED = "the inference worker (llama-cpp-python) does not take it"
+_SERVER_IGNORED = "a llama-server feature the inference worker does not have"
+
+# llama.cpp built-in template names -> llama-cpp-python chat formats of the same template.
+CHAT_FORMATS: Mapping[str, str] = {
+    "chatml": "chatml",
+    "llama2": "llama-2",
+    "llama3": "llama-3",
+    "gemma": "gemma",
+    "vicuna": "vicuna",
+    "zephyr": "zephyr",
+    "openchat": "openchat",
+    "chatglm3": "chatglm3",
+}
+
+
+def handling(arg: LlamaArg) -> Handling:
+    """The decision for ``arg`` (every option has one: unknown ones default to ignored)."""
+    key = arg.key
+    if key in _ROUTER:
+        return Handling("router", True, _ROUTER[key])
+    if key in _ROUTER_IGNORED:
+        return Handling("router", False, _ROUTER_IGNORED[key])
+    if key in _SOURCE:
+        honoured, note = _SOURCE[key]
+        return Handling("source", honoured, note)
+    if key in _PRESET:
+        honoured, note = _PRESET[key]
+        return Handling("preset", honoured, note)
+    if key in _MODEL:
+        param, note = _MODEL[key]
+        return Handling("model", True, note, param or None)
+    if arg.sampling:
+        return Handling("model", False, _SAMPLING)
+    if arg.speculative or key.endswith("-draft") or key.startswith("spec-"):
+        return Handling("model", False, _SPECULATIVE)
+    return Handling("model", False, _SERVER_IGNORED if arg.server_specific else _MODEL_IGNORED)
+
+
+def _spellings(arg: LlamaArg) -> dict[str, bool]:
+    """Every preset key that names ``arg``: spellings without dashes, and env names
+    (``LLAMA_ARG_NO_X`` for a bool's negation); value: whether it negates."""
+    keys = {name.lstrip("-"): False for name in arg.names}
+    keys.update({name.lstrip("-"): True for name in arg.negations})
+    if arg.env:
+        keys[arg.env] = False
+        if arg.negations and arg.env.startswith("LLAMA_ARG_"):
+            keys[arg.env.replace("LLAMA_ARG_", "LLAMA_ARG_NO_", 1)] = True
+    return keys
+
+
+def _index() -> dict[str, tuple[LlamaArg, bool]]:
+    index: dict[str, tuple[LlamaArg, bool]] = {}
+    for arg in ARGS:
+        for key, negated in _spellings(arg).items():
+            index.setdefault(key, (arg, negated))
+    return index
+
+
+_BY_KEY = _index()
+BY_NAME: Mapping[str, LlamaArg] = {arg.key: arg for arg in ARGS}
+"""Canonical key (``ctx-size``) -> option."""
+
+
+def lookup(key: str) -> tuple[LlamaArg, bool] | None:
+    """The option a preset key names (long or short name without dashes, or env
+    name) and whether the key is its negation (``no-jinja``); None if unknown."""
+    return _BY_KEY.get(key)
+
+
+# llama.cpp's whitelist for presets fetched from a Hub repo (llama-cpp-router.md §4):
+# a remote preset must not name local files or turn on server features.
+REMOTE_KEYS = frozenset(
+    {"model-url", "hf-repo", "hf-repo-draft", "hf-repo-v", "hf-file-v", "mmproj-url", "pooling", "jinja",
+     "batch-size", "ubatch-size", "cache-reuse", "chat-template-kwargs", "mmap"}
+)  # fmt: skip
+
+
+def allowed_remotely(arg: LlamaArg) -> bool:
+    """Whether a preset fetched with ``-hf`` may set ``arg``: the whitelist plus all sampling options."""
+    return arg.sampling or arg.key in REMOTE_KEYS
+
+
+TRUTHY = frozenset({"on", "enabled", "true", "1"})
+FALSEY = frozenset({"off", "disabled", "false", "0"})
+
+
+def is_falsey(value: str) -> bool:
+    """llama.cpp's ``is_falsey``: what turns a flag off in a preset or an env variable."""
+    return value.strip().lower() in FALSEY

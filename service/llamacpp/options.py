@@ -1,0 +1,188 @@
+"""llama-server options -> one model's settings: the merge and the translation, pure.
+
+llama.cpp's precedence for a model's options, lowest first: the ``LLAMA_ARG_*``
+environment (children inherit it), the preset's ``[*]``, the model's own
+section (or what its source implies), then the router's command line, which
+it overlays on every model. :func:`merge` applies that order;
+:func:`model_settings` turns the result into a ``ModelConfig``: honoured
+options become inference-worker parameters (``ctx-size`` -> ``n_ctx``), the
+others are listed in ``ignored``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.core.state import ModelConfig
+from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, TRUTHY, handling, is_falsey
+
+Options = Mapping[str, str]
+"""llama-server options by canonical key (``ctx-size``), values as written."""
+
+OUR_KEYS = frozenset({"ttl", "restart", "aliases"})
+"""modelrouter's own preset keys."""
+LEGACY_PARAMS: Mapping[str, type] = {
+    "n_ctx": int, "n_threads": int, "n_threads_batch": int, "n_batch": int, "n_parallel": int,
+    "max_prompt_tokens": int, "chat_format": str,
+}  # fmt: skip
+"""Worker parameters by name, as older modelrouter presets wrote them (still ours)."""
+
+
+class OptionError(ValueError):
+    """A value llama-server would refuse (``-c abc``); the message names the option."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """What a model's merged options say: its config, and its source keys."""
+
+    config: ModelConfig
+    model_path: str | None = None
+    mmproj: str | None = None
+    dedup: bool = False
+
+
+def merge(layers: Sequence[Options]) -> dict[str, str]:
+    """Later layers win, key by key (llama.cpp's ``common_preset::merge``)."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        merged.update(layer)
+    return merged
+
+
+def per_model(options: Options) -> dict[str, str]:
+    """Only the options a router passes on to every model (no router, source or preset keys):
+    llama.cpp strips the reserved ones from its own command line before its children see it."""
+    return {k: v for k, v in options.items() if k in BY_NAME and handling(BY_NAME[k]).scope == "model"}
+
+
+def _int(key: str, value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        msg = f"{key} = {value!r}: expected an integer"
+        raise OptionError(msg) from None
+
+
+def _positive(param: str) -> Callable[[str, str], dict[str, Any]]:
+    def convert(key: str, value: str) -> dict[str, Any]:
+        number = _int(key, value)
+        return {param: number} if number > 0 else {}  # <= 0: llama.cpp's "auto", the worker's default
+
+    return convert
+
+
+def _parallel(key: str, value: str) -> dict[str, Any]:
+    number = _int(key, value)
+    if number == 0:
+        msg = f"{key} = 0: invalid value for n_parallel (-1 = auto)"
+        raise OptionError(msg)
+    return {"n_parallel": number} if number > 0 else {}
+
+
+_CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
+    "ctx-size": lambda k, v: {"n_ctx": _int(k, v)},
+    "threads": _positive("n_threads"),
+    "threads-batch": _positive("n_threads_batch"),
+    "batch-size": _positive("n_batch"),
+    "seed": lambda k, v: {"seed": _int(k, v)},
+    "embeddings": lambda _k, v: {} if is_falsey(v) else {"embedding": True},
+    "parallel": _parallel,
+}
+# Honoured only for some values: (key, value) -> whether modelrouter does what it asks.
+_CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
+    "jinja": lambda v: not is_falsey(v),
+    "cont-batching": lambda v: not is_falsey(v),
+    "chat-template": lambda v: v.strip() in CHAT_FORMATS,
+}
+
+
+def translate(options: Options) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``(worker params, ignored keys)`` for a model's merged per-model options."""
+    params: dict[str, Any] = {}
+    ignored: list[str] = []
+    for key, value in sorted(options.items()):
+        arg = BY_NAME.get(key)
+        if arg is None or handling(arg).scope != "model":
+            continue
+        if key in _CONVERT:
+            params.update(_CONVERT[key](key, value))
+        elif key in _CONDITIONAL:
+            if not _CONDITIONAL[key](value):
+                ignored.append(key)
+            elif key == "chat-template":
+                params["chat_format"] = CHAT_FORMATS[value.strip()]
+        else:
+            ignored.append(key)
+    return params, tuple(ignored)
+
+
+def _legacy(extras: Mapping[str, str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for key, kind in LEGACY_PARAMS.items():
+        if key in extras:
+            params[key] = _int(key, extras[key]) if kind is int else extras[key].strip()
+    return params
+
+
+def _ttl(extras: Mapping[str, str]) -> float | None:
+    if "ttl" not in extras:
+        return None
+    try:
+        return float(extras["ttl"])
+    except ValueError:
+        msg = f"ttl = {extras['ttl']!r}: expected seconds"
+        raise OptionError(msg) from None
+
+
+def _restart(extras: Mapping[str, str]) -> str:
+    restart = extras.get("restart", "never").strip()
+    if restart not in ("never", "on-failure"):
+        msg = f"restart = {restart!r}: expected never or on-failure"
+        raise OptionError(msg)
+    return restart
+
+
+def _stop_timeout(value: str | None) -> float | None:
+    # llama.cpp warns about a bad value and keeps its default: so do we (None = the default).
+    try:
+        return float(int(value.strip())) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _names(*texts: str | None) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for text in texts:
+        for name in (text or "").split(","):
+            if name.strip():
+                seen[name.strip()] = None
+    return tuple(seen)
+
+
+def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequence[str] = ()) -> ModelSettings:
+    """One model's settings from its merged ``options`` and modelrouter's own ``extras``.
+    Raises :class:`OptionError` for a value llama-server would refuse."""
+    params, ignored = translate(options)
+    params.update(_legacy(extras))
+    stop = options.get("stop-timeout")
+    config = ModelConfig(
+        aliases=_names(options.get("alias"), extras.get("aliases"), ",".join(aliases)),
+        params=params,
+        ttl_seconds=_ttl(extras),
+        restart=_restart(extras),
+        load_on_startup=options.get("load-on-startup", "").strip().lower() in TRUTHY | {"yes"},
+        args=dict(sorted(options.items())),
+        ignored=(*ignored, "stop-timeout") if stop is not None else ignored,
+        hf_repo=(options.get("hf-repo") or "").strip() or None,
+        hf_file=(options.get("hf-file") or "").strip() or None,
+        stop_timeout=_stop_timeout(stop),
+    )
+    return ModelSettings(
+        config=config,
+        model_path=(options.get("model") or "").strip() or None,
+        mmproj=(options.get("mmproj") or "").strip() or None,
+        dedup=not is_falsey(options.get("dedup-cache-models", "0")),
+    )

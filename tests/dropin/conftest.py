@@ -1,0 +1,80 @@
+"""Fixtures: ``modelrouter serve`` started with llama-server command lines, the project's
+Hub serving repos laid out as on the real Hub, and tiny real GGUFs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.hub_repos import make_repo
+from devtools.hub_server import HubServer
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
+from tests.conftest_hub import unique_repo
+
+CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The bytes of a tiny GGUF that llama.cpp loads."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf").read_bytes()
+
+
+@pytest.fixture
+def models_dir(tmp_path: Path, tiny: bytes) -> Path:
+    root = tmp_path / "models"
+    root.mkdir()
+    for name in ("tiny-a", "tiny-b"):
+        (root / f"{name}.gguf").write_bytes(tiny)
+    return root
+
+
+Serve = Callable[..., ServiceProcess]
+
+
+@pytest.fixture
+def serve(tmp_path: Path, hub: HubServer) -> Iterator[Serve]:
+    """``serve(*llama_server_args, env={...})``: the real service, pointed at the test Hub."""
+    started: list[ServiceProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, home: Path | None = None) -> ServiceProcess:
+        proc = ServiceProcess(home or tmp_path / f"home{len(started)}", args=args,
+                              env={"HF_ENDPOINT": hub.url, **(env or {})})  # fmt: skip
+        started.append(proc)
+        return proc.start(timeout=60)
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+def gguf_repo(hub: HubServer, tiny: bytes, prefix: str, files: dict[str, int | bytes] | None = None) -> str:
+    """A repo as on the real Hub: tag-named GGUFs (``<prefix>-Q8_0.gguf`` is a tiny real model)."""
+    repo = unique_repo(prefix)
+    make_repo(hub.root, repo, files or {f"{prefix}-Q8_0.gguf": tiny, "README.md": b"# model card\n"})
+    return repo
+
+
+def models(svc: ServiceProcess, **headers: str) -> dict[str, dict[str, Any]]:
+    answer = httpx.get(f"{svc.url}/models", headers=headers, timeout=30)
+    answer.raise_for_status()
+    return {m["id"]: m for m in answer.json()["data"]}
+
+
+def chat(svc: ServiceProcess, model: str, timeout: float = 120, **headers: str) -> httpx.Response:
+    return httpx.post(f"{svc.url}/v1/chat/completions", json={"model": model, **CHAT}, headers=headers,
+                      timeout=timeout)  # fmt: skip
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

@@ -1,0 +1,117 @@
+"""``modelrouter serve`` with llama-server's command line and environment -> Settings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.cli import build_parser, serve_settings
+from service.llamacpp.cli import normalize_argv
+from service.llamacpp.router_args import UsageError, llama_cache_dir
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _settings(argv: list[str], environ: dict[str, str] | None = None) -> tuple[Settings, tuple[str, ...]]:
+    args = build_parser().parse_args(normalize_argv(["serve", *argv]))
+    return serve_settings(args, {"HOME": "/home/u", **(environ or {})})
+
+
+class TestRouterOptions:
+    def test_llama_servers_router_flags_set_the_service(self, tmp_path: Path) -> None:
+        settings, _ = _settings(["--models-dir", str(tmp_path), "--models-preset", "my.ini", "--models-max", "2",
+                                 "--no-models-autoload", "--host", "0.0.0.0", "--port", "9000", "--offline"])  # fmt: skip
+        assert settings.models_dir == tmp_path and settings.presets == Path("my.ini")
+        assert (settings.models_max, settings.autoload, settings.host, settings.port) == (2, False, "0.0.0.0", 9000)
+        assert settings.offline is True
+
+    def test_single_model_flags(self) -> None:
+        settings, _ = _settings(["-hf", "ggml-org/gemma-GGUF:Q4_K_M", "--hf-file", "x.gguf", "--alias", "a, b"])
+        assert (settings.hf_repo, settings.hf_file, settings.aliases) == ("ggml-org/gemma-GGUF:Q4_K_M", "x.gguf",
+                                                                           ("a", "b"))  # fmt: skip
+
+    def test_api_keys_add_up_from_flags_file_and_environment(self, tmp_path: Path) -> None:
+        keys = tmp_path / "keys"
+        keys.write_text("# team keys\nfile-key\n\n")
+        settings, _ = _settings(["--api-key", "key-one", "--api-key", "two,three", "--api-key-file", str(keys)],
+                                {"LLAMA_API_KEY": "env-key"})  # fmt: skip
+        assert set(settings.api_keys) == {"key-one", "two", "three", "file-key", "env-key"}
+        assert "key-one" not in repr(settings) and "key-one" in settings.secrets()
+
+    def test_an_unreadable_key_file_is_a_usage_error(self, tmp_path: Path) -> None:
+        with pytest.raises(UsageError, match="api-key-file"):
+            _settings(["--api-key-file", str(tmp_path / "missing")])
+
+    def test_underscores_in_long_options_read_as_dashes(self) -> None:
+        settings, _ = _settings(["--models_max", "3", "--ctx_size", "512"])
+        assert settings.models_max == 3 and settings.model_args == {"ctx-size": "512"}
+
+    def test_router_options_ignored_by_modelrouter_are_warned_about(self) -> None:
+        _, warnings = _settings(["--threads-http", "8", "--no-webui"])
+        assert any("--threads-http" in w for w in warnings) and any("--webui" in w for w in warnings)
+
+
+class TestPrecedence:
+    def test_command_line_beats_modelrouter_variables_which_beat_llama_cpps(self) -> None:
+        both = {"LLAMA_ARG_PORT": "1111", "MODELROUTER_PORT": "2222", "LLAMA_ARG_MODELS_MAX": "7"}
+        assert _settings([], both)[0].port == 2222
+        assert _settings([], both)[0].models_max == 7  # no MODELROUTER_MODELS_MAX: llama.cpp's variable
+        assert _settings(["--port", "3333"], both)[0].port == 3333
+
+    def test_llama_cpp_negated_variables_turn_booleans_off(self) -> None:
+        assert _settings([], {"LLAMA_ARG_NO_MODELS_AUTOLOAD": "1"})[0].autoload is False
+
+    def test_per_model_options_from_env_and_command_line_are_separate_layers(self) -> None:
+        settings, _ = _settings(["-c", "4096", "-ngl", "99"], {"LLAMA_ARG_CTX_SIZE": "512", "LLAMA_ARG_BATCH": "64"})
+        assert settings.model_args == {"ctx-size": "4096", "n-gpu-layers": "99"}
+        assert settings.model_env_args == {"ctx-size": "512", "batch-size": "64"}
+
+    def test_hub_endpoint_token_cache_and_offline_variables(self) -> None:
+        environ = {"MODEL_ENDPOINT": "http://mirror/", "HF_ENDPOINT": "http://other", "HF_TOKEN": "hf_x",
+                   "LLAMA_CACHE": "/llama/cache", "HF_HUB_OFFLINE": "1"}  # fmt: skip
+        settings, _ = _settings([], environ)
+        assert settings.hf_endpoint == "http://mirror" and settings.hf_token == "hf_x"
+        assert settings.hub_cache == Path("/llama/cache") == settings.llama_cache, "downloads land in LLAMA_CACHE"
+        assert settings.offline is True
+        assert _settings(["--hub-cache", "/ours"], environ)[0].hub_cache == Path("/ours")
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"LLAMA_CACHE": "/a", "HF_HUB_CACHE": "/b"}, "/a"),
+        ({"HF_HUB_CACHE": "/b", "HUGGINGFACE_HUB_CACHE": "/c"}, "/b"),
+        ({"HUGGINGFACE_HUB_CACHE": "/c", "HF_HOME": "/d"}, "/c"),
+        ({"HF_HOME": "/d", "XDG_CACHE_HOME": "/e"}, "/d/hub"),
+        ({"XDG_CACHE_HOME": "/e", "HOME": "/f"}, "/e/huggingface/hub"),
+        ({"HOME": "/f"}, "/f/.cache/huggingface/hub"),
+    ],
+)
+def test_llama_cpp_cache_directory_order(environ: dict[str, str], expected: str) -> None:
+    """As common/hf-cache.cpp's get_cache_directory()."""
+    assert llama_cache_dir(environ) == Path(expected)
+
+
+def _serve(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "service.cli", "serve", *argv], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)  # fmt: skip
+
+
+def test_a_flag_llama_server_does_not_know_is_a_usage_error() -> None:
+    result = _serve("--models-dir", "/tmp", "--no-such-flag")
+    assert result.returncode == 2 and "--no-such-flag" in result.stderr
+
+
+def test_a_bad_value_is_a_usage_error() -> None:
+    result = _serve("-c", "lots")
+    assert result.returncode == 2 and "invalid" in result.stderr
+
+
+def test_version_and_cache_list(tmp_path: Path) -> None:
+    assert _serve("--version").stdout.startswith("modelrouter ")
+    listed = _serve("--cache-list", "--home", str(tmp_path))
+    assert listed.returncode == 0 and "number of models in cache: 0" in listed.stdout

@@ -1,0 +1,126 @@
+"""The flag table: generated from llama.cpp's arg.cpp, complete, and in step with the help and the docs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devtools import extract_llama_args
+from service.llama_args import LLAMA_ARGS
+from service.llamacpp.flags import ARGS, BY_NAME, handling, lookup
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The flags issue 8 §1 names, each as llama-server spells it.
+ROUTER_FLAGS = ["--models-dir", "--models-preset", "--models-max", "--models-autoload", "--no-models-autoload",
+                "-hf", "--hf-repo", "--hf-file", "--api-key", "--api-key-file", "--offline", "--host", "--port",
+                "--alias"]  # fmt: skip
+MODEL_FLAGS = ["-c", "--ctx-size", "-b", "--batch-size", "-ub", "--ubatch-size", "-t", "--threads", "-tb", "-ngl",
+               "--n-gpu-layers", "-np", "--parallel", "-n", "--n-predict", "--temp", "--seed", "--jinja",
+               "--no-jinja", "--chat-template", "--chat-template-file", "--embedding", "--pooling", "-fa", "-ctk",
+               "-ctv", "--mlock", "--no-mmap", "--cont-batching", "--slots", "--no-slots", "--metrics", "--no-webui",
+               "--verbose"]  # fmt: skip
+
+
+def _all_spellings() -> set[str]:
+    return {name for arg in ARGS for name in (*arg.names, *arg.negations) if not arg.preset_only}
+
+
+def test_the_committed_table_is_what_the_extractor_reads_from_llama_cpp() -> None:
+    """``service/llama_args.py`` is generated; a hand edit or a llama.cpp update shows here."""
+    source = extract_llama_args.DEFAULT_SOURCE
+    if not (source / "common" / "arg.cpp").exists():
+        pytest.skip(f"llama.cpp sources not unpacked at {source}")
+    assert extract_llama_args.main(["--check"]) == 0
+
+
+def test_the_extractor_reads_names_kinds_envs_and_examples() -> None:
+    cpp = """
+    common_params_context common_params_parser_init(common_params & params, llama_example ex, void(*u)(int, char **)) {
+        add_opt(common_arg({"-x", "--ex-ample"}, "N", string_format("an int (default: %d)", 3),
+            [](common_params & params, int value) { params.x = value; }  // a comment with "quotes" (
+        ).set_env("LLAMA_ARG_X").set_examples({LLAMA_EXAMPLE_SERVER}));
+        add_opt(common_arg({"--on"}, {"--no-on"}, "a bool",
+            [](common_params & params, bool value) { params.on = value; }));
+        add_opt(common_arg({"--cli-only"}, "a flag", [](common_params & params) { params.c = ')'; }
+        ).set_examples({LLAMA_EXAMPLE_CLI}));
+        add_opt(common_arg({"--not-here"}, "F", "excluded", [](common_params & p, const std::string & v) {}
+        ).set_excludes({LLAMA_EXAMPLE_SERVER}));
+    }
+    void common_params_add_preset_options(std::vector<common_arg> & args) {
+        args.push_back(common_arg({"stop-timeout"}, "SECONDS", "preset only", [](common_params &, int) {}
+        ).set_env(COMMON_ARG_PRESET_STOP_TIMEOUT).set_preset_only());
+        // args.push_back(common_arg({"pin"}, "commented out", [](common_params &) {}).set_preset_only());
+    }
+    """
+    found = {o.names: o for o in extract_llama_args.extract(cpp)}
+    assert set(found) == {("-x", "--ex-ample"), ("--on",), ("stop-timeout",)}
+    example = found[("-x", "--ex-ample")]
+    assert (example.kind, example.env, example.help) == ("int", "LLAMA_ARG_X", "an int (default: …)")
+    assert found[("--on",)].kind == "bool" and found[("--on",)].negations == ("--no-on",)
+    assert found[("stop-timeout",)].preset_only and found[("stop-timeout",)].env == "__PRESET_STOP_TIMEOUT"
+
+
+def test_every_flag_the_issue_names_is_accepted() -> None:
+    spellings = _all_spellings()
+    missing = [flag for flag in ROUTER_FLAGS + MODEL_FLAGS if flag not in spellings]
+    assert not missing
+
+
+def test_the_table_is_llama_servers_own_list() -> None:
+    """No option of another llama.cpp tool leaks in, and the server's own are there."""
+    keys = {arg.key for arg in LLAMA_ARGS}
+    assert {"models-max", "api-key", "ctx-size", "n-gpu-layers", "load-on-startup"} <= keys
+    assert not keys & {"prompt", "file", "binary-file", "interactive"}  # excluded from the server / CLI-only
+    assert len(LLAMA_ARGS) == len({arg.names for arg in LLAMA_ARGS})
+
+
+def test_every_decision_names_a_real_option() -> None:
+    """A typo in flags.py's tables would silently make an option 'ignored'."""
+    honoured = {arg.key for arg in ARGS if handling(arg).honoured}
+    assert {"ctx-size", "threads", "threads-batch", "batch-size", "seed", "embeddings", "parallel", "port",
+            "host", "api-key", "api-key-file", "models-dir", "models-preset", "models-max", "models-autoload",
+            "hf-repo", "hf-file", "alias", "model", "offline", "load-on-startup", "dedup-cache-models"} <= honoured  # fmt: skip
+    params = {handling(arg).param for arg in ARGS if handling(arg).param}
+    assert params == {"n_ctx", "n_threads", "n_threads_batch", "n_batch", "seed", "embedding", "n_parallel",
+                      "chat_format"}  # fmt: skip
+
+
+def test_preset_keys_are_long_and_short_names_and_env_names() -> None:
+    assert lookup("c") == lookup("ctx-size") == lookup("LLAMA_ARG_CTX_SIZE") == (BY_NAME["ctx-size"], False)
+    assert lookup("no-jinja") == (BY_NAME["jinja"], True)
+    assert lookup("LLAMA_ARG_NO_JINJA") == (BY_NAME["jinja"], True)
+    assert lookup("no-such-option") is None
+
+
+def _help() -> str:
+    result = subprocess.run([sys.executable, "-m", "service.cli", "serve", "--help"], capture_output=True,
+                            text=True, check=True, cwd=ROOT)  # fmt: skip
+    return result.stdout
+
+
+def test_serve_help_lists_every_flag_grouped() -> None:
+    """``serve --help`` keeps in step with the table: every spelling but the hidden ``--no-X`` twins."""
+    text = _help()
+    shown = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w.-]*)", text))
+    expected = {name for arg in ARGS if not arg.preset_only for name in arg.names}
+    assert expected <= shown, sorted(expected - shown)
+    titles = ["llama-server: router:", "llama-server: per-model defaults:", "modelrouter:"]
+    positions = [text.index(title) for title in titles]
+    assert positions == sorted(positions)
+    router = text[positions[0] : positions[1]]
+    assert "--models-max" in router and "--api-key" in router and "--ctx-size" not in router
+
+
+def test_the_compat_doc_lists_every_option_and_its_handling() -> None:
+    """docs/llama-cpp-compat.md's tables are generated by devtools.compat_doc; they must be current."""
+    from devtools import compat_doc
+
+    doc = (ROOT / "docs" / "llama-cpp-compat.md").read_text()
+    assert compat_doc.splice(doc) == doc, "run python -m devtools.compat_doc"
+    for arg in ARGS:
+        assert f"`{arg.names[-1]}`" in doc, arg.key

@@ -1,0 +1,75 @@
+"""Reload: ``GET /models?reload=1`` and ``POST /models/reload`` re-read presets, models dir and caches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.dropin.conftest import Serve, chat, models
+from tests.supervision.conftest import events, wait_for_event
+
+
+@pytest.mark.timeout(180)
+def test_reload_adds_changes_and_removes_models(serve: Serve, models_dir: Path, tiny: bytes, tmp_path: Path) -> None:
+    preset = tmp_path / "presets.ini"
+    preset.write_text("[tiny-a]\nc = 100\n")
+    svc = serve("--models-dir", str(models_dir), "--models-preset", str(preset))
+    for name in ("tiny-a", "tiny-b"):
+        assert chat(svc, name).status_code == 200
+
+    (models_dir / "tiny-c.gguf").write_bytes(tiny)  # added
+    preset.write_text("[tiny-a]\nc = 200\n")  # changed, and running
+    (models_dir / "tiny-b.gguf").unlink()  # removed, and running
+    answer = httpx.get(f"{svc.url}/models", params={"reload": "1"}, timeout=60)
+    assert answer.status_code == 200
+    listed = {m["id"] for m in answer.json()["data"]}
+    assert listed == {"tiny-a", "tiny-c"}, "the listing already shows the reload"
+
+    reloaded = events(svc, type="models_reloaded")[-1]["data"]
+    assert (reloaded["added"], reloaded["changed"], reloaded["removed"]) == (["tiny-c"], ["tiny-a"], ["tiny-b"])
+    assert sorted(reloaded["unloaded"]) == ["tiny-a", "tiny-b"]
+    stopped = {e["model"]: e["data"]["reason"] for e in events(svc, type="instance_stop_requested")}
+    assert stopped == {"tiny-a": "reload", "tiny-b": "removed"}
+    assert events(svc, type="model_removed", model="tiny-b")
+
+    assert chat(svc, "tiny-a").status_code == 200
+    requested = events(svc, type="instance_requested", model="tiny-a")
+    assert requested[-1]["data"]["params"] == {"n_ctx": 200}, "the next load uses the new settings"
+    assert chat(svc, "tiny-b").status_code == 404
+
+
+@pytest.mark.timeout(120)
+def test_post_reload_answers_what_changed_and_a_broken_preset_changes_nothing(
+    serve: Serve, models_dir: Path, tmp_path: Path
+) -> None:
+    preset = tmp_path / "presets.ini"
+    preset.write_text("[tiny-a]\nalias = first\n")
+    svc = serve("--models-dir", str(models_dir), "--models-preset", str(preset))
+    nothing = httpx.post(f"{svc.url}/models/reload", timeout=60).json()
+    assert nothing == {"success": True, "added": [], "changed": [], "removed": [], "unloaded": []}
+
+    preset.write_text("[tiny-a]\nalias = first\nno_such_key = 1\n")
+    refused = httpx.post(f"{svc.url}/models/reload", timeout=60)
+    assert refused.status_code == 400 and "no_such_key" in refused.json()["detail"]
+    assert models(svc)["tiny-a"]["aliases"] == ["first"], "the last good reading stays in force"
+
+    preset.write_text("[tiny-a]\nalias = second\n")
+    changed = httpx.post(f"{svc.url}/models/reload", timeout=60).json()
+    assert changed["changed"] == ["tiny-a"] and models(svc)["tiny-a"]["aliases"] == ["second"]
+    assert len(events(svc, type="models_reloaded")) == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_removed_running_model_is_stopped_first(serve: Serve, models_dir: Path, tmp_path: Path) -> None:
+    preset = tmp_path / "presets.ini"
+    preset.write_text(f"[extra]\nmodel = {models_dir / 'tiny-a.gguf'}\nload-on-startup = true\n")
+    svc = serve("--models-preset", str(preset))
+    wait_for_event(svc, "instance_ready", model="extra")
+    preset.write_text("")
+    plan = httpx.post(f"{svc.url}/models/reload", timeout=60).json()
+    assert plan["removed"] == ["extra"] and plan["unloaded"] == ["extra"]
+    order = [e["type"] for e in events(svc, model="extra", type=["instance_stopped", "model_removed"])]
+    assert order == ["instance_stopped", "model_removed"]
+    assert "extra" not in models(svc)
