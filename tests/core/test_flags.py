@@ -1,11 +1,12 @@
-"""One boolean parser for environment variables and preset files."""
+"""One boolean parser for our environment variables; preset files follow llama.cpp's words."""
 
 from __future__ import annotations
 
 import pytest
 
 from service.core.flags import parse_bool
-from service.presets import PresetError, parse_presets
+from service.llamacpp.options import model_settings
+from service.presets import parse_preset
 from service.settings import Settings
 
 
@@ -29,13 +30,17 @@ def test_empty_means_the_default_only_when_asked() -> None:
     assert parse_bool("", empty=False) is False and parse_bool(" ", empty=True) is True
 
 
-def test_settings_and_presets_share_it(tmp_path: object) -> None:
+def test_settings_use_it() -> None:
     env = {"MODELROUTER_AUTOLOAD": "off", "MODELROUTER_RESUME_DOWNLOADS_ON_START": "yes"}
     settings = Settings.from_env(env)
     assert settings.autoload is False and settings.resume_downloads_on_start is True
     with pytest.raises(ValueError, match="expected true or false"):
         Settings.from_env({"MODELROUTER_AUTOLOAD": "sometimes"})
-    (config, _path) = parse_presets("[m]\nload-on-startup = on\n")["m"]
-    assert config.load_on_startup is True
-    with pytest.raises(PresetError, match="load-on-startup"):
-        parse_presets("[m]\nload-on-startup = sometimes\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("on", True), ("enabled", True), ("1", True), ("off", False), ("0", False)]
+)
+def test_preset_flags_follow_llama_cpp(text: str, expected: bool) -> None:
+    [section] = parse_preset(f"[m]\nload-on-startup = {text}\n", "test.ini").sections
+    assert model_settings(section.options, section.extras).config.load_on_startup is expected
