@@ -6,7 +6,8 @@
     [tiny]
     model = /models/tiny.gguf  ; a local file (optional for downloaded models)
     aliases = small, fast
-    n_ctx = 512
+    n_ctx = 512                ; context per slot
+    n_parallel = 2             ; slots decoded together (default 4)
     ttl = 300                  ; seconds idle before unload (reason "idle")
     restart = on-failure       ; or "never" (the default)
     load-on-startup = true
@@ -27,7 +28,7 @@ from service.core import events as ev
 from service.core.state import ModelConfig, RouterState
 from service.event_store.codec import NewEvent
 
-_INT_PARAMS = {"n_ctx", "n_threads", "n_threads_batch", "n_batch", "seed"}
+_INT_PARAMS = {"n_ctx", "n_threads", "n_threads_batch", "n_batch", "n_parallel", "max_prompt_tokens", "seed"}
 _KNOWN = _INT_PARAMS | {"model", "aliases", "ttl", "restart", "load-on-startup", "embedding", "chat_format"}
 
 
