@@ -33,7 +33,7 @@ from typing import Any
 
 from workers._engine_metrics import EngineMetrics
 from workers._inference_api import ApiError
-from workers._llama_model import Batch, LlamaModel
+from workers._llama_model import MAX_SLOTS, Batch, LlamaModel
 from workers._slots import Request, Slot, SlotState, TextStream, Timings, pick_slot
 
 
@@ -88,7 +88,7 @@ class BatchEngine:
 
     def _setup(self, llm: LlamaModel) -> None:
         self.llm = llm
-        self.slots = [Slot(id=i, n_ctx=llm.n_ctx) for i in range(min(self.n_parallel, 256))]
+        self.slots = [Slot(id=i, n_ctx=llm.n_ctx) for i in range(min(self.n_parallel, MAX_SLOTS))]
         self._batch = Batch(llm.lc, llm.n_batch)
         self._budget = llm.cfg.n_batch
 

@@ -28,6 +28,7 @@ from typing import Any
 from workers._llama_load import LlamaLog, LoadError, classify_llama_errors
 
 _DEFERRED = "_modelrouter_deferred_init"
+MAX_SLOTS = 256  # LLAMA_MAX_SEQ
 _import_lock = threading.Lock()
 
 
@@ -257,7 +258,7 @@ def _context_params(lc: Any, cfg: ContextConfig, n_ctx_train: int) -> Any:
     """
     p = lc.llama_context_default_params()
     per_slot = n_ctx_train if cfg.n_ctx <= 0 else min(cfg.n_ctx, n_ctx_train or cfg.n_ctx)
-    n_seq = max(1, cfg.n_parallel)
+    n_seq = min(max(1, cfg.n_parallel), MAX_SLOTS)
     p.n_ctx = per_slot * n_seq
     # A step carries one token per generating slot even when n_batch is smaller.
     p.n_batch = max(cfg.n_batch, n_seq)
@@ -305,6 +306,7 @@ def load_llama(path: str, cfg: ContextConfig, *, log: LlamaLog, on_progress: Cal
         raise LoadError("file_missing", f"no such file: {path}")
     lc = lowlevel()
     lc.llama_backend_init()
+    t_bindings = time.monotonic()
     aborted = threading.Event()
 
     def progress(p: float) -> bool:
@@ -335,7 +337,8 @@ def load_llama(path: str, cfg: ContextConfig, *, log: LlamaLog, on_progress: Cal
     t_warm = time.monotonic()
     on_progress(1.0)
     timings = {
-        "model_ms": (t_model - t0) * 1000.0,
+        "bindings_ms": (t_bindings - t0) * 1000.0,
+        "model_ms": (t_model - t_bindings) * 1000.0,
         "context_ms": (t_ctx - t_model) * 1000.0,
         "vocab_ms": (t_vocab - t_ctx) * 1000.0,
         "warmup_ms": (t_warm - t_vocab) * 1000.0,
