@@ -55,7 +55,6 @@ class CompletionFront:
         chat_format: str | None = None,
         default_seed: int | None = None,
         max_prompt_tokens: int = 0,
-        on_imported: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
         self.llm = llm
@@ -69,18 +68,16 @@ class CompletionFront:
         self._handler: Any = None
         self._handler_error: BaseException | None = None
         self._handler_ready = threading.Event()
-        threading.Thread(target=self._prepare_chat, args=(on_imported,), name="chat-import", daemon=True).start()
+        threading.Thread(target=self._prepare_chat, name="chat-format", daemon=True).start()
 
     # -- chat formats (llama-cpp-python's, resolved as Llama.__init__ does) ------
 
-    def _prepare_chat(self, on_imported: Callable[[], None] | None) -> None:
+    def _prepare_chat(self) -> None:
         try:
             from workers._chat_format import resolve_chat_handler
             from workers._llama_model import complete_import
 
-            complete_import()
-            if on_imported is not None:
-                on_imported()
+            complete_import()  # usually done already, while the model loaded
             self._handler = resolve_chat_handler(self.llm, self.chat_format)
         except BaseException as exc:  # reported to chat requests
             self._handler_error = exc

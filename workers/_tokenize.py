@@ -24,8 +24,6 @@ prompt-size limit.
 
 from __future__ import annotations
 
-import itertools
-import operator
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +54,7 @@ class _Vocab(Protocol):
 class VocabProfile:
     """What safe cut points and the byte bound need to know about a vocabulary (one scan)."""
 
-    pairs: frozenset[str]  # every two adjacent characters inside any entry, raw and ``▁`` forms
+    pairs: frozenset[int]  # every two adjacent characters inside any entry (see _pair), NUL-separated
     special_first: frozenset[str]  # first characters of special (control, user-defined) entries
     special_last: frozenset[str]
     max_token_bytes: int  # longest entry in UTF-8 bytes: an upper bound on input bytes per token
@@ -65,14 +63,12 @@ class VocabProfile:
 
 
 def scan_vocab(vocab: _Vocab) -> VocabProfile:
-    """Read every entry once: ~0.6 s for Gemma's 262,144, so it runs lazily, for the first long prompt."""
+    """Read every entry once: ~0.5 s for Gemma's 262,144, so it runs lazily, for the first long prompt."""
     texts = [vocab.token_text(t) for t in range(vocab.n_vocab)]
-    joined = "\x00".join(texts)  # pairs across the separator contain NUL: harmless, they only forbid cuts
-    pairs = set(map(operator.add, joined, itertools.islice(joined, 1, None)))
-    if _SPACE_MARK in joined:
-        spaced = joined.replace(_SPACE_MARK, " ")
-        pairs.update(map(operator.add, spaced, itertools.islice(spaced, 1, None)))
     special = [t for t, text in enumerate(texts) if text and vocab.token_attr(t) & _ATTR_SPECIAL]
+    # Merged pieces carry ``▁`` for a space; special tokens match the raw text, spaces as spaces.
+    joined = "\x00".join([*texts, *(texts[t].replace(_SPACE_MARK, " ") for t in special)])
+    pairs = _pair_codes(joined)
     by_text = {text: t for t, text in reversed(list(enumerate(texts))) if text in _PREFIX_TEXTS}
     if _SPACE_MARK in by_text:
         prefix: tuple[int, ...] = (by_text[_SPACE_MARK],)
@@ -87,6 +83,18 @@ def scan_vocab(vocab: _Vocab) -> VocabProfile:
         space_prefix=b"".join(vocab.piece(t) for t in probe).startswith(b" "),
         prefix_tokens=prefix,
     )
+
+
+def _pair_codes(text: str) -> frozenset[int]:
+    """Every adjacent pair of characters in ``text`` as ``ord(a) << 21 | ord(b)`` (numpy: ~30 ms for 2M)."""
+    import numpy as np
+
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    return frozenset(np.unique((codes[:-1] << 21) | codes[1:]).tolist())
+
+
+def _pair(a: str, b: str) -> int:
+    return ord(a) << 21 | ord(b)
 
 
 def _cut_after(text: str, start: int, p: VocabProfile) -> tuple[int, int, bool] | None:
@@ -104,18 +112,23 @@ def _cut_after(text: str, start: int, p: VocabProfile) -> tuple[int, int, bool] 
         if left.isspace() or left in p.special_last:
             continue
         if not p.space_prefix:
-            if not right.isspace() and left + right not in p.pairs:
+            if not right.isspace() and _pair(left, right) not in p.pairs:
                 return i, i, False
             continue
         if right == " ":
             after = text[i + 1]
-            if not after.isspace() and after not in p.special_first and left + _SPACE_MARK not in p.pairs:
+            if (
+                not after.isspace()
+                and after not in p.special_first
+                and _pair(left, _SPACE_MARK) not in p.pairs
+                and _pair(left, " ") not in p.pairs
+            ):
                 return i, i + 1, False
         elif (
             not right.isspace()
             and right not in p.special_first
-            and left + right not in p.pairs
-            and _SPACE_MARK + right not in p.pairs
+            and _pair(left, right) not in p.pairs
+            and _pair(_SPACE_MARK, right) not in p.pairs
         ):
             return i, i, True
     return None
