@@ -27,7 +27,7 @@ from typing import Any
 from workers._completion_shape import CompletionShaper
 from workers._inference_api import ApiError
 from workers._llama_model import LlamaModel
-from workers._sampling import SamplerError, SamplingParams, build_chain
+from workers._sampling import SamplerError, SamplingParams, build_chain, strict_json_strings
 from workers._slots import Request
 from workers._tokenize import Cancelled, Tokenizer
 
@@ -188,7 +188,7 @@ class CompletionFront:
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
             mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=seed,
             logit_bias=tuple((int(k), float(v)) for k, v in (logit_bias or {}).items()),
-            grammar=getattr(grammar, "_grammar", None), n_probs=-1 if logprobs is None else int(logprobs),
+            grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs),
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         req = self._submit(tokens, params, max_tokens or 0, stops)
@@ -252,6 +252,12 @@ class CompletionFront:
         finally:
             if not done:
                 self.engine.cancel(req)
+
+
+def _gbnf(grammar: Any) -> str | None:
+    """The GBNF text of a ``LlamaGrammar`` (what the chat handlers pass), JSON strings made strict."""
+    text = getattr(grammar, "_grammar", None)
+    return strict_json_strings(text) if text else None
 
 
 def _too_long(size: str, limit: int, n_ctx: int) -> ApiError:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,18 @@ class SamplingParams:
             "n_probs": max(self.n_probs, 0),
             "grammar": self.grammar or "",
         }
+
+
+# llama-cpp-python's JSON-schema converter (``json_schema_to_gbnf``) lets raw
+# control characters into strings (``char ::= [^"\\] | ...``), which strict JSON
+# parsers reject; its own JSON_GBNF and llama.cpp's converter exclude them.
+_LOOSE_JSON_CHAR = re.compile(r'^char ::= \[\^"\\\\\] \| ', re.MULTILINE)
+_STRICT_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] | '
+
+
+def strict_json_strings(gbnf: str) -> str:
+    """``gbnf`` with the converter's string-character rule made strict JSON."""
+    return _LOOSE_JSON_CHAR.sub(lambda _m: _STRICT_JSON_CHAR, gbnf)
 
 
 class SamplerError(ValueError):

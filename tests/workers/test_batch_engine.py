@@ -281,6 +281,29 @@ class TestSamplingAndFormats:
             assert isinstance(value["ok"], bool) and isinstance(value["n"], int)
 
     @pytest.mark.timeout(120)
+    def test_forced_tool_call_arguments_parse(self, engine_worker: WorkerProc) -> None:
+        """llama-cpp-python's chat handler turns a named tool_choice into a grammar and tool_calls."""
+        params = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": params}}]
+        body = {"messages": [{"role": "user", "content": "weather?"}], "tools": tools, "max_tokens": 200,
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "seed": 1}  # fmt: skip
+        choice = httpx.post(f"{engine_worker.endpoint}/v1/chat/completions", json=body, timeout=60).json()["choices"][0]
+        assert choice["finish_reason"] == "tool_calls"
+        call = choice["message"]["tool_calls"][0]["function"]
+        assert call["name"] == "get_weather" and isinstance(json.loads(call["arguments"])["city"], str)
+
+    def test_schema_grammars_forbid_raw_control_characters_in_strings(self) -> None:
+        """llama-cpp-python's converter allows them (json.loads then fails); the engine patches its rule."""
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+        from workers._sampling import strict_json_strings
+
+        gbnf = json_schema_to_gbnf(json.dumps({"type": "object", "properties": {"s": {"type": "string"}}}))
+        assert 'char ::= [^"\\] |' in gbnf
+        assert strict_json_strings(gbnf).startswith('char ::= [^"\\\x7F\x00-\x1F] |')
+        assert strict_json_strings('root ::= [^"\\]') == 'root ::= [^"\\]'  # other rules untouched
+
+    @pytest.mark.timeout(120)
     def test_gbnf_grammar_on_completions(self, engine_worker: WorkerProc) -> None:
         body = {
             "prompt": "pick:",
