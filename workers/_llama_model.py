@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import importlib.util
+import itertools
 import os
 import sys
 import threading
@@ -310,12 +311,33 @@ class LoadedLlama:
 
 def load_llama(path: str, cfg: ContextConfig, *, log: LlamaLog, on_progress: Callable[[float], bool]) -> LoadedLlama:
     """Load ``path`` and create its context; raises :class:`LoadError` with a classified reason."""
-    t0 = time.monotonic()
+    marks = [time.monotonic()]
     if not os.path.exists(path):
         raise LoadError("file_missing", f"no such file: {path}")
     lc = lowlevel()
     lc.llama_backend_init()
-    t_bindings = time.monotonic()
+    marks.append(time.monotonic())
+    model = _load_model(lc, path, log, on_progress)
+    marks.append(time.monotonic())
+    ctx = lc.llama_init_from_model(model, _context_params(lc, cfg, int(lc.llama_model_n_ctx_train(model))))
+    if not ctx:
+        lc.llama_model_free(model)
+        err = classify_llama_errors(log.errors())
+        raise LoadError(err.reason if err.reason != "load_error" else "out_of_memory", err.message)
+    marks.append(time.monotonic())
+    llm = LlamaModel(lc, model, ctx, cfg, path)
+    marks.append(time.monotonic())
+    if cfg.warmup:
+        _warmup(llm)
+    marks.append(time.monotonic())
+    on_progress(1.0)
+    names = ("bindings_ms", "model_ms", "context_ms", "vocab_ms", "warmup_ms")
+    phases = {name: round((b - a) * 1000.0, 3) for name, (a, b) in zip(names, itertools.pairwise(marks), strict=True)}
+    return LoadedLlama(llm, round((marks[-1] - marks[0]) * 1000.0, 3), phases)
+
+
+def _load_model(lc: Any, path: str, log: LlamaLog, on_progress: Callable[[float], bool]) -> Any:
+    """``llama_model_load_from_file`` with our progress callback (returning False aborts the load)."""
     aborted = threading.Event()
 
     def progress(p: float) -> bool:
@@ -324,35 +346,14 @@ def load_llama(path: str, cfg: ContextConfig, *, log: LlamaLog, on_progress: Cal
             aborted.set()
         return keep
 
-    keepalive = _progress_callback(lc, progress)
-    mparams = lc.llama_model_default_params()
-    mparams.progress_callback = keepalive
+    params = lc.llama_model_default_params()
+    params.progress_callback = keepalive = _progress_callback(lc, progress)
     log.mark()
-    model = lc.llama_model_load_from_file(path.encode(), mparams)
-    t_model = time.monotonic()
+    model = lc.llama_model_load_from_file(path.encode(), params)
+    del keepalive  # referenced until here: llama.cpp calls it only while loading
     if not model:
         raise _classify(path, log, aborted.is_set())
-    cparams = _context_params(lc, cfg, int(lc.llama_model_n_ctx_train(model)))
-    ctx = lc.llama_init_from_model(model, cparams)
-    if not ctx:
-        lc.llama_model_free(model)
-        err = classify_llama_errors(log.errors())
-        raise LoadError(err.reason if err.reason != "load_error" else "out_of_memory", err.message)
-    t_ctx = time.monotonic()
-    llm = LlamaModel(lc, model, ctx, cfg, path)
-    t_vocab = time.monotonic()
-    if cfg.warmup:
-        _warmup(llm)
-    t_warm = time.monotonic()
-    on_progress(1.0)
-    timings = {
-        "bindings_ms": (t_bindings - t0) * 1000.0,
-        "model_ms": (t_model - t_bindings) * 1000.0,
-        "context_ms": (t_ctx - t_model) * 1000.0,
-        "vocab_ms": (t_vocab - t_ctx) * 1000.0,
-        "warmup_ms": (t_warm - t_vocab) * 1000.0,
-    }
-    return LoadedLlama(llm, round((t_warm - t0) * 1000.0, 3), {k: round(v, 3) for k, v in timings.items()})
+    return model
 
 
 def _warmup(llm: LlamaModel) -> None:
