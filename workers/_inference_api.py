@@ -15,8 +15,6 @@ import base64
 import json
 from typing import Any
 
-import numpy as np
-
 _FLOAT_PARAMS = (
     "temperature",
     "top_p",
@@ -140,9 +138,11 @@ def chat_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any],
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     kwargs = _sampling_kwargs(body)
     kwargs["messages"] = [_normalize_message(i, m) for i, m in enumerate(messages)]
-    for key in ("tools", "tool_choice", "functions", "function_call", "response_format"):
+    for key in ("tools", "tool_choice", "functions", "function_call"):
         if body.get(key) is not None:
             kwargs[key] = body[key]
+    if body.get("response_format") is not None:
+        kwargs["response_format"] = _response_format(body["response_format"])
     if body.get("logprobs") is not None:
         kwargs["logprobs"] = bool(body["logprobs"])
     if body.get("top_logprobs") is not None:
@@ -151,6 +151,37 @@ def chat_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any],
     kwargs["stream"] = stream
     kwargs["model"] = model_name
     return kwargs, stream
+
+
+def _response_format(fmt: Any) -> dict[str, Any]:
+    """OpenAI's ``json_schema`` form folded into llama-cpp-python's ``json_object`` + ``schema``."""
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise ApiError(400, "'response_format.type' must be 'text', 'json_object' or 'json_schema'")
+    if fmt["type"] != "json_schema":
+        return fmt
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+        raise ApiError(400, "'response_format.json_schema' must be an object with a 'schema' object")
+    return {"type": "json_object", "schema": spec.get("schema", {})}
+
+
+def _grammar(body: dict[str, Any]) -> Any:
+    """llama-server's ``grammar`` (GBNF) or ``json_schema`` on completions, as a ``LlamaGrammar``."""
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf  # light: no numpy
+
+    if body.get("grammar") is not None:
+        if not isinstance(body["grammar"], str):
+            raise ApiError(400, "'grammar' must be a GBNF string")
+        return LlamaGrammar.from_string(body["grammar"], verbose=False)
+    schema = body.get("json_schema")
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise ApiError(400, "'json_schema' must be an object")
+    try:
+        return LlamaGrammar.from_string(json_schema_to_gbnf(json.dumps(schema)), verbose=False)
+    except Exception as exc:  # the converter raises plain exceptions on unsupported schemas
+        raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
 
 
 def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
@@ -167,6 +198,9 @@ def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str,
     kwargs["prompt"] = prompt
     if body.get("suffix") is not None:
         kwargs["suffix"] = str(body["suffix"])
+    grammar = _grammar(body)
+    if grammar is not None:
+        kwargs["grammar"] = grammar
     if body.get("echo") is not None:
         kwargs["echo"] = bool(body["echo"])
     if body.get("logprobs") is not None:
@@ -177,6 +211,23 @@ def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str,
     kwargs["stream"] = stream
     kwargs["model"] = model_name
     return kwargs, stream
+
+
+def request_options(body: dict[str, Any]) -> dict[str, Any]:
+    """Options outside ``Llama``'s signature: ``cache_prompt`` (llama-server's, default true) and
+    ``stream_options.include_usage`` (OpenAI's)."""
+    opts: dict[str, Any] = {}
+    cache_prompt = body.get("cache_prompt")
+    if cache_prompt is not None:
+        if not isinstance(cache_prompt, bool):
+            raise ApiError(400, "'cache_prompt' must be a boolean")
+        opts["cache_prompt"] = cache_prompt
+    stream_options = body.get("stream_options")
+    if stream_options is not None:
+        if not isinstance(stream_options, dict):
+            raise ApiError(400, "'stream_options' must be an object")
+        opts["include_usage"] = bool(stream_options.get("include_usage"))
+    return opts
 
 
 def embedding_request(body: dict[str, Any]) -> tuple[list[str], str]:
@@ -195,6 +246,8 @@ def embedding_request(body: dict[str, Any]) -> tuple[list[str], str]:
 def encode_embeddings(result: dict[str, Any], fmt: str) -> dict[str, Any]:
     """Apply ``encoding_format``; base64 is little-endian float32, as OpenAI sends it."""
     if fmt == "base64":
+        import numpy as np  # only embedding workers get here; numpy costs ~0.1 s of start-up
+
         for item in result.get("data", []):
             vec = np.asarray(item["embedding"], dtype="<f4")
             item["embedding"] = base64.b64encode(vec.tobytes()).decode("ascii")

