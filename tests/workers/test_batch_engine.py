@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service.devtools.tiny_gguf import write_tiny_gguf
+from devtools.tiny_gguf import write_tiny_gguf
 
 from tests.workers.conftest import WorkerProc
 

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
-from service.devtools.tiny_gguf import write_tiny_gguf
+from devtools.tiny_gguf import write_tiny_gguf
 
 from workers._llama_load import LlamaLog
 from workers._llama_model import ContextConfig, LlamaModel, load_llama
