@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from devtools.tiny_gguf import write_tiny_gguf
 
+from devtools.tiny_gguf import write_tiny_gguf
 from tests.workers.conftest import WorkerProc
 
 pytest.importorskip("llama_cpp")

@@ -19,8 +19,8 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
-from devtools.tiny_gguf import write_tiny_gguf
 
+from devtools.tiny_gguf import write_tiny_gguf
 from workers._llama_load import LlamaLog
 from workers._llama_model import ContextConfig, LlamaModel, load_llama
 from workers._tokenize import Tokenizer, split_for_tokenizing
