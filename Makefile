@@ -6,7 +6,7 @@ HOME_DIR ?= $(or $(MODELROUTER_HOME),$(HOME)/.local/share/modelrouter)
 # llama-cpp-python compiles from source the first time (~12 min on 2 cores); pip caches the wheel.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install run migrate lint test wheel-check bench demo verify clean
+.PHONY: install run migrate lint test browser wheel-check bench demo verify clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,15 @@ lint: install
 	$(BIN)/ruff format --check service workers migrations devtools tests bench .ci
 	$(BIN)/mypy service workers devtools
 
-test: lint
+# The dashboard test drives Debian's headless Chromium; installed only when missing and apt-get can
+# (root). Elsewhere install chromium + chromedriver yourself, or that test is skipped with the reason.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y chromium chromium-driver || { apt-get update && apt-get install -y chromium chromium-driver; }; \
+	else echo "chromium/chromedriver missing and apt-get unavailable: the dashboard test will skip"; fi
+
+test: lint browser
 	$(BIN)/python -m pytest tests -q
 
 # The wheel in a scratch venv: `modelrouter serve` answers /health and migrates (also run by .ci/run).

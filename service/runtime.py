@@ -13,6 +13,7 @@ from service.catalogue.sources import Catalogue
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.statements import EventFilter
 from service.live_state import LiveState
+from service.metrics import RouterMetrics
 from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
@@ -30,6 +31,7 @@ class Runtime:
     remover: ModelRemover
     snapshotter: Snapshotter
     http: httpx.AsyncClient
+    metrics: RouterMetrics
     open_streams: int = 0
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     stream_reads: dict[tuple[EventFilter, Any], asyncio.Future[Any]] = field(default_factory=dict)

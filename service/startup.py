@@ -28,6 +28,7 @@ from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
 from service.event_store.migrate import upgrade
 from service.live_state import LiveState
+from service.metrics import Gauges, RouterMetrics
 from service.presets import PresetError
 from service.recovery.rebuild import rebuild_state
 from service.recovery.reconcile import elapsed_ms, plan_reconcile
@@ -70,6 +71,10 @@ async def start(settings: Settings) -> Runtime:
     snapshotter.maybe_snapshot(live.state)  # a long replay gets a fresh snapshot at once
     downloads = DownloadSupervisor(settings, live)
     instances = OnDemandInstances(settings, live, downloads)
+    # Added after the catch-up: event counters count from this process's start.
+    gauges = Gauges(in_flight=lambda: sum(instances.busy.values()), queued=lambda: instances.queue_length)
+    metrics = RouterMetrics(lambda: live.state, gauges)
+    live.add_listener(metrics.on_folded)
     runtime = Runtime(
         settings=settings,
         store=store,
@@ -82,6 +87,7 @@ async def start(settings: Settings) -> Runtime:
             timeout=httpx.Timeout(10.0, read=None, write=None, pool=None),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
         ),
+        metrics=metrics,
     )
     await live.record(
         [NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))]

@@ -18,6 +18,7 @@ from service.api.auth import api_key_middleware
 from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
 from service.api.events_controller import EventsController, models_sse
 from service.api.health_controller import health, health_v1
+from service.api.metrics_controller import get_metrics
 from service.api.middleware import request_id_middleware
 from service.api.models_controller import list_models, list_models_openai, load_model, remove_model, unload_model
 from service.api.options import options_handlers
@@ -72,11 +73,12 @@ def create_app(settings: Settings) -> Litestar:
     )
     return Litestar(
         route_handlers=[
-            *options_handlers(proxy_routes),
+            *options_handlers([*proxy_routes, get_metrics]),
             health,
             health_v1,
             control,
             *proxy_routes,
+            get_metrics,
             EventsController,
             models_sse,
             reload_models,

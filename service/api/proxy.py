@@ -103,6 +103,7 @@ async def proxy_request(
     headers = {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
     lease = runtime.instances.lease(name, autoload=auto)
     model, endpoint = await _enter_unless_disconnected(request, lease)
+    runtime.metrics.observe_queue_wait(time.perf_counter() - started)
     instance = runtime.live.state.models[model].instance  # the one the lease holds: not stopped while leased
     instance_id = instance.instance_id if instance is not None else ""
     try:

@@ -69,7 +69,7 @@ POST_ROUTES: dict[str, type[Any]] = {
     "/v1/responses/input_tokens": s.ModelRequest,
     "/lora-adapters": s.ModelRequest,
 }
-GET_ROUTES = ("/metrics", "/lora-adapters", "/slots")
+GET_ROUTES = ("/lora-adapters", "/slots")  # /metrics: service.api.metrics_controller (the router's own without ?model=)
 _OPERATION_IDS = {
     "/v1/chat/completions": "chatCompletions",
     "/v1/completions": "completions",

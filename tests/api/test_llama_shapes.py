@@ -161,7 +161,7 @@ def test_every_post_route_reaches_the_worker(svc: ServiceProcess, path: str) -> 
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("path", [*GET_ROUTES, "/props"])
+@pytest.mark.parametrize("path", [*GET_ROUTES, "/props", "/metrics"])
 def test_every_get_route_with_model_reaches_the_worker(svc: ServiceProcess, path: str) -> None:
     answer = httpx.get(f"{svc.url}{path}", params={"model": "tiny-a"}, timeout=60)
     assert answer.status_code in (200, 404, 501), answer.text

@@ -44,7 +44,16 @@ async def test_every_routed_endpoint_and_llama_path_is_described(client: AsyncTe
     for path in GET_ROUTES:
         params = {p["name"]: p for p in paths[path]["get"]["parameters"]}
         assert params["model"]["required"] is True
-    for path in ("/models", "/models/load", "/models/unload", "/models/sse", "/props", "/health", "/v1/health"):
+    for path in (
+        "/models",
+        "/models/load",
+        "/models/unload",
+        "/models/sse",
+        "/props",
+        "/metrics",
+        "/health",
+        "/v1/health",
+    ):
         assert path in paths
     assert set(paths["/models"]) == {"get", "post", "delete"}
 
