@@ -64,7 +64,8 @@ def check_contents(wheel: Path) -> None:
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     if tops != PRODUCT:
         sys.exit(f"FAILED: the wheel's top-level entries are {sorted(tops)}, expected {sorted(PRODUCT)}")
-    for needed in ("migrations/env.py", "migrations/script.py.mako"):
+    dashboard = ("index.html", "dashboard.js", "dashboard.css")
+    for needed in ("migrations/env.py", "migrations/script.py.mako", *(f"service/api/static/{f}" for f in dashboard)):
         if needed not in names:
             sys.exit(f"FAILED: {needed} is missing from the wheel")
     if not any(n.startswith("migrations/versions/") and n.endswith(".py") and "__init__" not in n for n in names):

@@ -15,6 +15,7 @@ from litestar.openapi import OpenAPIConfig
 
 from service import __version__, startup
 from service.api.auth import api_key_middleware
+from service.api.dashboard import dashboard_routes
 from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
 from service.api.events_controller import EventsController, models_sse
 from service.api.health_controller import health, health_v1
@@ -79,6 +80,7 @@ def create_app(settings: Settings) -> Litestar:
             control,
             *proxy_routes,
             get_metrics,
+            *dashboard_routes,
             EventsController,
             models_sse,
             reload_models,

@@ -5,7 +5,14 @@ preflights (``OPTIONS``) needs ``Authorization: Bearer <key>`` or
 ``X-Api-Key: <key>``; anything else gets llama.cpp's 401 body
 ``{"error": {"message": "Invalid API Key", "type": "authentication_error",
 "code": 401}}``, with the problem+json members beside it. The event stream,
-the audit log and the OpenAPI schema are covered like everything else.
+the audit log, ``/metrics`` and the OpenAPI schema are covered like everything
+else. The dashboard's static files (``/`` and ``/dashboard/*``) are public: they
+hold no data, and the page asks for the key once a request answers 401.
+
+A browser's ``EventSource`` cannot send headers, so the two event streams
+(``GET /events/stream``, ``GET /models/sse``) also take the key as
+``?api_key=``, checked the same way. Only there: a key in a URL can end up in
+proxy logs and browser history, so no other route accepts one.
 
 Where we differ from llama.cpp on purpose: it compares keys with
 ``std::find`` (string ``==``, which stops at the first differing byte), so
@@ -22,14 +29,17 @@ import hashlib
 import hmac
 import json
 from collections.abc import Callable, Sequence
+from urllib.parse import parse_qsl
 
 import structlog
 from litestar.enums import ScopeType
-from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
+from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, HTTPScope, Receive, Scope, Send
 
 from service.api.problems import PROBLEM_JSON
 
-PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
+PUBLIC_PREFIX = "/dashboard/"  # the dashboard's static files
+STREAM_PATHS = frozenset({"/events/stream", "/models/sse"})  # where ``?api_key=`` is read
 _MESSAGE = "Invalid API Key"
 _log = structlog.get_logger(__name__)
 
@@ -66,6 +76,21 @@ def presented_key(headers: dict[bytes, bytes]) -> bytes | None:
     return value[len(b"Bearer ") :] if value.startswith(b"Bearer ") else value
 
 
+def query_key(scope: HTTPScope) -> bytes | None:
+    """``?api_key=`` on a GET of an event stream (EventSource sends no headers), else None."""
+    if scope["method"] != "GET" or scope["path"] not in STREAM_PATHS:
+        return None
+    for name, value in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
+        if name == "api_key":
+            return value.encode("latin-1")
+    return None
+
+
+def _is_public(scope: HTTPScope) -> bool:
+    path: str = scope["path"]
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX) or scope["method"] == "OPTIONS"
+
+
 def unauthorized_body(path: str) -> bytes:
     """llama.cpp's 401 body, plus the problem details members."""
     body = {
@@ -88,10 +113,11 @@ def api_key_middleware(keys: Sequence[str]) -> Callable[[ASGIApp], ASGIApp]:
             return app
 
         async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != ScopeType.HTTP or scope["path"] in PUBLIC_PATHS or scope["method"] == "OPTIONS":
+            if scope["type"] != ScopeType.HTTP or _is_public(scope):
                 await app(scope, receive, send)
                 return
-            if checker.accepts(presented_key(dict(scope.get("headers") or []))):
+            presented = presented_key(dict(scope.get("headers") or [])) or query_key(scope)
+            if checker.accepts(presented):
                 await app(scope, receive, send)
                 return
             _log.warning("unauthorized", path=scope["path"])  # never the presented value
