@@ -179,10 +179,17 @@ async function refresh() {
 
 // ---- live event feed ---------------------------------------------------------------------
 
-function describe(e) {
+function details(e) {
   const d = e.data || {};
-  const bits = [d.reason, d.status_code, d.load_ms != null ? d.load_ms + " ms" : null, d.message].filter((b) => b != null);
-  return `${e.type}${e.model ? " " + e.model : ""}${bits.length ? " · " + bits.join(" · ") : ""}`;
+  const size = d.bytes_total != null ? bytes(d.bytes_total) : d.total_bytes != null ? bytes(d.total_bytes) : null;
+  const ms = d.load_ms ?? d.duration_ms;
+  return [d.reason, d.status_code, size, ms != null ? Math.round(ms) + " ms" : null, d.message]
+    .filter((b) => b != null).join(" · ");
+}
+
+function describe(e) {
+  const more = details(e);
+  return `${e.type}${e.model ? " " + e.model : ""}${more ? " · " + more : ""}`;
 }
 
 function onEvent(message) {
@@ -253,7 +260,7 @@ async function showHistory(model) {
   }
   const page = await api("GET", "/events?limit=1000&model=" + encodeURIComponent(model));
   const rows = page.events.filter((e) => !NOISY.has(e.type)).reverse()
-    .map((e) => ({ position: e.position, at: new Date(e.recorded_at).toLocaleString(), type: e.type, detail: describe(e) }));
+    .map((e) => ({ position: e.position, at: new Date(e.recorded_at).toLocaleString(), type: e.type, detail: details(e) }));
   box.replaceChildren(table(rows));
   box.dataset.source = "events";
 }

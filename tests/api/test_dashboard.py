@@ -1,0 +1,140 @@
+"""The dashboard end to end in headless Chromium (Debian's ``chromium`` +
+``chromium-driver``, installed by ``make test``), against the real service with
+an API key and the project's Hub: give the key, download from the form and watch
+the bar move and finish, load, chat, unload, and see it all in the event feed
+and the model's history. Every wait is on a DOM condition, never a sleep.
+
+The screenshot is kept under the test's tmp dir; with
+``MODELROUTER_UPDATE_SCREENSHOT=1`` it also replaces ``docs/dashboard.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devtools.hub_repos import make_repo
+from devtools.hub_server import HubServer
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
+from tests.conftest_hub import unique_repo
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and DRIVER), reason="needs chromium and chromedriver (make test installs them with apt-get)"
+)
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-dashboard-test-0123456789"
+WAIT = 90  # seconds: two shared cores also run a browser, a service and its workers
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM or ""
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def until(driver: WebDriver, condition: Callable[[WebDriver], Any], what: str) -> Any:
+    # The page re-renders its lists on every event: an element found a moment ago may be gone.
+    wait = WebDriverWait(driver, WAIT, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,))
+    return wait.until(condition, f"timed out waiting for {what}")
+
+
+def css(driver: WebDriver, selector: str) -> Any:
+    found = driver.find_elements(By.CSS_SELECTOR, selector)
+    return found[0] if found else None
+
+
+def model_status(driver: WebDriver, model: str) -> str | None:
+    row = css(driver, f'#models tr[data-model="{model}"]')
+    return None if row is None else row.get_attribute("data-status")
+
+
+def click_action(driver: WebDriver, model: str, action: str) -> None:
+    def click(d: WebDriver) -> bool:
+        button = css(d, f'#models tr[data-model="{model}"] button[data-action="{action}"]')
+        if button is None:
+            return False
+        button.click()
+        return True
+
+    until(driver, click, f"the {action} button")
+
+
+def feed_types(driver: WebDriver) -> list[str]:
+    return [li.get_attribute("data-type") for li in driver.find_elements(By.CSS_SELECTOR, "#feed li")]
+
+
+@pytest.mark.timeout(300)
+def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubServer, tmp_path: Path) -> None:
+    repo = unique_repo("dash")
+    make_repo(hub.root, repo, {"dash-Q4_K_M.gguf": write_tiny_gguf(tmp_path / "m.gguf").read_bytes()})
+    model = f"{repo}:Q4_K_M"
+    # Halfway through, the Hub holds the file until released: the bar is caught mid-way, however fast the machine.
+    hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
+    svc = ServiceProcess(tmp_path / "home", env={"HF_ENDPOINT": hub.url}, args=["--api-key", KEY]).start()
+    try:
+        browser.get(svc.url)
+        # The first request answers 401: the page asks for the key and keeps it.
+        until(browser, lambda d: css(d, "#key-form").is_displayed(), "the key form")
+        css(browser, "#key-input").send_keys(KEY)
+        css(browser, "#key-form button").click()
+        until(browser, lambda d: css(d, "#conn").get_attribute("data-state") == "live", "the event stream")
+        until(browser, lambda d: not css(d, "#key-form").is_displayed(), "the key form gone")
+        assert browser.execute_script("return localStorage.getItem('modelrouter.api_key')") == KEY
+
+        css(browser, "#download-repo").send_keys(repo)
+        css(browser, "#download-form button").click()
+        part = '.job[data-status="running"]:not([data-fraction="0.0000"])'
+        text = until(browser, lambda d: (e := css(d, part)) and e.text, "the bar partly filled")
+        assert "ETA" in text and "/" in text
+        assert 0 < float(css(browser, ".job").get_attribute("data-fraction")) < 1  # stalled at half: cannot finish
+        browser.save_screenshot(str(tmp_path / "dashboard-downloading.png"))
+        hub.reset()  # releases the stalled response
+        until(browser, lambda d: css(d, '.job[data-status="finished"][data-fraction="1.0000"]'), "the bar full")
+
+        until(browser, lambda d: model_status(d, model) == "unloaded", "the model listed")
+        click_action(browser, model, "load")
+        until(browser, lambda d: model_status(d, model) == "loaded", "the model loaded")
+
+        Select(css(browser, "#chat-model")).select_by_value(model)
+        css(browser, "#chat-input").send_keys("Say hi")
+        css(browser, "#chat-form button").click()
+        reply = until(browser, lambda d: css(d, '.msg.assistant[data-done="true"]'), "the chat answer")
+        assert not reply.text.startswith("error"), reply.text
+
+        click_action(browser, model, "unload")
+        until(browser, lambda d: model_status(d, model) == "unloaded", "the model unloaded")
+        wanted = {"download_requested", "download_finished", "instance_ready", "request_completed", "instance_stopped"}
+        until(browser, lambda d: wanted <= set(feed_types(d)), f"the feed showing {wanted}")
+        positions = [int(li.get_attribute("value")) for li in browser.find_elements(By.CSS_SELECTOR, "#feed li")]
+        assert len(positions) == len(set(positions)), "no event shown twice"
+
+        click_action(browser, model, "history")
+        history = until(browser, lambda d: css(d, "#history[data-source]"), "the history view")
+        assert "download" in history.text
+        shot = tmp_path / "dashboard.png"
+        browser.save_screenshot(str(shot))
+    finally:
+        svc.stop()
+    print(f"\nscreenshot: {shot}")
+    if os.environ.get("MODELROUTER_UPDATE_SCREENSHOT") == "1":
+        shutil.copy(shot, ROOT / "docs" / "dashboard.png")
