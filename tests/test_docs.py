@@ -117,3 +117,10 @@ def test_readme_names_the_two_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "make run" in readme and "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_security_doc_names_real_settings() -> None:
+    """Every ``MODELROUTER_*`` variable the threat model cites is one the service reads."""
+    cited = set(re.findall(r"MODELROUTER_[A-Z_]+", (ROOT / "docs" / "security.md").read_text()))
+    known = set(re.findall(r"MODELROUTER_[A-Z_]+", (ROOT / "service" / "settings.py").read_text()))
+    assert cited and cited <= known, sorted(cited - known)

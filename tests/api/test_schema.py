@@ -19,11 +19,14 @@ async def _schema(client: AsyncTestClient) -> dict[str, Any]:
     return schema
 
 
+BODYLESS_POSTS = {"/models/reload"}  # llama.cpp's reload takes no body; whatever is sent is ignored
+
+
 async def test_every_post_declares_its_body_and_every_error_is_a_problem(client: AsyncTestClient) -> None:
     paths = (await _schema(client))["paths"]
     for path, item in paths.items():
         for method, operation in item.items():
-            if method == "post":
+            if method == "post" and path not in BODYLESS_POSTS:
                 body = operation["requestBody"]["content"]["application/json"]["schema"]
                 assert "$ref" in body, f"POST {path}: body not declared"
             for status, answer in operation["responses"].items():

@@ -2,7 +2,7 @@
 misbehaves and workers are SIGKILLed; then the service itself is killed -9.
 
 Run 1 (~60 s): 16 clients issue random pull / cancel / load / unload / chat /
-delete requests against 3 tiny models with ``models_max = 2``; the Hub drops,
+delete / reload requests against 3 tiny models with ``models_max = 2``; the Hub drops,
 stalls, throttles and answers 5xx; one inference worker and one download
 worker are SIGKILLed at random moments, again and again. Run 2: the same on
 the same data directory, and the service is killed -9 at a random moment,
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import psutil
 import pytest
 
@@ -49,8 +50,8 @@ CLIENTS = 16
 # 503 is documented (capacity, a failed or vanished model, a stale state): a retry may succeed.
 DOCUMENTED_5XX = {503}
 # Mostly what users do (pull, chat); enough cancels and deletes to race everything else.
-_OPS = ("pull", "chat", "load", "unload", "cancel", "delete")
-_WEIGHTS = (6, 12, 3, 0.4, 0.4, 0.3)
+_OPS = ("pull", "chat", "load", "unload", "cancel", "delete", "reload")
+_WEIGHTS = (6, 12, 3, 0.4, 0.4, 0.3, 0.2)
 _WORKERS = ("workers.inference", "workers.download")
 _FINAL = {"download_finished", "download_failed", "download_cancelled"}
 _ENDS = {"instance_stopped", "instance_crashed", "instance_lost", "instance_load_failed"}
@@ -128,6 +129,8 @@ class Chaos:
             return client.post("/models/unload", json={"model": model})
         if op == "delete":
             return client.delete("/models", params={"model": model, "force": rng.choice(["true", "false"])})
+        if op == "reload":  # re-reads the sources: races the catalogue against downloads and removals
+            return client.post("/models/reload") if rng.random() < 0.5 else client.get("/models", params={"reload": 1})
         body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": rng.randint(1, 8),
                 "stream": rng.random() < 0.3}  # fmt: skip
         return client.post("/v1/chat/completions", json=body)
@@ -230,7 +233,7 @@ def _check_live_equals_replay(svc: ServiceProcess) -> None:
             cursor = page[-1].position
     finally:
         store.close()
-    assert models_view(replay(events)) == live, "the live state differs from a replay of the log"
+    assert msgspec.to_builtins(models_view(replay(events))) == live, "the live state differs from a replay of the log"
 
 
 def _check_log(svc: ServiceProcess) -> dict[str, int]:

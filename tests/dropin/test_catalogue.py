@@ -120,12 +120,17 @@ def _desired(*names: str, source: str = "models_dir", config: ModelConfig | None
 
 
 def _found(name: str) -> tuple[ev.Event, str]:
-    return ev.ModelDiscovered(source="models_dir", path=f"/m/{name}.gguf", files=({"path": f"/m/{name}.gguf"},)), name
+    return ev.ModelDiscovered(
+        source="models_dir", path=f"/m/{name}.gguf", files=({"path": f"/m/{name}.gguf"},), size=0
+    ), name
 
 
 def _running(name: str) -> list[tuple[ev.Event, str]]:
-    return [(ev.InstanceRequested(instance_id=f"i-{name}"), name), (ev.InstanceLoading(instance_id=f"i-{name}"), name),
-            (ev.InstanceReady(instance_id=f"i-{name}", endpoint="http://x"), name)]  # fmt: skip
+    i = f"i-{name}"
+    ready = ev.InstanceReady(instance_id=i, pid=1, endpoint="http://x", load_ms=1, n_ctx=64, n_params=1, file_size=1,
+                             architecture="llama")  # fmt: skip
+    return [(ev.InstanceRequested(instance_id=i, port=1), name),
+            (ev.InstanceLoading(instance_id=i, pid=1, endpoint="http://x"), name), (ready, name)]  # fmt: skip
 
 
 class TestPlan:
@@ -145,9 +150,14 @@ class TestPlan:
     def test_a_model_downloaded_by_post_models_stays_and_gets_the_common_settings(self) -> None:
         files = ({"path": "m-Q4_0.gguf", "snapshot_path": "/c/m-Q4_0.gguf"},)
         state = state_of(
-            (ev.DownloadRequested(job_id="j", repo="u/r"), "u/r"),
-            (ev.DownloadStarted(job_id="j"), "u/r"),
-            (ev.DownloadFinished(job_id="j", files=files), "u/r"),
+            (ev.DownloadRequested(job_id="j", repo="u/r", commit="c" * 40, files=files, total_bytes=1), "u/r"),
+            (ev.DownloadStarted(job_id="j", pid=1, commit="c" * 40, files=files, total_bytes=1), "u/r"),
+            (
+                ev.DownloadFinished(
+                    job_id="j", commit="c" * 40, files=files, bytes_total=1, bytes_transferred=1, duration_ms=1
+                ),
+                "u/r",
+            ),
         )
         base = ModelConfig(params={"n_ctx": 512})
         plan = plan_catalogue(state, {}, base, frozenset({"/c/m-Q4_0.gguf"}))

@@ -35,12 +35,12 @@ class WorkerProc(WorkerUnderTest):
     instance_id: str
     endpoint: str = ""
 
-    def wait_ready(self, timeout: float = 30.0) -> str:
+    def wait_ready(self, timeout: float = 120.0) -> str:
         ready = self.wait_event("instance_ready", timeout)
         self.endpoint = ready["endpoint"]
         return self.endpoint
 
-    def wait_exit(self, timeout: float = 10.0) -> int:
+    def wait_exit(self, timeout: float = 60.0) -> int:
         return self.proc.wait(timeout=timeout)
 
 
