@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from devtools.hub_repos import make_repo
@@ -83,6 +84,17 @@ def feed_types(driver: WebDriver) -> list[str]:
     return [li.get_attribute("data-type") for li in driver.find_elements(By.CSS_SELECTOR, "#feed li")]
 
 
+def feed_positions(driver: WebDriver) -> list[int]:
+    return [int(li.get_attribute("value")) for li in driver.find_elements(By.CSS_SELECTOR, "#feed li")]
+
+
+def logged_positions(svc: ServiceProcess) -> list[int]:
+    """Positions of the events the feed lists (progress events move bars instead)."""
+    page = httpx.get(f"{svc.url}/events", params={"limit": 1000}, headers={"X-Api-Key": KEY}, timeout=10).json()
+    assert page["next_after"] is None
+    return [e["position"] for e in page["events"] if e["type"] not in ("download_progress", "loading_progress")]
+
+
 @pytest.mark.timeout(300)
 def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubServer, tmp_path: Path) -> None:
     repo = unique_repo("dash")
@@ -125,7 +137,7 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
         until(browser, lambda d: model_status(d, model) == "unloaded", "the model unloaded")
         wanted = {"download_requested", "download_finished", "instance_ready", "request_completed", "instance_stopped"}
         until(browser, lambda d: wanted <= set(feed_types(d)), f"the feed showing {wanted}")
-        positions = [int(li.get_attribute("value")) for li in browser.find_elements(By.CSS_SELECTOR, "#feed li")]
+        positions = feed_positions(browser)
         assert len(positions) == len(set(positions)), "no event shown twice"
 
         click_action(browser, model, "history")
@@ -133,6 +145,14 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
         assert "download" in history.text
         shot = tmp_path / "dashboard.png"
         browser.save_screenshot(str(shot))
+
+        # The service goes away and comes back on the same port: EventSource reconnects by
+        # itself with Last-Event-ID, and the feed ends up with every event exactly once.
+        svc.stop()
+        svc = ServiceProcess(svc.home, port=svc.port, env=svc.env, args=svc.args).start()
+        until(browser, lambda d: feed_types(d).count("router_started") == 2, "the feed after the restart")
+        # Equal as lists: every logged event, none twice (re-read each time: the log may still grow).
+        until(browser, lambda d: sorted(feed_positions(d)) == logged_positions(svc), "every event once in the feed")
     finally:
         svc.stop()
     print(f"\nscreenshot: {shot}")
