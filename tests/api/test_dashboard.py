@@ -2,7 +2,9 @@
 ``chromium-driver``, installed by ``make test``), against the real service with
 an API key and the project's Hub: give the key, download from the form and watch
 the bar move and finish, load, chat, unload, and see it all in the event feed
-and the model's history. Every wait is on a DOM condition, never a sleep.
+and the model's history; cancel a download, delete a model, and restart the
+service under the page (the feed reconnects and misses nothing). Every wait is
+on a DOM condition, never a sleep.
 
 The screenshot is kept under the test's tmp dir; with
 ``MODELROUTER_UPDATE_SCREENSHOT=1`` it also replaces ``docs/dashboard.png``.
@@ -145,6 +147,19 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
         assert "download" in history.text
         shot = tmp_path / "dashboard.png"
         browser.save_screenshot(str(shot))
+
+        # Cancel a second download while it is held halfway, then delete the first model.
+        other = unique_repo("dash-cancel")
+        make_repo(hub.root, other, {"other-Q4_K_M.gguf": write_tiny_gguf(tmp_path / "o.gguf", seed=3).read_bytes()})
+        hub.set_faults({"kind": "stall", "repo": other, "at_fraction": 0.5})
+        css(browser, "#download-repo").send_keys(other)
+        css(browser, "#download-form button").click()
+        click_action(browser, f"{other}:Q4_K_M", "cancel")
+        until(browser, lambda d: css(d, '.job[data-status="cancelled"]'), "the download cancelled")
+        click_action(browser, model, "delete")
+        browser.switch_to.alert.accept()  # the page asks before deleting files
+        until(browser, lambda d: model_status(d, model) is None, "the model gone from the list")
+        until(browser, lambda d: "model_removed" in feed_types(d), "model_removed in the feed")
 
         # The service goes away and comes back on the same port: EventSource reconnects by
         # itself with Last-Event-ID, and the feed ends up with every event exactly once.
