@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 from service import __version__
 from service.llamacpp.cli import add_llama_arguments, env_options, given_options, normalize_argv
@@ -98,7 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
     serve = sub.add_parser(
         "serve",
         help="run the HTTP service (takes llama-server's command line)",
@@ -120,10 +121,24 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     serve.set_defaults(func=_serve)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (and exit 2), naming ``--help`` instead of printing the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="modelrouter", description="Event-sourced local LLM model manager")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _OneLineParser(
+        prog="modelrouter",
+        description="Event-sourced local LLM model manager. `serve` runs the service; the other "
+        "commands talk to it (MODELROUTER_URL, default http://127.0.0.1:8080).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
+    from service.console import add_client_commands
+
+    add_client_commands(sub)
 
     from service.recovery import gc
     from service.recovery.verify import add_arguments as verify_arguments
@@ -140,7 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
-    return int(args.func(args))
+    from service.console import CliError
+
+    try:
+        return int(args.func(args))
+    except CliError as exc:
+        print(f"modelrouter {args.command}: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130  # Ctrl-C where a command has nothing to clean up
 
 
 __all__ = ["UsageError", "build_parser", "main", "serve_settings"]
