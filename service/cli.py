@@ -14,13 +14,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from service import __version__
 from service.llamacpp.cli import add_llama_arguments, env_options, given_options, normalize_argv
 from service.llamacpp.router_args import UsageError, llama_cache_dir, router_args
-from service.logging_config import configure_logging
-from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
 
@@ -28,6 +29,8 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
 def serve_settings(args: argparse.Namespace, environ: dict[str, str]) -> tuple[Settings, tuple[str, ...]]:
     """Settings for ``serve`` from its parsed command line and the environment, with
     the warnings to log once logging is set up. Raises ``UsageError``/``ValueError``."""
+    from service.settings import Settings  # SQLAlchemy: ~1 s of imports the client commands skip
+
     cli, keys = given_options(args)
     routed = router_args(cli, keys, env_options(environ), environ)
     overrides = dict(routed.overrides)
@@ -80,6 +83,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if settings.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported: it reads it once
+    from service.logging_config import configure_logging
+
     configure_logging(json=settings.log_json, level=_LEVELS[settings.log_level], secrets=settings.secrets())
     import structlog
     import uvicorn
@@ -121,23 +126,16 @@ def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
     serve.set_defaults(func=_serve)
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line (and exit 2), naming ``--help`` instead of printing the usage."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(
+    from service.console import OneLineParser, add_client_commands
+
+    parser = OneLineParser(
         prog="modelrouter",
         description="Event-sourced local LLM model manager. `serve` runs the service; the other "
         "commands talk to it (MODELROUTER_URL, default http://127.0.0.1:8080).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
-    from service.console import add_client_commands
-
     add_client_commands(sub)
 
     from service.recovery import gc
@@ -154,16 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
-    from service.console import CliError
+    words = list(sys.argv[1:] if argv is None else argv)
+    from service.console import CLIENT_COMMANDS, run_client
 
-    try:
-        return int(args.func(args))
-    except CliError as exc:
-        print(f"modelrouter {args.command}: error: {exc}", file=sys.stderr)
-        return exc.code
-    except KeyboardInterrupt:
-        return 130  # Ctrl-C where a command has nothing to clean up
+    if words and words[0] in CLIENT_COMMANDS:
+        return run_client(words)  # skips the service's imports (SQLAlchemy, alembic: ~1 s)
+    args = build_parser().parse_args(normalize_argv(words))
+    return int(args.func(args))
 
 
 __all__ = ["UsageError", "build_parser", "main", "serve_settings"]

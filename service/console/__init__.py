@@ -4,6 +4,6 @@ talking to a running service over HTTP. See ``docs/cli.md``."""
 from __future__ import annotations
 
 from service.console.client import Client, CliError
-from service.console.commands import add_client_commands
+from service.console.commands import CLIENT_COMMANDS, OneLineParser, add_client_commands, run_client
 
-__all__ = ["CliError", "Client", "add_client_commands"]
+__all__ = ["CLIENT_COMMANDS", "CliError", "Client", "OneLineParser", "add_client_commands", "run_client"]

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
-from typing import Any, TypeAlias
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeAlias
 
 from rich.console import Console
 
 from service.console import chat, control, pull, tables
-from service.console.client import Client
+from service.console.client import Client, CliError
 
 _ENV = "environment: MODELROUTER_URL (default http://127.0.0.1:8080), MODELROUTER_API_KEY (sent as a bearer token)"
 Sub: TypeAlias = "argparse._SubParsersAction[Any]"  # of modelrouter's own parser class
@@ -43,6 +44,30 @@ def _run(run: Callable[..., int], args: argparse.Namespace) -> int:
 def _events_params(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "type": args.type or None, "since": args.since, "until": args.until,
             "after": args.after, "before": args.before, "limit": args.limit}  # fmt: skip
+
+
+CLIENT_COMMANDS = ("pull", "ls", "ps", "load", "unload", "rm", "cancel", "run", "history", "events")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (and exit 2), naming ``--help`` instead of printing the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def run_client(argv: Sequence[str]) -> int:
+    """Parse and run one client command; a :class:`CliError` is one line on stderr."""
+    parser = OneLineParser(prog="modelrouter")
+    add_client_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CliError as exc:
+        print(f"modelrouter {args.command}: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130  # Ctrl-C where a command has nothing to clean up
 
 
 def add_client_commands(sub: Sub) -> None:

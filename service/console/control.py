@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 
 from service.console.client import Client, CliError
 from service.console.format import size
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")  # as GET /downloads/{job_id} accepts
 
 
 def unload(client: Client, console: Console, name: str) -> int:
@@ -25,7 +29,11 @@ def rm(client: Client, console: Console, name: str, *, force: bool) -> int:
 
 def cancel(client: Client, console: Console, target: str, *, discard: bool) -> int:
     """Cancel a download by model name or job id."""
-    job_id = _active_job(client, target) or target
+    job_id = _active_job(client, target)
+    if job_id is None:
+        if not _JOB_ID.match(target):
+            raise CliError(f"{target!r} is neither a listed model nor a download job id")
+        job_id = target
     job = client.request("DELETE", f"/downloads/{job_id}", params={"discard": str(discard).lower()})
     kept = "partial discarded" if discard else "partial kept: `modelrouter pull` resumes it"
     console.print(f"{job['model']}: download {job['job_id']} {job['status']} ({kept})")

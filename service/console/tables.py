@@ -17,6 +17,12 @@ from service.console.client import Client
 from service.console.format import ago, duration, size, when
 
 _RUNNING = ("loading", "loaded", "unloading")
+_SUMMARY = 200  # characters of an event's data on one line; --json has all of it
+
+
+def _table(*headers: str, title: str | None = None) -> Table:
+    """Columns only, no box: reads like ``ollama ls`` and greps well."""
+    return Table(*headers, title=title, box=None, pad_edge=False)
 
 
 def _quant(model: Mapping[str, Any]) -> str:
@@ -44,7 +50,7 @@ def ls(client: Client, console: Console) -> int:
     """Downloaded and discovered models."""
     models = client.get("/models")["data"]
     arch = _architectures(client)
-    table = Table("NAME", "STATUS", "QUANT", "SIZE", "ARCH", "SOURCE", "LAST USED", box=None)
+    table = _table("NAME", "STATUS", "QUANT", "SIZE", "ARCH", "SOURCE", "LAST USED")
     for m in models:
         status = m["status"]["value"]
         progress = m["status"].get("progress")
@@ -79,7 +85,7 @@ def ps(client: Client, console: Console) -> int:
     """Running instances: pid, uptime, memory, requests in flight, last used."""
     models = [m for m in client.get("/models")["data"] if m["status"]["value"] in _RUNNING]
     in_flight = client.get("/health").get("in_flight_by_model") or {}
-    table = Table("NAME", "STATUS", "PID", "UPTIME", "MEMORY", "IN FLIGHT", "SERVED", "LAST USED", box=None)
+    table = _table("NAME", "STATUS", "PID", "UPTIME", "MEMORY", "IN FLIGHT", "SERVED", "LAST USED")
     for m in models:
         inst = m["status"].get("instance") or {}
         loads = client.get(history_path(m["id"]))["loads"]
@@ -109,7 +115,7 @@ def history(client: Client, console: Console, name: str, *, as_json: bool = Fals
     if as_json:
         console.print_json(json.dumps(body))
         return 0
-    downloads = Table("WHEN", "DURATION", "BYTES", "RESUMED", "OUTCOME", "REASON", title="downloads", box=None)
+    downloads = _table("WHEN", "DURATION", "BYTES", "RESUMED", "OUTCOME", "REASON", title="downloads")
     for d in body["downloads"]:
         reason = ": ".join(x for x in (d.get("reason"), d.get("message")) if x) or "-"
         downloads.add_row(
@@ -117,7 +123,7 @@ def history(client: Client, console: Console, name: str, *, as_json: bool = Fals
             f"{size(d['bytes_done'])} / {size(d['bytes_total'])}",
             size(d["resumed_bytes"]) if d["resumed_bytes"] else "-", d["outcome"], reason,
         )  # fmt: skip
-    loads = Table("WHEN", "WHY", "PID", "LOAD TIME", "UPTIME", "REQUESTS", "ENDED", title="loads", box=None)
+    loads = _table("WHEN", "WHY", "PID", "LOAD TIME", "UPTIME", "REQUESTS", "ENDED", title="loads")
     for x in body["loads"]:
         load_time = duration(x["load_ms"] / 1000) if x.get("load_ms") is not None else "-"
         loads.add_row(
@@ -135,8 +141,9 @@ def history(client: Client, console: Console, name: str, *, as_json: bool = Fals
 
 
 def _summary(data: Mapping[str, Any]) -> str:
-    shown = {k: v for k, v in data.items() if k not in ("files", "params", "args", "stderr_tail", "source")}
-    return " ".join(f"{k}={v}" for k, v in shown.items())[:160]
+    shown = {k: v for k, v in data.items() if k not in ("files", "params", "args", "stderr_tail", "commit")}
+    text = " ".join(f"{k}={v}" for k, v in shown.items())
+    return text if len(text) <= _SUMMARY else text[: _SUMMARY - 1] + "…"
 
 
 def _line(event: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
