@@ -15,6 +15,7 @@ from service.console.format import duration
 
 _LOAD_TYPES = ("instance_*", "loading_progress")
 _QUIT = {"/bye", "/exit", "/quit"}
+_SAMPLING = ("max_tokens", "temperature", "seed", "stop")
 
 
 def load(client: Client, console: Console, name: str, *, wait: bool = True) -> str:
@@ -70,7 +71,7 @@ def run(client: Client, console: Console, name: str, prompt: str | None, options
     messages: list[dict[str, str]] = []
     if options.get("system"):
         messages.append({"role": "system", "content": str(options["system"])})
-    sampling = {k: v for k, v in options.items() if k in ("max_tokens", "temperature", "seed") and v is not None}
+    sampling = {k: v for k, v in options.items() if k in _SAMPLING and v is not None}
 
     def ask(text: str) -> str:
         body = {"model": model, "messages": [*messages, {"role": "user", "content": text}], "stream": True}

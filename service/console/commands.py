@@ -119,6 +119,7 @@ def add_client_commands(sub: Sub) -> None:
     p.add_argument("--max-tokens", type=int, default=512, help="longest answer in tokens (default 512)")
     p.add_argument("--temperature", type=float, help="sampling temperature")
     p.add_argument("--seed", type=int, help="sampling seed")
+    p.add_argument("--stop", action="append", help="stop the answer at this text (repeatable)")
 
     p = _command(sub, "history", "a model's timeline: every download and every load, and how each ended",
                  "  modelrouter history ggml-org/gemma-3-270m-GGUF\n  modelrouter history my-alias --json",

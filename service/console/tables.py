@@ -22,7 +22,9 @@ _SUMMARY = 200  # characters of an event's data on one line; --json has all of i
 
 def _table(*headers: str, title: str | None = None) -> Table:
     """Columns only, no box: reads like ``ollama ls`` and greps well."""
-    return Table(*headers, title=title, box=None, pad_edge=False)
+    table = Table(*headers, title=title, box=None, pad_edge=False)
+    table.columns[0].overflow = "fold"  # a model name is wrapped, never cut
+    return table
 
 
 def _quant(model: Mapping[str, Any]) -> str:
