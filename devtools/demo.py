@@ -76,13 +76,14 @@ Docs: docs/cli.md (every command), docs/api.md (the HTTP API)."""
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exit", action="store_true", help="stop once the tour is done instead of serving on")
+    parser.add_argument("--port", type=int, default=8080, help="the service's port (default 8080; 0: any free one)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="modelrouter-demo-") as tmp_name:
         tmp = Path(tmp_name)
         gguf = _gemma_into(tmp / "hub")
         make_repo(tmp / "hub", REPO, {FILE: gguf})
         with HubServer.start(tmp / "hub") as hub:
-            port = 8080 if free_port_is(8080) else free_port()
+            port = args.port if args.port and free_port_is(args.port) else free_port()
             env = {"HF_ENDPOINT": hub.url}
             with ServiceProcess(tmp / "home", port=port, env=env, args=SERVE_ARGS) as svc:
                 _say(f"modelrouter serves on {svc.url}; a local Hub on {hub.url} holds {REPO}")
