@@ -46,12 +46,12 @@ def cli_env(svc: ServiceProcess | str, **extra: str) -> dict[str, str]:
     return {**env, "MODELROUTER_URL": url, "COLUMNS": "200", **extra}
 
 
-def cli(svc: ServiceProcess | str, *args: str, timeout: float = 90, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python -m service.cli ARGS`` to the end; its output as text."""
+def cli(svc: ServiceProcess | str, *args: str, timeout: float = 90, input: str = "",
+        **env: str) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``python -m service.cli ARGS`` to the end (``input`` on stdin); its output as text."""
     return subprocess.run(
         [sys.executable, "-m", "service.cli", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT, env=cli_env(svc, **env),
-        stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT, env=cli_env(svc, **env), input=input,
     )  # fmt: skip
 
 

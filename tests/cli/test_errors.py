@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,12 @@ def test_every_command_has_help_with_examples(command: str) -> None:
     result = cli("http://127.0.0.1:9", command, "--help")
     assert result.returncode == 0
     assert "examples:" in result.stdout and "MODELROUTER_URL" in result.stdout
+
+
+def test_the_api_key_is_sent_from_the_environment(tmp_path: Path) -> None:
+    with ServiceProcess(tmp_path / "home", args=["--api-key", "sekrit"]) as keyed:
+        _one_line(cli(keyed, "ls"), "Invalid API Key")
+        _one_line(cli(keyed, "ls", MODELROUTER_API_KEY="wrong"), "Invalid API Key")
+        allowed = cli(keyed, "ls", MODELROUTER_API_KEY="sekrit")
+        assert allowed.returncode == 0, allowed.stderr
+        assert "no models yet" in allowed.stdout

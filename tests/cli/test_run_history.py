@@ -10,7 +10,7 @@ import signal
 import httpx
 
 from devtools.service_process import ServiceProcess
-from tests.cli.conftest import cli, wait_for_event
+from tests.cli.conftest import cli, events, start_cli, wait_for_event
 
 
 def _instance_pid(svc: ServiceProcess, model: str) -> int:
@@ -64,3 +64,23 @@ def test_run_history_and_friends(svc: ServiceProcess, tiny_repo: str) -> None:
     log = cli(svc, "events", "--model", model, "--type", "instance_*", "--json")
     types = [json.loads(line)["type"] for line in log.stdout.splitlines()]
     assert types.count("instance_ready") == 2 and "instance_crashed" in types
+
+    # --follow replays from --after, then waits for more: the first line is the first event.
+    follow = start_cli(svc, "events", "--follow", "--json", "--model", model, "--after", "0")
+    try:
+        assert follow.stdout is not None
+        first = json.loads(follow.stdout.readline())
+        assert (first["type"], first["model"]) == ("download_requested", model)
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
+
+
+def test_interactive_run_reads_turns_until_bye(svc: ServiceProcess, tiny_repo: str) -> None:
+    """``run MODEL`` with no prompt: a prompt per turn, an answer per turn, /bye leaves."""
+    model = f"{tiny_repo}:Q4_K_M"
+    assert cli(svc, "pull", model).returncode == 0
+    session = cli(svc, "run", model, "--max-tokens", "4", input="hello\nhow are you?\n/bye\n")
+    assert session.returncode == 0, session.stdout + session.stderr
+    assert session.stdout.count(">>> ") == 3  # two turns, then /bye
+    assert len(events(svc, type="request_completed", model=model)) == 2
