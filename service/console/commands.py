@@ -41,6 +41,13 @@ def _run(run: Callable[..., int], args: argparse.Namespace) -> int:
         client.close()
 
 
+def _load(client: Client, console: Console, args: argparse.Namespace) -> int:
+    model = chat.load(client, console, args.model, wait=not args.no_wait)
+    if args.no_wait:
+        console.print(f"{model}: loading (see `modelrouter ps`)")
+    return 0
+
+
 def _events_params(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "type": args.type or None, "since": args.since, "until": args.until,
             "after": args.after, "before": args.before, "limit": args.limit}  # fmt: skip
@@ -86,7 +93,7 @@ def add_client_commands(sub: Sub) -> None:
 
     p = _command(sub, "load", "load a model and wait until it is ready",
                  "  modelrouter load ggml-org/gemma-3-270m-GGUF\n  modelrouter load my-alias --no-wait",
-                 lambda c, con, a: 0 if chat.load(c, con, a.model, wait=not a.no_wait) else 1)  # fmt: skip
+                 _load)  # fmt: skip
     p.add_argument("model", metavar="MODEL", help="name, alias or user/repo")
     p.add_argument("--no-wait", action="store_true", help="return once the load has started")
 
