@@ -21,7 +21,7 @@ _SAMPLING = ("max_tokens", "temperature", "seed", "stop")
 def load(client: Client, console: Console, name: str, *, wait: bool = True) -> str:
     """Load ``name`` (a no-op when loaded) and, with ``wait``, follow it to ready.
     Returns the canonical model name."""
-    head = int(client.get("/health")["tail"]["head"])
+    head = client.head()
     answer = client.post("/models/load", {"model": name})
     model = str(answer["model"])
     if answer.get("status") == "loaded" or not wait:

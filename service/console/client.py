@@ -72,6 +72,20 @@ class Client:
             raise CliError(problem_message(answer))
         return answer.json()
 
+    def head(self) -> int:
+        """The log's head position: where a stream must start to miss nothing that follows.
+        Read from ``/health``, which answers 503 (with the same body) while degraded."""
+        try:
+            answer = self._http.get("/health")
+        except httpx.ConnectError:
+            raise self._unreachable() from None
+        except httpx.HTTPError as exc:
+            raise CliError(f"GET /health failed: {exc}") from None
+        try:
+            return int(answer.json()["tail"]["head"])
+        except (ValueError, KeyError, TypeError):
+            raise CliError(problem_message(answer)) from None
+
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
 

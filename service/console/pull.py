@@ -59,7 +59,7 @@ def _stream_params(model: str, after: int) -> dict[str, Any]:
 
 def pull(client: Client, console: Console, name: str) -> int:
     """Download ``name`` (``user/repo[:QUANT][@revision]``) with progress bars."""
-    head = int(client.get("/health")["tail"]["head"])
+    head = client.head()
     answer = client.post("/models", {"model": name})
     model, job_id = answer["model"], answer.get("job_id")
     if not job_id:
