@@ -49,7 +49,7 @@ async def client(settings: Settings) -> AsyncIterator[AsyncTestClient]:
         yield c
 
 
-@pytest.mark.parametrize("name", [M, "shorty", "org/a-GGUF"])
+@pytest.mark.parametrize("name", [M, "shorty", "org/a-GGUF"])  # user/repo: the only quant
 async def test_history_by_name_alias_or_short_name(client: AsyncTestClient, name: str) -> None:
     """The id resolves as elsewhere; the finished download is on the timeline."""
     answer = await client.get(f"/models/{name}/history")
@@ -75,3 +75,29 @@ async def test_other_routes_under_models_still_answer(client: AsyncTestClient) -
     """The catch-all history route does not shadow /models or /models/load."""
     assert (await client.get("/models")).status_code == 200
     assert (await client.get("/models/load")).status_code == 405
+
+
+async def test_an_ambiguous_short_name_is_a_409_naming_the_quants(client: AsyncTestClient, settings: Settings) -> None:
+    other = "org/a-GGUF:Q8_0"
+    store = SyncEventStore(settings.db_path, source={"kind": "test"})
+    job = {"job_id": "j2", "commit": "c" * 40}
+    files = [{"path": "a-Q8_0.gguf", "size": 10, "sha256": "cd" * 32}]
+    store.append(
+        [
+            new_event(
+                "download_requested", {**job, "repo": "org/a-GGUF", "files": files, "total_bytes": 10}, model=other
+            ),
+            new_event(
+                "download_finished",
+                {**job, "bytes_total": 10, "bytes_transferred": 10, "duration_ms": 1.0, "files": files},
+                model=other,
+            ),
+        ]
+    )
+    store.close()
+    deadline = time.monotonic() + 30
+    while (await client.get(f"/models/{other}/history")).status_code != 200 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    answer = await client.get("/models/org/a-GGUF/history")
+    assert answer.status_code == 409
+    assert M in answer.text and other in answer.text
