@@ -57,17 +57,8 @@ def _stream_params(model: str, after: int) -> dict[str, Any]:
     return {"model": model, "type": "download_*", "after": after}
 
 
-def pull(client: Client, console: Console, name: str) -> int:
-    """Download ``name`` (``user/repo[:QUANT][@revision]``) with progress bars."""
-    head = client.head()
-    answer = client.post("/models", {"model": name})
-    model, job_id = answer["model"], answer.get("job_id")
-    if not job_id:
-        console.print(f"{model} is already downloaded ({size(answer.get('total_bytes'))})")
-        return 0
-    if answer.get("joined"):
-        console.print(f"joining the download already running (job {job_id})")
-    progress = Progress(
+def _progress(console: Console) -> Progress:
+    return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         DownloadColumn(),
@@ -75,8 +66,21 @@ def pull(client: Client, console: Console, name: str) -> int:
         TimeRemainingColumn(),
         console=console,
     )
-    seen = head
-    try:
+
+
+def pull(client: Client, console: Console, name: str) -> int:
+    """Download ``name`` (``user/repo[:QUANT][@revision]``) with progress bars."""
+    progress = _progress(console)
+    seen = head = client.head()
+    model, job_id = name, None
+    try:  # from the POST on: a Ctrl-C at any point after it cancels the job it started
+        answer = client.post("/models", {"model": name})
+        model, job_id = answer["model"], answer.get("job_id")
+        if not job_id:
+            console.print(f"{model} is already downloaded ({size(answer.get('total_bytes'))})")
+            return 0
+        if answer.get("joined"):
+            console.print(f"joining the download already running (job {job_id})")
         with progress, client.events(_stream_params(model, head)) as stream:
             bars = FileBars(progress, list(answer.get("files") or []))
             for event in stream:
@@ -98,6 +102,8 @@ def pull(client: Client, console: Console, name: str) -> int:
                     return _report(console, model, event)
     except KeyboardInterrupt:
         progress.stop()
+        if job_id is None:
+            return EXIT_INTERRUPTED  # before the service answered: no job of ours to cancel
         return _cancel(client, console, model, job_id, seen)
     raise CliError("the event stream ended before the download did; run pull again to resume")
 
