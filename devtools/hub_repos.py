@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,7 +95,7 @@ def file_path(root: str | Path, repo_id: str, path: str) -> Path:
 def make_repo(
     root: str | Path,
     repo_id: str,
-    files: Mapping[str, int | bytes],
+    files: Mapping[str, int | bytes | Path],
     *,
     gated: bool | str = False,
     private: bool = False,
@@ -104,8 +105,10 @@ def make_repo(
 ) -> RepoInfo:
     """Create (or replace) ``repo_id`` under ``root`` and return its metadata.
 
-    ``files`` maps a path to either a size (pseudo-random deterministic bytes,
-    generated in 1 MiB blocks so 1 GB takes seconds) or literal bytes. Files
+    ``files`` maps a path to a size (pseudo-random deterministic bytes,
+    generated in 1 MiB blocks so 1 GB takes seconds), literal bytes, or a
+    ``Path`` to serve (hard-linked when it can be, else copied; a file already
+    in place is only hashed). Files
     with a model-like suffix (``.gguf``, ``.safetensors``...) are LFS files;
     others are plain git files, as on the Hub. ``commit`` defaults to a hash of
     the content, so identical repos get identical commits.
@@ -118,7 +121,9 @@ def make_repo(
     for path, spec in sorted(files.items()):
         dst = file_path(root, repo_id, path)
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(spec, (bytes, bytearray)):
+        if isinstance(spec, Path):
+            sha256, size = _place_file(spec, dst)
+        elif isinstance(spec, (bytes, bytearray)):
             data = bytes(spec)
             dst.write_bytes(data)
             sha256, size = hashlib.sha256(data).hexdigest(), len(data)
@@ -200,6 +205,20 @@ def _write_generated(dst: Path, size: int, *, seed: str, gguf: bool) -> tuple[st
             h.update(block)
             f.write(block)
     return h.hexdigest(), size
+
+
+def _place_file(src: Path, dst: Path) -> tuple[str, int]:
+    if not (dst.exists() and os.path.samefile(src, dst)):
+        dst.unlink(missing_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:  # another filesystem
+            shutil.copyfile(src, dst)
+    h = hashlib.sha256()
+    with open(dst, "rb") as f:
+        while block := f.read(BLOCK):
+            h.update(block)
+    return h.hexdigest(), dst.stat().st_size
 
 
 def _lfs_pointer(sha256: str, size: int) -> bytes:

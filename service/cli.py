@@ -14,12 +14,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from service import __version__
 from service.llamacpp.cli import add_llama_arguments, env_options, given_options, normalize_argv
 from service.llamacpp.router_args import UsageError, llama_cache_dir, router_args
-from service.logging_config import configure_logging
-from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
 
@@ -27,6 +29,8 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
 def serve_settings(args: argparse.Namespace, environ: dict[str, str]) -> tuple[Settings, tuple[str, ...]]:
     """Settings for ``serve`` from its parsed command line and the environment, with
     the warnings to log once logging is set up. Raises ``UsageError``/``ValueError``."""
+    from service.settings import Settings  # SQLAlchemy: ~1 s of imports the client commands skip
+
     cli, keys = given_options(args)
     routed = router_args(cli, keys, env_options(environ), environ)
     overrides = dict(routed.overrides)
@@ -79,6 +83,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if settings.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported: it reads it once
+    from service.logging_config import configure_logging
+
     configure_logging(json=settings.log_json, level=_LEVELS[settings.log_level], secrets=settings.secrets())
     import structlog
     import uvicorn
@@ -98,7 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
     serve = sub.add_parser(
         "serve",
         help="run the HTTP service (takes llama-server's command line)",
@@ -121,9 +127,16 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="modelrouter", description="Event-sourced local LLM model manager")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from service.console import OneLineParser, add_client_commands
+
+    parser = OneLineParser(
+        prog="modelrouter",
+        description="Event-sourced local LLM model manager. `serve` runs the service; the other "
+        "commands talk to it (MODELROUTER_URL, default http://127.0.0.1:8080).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
+    add_client_commands(sub)
 
     from service.recovery import gc
     from service.recovery.verify import add_arguments as verify_arguments
@@ -139,7 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    from service.console import CLIENT_COMMANDS, run_client
+
+    if words and words[0] in CLIENT_COMMANDS:
+        return run_client(words)  # skips the service's imports (SQLAlchemy, alembic: ~1 s)
+    args = build_parser().parse_args(normalize_argv(words))
     return int(args.func(args))
 
 

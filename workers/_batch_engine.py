@@ -78,6 +78,10 @@ class BatchEngine:
             except BaseException as exc:  # reported, then the process exits
                 on_failed(exc)
                 return
+            with self._cv:
+                # Open before on_loaded records instance_ready: a client that saw the
+                # event at once (modelrouter run) must not get a 503 in between.
+                self._accepting = not self._drained
             accept = on_loaded(loaded)
             with self._cv:
                 self._accepting = accept and not self._drained

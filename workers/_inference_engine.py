@@ -125,6 +125,10 @@ class Engine:
                 on_failed(exc)
                 return
             self._llm = loaded.llm
+            with self._lock:
+                # Open before on_loaded records instance_ready: a client that saw the
+                # event at once (modelrouter run) must not get a 503 in between.
+                self._accepting = not self._drained
             accept = on_loaded(loaded)
             with self._lock:
                 self._accepting = accept and not self._drained

@@ -19,6 +19,7 @@ from service.api.dashboard import dashboard_routes
 from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
 from service.api.events_controller import EventsController, models_sse
 from service.api.health_controller import health, health_v1
+from service.api.history_controller import model_history_endpoint
 from service.api.metrics_controller import get_metrics
 from service.api.middleware import request_id_middleware
 from service.api.models_controller import list_models, list_models_openai, load_model, remove_model, unload_model
@@ -66,6 +67,7 @@ def create_app(settings: Settings) -> Litestar:
         list_downloads,
         get_download,
         cancel_download,
+        model_history_endpoint,
     ]
     control = Router(
         path="/",

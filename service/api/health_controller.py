@@ -56,6 +56,7 @@ async def _health(runtime: Runtime) -> Response[HealthView]:
         open_streams=runtime.open_streams,
         queued_requests=runtime.instances.queue_length,
         requests_in_flight=sum(runtime.instances.busy.values()),
+        in_flight_by_model={model: n for model, n in sorted(runtime.instances.busy.items()) if n},
         anomalies=state.anomalies,
         last_anomaly=state.last_anomaly,
         warnings=list(runtime.warnings),

@@ -21,7 +21,8 @@ from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
 
 
-def _time(moment: datetime | None) -> str | None:
+def time_or_none(moment: datetime | None) -> str | None:
+    """ISO-8601 UTC, or None."""
     return format_time(moment) if moment is not None else None
 
 
@@ -45,9 +46,9 @@ def job_view(job: DownloadJob) -> JobView:
         bytes_per_second=job.bytes_per_second,
         eta_seconds=job.eta_seconds,
         pid=job.pid,
-        requested_at=_time(job.requested_at),
-        started_at=_time(job.started_at),
-        finished_at=_time(job.finished_at),
+        requested_at=time_or_none(job.requested_at),
+        started_at=time_or_none(job.started_at),
+        finished_at=time_or_none(job.finished_at),
         error=dict(job.error) if job.error else None,
     )
 
@@ -112,7 +113,7 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         can_remove=model.source == "cache" and model.available,
         path=model.path,
         size=model.size,
-        last_used=_time(model.last_used),
+        last_used=time_or_none(model.last_used),
         last_error=dict(model.last_error) if model.last_error else None,
     )
 

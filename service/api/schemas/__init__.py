@@ -23,6 +23,7 @@ from service.api.schemas._control import (
     RemoveAnswer,
     UnloadAnswer,
 )
+from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHistoryView
 from service.api.schemas._openai import (
     ApplyTemplateRequest,
     ChatRequest,
@@ -45,6 +46,7 @@ __all__ = [
     "CompletionRequest",
     "DetokenizeRequest",
     "DownloadAnswer",
+    "DownloadHistory",
     "EmbeddingRequest",
     "ErrorObject",
     "EventPage",
@@ -59,8 +61,10 @@ __all__ = [
     "JobView",
     "LlamaEmbeddingRequest",
     "LoadAnswer",
+    "LoadHistory",
     "ModelCommand",
     "ModelEntry",
+    "ModelHistoryView",
     "ModelList",
     "ModelName",
     "ModelParam",

@@ -49,6 +49,8 @@ class HealthView(msgspec.Struct, frozen=True):
     open_streams: int
     queued_requests: int
     requests_in_flight: int
+    in_flight_by_model: dict[str, int]
+    """Requests being answered, per model with any (``modelrouter ps``)."""
     anomalies: int
     last_anomaly: str | None
     warnings: list[str]

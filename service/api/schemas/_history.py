@@ -1,0 +1,55 @@
+"""``GET /models/{id}/history``: a model's downloads and loads, oldest first."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class DownloadHistory(msgspec.Struct, frozen=True):
+    """One download job. ``outcome``: running, finished, failed, cancelled or
+    interrupted; ``reason`` says why for failed and interrupted ones."""
+
+    job_id: str
+    requested_at: str
+    ended_at: str | None
+    duration_seconds: float | None
+    outcome: str
+    reason: str | None
+    message: str | None
+    revision: str
+    quant: str | None
+    bytes_total: int
+    bytes_done: int
+    resumed_bytes: int
+    bytes_transferred: int | None
+
+
+class LoadHistory(msgspec.Struct, frozen=True):
+    """One instance. ``reason``: load, autoload, restart or startup. ``ended``:
+    loading, running, unload, evicted, idle, shutdown, remove, reload, crashed
+    (with ``exit_code``/``signal``), load_failed or lost."""
+
+    instance_id: str
+    reason: str
+    requested_at: str
+    ready_at: str | None
+    load_ms: float | None
+    pid: int | None
+    uptime_seconds: float | None
+    requests_served: int
+    ended: str
+    ended_at: str | None
+    exit_code: int | None
+    signal: int | None
+    message: str | None
+
+
+class ModelHistoryView(msgspec.Struct, frozen=True):
+    """The timeline and its totals."""
+
+    model: str
+    downloads: list[DownloadHistory]
+    loads: list[LoadHistory]
+    restarts: int
+    crashes: int
+    requests_served: int

@@ -1,0 +1,85 @@
+"""The real ``modelrouter`` command against a real service and the project's test Hub."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.hub_control import HubServer
+from devtools.hub_repos import make_repo
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
+from tests.conftest_hub import REPO_ROOT, unique_repo
+
+
+@pytest.fixture(scope="module")
+def svc(hub_server: HubServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """One service per module (starting one costs seconds on a busy machine); every
+    test uses its own repos, and the ``hub`` fixture resets faults between tests."""
+    proc = ServiceProcess(tmp_path_factory.mktemp("home"), env={"HF_ENDPOINT": hub_server.url}).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def tiny_repo(hub: HubServer, tmp_path: Path) -> str:
+    """A Hub repo holding one tiny real (loadable) GGUF."""
+    repo = unique_repo("cli")
+    make_repo(hub.root, repo, {"tiny-Q4_K_M.gguf": write_tiny_gguf(tmp_path / "tiny.gguf", seed=3).read_bytes()})
+    return repo
+
+
+def cli_env(svc: ServiceProcess | str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELROUTER_")}
+    url = svc if isinstance(svc, str) else svc.url
+    # COLUMNS: rich lays tables out for this width when stdout is a pipe.
+    return {**env, "MODELROUTER_URL": url, "COLUMNS": "200", **extra}
+
+
+def cli(svc: ServiceProcess | str, *args: str, timeout: float = 90, input: str = "",
+        **env: str) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``python -m service.cli ARGS`` to the end (``input`` on stdin); its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT, env=cli_env(svc, **env), input=input,
+    )  # fmt: skip
+
+
+def start_cli(svc: ServiceProcess, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=cli_env(svc),
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def events(svc: ServiceProcess, **params: Any) -> list[dict[str, Any]]:
+    """Every matching event, paging through ``GET /events``."""
+    found: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = httpx.get(f"{svc.url}/events", params={"limit": 1000, "after": after, **params}, timeout=10).json()
+        found += page["events"]
+        if page["next_after"] is None:
+            return found
+        after = page["next_after"]
+
+
+def wait_for_event(svc: ServiceProcess, type_: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
+    """The latest ``type_`` event, waiting for the first one (a signal, not a sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := events(svc, type=type_, **params):
+            return found[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"no {type_} event within {timeout}s")

@@ -1,0 +1,32 @@
+"""The CLI's small pure parts: the SSE parser, human units, bytes across file bars."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import Progress
+
+from service.console.client import sse_events
+from service.console.format import duration, size
+from service.console.pull import FileBars
+
+
+def test_sse_parser_joins_data_lines_and_skips_comments() -> None:
+    lines = [": keep-alive", "retry: 1000", "", "id: 7", "event: download_progress", "data: {\"a\":", "data: 1}", "",
+             "data: second", ""]  # fmt: skip
+    assert list(sse_events(iter(lines))) == [("download_progress", "7", '{"a":\n1}'), ("message", "7", "second")]
+
+
+def test_units() -> None:
+    assert [size(None), size(999), size(240_224), size(253_100_000)] == ["-", "999 B", "240.2 kB", "253.1 MB"]
+    assert [duration(None), duration(0.25), duration(12.34), duration(245), duration(7380)] == [
+        "-", "250 ms", "12.3 s", "4m05s", "2h03m",
+    ]  # fmt: skip
+
+
+def test_job_bytes_fill_the_file_bars_in_path_order() -> None:
+    """The worker fetches files one after the other, sorted by path."""
+    progress = Progress(console=Console(file=None, force_terminal=False))
+    bars = FileBars(progress, [{"path": "b-00002.gguf", "size": 100}, {"path": "b-00001.gguf", "size": 300}])
+    bars.show(350)
+    done = {t.description: t.completed for t in progress.tasks}
+    assert done == {"b-00001.gguf": 300, "b-00002.gguf": 50}
