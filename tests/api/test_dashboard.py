@@ -143,8 +143,9 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
         assert len(positions) == len(set(positions)), "no event shown twice"
 
         click_action(browser, model, "history")
-        history = until(browser, lambda d: css(d, "#history[data-source]"), "the history view")
-        assert "download" in history.text
+        history = until(browser, lambda d: css(d, '#history[data-source="history"]'), "the history timeline")
+        assert "downloads" in history.text and "finished" in history.text  # the download's outcome
+        assert "loads" in history.text and "unload" in history.text  # how the load ended
         shot = tmp_path / "dashboard.png"
         browser.save_screenshot(str(shot))
 

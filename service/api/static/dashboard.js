@@ -85,7 +85,8 @@ function bytes(n) {
 
 function seconds(s) {
   if (s == null) return "—";
-  if (s < 60) return Math.ceil(s) + " s";
+  if (s < 10) return s.toFixed(1) + " s";
+  if (s < 60) return Math.round(s) + " s";
   return Math.floor(s / 60) + " min " + Math.ceil(s % 60) + " s";
 }
 
@@ -235,13 +236,28 @@ async function connect() {
 
 // ---- history -----------------------------------------------------------------------------
 
-function table(rows) {
+// The history's columns worth a glance (docs/api.md); the rest stays in the JSON.
+const HISTORY_COLUMNS = {
+  downloads: ["requested_at", "duration_seconds", "bytes_total", "resumed_bytes", "outcome", "reason"],
+  loads: ["requested_at", "reason", "load_ms", "uptime_seconds", "requests_served", "ended", "signal"],
+};
+
+function table(rows, columns) {
   if (!rows.length) return el("p", { class: "muted" }, "nothing yet");
-  const cols = [...new Set(rows.flatMap((r) => Object.keys(r)))];
-  const cell = (v) => (v !== null && typeof v === "object" ? JSON.stringify(v) : v == null ? "" : String(v));
+  const all = [...new Set(rows.flatMap((r) => Object.keys(r)))];
+  const cols = columns ? columns.filter((c) => all.includes(c)) : all;
+  const cell = (v, c) => {
+    if (v == null) return "";
+    if (typeof v === "object") return JSON.stringify(v);
+    if (c.endsWith("_at")) return new Date(v).toLocaleString();
+    if (c.startsWith("bytes_") || c === "resumed_bytes") return bytes(v);
+    if (c.endsWith("_seconds")) return seconds(v);
+    if (c.endsWith("_ms")) return Math.round(v) + " ms";
+    return String(v);
+  };
   return el("table", {},
     el("thead", {}, el("tr", {}, ...cols.map((c) => el("th", {}, c)))),
-    el("tbody", {}, ...rows.map((r) => el("tr", {}, ...cols.map((c) => el("td", {}, cell(r[c])))))));
+    el("tbody", {}, ...rows.map((r) => el("tr", {}, ...cols.map((c) => el("td", {}, cell(r[c], c)))))));
 }
 
 // The timeline from GET /models/{id}/history; where the service has none (older versions),
@@ -253,14 +269,17 @@ async function showHistory(model) {
   const answer = await request("GET", path);
   if (answer.ok) {
     const data = await answer.json();
-    const parts = Array.isArray(data) ? [["timeline", data]] : Object.entries(data).filter(([, v]) => Array.isArray(v));
-    box.replaceChildren(...parts.flatMap(([name, rows]) => [el("h3", {}, name), table(rows)]));
+    const parts = Object.entries(data).filter(([, v]) => Array.isArray(v));
+    const totals = Object.entries(data).filter(([k, v]) => typeof v === "number" || (k !== "model" && typeof v === "string"));
+    box.replaceChildren(
+      el("p", {}, totals.map(([k, v]) => `${k.replace(/_/g, " ")}: ${v}`).join(" · ")),
+      ...parts.flatMap(([name, rows]) => [el("h3", {}, name), table(rows, HISTORY_COLUMNS[name])]));
     box.dataset.source = "history";
     return;
   }
   const page = await api("GET", "/events?limit=1000&model=" + encodeURIComponent(model));
   const rows = page.events.filter((e) => !NOISY.has(e.type)).reverse()
-    .map((e) => ({ position: e.position, at: new Date(e.recorded_at).toLocaleString(), type: e.type, detail: details(e) }));
+    .map((e) => ({ position: e.position, recorded_at: e.recorded_at, type: e.type, detail: details(e) }));
   box.replaceChildren(table(rows));
   box.dataset.source = "events";
 }
