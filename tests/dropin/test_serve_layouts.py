@@ -1,0 +1,118 @@
+"""Repos laid out as on the real Hub (split quants, a projector, several tags) through
+``modelrouter serve`` started as llama.cpp's documentation starts ``llama-server``;
+and llama.cpp's names (``user/repo``, aliases) on every endpoint that takes one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from devtools.hub_server import HubServer
+from tests.dropin.conftest import Serve, chat, gguf_repo, models, split_repo, wait_until
+from tests.supervision.conftest import events, wait_for_event
+
+SPLIT_FILES = ["split-Q4_K_M-00001-of-00002.gguf", "split-Q4_K_M-00002-of-00002.gguf", "mmproj-F16.gguf"]
+
+
+def _names(files: list[dict[str, object]]) -> list[str]:
+    return sorted(Path(str(f["path"])).name for f in files)
+
+
+@pytest.mark.timeout(180)
+def test_hf_of_a_split_quant_downloads_every_part_and_the_projector_and_loads(
+    serve: Serve, hub: HubServer, tiny: bytes, split_parts: tuple[bytes, bytes]
+) -> None:
+    """``llama-server -hf user/repo:Q4_K_M`` where that quant is split in two parts and the
+    repo has an mmproj: both parts and the projector are fetched (not the other quant),
+    the model loads from its first part, and it is listed once under llama.cpp's name."""
+    repo = split_repo(hub, tiny, split_parts)
+    svc = serve("-hf", f"{repo}:q4_k_m")
+    name = f"{repo}:Q4_K_M"
+    wait_for_event(svc, "instance_ready", model=name, timeout=120)
+    finished = events(svc, type="download_finished", model=name)
+    assert len(finished) == 1 and _names(finished[0]["data"]["files"]) == sorted(SPLIT_FILES)
+    assert chat(svc, name).status_code == 200
+    assert chat(svc, repo).status_code == 200, "user/repo names its only known tag"
+    listed = [m for m in models(svc) if m.startswith(repo)]
+    assert listed == [name], "parts and projector are not models of their own"
+
+
+@pytest.mark.timeout(240)
+def test_a_split_model_pulled_into_llama_cache_is_listed_and_loads_after_a_restart(
+    serve: Serve, hub: HubServer, tiny: bytes, split_parts: tuple[bytes, bytes], tmp_path: Path
+) -> None:
+    """``POST /models`` into ``LLAMA_CACHE``; a new service over that cache (as a new
+    llama-server would be) lists it from the cache, as one model, and loads it."""
+    cache = tmp_path / "llama-cache"
+    repo = split_repo(hub, tiny, split_parts)
+    name = f"{repo}:Q4_K_M"
+    first = serve(env={"LLAMA_CACHE": str(cache)})
+    pulled = httpx.post(f"{first.url}/models", json={"model": name}, timeout=30)
+    assert pulled.status_code == 200 and pulled.json()["success"] is True, pulled.text
+    wait_for_event(first, "download_finished", model=name, timeout=120)
+    first.stop()
+
+    second = serve(env={"LLAMA_CACHE": str(cache)}, home=tmp_path / "second-home")
+    entry = models(second)[name]
+    assert entry["source"] == "cache" and entry["can_remove"] is True
+    assert [m for m in models(second) if m.startswith(repo)] == [name]
+    found = events(second, type="model_discovered", model=name)
+    assert len(found) == 1 and _names(found[0]["data"]["files"]) == sorted(SPLIT_FILES)
+    assert all(str(f["snapshot_path"]).startswith(str(cache)) for f in found[0]["data"]["files"])
+    assert chat(second, repo).status_code == 200
+
+
+@pytest.mark.timeout(240)
+def test_user_repo_and_aliases_name_a_model_on_every_endpoint(
+    serve: Serve, hub: HubServer, tiny: bytes, models_dir: Path, tmp_path: Path
+) -> None:
+    """Build 8: ``user/repo`` for the one tag of a repo, 409 listing the tags when several;
+    aliases on load, unload, chat, ``?model=`` routes and ``DELETE /models``."""
+    cache = tmp_path / "llama-cache"
+    one = gguf_repo(hub, tiny, "one")
+    two = gguf_repo(hub, tiny, "two", {"two-Q8_0.gguf": tiny, "two-F16.gguf": tiny})
+    preset = tmp_path / "presets.ini"
+    preset.write_text(f"[tiny-a]\nalias = fast, quick\n\n[{one}:Q8_0]\nalias = cached\n")
+    svc = serve("--models-dir", str(models_dir), "--models-preset", str(preset), env={"LLAMA_CACHE": str(cache)})
+    for repo, tag in ((one, "Q8_0"), (two, "Q8_0"), (two, "F16")):
+        httpx.post(f"{svc.url}/models", json={"model": f"{repo}:{tag}"}, timeout=30).raise_for_status()
+        wait_for_event(svc, "download_finished", model=f"{repo}:{tag}", timeout=120)
+    assert models(svc)["tiny-a"]["aliases"] == ["fast", "quick"]
+
+    # Load, chat, a ?model= route and unload by alias.
+    loaded = httpx.post(f"{svc.url}/models/load", json={"model": "quick"}, timeout=30)
+    assert loaded.status_code == 200 and loaded.json()["success"] is True and loaded.json()["model"] == "tiny-a"
+    wait_for_event(svc, "instance_ready", model="tiny-a", timeout=60)
+    assert chat(svc, "fast").json()["model"] == "tiny-a"
+    slots = httpx.get(f"{svc.url}/slots", params={"model": "fast"}, timeout=60)
+    assert slots.status_code in (200, 404, 501) and slots.status_code != 400
+    assert any(e["data"]["route"] == "/slots" for e in events(svc, type="request_completed", model="tiny-a"))
+    unloaded = httpx.post(f"{svc.url}/models/unload", json={"model": "fast"}, timeout=30)
+    assert unloaded.status_code == 200 and unloaded.json() == {**unloaded.json(), "success": True, "model": "tiny-a"}
+    wait_until(lambda: models(svc)["tiny-a"]["status"]["value"] == "unloaded", "tiny-a unloaded")
+
+    # user/repo: one tag known -> that tag; several -> 409 listing them, on every endpoint.
+    assert chat(svc, one).json()["model"] == f"{one}:Q8_0"
+    for method, path, kwargs in (("POST", "/models/load", {"json": {"model": two}}),
+                                 ("POST", "/models/unload", {"json": {"model": two}}),
+                                 ("POST", "/v1/chat/completions", {"json": {"model": two, **_chat()}}),
+                                 ("DELETE", "/models", {"params": {"model": two}})):  # fmt: skip
+        ambiguous = httpx.request(method, f"{svc.url}{path}", timeout=30, **kwargs)  # type: ignore[arg-type]
+        assert ambiguous.status_code == 409, (path, ambiguous.text)
+        assert ambiguous.json()["candidates"] == [f"{two}:F16", f"{two}:Q8_0"], path
+        assert ambiguous.json()["error"]["code"] == 409
+
+    # DELETE by alias, and by user/repo: stops the running model first with ?force.
+    removed = httpx.delete(f"{svc.url}/models", params={"model": "cached", "force": "true"}, timeout=60)
+    assert removed.status_code == 200 and removed.json()["success"] is True, removed.text
+    assert removed.json()["model"] == f"{one}:Q8_0" and f"{one}:Q8_0" not in models(svc)
+    httpx.delete(f"{svc.url}/models", params={"model": f"{two}:F16"}, timeout=30).raise_for_status()
+    by_repo = httpx.delete(f"{svc.url}/models", params={"model": two}, timeout=30)
+    assert by_repo.status_code == 200 and by_repo.json()["model"] == f"{two}:Q8_0", by_repo.text
+    assert not [m for m in models(svc) if m.startswith((one, two))]
+
+
+def _chat() -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
