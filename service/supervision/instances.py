@@ -234,7 +234,10 @@ class InstanceSupervisor:
                     self._raise_if_failed(model, demand)
                     if not autoload:
                         raise CommandRejected(
-                            "model_not_loaded", f"model {model.name!r} is not loaded", model=model.name
+                            "model_not_loaded",
+                            f"model {model.name!r} is not loaded, and autoload is off: load it with "
+                            "POST /models/load, or pass ?autoload=true",
+                            model=model.name,
                         )
                     scheduling.require_loadable(self.live.state, model.name)
                 if demand is None:
