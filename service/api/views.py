@@ -12,6 +12,7 @@ from service.api.schemas import (
     FileView,
     InstanceView,
     JobView,
+    ModelArchitecture,
     ModelEntry,
     ModelList,
     ModelStatusView,
@@ -19,6 +20,9 @@ from service.api.schemas import (
 )
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
+from service.llamacpp.options import command_line
+
+TEXT_ONLY = ModelArchitecture(input_modalities=["text"], output_modalities=["text"])
 
 
 def time_or_none(moment: datetime | None) -> str | None:
@@ -91,6 +95,7 @@ def _status(model: ModelState, state: RouterState) -> ModelStatusView:
     progress, instance = _progress(model, state), _instance(model)
     return ModelStatusView(
         value=model.status.value,
+        args=command_line(model.config.args),
         progress=UNSET if progress is None else progress,
         instance=UNSET if instance is None else instance,
         failed=True if model.failed else UNSET,
@@ -109,6 +114,7 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         owned_by="modelrouter",
         created=int(model.created_at.timestamp()) if model.created_at else 0,
         status=_status(model, state),
+        architecture=TEXT_ONLY,
         source=model.source,
         can_remove=model.source == "cache" and model.available,
         path=model.path,

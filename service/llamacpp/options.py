@@ -58,6 +58,24 @@ def per_model(options: Options) -> dict[str, str]:
     return {k: v for k, v in options.items() if k in BY_NAME and handling(BY_NAME[k]).scope == "model"}
 
 
+def command_line(options: Options) -> list[str]:
+    """A model's options as llama-server's command line (``GET /models`` ``status.args``):
+    the main spelling of each, a boolean as itself or its negation; preset-only keys left out."""
+    argv: list[str] = []
+    for key, value in sorted(options.items()):
+        arg = BY_NAME.get(key)
+        if arg is None or arg.preset_only:
+            continue
+        if arg.kind in ("flag", "bool"):
+            if not is_falsey(value):
+                argv.append(arg.names[-1])
+            elif arg.negations:
+                argv.append(arg.negations[-1])
+        else:
+            argv += [arg.names[-1], value]
+    return argv
+
+
 def _int(key: str, value: str) -> int:
     try:
         return int(value.strip())

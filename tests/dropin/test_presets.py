@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.core.state import ModelConfig
-from service.llamacpp.options import OptionError, merge, model_settings
+from service.llamacpp.options import OptionError, command_line, merge, model_settings
 from service.presets import PresetError, canonical_section_name, parse_preset
 
 README_EXAMPLE = """
@@ -88,6 +88,11 @@ class TestSettings:
         assert config.params == {"n_ctx": 64}
         assert config.ignored == ("chat-template", "jinja", "n-gpu-layers", "temperature")
         assert config.args["n-gpu-layers"] == "99", "the options in force are recorded as given"
+
+    def test_options_in_force_read_back_as_llama_servers_command_line(self) -> None:
+        """``GET /models`` ``status.args``, as llama.cpp shows its child's arguments."""
+        config = _config("[m]\nc = 64\nno-jinja = 1\nmlock = true\nload-on-startup = 1\nhf = u/r:Q8_0\n", "m")
+        assert command_line(config.args) == ["--ctx-size", "64", "--hf-repo", "u/r:Q8_0", "--no-jinja", "--mlock"]
 
     def test_honoured_options_become_worker_parameters(self) -> None:
         text = "[m]\nembedding = true\nchat-template = chatml\nnp = 2\nthreads-batch = 3\nseed = 7\njinja = 1\n"
