@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from huggingface_hub import hf_hub_download
 
 from devtools.hub_server import HubServer
 from tests.dropin.conftest import Serve, chat, gguf_repo, models, split_repo, wait_until
@@ -116,3 +117,21 @@ def test_user_repo_and_aliases_name_a_model_on_every_endpoint(
 
 def _chat() -> dict[str, object]:
     return {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
+
+
+@pytest.mark.timeout(180)
+def test_offline_serves_hf_from_llama_cache_without_touching_the_hub(
+    serve: Serve, hub: HubServer, tiny: bytes, tmp_path: Path
+) -> None:
+    """``LLAMA_CACHE=… llama-server --offline -hf user/repo``: the model comes from the cache,
+    loads and answers; nothing is asked of the Hub, and a pull is refused with a problem."""
+    cache = tmp_path / "llama-cache"
+    repo = gguf_repo(hub, tiny, "offline")
+    hf_hub_download(repo, "offline-Q8_0.gguf", cache_dir=str(cache), endpoint=hub.url, token=False)
+    hub.reset_stats()
+    svc = serve("--offline", "-hf", repo, env={"LLAMA_CACHE": str(cache)})
+    wait_for_event(svc, "instance_ready", model=f"{repo}:Q8_0", timeout=60)
+    assert chat(svc, repo).status_code == 200
+    pulled = httpx.post(f"{svc.url}/models", json={"model": gguf_repo(hub, tiny, "elsewhere")}, timeout=30)
+    assert 400 <= pulled.status_code < 500 and "offline" in pulled.json()["error"]["message"], pulled.text
+    assert hub.stats()["requests"] == [], "offline: not one request to the Hub"
