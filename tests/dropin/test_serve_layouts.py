@@ -4,6 +4,9 @@ and llama.cpp's names (``user/repo``, aliases) on every endpoint that takes one.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -14,6 +17,7 @@ from devtools.hub_server import HubServer
 from tests.dropin.conftest import Serve, chat, gguf_repo, models, split_repo, wait_until
 from tests.supervision.conftest import events, wait_for_event
 
+ROOT = Path(__file__).resolve().parents[2]
 SPLIT_FILES = ["split-Q4_K_M-00001-of-00002.gguf", "split-Q4_K_M-00002-of-00002.gguf", "mmproj-F16.gguf"]
 
 
@@ -135,3 +139,23 @@ def test_offline_serves_hf_from_llama_cache_without_touching_the_hub(
     pulled = httpx.post(f"{svc.url}/models", json={"model": gguf_repo(hub, tiny, "elsewhere")}, timeout=30)
     assert 400 <= pulled.status_code < 500 and "offline" in pulled.json()["error"]["message"], pulled.text
     assert hub.stats()["requests"] == [], "offline: not one request to the Hub"
+
+
+@pytest.mark.timeout(180)
+def test_model_flag_serves_one_local_file(serve: Serve, models_dir: Path, tmp_path: Path) -> None:
+    """``llama-server -m models/7B/ggml-model.gguf -c 2048`` (the README's first example):
+    that file, loaded at start with the options, named after its stem or ``--alias``."""
+    svc = serve("-m", str(models_dir / "tiny-a.gguf"), "-c", "200", "--alias", "mine")
+    wait_for_event(svc, "instance_ready", model="tiny-a", timeout=60)
+    assert events(svc, type="instance_loading", model="tiny-a")[0]["data"]["params"]["n_ctx"] == 200
+    assert events(svc, type="instance_requested", model="tiny-a")[0]["data"]["reason"] == "startup"
+    assert models(svc)["tiny-a"]["aliases"] == ["mine"] and models(svc)["tiny-a"]["source"] == "preset"
+    assert chat(svc, "mine").json()["model"] == "tiny-a"
+    assert set(models(svc)) == {"tiny-a"}, "-m alone lists no other model"
+
+
+def test_model_flag_naming_a_missing_file_stops_the_start(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "service.cli", "serve", "-m", str(tmp_path / "nope.gguf"),
+                             "--home", str(tmp_path), "--port", "0"], capture_output=True, text=True, timeout=120,
+                            cwd=ROOT, env={**os.environ, "HF_HOME": str(tmp_path)})  # fmt: skip
+    assert result.returncode != 0 and f"-m {tmp_path / 'nope.gguf'}: no such file" in result.stderr + result.stdout
