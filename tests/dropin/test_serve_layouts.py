@@ -13,7 +13,9 @@ import httpx
 import pytest
 from huggingface_hub import hf_hub_download
 
+from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
+from tests.conftest_hub import unique_repo
 from tests.dropin.conftest import Serve, chat, gguf_repo, models, split_repo, wait_until
 from tests.supervision.conftest import events, wait_for_event
 
@@ -159,3 +161,17 @@ def test_model_flag_naming_a_missing_file_stops_the_start(tmp_path: Path) -> Non
                              "--home", str(tmp_path), "--port", "0"], capture_output=True, text=True, timeout=120,
                             cwd=ROOT, env={**os.environ, "HF_HOME": str(tmp_path)})  # fmt: skip
     assert result.returncode != 0 and f"-m {tmp_path / 'nope.gguf'}: no such file" in result.stderr + result.stdout
+
+
+@pytest.mark.timeout(180)
+def test_model_endpoint_and_hf_token_as_llama_cpp_reads_them(serve: Serve, hub: HubServer, tiny: bytes) -> None:
+    """``MODEL_ENDPOINT`` beats ``HF_ENDPOINT`` (common_get_model_endpoint) and ``HF_TOKEN``
+    opens a gated repo, for the start-up resolution and the download worker alike."""
+    repo = unique_repo("gated")
+    token = "hf_dropin_token_0123456789"
+    make_repo(hub.root, repo, {"gated-Q8_0.gguf": tiny}, gated=True, token=token)
+    svc = serve("-hf", repo, env={"MODEL_ENDPOINT": hub.url + "/", "HF_ENDPOINT": "http://127.0.0.1:9",
+                                  "HF_TOKEN": token})  # fmt: skip
+    wait_for_event(svc, "instance_ready", model=f"{repo}:Q8_0", timeout=60)
+    assert chat(svc, repo).status_code == 200
+    assert token not in svc.log_text() and token not in httpx.get(f"{svc.url}/events", timeout=10).text
