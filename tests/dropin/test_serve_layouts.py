@@ -175,3 +175,21 @@ def test_model_endpoint_and_hf_token_as_llama_cpp_reads_them(serve: Serve, hub: 
     wait_for_event(svc, "instance_ready", model=f"{repo}:Q8_0", timeout=60)
     assert chat(svc, repo).status_code == 200
     assert token not in svc.log_text() and token not in httpx.get(f"{svc.url}/events", timeout=10).text
+
+
+@pytest.mark.timeout(120)
+def test_llama_cpps_environment_alone_configures_the_router(serve: Serve, models_dir: Path) -> None:
+    """``LLAMA_ARG_MODELS_DIR=… LLAMA_ARG_CTX_SIZE=128 LLAMA_ARG_NO_MODELS_AUTOLOAD=1
+    LLAMA_API_KEY=k llama-server``: the same variables, the same router."""
+    key = "env-key-0123456789"
+    svc = serve(env={"LLAMA_ARG_MODELS_DIR": str(models_dir), "LLAMA_ARG_CTX_SIZE": "128",
+                     "LLAMA_ARG_NO_MODELS_AUTOLOAD": "1", "LLAMA_API_KEY": key, "LLAMA_ARG_MODELS_MAX": "1"})  # fmt: skip
+    auth = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(f"{svc.url}/models", timeout=10).status_code == 401
+    assert set(models(svc, **auth)) == {"tiny-a", "tiny-b"}
+    props = httpx.get(f"{svc.url}/props", headers=auth, timeout=10).json()
+    assert (props["models_autoload"], props["max_instances"]) == (False, 1)
+    configured = httpx.get(f"{svc.url}/events", params={"type": "model_configured", "model": "tiny-a"},
+                           headers=auth, timeout=10).json()["events"]  # fmt: skip
+    assert configured[-1]["data"]["params"] == {"n_ctx": 128}
+    assert chat(svc, "tiny-a", **auth).status_code == 400, "autoload is off"
