@@ -202,5 +202,5 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         config=config,
         model_path=(options.get("model") or "").strip() or None,
         mmproj=(options.get("mmproj") or "").strip() or None,
-        dedup=not is_falsey(options.get("dedup-cache-models", "0")),
+        dedup=options.get("dedup-cache-models", "").strip().lower() in TRUTHY,  # llama.cpp's is_truthy
     )

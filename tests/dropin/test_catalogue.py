@@ -242,3 +242,31 @@ class TestNames:
         state = state_of(_found("m"), (ev.ModelConfigured(aliases=("fast",)), "m"))
         found = state.resolve("fast")
         assert found is not None and found.name == "m"
+
+
+@pytest.mark.parametrize(
+    ("text", "hidden"),
+    [
+        ("[*]\ndedup-cache-models = true\n[mine]\nhf-repo = u/r-GGUF:q8_0\n", {"u/r-GGUF:Q8_0"}),
+        ("[mine]\nhf-repo = u/r-GGUF:Q8_0\ndedup-cache-models = 1\n", {"u/r-GGUF:Q8_0"}),
+        ("[*]\ndedup-cache-models = true\n[mine]\nhf-repo = u/r-GGUF:Q8_0\ndedup-cache-models = 0\n", set()),
+        ("[mine]\nhf-repo = u/r-GGUF:Q8_0\n", set()),
+        ("[mine]\nhf-repo = u/r-GGUF:Q8_0\ndedup-cache-models = yes\n", set()),  # not llama.cpp's truthy
+        ("[*]\ndedup-cache-models = true\n[mine]\nhf-repo = u/r-GGUF:F16\n", {"u/r-GGUF:F16"}),
+        (
+            "[mine]\nhf = u/r-GGUF:F16\nspec-draft-hf = u/d-GGUF:Q4_0\ndedup-cache-models = on\n",
+            {"u/r-GGUF:F16", "u/d-GGUF:Q4_0"},
+        ),
+    ],
+)
+def test_dedup_cache_models_hides_the_cache_entries_behind_a_preset(
+    tmp_path: Path, text: str, hidden: set[str]
+) -> None:
+    """README: hide the cached model an ``hf-repo`` preset points to, in a section or from
+    ``[*]``; server-models.cpp also hides its draft's (``spec-draft-hf``)."""
+    cached_repo(tmp_path, "u/r-GGUF", {"m-Q8_0.gguf": b"q8", "m-F16.gguf": b"f16"})
+    cached_repo(tmp_path, "u/d-GGUF", {"d-Q4_0.gguf": b"d"})
+    repos, _ = scan_cache(tmp_path)
+    listing = Listing(cache=cache_models(repos), repos=tuple(repos), presets=(parse_preset(text, "p.ini"),))
+    desired, _ = desired_models(listing)
+    assert {name for name, d in desired.items() if d.config.hidden} == hidden
