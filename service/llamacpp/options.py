@@ -191,7 +191,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         params=params,
         ttl_seconds=_ttl(extras),
         restart=_restart(extras),
-        load_on_startup=options.get("load-on-startup", "").strip().lower() in TRUTHY | {"yes"},
+        load_on_startup=options.get("load-on-startup", "").strip().lower() in TRUTHY,  # llama.cpp's is_truthy
         args=dict(sorted(options.items())),
         ignored=(*ignored, "stop-timeout") if stop is not None else ignored,
         hf_repo=(options.get("hf-repo") or "").strip() or None,

@@ -109,6 +109,11 @@ class TestSettings:
         assert config.aliases == ("b", "c", "a")
         assert "stop-timeout" in config.ignored, "recorded, but the stop grace is global"
 
+    @pytest.mark.parametrize(("value", "loads"), [("1", True), ("on", True), ("Enabled", True), ("yes", False),
+                                                  ("0", False), ("", False)])  # fmt: skip
+    def test_load_on_startup_takes_llama_cpps_true_values_only(self, value: str, loads: bool) -> None:
+        assert _config(f"[m]\nload-on-startup = {value}\n", "m").load_on_startup is loads
+
     def test_older_modelrouter_keys_still_work(self) -> None:
         config = _config("[m]\nn_ctx = 128\nn_threads = 2\nchat_format = chatml\n", "m")
         assert config.params == {"n_ctx": 128, "n_threads": 2, "chat_format": "chatml"}
