@@ -20,7 +20,7 @@ from service.api.schemas import (
 )
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
-from service.llamacpp.options import command_line
+from service.llamacpp.options import command_line, model_tags
 
 TEXT_ONLY = ModelArchitecture(input_modalities=["text"], output_modalities=["text"])
 
@@ -109,7 +109,7 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
     return ModelEntry(
         id=model.name,
         aliases=list(model.config.aliases),
-        tags=[],
+        tags=model_tags(model.config.args),
         object="model",
         owned_by="modelrouter",
         created=int(model.created_at.timestamp()) if model.created_at else 0,

@@ -131,6 +131,7 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     "chat-template": ("chat_format", "built-in template names llama-cpp-python knows (chatml, llama2, ...)"),
     "jinja": ("", "the GGUF's Jinja template is always used; --no-jinja is ignored"),
     "cont-batching": ("", "the batch engine always batches; --no-cont-batching is ignored"),
+    "tags": ("", "the model's tags in GET /models (informational, not used for routing)"),
 }
 _SAMPLING = "the worker applies no server-side sampling defaults: send the value in the request"
 _SPECULATIVE = "the worker has no speculative decoding"

@@ -76,6 +76,11 @@ def command_line(options: Options) -> list[str]:
     return argv
 
 
+def model_tags(options: Options) -> list[str]:
+    """``--tags a,b`` as llama.cpp lists them in ``GET /models``: stripped, unique, sorted."""
+    return sorted({tag.strip() for tag in options.get("tags", "").split(",") if tag.strip()})
+
+
 def _int(key: str, value: str) -> int:
     try:
         return int(value.strip())
@@ -114,6 +119,7 @@ _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
     "jinja": lambda v: not is_falsey(v),
     "cont-batching": lambda v: not is_falsey(v),
     "chat-template": lambda v: v.strip() in CHAT_FORMATS,
+    "tags": lambda _v: True,  # the router's: GET /models lists them (model_tags)
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.core.state import ModelConfig
-from service.llamacpp.options import OptionError, command_line, merge, model_settings
+from service.llamacpp.options import OptionError, command_line, merge, model_settings, model_tags
 from service.presets import PresetError, canonical_section_name, parse_preset
 
 README_EXAMPLE = """
@@ -113,6 +113,10 @@ class TestSettings:
                                                   ("0", False), ("", False)])  # fmt: skip
     def test_load_on_startup_takes_llama_cpps_true_values_only(self, value: str, loads: bool) -> None:
         assert _config(f"[m]\nload-on-startup = {value}\n", "m").load_on_startup is loads
+
+    def test_tags_are_listed_as_llama_cpp_lists_them(self) -> None:
+        config = _config("[*]\ntags = chat\n[m]\ntags = small, chat ,, big\n", "m")
+        assert model_tags(config.args) == ["big", "chat", "small"] and config.ignored == ()
 
     def test_older_modelrouter_keys_still_work(self) -> None:
         config = _config("[m]\nn_ctx = 128\nn_threads = 2\nchat_format = chatml\n", "m")

@@ -200,12 +200,13 @@ def test_the_command_line_issue_8_opens_with(serve: Serve, models_dir: Path, tmp
     """``modelrouter serve --models-preset my.ini --models-max 2 -c 4096 --api-key K``, which
     used to exit with a usage error."""
     preset = tmp_path / "my.ini"
-    preset.write_text(f"[*]\nc = 512\n\n[mine]\nmodel = {models_dir / 'tiny-a.gguf'}\nalias = m\n")
+    preset.write_text(f"[*]\nc = 512\n\n[mine]\nmodel = {models_dir / 'tiny-a.gguf'}\nalias = m\ntags = tiny,chat\n")
     svc = serve("--models-preset", str(preset), "--models-max", "2", "-c", "4096", "--api-key", "K-0123456789")
     auth = {"Authorization": "Bearer K-0123456789"}
     assert httpx.get(f"{svc.url}/props", timeout=10).status_code == 401
     assert httpx.get(f"{svc.url}/props", headers=auth, timeout=10).json()["max_instances"] == 2
     assert chat(svc, "m", **auth).status_code == 200
+    assert models(svc, **auth)["mine"]["tags"] == ["chat", "tiny"]
     loading = httpx.get(f"{svc.url}/events", params={"type": "instance_loading", "model": "mine"}, headers=auth,
                         timeout=10).json()["events"]  # fmt: skip
     assert loading[0]["data"]["params"]["n_ctx"] == 4096, "the command line beats the preset's [*]"
