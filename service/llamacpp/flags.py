@@ -117,7 +117,7 @@ _SOURCE: Mapping[str, tuple[bool, str]] = {
 }  # fmt: skip
 _PRESET: Mapping[str, tuple[bool, str]] = {
     "load-on-startup": (True, "load the model when the service starts"),
-    "stop-timeout": (False, "recorded; the SIGTERM-to-SIGKILL grace is the global MODELROUTER_STOP_TIMEOUT"),
+    "stop-timeout": (True, "seconds from the stop request to SIGKILL for this model (else MODELROUTER_STOP_TIMEOUT)"),
     "dedup-cache-models": (True, "hide the cache entry that this preset's hf-repo resolves to"),
 }
 _MODEL: Mapping[str, tuple[str, str]] = {

@@ -199,7 +199,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         restart=_restart(extras),
         load_on_startup=options.get("load-on-startup", "").strip().lower() in TRUTHY,  # llama.cpp's is_truthy
         args=dict(sorted(options.items())),
-        ignored=(*ignored, "stop-timeout") if stop is not None else ignored,
+        ignored=ignored,
         hf_repo=(options.get("hf-repo") or "").strip() or None,
         hf_file=(options.get("hf-file") or "").strip() or None,
         stop_timeout=_stop_timeout(stop),

@@ -107,7 +107,8 @@ class TestSettings:
         assert (config.load_on_startup, config.stop_timeout, config.ttl_seconds, config.restart) == (True, 5.0, 30.0,
                                                                                                     "on-failure")  # fmt: skip
         assert config.aliases == ("b", "c", "a")
-        assert "stop-timeout" in config.ignored, "recorded, but the stop grace is global"
+        assert "stop-timeout" not in config.ignored, "honoured: the model's SIGKILL deadline on unload"
+        assert _config("[m]\nstop-timeout = soon\n", "m").stop_timeout is None, "llama.cpp keeps its default"
 
     @pytest.mark.parametrize(("value", "loads"), [("1", True), ("on", True), ("Enabled", True), ("yes", False),
                                                   ("0", False), ("", False)])  # fmt: skip

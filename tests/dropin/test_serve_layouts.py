@@ -4,7 +4,9 @@ and llama.cpp's names (``user/repo``, aliases) on every endpoint that takes one.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +212,25 @@ def test_the_command_line_issue_8_opens_with(serve: Serve, models_dir: Path, tmp
     loading = httpx.get(f"{svc.url}/events", params={"type": "instance_loading", "model": "mine"}, headers=auth,
                         timeout=10).json()["events"]  # fmt: skip
     assert loading[0]["data"]["params"]["n_ctx"] == 4096, "the command line beats the preset's [*]"
+
+
+@pytest.mark.timeout(120)
+def test_a_presets_stop_timeout_bounds_that_models_stop(serve: Serve, models_dir: Path, tmp_path: Path) -> None:
+    """``stop-timeout = 1`` in a section: a worker that does not stop (frozen) is killed after
+    1 s, although the global stop timeout is a minute; other models keep the global one."""
+    preset = tmp_path / "p.ini"
+    preset.write_text(f"[quick]\nmodel = {models_dir / 'tiny-a.gguf'}\nstop-timeout = 1\n")
+    svc = serve("--models-preset", str(preset), env={"MODELROUTER_STOP_TIMEOUT": "60"})
+    assert chat(svc, "quick").status_code == 200
+    pid = models(svc)["quick"]["status"]["instance"]["pid"]
+    assert events(svc, type="model_configured", model="quick")[-1]["data"]["stop_timeout"] == 1
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # 30 s: the global 60 s would time this request out; the model's own 1 s does not.
+        unload = httpx.post(f"{svc.url}/models/unload", json={"model": "quick"}, timeout=30)
+        assert unload.status_code == 200, unload.text
+        stopped = wait_for_event(svc, "instance_stopped", model="quick")
+        assert stopped["data"]["forced"] is True
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
