@@ -20,7 +20,7 @@ from service.api.schemas import (
 )
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
-from service.llamacpp.options import command_line, model_tags
+from service.llamacpp.options import command_line, model_tags, preset_ini
 
 TEXT_ONLY = ModelArchitecture(input_modalities=["text"], output_modalities=["text"])
 
@@ -96,6 +96,7 @@ def _status(model: ModelState, state: RouterState) -> ModelStatusView:
     return ModelStatusView(
         value=model.status.value,
         args=command_line(model.config.args),
+        preset=preset_ini(model.name, model.config.args),
         progress=UNSET if progress is None else progress,
         instance=UNSET if instance is None else instance,
         failed=True if model.failed else UNSET,

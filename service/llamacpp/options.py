@@ -76,6 +76,19 @@ def command_line(options: Options) -> list[str]:
     return argv
 
 
+_NOT_IN_LISTED_PRESET = frozenset({"alias", "tags", "host", "port"})  # unset by llama.cpp before listing
+
+
+def preset_ini(name: str, options: Options) -> str:
+    """A model's options as llama.cpp shows them in ``GET /models`` ``status.preset``
+    (``common_preset::to_ini``): its section, one ``key = value`` line per option."""
+    lines = [f"[{name}]"]
+    for key, value in sorted(options.items()):
+        if key in BY_NAME and key not in _NOT_IN_LISTED_PRESET:
+            lines.append(f"{key} = " + value.replace("\n", "\\\n"))
+    return "\n".join(lines) + "\n\n"
+
+
 def model_tags(options: Options) -> list[str]:
     """``--tags a,b`` as llama.cpp lists them in ``GET /models``: stripped, unique, sorted."""
     return sorted({tag.strip() for tag in options.get("tags", "").split(",") if tag.strip()})

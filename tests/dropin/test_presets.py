@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.core.state import ModelConfig
-from service.llamacpp.options import OptionError, command_line, merge, model_settings, model_tags
+from service.llamacpp.options import OptionError, command_line, merge, model_settings, model_tags, preset_ini
 from service.presets import PresetError, canonical_section_name, parse_preset
 
 README_EXAMPLE = """
@@ -114,6 +114,13 @@ class TestSettings:
                                                   ("0", False), ("", False)])  # fmt: skip
     def test_load_on_startup_takes_llama_cpps_true_values_only(self, value: str, loads: bool) -> None:
         assert _config(f"[m]\nload-on-startup = {value}\n", "m").load_on_startup is loads
+
+    def test_options_in_force_read_back_as_a_preset_section(self) -> None:
+        """``status.preset``: llama.cpp's to_ini, which parses back to the same options."""
+        config = _config("[*]\nc = 64\n[m]\nngl = 9\nno-jinja = 1\nalias = x\ntags = t\nload-on-startup = 1\n", "m")
+        text = preset_ini("m", config.args)
+        assert text == "[m]\nctx-size = 64\njinja = 0\nload-on-startup = 1\nn-gpu-layers = 9\n\n"
+        assert _config(text, "m").args == {k: v for k, v in config.args.items() if k not in ("alias", "tags")}
 
     def test_tags_are_listed_as_llama_cpp_lists_them(self) -> None:
         config = _config("[*]\ntags = chat\n[m]\ntags = small, chat ,, big\n", "m")

@@ -36,6 +36,7 @@ def test_models_dir_with_per_model_defaults(serve: Serve, models_dir: Path, tmp_
     assert configured["ignored"] == ["n-gpu-layers", "temperature"]
     assert configured["args"] == {"ctx-size": "200", "n-gpu-layers": "99", "temperature": "0.3"}
     assert listed["tiny-a"]["status"]["args"] == ["--ctx-size", "200", "--n-gpu-layers", "99", "--temperature", "0.3"]
+    assert listed["tiny-a"]["status"]["preset"] == "[tiny-a]\nctx-size = 200\nn-gpu-layers = 99\ntemperature = 0.3\n\n"
     assert listed["tiny-a"]["architecture"] == {"input_modalities": ["text"], "output_modalities": ["text"]}
     assert chat(svc, "tiny-a").status_code == 200
     assert events(svc, type="instance_loading", model="tiny-a")[0]["data"]["params"]["n_ctx"] == 200

@@ -44,6 +44,8 @@ class ModelStatusView(msgspec.Struct, frozen=True):
     value: ModelStatusValue
     args: list[str] = msgspec.field(default_factory=list)
     """llama.cpp's: the model's llama-server options in force, as a command line."""
+    preset: str = ""
+    """llama.cpp's: the same options as a preset section (INI text)."""
     progress: ProgressView | UnsetType = UNSET
     instance: InstanceView | UnsetType = UNSET
     failed: bool | UnsetType = UNSET
