@@ -234,3 +234,21 @@ def test_a_presets_stop_timeout_bounds_that_models_stop(serve: Serve, models_dir
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.timeout(240)
+def test_hf_file_picks_the_file_on_the_command_line_and_in_a_preset(
+    serve: Serve, hub: HubServer, tiny: bytes, split_parts: tuple[bytes, bytes], tmp_path: Path
+) -> None:
+    """``-hf user/repo --hf-file X.gguf`` serves that file's model; a preset's ``hf-file``
+    naming a split's first part gets every part (the repo's default quant is Q4_K_M, split)."""
+    repo = split_repo(hub, tiny, split_parts)
+    preset = tmp_path / "p.ini"
+    preset.write_text(f"[first-part]\nhf-repo = {repo}\nhf-file = split-Q4_K_M-00001-of-00002.gguf\n")
+    svc = serve("-hf", repo, "--hf-file", "split-Q8_0.gguf", "--models-preset", str(preset))
+    wait_for_event(svc, "instance_ready", model=f"{repo}:Q8_0", timeout=120)
+    fetched = _names(events(svc, type="download_finished", model=f"{repo}:Q8_0")[0]["data"]["files"])
+    assert "split-Q8_0.gguf" in fetched and not [f for f in fetched if "Q4_K_M" in f]
+    assert chat(svc, "first-part").status_code == 200
+    fetched = _names(events(svc, type="download_finished", model="first-part")[0]["data"]["files"])
+    assert {"split-Q4_K_M-00001-of-00002.gguf", "split-Q4_K_M-00002-of-00002.gguf"} <= set(fetched)
