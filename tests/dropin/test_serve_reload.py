@@ -20,7 +20,8 @@ def test_reload_adds_changes_and_removes_models(serve: Serve, models_dir: Path, 
     preset.write_text("[tiny-a]\nc = 100\n")
     svc = serve("--models-dir", str(models_dir), "--models-preset", str(preset))
     for name in ("tiny-a", "tiny-b"):
-        assert chat(svc, name).status_code == 200
+        answer = chat(svc, name)
+        assert answer.status_code == 200, answer.text
 
     (models_dir / "tiny-c.gguf").write_bytes(tiny)  # added
     preset.write_text("[tiny-a]\nc = 200\n")  # changed, and running
