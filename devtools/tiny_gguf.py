@@ -71,6 +71,7 @@ def write_tiny_gguf(
     n_ff: int = 128,
     n_ctx: int = 256,
     name: str = "tiny-llama",
+    split_max_tensors: int = 0,
 ) -> Path:
     """Write a tiny random-weight llama-layout GGUF and return its path.
 
@@ -79,6 +80,8 @@ def write_tiny_gguf(
     "unknown model architecture" refusal). ``embedding=True`` records mean
     pooling so ``/v1/embeddings`` returns one vector per input. The same
     ``seed`` always gives byte-identical files (useful for hashing tests).
+    ``split_max_tensors`` > 0 writes llama.cpp's split layout instead (see
+    :func:`write_split_tiny_gguf`).
     """
     if n_embd % n_head:
         raise ValueError("n_embd must be divisible by n_head")
@@ -87,7 +90,7 @@ def write_tiny_gguf(
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
 
-    w = gguf.GGUFWriter(out, architecture)
+    w = gguf.GGUFWriter(out, architecture, split_max_tensors=split_max_tensors)
     w.add_name(name)
     w.add_context_length(n_ctx)
     w.add_embedding_length(n_embd)
@@ -141,6 +144,19 @@ def write_tiny_gguf(
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def write_split_tiny_gguf(path: str | os.PathLike[str], *, parts: int = 2, seed: int = 0) -> list[Path]:
+    """The tiny model as a real split GGUF, as ``llama-gguf-split`` writes it and as
+    split repos hold it on the Hub: ``<stem>-00001-of-0000N.gguf`` ... with the
+    ``split.*`` keys, so llama.cpp loads all parts from the first one's path."""
+    out = Path(path)
+    n_tensors = 3 + 9 * 2  # the default two layers
+    write_tiny_gguf(out, seed=seed, split_max_tensors=-(-n_tensors // parts))
+    shards = sorted(out.parent.glob(f"{out.stem}-*-of-{parts:05d}.gguf"))
+    if len(shards) != parts:
+        raise RuntimeError(f"expected {parts} parts of {out.stem}, found {[p.name for p in shards]}")
+    return shards
 
 
 def write_truncated_gguf(path: str | os.PathLike[str], *, keep_fraction: float = 0.6) -> Path:

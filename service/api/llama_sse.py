@@ -2,7 +2,8 @@
 
 llama.cpp sends ``data: {"model", "event", "data"}`` with no ``event:`` or
 ``id:`` field and no replay. We send the same data lines, mapped from our
-events by :func:`to_llama`, plus ``id:`` (so a reconnect can resume from
+events by :func:`to_llama` (``models_reloaded`` is its ``{"model": "*",
+"event": "models_reload"}``), plus ``id:`` (so a reconnect can resume from
 ``Last-Event-ID``) and ``download_cancelled``, which its reviewers asked for.
 """
 
@@ -53,6 +54,8 @@ def to_llama(recorded: ev.Recorded) -> dict[str, Any] | None:
             mapped = e.TYPE, {}
         elif isinstance(e, ev.ModelRemoved):
             mapped = "model_remove", {}
+        elif isinstance(e, ev.ModelsReloaded):
+            return {"model": "*", "event": "models_reload"}  # llama.cpp sends it without data
         else:
             return None
     event, data = mapped

@@ -37,6 +37,12 @@ _STATUS_BY_CODE = {
     "capacity": 503,
 }
 
+# llama.cpp's own wording for the same refusal, for clients that match on error.message
+# (router_validate_model in server-models.cpp); our detail keeps the model's name.
+_LLAMA_MESSAGE = {
+    "model_not_loaded": "model is not loaded",
+}
+
 # llama.cpp's format_error_response: its error types and the status each has.
 _LLAMA_TYPE = {
     400: "invalid_request_error",
@@ -93,7 +99,11 @@ def _on_problem(request: Request[Any, Any, Any], exc: Problem) -> Response[dict[
 def _on_rejected(request: Request[Any, Any, Any], exc: CommandRejected) -> Response[dict[str, Any]]:
     status = _STATUS_BY_CODE.get(exc.code, 409)
     headers = {"Retry-After": "1"} if status == 503 else None  # capacity, queue full, failed model: worth a retry soon
-    return problem_response(request, Problem(status, exc.code, exc.message, headers=headers, **exc.extra))
+    extra = dict(exc.extra)
+    if exc.code in _LLAMA_MESSAGE:
+        extra.setdefault("error", {"code": status, "message": _LLAMA_MESSAGE[exc.code],
+                                   "type": llama_error_type(status)})  # fmt: skip
+    return problem_response(request, Problem(status, exc.code, exc.message, headers=headers, **extra))
 
 
 def _wire_name(request: Request[Any, Any, Any], key: str) -> str:

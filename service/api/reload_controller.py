@@ -17,6 +17,7 @@ from litestar import Request, post
 from litestar.status_codes import HTTP_200_OK
 
 from service.api.problems import Problem
+from service.api.schemas import ReloadAnswer, problems
 from service.presets import PresetError
 from service.runtime import Runtime
 
@@ -24,7 +25,7 @@ _LISTINGS = frozenset({"/models", "/v1/models"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
-async def _reload(runtime: Runtime) -> dict[str, Any]:
+async def _reload(runtime: Runtime) -> ReloadAnswer:
     if runtime.catalogue is None:
         raise Problem(503, "state_unavailable", "the model sources are not read yet: the service is starting")
     try:
@@ -32,17 +33,23 @@ async def _reload(runtime: Runtime) -> dict[str, Any]:
     except PresetError as exc:
         # Nothing changed: the last good reading stays in force.
         raise Problem(400, "invalid_preset", str(exc)) from None
-    return {
-        "success": True,
-        "added": list(plan.added),
-        "changed": list(plan.changed),
-        "removed": list(plan.removed),
-        "unloaded": list(plan.unload),
-    }
+    return ReloadAnswer(
+        success=True,
+        added=list(plan.added),
+        changed=list(plan.changed),
+        removed=list(plan.removed),
+        unloaded=list(plan.unload),
+    )
 
 
-@post("/models/reload", operation_id="reloadModels", tags=["models"], status_code=HTTP_200_OK)
-async def reload_models(runtime: Runtime) -> dict[str, Any]:
+@post(
+    "/models/reload",
+    operation_id="reloadModels",
+    tags=["models"],
+    status_code=HTTP_200_OK,
+    responses=problems(400, 503),
+)
+async def reload_models(runtime: Runtime) -> ReloadAnswer:
     """Re-read presets, models dir and caches; answers what changed
     (``added``, ``changed``, ``removed``, ``unloaded``)."""
     return await _reload(runtime)

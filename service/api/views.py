@@ -12,6 +12,7 @@ from service.api.schemas import (
     FileView,
     InstanceView,
     JobView,
+    ModelArchitecture,
     ModelEntry,
     ModelList,
     ModelStatusView,
@@ -19,6 +20,9 @@ from service.api.schemas import (
 )
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
+from service.llamacpp.options import command_line, model_tags, preset_ini
+
+TEXT_ONLY = ModelArchitecture(input_modalities=["text"], output_modalities=["text"])
 
 
 def time_or_none(moment: datetime | None) -> str | None:
@@ -91,6 +95,8 @@ def _status(model: ModelState, state: RouterState) -> ModelStatusView:
     progress, instance = _progress(model, state), _instance(model)
     return ModelStatusView(
         value=model.status.value,
+        args=command_line(model.config.args),
+        preset=preset_ini(model.name, model.config.args),
         progress=UNSET if progress is None else progress,
         instance=UNSET if instance is None else instance,
         failed=True if model.failed else UNSET,
@@ -104,11 +110,12 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
     return ModelEntry(
         id=model.name,
         aliases=list(model.config.aliases),
-        tags=[],
+        tags=model_tags(model.config.args),
         object="model",
         owned_by="modelrouter",
         created=int(model.created_at.timestamp()) if model.created_at else 0,
         status=_status(model, state),
+        architecture=TEXT_ONLY,
         source=model.source,
         can_remove=model.source == "cache" and model.available,
         path=model.path,

@@ -162,12 +162,22 @@ def _entries(listing: Listing, warnings: list[str]) -> dict[str, _Entry]:
 
 
 def _hidden(listing: Listing, entries: Mapping[str, _Entry], settings: Mapping[str, ModelSettings]) -> set[str]:
-    """Cache entries a ``dedup-cache-models`` preset resolves to (same first file)."""
-    paths = {
-        str(entries[name].files[0].get("snapshot_path"))
-        for name, s in settings.items()
-        if s.dedup and entries[name].source == "preset" and s.config.hf_repo and entries[name].files
-    }
+    """Cache entries a ``dedup-cache-models`` preset resolves to (same first file): its
+    ``hf-repo``'s, and its draft's (``spec-draft-hf``), as server-models.cpp hides them."""
+    paths: set[str] = set()
+    for name, s in settings.items():
+        if not s.dedup or entries[name].source != "preset":
+            continue
+        if s.config.hf_repo and entries[name].files:
+            paths.add(str(entries[name].files[0].get("snapshot_path")))
+        draft = s.config.args.get("hf-repo-draft", "").strip()
+        if draft:
+            try:
+                files = _cached_hf(listing, draft, s.config.args.get("spec-draft-model") or None)
+            except OptionError:
+                continue  # a draft repo that is not a name: nothing of it is cached
+            if files:
+                paths.add(str(files[0].get("snapshot_path")))
     return {name for name, e in entries.items() if e.source == "cache" and listing.cache.get(name)
             and listing.cache[name].path in paths}  # fmt: skip
 

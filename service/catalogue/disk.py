@@ -3,10 +3,11 @@
 The only I/O of the catalogue; the decisions over these listings are pure
 (:mod:`service.catalogue.cache_models`, :mod:`service.catalogue.desired`).
 
-Local paths are confined (issue 11 §2): a models-dir entry or a cache snapshot
-link whose real path leads out of its directory is refused with a reason
-(logged by the caller, never listed). The models dir may itself be a symlink:
-confinement is checked against its real path.
+Local paths are confined (issue 11 §2): a models-dir entry, a cache repo
+folder or a cache snapshot link whose real path leads out of its directory is
+refused with a reason (logged by the caller, never listed), and so is a split
+model missing a part. The models dir and a cache may themselves be symlinks:
+confinement is checked against their real paths.
 """
 
 from __future__ import annotations
@@ -90,17 +91,24 @@ def _cached_file(entry: Path, snapshot: Path, repo_dir: Path, refused: list[Refu
 
 
 def scan_cache(cache_dir: Path) -> tuple[list[CachedRepo], list[Refusal]]:
-    """Every repo of the HF cache at ``cache_dir`` with the files of its current snapshot."""
+    """Every repo of the HF cache at ``cache_dir`` with the files of its current snapshot.
+    A repo folder that is a link leading out of the cache is refused, as is a snapshot
+    link leading out of its repo folder."""
     repos: list[CachedRepo] = []
     refused: list[Refusal] = []
     cache_dir = cache_dir.absolute()
     if not cache_dir.is_dir():
         return repos, refused
+    cache_root = cache_dir.resolve()
     for repo_dir in sorted(cache_dir.glob("models--*")):
         repo = repo_dir.name[len("models--") :].replace("--", "/")
         try:
             validate_repo_id(repo)
         except ValueError:
+            continue
+        real = repo_dir.resolve()
+        if not _inside(real, cache_root) or real == cache_root:
+            refused.append(Refusal(str(repo_dir), f"it is a link that leads out of the cache {cache_dir} (to {real})"))
             continue
         commit = _cached_ref(repo_dir)
         snapshot = repo_dir / "snapshots" / commit
@@ -129,9 +137,32 @@ def _confined(entry: Path, root: Path, refused: list[Refusal]) -> bool:
     return False
 
 
+def _complete_split(parts: list[Path], root: Path, refused: list[Refusal]) -> bool:
+    """Whether ``parts`` (one split model's files, sorted) can load: every part present,
+    and none leading out of the models dir (a refused part refuses the model)."""
+    match = _SPLIT.search(parts[0].name) if parts else None
+    if match is None:
+        return bool(parts)
+    usable = [p for p in parts if _confined(p, root, []) and p.resolve().is_file()]
+    if len(usable) != int(match.group(2)):
+        reason = f"split model with {len(usable)} usable of {int(match.group(2))} parts"
+        refused.append(Refusal(str(parts[0]), reason + " (a part is missing or leads out of the models dir)"))
+        return False
+    return True
+
+
 def _subdir_model(folder: Path, root: Path, refused: list[Refusal]) -> list[Path]:
-    ggufs = [p for p in sorted(folder.glob("*.gguf")) if _confined(p, root, refused) and p.resolve().is_file()]
+    candidates = sorted(folder.glob("*.gguf"))
+    ggufs = [p for p in candidates if _confined(p, root, refused) and p.resolve().is_file()]
     models = [p for p in ggufs if not _is_companion(p.name)]
+    if len(ggufs) != len(candidates) and any(not _is_companion(p.name) for p in candidates if p not in ggufs):
+        refused.append(Refusal(str(folder), "a model file in it leads out of the models dir or is missing"))
+        return []
+    first = _SPLIT.search(models[0].name) if models else None
+    if first is not None and not _complete_split(
+        sorted(p for p in models if _SPLIT.sub("", p.name) == _SPLIT.sub("", models[0].name)), root, refused
+    ):
+        return []
     return models + [p for p in ggufs if "mmproj" in p.name.lower()] if models else []
 
 
@@ -157,7 +188,9 @@ def scan_models_dir(models_dir: Path) -> tuple[dict[str, list[Path]], list[Refus
                 found[entry.stem] = [entry]
             elif match.group(1) == "00001":
                 stem = _SPLIT.sub("", entry.name)
-                found[stem] = sorted(p for p in models_dir.glob(stem + "-*-of-*.gguf") if _confined(p, root, []))
+                parts = sorted(models_dir.glob(f"{stem}-*-of-{match.group(2)}.gguf"))
+                if _complete_split(parts, root, refused):
+                    found[stem] = parts
     return found, refused
 
 

@@ -117,7 +117,7 @@ _SOURCE: Mapping[str, tuple[bool, str]] = {
 }  # fmt: skip
 _PRESET: Mapping[str, tuple[bool, str]] = {
     "load-on-startup": (True, "load the model when the service starts"),
-    "stop-timeout": (False, "recorded; the SIGTERM-to-SIGKILL grace is the global MODELROUTER_STOP_TIMEOUT"),
+    "stop-timeout": (True, "seconds from the stop request to SIGKILL for this model (else MODELROUTER_STOP_TIMEOUT)"),
     "dedup-cache-models": (True, "hide the cache entry that this preset's hf-repo resolves to"),
 }
 _MODEL: Mapping[str, tuple[str, str]] = {
@@ -131,6 +131,7 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     "chat-template": ("chat_format", "built-in template names llama-cpp-python knows (chatml, llama2, ...)"),
     "jinja": ("", "the GGUF's Jinja template is always used; --no-jinja is ignored"),
     "cont-batching": ("", "the batch engine always batches; --no-cont-batching is ignored"),
+    "tags": ("", "the model's tags in GET /models (informational, not used for routing)"),
 }
 _SAMPLING = "the worker applies no server-side sampling defaults: send the value in the request"
 _SPECULATIVE = "the worker has no speculative decoding"

@@ -58,6 +58,42 @@ def per_model(options: Options) -> dict[str, str]:
     return {k: v for k, v in options.items() if k in BY_NAME and handling(BY_NAME[k]).scope == "model"}
 
 
+def command_line(options: Options) -> list[str]:
+    """A model's options as llama-server's command line (``GET /models`` ``status.args``):
+    the main spelling of each, a boolean as itself or its negation; preset-only keys left out."""
+    argv: list[str] = []
+    for key, value in sorted(options.items()):
+        arg = BY_NAME.get(key)
+        if arg is None or arg.preset_only:
+            continue
+        if arg.kind in ("flag", "bool"):
+            if not is_falsey(value):
+                argv.append(arg.names[-1])
+            elif arg.negations:
+                argv.append(arg.negations[-1])
+        else:
+            argv += [arg.names[-1], value]
+    return argv
+
+
+_NOT_IN_LISTED_PRESET = frozenset({"alias", "tags", "host", "port"})  # unset by llama.cpp before listing
+
+
+def preset_ini(name: str, options: Options) -> str:
+    """A model's options as llama.cpp shows them in ``GET /models`` ``status.preset``
+    (``common_preset::to_ini``): its section, one ``key = value`` line per option."""
+    lines = [f"[{name}]"]
+    for key, value in sorted(options.items()):
+        if key in BY_NAME and key not in _NOT_IN_LISTED_PRESET:
+            lines.append(f"{key} = " + value.replace("\n", "\\\n"))
+    return "\n".join(lines) + "\n\n"
+
+
+def model_tags(options: Options) -> list[str]:
+    """``--tags a,b`` as llama.cpp lists them in ``GET /models``: stripped, unique, sorted."""
+    return sorted({tag.strip() for tag in options.get("tags", "").split(",") if tag.strip()})
+
+
 def _int(key: str, value: str) -> int:
     try:
         return int(value.strip())
@@ -96,6 +132,7 @@ _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
     "jinja": lambda v: not is_falsey(v),
     "cont-batching": lambda v: not is_falsey(v),
     "chat-template": lambda v: v.strip() in CHAT_FORMATS,
+    "tags": lambda _v: True,  # the router's: GET /models lists them (model_tags)
 }
 
 
@@ -173,9 +210,9 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         params=params,
         ttl_seconds=_ttl(extras),
         restart=_restart(extras),
-        load_on_startup=options.get("load-on-startup", "").strip().lower() in TRUTHY | {"yes"},
+        load_on_startup=options.get("load-on-startup", "").strip().lower() in TRUTHY,  # llama.cpp's is_truthy
         args=dict(sorted(options.items())),
-        ignored=(*ignored, "stop-timeout") if stop is not None else ignored,
+        ignored=ignored,
         hf_repo=(options.get("hf-repo") or "").strip() or None,
         hf_file=(options.get("hf-file") or "").strip() or None,
         stop_timeout=_stop_timeout(stop),
@@ -184,5 +221,5 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         config=config,
         model_path=(options.get("model") or "").strip() or None,
         mmproj=(options.get("mmproj") or "").strip() or None,
-        dedup=not is_falsey(options.get("dedup-cache-models", "0")),
+        dedup=options.get("dedup-cache-models", "").strip().lower() in TRUTHY,  # llama.cpp's is_truthy
     )

@@ -234,7 +234,10 @@ class InstanceSupervisor:
                     self._raise_if_failed(model, demand)
                     if not autoload:
                         raise CommandRejected(
-                            "model_not_loaded", f"model {model.name!r} is not loaded", model=model.name
+                            "model_not_loaded",
+                            f"model {model.name!r} is not loaded, and autoload is off: load it with "
+                            "POST /models/load, or pass ?autoload=true",
+                            model=model.name,
                         )
                     scheduling.require_loadable(self.live.state, model.name)
                 if demand is None:
@@ -424,9 +427,13 @@ class InstanceSupervisor:
     async def _stop_process(self, instance_id: str) -> None:
         found = self._find(instance_id)
         reason = found[1].stop_reason if found is not None and found[1].stop_reason else "unload"
+        # The model's own stop-timeout (a preset key, as in llama.cpp), else the global one.
+        model = self.live.state.models.get(found[0]) if found is not None else None
+        own = model.config.stop_timeout if model is not None else None
+        timeout = self.settings.stop_timeout if own is None else own
         # The stdin line carries the reason into the worker's own instance_stopped.
-        grace = min(0.2, self.settings.stop_timeout)
-        stopped = await self._pool.stop(instance_id, f"stop {reason}", grace=grace, timeout=self.settings.stop_timeout)
+        grace = min(0.2, timeout)
+        stopped = await self._pool.stop(instance_id, f"stop {reason}", grace=grace, timeout=timeout)
         if not stopped and instance_id not in self._models:
             await self._close_without_process(instance_id)
 

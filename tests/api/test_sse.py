@@ -168,7 +168,7 @@ def test_llama_cpp_models_sse_shape(svc: ServiceProcess) -> None:
             for sse in source.iter_sse():
                 if sse.data:
                     got.append(json.loads(sse.data))
-                    if len(got) == 4:
+                    if len(got) == 5:
                         return
 
     thread = threading.Thread(target=listen)
@@ -191,6 +191,7 @@ def test_llama_cpp_models_sse_shape(svc: ServiceProcess) -> None:
             new_event(
                 "instance_crashed", {"instance_id": "i", "exit_code": 139, "stderr_tail": ""}, model="org/m:Q8_0"
             ),
+            new_event("models_reloaded", {"added": ["x"], "changed": [], "removed": [], "unloaded": []}),
         ]
     )
     thread.join(30)
@@ -199,5 +200,6 @@ def test_llama_cpp_models_sse_shape(svc: ServiceProcess) -> None:
         {"model": "org/m:Q8_0", "event": "download_progress", "data": {"progress": {"j": {"done": 5, "total": 10}}}},
         {"model": "org/m:Q8_0", "event": "download_cancelled", "data": {}},
         {"model": "org/m:Q8_0", "event": "status_change", "data": {"status": "unloaded", "exit_code": 139}},
+        {"model": "*", "event": "models_reload"},
     ]
     store.close()

@@ -14,7 +14,7 @@ import pytest
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
-from devtools.tiny_gguf import write_tiny_gguf
+from devtools.tiny_gguf import write_split_tiny_gguf, write_tiny_gguf
 from tests.conftest_hub import unique_repo
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
@@ -24,6 +24,13 @@ CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """The bytes of a tiny GGUF that llama.cpp loads."""
     return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf").read_bytes()
+
+
+@pytest.fixture(scope="session")
+def split_parts(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes]:
+    """The two parts of the tiny model as a real split GGUF (llama.cpp loads it from part 1)."""
+    parts = write_split_tiny_gguf(tmp_path_factory.mktemp("split") / "tiny.gguf", parts=2)
+    return parts[0].read_bytes(), parts[1].read_bytes()
 
 
 @pytest.fixture
@@ -58,6 +65,17 @@ def gguf_repo(hub: HubServer, tiny: bytes, prefix: str, files: dict[str, int | b
     """A repo as on the real Hub: tag-named GGUFs (``<prefix>-Q8_0.gguf`` is a tiny real model)."""
     repo = unique_repo(prefix)
     make_repo(hub.root, repo, files or {f"{prefix}-Q8_0.gguf": tiny, "README.md": b"# model card\n"})
+    return repo
+
+
+def split_repo(hub: HubServer, tiny: bytes, split_parts: tuple[bytes, bytes], prefix: str = "split") -> str:
+    """A repo as large models are laid out on the Hub: a split quant, a single-file quant,
+    a multimodal projector and a model card."""
+    repo = unique_repo(prefix)
+    make_repo(hub.root, repo, {f"{prefix}-Q4_K_M-00001-of-00002.gguf": split_parts[0],
+                               f"{prefix}-Q4_K_M-00002-of-00002.gguf": split_parts[1],
+                               f"{prefix}-Q8_0.gguf": tiny, "mmproj-F16.gguf": 16 * 1024,
+                               "README.md": b"# model card\n"})  # fmt: skip
     return repo
 
 

@@ -74,6 +74,21 @@ class TestCacheNames:
         assert sorted(cache_models(repos)) == ["org/evil-GGUF:Q8_0"]
         assert [r.path.endswith("m-Q4_0.gguf") for r in refused] == [True] and "leads out" in refused[0].reason
 
+    def test_a_repo_folder_linked_from_outside_the_cache_is_refused(self, tmp_path: Path) -> None:
+        cache, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
+        cached_repo(cache, "org/fine-GGUF", {"m-Q8_0.gguf": b"ok"})
+        outside = cached_repo(elsewhere, "org/outside-GGUF", {"m-Q8_0.gguf": b"not yours"})
+        (cache / outside.name).symlink_to(outside)
+        repos, refused = scan_cache(cache)
+        assert [r.repo for r in repos] == ["org/fine-GGUF"]
+        assert [Path(r.path).name for r in refused] == [outside.name] and "leads out of the cache" in refused[0].reason
+
+    def test_a_linked_cache_directory_is_fine(self, tmp_path: Path) -> None:
+        cached_repo(tmp_path / "real", "org/fine-GGUF", {"m-Q8_0.gguf": b"ok"})
+        (tmp_path / "link").symlink_to(tmp_path / "real")
+        repos, refused = scan_cache(tmp_path / "link")
+        assert [r.repo for r in repos] == ["org/fine-GGUF"] and refused == []
+
 
 class TestModelsDir:
     def test_llama_cpps_layout(self, tmp_path: Path) -> None:
@@ -100,6 +115,29 @@ class TestModelsDir:
         assert sorted(found) == ["alias", "inside"]
         assert sorted(Path(r.path).name for r in refused) == ["escape-dir", "escape.gguf"]
         assert all("leads out of the models dir" in r.reason for r in refused)
+
+    def test_a_split_model_with_a_part_leading_out_or_missing_is_refused(self, tmp_path: Path) -> None:
+        models, outside = tmp_path / "models", tmp_path / "elsewhere"
+        for folder in (models, outside, models / "sub-Q4_0", models / "whole"):
+            folder.mkdir()
+        (models / "top-00001-of-00002.gguf").write_bytes(b"1")
+        (outside / "top-00002-of-00002.gguf").write_bytes(b"2")
+        (models / "top-00002-of-00002.gguf").symlink_to(outside / "top-00002-of-00002.gguf")
+        (models / "half-00001-of-00003.gguf").write_bytes(b"1")
+        (models / "half-00002-of-00003.gguf").write_bytes(b"2")
+        (models / "sub-Q4_0" / "m-00001-of-00002.gguf").write_bytes(b"1")
+        (models / "sub-Q4_0" / "m-00002-of-00002.gguf").symlink_to(outside / "top-00002-of-00002.gguf")
+        (models / "whole" / "w-00001-of-00002.gguf").write_bytes(b"1")
+        (models / "whole" / "w-00002-of-00002.gguf").write_bytes(b"2")
+        (models / "ok-00001-of-00002.gguf").write_bytes(b"1")
+        (models / "ok-00002-of-00002.gguf").write_bytes(b"2")
+        found, refused = scan_models_dir(models)
+        assert sorted(found) == ["ok", "whole"], "no model is listed without all of its parts"
+        assert [p.name for p in found["ok"]] == ["ok-00001-of-00002.gguf", "ok-00002-of-00002.gguf"]
+        reasons = {Path(r.path).name: r.reason for r in refused}
+        assert "leads out of the models dir" in reasons["top-00002-of-00002.gguf"]
+        assert "2 usable of 3 parts" in reasons["half-00001-of-00003.gguf"]
+        assert "2 usable of 2" not in str(reasons) and "sub-Q4_0" in reasons
 
     def test_a_preset_file_path_must_be_usable(self, tmp_path: Path) -> None:
         (tmp_path / "m.gguf").write_bytes(b"x")
@@ -204,3 +242,31 @@ class TestNames:
         state = state_of(_found("m"), (ev.ModelConfigured(aliases=("fast",)), "m"))
         found = state.resolve("fast")
         assert found is not None and found.name == "m"
+
+
+@pytest.mark.parametrize(
+    ("text", "hidden"),
+    [
+        ("[*]\ndedup-cache-models = true\n[mine]\nhf-repo = u/r-GGUF:q8_0\n", {"u/r-GGUF:Q8_0"}),
+        ("[mine]\nhf-repo = u/r-GGUF:Q8_0\ndedup-cache-models = 1\n", {"u/r-GGUF:Q8_0"}),
+        ("[*]\ndedup-cache-models = true\n[mine]\nhf-repo = u/r-GGUF:Q8_0\ndedup-cache-models = 0\n", set()),
+        ("[mine]\nhf-repo = u/r-GGUF:Q8_0\n", set()),
+        ("[mine]\nhf-repo = u/r-GGUF:Q8_0\ndedup-cache-models = yes\n", set()),  # not llama.cpp's truthy
+        ("[*]\ndedup-cache-models = true\n[mine]\nhf-repo = u/r-GGUF:F16\n", {"u/r-GGUF:F16"}),
+        (
+            "[mine]\nhf = u/r-GGUF:F16\nspec-draft-hf = u/d-GGUF:Q4_0\ndedup-cache-models = on\n",
+            {"u/r-GGUF:F16", "u/d-GGUF:Q4_0"},
+        ),
+    ],
+)
+def test_dedup_cache_models_hides_the_cache_entries_behind_a_preset(
+    tmp_path: Path, text: str, hidden: set[str]
+) -> None:
+    """README: hide the cached model an ``hf-repo`` preset points to, in a section or from
+    ``[*]``; server-models.cpp also hides its draft's (``spec-draft-hf``)."""
+    cached_repo(tmp_path, "u/r-GGUF", {"m-Q8_0.gguf": b"q8", "m-F16.gguf": b"f16"})
+    cached_repo(tmp_path, "u/d-GGUF", {"d-Q4_0.gguf": b"d"})
+    repos, _ = scan_cache(tmp_path)
+    listing = Listing(cache=cache_models(repos), repos=tuple(repos), presets=(parse_preset(text, "p.ini"),))
+    desired, _ = desired_models(listing)
+    assert {name for name, d in desired.items() if d.config.hidden} == hidden

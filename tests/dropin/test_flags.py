@@ -124,3 +124,40 @@ def test_the_compat_doc_lists_every_option_and_its_handling() -> None:
     assert compat_doc.splice(doc) == doc, "run python -m devtools.compat_doc"
     for arg in ARGS:
         assert f"`{arg.names[-1]}`" in doc, arg.key
+
+
+def _help_entries(text: str) -> list[tuple[frozenset[str], bool]]:
+    """``(spellings, ignored)`` of every option ``serve --help`` shows in its llama-server groups."""
+    llama = text[text.index("llama-server: router:") : text.index("\nmodelrouter:")]
+    entries: list[tuple[frozenset[str], bool]] = []
+    for block in re.split(r"\n(?=  -)", llama)[1:]:
+        header = re.split(r"\s{2,}", block.strip(), maxsplit=1)[0]
+        names = frozenset(re.findall(r"(?:^|, )(--?[A-Za-z][\w.-]*)", header))
+        entries.append((names, "(ignored: " in " ".join(block.split())))
+    return entries
+
+
+def _doc_rows(doc: str) -> list[tuple[frozenset[str], bool]]:
+    """``(spellings, ignored)`` of every option row of the compat doc (preset-only keys aside)."""
+    options = doc[doc.index("## Options") : doc.index("### Preset-only keys")]
+    rows = []
+    for line in options.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 4 and cells[0].startswith("`-"):
+            rows.append((frozenset(re.findall(r"`(-[^`]+)`", cells[0])), cells[2] == "accepted, ignored"))
+    return rows
+
+
+def test_the_compat_doc_and_serve_help_list_the_same_options_with_the_same_verdict() -> None:
+    """What a user reads in docs/llama-cpp-compat.md is what ``modelrouter serve --help`` says:
+    the same options, each supported or ignored in both (the help hides ``--no-X`` twins)."""
+    shown = _help_entries(_help())
+    documented = _doc_rows((ROOT / "docs" / "llama-cpp-compat.md").read_text())
+    assert len(shown) == len(documented) > 200
+    by_name = {name: entry for entry in shown for name in entry[0]}
+    for names, ignored in documented:
+        visible = {n for n in names if n in by_name}
+        assert visible, f"{sorted(names)} is documented but not in serve --help"
+        (entry,) = {by_name[n] for n in visible}
+        assert names >= entry[0], f"serve --help shows {sorted(entry[0] - names)} the doc does not"
+        assert entry[1] == ignored, f"{sorted(names)}: the doc and serve --help disagree on whether it is honoured"

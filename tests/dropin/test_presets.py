@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.core.state import ModelConfig
-from service.llamacpp.options import OptionError, merge, model_settings
+from service.llamacpp.options import OptionError, command_line, merge, model_settings, model_tags, preset_ini
 from service.presets import PresetError, canonical_section_name, parse_preset
 
 README_EXAMPLE = """
@@ -89,6 +89,11 @@ class TestSettings:
         assert config.ignored == ("chat-template", "jinja", "n-gpu-layers", "temperature")
         assert config.args["n-gpu-layers"] == "99", "the options in force are recorded as given"
 
+    def test_options_in_force_read_back_as_llama_servers_command_line(self) -> None:
+        """``GET /models`` ``status.args``, as llama.cpp shows its child's arguments."""
+        config = _config("[m]\nc = 64\nno-jinja = 1\nmlock = true\nload-on-startup = 1\nhf = u/r:Q8_0\n", "m")
+        assert command_line(config.args) == ["--ctx-size", "64", "--hf-repo", "u/r:Q8_0", "--no-jinja", "--mlock"]
+
     def test_honoured_options_become_worker_parameters(self) -> None:
         text = "[m]\nembedding = true\nchat-template = chatml\nnp = 2\nthreads-batch = 3\nseed = 7\njinja = 1\n"
         config = _config(text, "m")
@@ -102,7 +107,24 @@ class TestSettings:
         assert (config.load_on_startup, config.stop_timeout, config.ttl_seconds, config.restart) == (True, 5.0, 30.0,
                                                                                                     "on-failure")  # fmt: skip
         assert config.aliases == ("b", "c", "a")
-        assert "stop-timeout" in config.ignored, "recorded, but the stop grace is global"
+        assert "stop-timeout" not in config.ignored, "honoured: the model's SIGKILL deadline on unload"
+        assert _config("[m]\nstop-timeout = soon\n", "m").stop_timeout is None, "llama.cpp keeps its default"
+
+    @pytest.mark.parametrize(("value", "loads"), [("1", True), ("on", True), ("Enabled", True), ("yes", False),
+                                                  ("0", False), ("", False)])  # fmt: skip
+    def test_load_on_startup_takes_llama_cpps_true_values_only(self, value: str, loads: bool) -> None:
+        assert _config(f"[m]\nload-on-startup = {value}\n", "m").load_on_startup is loads
+
+    def test_options_in_force_read_back_as_a_preset_section(self) -> None:
+        """``status.preset``: llama.cpp's to_ini, which parses back to the same options."""
+        config = _config("[*]\nc = 64\n[m]\nngl = 9\nno-jinja = 1\nalias = x\ntags = t\nload-on-startup = 1\n", "m")
+        text = preset_ini("m", config.args)
+        assert text == "[m]\nctx-size = 64\njinja = 0\nload-on-startup = 1\nn-gpu-layers = 9\n\n"
+        assert _config(text, "m").args == {k: v for k, v in config.args.items() if k not in ("alias", "tags")}
+
+    def test_tags_are_listed_as_llama_cpp_lists_them(self) -> None:
+        config = _config("[*]\ntags = chat\n[m]\ntags = small, chat ,, big\n", "m")
+        assert model_tags(config.args) == ["big", "chat", "small"] and config.ignored == ()
 
     def test_older_modelrouter_keys_still_work(self) -> None:
         config = _config("[m]\nn_ctx = 128\nn_threads = 2\nchat_format = chatml\n", "m")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import httpx
 import pytest
+from huggingface_hub import hf_hub_download
 
-from tests.dropin.conftest import Serve, chat, models
+from devtools.hub_server import HubServer
+from tests.dropin.conftest import Serve, chat, gguf_repo, models
 from tests.supervision.conftest import events, wait_for_event
 
 
@@ -17,7 +20,8 @@ def test_reload_adds_changes_and_removes_models(serve: Serve, models_dir: Path, 
     preset.write_text("[tiny-a]\nc = 100\n")
     svc = serve("--models-dir", str(models_dir), "--models-preset", str(preset))
     for name in ("tiny-a", "tiny-b"):
-        assert chat(svc, name).status_code == 200
+        answer = chat(svc, name)
+        assert answer.status_code == 200, answer.text
 
     (models_dir / "tiny-c.gguf").write_bytes(tiny)  # added
     preset.write_text("[tiny-a]\nc = 200\n")  # changed, and running
@@ -73,3 +77,23 @@ def test_a_removed_running_model_is_stopped_first(serve: Serve, models_dir: Path
     order = [e["type"] for e in events(svc, model="extra", type=["instance_stopped", "model_removed"])]
     assert order == ["instance_stopped", "model_removed"]
     assert "extra" not in models(svc)
+
+
+@pytest.mark.timeout(180)
+def test_reload_reads_llama_cache_again(serve: Serve, hub: HubServer, tiny: bytes, tmp_path: Path) -> None:
+    """A model put into ``LLAMA_CACHE`` by another tool (``hf download``, a llama-server)
+    while the router runs appears on reload; one deleted from it there disappears."""
+    cache = tmp_path / "llama-cache"
+    kept, added = gguf_repo(hub, tiny, "kept"), gguf_repo(hub, tiny, "added")
+    hf_hub_download(kept, "kept-Q8_0.gguf", cache_dir=str(cache), endpoint=hub.url, token=False)
+    svc = serve(env={"LLAMA_CACHE": str(cache)})
+    assert f"{kept}:Q8_0" in models(svc) and f"{added}:Q8_0" not in models(svc)
+
+    hf_hub_download(added, "added-Q8_0.gguf", cache_dir=str(cache), endpoint=hub.url, token=False)
+    shutil.rmtree(cache / f"models--{kept.replace('/', '--')}")
+    listed = httpx.get(f"{svc.url}/models", params={"reload": "1"}, timeout=60).json()["data"]
+    assert {m["id"] for m in listed} >= {f"{added}:Q8_0"} and f"{kept}:Q8_0" not in {m["id"] for m in listed}
+    reloaded = events(svc, type="models_reloaded")[-1]["data"]
+    assert (reloaded["added"], reloaded["removed"]) == ([f"{added}:Q8_0"], [f"{kept}:Q8_0"])
+    assert events(svc, type="model_discovered", model=f"{added}:Q8_0")[0]["data"]["source"] == "cache"
+    assert chat(svc, added).status_code == 200

@@ -13,10 +13,11 @@ import pytest
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from tests.conftest_hub import unique_repo
-from tests.dropin.conftest import Serve, chat, gguf_repo, models
+from tests.dropin.conftest import CHAT, Serve, chat, gguf_repo, models
 from tests.supervision.conftest import events, wait_for_event
 
 ROOT = Path(__file__).resolve().parents[2]
+LLAMA_NOT_LOADED = {"code": 400, "message": "model is not loaded", "type": "invalid_request_error"}
 
 
 @pytest.mark.timeout(120)
@@ -34,6 +35,9 @@ def test_models_dir_with_per_model_defaults(serve: Serve, models_dir: Path, tmp_
     assert configured["params"] == {"n_ctx": 200}
     assert configured["ignored"] == ["n-gpu-layers", "temperature"]
     assert configured["args"] == {"ctx-size": "200", "n-gpu-layers": "99", "temperature": "0.3"}
+    assert listed["tiny-a"]["status"]["args"] == ["--ctx-size", "200", "--n-gpu-layers", "99", "--temperature", "0.3"]
+    assert listed["tiny-a"]["status"]["preset"] == "[tiny-a]\nctx-size = 200\nn-gpu-layers = 99\ntemperature = 0.3\n\n"
+    assert listed["tiny-a"]["architecture"] == {"input_modalities": ["text"], "output_modalities": ["text"]}
     assert chat(svc, "tiny-a").status_code == 200
     assert events(svc, type="instance_loading", model="tiny-a")[0]["data"]["params"]["n_ctx"] == 200
     log = svc.log_text()
@@ -138,9 +142,16 @@ def test_hf_of_a_gguf_repo_serves_that_model(serve: Serve, hub: HubServer, tiny:
 def test_no_models_autoload(serve: Serve, models_dir: Path) -> None:
     """``--no-models-autoload``: a request does not load the model; an explicit load does."""
     svc = serve("--models-dir", str(models_dir), "--no-models-autoload")
-    refused = chat(svc, "tiny-a")
-    assert 400 <= refused.status_code < 500 and refused.json()["error"]["message"]
+    for path in ("/v1/chat/completions", "/chat/completions", "/completion"):
+        refused = httpx.post(f"{svc.url}{path}", json={"model": "tiny-a", "prompt": "x", **CHAT}, timeout=30)
+        assert refused.status_code == 400, (path, refused.text)
+        assert refused.json()["error"] == LLAMA_NOT_LOADED, "llama.cpp's body, word for word"
+        assert "tiny-a" in refused.json()["detail"]
     assert models(svc)["tiny-a"]["status"]["value"] == "unloaded"
+    assert events(svc, type="instance_requested") == [], "a refused request starts nothing"
     httpx.post(f"{svc.url}/models/load", json={"model": "tiny-a"}, timeout=30).raise_for_status()
     wait_for_event(svc, "instance_ready", model="tiny-a")
     assert chat(svc, "tiny-a").status_code == 200
+    asked = httpx.post(f"{svc.url}/v1/chat/completions", params={"autoload": "true"},
+                       json={"model": "tiny-b", **CHAT}, timeout=120)  # fmt: skip
+    assert asked.status_code == 200, "?autoload=true overrides it per request, as in llama.cpp"

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from service.api.schemas._catalogue import InstanceView, ModelEntry, ModelList, ModelStatusView, ProgressView
+from service.api.schemas._catalogue import (
+    InstanceView,
+    ModelArchitecture,
+    ModelEntry,
+    ModelList,
+    ModelStatusView,
+    ProgressView,
+)
 from service.api.schemas._common import (
     MAX_NAME_LENGTH,
     PROBLEM_JSON,
@@ -20,6 +27,7 @@ from service.api.schemas._control import (
     JobView,
     LoadAnswer,
     ModelCommand,
+    ReloadAnswer,
     RemoveAnswer,
     UnloadAnswer,
 )
@@ -62,6 +70,7 @@ __all__ = [
     "LlamaEmbeddingRequest",
     "LoadAnswer",
     "LoadHistory",
+    "ModelArchitecture",
     "ModelCommand",
     "ModelEntry",
     "ModelHistoryView",
@@ -72,6 +81,7 @@ __all__ = [
     "ModelStatusView",
     "ProblemDetails",
     "ProgressView",
+    "ReloadAnswer",
     "RemoveAnswer",
     "RerankRequest",
     "RouterProps",

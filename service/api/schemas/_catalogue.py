@@ -42,11 +42,23 @@ class ModelStatusView(msgspec.Struct, frozen=True):
     """``status``: ``value`` always; the rest only when it applies."""
 
     value: ModelStatusValue
+    args: list[str] = msgspec.field(default_factory=list)
+    """llama.cpp's: the model's llama-server options in force, as a command line."""
+    preset: str = ""
+    """llama.cpp's: the same options as a preset section (INI text)."""
     progress: ProgressView | UnsetType = UNSET
     instance: InstanceView | UnsetType = UNSET
     failed: bool | UnsetType = UNSET
     error: dict[str, Any] | UnsetType = UNSET
     exit_code: int | UnsetType = UNSET
+
+
+class ModelArchitecture(msgspec.Struct, frozen=True):
+    """llama.cpp's ``architecture``: what the model takes and gives (the inference
+    worker is text-only, so a projector does not add ``image``)."""
+
+    input_modalities: list[Literal["text", "image", "audio"]]
+    output_modalities: list[Literal["text"]]
 
 
 class ModelEntry(msgspec.Struct, frozen=True):
@@ -59,6 +71,7 @@ class ModelEntry(msgspec.Struct, frozen=True):
     owned_by: str
     created: int
     status: ModelStatusView
+    architecture: ModelArchitecture
     source: str
     can_remove: bool
     path: str | None

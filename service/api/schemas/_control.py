@@ -73,6 +73,16 @@ class LoadAnswer(msgspec.Struct, frozen=True):
     status: ModelStatusValue
 
 
+class ReloadAnswer(msgspec.Struct, frozen=True):
+    """``POST /models/reload``: what the reload changed (as its ``models_reloaded`` event)."""
+
+    success: bool
+    added: list[str]
+    changed: list[str]
+    removed: list[str]
+    unloaded: list[str]
+
+
 class UnloadAnswer(msgspec.Struct, frozen=True, omit_defaults=True):
     """``POST /models/unload``: the model's status afterwards, or the cancelled download."""
 
