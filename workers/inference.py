@@ -34,6 +34,7 @@ Exit codes: 0 stopped on request; 1 internal error; 2 bad command line;
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -178,6 +179,19 @@ class Worker:
             self.emit(ev.LoadingProgress(instance_id=self.args.instance_id, progress=round(min(progress, 1.0), 4)))
         return self._stop_reason is None  # False aborts llama.cpp's load
 
+    def _bind(self) -> tuple[Any, str]:
+        """Bind the port the service picked; if another process took it since (the
+        service only saw it free a moment ago), take any free one: the service learns
+        the real endpoint from ``instance_loading``, so a lost race costs nothing."""
+        a = self.args
+        try:
+            return bind_server(self.app, host=a.host, port=a.port)
+        except OSError as exc:
+            if a.port == 0 or exc.errno != errno.EADDRINUSE:
+                raise
+            self.log.warning("port_taken", port=a.port)
+            return bind_server(self.app, host=a.host, port=0)
+
     def _load(self) -> LoadedModel | LoadedLlama:
         return load(self.args, self._llama_log, self._on_progress)
 
@@ -225,7 +239,7 @@ class Worker:
             self._on_signal(early, None)
         self.runtime.control({"stop": self._on_stop_command}, on_eof=self._on_stdin_eof)
         try:
-            server, self.endpoint = bind_server(self.app, host=a.host, port=a.port)
+            server, self.endpoint = self._bind()
         except OSError as exc:
             self.emit(ev.InstanceLoadFailed(instance_id=a.instance_id, reason="port_unavailable",
                                             message=f"cannot bind: {exc}"))  # fmt: skip

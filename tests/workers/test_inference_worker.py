@@ -7,6 +7,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -424,3 +425,20 @@ def test_events_go_to_the_sqlite_store_with_db(spawn_worker: Spawn, tiny_gguf: P
     assert all(r.source["kind"] == "inference_worker" and r.source["pid"] == w.proc.pid for r in records)
     ready = next(r for r in records if r.type == "instance_ready").event.to_data()
     assert ready["instance_id"] == "dbinst" and ready["architecture"] == "llama"
+
+
+def test_a_port_taken_since_the_service_picked_it_falls_back_to_a_free_one(
+    spawn_worker: Callable[..., Any], tiny_gguf: Path
+) -> None:
+    """The service picks a port that was free a moment ago; another process may take it
+    first. The worker then serves on another port and says which in its events."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        w = spawn_worker(tiny_gguf, "--port", str(port))
+        endpoint = w.wait_ready()
+        assert endpoint.startswith("http://127.0.0.1:") and not endpoint.endswith(f":{port}")
+        assert httpx.get(f"{endpoint}/health", timeout=30).status_code == 200
+        loading = w.wait_event("instance_loading", 10)
+        assert loading["endpoint"] == endpoint
