@@ -332,8 +332,9 @@ class BatchEngine:
             s.timings.t_prompt_done = now
         self.metrics.on_finish(s.timings, max(len(x.cache) for x in self.slots))
         timings = s.timings.to_json()
+        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or ""}
         self._release(s, now, keep_cache=True)  # before the reply ends: /slots never lags behind it
-        req.out.put(("d", reason, timings))
+        req.out.put(("d", reason, timings, info))
 
     def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
         """``1``: no room in the KV cache (nothing was decoded): shrink prompt chunks, or end the
