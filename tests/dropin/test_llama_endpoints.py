@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -135,7 +134,9 @@ def test_native_completion(svc: ServiceProcess) -> None:
     chunks = [json.loads(line[6:]) for line in lines]
     *partial, last = chunks
     assert all(c["stop"] is False and set(c) >= {"content", "tokens_predicted", "tokens_evaluated"} for c in partial)
-    assert last["stop"] is True and last["content"] == "" and last["timings"]["predicted_n"] == whole["tokens_predicted"]
+    assert (
+        last["stop"] is True and last["content"] == "" and last["timings"]["predicted_n"] == whole["tokens_predicted"]
+    )
     assert "".join(c["content"] for c in partial) == whole["content"], "temperature 0: same text streamed or not"
     assert last["tokens_evaluated"] == whole["tokens_evaluated"] and last["stop_type"] == whole["stop_type"]
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from service.api.schemas._catalogue import InstanceView, ModelEntry, ModelList, ModelStatusView, ProgressView
+from service.api.schemas._catalogue import (
+    EngineStatsView,
+    InstanceView,
+    ModelEntry,
+    ModelList,
+    ModelStatusView,
+    ProgressView,
+)
 from service.api.schemas._common import (
     MAX_NAME_LENGTH,
     PROBLEM_JSON,
@@ -46,6 +53,7 @@ __all__ = [
     "DetokenizeRequest",
     "DownloadAnswer",
     "EmbeddingRequest",
+    "EngineStatsView",
     "ErrorObject",
     "EventPage",
     "EventView",
