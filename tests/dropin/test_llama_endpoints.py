@@ -147,3 +147,21 @@ def test_what_the_worker_cannot_serve_is_501(svc: ServiceProcess, path: str) -> 
     body = {"model": "tiny", "input_prefix": "a", "content": "a", "query": "q", "documents": ["d"], "input": "x"}
     error = _error(httpx.post(f"{svc.url}{path}", json=body, timeout=60), 501)
     assert error["type"] == "not_supported_error" and "not supported" in error["message"]
+
+
+@pytest.mark.timeout(120)
+def test_chat_completions_without_v1(svc: ServiceProcess) -> None:
+    """llama-server serves OpenAI's chat at ``/chat/completions`` too, with its ``timings`` added."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, "temperature": 0}
+    whole = _post(svc, "/chat/completions", **body)
+    assert whole["object"] == "chat.completion" and whole["choices"][0]["message"]["role"] == "assistant"
+    assert whole["usage"]["completion_tokens"] == whole["timings"]["predicted_n"]
+    with httpx.stream("POST", f"{svc.url}/chat/completions", json={**body, "stream": True}, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] is not None and "predicted_n" in chunks[-1]["timings"]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert text == whole["choices"][0]["message"]["content"], "temperature 0: same text streamed or not"
