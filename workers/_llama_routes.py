@@ -23,22 +23,24 @@ Everything runs on the HTTP thread: the vocabulary is read-only after load.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from workers._inference_api import ApiError, _normalize_message
 from workers._sampling import SamplingParams
 
 
-def _build_info() -> str:
+@functools.cache
+def build_info() -> str:
+    """``b0-modelrouter-llama-cpp-python-X`` (first ``/props`` only: importlib.metadata costs
+    tens of milliseconds, not to be paid on the way to ready)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return f"b0-modelrouter-llama-cpp-python-{version('llama-cpp-python')}"
     except PackageNotFoundError:
         return "b0-modelrouter"
-
-
-BUILD_INFO = _build_info()
 
 
 def _is_token(v: Any) -> bool:
@@ -172,7 +174,7 @@ def props(front: Any, engine: Any, model_name: str) -> dict[str, Any]:
         "chat_template": llm.chat_template() or "",
         "bos_token": llm.token_text(llm.bos) if llm.bos >= 0 else "",
         "eos_token": llm.token_text(llm.eos) if llm.eos >= 0 else "",
-        "build_info": BUILD_INFO,
+        "build_info": build_info(),
         "is_sleeping": False,
     }
 
