@@ -135,6 +135,20 @@ class BatchEngine:
         with self._cv:
             return [s.to_json() for s in self.slots]
 
+    def stats(self) -> dict[str, Any]:
+        """The load summary of ``instance_stats``: slots, queue, average throughputs (rounded)."""
+        m = self.metrics
+        with self._cv:
+            busy, queued = sum(1 for s in self.slots if s.is_processing), len(self._pending)
+        return {
+            "slots_total": len(self.slots),
+            "slots_busy": busy,
+            "queue_depth": queued,
+            "prefill_tokens_per_s": _per_s(m.prompt_tokens, m.prompt_seconds),
+            "decode_tokens_per_s": _per_s(m.tokens_predicted, m.predicted_seconds),
+            "requests_finished": m.requests_finished,
+        }
+
     def metrics_text(self) -> str:
         """``GET /metrics``: llama-server's Prometheus metrics."""
         processing = sum(1 for s in self.slots if s.is_processing)
@@ -336,8 +350,9 @@ class BatchEngine:
             s.timings.t_prompt_done = now
         self.metrics.on_finish(s.timings, max(len(x.cache) for x in self.slots))
         timings = s.timings.to_json()
+        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or ""}
         self._release(s, now, keep_cache=True)  # before the reply ends: /slots never lags behind it
-        req.out.put(("d", reason, timings))
+        req.out.put(("d", reason, timings, info))
 
     def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
         """``1``: no room in the KV cache (nothing was decoded): shrink prompt chunks, or end the
@@ -356,6 +371,10 @@ class BatchEngine:
             if s.request is not None:
                 self._reject(s.request, err)
                 self._release(s, now, keep_cache=False)
+
+
+def _per_s(n: int, seconds: float) -> float:
+    return round(n / seconds, 1) if seconds > 0 else 0.0
 
 
 def _arrival(slot: Slot) -> int:

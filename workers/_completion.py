@@ -108,7 +108,15 @@ class CompletionFront:
             raise ApiError(400, str(exc)) from None
         finally:
             self._local.ctx = None
-        if job.stream:
+        if opts.get("native"):  # llama-server's /completion
+            from workers._llama_routes import native_chunks, native_whole
+
+            # ctx.result: params, prompt and n_prompt now; timings, usage and the final info once done
+            if job.stream:
+                job.attach(native_chunks(result, ctx.result))
+            else:
+                job.attach(iter([native_whole(result, ctx.result)]))
+        elif job.stream:
             job.attach(_with_final_fields(result, ctx, bool(opts.get("include_usage"))))
         else:
             result.setdefault("timings", ctx.result.get("timings", {}))
@@ -192,6 +200,11 @@ class CompletionFront:
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         req = self._submit(tokens, params, max_tokens or 0, stops)
+        self._ctx().result.update(
+            params={**params.to_json(), "n_predict": max_tokens or -1, "stop": list(stops)},
+            prompt=prompt if isinstance(prompt, str) else "",
+            n_prompt=len(tokens),
+        )
         head = ""
         if echo:
             head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")

@@ -61,7 +61,7 @@ class CompletionShaper:
                 continue
             if suffix:
                 yield self._chunk(suffix, None, None)
-            result.update(timings=ev[2], usage=self._usage(ev[2]))
+            result.update(timings=ev[2], usage=self._usage(ev[2]), final=ev[3])
             yield self._chunk("", None, ev[1])
 
     def whole(
@@ -71,10 +71,10 @@ class CompletionShaper:
         texts = [head]
         self._offset = len(head)
         merged: dict[str, list[Any]] | None = None
-        finish, timings = "stop", {}
+        finish, timings, final = "stop", {}, {}
         for ev in events:
             if ev[0] == "d":
-                finish, timings = ev[1], ev[2]
+                finish, timings, final = ev[1], ev[2], ev[3]
                 break
             texts.append(ev[1])
             lp = self._logprobs(ev[2], len(ev[1]))
@@ -83,7 +83,7 @@ class CompletionShaper:
                 for k, v in lp.items():
                     merged[k] += v
         texts.append(suffix)
-        result.update(timings=timings, usage=self._usage(timings))
+        result.update(timings=timings, usage=self._usage(timings), final=final)
         out = self._chunk("".join(texts), merged, finish)
         out["usage"] = result["usage"]
         return out

@@ -11,7 +11,10 @@ connection survives them; every SSE event is flushed as its own chunk.
 
 Routes (``/v1`` prefix optional): ``GET /health``, ``GET /v1/models``,
 ``GET /slots`` and ``GET /metrics`` (batch engine, llama-server's shapes),
-``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``.
+``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``;
+llama-server's own (batch engine, :mod:`workers._llama_routes`): ``GET /props``,
+``POST /tokenize``, ``/detokenize``, ``/apply-template`` and ``/completion``.
+llama-server's other routes answer 501 (``_UNSUPPORTED``).
 
 A request whose client hangs up is cancelled: handlers waiting for results
 poll the socket (``_client_gone``), so this holds during prompt processing
@@ -31,6 +34,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from workers import _llama_routes as llama_routes
 from workers._batch_engine import BatchEngine
 from workers._inference_api import (
     ApiError,
@@ -43,6 +47,27 @@ from workers._inference_api import (
 from workers._inference_engine import Engine, Job
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
+_NOT_SUPPORTED = "not_supported_error"
+_LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
+    "/tokenize": llama_routes.tokenize,
+    "/detokenize": llama_routes.detokenize,
+    "/apply-template": llama_routes.apply_template,
+}
+# llama-server's POST routes this worker does not serve (501), with why.
+_UNSUPPORTED = {
+    "/props": ": properties cannot be changed (llama-server without --props)",
+    "/infill": ": no fill-in-the-middle",
+    "/embedding": " (use /v1/embeddings)",
+    "/rerank": ": no reranking",
+    "/reranking": ": no reranking",
+    "/responses": " (use /v1/chat/completions)",
+    "/messages": " (use /v1/chat/completions)",
+    "/messages/count_tokens": " (use /tokenize)",
+    "/chat/completions/control": "",
+    "/chat/completions/input_tokens": " (use /apply-template and /tokenize)",
+    "/responses/input_tokens": "",
+    "/lora-adapters": ": no LoRA adapters",
+}
 
 
 @dataclass
@@ -148,6 +173,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"object": "list", "data": [entry]})
         elif route in ("/slots", "/metrics"):
             self._send_engine_state(route)
+        elif route == "/props":
+            try:
+                front = self._front(route)
+                self._send_json(200, llama_routes.props(front, self.app.engine, app.model_name))
+            except ApiError as err:
+                self._send_api_error(err)
         else:
             self._send_api_error(ApiError(404, f"no route GET {route}", "not_found_error"))
 
@@ -161,6 +192,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, engine.slots_json())
         else:
             self._send(200, engine.metrics_text().encode(), "text/plain; version=0.0.4")
+
+    def _front(self, route: str) -> Any:
+        """The batch engine's request front, for llama-server's own endpoints (501 on the legacy engine)."""
+        engine = self.app.engine
+        if not isinstance(engine, BatchEngine):
+            raise ApiError(501, f"{route} needs the batch engine (this worker runs --engine legacy)", _NOT_SUPPORTED)
+        if self.app.status != "ready" or engine.api is None:
+            raise ApiError(503, "model is not ready", "unavailable_error")
+        return engine.api
 
     def _client_gone(self) -> bool:
         """Whether the client hung up: readable with nothing to read means EOF."""
@@ -181,7 +221,14 @@ class _Handler(BaseHTTPRequestHandler):
         route = self._route()
         try:
             raw = self._read_body()
-            if route not in ("/chat/completions", "/completions", "/embeddings"):
+            if route in _LLAMA_ROUTES:
+                body = parse_json_object(raw)
+                self._send_json(200, _LLAMA_ROUTES[route](self._front(route), body))
+                return
+            if route in _UNSUPPORTED:
+                raise ApiError(501, f"POST {route} is not supported by modelrouter's worker{_UNSUPPORTED[route]}",
+                               _NOT_SUPPORTED)  # fmt: skip
+            if route not in ("/chat/completions", "/completions", "/completion", "/embeddings"):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
             job = self._make_job(route, parse_json_object(raw))
             job.client_gone = self._client_gone
@@ -239,6 +286,10 @@ class _Handler(BaseHTTPRequestHandler):
         if route == "/completions":
             kwargs, stream = completion_request(body, name)
             return Job("completion", kwargs, stream=stream, options=request_options(body))
+        if route == "/completion":  # llama-server's own shape
+            self._front(route)
+            kwargs, stream = completion_request(llama_routes.native_completion_body(body), name)
+            return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
         if not self.app.engine.embedding_enabled:
             raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
         inputs, fmt = embedding_request(body)
@@ -296,7 +347,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._write_chunk(b"data: " + _json_bytes(failure.body()) + b"\n\n")
                     break
             else:
-                self._write_chunk(b"data: [DONE]\n\n")
+                if not job.options.get("native"):  # llama-server ends its own /completion stream without it
+                    self._write_chunk(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             # Client went away: stop generating for it, drop the connection.

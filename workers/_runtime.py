@@ -60,7 +60,16 @@ DOWNLOAD_WORKER = WorkerKind(
 INFERENCE_WORKER = WorkerKind(
     "inference_worker",
     "instance_id",
-    frozenset({ev.InstanceLoading, ev.LoadingProgress, ev.InstanceReady, ev.InstanceLoadFailed, ev.InstanceStopped}),
+    frozenset(
+        {
+            ev.InstanceLoading,
+            ev.LoadingProgress,
+            ev.InstanceReady,
+            ev.InstanceStats,
+            ev.InstanceLoadFailed,
+            ev.InstanceStopped,
+        }
+    ),
 )
 WORKER_KINDS = (DOWNLOAD_WORKER, INFERENCE_WORKER)
 

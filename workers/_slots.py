@@ -33,7 +33,8 @@ class Request:
     """One generation as the engine runs it; built on an HTTP thread, consumed through ``out``.
 
     ``out`` receives ``("t", text, logprobs | None)`` pieces, then exactly one
-    ``("d", finish_reason, timings)`` or ``("e", ApiError)``.
+    ``("d", finish_reason, timings, info)`` (``info``: ``id_slot``, ``tokens_cached``,
+    ``stopping_word``) or ``("e", ApiError)``.
     """
 
     prompt: list[int]

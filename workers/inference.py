@@ -52,6 +52,7 @@ if __name__ == "__main__":
         signal.signal(_sig, lambda signum, _frame: _EARLY_SIGNALS.append(signum))
 
 from service.core import events as ev  # noqa: E402
+from workers._batch_engine import BatchEngine  # noqa: E402
 from workers._engine_setup import build_engine, front_factory, load, slot_count  # noqa: E402
 from workers._inference_http import InferenceApp, bind_server  # noqa: E402
 from workers._llama_load import LlamaLog, LoadedModel, LoadError  # noqa: E402
@@ -62,6 +63,7 @@ from workers._wakeup import Wakeup  # noqa: E402
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
 PROGRESS_INTERVAL_S = 0.2
+STATS_INTERVAL_S = 5.0  # instance_stats: at most this often, and only when it changed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop-timeout", type=float, default=5.0, help="grace for the running request on stop (s)")
+    p.add_argument("--stats-interval", type=float, default=STATS_INTERVAL_S,
+                   help="instance_stats at most this often, when changed (s; 0 = never)")  # fmt: skip
     p.add_argument("--db", default=None, help="SQLite event store to append events to")
     p.add_argument("--events", default=None, help="JSONL event file ('-' = stdout, the default without --db)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -213,7 +217,27 @@ class Worker:
             self.app.status = "ready"
             self.emit(ev.InstanceReady(instance_id=self.args.instance_id, pid=self.pid, endpoint=self.endpoint, **meta))
         self.log.info("instance_ready", endpoint=self.endpoint, phases=getattr(loaded, "phases", {}), **meta)
+        if isinstance(self.engine, BatchEngine) and self.args.stats_interval > 0:
+            threading.Thread(target=self._report_stats, name="stats", daemon=True).start()
         return True
+
+    def _report_stats(self) -> None:
+        """``instance_stats`` whenever the engine's load changed, at most every ``--stats-interval`` s
+        (so an idle model appends nothing, a busy one a few events a minute)."""
+        assert isinstance(self.engine, BatchEngine)
+        interval = self.args.stats_interval
+        last: dict[str, Any] | None = None
+        last_at = -interval
+        while True:
+            time.sleep(min(interval, 1.0))
+            stats = self.engine.stats()
+            if stats == last or time.monotonic() - last_at < interval:
+                continue
+            with self._state_lock:  # never after instance_stopped
+                if self._state != "ready":
+                    return
+                self.emit(ev.InstanceStats(instance_id=self.args.instance_id, **stats))
+            last, last_at = stats, time.monotonic()
 
     def _on_load_failed(self, exc: BaseException) -> None:
         err = exc if isinstance(exc, LoadError) else LoadError("load_error", f"{type(exc).__name__}: {exc}")

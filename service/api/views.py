@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from service.api.schemas import (
+    EngineStatsView,
     FileView,
     InstanceView,
     JobView,
@@ -77,6 +78,18 @@ def _instance(model: ModelState) -> InstanceView | None:
     inst = model.instance
     if inst is None:
         return None
+    stats = inst.stats
+    engine: EngineStatsView | UnsetType = UNSET
+    if stats is not None:
+        engine = EngineStatsView(
+            slots_total=stats.slots_total,
+            slots_busy=stats.slots_busy,
+            queue_depth=stats.queue_depth,
+            prefill_tokens_per_s=stats.prefill_tokens_per_s,
+            decode_tokens_per_s=stats.decode_tokens_per_s,
+            requests_finished=stats.requests_finished,
+            updated_at=format_time(stats.at),
+        )
     return InstanceView(
         instance_id=inst.instance_id,
         state=inst.status.value,
@@ -86,6 +99,7 @@ def _instance(model: ModelState) -> InstanceView | None:
         load_ms=inst.load_ms,
         n_ctx=inst.n_ctx,
         args=dict(inst.params),
+        engine=engine,
     )
 
 

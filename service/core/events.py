@@ -341,6 +341,25 @@ class InstanceReady(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceStats(Event):
+    """The batch engine's load, appended by its worker when it changed, at most every few seconds.
+
+    Throughputs are llama-server's ``/metrics`` averages over the instance's
+    finished requests (prompt tokens evaluated per prefill second, tokens
+    generated per decode second); ``slots_busy`` and ``queue_depth`` are the
+    moment's."""
+
+    TYPE: ClassVar[str] = "instance_stats"
+    instance_id: str
+    slots_total: int
+    slots_busy: int
+    queue_depth: int
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    requests_finished: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceLoadFailed(Event):
     TYPE: ClassVar[str] = "instance_load_failed"
     instance_id: str
@@ -418,6 +437,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         InstanceLoading,
         LoadingProgress,
         InstanceReady,
+        InstanceStats,
         InstanceLoadFailed,
         InstanceStopRequested,
         InstanceStopped,

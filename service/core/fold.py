@@ -18,6 +18,7 @@ from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
 from service.core.instance_lifecycle import INSTANCE_LIFECYCLE
 from service.core.state import (
     DownloadJob,
+    EngineStats,
     Instance,
     InstanceStatus,
     JobStatus,
@@ -452,6 +453,22 @@ def _instance_ready(state: RouterState, rec: ev.Recorded) -> RouterState:
     )
     ready = state.models[model.name]
     return _put(state, ready.replace(last_used=rec.recorded_at, last_error=None, crash_count=0))
+
+
+@_on(ev.InstanceStats)
+def _instance_stats(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.InstanceStats)
+    stats = EngineStats(
+        slots_total=e.slots_total,
+        slots_busy=e.slots_busy,
+        queue_depth=e.queue_depth,
+        prefill_tokens_per_s=e.prefill_tokens_per_s,
+        decode_tokens_per_s=e.decode_tokens_per_s,
+        requests_finished=e.requests_finished,
+        at=rec.recorded_at,
+    )
+    return _update_instance(state, rec, e.instance_id, stats=stats)
 
 
 def _end_instance(

@@ -41,6 +41,7 @@ INSTANCE_LIFECYCLE = Lifecycle(
             ((_S, _L, _X), "loading_progress", "same"),
             ((_S, _L), "instance_ready", _R),
             ((_X,), "instance_ready", "same"),  # became ready as a stop was asked: the stop wins
+            ((_R, _X), "instance_stats", "same"),
             ((_S, _L, _R), "instance_stop_requested", _X),
             ((_S, _L, _X), "instance_load_failed", None),
             ((*_LIVE,), "instance_stopped", None),
@@ -50,7 +51,9 @@ INSTANCE_LIFECYCLE = Lifecycle(
     ),
     # A worker killed by the service (load deadline, stop timeout) may have
     # appended one more progress or readiness event on its way out.
-    late=frozenset({(None, "instance_loading"), (None, "loading_progress"), (None, "instance_ready")}),
+    late=frozenset(
+        {(None, "instance_loading"), (None, "loading_progress"), (None, "instance_ready"), (None, "instance_stats")}
+    ),
 )
 
 MAX_RESTARTS = 5

@@ -103,6 +103,19 @@ class DownloadJob:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineStats:
+    """The last ``instance_stats`` of an instance (see the event)."""
+
+    slots_total: int
+    slots_busy: int
+    queue_depth: int
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    requests_finished: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Instance:
     instance_id: str
     status: InstanceStatus = InstanceStatus.STARTING
@@ -121,6 +134,7 @@ class Instance:
     requested_at: datetime | None = None
     ready_at: datetime | None = None
     stop_reason: str | None = None
+    stats: EngineStats | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from service.core.instance_lifecycle import INSTANCE_LIFECYCLE
 from service.core.snapshot import FOLD_VERSION, state_from_json, state_shape, state_to_json
 from service.core.state import (
     DownloadJob,
+    EngineStats,
     Instance,
     InstanceStatus,
     JobStatus,
@@ -67,6 +68,8 @@ def test_round_trip_covers_every_field_with_non_default_values() -> None:
         instance_id="i1", status=InstanceStatus.READY, reason="autoload", port=9000, pid=7, pid_started_at=2.5,
         endpoint="http://127.0.0.1:9000", params={"ctx": 4096, "layers": [1, 2]}, progress=0.75, load_ms=12.5,
         n_ctx=4096, n_params=10**9, architecture="llama", requested_at=T, ready_at=T, stop_reason="idle",
+        stats=EngineStats(slots_total=4, slots_busy=2, queue_depth=1, prefill_tokens_per_s=250.5,
+                          decode_tokens_per_s=40.25, requests_finished=7, at=T),
     )  # fmt: skip
     model = ModelState(
         name="org/a", source="models_dir", created_at=T, available=True, files=job.files, path="/m/a.gguf", size=3,
@@ -118,16 +121,18 @@ PINNED_TYPES = frozenset(
         "download_finished", "download_failed", "download_cancel_requested", "download_cancelled",
         "download_interrupted", "instance_requested", "instance_loading", "loading_progress", "instance_ready",
         "instance_load_failed", "instance_stop_requested", "instance_stopped", "instance_crashed", "instance_lost",
-        "request_completed", "models_reloaded",
+        "request_completed", "models_reloaded", "instance_stats",
     }
 )  # fmt: skip
 # v1 re-pinned without a bump: shared stopped/lost handler, evolve(), import style (same behaviour).
 # v2: transitions checked against the lifecycle tables, anomalies counted, progress_at.
 # v3: ModelConfig carries llama.cpp's options (args, ignored, hf_repo, hidden...); models_reloaded.
+# v4: Instance.stats from instance_stats (the batch engine's load, for GET /models).
 FINGERPRINTS = {
     1: ("be17643e0302114b", "14a3bc5f8b098e9b"),
     2: ("2f871af48b68cdf2", "4e44e93998e30512"),
     3: ("e888db85a92445eb", "da2177ace255f470"),
+    4: ("43c3dcf25e9986c3", "08b44c7ddd742552"),
 }
 
 

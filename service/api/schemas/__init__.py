@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from service.api.schemas._catalogue import (
+    EngineStatsView,
     InstanceView,
     ModelArchitecture,
     ModelEntry,
@@ -56,6 +57,7 @@ __all__ = [
     "DownloadAnswer",
     "DownloadHistory",
     "EmbeddingRequest",
+    "EngineStatsView",
     "ErrorObject",
     "EventPage",
     "EventView",

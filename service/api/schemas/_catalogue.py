@@ -25,6 +25,20 @@ class ProgressView(msgspec.Struct, frozen=True):
     eta_seconds: float | None
 
 
+class EngineStatsView(msgspec.Struct, frozen=True):
+    """The batch engine's load as its worker last reported it (``instance_stats``, at most
+    every few seconds, only when it changed): slots busy of slots total, requests
+    waiting for a slot, and average prefill / decode throughput over finished requests."""
+
+    slots_total: int
+    slots_busy: int
+    queue_depth: int
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    requests_finished: int
+    updated_at: str
+
+
 class InstanceView(msgspec.Struct, frozen=True):
     """The model's inference worker while it starts, serves or stops."""
 
@@ -36,6 +50,7 @@ class InstanceView(msgspec.Struct, frozen=True):
     load_ms: float | None
     n_ctx: int | None
     args: dict[str, Any]
+    engine: EngineStatsView | UnsetType = UNSET
 
 
 class ModelStatusView(msgspec.Struct, frozen=True):
