@@ -228,7 +228,7 @@ class Batch:
 
 
 def _progress_callback(lc: Any, on_progress: Callable[[float], bool]) -> Any:
-    @lc.llama_progress_callback  # type: ignore[untyped-decorator]  # llama_cpp ships no type hints for its ctypes decorators
+    @lc.llama_progress_callback  # type: ignore[untyped-decorator]  # ctypes CFUNCTYPE factories have no stubs
     def _progress(progress: float, _user_data: ctypes.c_void_p) -> bool:
         try:
             return bool(on_progress(float(progress)))
