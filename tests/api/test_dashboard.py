@@ -91,10 +91,14 @@ def feed_positions(driver: WebDriver) -> list[int]:
 
 
 def logged_positions(svc: ServiceProcess) -> list[int]:
-    """Positions of the events the feed lists (progress events move bars instead)."""
+    """Positions of the events the feed lists (progress and stats events move bars and gauges instead)."""
     page = httpx.get(f"{svc.url}/events", params={"limit": 1000}, headers={"X-Api-Key": KEY}, timeout=10).json()
     assert page["next_after"] is None
-    return [e["position"] for e in page["events"] if e["type"] not in ("download_progress", "loading_progress")]
+    return [
+        e["position"]
+        for e in page["events"]
+        if e["type"] not in ("download_progress", "loading_progress", "instance_stats")
+    ]
 
 
 @pytest.mark.timeout(300)
