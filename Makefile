@@ -40,7 +40,7 @@ browser:
 	else echo "chromium/chromedriver missing and apt-get unavailable: the dashboard test will skip"; fi
 
 test: lint browser
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q --durations=15
 
 # The wheel in a scratch venv: `modelrouter serve` answers /health and migrates (also run by .ci/run).
 wheel-check:
