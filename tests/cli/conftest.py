@@ -5,12 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from devtools.hub_control import HubServer
@@ -18,6 +15,9 @@ from devtools.hub_repos import make_repo
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from tests.conftest_hub import REPO_ROOT, unique_repo
+from tests.supervision.conftest import events, wait_for_event
+
+__all__ = ["events", "wait_for_event"]  # the CLI tests import them from here
 
 
 @pytest.fixture(scope="module")
@@ -61,25 +61,3 @@ def start_cli(svc: ServiceProcess, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=cli_env(svc),
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
-
-
-def events(svc: ServiceProcess, **params: Any) -> list[dict[str, Any]]:
-    """Every matching event, paging through ``GET /events``."""
-    found: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        page = httpx.get(f"{svc.url}/events", params={"limit": 1000, "after": after, **params}, timeout=10).json()
-        found += page["events"]
-        if page["next_after"] is None:
-            return found
-        after = page["next_after"]
-
-
-def wait_for_event(svc: ServiceProcess, type_: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
-    """The latest ``type_`` event, waiting for the first one (a signal, not a sleep)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := events(svc, type=type_, **params):
-            return found[-1]
-        time.sleep(0.05)
-    raise AssertionError(f"no {type_} event within {timeout}s")

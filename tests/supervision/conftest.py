@@ -56,7 +56,8 @@ def events(svc: ServiceProcess, **params: Any) -> list[dict[str, Any]]:
         after = page["next_after"]
 
 
-def wait_for_event(svc: ServiceProcess, type_: str, timeout: float = 20.0, **params: Any) -> dict[str, Any]:
+def wait_for_event(svc: ServiceProcess, type_: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
+    """The latest ``type_`` event, waiting for the first one (a signal, not a sleep)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = events(svc, type=type_, **params)
