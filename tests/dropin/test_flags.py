@@ -7,9 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from devtools import extract_llama_args
+from devtools import extract_llama_args, llama_build
 from service.llama_args import LLAMA_ARGS
 from service.llamacpp.flags import ARGS, BY_NAME, handling, lookup
 
@@ -31,11 +29,10 @@ def _all_spellings() -> set[str]:
 
 
 def test_the_committed_table_is_what_the_extractor_reads_from_llama_cpp() -> None:
-    """``service/llama_args.py`` is generated; a hand edit or a llama.cpp update shows here."""
-    source = extract_llama_args.DEFAULT_SOURCE
-    if not (source / "common" / "arg.cpp").exists():
-        pytest.skip(f"llama.cpp sources not unpacked at {source}")
-    assert extract_llama_args.main(["--check"]) == 0
+    """``service/llama_args.py`` is generated; a hand edit or a llama.cpp update shows here. The sources
+    are the pinned llama-cpp-python sdist's (from the package index, cached by devtools.llama_build)."""
+    source = llama_build.vendored_llama_cpp()
+    assert extract_llama_args.main(["--check", "--source", str(source)]) == 0
 
 
 def test_the_extractor_reads_names_kinds_envs_and_examples() -> None:

@@ -1,0 +1,215 @@
+"""Build llama-cpp-python (and llama-server, for the benchmarks) so that it runs on the machine that built it.
+
+Why this exists: llama.cpp builds with ``GGML_NATIVE=ON`` (``-march=native``), which on a CPU with Intel AMX
+(Sapphire Rapids and later Xeons: most current cloud VMs) compiles its AMX matmul kernels in. In the llama.cpp
+that llama-cpp-python 0.3.36 vendors, that path (``ggml-cpu/amx/mmq.cpp``, ``tinygemm_kernel_amx``) runs
+``tilezero`` in threads that never loaded a tile configuration: every quantized model dies on its first request
+(SIGILL, or SIGSEGV in the worker). So the build keeps ``-march=native`` and adds ``-mno-amx-tile -mno-amx-int8
+-mno-amx-bf16``: GCC applies explicit ``-mno-*`` flags whatever their position, so only AMX is dropped and AVX-512,
+VNNI and the rest of the machine's instruction set stay.
+
+Pip's wheel cache is keyed by the sdist alone, not by ``CMAKE_ARGS`` or ``CFLAGS``, so it would hand back a wheel
+built otherwise. The wheel is therefore built with ``--no-cache-dir`` into a wheelhouse keyed by everything that
+shapes it (version, flags, the CPU's flags, the compiler), and ``check`` reads the installed library's own
+``llama_print_system_info`` to prove AMX is off.
+
+    python -m devtools.llama_build wheel          # prints the wheelhouse holding the wheel (builds it once)
+    python -m devtools.llama_build check          # fails unless the installed llama_cpp was built this way
+    python -m devtools.llama_build llama-server   # prints the path of llama-server built with the same flags
+    python -m devtools.llama_build source         # prints the vendored llama.cpp sources (unpacked once)
+    python -m devtools.llama_build flags          # the compiler flags, for the benchmarks' reports
+
+Standard library only: the Makefile runs it before anything else is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "llama-cpp-python"
+# The instruction-set features the build must not use (see the module docstring), as llama.cpp names them in
+# llama_print_system_info.
+BANNED_FEATURES = ("AMX_INT8",)
+
+
+def pinned_version() -> str:
+    """The llama-cpp-python version pyproject.toml pins: the one source of truth for what gets built."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for dep in deps:
+        m = re.fullmatch(rf"{PACKAGE}==([\w.]+)", dep.replace(" ", ""))
+        if m:
+            return m.group(1)
+    raise SystemExit(f"pyproject.toml pins no {PACKAGE}==VERSION")
+
+
+def isa_flags(machine: str | None = None) -> list[str]:
+    """Compiler flags that turn AMX off on x86-64 (other architectures have no AMX and would reject them)."""
+    machine = (machine or platform.machine()).lower()
+    return ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"] if machine in ("x86_64", "amd64") else []
+
+
+def cmake_args() -> list[str]:
+    """The CMake options of both builds: native code for this CPU, Intel AMX off, nothing else changed."""
+    flags = " ".join(isa_flags())
+    return ["-DGGML_NATIVE=ON", f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _compiler() -> str:
+    cc = os.environ.get("CC", "cc")
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
+    except OSError:
+        return cc
+
+
+def build_key() -> str:
+    """A digest of everything that shapes the build: a wheel found under it was built exactly this way."""
+    parts = [pinned_version(), *cmake_args(), platform.machine(), _cpu_flags(), _compiler(), sys.version]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """Where built wheels and binaries are kept between clones (``MODELROUTER_BUILD_CACHE`` overrides)."""
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "modelrouter" / "build"
+    return Path(os.environ.get("MODELROUTER_BUILD_CACHE") or default)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["CMAKE_ARGS"] = " ".join(f"'{a}'" if " " in a else a for a in cmake_args())
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    return env
+
+
+def sdist() -> Path:
+    """llama-cpp-python's sdist from the package index, downloaded once: the wheel, llama-server and the
+    tests that read llama.cpp's sources (``common/arg.cpp``) all come from this one file."""
+    folder = cache_root() / "sdist"
+    found = sorted(folder.glob(f"llama_cpp_python-{pinned_version()}.tar.gz"))
+    if found:
+        return found[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", str(folder),
+           f"{PACKAGE}=={pinned_version()}"]  # fmt: skip
+    subprocess.run(cmd, check=True, stdout=sys.stderr)
+    (archive,) = folder.glob(f"llama_cpp_python-{pinned_version()}.tar.gz")
+    return archive
+
+
+def vendored_llama_cpp() -> Path:
+    """The llama.cpp sources that the pinned llama-cpp-python vendors, unpacked once."""
+    root = cache_root() / f"src-{pinned_version()}"
+    source = root / f"llama_cpp_python-{pinned_version()}" / "vendor" / "llama.cpp"
+    if (source / "common" / "arg.cpp").exists():
+        return source
+    staging = Path(tempfile.mkdtemp(prefix="src-", dir=cache_root()))
+    with tarfile.open(sdist()) as tar:
+        tar.extractall(staging, filter="data")
+    if root.exists():
+        shutil.rmtree(staging)
+    else:
+        staging.replace(root)  # whole or not at all, as the wheelhouse
+    return source
+
+
+def wheelhouse() -> Path:
+    """The wheelhouse holding the llama-cpp-python wheel built this way; builds it the first time."""
+    house = cache_root() / f"wheels-{build_key()}"
+    if any(house.glob("llama_cpp_python-*.whl")):
+        return house
+    archive = sdist()
+    staging = Path(tempfile.mkdtemp(prefix="wheels-", dir=cache_root()))
+    flags = " ".join(cmake_args())
+    print(f"building {PACKAGE} {pinned_version()} with {flags} (about 12 min on 2 cores)", file=sys.stderr)
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-cache-dir", "--no-deps", "--wheel-dir", str(staging),
+           str(archive)]  # fmt: skip
+    subprocess.run(cmd, env=_env(), check=True, stdout=sys.stderr)
+    # Built aside and renamed: an interrupted build never leaves a wheelhouse that looks complete.
+    if house.exists():
+        shutil.rmtree(staging)
+    else:
+        staging.replace(house)
+    return house
+
+
+def system_info() -> str:
+    """The installed library's own report of the features it was compiled with."""
+    import llama_cpp  # only here: the rest of this module runs before llama_cpp is installed
+
+    return bytes(llama_cpp.llama_print_system_info()).decode(errors="replace")
+
+
+def check() -> None:
+    """Fail, naming the cause and the fix, when the installed llama_cpp was compiled with a banned feature."""
+    info = system_info()
+    banned = [f for f in BANNED_FEATURES if re.search(rf"\b{f} = 1\b", info)]
+    if banned:
+        raise SystemExit(
+            f"the installed llama-cpp-python was compiled with {', '.join(banned)} (llama_print_system_info: "
+            f"{info.strip()}). The vendored llama.cpp's AMX kernels crash every quantized model on its first "
+            "request. Rebuild it with `make clean install` (devtools/llama_build.py turns AMX off)."
+        )
+    print(f"llama-cpp-python: AMX off; {info.strip()}")
+
+
+def llama_server() -> Path:
+    """llama-server from the llama.cpp that llama-cpp-python vendors, built with the same flags as the wheel."""
+    binary = cache_root() / f"llama-server-{build_key()}" / "llama-server"
+    if binary.exists():
+        return binary
+    source = vendored_llama_cpp()
+    with tempfile.TemporaryDirectory(prefix="llama-server-") as tmp:
+        build = Path(tmp) / "build"
+        configure = ["cmake", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+                     "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF", *cmake_args()]  # fmt: skip
+        subprocess.run(configure, check=True, stdout=sys.stderr)
+        jobs = str(os.cpu_count() or 2)
+        subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], check=True,
+                       stdout=sys.stderr)  # fmt: skip
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(build / "bin" / "llama-server", binary)
+    return binary
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m devtools.llama_build", description=__doc__.split("\n")[0])
+    p.add_argument("what", choices=["wheel", "check", "llama-server", "source", "flags", "key"])
+    what = p.parse_args(argv).what
+    if what == "wheel":
+        print(wheelhouse())
+    elif what == "check":
+        check()
+    elif what == "llama-server":
+        print(llama_server())
+    elif what == "source":
+        print(vendored_llama_cpp())
+    elif what == "flags":
+        print(" ".join(cmake_args()))
+    else:
+        print(build_key())
+
+
+if __name__ == "__main__":
+    main()
