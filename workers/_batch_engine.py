@@ -36,6 +36,9 @@ from workers._inference_api import ApiError
 from workers._llama_model import MAX_SLOTS, Batch, LlamaModel
 from workers._slots import Request, Slot, SlotState, TextStream, Timings, pick_slot
 
+STEP_LOG = 8192
+"""Steps kept in the step log: a few seconds of a busy engine."""
+
 
 class BatchEngine:
     """Loads the model on its own thread, then runs the step loop until drained."""
@@ -57,6 +60,12 @@ class BatchEngine:
         self._idle.set()
         self._batch: Batch | None = None
         self._budget = 0  # prompt tokens per step; halved while the KV cache cannot take a batch
+        # The engine's own record of its last steps (GET /engine/steps): which requests decoded a token,
+        # which prompt chunks were evaluated, which requests ended. Fairness is proved from this, not from
+        # when chunks reach a client. A bounded deque append per step: nothing next to a llama_decode.
+        self.steps: deque[dict[str, Any]] = deque(maxlen=STEP_LOG)
+        self._step_no = 0
+        self._ended: list[int] = []
 
     # -- lifecycle (same surface as the legacy Engine) ---------------------------
 
@@ -135,6 +144,12 @@ class BatchEngine:
         with self._cv:
             return [s.to_json() for s in self.slots]
 
+    def steps_json(self) -> list[dict[str, Any]]:
+        """The step log, oldest first (``decoded``: request ids; ``prefilled``: ``[id, prompt length,
+        tokens evaluated]``; ``ended``: requests released in or before that step)."""
+        with self._cv:
+            return list(self.steps)
+
     def stats(self) -> dict[str, Any]:
         """The load summary of ``instance_stats``: slots, queue, average throughputs (rounded)."""
         m = self.metrics
@@ -190,7 +205,16 @@ class BatchEngine:
             return
         self._budget = self.llm.cfg.n_batch
         self.metrics.on_decode(batch.n, sum(s.is_processing for s in self.slots))
+        self._step_no += 1
+        entry = {
+            "step": self._step_no,
+            "decoded": [s.request.id for s in gen if s.request is not None],
+            "prefilled": [[s.request.id, len(s.request.prompt), len(part)] for s, part in chunks if s.request],
+        }
         self._commit(gen, chunks, time.monotonic())
+        entry["ended"], self._ended = self._ended, []
+        with self._cv:  # steps_json copies it from an HTTP thread
+            self.steps.append(entry)
 
     # -- admission and release ------------------------------------------------------
 
@@ -242,6 +266,8 @@ class BatchEngine:
         if req is not None and req.chain is not None:
             self.llm.lc.llama_sampler_free(req.chain)
             req.chain = None
+        if req is not None:
+            self._ended.append(req.id)
         with self._cv:
             slot.state, slot.request, slot.chain, slot.last_request = SlotState.IDLE, None, None, req
             slot.last_used, slot.batch_index = now, -1

@@ -171,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "meta": app.model_meta,
             }
             self._send_json(200, {"object": "list", "data": [entry]})
-        elif route in ("/slots", "/metrics"):
+        elif route in ("/slots", "/metrics", "/engine/steps"):
             self._send_engine_state(route)
         elif route == "/props":
             try:
@@ -190,6 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_api_error(ApiError(503, "model is not ready", "unavailable_error"))
         elif route == "/slots":
             self._send_json(200, engine.slots_json())
+        elif route == "/engine/steps":
+            self._send_json(200, {"steps": engine.steps_json()})
         else:
             self._send(200, engine.metrics_text().encode(), "text/plain; version=0.0.4")
 
