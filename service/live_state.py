@@ -264,6 +264,15 @@ class LiveState:
             msg = f"the live state is stale: its tail is down ({self.last_error}); retrying"
             raise StateUnavailable(msg)
 
+    async def wait_until(self, predicate: Callable[[RouterState], bool], timeout: float) -> RouterState | None:
+        """The state once ``predicate`` holds for it (checked after every folded batch); None on timeout."""
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: predicate(self.state)), timeout)
+            except TimeoutError:
+                return None
+        return self.state
+
     async def wait_beyond(self, position: int, timeout: float | None = None, *, while_down: bool = False) -> bool:
         """Wait until the fold passes ``position``; False on timeout, or as soon as
         the tail goes down (nothing will arrive until it is back) unless ``while_down``."""

@@ -22,8 +22,10 @@ import httpx
 from litestar import Request, Response
 from litestar.response import Stream
 
-from service.api.problems import Problem, problem_response
+from service.api.problems import Problem, llama_error_type, problem_response
 from service.core import events as ev
+from service.core.instance_lifecycle import crash_rejection
+from service.core.state import RouterState
 from service.event_store.codec import NewEvent
 from service.runtime import Runtime
 
@@ -70,10 +72,34 @@ async def _enter_unless_disconnected(request: Request[Any, Any, Any], lease: Any
     return address
 
 
-def _worker_failed(model: str, exc: httpx.HTTPError) -> Problem:
+_CRASH_WAIT = 3.0  # seconds to wait for the supervisor to record how a worker that hung up ended
+
+
+async def _worker_failed(runtime: Runtime, model: str, instance_id: str, exc: httpx.HTTPError) -> Problem:
+    """The problem for a request whose worker stopped answering. A dropped connection usually means the
+    worker died: wait (holding the lease, so the crash counts this request as in flight) until the fold
+    has its end, and answer with the reason in words instead of the transport error's name."""
+    found = None
+    if not isinstance(exc, httpx.TimeoutException):
+
+        def ended(state: RouterState) -> bool:
+            m = state.models.get(model)
+            return m is None or m.instance is None or m.instance.instance_id != instance_id
+
+        state = await runtime.live.wait_until(ended, _CRASH_WAIT)
+        found = state.models.get(model) if state is not None else None
+    crashed = crash_rejection(found) if found is not None else None
+    if crashed is not None:
+        return Problem(503, crashed.code, crashed.message, **crashed.extra)
     return Problem(
         503, "model_failed", f"the worker of model {model!r} stopped answering: {type(exc).__name__}", model=model
     )
+
+
+def _stream_error(problem: Problem) -> bytes:
+    """An error event at the end of a stream cut short, in llama-server's shape (``data: {"error": …}``)."""
+    error = {"code": problem.status, "message": problem.detail, "type": llama_error_type(problem.status)}
+    return b"data: " + json.dumps({"error": error, **problem.extra}).encode() + b"\n\n"
 
 
 def _worker_problem(status: int, content: bytes, model: str) -> Problem | None:
@@ -110,8 +136,11 @@ async def proxy_request(
         outgoing = runtime.http.build_request(request.method, endpoint + target, content=raw, headers=headers)
         upstream = await runtime.http.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
-        await lease.__aexit__(None, None, None)
-        raise _worker_failed(model, exc) from None
+        try:
+            failure = await _worker_failed(runtime, model, instance_id, exc)
+        finally:
+            await lease.__aexit__(None, None, None)
+        raise failure from None
     except BaseException:
         await lease.__aexit__(None, None, None)
         raise
@@ -120,7 +149,8 @@ async def proxy_request(
         try:
             content = await upstream.aread()
         except httpx.HTTPError as exc:
-            raise _worker_failed(model, exc) from None
+            failure = await _worker_failed(runtime, model, instance_id, exc)
+            raise failure from None
         finally:
             await upstream.aclose()
             await lease.__aexit__(None, None, None)
@@ -131,13 +161,18 @@ async def proxy_request(
         return Response(content=content, status_code=upstream.status_code, media_type=media_type)
 
     async def chunks() -> AsyncIterator[bytes]:
+        status = upstream.status_code
         try:
             async for chunk in upstream.aiter_raw():
                 yield chunk
+        except httpx.HTTPError as exc:
+            failure = await _worker_failed(runtime, model, instance_id, exc)
+            status = failure.status
+            yield _stream_error(failure)
         finally:
             await upstream.aclose()
             await lease.__aexit__(None, None, None)
-            _record_completion(runtime, model, instance_id, path, upstream.status_code, True, started)
+            _record_completion(runtime, model, instance_id, path, status, True, started)
 
     return Stream(
         chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}

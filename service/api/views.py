@@ -105,7 +105,8 @@ def _instance(model: ModelState) -> InstanceView | None:
 
 def _status(model: ModelState, state: RouterState) -> ModelStatusView:
     error = dict(model.last_error) if model.failed and model.last_error is not None else None
-    exit_code = error.get("exit_code") if error is not None else None
+    # As a shell shows it (128 + the signal for a worker killed by one), llama.cpp's non-zero status.
+    exit_code = error.get("status_code", error.get("exit_code")) if error is not None else None
     progress, instance = _progress(model, state), _instance(model)
     return ModelStatusView(
         value=model.status.value,

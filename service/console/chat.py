@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from service.console.client import Client, CliError
+from service.console.client import Client, CliError, without_hint
 from service.console.format import duration
 
 _LOAD_TYPES = ("instance_*", "loading_progress")
@@ -40,9 +40,19 @@ def load(client: Client, console: Console, name: str, *, wait: bool = True) -> s
                 return model
             elif kind == "instance_load_failed":
                 raise CliError(f"load failed: {data.get('reason')}: {data.get('message')}")
-            elif kind in ("instance_crashed", "instance_stopped", "instance_lost"):
+            elif kind == "instance_crashed":
+                raise _crashed(client, model)
+            elif kind in ("instance_stopped", "instance_lost"):
                 raise CliError(f"the model's worker ended while loading ({kind}); see `modelrouter history {model}`")
     raise CliError("the event stream ended before the model was ready")
+
+
+def _crashed(client: Client, model: str) -> CliError:
+    """The crash in words (GET /models has the reason the fold derived), with its hint."""
+    entry = next((m for m in client.get("/models")["data"] if m["id"] == model), None)
+    error = (entry or {}).get("status", {}).get("error") or {}
+    message = error.get("message") or "its worker crashed"
+    return CliError(f"{model}: {message}; see `modelrouter history {model}`", hint=error.get("hint"))
 
 
 def _reply(client: Client, body: dict[str, Any]) -> str:
@@ -54,7 +64,9 @@ def _reply(client: Client, body: dict[str, Any]) -> str:
                 break
             chunk = json.loads(data)
             if "error" in chunk:
-                raise CliError(str(chunk["error"].get("message", chunk["error"])))
+                hint = chunk.get("hint")
+                message = str(chunk["error"].get("message", chunk["error"]))
+                raise CliError(without_hint(message, hint), hint=hint if isinstance(hint, str) else None)
             for choice in chunk.get("choices") or []:
                 text = (choice.get("delta") or {}).get("content") or ""
                 parts.append(text)

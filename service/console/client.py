@@ -21,11 +21,31 @@ _TIMEOUT = httpx.Timeout(30.0, read=None)
 
 
 class CliError(Exception):
-    """A failure to print as one line (``modelrouter <cmd>: error: ...``), exit ``code``."""
+    """A failure to print as one line (``modelrouter <cmd>: error: ...``), then its ``hint`` if any; exit ``code``."""
 
-    def __init__(self, message: str, *, code: int = 1) -> None:
+    def __init__(self, message: str, *, code: int = 1, hint: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.hint = hint
+
+
+def without_hint(message: str, hint: object) -> str:
+    """The message without its trailing ``Hint: …`` sentence (the CLI prints the hint on its own line)."""
+    return message.removesuffix(f" Hint: {hint}").removesuffix(f". Hint: {hint}") if hint else message
+
+
+def problem_error(answer: httpx.Response) -> CliError:
+    """A problem+json answer as a :class:`CliError`, its ``hint`` member kept apart from the message."""
+    try:
+        body = answer.json()
+    except ValueError:
+        body = None
+    hint = body.get("hint") if isinstance(body, dict) else None
+    if not isinstance(hint, str) or not isinstance(body, dict) or "detail" not in body:
+        return CliError(problem_message(answer))
+    code = str(body.get("type", "")).rsplit("/", 1)[-1]
+    detail = without_hint(str(body["detail"]), hint)
+    return CliError(f"{detail} ({code})" if code else detail, hint=hint)
 
 
 def problem_message(answer: httpx.Response) -> str:
@@ -69,7 +89,7 @@ class Client:
         except httpx.HTTPError as exc:
             raise CliError(f"{method} {path} failed: {exc}") from None
         if answer.status_code >= 400:
-            raise CliError(problem_message(answer))
+            raise problem_error(answer)
         return answer.json()
 
     def head(self) -> int:
@@ -99,7 +119,7 @@ class Client:
             with self._http.stream(method, path, **kwargs) as answer:
                 if answer.status_code >= 400:
                     answer.read()
-                    raise CliError(problem_message(answer))
+                    raise problem_error(answer)
                 yield sse_events(answer.iter_lines())
         except httpx.ConnectError:
             raise self._unreachable() from None

@@ -72,6 +72,8 @@ def run_client(argv: Sequence[str]) -> int:
         return int(args.func(args))
     except CliError as exc:
         print(f"modelrouter {args.command}: error: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         return 130  # Ctrl-C where a command has nothing to clean up

@@ -84,8 +84,10 @@ def history_path(model: str) -> str:
 
 
 def ps(client: Client, console: Console) -> int:
-    """Running instances: pid, uptime, memory, requests in flight, last used."""
-    models = [m for m in client.get("/models")["data"] if m["status"]["value"] in _RUNNING]
+    """Running instances: pid, uptime, memory, requests in flight, last used; then each failed
+    model's reason in one line, and a hint."""
+    listed = client.get("/models")["data"]
+    models = [m for m in listed if m["status"]["value"] in _RUNNING]
     in_flight = client.get("/health").get("in_flight_by_model") or {}
     table = _table("NAME", "STATUS", "PID", "UPTIME", "MEMORY", "IN FLIGHT", "SERVED", "LAST USED")
     for m in models:
@@ -98,6 +100,12 @@ def ps(client: Client, console: Console) -> int:
             ago(m.get("last_used")),
         )  # fmt: skip
     console.print(table if models else "no model is loaded: try `modelrouter load MODEL` or `modelrouter run MODEL`")
+    for m in listed:
+        error = m["status"].get("error") if m["status"]["value"] == "failed" else None
+        if error:
+            console.print(f"{m['id']} failed: {error.get('message')}", highlight=False, soft_wrap=True)
+            if error.get("hint"):
+                console.print(f"  hint: {error['hint']}", highlight=False, soft_wrap=True)
     return 0
 
 

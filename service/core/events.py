@@ -385,11 +385,17 @@ class InstanceStopped(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceCrashed(Event):
+    """The worker ended without being asked to. The service observed how (``waitpid``); the fold
+    explains it in words (:func:`service.core.exit_reasons.explain_exit`)."""
+
     TYPE: ClassVar[str] = "instance_crashed"
     instance_id: str
     exit_code: int | None = None
     signal: int | None = None
     stderr_tail: str
+    max_rss_bytes: int | None = None  # peak resident memory (wait4's ru_maxrss)
+    oom_killed: bool | None = None  # the kernel's OOM kill count rose while it ran (None: not known)
+    requests_in_flight: int = 0  # requests the service was proxying to it when it died
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from service.core import events as ev
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
+from service.core.exit_reasons import explain_exit
 from service.core.instance_lifecycle import INSTANCE_LIFECYCLE
 from service.core.state import (
     DownloadJob,
@@ -511,20 +512,46 @@ def _instance_ended(state: RouterState, rec: ev.Recorded) -> RouterState:
 def _instance_crashed(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.InstanceCrashed)
-    how = f"signal {e.signal}" if e.signal is not None else f"exit code {e.exit_code}"
-    error = _error(
-        "crash", "crashed", f"inference worker died ({how})", rec.recorded_at,
-        exit_code=e.exit_code, signal=e.signal, stderr_tail=e.stderr_tail,
-    )  # fmt: skip
     model = _instance_of(state, rec, e.instance_id)
-    if model is None:
+    if model is None or model.instance is None:
         return state
-    return _put(state, model.replace(instance=None, failed=True, last_error=error, crash_count=model.crash_count + 1))
+    inst = model.instance
+    first = inst.status is InstanceStatus.READY and inst.requests_done == 0 and e.requests_in_flight > 0
+    why = explain_exit(
+        e.exit_code, e.signal, max_rss_bytes=e.max_rss_bytes, oom_killed=e.oom_killed, first_request=first
+    )
+    error = _error(
+        "crash", "crashed", why.message, rec.recorded_at,
+        exit_code=e.exit_code, signal=e.signal, signal_name=why.reason if e.signal is not None else None,
+        status_code=why.exit_code, hint=why.hint, first_request=first, max_rss_bytes=e.max_rss_bytes,
+        stderr_tail=e.stderr_tail,
+    )  # fmt: skip
+    return _put(
+        state,
+        model.replace(
+            instance=None,
+            failed=True,
+            last_error=error,
+            crash_count=model.crash_count + 1,
+            first_request_crashes=model.first_request_crashes + 1 if first else model.first_request_crashes,
+        ),
+    )
+
+
+# Read by monitors from the worker's HTTP thread: they say nothing about whether its engine survives a request.
+_PROBE_ROUTES = frozenset({"/slots", "/metrics", "/props", "/health", "/v1/health", "/models", "/v1/models"})
 
 
 @_on(ev.RequestCompleted)
 def _request_completed(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.RequestCompleted)
     model = _model(state, rec)
     if model is None:
         return state
-    return _put(state, model.replace(last_used=rec.recorded_at))
+    inst, crashes = model.instance, model.first_request_crashes
+    if inst is not None and inst.instance_id == e.instance_id and e.route not in _PROBE_ROUTES:
+        inst = evolve(inst, requests_done=inst.requests_done + 1)
+        if e.status_code < 500:
+            crashes = 0  # a live worker answered: it survived a first request, the crash loop is over
+    return _put(state, model.replace(last_used=rec.recorded_at, instance=inst, first_request_crashes=crashes))

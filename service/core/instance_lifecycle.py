@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from service.core import events as ev
 from service.core.backoff import retry_delay
+from service.core.errors import CommandRejected
 from service.core.processes import ProcessExit
 from service.core.state import Instance, InstanceStatus, ModelState, RouterState
 from service.core.transitions import Lifecycle, edges
@@ -61,6 +62,57 @@ MAX_RESTARTS = 5
 ``restart = on-failure`` gives up, as Supervisor's ``startretries``."""
 
 
+CRASH_LOOP = 2
+"""Crashes on a first request in a row after which a model is no longer loaded on demand: a build
+for another CPU crashes every time, and a third autoload would only crash again."""
+
+
+def crash_loop(model: ModelState) -> CommandRejected | None:
+    """Why an autoload of ``model`` is refused, or None. An explicit load (``POST /models/load``)
+    and ``restart = on-failure`` (with its backoff) still start it: the user asked, or the policy did."""
+    if model.first_request_crashes < CRASH_LOOP:
+        return None
+    error = model.last_error or {}
+    return CommandRejected(
+        "model_failed",
+        f"model {model.name!r} crashed on its first request {model.first_request_crashes} times in a row, "
+        f"so it is not loaded on demand again: {error.get('message')}. Hint: {error.get('hint')}. "
+        "POST /models/load starts it anyway.",
+        model=model.name,
+        reason="crash_loop",
+        signal=error.get("signal_name"),
+        exit_code=error.get("status_code"),
+        hint=error.get("hint"),
+    )
+
+
+STDERR_LINES = 12
+"""Lines of a crashed worker's stderr shown with its reason (the event keeps 8 KiB)."""
+
+
+def stderr_lines(tail: str, n: int = STDERR_LINES) -> list[str]:
+    """The last ``n`` non-empty lines of a stderr tail."""
+    return [line for line in tail.splitlines() if line.strip()][-n:]
+
+
+def crash_rejection(model: ModelState, *, prefix: str = "") -> CommandRejected | None:
+    """The answer for a request whose worker crashed under it (or for the request that waited for
+    a load that crashed): the reason in words, the hint, and the last lines of its stderr."""
+    error = model.last_error or {}
+    if model.instance is not None or not model.failed or error.get("kind") != "crash":
+        return None
+    return CommandRejected(
+        "model_failed",
+        f"{prefix}model {model.name!r}: {error.get('message')}. Hint: {error.get('hint')}",
+        model=model.name,
+        reason=error.get("reason"),
+        signal=error.get("signal_name"),
+        exit_code=error.get("status_code"),
+        hint=error.get("hint"),
+        stderr_tail=stderr_lines(str(error.get("stderr_tail") or "")),
+    )
+
+
 def current_instance(state: RouterState, model: str, instance_id: str) -> Instance | None:
     """The model's instance if it is still ``instance_id`` (None once it ended or was replaced)."""
     found = state.models.get(model)
@@ -68,13 +120,16 @@ def current_instance(state: RouterState, model: str, instance_id: str) -> Instan
     return inst if inst is not None and inst.instance_id == instance_id else None
 
 
-def on_process_exit(state: RouterState, model: str, instance_id: str, exit: ProcessExit) -> list[ev.Event]:
+def on_process_exit(
+    state: RouterState, model: str, instance_id: str, exit: ProcessExit, in_flight: int = 0
+) -> list[ev.Event]:
     """The end to record once the worker process has been reaped.
 
     Nothing when the worker recorded its own end (stopped, load failed) or
     the instance was already closed; ``instance_stopped`` when a stop had been
     asked for (STOPPING -> ended); otherwise it is a crash (LOADING/READY ->
-    ended), an exit nobody asked for."""
+    ended), an exit nobody asked for. ``in_flight``: the requests being
+    proxied to it then (a crash on a first request is told apart by the fold)."""
     inst = current_instance(state, model, instance_id)
     if inst is None:
         return []
@@ -87,7 +142,13 @@ def on_process_exit(state: RouterState, model: str, instance_id: str, exit: Proc
         ]
     return [
         ev.InstanceCrashed(
-            instance_id=instance_id, exit_code=exit.exit_code, signal=exit.signal, stderr_tail=exit.stderr_tail
+            instance_id=instance_id,
+            exit_code=exit.exit_code,
+            signal=exit.signal,
+            stderr_tail=exit.stderr_tail,
+            max_rss_bytes=exit.max_rss_bytes,
+            oom_killed=exit.oom_killed,
+            requests_in_flight=in_flight,
         )
     ]
 
@@ -119,12 +180,15 @@ def on_load_deadline(state: RouterState, model: str, instance_id: str, now: date
 def restart_delay(model: ModelState, jitter: float) -> float | None:
     """Seconds until ``restart = on-failure`` reloads a crashed model, or None:
     no restart policy, the model is running again, or the backoff ran out
-    (``MAX_RESTARTS`` crashes in a row)."""
+    (``MAX_RESTARTS`` crashes in a row, or crashes on first requests in a row)."""
     if model.config.restart != "on-failure" or model.instance is not None or not model.available:
         return None
-    if model.crash_count < 1 or model.crash_count > MAX_RESTARTS:
+    # A worker that gets ready and then dies on each first request is a crash loop too: a ready in
+    # between resets crash_count, not first_request_crashes, so the backoff still grows.
+    crashes = max(model.crash_count, model.first_request_crashes)
+    if crashes < 1 or crashes > MAX_RESTARTS:
         return None
-    return retry_delay(model.crash_count, base=1.0, cap=60.0, jitter=jitter)
+    return retry_delay(crashes, base=1.0, cap=60.0, jitter=jitter)
 
 
 def request(instance_id: str, port: int, model: ModelState, reason: str) -> ev.InstanceRequested:

@@ -13,6 +13,8 @@ class ProcessExit:
     signal: int | None
     forced: bool = False  # the supervisor had to SIGKILL it
     stderr_tail: str = ""
+    max_rss_bytes: int | None = None  # peak resident memory, from wait4's rusage
+    oom_killed: bool | None = None  # whether the kernel's OOM kill count rose while it ran (None: unknown)
 
     def describe(self) -> str:
         """``signal 9`` or ``exit code 1``, for messages."""

@@ -135,6 +135,7 @@ class Instance:
     ready_at: datetime | None = None
     stop_reason: str | None = None
     stats: EngineStats | None = None
+    requests_done: int = 0  # request_completed events of this instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,7 @@ class ModelState:
     failed: bool = False
     last_error: Mapping[str, Any] | None = None
     crash_count: int = 0
+    first_request_crashes: int = 0  # crashes in a row on an instance's first request (reset by a completed one)
     last_used: datetime | None = None
     config: ModelConfig = field(default_factory=ModelConfig)
 

@@ -49,14 +49,32 @@ def _spawner_thread() -> ThreadPoolExecutor:
 
 @dataclass(frozen=True, slots=True)
 class ExitStatus:
-    """How a child ended: ``exit_code`` for a normal exit, ``signal`` when killed."""
+    """How a child ended: ``exit_code`` for a normal exit, ``signal`` when killed; its peak memory and
+    whether the kernel's OOM killer acted meanwhile, when known (they explain a SIGKILL)."""
 
     exit_code: int | None
     signal: int | None
+    max_rss_bytes: int | None = None
+    oom_killed: bool | None = None
 
     @classmethod
-    def from_returncode(cls, returncode: int) -> ExitStatus:
-        return cls(exit_code=None, signal=-returncode) if returncode < 0 else cls(exit_code=returncode, signal=None)
+    def from_returncode(
+        cls, returncode: int, *, max_rss_bytes: int | None = None, oom_killed: bool | None = None
+    ) -> ExitStatus:
+        code, sig = (None, -returncode) if returncode < 0 else (returncode, None)
+        return cls(exit_code=code, signal=sig, max_rss_bytes=max_rss_bytes, oom_killed=oom_killed)
+
+
+def oom_kill_count() -> int | None:
+    """The kernel's count of OOM kills since boot (``/proc/vmstat``, Linux 4.13+); None elsewhere."""
+    try:
+        with open("/proc/vmstat", "rb") as f:
+            for line in f:
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def process_start_time(pid: int) -> float | None:
@@ -91,6 +109,8 @@ class ChildProcess:
         self.name = name
         self.pid = popen.pid
         self.started_at = process_start_time(popen.pid)
+        self.max_rss_bytes: int | None = None  # known once reaped
+        self._oom_kills_at_start = oom_kill_count()
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._stdin: asyncio.WriteTransport | None = None
@@ -175,7 +195,12 @@ class ChildProcess:
         finally:
             loop.remove_reader(pidfd)
             os.close(pidfd)
-        # Popen.poll, not os.waitpid: Popen keeps its own record of the reaped status.
+        # wait4 for the peak memory (ru_maxrss, KiB on Linux); Popen is told the status it reaped.
+        with contextlib.suppress(ChildProcessError):
+            pid, status, usage = os.wait4(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self._popen.returncode = os.waitstatus_to_exitcode(status)
+                self.max_rss_bytes = usage.ru_maxrss * 1024
         code = self._popen.poll()
         return code if code is not None else await loop.run_in_executor(None, self._popen.wait)
 
@@ -186,7 +211,9 @@ class ChildProcess:
             await asyncio.wait_for(asyncio.gather(*self._readers), 1.0)
         if self._stdin is not None:
             self._stdin.close()
-        status = ExitStatus.from_returncode(returncode)
+        kills = oom_kill_count()
+        oom = None if kills is None or self._oom_kills_at_start is None else kills > self._oom_kills_at_start
+        status = ExitStatus.from_returncode(returncode, max_rss_bytes=self.max_rss_bytes, oom_killed=oom)
         _log.info("child_exited", child=self.name, pid=self.pid, exit_code=status.exit_code, signal=status.signal)
         return status
 

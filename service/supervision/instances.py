@@ -275,6 +275,12 @@ class InstanceSupervisor:
         a crash is, once: the next request autoloads, as in llama.cpp."""
         error = model.last_error or {}
         ours = demand is not None and demand.started is not None
+        refusal = lifecycle.crash_loop(model) if not ours else None
+        if refusal is not None:
+            raise refusal
+        crashed = lifecycle.crash_rejection(model) if ours else None
+        if crashed is not None:
+            raise crashed
         if model.failed and (error.get("kind") == "load" or ours):
             raise CommandRejected(
                 "model_failed",
@@ -297,14 +303,23 @@ class InstanceSupervisor:
             await self._plan_locked()
 
     async def run(self) -> None:
-        """Call :meth:`tick` on every change, and at least every second for the timers."""
+        """Call :meth:`tick` on every change, and every second while a timer may be running (an
+        instance's load deadline or idle TTL, a demand's queue timeout, a restart); with none, an idle
+        service sleeps until something changes."""
         while not self._shutting_down:
             change = self._change
             try:
                 await self.tick()
             except Exception:
                 _log.exception("instance_tick_failed")
-            await self._wait_change(change, _TICK_SECONDS)
+            if self._timers_running():
+                await self._wait_change(change, _TICK_SECONDS)
+            else:
+                await change.wait()
+
+    def _timers_running(self) -> bool:
+        live = any(m.instance is not None for m in self.live.state.models.values())
+        return live or bool(self._demands) or bool(self._restart_due) or bool(self._pool.active())
 
     async def _plan_locked(self) -> None:
         evict: list[Instance] = []
@@ -467,13 +482,14 @@ class InstanceSupervisor:
         events: list[ev.Event] = []
 
         def decide(state: RouterState) -> list[NewEvent]:
-            events[:] = lifecycle.on_process_exit(state, model, instance_id, exit_)
+            events[:] = lifecycle.on_process_exit(state, model, instance_id, exit_, self.busy.get(model, 0))
             return [NewEvent(e, model=model) for e in events]
 
         async with self._lock:
             await self.live.decide(decide)
         if any(isinstance(e, ev.InstanceCrashed) for e in events):
-            _log.warning("instance_crashed", model=model, instance_id=instance_id, how=exit_.describe())
+            error = self.live.state.models[model].last_error or {}
+            _log.warning("instance_crashed", model=model, instance_id=instance_id, reason=error.get("message"))
             self._schedule_restart(model)
 
     def _schedule_restart(self, model_name: str) -> None:

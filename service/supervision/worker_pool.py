@@ -74,6 +74,8 @@ class WorkerPool:
             signal=status.signal,
             forced=key in self._forced,
             stderr_tail=child.stderr_tail(),
+            max_rss_bytes=status.max_rss_bytes,
+            oom_killed=status.oom_killed,
         )
         self._children.pop(key, None)
         self._forced.discard(key)

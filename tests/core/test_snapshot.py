@@ -133,6 +133,7 @@ FINGERPRINTS = {
     2: ("2f871af48b68cdf2", "4e44e93998e30512"),
     3: ("e888db85a92445eb", "da2177ace255f470"),
     4: ("43c3dcf25e9986c3", "08b44c7ddd742552"),
+    5: ("4e2f2d2bf4600f2e", "f9498c3ae1542468"),  # crash reasons: first-request crashes, requests_done
 }
 
 

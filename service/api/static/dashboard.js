@@ -103,6 +103,23 @@ function el(tag, attrs, ...children) {
 
 // ---- models ------------------------------------------------------------------------------
 
+const openReasons = new Set(); // failed models whose reason is unfolded: kept across re-renders
+
+// A failed model's badge opens its reason, the hint and the last lines of its stderr.
+function statusCell(m) {
+  const st = m.status.value;
+  const error = m.status.error;
+  if (st !== "failed" || !error) return el("span", { class: "pill status-" + st }, st);
+  const why = el("details", { class: "why", dataset: { model: m.id } },
+    el("summary", { class: "pill status-failed" }, "failed"),
+    el("div", { class: "reason" }, error.message || error.reason || "failed"),
+    error.hint ? el("div", { class: "hint" }, "hint: " + error.hint) : null,
+    error.stderr_tail ? el("pre", { class: "stderr" }, error.stderr_tail.trim().split("\n").slice(-12).join("\n")) : null);
+  if (openReasons.has(m.id)) why.open = true;
+  why.addEventListener("toggle", () => (why.open ? openReasons.add(m.id) : openReasons.delete(m.id)));
+  return why;
+}
+
 function renderModels() {
   const body = $("#models tbody");
   body.replaceChildren(...state.models.map((m) => {
@@ -121,7 +138,7 @@ function renderModels() {
     actions.push(button("history", () => showHistory(m.id)));
     return el("tr", { dataset: { model: m.id, status: st } },
       el("td", {}, m.id),
-      el("td", {}, el("span", { class: "pill status-" + st }, st)),
+      el("td", {}, statusCell(m)),
       el("td", {}, m.size ? bytes(m.size) : ""),
       el("td", {}, m.source),
       el("td", { class: "actions" }, ...actions));
