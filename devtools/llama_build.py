@@ -8,10 +8,11 @@ that llama-cpp-python 0.3.36 vendors, that path (``ggml-cpu/amx/mmq.cpp``, ``tin
 -mno-amx-bf16``: GCC applies explicit ``-mno-*`` flags whatever their position, so only AMX is dropped and AVX-512,
 VNNI and the rest of the machine's instruction set stay.
 
-Pip's wheel cache is keyed by the sdist alone, not by ``CMAKE_ARGS`` or ``CFLAGS``, so it would hand back a wheel
-built otherwise. The wheel is therefore built with ``--no-cache-dir`` into a wheelhouse keyed by everything that
-shapes it (version, flags, the CPU's flags, the compiler), and ``check`` reads the installed library's own
-``llama_print_system_info`` to prove AMX is off.
+Pip's wheel cache is keyed by the sdist alone, not by ``CMAKE_ARGS`` or ``CFLAGS``, so it may hand back a wheel
+built otherwise (AMX on, or on another CPU). So the wheel pip gives is checked through its own library's
+``llama_print_system_info`` (no AMX, no feature this CPU lacks) and built again without the cache when it fails;
+the wheel that passes is kept in a wheelhouse keyed by everything that shapes it (version, flags, the CPU's flags,
+the compiler), and ``check`` applies the same test to the installed library.
 
     python -m devtools.llama_build wheel          # prints the wheelhouse holding the wheel (builds it once)
     python -m devtools.llama_build check          # fails unless the installed llama_cpp was built this way
@@ -35,6 +36,7 @@ import sys
 import tarfile
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,18 +136,87 @@ def vendored_llama_cpp() -> Path:
     return source
 
 
+# llama_print_system_info's feature names -> the /proc/cpuinfo flag the CPU must have to run them.
+_CPU_FLAG = {
+    "SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma", "BMI2": "bmi2",
+    "AVX_VNNI": "avx_vnni", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni",
+    "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8",
+}  # fmt: skip
+
+
+def features(info: str) -> set[str]:
+    """The instruction-set features a llama.cpp build reports as compiled in (``NAME = 1``)."""
+    return set(re.findall(r"\b([A-Z0-9_]+) = 1\b", info))
+
+
+def problems(info: str, cpu_flags: str | None = None) -> list[str]:
+    """Why a library with this ``llama_print_system_info`` cannot run here: a banned feature, or one
+    this CPU lacks (a wheel built on another machine). Empty: it runs here."""
+    flags = set((cpu_flags if cpu_flags is not None else _cpu_flags()).split())
+    found = features(info)
+    wrong = [f"{f} (the AMX kernels crash every quantized model)" for f in BANNED_FEATURES if f in found]
+    if flags and platform.machine().lower() in ("x86_64", "amd64"):
+        lacking = [
+            f for f in sorted(found) if f in _CPU_FLAG and f not in BANNED_FEATURES and _CPU_FLAG[f] not in flags
+        ]
+        wrong += [f"{f} (this CPU has no {_CPU_FLAG[f]})" for f in lacking]
+    return wrong
+
+
+def _library_info(lib_dir: Path) -> str:
+    """``llama_print_system_info`` of the libllama in ``lib_dir``, read in a child process (loading a
+    library built for another CPU may itself crash, and must not take this process with it)."""
+    code = (
+        "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); lib.llama_print_system_info.restype = ctypes.c_char_p; "
+        "print(lib.llama_print_system_info().decode(errors='replace'))"
+    )
+    cmd = [sys.executable, "-c", code, str(lib_dir / "libllama.so")]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return f"(cannot load: exit {done.returncode} {done.stderr.strip()[-300:]})"
+    return done.stdout.strip()
+
+
+def wheel_problems(wheel: Path) -> list[str]:
+    """Why ``wheel`` cannot run here (see :func:`problems`), read from its own library."""
+    with tempfile.TemporaryDirectory(prefix="wheel-check-") as tmp:
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(tmp, [n for n in zf.namelist() if n.startswith("llama_cpp/lib/")])
+        info = _library_info(Path(tmp) / "llama_cpp" / "lib")
+    return [info] if info.startswith("(cannot load") else problems(info)
+
+
+def _pip_wheel(out: Path, *, use_cache: bool) -> Path:
+    cache = [] if use_cache else ["--no-cache-dir"]
+    cmd = [sys.executable, "-m", "pip", "wheel", *cache, "--no-deps", "--no-binary", PACKAGE, "--wheel-dir",
+           str(out), f"{PACKAGE}=={pinned_version()}"]  # fmt: skip
+    subprocess.run(cmd, env=_env(), check=True, stdout=sys.stderr)
+    (wheel,) = out.glob("llama_cpp_python-*.whl")
+    return wheel
+
+
 def wheelhouse() -> Path:
-    """The wheelhouse holding the llama-cpp-python wheel built this way; builds it the first time."""
+    """The wheelhouse holding a llama-cpp-python wheel that runs on this machine; built the first time.
+
+    pip's own cache is tried first (a wheel built earlier on this machine, or a CI image's): it is
+    kept only if its library reports no banned feature and none this CPU lacks. Otherwise the wheel
+    is built anew, without the cache, with this module's flags."""
     house = cache_root() / f"wheels-{build_key()}"
     if any(house.glob("llama_cpp_python-*.whl")):
         return house
-    archive = sdist()
+    cache_root().mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="wheels-", dir=cache_root()))
     flags = " ".join(cmake_args())
-    print(f"building {PACKAGE} {pinned_version()} with {flags} (about 12 min on 2 cores)", file=sys.stderr)
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-cache-dir", "--no-deps", "--wheel-dir", str(staging),
-           str(archive)]  # fmt: skip
-    subprocess.run(cmd, env=_env(), check=True, stdout=sys.stderr)
+    print(f"{PACKAGE} {pinned_version()}: from pip's cache, or built with {flags} (about 12 min on 2 cores)",
+          file=sys.stderr)  # fmt: skip
+    wheel = _pip_wheel(staging, use_cache=True)
+    wrong = wheel_problems(wheel)
+    if wrong:
+        print(f"the wheel pip had cannot run here ({'; '.join(wrong)}): building it again", file=sys.stderr)
+        wheel.unlink()
+        wrong = wheel_problems(_pip_wheel(staging, use_cache=False))
+        if wrong:
+            raise SystemExit(f"{PACKAGE} built here still cannot run here: {'; '.join(wrong)}")
     # Built aside and renamed: an interrupted build never leaves a wheelhouse that looks complete.
     if house.exists():
         shutil.rmtree(staging)
@@ -162,16 +233,16 @@ def system_info() -> str:
 
 
 def check() -> None:
-    """Fail, naming the cause and the fix, when the installed llama_cpp was compiled with a banned feature."""
+    """Fail, naming the cause and the fix, when the installed llama_cpp cannot run on this machine."""
     info = system_info()
-    banned = [f for f in BANNED_FEATURES if re.search(rf"\b{f} = 1\b", info)]
-    if banned:
+    wrong = problems(info)
+    if wrong:
         raise SystemExit(
-            f"the installed llama-cpp-python was compiled with {', '.join(banned)} (llama_print_system_info: "
-            f"{info.strip()}). The vendored llama.cpp's AMX kernels crash every quantized model on its first "
-            "request. Rebuild it with `make clean install` (devtools/llama_build.py turns AMX off)."
+            f"the installed llama-cpp-python cannot run here: it was compiled with {'; '.join(wrong)} "
+            f"(llama_print_system_info: {info.strip()}). Rebuild it with `make clean install` "
+            "(devtools/llama_build.py builds it for this CPU, AMX off)."
         )
-    print(f"llama-cpp-python: AMX off; {info.strip()}")
+    print(f"llama-cpp-python runs here (AMX off): {info.strip()}")
 
 
 def llama_server() -> Path:
