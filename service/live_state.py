@@ -19,15 +19,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.backoff import retry_delay
 from service.core.events import Recorded
 from service.core.fold import fold
 from service.core.state import RouterState
-from service.event_store import statements
+from service.event_store import statements, wakeup
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.rows import ConcurrencyConflict
@@ -58,25 +60,50 @@ class TailHealth:
 Listener = Callable[[Recorded, RouterState], None]
 _log = structlog.get_logger(__name__)
 _PAGE = 1000
+POLL_INTERVAL = 0.01
+"""Seconds between polls of the log where writers cannot wake the tail."""
+WOKEN_POLL_INTERVAL = 1.0
+"""Seconds between polls when writers wake the tail: only a safety net for a lost datagram."""
+
+
+def _version(conn: Connection) -> int:
+    """``PRAGMA data_version``, then end the read transaction (one thread hop)."""
+    version = statements.data_version(conn)
+    conn.rollback()
+    return version
+
+
+def _page(conn: Connection, after: int) -> Sequence[Any]:
+    """The next page of rows after ``after``, then end the read transaction (one thread hop)."""
+    rows = statements.select_events(conn, EventFilter(after=after, limit=_PAGE))
+    conn.rollback()
+    return rows
 
 
 class LiveState:
     """Owns ``state`` and the task that keeps it current.
 
-    ``poll_interval`` bounds how late a commit by another process is noticed
-    (PRAGMA data_version changes on each foreign commit)."""
+    Other processes' commits are noticed when their writer's wake-up datagram
+    arrives (:mod:`service.event_store.wakeup`), else at the next poll of
+    ``PRAGMA data_version`` (which changes on each foreign commit):
+    ``poll_interval`` is that safety net, 1 s by default with wake-ups and
+    10 ms where the platform has none."""
 
     def __init__(
         self,
         store: AsyncEventStore,
         state: RouterState | None = None,
-        poll_interval: float = 0.01,
+        poll_interval: float | None = None,
         *,
+        wakeups: bool = True,
         retry_base: float = 0.1,
         retry_cap: float = 5.0,
     ) -> None:
         self.store = store
         self.state = state if state is not None else RouterState()
+        self._wake = wakeup.listen(store.path) if wakeups else None
+        if poll_interval is None:
+            poll_interval = WOKEN_POLL_INTERVAL if self._wake is not None else POLL_INTERVAL
         self.poll_interval = poll_interval
         self.retry_base = retry_base
         self.retry_cap = retry_cap
@@ -87,6 +114,7 @@ class LiveState:
         self.connection: AsyncConnection | None = None  # the tail's own, while it runs
         self._changed = asyncio.Condition()
         self._kick = asyncio.Event()
+        store.add_commit_listener(self.kick)  # the service's own appends: read at once
         self._listeners: list[Listener] = []
         self._task: asyncio.Task[None] | None = None
         self.events_applied = 0
@@ -125,9 +153,21 @@ class LiveState:
 
     async def start(self) -> None:
         await self.catch_up()
+        if self._wake is not None:
+            asyncio.get_running_loop().add_reader(self._wake, self._on_wake)
         self._task = asyncio.create_task(self._supervise(), name="live-state-tail")
 
+    def _on_wake(self) -> None:
+        assert self._wake is not None
+        if wakeup.drain(self._wake):
+            self._kick.set()
+
     async def stop(self) -> None:
+        if self._wake is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._wake)
+            self._wake.close()
+            self._wake = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -167,12 +207,15 @@ class LiveState:
         try:
             seen: int | None = None
             while True:
-                version = await conn.run_sync(statements.data_version)
-                if version != seen or self._kick.is_set():
-                    self._kick.clear()
+                # Told of a commit: read at once. Otherwise (the safety-net poll) ask data_version first.
+                # Each read ends its own transaction in the same thread hop (_page), so the next
+                # data_version sees the commits after it: three hops to SSE became one or two.
+                kicked = self._kick.is_set()
+                self._kick.clear()
+                version = None if kicked else await conn.run_sync(_version)
+                if kicked or version != seen:
                     seen = version
                     await self._read_new(conn)
-                await conn.rollback()
                 if self._down_since is not None:
                     _log.info("tail_recovered", down_ms=round((time.monotonic() - self._down_since) * 1000, 1))
                 self._down_since, self._failures_in_a_row = None, 0
@@ -202,7 +245,7 @@ class LiveState:
 
     async def _read_new(self, conn: AsyncConnection) -> None:
         while True:
-            rows = await conn.run_sync(statements.select_events, EventFilter(after=self.position, limit=_PAGE))
+            rows = await conn.run_sync(_page, self.position)
             if not rows:
                 return
             self._apply([to_recorded(row) for row in rows])

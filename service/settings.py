@@ -73,6 +73,9 @@ class Settings:
     """Take a snapshot of the fold every N events (MODELROUTER_SNAPSHOT_EVERY)."""
     tail_lag_limit: float = 2.0
     """Seconds the live state may lag the log before /health answers 503 (MODELROUTER_TAIL_LAG_LIMIT)."""
+    tail_wakeups: bool = True
+    """Writers wake the tail after each commit, and it polls once a second as a safety net
+    (MODELROUTER_TAIL_WAKEUPS); false: it polls every 10 ms, as before (for comparison in bench/idle.py)."""
     sse_keepalive: float = 15.0
     """Seconds of silence before an SSE keep-alive comment (MODELROUTER_SSE_KEEPALIVE)."""
     log_json: bool | None = None
@@ -192,6 +195,7 @@ class Settings:
             "snapshot_every": ("MODELROUTER_SNAPSHOT_EVERY", int),
             "sse_keepalive": ("MODELROUTER_SSE_KEEPALIVE", float),
             "tail_lag_limit": ("MODELROUTER_TAIL_LAG_LIMIT", float),
+            "tail_wakeups": ("MODELROUTER_TAIL_WAKEUPS", _bool),
             "log_json": ("MODELROUTER_LOG_JSON", _bool),
             "max_body_bytes": ("MODELROUTER_MAX_BODY_BYTES", int),
             "max_control_body_bytes": ("MODELROUTER_MAX_CONTROL_BODY_BYTES", int),

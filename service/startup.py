@@ -63,7 +63,7 @@ async def start(settings: Settings) -> Runtime:
     await asyncio.to_thread(_quick_check, settings)
     store = AsyncEventStore(settings.db_path, source={"kind": "router"}, synchronous=settings.synchronous)
     rebuilt = await rebuild_state(store)  # snapshot + tail: start-up does not grow with history
-    live = LiveState(store, state=rebuilt.state)
+    live = LiveState(store, state=rebuilt.state, wakeups=settings.tail_wakeups)
     snapshotter = Snapshotter(store, every=settings.snapshot_every, last_position=rebuilt.snapshot_position)
     live.add_listener(snapshotter.on_folded)
     await live.start()

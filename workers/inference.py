@@ -269,7 +269,10 @@ class Worker:
                                             message=f"cannot bind: {exc}"))  # fmt: skip
             self.log.error("bind_failed", error=str(exc))
             return EXIT_LOAD_FAILED
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http", daemon=True).start()
+        # poll_interval only bounds how late a shutdown() is noticed, and the worker never calls it (it exits
+        # instead): a long one keeps an idle worker from waking ten times a second.
+        serve = {"poll_interval": 5.0}
+        threading.Thread(target=server.serve_forever, kwargs=serve, name="http", daemon=True).start()
         params = {
             "model_path": a.model_path,
             "model_name": a.model_name,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,21 @@ class AsyncEventStore:
         self._writer: AsyncEngine = async_engine(self.path, synchronous, write=True)
         self._reader: AsyncEngine = async_engine(self.path, synchronous, write=False)
         self._lock = asyncio.Lock()
+        self._commit_listeners: list[Callable[[], None]] = []
+
+    def add_commit_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after each append commits (the live state's tail reads it at once)."""
+        self._commit_listeners.append(listener)
 
     async def append(self, batch: Sequence[NewEvent], expect: Mapping[str, int] | None = None) -> list[int]:
         """Append atomically; returns positions once committed (acknowledged).
         ``expect`` (model -> position) raises ``ConcurrencyConflict`` instead of
         appending when a newer event about one of those models exists."""
         async with self._lock, self._writer.connect() as conn:
-            return await conn.run_sync(statements.append, batch, self.source, expect)
+            positions = await conn.run_sync(statements.append, batch, self.source, expect)
+        for listener in self._commit_listeners:
+            listener()
+        return positions
 
     async def read(self, flt: EventFilter = EventFilter()) -> list[Recorded]:
         async with self._reader.connect() as conn:

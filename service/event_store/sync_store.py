@@ -17,6 +17,7 @@ from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.engines import sync_engine
 from service.event_store.pragmas import Synchronous
 from service.event_store.statements import EventFilter
+from service.event_store.wakeup import Waker
 
 
 class SyncEventStore:
@@ -34,6 +35,7 @@ class SyncEventStore:
         self._reader = sync_engine(self.path, synchronous, write=False)
         self._write_conn: Connection | None = None
         self._write_lock = threading.Lock()  # workers may append from a helper thread
+        self._waker = Waker(self.path)  # a running service's tail reads the log when told
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
         """Append all of ``batch`` atomically; returns positions (see ``statements.append``).
@@ -43,12 +45,14 @@ class SyncEventStore:
             if self._write_conn is None:
                 self._write_conn = self._writer.connect()
             try:
-                return statements.append(self._write_conn, batch, self.source)
+                positions = statements.append(self._write_conn, batch, self.source)
             except Exception:
                 self._write_conn.invalidate()
                 self._write_conn.close()
                 self._write_conn = None
                 raise
+        self._waker.wake()
+        return positions
 
     def emit(self, event: Event, *, model: str | None = None) -> int:
         """Append one event; returns its position."""
@@ -87,6 +91,7 @@ class SyncEventStore:
                 time.sleep(poll_interval)
 
     def close(self) -> None:
+        self._waker.close()
         with self._write_lock:
             if self._write_conn is not None:
                 self._write_conn.close()

@@ -19,6 +19,7 @@ from service.core.events import Event
 from service.event_store.codec import NewEvent
 from service.event_store.pragmas import BUSY_TIMEOUT_MS, Synchronous, configure_connection
 from service.event_store.rows import insert_rows
+from service.event_store.wakeup import Waker
 
 
 class WorkerEventWriter:
@@ -33,6 +34,7 @@ class WorkerEventWriter:
         )
         configure_connection(self._conn, "NORMAL" if level == "NORMAL" else "FULL")
         self._lock = threading.Lock()  # a worker may emit from a helper thread
+        self._waker = Waker(path)  # the service's tail reads the log when told, instead of polling
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
         """Append ``batch`` atomically; returns positions once committed."""
@@ -46,9 +48,10 @@ class WorkerEventWriter:
                     cursor.execute("ROLLBACK")
                     raise
                 cursor.execute("COMMIT")
-                return positions
             finally:
                 cursor.close()
+        self._waker.wake()
+        return positions
 
     def emit(self, event: Event, *, model: str | None = None) -> int:
         """Append one event (durable when this returns); returns its position."""
@@ -57,3 +60,4 @@ class WorkerEventWriter:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            self._waker.close()
