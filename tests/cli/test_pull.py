@@ -11,7 +11,7 @@ from devtools.service_process import ServiceProcess
 from tests.cli.conftest import cli, events, start_cli, wait_for_event
 from tests.conftest_hub import unique_repo
 
-BIG = 3_000_000  # bytes: at the throttled rate below the download lasts ~12 s, Ctrl-C lands mid-way
+BIG = 3_000_000  # bytes; the Hub holds the response at half of them until the test releases it
 
 
 def test_pull_shows_progress_and_finishes(svc: ServiceProcess, hub: HubServer, tiny_repo: str) -> None:
@@ -27,7 +27,9 @@ def test_pull_shows_progress_and_finishes(svc: ServiceProcess, hub: HubServer, t
 def test_ctrl_c_cancels_keeping_the_partial_and_pull_again_resumes(svc: ServiceProcess, hub: HubServer) -> None:
     repo = unique_repo("cli-big")
     make_repo(hub.root, repo, {"big-Q4_K_M.gguf": BIG})
-    hub.set_faults({"kind": "throttle", "repo": repo, "rate": 250_000})
+    # Held at half: Ctrl-C lands mid-way however slow a busy machine is (a throttle let the
+    # download finish before a late Ctrl-C took effect).
+    hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
     model = f"{repo}:Q4_K_M"
     pull = start_cli(svc, "pull", model)
     try:
@@ -44,7 +46,7 @@ def test_ctrl_c_cancels_keeping_the_partial_and_pull_again_resumes(svc: ServiceP
     assert "kept" in out and "again to resume" in out
     assert list(Path(svc.home).rglob("*.incomplete")), "the partial file is gone"
 
-    hub.clear_faults()
+    hub.reset()  # clears the stall and releases the held response
     again = cli(svc, "pull", model)
     assert again.returncode == 0, again.stderr
     assert "already on disk" in again.stdout
