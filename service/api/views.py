@@ -54,7 +54,7 @@ def job_view(job: DownloadJob) -> JobView:
         requested_at=time_or_none(job.requested_at),
         started_at=time_or_none(job.started_at),
         finished_at=time_or_none(job.finished_at),
-        error=dict(job.error) if job.error else None,
+        error=job.error.to_json() if job.error else None,
     )
 
 
@@ -104,9 +104,10 @@ def _instance(model: ModelState) -> InstanceView | None:
 
 
 def _status(model: ModelState, state: RouterState) -> ModelStatusView:
-    error = dict(model.last_error) if model.failed and model.last_error is not None else None
+    failure = model.last_error if model.failed else None
+    error = failure.to_json() if failure is not None else None
     # As a shell shows it (128 + the signal for a worker killed by one), llama.cpp's non-zero status.
-    exit_code = error.get("status_code", error.get("exit_code")) if error is not None else None
+    exit_code = None if failure is None else failure.exit_code if failure.status_code is None else failure.status_code
     progress, instance = _progress(model, state), _instance(model)
     return ModelStatusView(
         value=model.status.value,
@@ -136,7 +137,7 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         path=model.path,
         size=model.size,
         last_used=time_or_none(model.last_used),
-        last_error=dict(model.last_error) if model.last_error else None,
+        last_error=model.last_error.to_json() if model.last_error else None,
     )
 
 

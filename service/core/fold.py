@@ -20,6 +20,8 @@ from service.core.instance_lifecycle import INSTANCE_LIFECYCLE
 from service.core.state import (
     DownloadJob,
     EngineStats,
+    Failure,
+    FailureKind,
     Instance,
     InstanceStatus,
     JobStatus,
@@ -146,8 +148,8 @@ def _instance_of(state: RouterState, rec: ev.Recorded, instance_id: str) -> Mode
     return model
 
 
-def _error(kind: str, reason: str, message: str, at: datetime, **extra: Any) -> Mapping[str, Any]:
-    return {"kind": kind, "reason": reason, "message": message, "at": at.isoformat(), **extra}
+def _error(kind: FailureKind, reason: str, message: str, at: datetime, **extra: Any) -> Failure:
+    return Failure(kind=kind, reason=reason, message=message, at=at, **extra)
 
 
 def _primary_path(files: Iterable[Mapping[str, Any]]) -> str | None:
@@ -334,7 +336,7 @@ def _download_finished(state: RouterState, rec: ev.Recorded) -> RouterState:
 def _download_failed(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.DownloadFailed)
-    error = _error("download", e.reason, e.message, rec.recorded_at, retryable=e.retryable, job_id=e.job_id)
+    error = _error(FailureKind.DOWNLOAD, e.reason, e.message, rec.recorded_at, retryable=e.retryable, job_id=e.job_id)
     state, model = _end_job(state, rec, e.job_id, JobStatus.FAILED, error=error)
     if model is None:
         return state
@@ -473,7 +475,7 @@ def _instance_stats(state: RouterState, rec: ev.Recorded) -> RouterState:
 
 
 def _end_instance(
-    state: RouterState, rec: ev.Recorded, instance_id: str, *, failed: bool, error: Mapping[str, Any] | None
+    state: RouterState, rec: ev.Recorded, instance_id: str, *, failed: bool, error: Failure | None
 ) -> RouterState:
     model = _instance_of(state, rec, instance_id)
     if model is None:
@@ -488,7 +490,7 @@ def _end_instance(
 def _load_failed(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.InstanceLoadFailed)
-    error = _error("load", e.reason, e.message, rec.recorded_at)
+    error = _error(FailureKind.LOAD, e.reason, e.message, rec.recorded_at)
     return _end_instance(state, rec, e.instance_id, failed=True, error=error)
 
 
@@ -521,7 +523,7 @@ def _instance_crashed(state: RouterState, rec: ev.Recorded) -> RouterState:
         e.exit_code, e.signal, max_rss_bytes=e.max_rss_bytes, oom_killed=e.oom_killed, first_request=first
     )
     error = _error(
-        "crash", "crashed", why.message, rec.recorded_at,
+        FailureKind.CRASH, "crashed", why.message, rec.recorded_at,
         exit_code=e.exit_code, signal=e.signal, signal_name=why.reason if e.signal is not None else None,
         status_code=why.exit_code, hint=why.hint, first_request=first, max_rss_bytes=e.max_rss_bytes,
         stderr_tail=e.stderr_tail,

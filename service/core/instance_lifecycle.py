@@ -26,7 +26,7 @@ from service.core import events as ev
 from service.core.backoff import retry_delay
 from service.core.errors import CommandRejected
 from service.core.processes import ProcessExit
-from service.core.state import Instance, InstanceStatus, ModelState, RouterState
+from service.core.state import FailureKind, Instance, InstanceStatus, ModelState, RouterState
 from service.core.transitions import Lifecycle, edges
 
 _S, _L, _R, _X = InstanceStatus.STARTING, InstanceStatus.LOADING, InstanceStatus.READY, InstanceStatus.STOPPING
@@ -70,19 +70,19 @@ for another CPU crashes every time, and a third autoload would only crash again.
 def crash_loop(model: ModelState) -> CommandRejected | None:
     """Why an autoload of ``model`` is refused, or None. An explicit load (``POST /models/load``)
     and ``restart = on-failure`` (with its backoff) still start it: the user asked, or the policy did."""
-    if model.first_request_crashes < CRASH_LOOP:
+    error = model.last_error
+    if model.first_request_crashes < CRASH_LOOP or error is None:
         return None
-    error = model.last_error or {}
     return CommandRejected(
         "model_failed",
         f"model {model.name!r} crashed on its first request {model.first_request_crashes} times in a row, "
-        f"so it is not loaded on demand again: {error.get('message')}. Hint: {error.get('hint')}. "
+        f"so it is not loaded on demand again: {error.message}. Hint: {error.hint}. "
         "POST /models/load starts it anyway.",
         model=model.name,
         reason="crash_loop",
-        signal=error.get("signal_name"),
-        exit_code=error.get("status_code"),
-        hint=error.get("hint"),
+        signal=error.signal_name,
+        exit_code=error.status_code,
+        hint=error.hint,
     )
 
 
@@ -98,18 +98,18 @@ def stderr_lines(tail: str, n: int = STDERR_LINES) -> list[str]:
 def crash_rejection(model: ModelState, *, prefix: str = "") -> CommandRejected | None:
     """The answer for a request whose worker crashed under it (or for the request that waited for
     a load that crashed): the reason in words, the hint, and the last lines of its stderr."""
-    error = model.last_error or {}
-    if model.instance is not None or not model.failed or error.get("kind") != "crash":
+    error = model.last_error
+    if model.instance is not None or not model.failed or error is None or error.kind is not FailureKind.CRASH:
         return None
     return CommandRejected(
         "model_failed",
-        f"{prefix}model {model.name!r}: {error.get('message')}. Hint: {error.get('hint')}",
+        f"{prefix}model {model.name!r}: {error.message}. Hint: {error.hint}",
         model=model.name,
-        reason=error.get("reason"),
-        signal=error.get("signal_name"),
-        exit_code=error.get("status_code"),
-        hint=error.get("hint"),
-        stderr_tail=stderr_lines(str(error.get("stderr_tail") or "")),
+        reason=error.reason,
+        signal=error.signal_name,
+        exit_code=error.status_code,
+        hint=error.hint,
+        stderr_tail=stderr_lines(error.stderr_tail),
     )
 
 

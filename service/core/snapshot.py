@@ -28,7 +28,7 @@ from typing import Any
 
 from service.core.state import RouterState
 
-FOLD_VERSION: int = 5
+FOLD_VERSION: int = 6
 """Version of the fold's semantics and of the state's shape; stored with each snapshot."""
 
 Encoder = Callable[[Any], Any]

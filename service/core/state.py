@@ -79,6 +79,50 @@ class InstanceStatus(str, Enum):
     STOPPING = "stopping"
 
 
+class FailureKind(str, Enum):
+    """What failed: a model's download, its load, or its running worker."""
+
+    DOWNLOAD = "download"
+    LOAD = "load"
+    CRASH = "crash"
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a model's last download, load or worker failed, as the fold derived it (``last_error``)."""
+
+    kind: FailureKind
+    reason: str  # short and stable: "load_timeout", "truncated", "crashed", "http_404", ...
+    message: str  # one sentence a person can act on
+    at: datetime
+    hint: str | None = None  # what to do about it (crashes)
+    job_id: str | None = None  # downloads
+    retryable: bool | None = None  # downloads
+    exit_code: int | None = None  # crashes: the worker's own exit code (None when a signal killed it)
+    signal: int | None = None
+    signal_name: str | None = None
+    status_code: int | None = None  # crashes: the exit status as a shell shows it (128 + signal)
+    first_request: bool = False
+    max_rss_bytes: int | None = None
+    stderr_tail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's ``error`` object: the common fields, then those of its kind."""
+        out: dict[str, Any] = {"kind": self.kind.value, "reason": self.reason, "message": self.message,
+                               "at": self.at.isoformat()}  # fmt: skip
+        for name in _FAILURE_FIELDS[self.kind]:
+            out[name] = getattr(self, name)
+        return out
+
+
+_FAILURE_FIELDS = {
+    FailureKind.DOWNLOAD: ("retryable", "job_id"),
+    FailureKind.LOAD: (),
+    FailureKind.CRASH: ("exit_code", "signal", "signal_name", "status_code", "hint", "first_request",
+                        "max_rss_bytes", "stderr_tail"),
+}  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class DownloadJob:
     job_id: str
@@ -98,7 +142,7 @@ class DownloadJob:
     requested_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    error: Mapping[str, Any] | None = None
+    error: Failure | None = None
     discard_requested: bool = False
 
 
@@ -169,7 +213,7 @@ class ModelState:
     jobs: Mapping[str, DownloadJob] = field(default_factory=dict)
     instance: Instance | None = None
     failed: bool = False
-    last_error: Mapping[str, Any] | None = None
+    last_error: Failure | None = None
     crash_count: int = 0
     first_request_crashes: int = 0  # crashes in a row on an instance's first request (reset by a completed one)
     last_used: datetime | None = None

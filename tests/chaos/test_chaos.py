@@ -270,7 +270,7 @@ def _check_log(svc: ServiceProcess) -> dict[str, int]:
             for f in state.models[job.model].files:
                 blob = Path(str(f["blob_path"]))
                 assert blob.exists() and _sha256(blob) == f["sha256"], f"bad blob {blob}"
-    outcomes = Counter(j.status.value + (f":{j.error.get('reason')}" if j.error else "") for j in state.all_jobs())
+    outcomes = Counter(j.status.value + (f":{j.error.reason}" if j.error else "") for j in state.all_jobs())
     loads = sum(1 for r in events if r.type == "instance_ready")
     return {"events": len(events), "ready": loads, **{f"jobs {k}": v for k, v in outcomes.items()}}
 

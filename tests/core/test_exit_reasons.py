@@ -71,7 +71,7 @@ class TestFirstRequestCrashes:
     def test_a_crash_serving_its_first_request_is_marked_and_explained(self) -> None:
         state = _fold(_discovered(), *_ready("i1"), _crash("i1", in_flight=1))
         model = state.models["a"]
-        error = dict(model.last_error or {})
+        error = model.last_error.to_json() if model.last_error else {}
         assert model.failed and model.first_request_crashes == 1
         assert error["first_request"] is True and error["signal_name"] == "SIGSEGV" and error["status_code"] == 139
         assert "on its first request" in error["message"] and error["hint"]

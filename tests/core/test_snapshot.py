@@ -21,6 +21,8 @@ from service.core.snapshot import FOLD_VERSION, state_from_json, state_shape, st
 from service.core.state import (
     DownloadJob,
     EngineStats,
+    Failure,
+    FailureKind,
     Instance,
     InstanceStatus,
     JobStatus,
@@ -62,7 +64,8 @@ def test_round_trip_covers_every_field_with_non_default_values() -> None:
         quant="Q4_K_M", files=({"path": "a.gguf", "size": 3, "sha256": "ab" * 32, "extra": [1, {"x": None}]},),
         bytes_done=1, bytes_total=3, bytes_per_second=1.5, eta_seconds=2.0, pid=42, pid_started_at=1.25,
         requested_at=T, started_at=T + timedelta(seconds=1), finished_at=None,
-        error={"kind": "download", "retryable": True}, discard_requested=True,
+        error=Failure(kind=FailureKind.DOWNLOAD, reason="http_503", message="m", at=T, retryable=True, job_id="j1"),
+        discard_requested=True,
     )  # fmt: skip
     instance = Instance(
         instance_id="i1", status=InstanceStatus.READY, reason="autoload", port=9000, pid=7, pid_started_at=2.5,
@@ -74,7 +77,9 @@ def test_round_trip_covers_every_field_with_non_default_values() -> None:
     model = ModelState(
         name="org/a", source="models_dir", created_at=T, available=True, files=job.files, path="/m/a.gguf", size=3,
         active_job="j1", last_job="j1", jobs={"j1": job}, instance=instance, failed=True,
-        last_error={"kind": "crash", "exit_code": -9}, crash_count=2, last_used=T,
+        last_error=Failure(kind=FailureKind.CRASH, reason="crashed", message="m", at=T, signal=9, status_code=137,
+                           first_request=True, stderr_tail="boom"),
+        crash_count=2, first_request_crashes=1, last_used=T,
         config=ModelConfig(aliases=("fast", "small"), params={"temp": 0.5}, ttl_seconds=60.0, restart="on_failure",
                            load_on_startup=True),
     )  # fmt: skip
@@ -134,6 +139,7 @@ FINGERPRINTS = {
     3: ("e888db85a92445eb", "da2177ace255f470"),
     4: ("43c3dcf25e9986c3", "08b44c7ddd742552"),
     5: ("4e2f2d2bf4600f2e", "f9498c3ae1542468"),  # crash reasons: first-request crashes, requests_done
+    6: ("422c1880f50ad4dc", "9a6759b106432c65"),  # last_error and job errors as typed Failure values
 }
 
 

@@ -23,7 +23,7 @@ async def test_the_crash_is_recorded_with_the_requests_in_flight(tmp_path: Path)
     async with rig(tmp_path) as r:
         await _crash_serving_a_first_request(r)
         crashed = r.state.models["a"]
-        error = crashed.last_error or {}
+        error = crashed.last_error.to_json() if crashed.last_error else {}
         assert crashed.failed and "instance_crashed" in r.types("a")
         assert error["first_request"] is True and error["signal_name"] == "SIGSEGV"
         assert r.state.models["a"].first_request_crashes == 1

@@ -168,7 +168,7 @@ async def test_a_load_without_sign_of_life_times_out_and_is_killed(tmp_path: Pat
         await r.sup.tick()
         await until(lambda: child.exited, what="the kill")
         assert signal.SIGKILL in child.signals
-        assert r.state.models["a"].last_error["reason"] == "load_timeout"  # type: ignore[index]
+        assert r.state.models["a"].last_error.reason == "load_timeout"  # type: ignore[union-attr]
 
 
 async def test_load_answers_503_when_every_slot_is_busy(tmp_path: Path) -> None:
