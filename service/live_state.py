@@ -19,13 +19,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.backoff import retry_delay
+from service.core.decision import Decision
 from service.core.events import Recorded
 from service.core.fold import fold
 from service.core.state import RouterState
@@ -57,6 +58,7 @@ class TailHealth:
         return max(0, self.head - self.position)
 
 
+A = TypeVar("A")
 Listener = Callable[[Recorded, RouterState], None]
 _log = structlog.get_logger(__name__)
 _PAGE = 1000
@@ -265,21 +267,24 @@ class LiveState:
         state = await self.wait_for(max(positions)) if positions else self.state
         return positions, state
 
-    async def decide(self, decision: Callable[[RouterState], Sequence[NewEvent]], attempts: int = 20) -> RouterState:
-        """Run ``decision`` over the fold and append what it returns, as one step
-        for the models its events are about: if another writer (a worker) appended
-        an event about one of them after the state the decision saw, nothing is
-        written, and the decision runs again on the newer state. Without this, a
-        cancel decided just before the worker's ``download_finished`` was folded
-        would land after it, an impossible transition. Returns the state after."""
+    async def decide(
+        self, decision: Callable[[RouterState], Decision[A]], attempts: int = 20
+    ) -> tuple[Decision[A], RouterState]:
+        """Run ``decision`` over the fold and append its events, as one step for the models they are
+        about: if another writer (a worker) appended an event about one of them after the state the
+        decision saw, nothing is written, and the decision runs again on the newer state. Without
+        this, a cancel decided just before the worker's ``download_finished`` was folded would land
+        after it, an impossible transition. Returns the decision that held and the state after it.
+        (The supervisors reach this through ``service/supervision/interpreter.py``.)"""
         state = self.state
         for _ in range(attempts):
-            batch = list(decision(state))
-            if not batch:
-                return state
+            made = decision(state)
+            if not made.events:
+                return made, state
+            batch = [NewEvent(a.event, model=a.model) for a in made.events]
             expect = {new.model: state.position for new in batch if new.model is not None}
             try:
-                return (await self.record(batch, expect))[1]
+                return made, (await self.record(batch, expect))[1]
             except ConcurrencyConflict:
                 state = await self.sync()
         msg = f"no decision held after {attempts} attempts: the log kept changing under it"

@@ -117,6 +117,12 @@ class Settings:
     """TLS certificate (--ssl-cert-file)."""
     log_level: str = "info"
     """debug, info or error (--verbose, --log-verbosity, --log-disable)."""
+    fake_timing: bool = False
+    """llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: each proxied request holds its model 2 s, each load waits 2 s."""
+    environment: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ), repr=False)
+    """The environment the service was started with, handed on to its workers (read here, once)."""
+    service_pid: int = dataclasses.field(default_factory=os.getpid, repr=False)
+    """This process: the parent its workers watch (``--parent-pid``)."""
 
     def __post_init__(self) -> None:
         if not self.database_url:
@@ -146,7 +152,7 @@ class Settings:
             value = getattr(self, name)
             return "'[redacted]'" if name in SECRET_FIELDS and value else repr(value)
 
-        return f"Settings({', '.join(f'{f.name}={shown(f.name)}' for f in dataclasses.fields(self))})"
+        return f"Settings({', '.join(f'{f.name}={shown(f.name)}' for f in dataclasses.fields(self) if f.repr)})"
 
     def secrets(self) -> list[str]:
         """The secret values, for log redaction (each API key on its own)."""
@@ -155,6 +161,10 @@ class Settings:
             value = getattr(self, name)
             found += [str(v) for v in value] if isinstance(value, tuple) else [str(value)] if value else []
         return found
+
+    def worker_environment(self, **extra: str) -> dict[str, str]:
+        """A worker's environment: the service's own, its SQLite durability, and ``extra``."""
+        return {**self.environment, "MODELROUTER_SYNCHRONOUS": self.synchronous, **extra}
 
     @property
     def db_path(self) -> Path:
@@ -205,6 +215,8 @@ class Settings:
         for name, (var, convert) in spec.items():
             if env.get(var):
                 values[name] = convert(env[var])
+        values["fake_timing"] = bool(env.get("LLAMA_SERVER_DEBUG_FAKE_TIMING"))
+        values["environment"] = dict(env)
         # llama.cpp's names: downloads land in LLAMA_CACHE when it is set (drop-in), and
         # MODEL_ENDPOINT beats HF_ENDPOINT as in common_get_model_endpoint().
         if "hub_cache" not in values and env.get("LLAMA_CACHE"):

@@ -36,7 +36,9 @@ from service.recovery.snapshotter import Snapshotter
 from service.runtime import Runtime
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
-from service.supervision.on_demand import OnDemandInstances
+from service.supervision.instances import InstanceSupervisor
+from service.supervision.interpreter import Interpreter
+from service.supervision.on_demand import OnDemandFiles
 from service.supervision.removal import ModelRemover
 
 _log = structlog.get_logger(__name__)
@@ -69,8 +71,10 @@ async def start(settings: Settings) -> Runtime:
     await live.start()
     replayed = rebuilt.events_replayed + live.events_applied
     snapshotter.maybe_snapshot(live.state)  # a long replay gets a fresh snapshot at once
-    downloads = DownloadSupervisor(settings, live)
-    instances = OnDemandInstances(settings, live, downloads)
+    interpreter = Interpreter(live)  # the one writer of what the supervisors decide
+    downloads = DownloadSupervisor(settings, live, interpreter=interpreter)
+    files = OnDemandFiles(settings, live, downloads)
+    instances = InstanceSupervisor(settings, live, interpreter=interpreter, files=files)
     # Added after the catch-up: event counters count from this process's start.
     gauges = Gauges(in_flight=lambda: sum(instances.busy.values()), queued=lambda: instances.queue_length)
     metrics = RouterMetrics(lambda: live.state, gauges)
@@ -141,7 +145,7 @@ def binding_warning(settings: Settings) -> str | None:
     )
 
 
-async def _catalogue(settings: Settings, live: LiveState, instances: OnDemandInstances) -> Catalogue:
+async def _catalogue(settings: Settings, live: LiveState, instances: InstanceSupervisor) -> Catalogue:
     """Resolve ``-hf``/``-m`` first (a preset repo makes a router, the seed's regression),
     then list every source. A bad preset, or an ``-hf`` that names nothing, stops the start."""
     try:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import httpx
@@ -24,10 +24,11 @@ from litestar.response import Stream
 
 from service.api.problems import Problem, llama_error_type, problem_response
 from service.core import events as ev
+from service.core.decision import Append
 from service.core.instance_lifecycle import crash_rejection
 from service.core.state import RouterState
-from service.event_store.codec import NewEvent
 from service.runtime import Runtime
+from service.supervision.instances import Lease
 
 _FORWARD_HEADERS = ("content-type", "accept")
 
@@ -43,9 +44,7 @@ def _record_completion(
         duration_ms=round((time.perf_counter() - started) * 1000, 2),
     )
     # Off the response path: the client never waits for this fsync.
-    task = asyncio.create_task(runtime.live.store.append([NewEvent(event, model=model)]))
-    runtime.background.add(task)
-    task.add_done_callback(runtime.background.discard)
+    runtime.instances.interpreter.record_later([Append(event, model)])
 
 
 async def _until_disconnect(request: Request[Any, Any, Any]) -> None:
@@ -54,10 +53,10 @@ async def _until_disconnect(request: Request[Any, Any, Any]) -> None:
         pass
 
 
-async def _enter_unless_disconnected(request: Request[Any, Any, Any], lease: Any) -> tuple[str, str]:
+async def _enter_unless_disconnected(request: Request[Any, Any, Any], acquiring: Awaitable[Lease]) -> Lease:
     """Wait for a ready model (maybe queued, maybe loading), but give up the
     place in the queue as soon as the client disconnects."""
-    acquire = asyncio.ensure_future(lease.__aenter__())
+    acquire = asyncio.ensure_future(acquiring)
     watch = asyncio.ensure_future(_until_disconnect(request))
     try:
         await asyncio.wait({acquire, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -68,8 +67,7 @@ async def _enter_unless_disconnected(request: Request[Any, Any, Any], lease: Any
         with contextlib.suppress(asyncio.CancelledError):
             await acquire
         raise asyncio.CancelledError  # nobody is listening any more
-    address: tuple[str, str] = acquire.result()
-    return address
+    return acquire.result()
 
 
 _CRASH_WAIT = 3.0  # seconds to wait for the supervisor to record how a worker that hung up ended
@@ -127,8 +125,8 @@ async def proxy_request(
     path = request.url.path
     target = path + (f"?{request.url.query}" if request.url.query else "")
     headers = {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
-    lease = runtime.instances.lease(name, autoload=auto)
-    model, endpoint = await _enter_unless_disconnected(request, lease)
+    lease = await _enter_unless_disconnected(request, runtime.instances.acquire(name, autoload=auto))
+    model, endpoint = lease.model, lease.endpoint
     runtime.metrics.observe_queue_wait(time.perf_counter() - started)
     instance = runtime.live.state.models[model].instance  # the one the lease holds: not stopped while leased
     instance_id = instance.instance_id if instance is not None else ""
@@ -139,10 +137,10 @@ async def proxy_request(
         try:
             failure = await _worker_failed(runtime, model, instance_id, exc)
         finally:
-            await lease.__aexit__(None, None, None)
+            lease.release()
         raise failure from None
     except BaseException:
-        await lease.__aexit__(None, None, None)
+        lease.release()
         raise
     media_type = upstream.headers.get("content-type", "application/json")
     if not media_type.startswith("text/event-stream"):
@@ -153,7 +151,7 @@ async def proxy_request(
             raise failure from None
         finally:
             await upstream.aclose()
-            await lease.__aexit__(None, None, None)
+            lease.release()
         _record_completion(runtime, model, instance_id, path, upstream.status_code, False, started)
         problem = _worker_problem(upstream.status_code, content, model) if upstream.status_code >= 400 else None
         if problem is not None:
@@ -171,7 +169,7 @@ async def proxy_request(
             yield _stream_error(failure)
         finally:
             await upstream.aclose()
-            await lease.__aexit__(None, None, None)
+            lease.release()
             _record_completion(runtime, model, instance_id, path, status, True, started)
 
     return Stream(

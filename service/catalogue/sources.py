@@ -27,9 +27,9 @@ from service.catalogue.disk import CachedRepo, Refusal, local_file, scan_cache, 
 from service.catalogue.hf_source import HfSourceError, RemotePreset, resolve_hf
 from service.catalogue.plan import CataloguePlan, configured, plan_catalogue
 from service.core import events as ev
+from service.core.decision import Append, Decision, nothing
 from service.core.errors import CommandRejected
 from service.core.state import ModelConfig, RouterState
-from service.event_store.codec import NewEvent
 from service.live_state import LiveState
 from service.llamacpp.flags import BY_NAME, handling
 from service.presets import Preset, PresetError, read_preset
@@ -190,24 +190,19 @@ class Catalogue:
     async def _apply(self, read: SourcesRead, *, reload: bool, unloaded: tuple[str, ...]) -> CataloguePlan:
         """Plan again over the state after the stops and append, as one decision: a
         worker's event about one of these models in between makes it plan anew."""
-        decided: list[CataloguePlan] = []
 
-        def decide(state: RouterState) -> list[NewEvent]:
+        def decide(state: RouterState) -> Decision[CataloguePlan]:
             plan = plan_catalogue(state, read.desired, read.base, read.present)
-            decided[:] = [plan]
-            batch = list(plan.events)
+            batch = [Append(e.event, e.model) for e in plan.events]
             if reload:
-                batch.append(
-                    NewEvent(
-                        ev.ModelsReloaded(
-                            added=plan.added, changed=plan.changed, removed=plan.removed, unloaded=unloaded
-                        )
-                    )
+                reloaded = ev.ModelsReloaded(
+                    added=plan.added, changed=plan.changed, removed=plan.removed, unloaded=unloaded
                 )
-            return batch
+                batch.append(Append(reloaded))
+            return Decision(plan, tuple(batch))
 
-        await self.live.decide(decide)
-        return decided[0]
+        decision, _ = await self.live.decide(decide)
+        return decision.answer
 
     def _once(self, key: str, event: str, **fields: Any) -> None:
         if key not in self._said:
@@ -239,9 +234,12 @@ class Catalogue:
             task.add_done_callback(self._tasks.discard)
 
     async def _configure(self, name: str, config: ModelConfig) -> None:
-        def decide(state: RouterState) -> list[NewEvent]:
+        def decide(state: RouterState) -> Decision[None]:
             model = state.models.get(name)
-            return [configured(name, config)] if model is not None and model.config == ModelConfig() else []
+            if model is None or model.config != ModelConfig():
+                return nothing(None)
+            event = configured(name, config)
+            return Decision(None, (Append(event.event, event.model),))
 
         try:
             await self.live.decide(decide)

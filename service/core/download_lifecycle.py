@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.core import events as ev
+from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.errors import CommandRejected
 from service.core.processes import ProcessExit
 from service.core.state import DownloadJob, JobStatus, ModelState, RouterState
@@ -50,23 +51,30 @@ DOWNLOAD_LIFECYCLE = Lifecycle(
 
 
 @dataclass(frozen=True, slots=True)
-class DownloadDecision:
-    """Either join ``existing_job`` or append ``events`` (which start ``job_id``)."""
+class Requested:
+    """The answer to a download request: a new ``job_id``, or the ``existing_job`` it joined, or
+    nothing to do (``already_downloaded``)."""
 
     job_id: str | None
     existing_job: str | None
     already_downloaded: bool
-    events: tuple[ev.Event, ...] = ()
 
 
-def request_download(state: RouterState, model: str, job_id: str, resolution: Mapping[str, Any]) -> DownloadDecision:
+@dataclass(frozen=True, slots=True)
+class SpawnDownload(Effect):
+    """Give queued job ``job_id`` a download worker."""
+
+    job_id: str
+
+
+def request_download(state: RouterState, model: str, job_id: str, resolution: Mapping[str, Any]) -> Decision[Requested]:
     """One download per model: a running job is joined; a model whose files for
     this commit are present is not fetched again."""
     current = state.models.get(model)
     if current is not None and current.active_job is not None:
-        return DownloadDecision(job_id=None, existing_job=current.active_job, already_downloaded=False)
+        return nothing(Requested(job_id=None, existing_job=current.active_job, already_downloaded=False))
     if current is not None and current.available and _same_commit(current, str(resolution.get("commit", ""))):
-        return DownloadDecision(job_id=None, existing_job=None, already_downloaded=True)
+        return nothing(Requested(job_id=None, existing_job=None, already_downloaded=True))
     requested = ev.DownloadRequested(
         job_id=job_id,
         repo=str(resolution["repo"]),
@@ -76,7 +84,7 @@ def request_download(state: RouterState, model: str, job_id: str, resolution: Ma
         files=tuple(dict(f) for f in resolution.get("files", ())),
         total_bytes=int(resolution.get("total_bytes", 0)),
     )
-    return DownloadDecision(job_id=job_id, existing_job=None, already_downloaded=False, events=(requested,))
+    return Decision(Requested(job_id=job_id, existing_job=None, already_downloaded=False), (Append(requested, model),))
 
 
 def _same_commit(model: ModelState, commit: str) -> bool:
@@ -129,6 +137,46 @@ def on_worker_exit(
         f": {' | '.join(tail)}" if tail else ""
     )
     return [ev.DownloadFailed(job_id=job_id, reason="worker_crashed", message=message, retryable=True)]
+
+
+def decide_cancel(
+    state: RouterState, job_id: str, *, discard: bool, has_worker: bool, bytes_on_disk: int
+) -> Decision[DownloadJob]:
+    """:func:`cancel` as a decision about the job's model; answers the job as it was."""
+    job = active_job(state, job_id)
+    events = cancel(state, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=bytes_on_disk)
+    return Decision(job, about(job.model, events))
+
+
+def decide_worker_exit(
+    state: RouterState, job_id: str, exit: ProcessExit, *, shutting_down: bool, bytes_on_disk: int
+) -> Decision[ev.Event | None]:
+    """:func:`on_worker_exit` as a decision; answers the outcome the service recorded, if any."""
+    job = state.job(job_id)
+    events = on_worker_exit(state, job_id, exit, shutting_down=shutting_down, bytes_on_disk=bytes_on_disk)
+    if job is None or not events:
+        return nothing(None)
+    return Decision(events[0], about(job.model, events))
+
+
+def decide_spawn_failed(state: RouterState, job_id: str, message: str) -> Decision[None]:
+    """A worker that could not even be started fails its job (``internal``), unless it ended meanwhile."""
+    job = state.job(job_id)
+    if job is None or not job.status.active:
+        return nothing(None)
+    failed = ev.DownloadFailed(job_id=job_id, reason="internal", message=f"cannot start a download worker: {message}")
+    return Decision(None, (Append(failed, job.model),))
+
+
+def decide_resume(job: DownloadJob, bytes_on_disk: int) -> Decision[None]:
+    """``interrupted -> queued``: the service takes up a job the last run left."""
+    resumed = ev.DownloadResumed(job_id=job.job_id, bytes_on_disk=bytes_on_disk)
+    return Decision(None, (Append(resumed, job.model),))
+
+
+def decide_starts(state: RouterState, running: Collection[str], max_running: int) -> Decision[None]:
+    """Queued jobs that get a worker now (:func:`waiting_to_start`), as effects."""
+    return Decision(None, effects=tuple(SpawnDownload(j.job_id) for j in waiting_to_start(state, running, max_running)))
 
 
 def waiting_to_start(state: RouterState, running: Collection[str], max_running: int) -> list[DownloadJob]:

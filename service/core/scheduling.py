@@ -71,6 +71,12 @@ def loadable(model: ModelState | None) -> bool:
     return model is not None and model.available and bool(model.path) and model.active_job is None
 
 
+def needs_files(model: ModelState | None) -> bool:
+    """A model with a Hub source (a preset's ``hf-repo``, the ``-hf`` model) whose files are not on
+    disk yet: its first load or request downloads them first."""
+    return model is not None and model.config.hf_repo is not None and not model.available
+
+
 def require_loadable(state: RouterState, name: str) -> ModelState:
     """The model behind ``name`` (or alias), refusing what cannot be loaded."""
     model = state.resolve(name)

@@ -10,24 +10,21 @@ serialised by one lock that is never held while waiting for a worker.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import sys
 from typing import Any
 
 import structlog
 
 from service.core import download_lifecycle as lifecycle
-from service.core import events as ev
 from service.core.cache_layout import CachePaths
 from service.core.processes import ProcessExit
-from service.core.state import DownloadJob, RouterState
+from service.core.state import DownloadJob
 from service.downloads.cache_files import partial_bytes
 from service.downloads.resolution import worker_spec
-from service.event_store.codec import NewEvent
 from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.effects import Effects
+from service.supervision.interpreter import Interpreter
+from service.supervision.worker_args import download_argv
 from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
@@ -37,7 +34,14 @@ CANCEL_GRACE_SECONDS = 1.5  # then SIGKILL: a cancel takes effect within 2 s
 class DownloadSupervisor:
     """Owns the download worker processes of this service instance."""
 
-    def __init__(self, settings: Settings, live: LiveState, effects: Effects | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        live: LiveState,
+        effects: Effects | None = None,
+        *,
+        interpreter: Interpreter | None = None,
+    ) -> None:
         self.settings = settings
         self.live = live
         self.fx = effects or Effects()
@@ -45,27 +49,25 @@ class DownloadSupervisor:
         self._specs: dict[str, dict[str, Any]] = {}  # job id -> worker spec, until its worker starts
         self._lock = asyncio.Lock()
         self._shutting_down = False
+        self.interpreter = interpreter or Interpreter(live)
+        self.interpreter.register(lifecycle.SpawnDownload, self._spawn)
 
     async def request(self, model: str, resolution: dict[str, Any]) -> tuple[str | None, bool, bool]:
         """Start (or join) the download of ``model``. Returns
         ``(job_id, joined, already_downloaded)``."""
-        found: list[lifecycle.DownloadDecision] = []
-
-        def decide(state: RouterState) -> list[NewEvent]:
-            found[:] = [lifecycle.request_download(state, model, self.fx.new_job_id(), resolution)]
-            return [NewEvent(e, model=model) for e in found[0].events]
-
         async with self._lock:
-            await self.live.decide(decide)
-            decision = found[0]
-            if decision.existing_job is not None:
-                return decision.existing_job, True, False
-            if decision.already_downloaded:
+            applied = await self.interpreter.apply(
+                lambda s: lifecycle.request_download(s, model, self.fx.new_job_id(), resolution)
+            )
+            answer = applied.answer
+            if answer.existing_job is not None:
+                return answer.existing_job, True, False
+            if answer.already_downloaded:
                 return None, False, True
-            assert decision.job_id is not None
-            self._specs[decision.job_id] = resolution
+            assert answer.job_id is not None
+            self._specs[answer.job_id] = resolution
             await self._start_queued_locked()
-            return decision.job_id, False, False
+            return answer.job_id, False, False
 
     async def resume(self, job: DownloadJob, endpoint: str) -> None:
         """``interrupted -> queued`` for a job the last run left; a worker resumes it
@@ -73,41 +75,27 @@ class DownloadSupervisor:
         files = [{k: f[k] for k in ("path", "size", "sha256")} for f in job.files]
         async with self._lock:
             self._specs[job.job_id] = worker_spec(job.repo, job.revision, job.commit, job.quant, endpoint, files)
-            resumed = ev.DownloadResumed(job_id=job.job_id, bytes_on_disk=self._bytes_on_disk(job))
-            await self.live.record([NewEvent(resumed, model=job.model)])
+            on_disk = self._bytes_on_disk(job)
+            await self.interpreter.apply(lambda _s: lifecycle.decide_resume(job, on_disk))
             await self._start_queued_locked()
 
     async def _start_queued_locked(self) -> None:
-        for job in lifecycle.waiting_to_start(self.live.state, self._pool.active(), self.settings.max_downloads):
-            spec = self._specs.pop(job.job_id, None)
-            if spec is None:
-                continue  # queued by an earlier run and not resumed: nothing to fetch with
-            await self._spawn(job, spec)
+        applied = await self.interpreter.apply(
+            lambda s: lifecycle.decide_starts(s, self._pool.active(), self.settings.max_downloads)
+        )
+        await applied.settled()  # spawned in request order, before the next decision
 
-    async def _spawn(self, job: DownloadJob, spec: dict[str, Any]) -> None:
-        argv = [
-            sys.executable, "-m", "workers.download",
-            "--job-id", job.job_id,
-            "--model", job.model,
-            "--cache-dir", str(self.settings.cache_dir),
-            "--spec", json.dumps(spec),
-            "--db", str(self.settings.db_path),
-            "--stall-timeout", str(self.settings.stall_timeout),
-            "--parent-pid", str(os.getpid()),
-            "--stdin-control",
-        ]  # fmt: skip
+    async def _spawn(self, effect: lifecycle.SpawnDownload) -> None:
+        job = self.live.state.job(effect.job_id)
+        spec = self._specs.pop(effect.job_id, None)
+        if job is None or spec is None:
+            return  # queued by an earlier run and not resumed: nothing to fetch with
+        argv = download_argv(self.settings, job.job_id, job.model, spec)
         try:
             await self._pool.spawn(job.job_id, argv, name=f"download:{job.job_id}", env=_worker_env(self.settings))
         except OSError as exc:
-            failed = ev.DownloadFailed(
-                job_id=job.job_id, reason="internal", message=f"cannot start a download worker: {exc}"
-            )
-
-            def decide(state: RouterState) -> list[NewEvent]:
-                current = state.job(job.job_id)
-                return [NewEvent(failed, model=job.model)] if current is not None and current.status.active else []
-
-            await self.live.decide(decide)
+            message = str(exc)
+            await self.interpreter.apply(lambda s: lifecycle.decide_spawn_failed(s, job.job_id, message))
 
     async def _on_exit(self, job_id: str, exit_: ProcessExit) -> None:
         state = await self.live.sync()  # the worker appends its outcome before exiting
@@ -117,17 +105,14 @@ class DownloadSupervisor:
                 if job.discard_requested:
                     self._discard_partials(job)
                 on_disk = self._bytes_on_disk(job)
-                outcome: list[ev.Event] = []
-
-                def decide(state: RouterState) -> list[NewEvent]:
-                    outcome[:] = lifecycle.on_worker_exit(
-                        state, job_id, exit_, shutting_down=self._shutting_down, bytes_on_disk=on_disk
+                applied = await self.interpreter.apply(
+                    lambda s: lifecycle.decide_worker_exit(
+                        s, job_id, exit_, shutting_down=self._shutting_down, bytes_on_disk=on_disk
                     )
-                    return [NewEvent(e, model=job.model) for e in outcome]
-
-                await self.live.decide(decide)
-                if outcome:
-                    _log.warning("download_worker_lost", job_id=job_id, outcome=outcome[0].TYPE, how=exit_.describe())
+                )
+                outcome = applied.answer
+                if outcome is not None:
+                    _log.warning("download_worker_lost", job_id=job_id, outcome=outcome.TYPE, how=exit_.describe())
             if not self._shutting_down:
                 await self._start_queued_locked()
 
@@ -152,12 +137,12 @@ class DownloadSupervisor:
             if discard and not has_worker:
                 self._discard_partials(job)
             on_disk = self._bytes_on_disk(job)
-
-            def decide(state: RouterState) -> list[NewEvent]:
-                events = lifecycle.cancel(state, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=on_disk)
-                return [NewEvent(e, model=job.model) for e in events]
-
-            await self.live.decide(decide)  # refuses a job that ended meanwhile (409)
+            # Refuses a job that ended meanwhile (409).
+            await self.interpreter.apply(
+                lambda s: lifecycle.decide_cancel(
+                    s, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=on_disk
+                )
+            )
             self._specs.pop(job_id, None)
         if has_worker:
             # The stdin line, not SIGTERM: SIGTERM is also what the worker gets
@@ -179,8 +164,5 @@ class DownloadSupervisor:
 
 
 def _worker_env(settings: Settings) -> dict[str, str]:
-    env = {**os.environ, "MODELROUTER_SYNCHRONOUS": settings.synchronous, "MODELROUTER_LOG_JSON": "true"}
-    env["HF_ENDPOINT"] = settings.hf_endpoint
-    if settings.hf_token:
-        env["HF_TOKEN"] = settings.hf_token
-    return env
+    token = {"HF_TOKEN": settings.hf_token} if settings.hf_token else {}
+    return settings.worker_environment(MODELROUTER_LOG_JSON="true", HF_ENDPOINT=settings.hf_endpoint, **token)

@@ -9,6 +9,7 @@ and a fake spawner and drive every transition in milliseconds.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
@@ -51,6 +52,10 @@ class Clock(Protocol):
         """Seconds for timeouts that must not jump with the wall clock."""
         ...
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` (llama.cpp's fake timing); a fake clock may return at once."""
+        ...
+
 
 class SystemClock:
     def now(self) -> datetime:
@@ -58,6 +63,9 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
 async def spawn_child(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None) -> Child:

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.core import events as ev
+from service.core.decision import Append
 from service.core.errors import CommandRejected
 from service.core.removal import plan_removal
 from service.core.state import RouterState
 from service.downloads.removal import remove_files
-from service.event_store.codec import NewEvent
 from service.live_state import LiveState
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
@@ -41,6 +41,7 @@ class ModelRemover:
         self, live: LiveState, instances: InstanceSupervisor, downloads: DownloadSupervisor, cache_dir: Path
     ) -> None:
         self.live = live
+        self.interpreter = instances.interpreter
         self.instances = instances
         self.downloads = downloads
         self.cache_dir = cache_dir
@@ -60,5 +61,5 @@ class ModelRemover:
             plan = plan_removal(await self.live.sync(), name, force=force)
             removal = await asyncio.to_thread(remove_files, self.cache_dir, plan)
             event = ev.ModelRemoved(files=removal.files, bytes_freed=removal.bytes_freed)
-            _, state = await self.live.record([NewEvent(event, model=plan.model)])  # the files are gone: a fact
+            state = await self.interpreter.record([Append(event, plan.model)])  # the files are gone: a fact
         return Removed(plan.model, removal.files, removal.bytes_freed, plan.kept_blobs, state)

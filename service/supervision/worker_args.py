@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import json
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -35,7 +35,7 @@ def inference_argv(
         "--host", "127.0.0.1",
         "--port", str(port),
         "--db", str(settings.db_path),
-        "--parent-pid", str(os.getpid()),
+        "--parent-pid", str(settings.service_pid),
     ]  # fmt: skip
     for key, flag in _INFERENCE_FLAGS.items():
         if params.get(key) is not None:
@@ -43,3 +43,18 @@ def inference_argv(
     if params.get("embedding"):
         argv.append("--embedding")
     return argv
+
+
+def download_argv(settings: Settings, job_id: str, model: str, spec: Mapping[str, Any]) -> list[str]:
+    """``python -m workers.download`` for one job (``spec``: what the service resolved on the Hub)."""
+    return [
+        sys.executable, "-m", "workers.download",
+        "--job-id", job_id,
+        "--model", model,
+        "--cache-dir", str(settings.cache_dir),
+        "--spec", json.dumps(spec),
+        "--db", str(settings.db_path),
+        "--stall-timeout", str(settings.stall_timeout),
+        "--parent-pid", str(settings.service_pid),
+        "--stdin-control",
+    ]  # fmt: skip

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from service.core import events as ev
+from service.core.decision import Append, Decision, nothing
 from service.core.state import RouterState
 from service.event_store import SyncEventStore
 from service.event_store.async_store import AsyncEventStore
@@ -64,7 +65,7 @@ async def test_decide_takes_the_decision_again_on_the_newer_state(db_path: Path)
         )
         seen: list[str] = []
 
-        def cancel_if_running(state: RouterState) -> list[NewEvent]:
+        def cancel_if_running(state: RouterState) -> Decision[None]:
             job = state.job("j")
             assert job is not None
             seen.append(job.status.value)
@@ -80,10 +81,10 @@ async def test_decide_takes_the_decision_again_on_the_newer_state(db_path: Path)
                     ]
                 )
             if not job.status.active:
-                return []
-            return [NewEvent(ev.DownloadCancelRequested(job_id="j"), model=M)]
+                return nothing(None)
+            return Decision(None, (Append(ev.DownloadCancelRequested(job_id="j"), M),))
 
-        state = await live.decide(cancel_if_running)
+        _, state = await live.decide(cancel_if_running)
         assert seen == ["running", "finished"]
         final = state.job("j")
         assert final is not None and final.status.value == "finished"

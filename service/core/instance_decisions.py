@@ -1,0 +1,400 @@
+"""The instance supervisor's decisions, as values: load, acquire, unload, tick, exit, shut down.
+
+Each function takes the fold (:class:`RouterState`), the demand queue
+(:class:`~service.core.demand_queue.Queue`) and the facts only the
+supervisor observes (:class:`Facts`: time, requests in flight, processes not
+reaped), and returns a :class:`~service.core.decision.Decision`: the events to
+append, the effects to perform after them (spawn, stop, kill, arm a restart,
+edit the queue) and the caller's answer. Refusals raise ``CommandRejected``
+before anything is decided. ``service/supervision/instances.py`` only feeds
+facts in and hands the decisions to the interpreter.
+
+Pure module: stdlib only; time, ids and ports are passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from service.core import events as ev
+from service.core import instance_lifecycle as lifecycle
+from service.core import scheduling
+from service.core.decision import Append, Decision, Effect, about, nothing
+from service.core.demand_queue import Demanded, Dropped, Queue, QueueEdit, RestartArmed, Started, Waiting, edit
+from service.core.errors import CommandRejected
+from service.core.processes import ProcessExit
+from service.core.state import FailureKind, Instance, InstanceStatus, ModelState, RouterState
+
+# --- the effects ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn(Effect):
+    """Start the inference worker of ``request`` for ``model``."""
+
+    model: str
+    request: ev.InstanceRequested
+
+
+@dataclass(frozen=True, slots=True)
+class Stop(Effect):
+    """Stop instance ``instance_id``'s worker (stdin line, SIGTERM, SIGKILL after its stop timeout)."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Kill(Effect):
+    """SIGKILL instance ``instance_id``'s worker at once (nothing to save: a load that timed out)."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArmRestart(Effect):
+    """Once the crash is folded, arm ``model``'s restart timer (:func:`restart_timer`)."""
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class FetchFiles(Effect):
+    """Download ``model``'s files from its hf-repo first (a regular download job); with a
+    ``then_load`` reason, load it once they are there."""
+
+    model: str
+    then_load: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Warn(Effect):
+    """A warning for the log: something an operator should see that changes no state."""
+
+    event: str
+    fields: Mapping[str, object] = field(default_factory=dict)
+
+
+# --- the facts ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The settings the decisions read (from ``Settings``)."""
+
+    models_max: int
+    queue_timeout: float
+    max_queued_requests: int
+    load_timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What only the supervisor observes, at the moment of a decision."""
+
+    limits: Limits
+    now: datetime  # wall clock: compared with recorded_at
+    mono: float  # monotonic seconds: queue timeouts and restart timers
+    busy: Mapping[str, int] = field(default_factory=dict)  # requests in flight per model
+    processes: frozenset[str] = frozenset()  # instance ids whose worker process is not reaped yet
+
+
+class Fresh(Protocol):
+    """Where new instance ids and ports come from (injected: tests pass deterministic ones)."""
+
+    def new_id(self) -> str: ...
+
+    def free_port(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """A request may go to ``endpoint``: the model is ready, and counted busy by the caller at once."""
+
+    model: str
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """The request waits for ``model`` (queued or loading) until the next change."""
+
+    model: str
+
+
+def _slot_facts(state: RouterState, facts: Facts) -> scheduling.SlotFacts:
+    live = {m.instance.instance_id for m in state.models.values() if m.instance is not None}
+    exiting = sum(1 for iid in facts.processes if iid not in live)
+    return scheduling.SlotFacts(models_max=facts.limits.models_max, busy=dict(facts.busy), exiting=exiting)
+
+
+def _edits(queue: Queue, edits: tuple[QueueEdit, ...]) -> Queue:
+    for change in edits:
+        queue = edit(queue, change)
+    return queue
+
+
+def _refuse_held(queue: Queue, model: str) -> None:
+    if model in queue.holds:
+        raise CommandRejected("conflict", f"model {model!r} is being removed", model=model)
+
+
+def _found(state: RouterState, name: str) -> ModelState:
+    model = state.resolve(name)
+    if model is None or not model.listed:
+        raise CommandRejected("model_not_found", f"model {name!r} is not found", model=name)
+    return model
+
+
+# --- planning ---------------------------------------------------------------------------
+
+
+def settled(state: RouterState, queue: Queue, facts: Facts) -> tuple[QueueEdit | Warn, ...]:
+    """Entries that need nothing more: started and now ready or ended with nobody waiting, or
+    explicit ones that waited longer than ``queue_timeout`` (abandoned, with a warning)."""
+    out: list[QueueEdit | Warn] = []
+    for demand in queue.demands:
+        if demand.waiters:
+            continue
+        model = state.models.get(demand.model)
+        inst = model.instance if model is not None else None
+        done = demand.started is not None and (
+            inst is None or inst.instance_id != demand.started or inst.status is InstanceStatus.READY
+        )
+        stale = demand.started is None and facts.mono - demand.created > facts.limits.queue_timeout
+        if done or stale or model is None:
+            out.append(Dropped(demand.model))
+            if stale:
+                waited = round(facts.mono - demand.created, 1)
+                out.append(Warn("load_abandoned", {"model": demand.model, "waited_s": waited}))
+    return tuple(out)
+
+
+def decide_plan(state: RouterState, queue: Queue, facts: Facts, fresh: Fresh) -> Decision[None]:
+    """Who gets a model slot now (``scheduling.plan_slots``): evictions to stop, starts to spawn."""
+    dropped = settled(state, queue, facts)
+    queue = _edits(queue, tuple(e for e in dropped if isinstance(e, QueueEdit)))
+    plan = scheduling.plan_slots(state, queue.pending(), _slot_facts(state, facts))
+    events: list[Append] = []
+    effects: list[Effect] = list(dropped)
+    for victim in plan.evict:
+        inst = state.models[victim].instance
+        assert inst is not None  # choose_victim returns ready instances only
+        events += about(victim, lifecycle.stop(inst, "evicted"))
+        effects.append(Stop(inst.instance_id))
+    for wanted in plan.start:
+        request = lifecycle.request(fresh.new_id(), fresh.free_port(), state.models[wanted.model], wanted.reason)
+        events.append(Append(request, wanted.model))
+        effects += [Started(wanted.model, request.instance_id), Spawn(wanted.model, request)]
+    return Decision(None, tuple(events), tuple(effects))
+
+
+def decide_load(state: RouterState, queue: Queue, name: str, reason: str, facts: Facts, fresh: Fresh) -> Decision[str]:
+    """``POST /models/load``: start loading unless it runs; answers the model's name at once
+    (readiness arrives as events). When no slot can ever be freed (every loaded model busy or
+    loading) the answer is 503 ``capacity``."""
+    model = scheduling.require_loadable(state, name)
+    _refuse_held(queue, model.name)
+    if model.instance is not None:
+        return nothing(model.name)
+    if queue.get(model.name) is None and not scheduling.can_ever_start(state, model.name, _slot_facts(state, facts)):
+        raise CommandRejected(
+            "capacity",
+            f"model limit reached ({facts.limits.models_max}) and every loaded model is busy "
+            "or loading; try again later",
+        )
+    demanded = Demanded(model.name, reason, facts.mono, explicit=True)
+    planned = decide_plan(state, edit(queue, demanded), facts, fresh)
+    return Decision(model.name, planned.events, (demanded, *planned.effects))
+
+
+def decide_fetch(state: RouterState, name: str, then_load: str | None) -> Decision[str]:
+    """A model whose files come from the Hub on first use is downloaded before it loads
+    (llama.cpp's router downloads it silently inside the child: #24822, #19351)."""
+    model = _found(state, name)
+    if not scheduling.needs_files(model):
+        return nothing(model.name)
+    return Decision(model.name, effects=(FetchFiles(model.name, then_load),))
+
+
+# --- requests ------------------------------------------------------------------------------
+
+
+def _raise_if_failed(model: ModelState, mine: Waiting | None) -> None:
+    """A failed load is not retried on every request (a corrupt file stays corrupt); a crash is,
+    once: the next request autoloads, as in llama.cpp, unless the model crashed on its first
+    request twice in a row. A request whose own load failed is told why."""
+    ours = mine is not None and mine.started is not None
+    refusal = lifecycle.crash_loop(model) if not ours else None
+    if refusal is not None:
+        raise refusal
+    crashed = lifecycle.crash_rejection(model) if ours else None
+    if crashed is not None:
+        raise crashed
+    error = model.last_error
+    if model.failed and error is not None and (error.kind is FailureKind.LOAD or ours):
+        raise CommandRejected(
+            "model_failed",
+            f"model {model.name!r} failed to load: {error.reason}: {error.message}",
+            model=model.name,
+            reason=error.reason,
+        )
+    if ours:
+        message = f"model {model.name!r} was unloaded before it was ready"
+        raise CommandRejected("model_failed", message, model=model.name)
+
+
+def decide_acquire(
+    state: RouterState, queue: Queue, name: str, *, autoload: bool, mine: Waiting | None, facts: Facts, deadline: float
+) -> Decision[Acquired | Wait]:
+    """One look at a request for ``name``: go to the ready instance, or join (or keep) its model's
+    entry and wait; or a refusal (unknown, held, failed, autoload off, queue full, timed out)."""
+    model = _found(state, name)
+    _refuse_held(queue, model.name)
+    inst = model.instance
+    if inst is not None and inst.status is InstanceStatus.READY:
+        return nothing(Acquired(model.name, inst.endpoint))
+    if inst is None:
+        _raise_if_failed(model, mine)
+        if not autoload:
+            raise CommandRejected(
+                "model_not_loaded",
+                f"model {model.name!r} is not loaded, and autoload is off: load it with POST /models/load, "
+                "or pass ?autoload=true",
+                model=model.name,
+            )
+        scheduling.require_loadable(state, model.name)
+    effects: tuple[Effect, ...] = ()
+    if mine is None:
+        limit = facts.limits.max_queued_requests
+        if limit and queue.waiters >= limit:
+            raise CommandRejected(
+                "capacity", f"{queue.waiters} requests already wait for a model (max_queued_requests={limit})"
+            )
+        effects = (Demanded(model.name, "autoload", facts.mono, waiter=True, autoload=autoload),)
+    if deadline - facts.mono <= 0 and (inst is None or inst.status is InstanceStatus.STOPPING):
+        # Waiting for a slot is bounded here; a load in progress by its load deadline.
+        raise CommandRejected(
+            "capacity",
+            f"no slot for model {model.name!r} within {facts.limits.queue_timeout:g} s "
+            f"(models_max={facts.limits.models_max}, queue={queue.waiters})",
+        )
+    return Decision(Wait(model.name), effects=effects)
+
+
+# --- unloads ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadTarget:
+    """What ``POST /models/unload`` stops: a download in progress (llama.cpp cancels it), else the instance."""
+
+    model: str
+    cancel_job: str | None
+
+
+def unload_target(state: RouterState, name: str) -> UnloadTarget:
+    """For a model that is downloading, unloading cancels the download (llama.cpp's behaviour)."""
+    model = _found(state, name)
+    return UnloadTarget(model.name, model.active_job)
+
+
+def decide_unload(state: RouterState, queue: Queue, name: str, reason: str) -> Decision[Instance]:
+    """``-> stopping`` (the caller then waits for the worker to be gone); answers the instance."""
+    model = _found(state, name)
+    inst = model.instance
+    if inst is None:
+        raise CommandRejected("not_running", f"model {model.name!r} is not running", model=model.name)
+    entry = queue.get(model.name)
+    drop: tuple[Effect, ...] = (Dropped(model.name),) if entry is not None and entry.waiters == 0 else ()
+    return Decision(inst, about(model.name, lifecycle.stop(inst, reason)), (*drop, Stop(inst.instance_id)))
+
+
+def decide_shutdown(state: RouterState) -> Decision[tuple[str, ...]]:
+    """Every live instance ``-> stopping`` (reason ``shutdown``); answers their ids (to wait for)."""
+    live = [(m.name, m.instance) for m in state.models.values() if m.instance is not None]
+    events = tuple(a for name, inst in live for a in about(name, lifecycle.stop(inst, "shutdown")))
+    return Decision(tuple(inst.instance_id for _, inst in live), events, tuple(Stop(i.instance_id) for _, i in live))
+
+
+# --- timers ------------------------------------------------------------------------------------
+
+
+def decide_timers(state: RouterState, queue: Queue, facts: Facts) -> Decision[None]:
+    """Load deadlines (``-> failed(load_timeout)``, then a kill), idle TTLs (``-> stopping``) and
+    restart timers that are due (an explicit entry for the model)."""
+    events: list[Append] = []
+    effects: list[Effect] = []
+    for model in state.models.values():
+        inst = model.instance
+        if inst is None:
+            continue
+        failed = lifecycle.on_load_deadline(state, model.name, inst.instance_id, facts.now, facts.limits.load_timeout)
+        if failed:
+            events += about(model.name, failed)
+            effects.append(Kill(inst.instance_id))
+    for model in scheduling.idle_expired(state, facts.busy, facts.now):
+        assert model.instance is not None
+        events += about(model.name, lifecycle.stop(model.instance, "idle"))
+        effects.append(Stop(model.instance.instance_id))
+    for name, due in queue.restart_due.items():
+        if facts.mono < due:
+            continue
+        effects.append(RestartArmed(name, None))
+        found = state.models.get(name)
+        if found is not None and scheduling.loadable(found) and found.instance is None:
+            effects.append(Demanded(name, "restart", facts.mono, explicit=True))
+    return Decision(None, tuple(events), tuple(effects))
+
+
+def timers_running(state: RouterState, queue: Queue, facts: Facts) -> bool:
+    """Whether some timer may fire without a change (an instance's load deadline or idle TTL, a
+    queued entry's timeout, a restart); if not, an idle supervisor sleeps until something changes."""
+    live = any(m.instance is not None for m in state.models.values())
+    return live or bool(queue.demands) or bool(queue.restart_due) or bool(facts.processes)
+
+
+# --- process ends -------------------------------------------------------------------------------
+
+
+def decide_exit(state: RouterState, model: str, instance_id: str, exit: ProcessExit, in_flight: int) -> Decision[bool]:
+    """The end to record once the worker was reaped (``instance_lifecycle.on_process_exit``);
+    answers whether it was a crash (then its restart timer is armed once the crash is folded)."""
+    events = lifecycle.on_process_exit(state, model, instance_id, exit, in_flight)
+    crashed = any(isinstance(e, ev.InstanceCrashed) for e in events)
+    return Decision(crashed, about(model, events), (ArmRestart(model),) if crashed else ())
+
+
+def restart_timer(state: RouterState, model_name: str, jitter: float, mono: float) -> tuple[Effect, ...]:
+    """``restart = on-failure``: the timer for a crashed model (capped exponential backoff), or a
+    warning when the backoff ran out."""
+    model = state.models.get(model_name)
+    if model is None:
+        return ()
+    delay = lifecycle.restart_delay(model, jitter)
+    if delay is not None:
+        return (RestartArmed(model_name, mono + delay),)
+    if model.config.restart == "on-failure":
+        return (Warn("restart_gave_up", {"model": model_name, "crashes": model.crash_count}),)
+    return ()
+
+
+def decide_spawn_failed(state: RouterState, model: str, instance_id: str, message: str) -> Decision[None]:
+    """``starting -> failed(spawn_failed)`` unless the instance already ended."""
+    if lifecycle.current_instance(state, model, instance_id) is None:
+        return nothing(None)
+    failed = ev.InstanceLoadFailed(instance_id=instance_id, reason="spawn_failed", message=message)
+    return Decision(None, (Append(failed, model),))
+
+
+def decide_closed(state: RouterState, instance_id: str) -> Decision[None]:
+    """A stop for an instance whose worker never ran (stopped before its spawn, or the spawn failed):
+    its end, unless that is recorded already."""
+    for model in state.models.values():
+        inst = model.instance
+        if inst is not None and inst.instance_id == instance_id:
+            stopped = ev.InstanceStopped(instance_id=instance_id, reason=inst.stop_reason or "unload")
+            return Decision(None, (Append(stopped, model.name),))
+    return nothing(None)

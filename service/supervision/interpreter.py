@@ -1,0 +1,113 @@
+"""The one interpreter: a decision's events are appended, then its effects performed, in that order.
+
+As Supervisor's ``change_state`` is the one place a process's lifecycle
+events are emitted, :meth:`Interpreter.apply` is the one place the service
+writes what it decided (the workers append their own facts). It runs a core
+decision over the fold through ``LiveState.decide`` (optimistic concurrency:
+the decision runs again on a newer state when the log moved under it),
+appends its events, and only then hands each effect to the performer
+registered for its type: an effect never runs for a decision that did not
+land. :meth:`Interpreter.record` is the same path for a plain fact with no
+decision behind it (a finished request, removed files, a stopping router).
+
+Performers are registered by the supervisors that own the outside world of
+each effect (processes, timers, the demand queue); a performer that returns an
+awaitable runs as a task, which :meth:`apply` hands back to callers that must
+wait for it (an unload waits for the worker to be gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import structlog
+
+from service.core.decision import Append, Decision, Effect
+from service.core.state import RouterState
+from service.event_store.codec import NewEvent
+from service.live_state import LiveState
+
+A = TypeVar("A")
+E = TypeVar("E", bound=Effect)
+Performer = Callable[[Any], Awaitable[Any] | None]
+_log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied(Generic[A]):
+    """A decision that landed: its answer, the state after its events, the tasks its effects started."""
+
+    answer: A
+    state: RouterState
+    tasks: tuple[asyncio.Task[Any], ...] = field(default=())
+
+    async def settled(self) -> A:
+        """The answer once every task the effects started has finished."""
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        return self.answer
+
+
+class Interpreter:
+    """Appends decisions' events through the live state, then performs their effects."""
+
+    def __init__(self, live: LiveState) -> None:
+        self.live = live
+        self._performers: dict[type[Effect], Performer] = {}
+        self.background: set[asyncio.Task[Any]] = set()
+
+    def register(self, kind: type[E], performer: Callable[[E], Awaitable[Any] | None]) -> None:
+        """Perform every effect of ``kind`` (or of a subclass without its own performer) with ``performer``."""
+        self._performers[kind] = performer
+
+    async def apply(self, decide: Callable[[RouterState], Decision[A]]) -> Applied[A]:
+        """Decide over the current fold, append, then perform; raises what the decision raises."""
+        decision, state = await self.live.decide(decide)
+        return Applied(decision.answer, state, self.perform(decision.effects))
+
+    def perform(self, effects: Sequence[Effect]) -> tuple[asyncio.Task[Any], ...]:
+        """Hand each effect to its performer, in order; returns the tasks started."""
+        tasks = []
+        for effect in effects:
+            result = self._performer(type(effect))(effect)
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(result)
+                task.set_name(f"effect-{type(effect).__name__}")
+                self.background.add(task)
+                task.add_done_callback(self._done)
+                tasks.append(task)
+        return tuple(tasks)
+
+    async def record(self, appends: Sequence[Append]) -> RouterState:
+        """Append facts that no decision weighs (a finished request, removed files); the state after."""
+        _, state = await self.live.record([NewEvent(a.event, model=a.model) for a in appends])
+        return state
+
+    def record_later(self, appends: Sequence[Append]) -> None:
+        """:meth:`record` off the caller's path (a response must not wait for this fsync)."""
+        task = asyncio.ensure_future(self.live.store.append([NewEvent(a.event, model=a.model) for a in appends]))
+        self.background.add(task)
+        task.add_done_callback(self._done)
+
+    def _performer(self, kind: type[Effect]) -> Performer:
+        for klass in kind.__mro__:
+            found = self._performers.get(klass)
+            if found is not None:
+                return found
+        msg = f"no performer for {kind.__name__}"
+        raise LookupError(msg)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self.background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("effect_failed", task=task.get_name(), error=repr(task.exception()))
+
+    async def close(self) -> None:
+        """Cancel what effects still run (shut-down)."""
+        for task in list(self.background):
+            task.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
