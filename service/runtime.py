@@ -35,6 +35,6 @@ class Runtime:
     open_streams: int = 0
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     stream_reads: dict[tuple[EventFilter, Any], asyncio.Future[Any]] = field(default_factory=dict)
-    """Reads in flight for SSE streams: streams at the same place share one (service.api.events_controller)."""
+    """Reads in flight for SSE streams: streams at the same place share one (service.api.controllers._events)."""
     catalogue: Catalogue | None = None  # set once the sources were read at start-up
     warnings: list[str] = field(default_factory=list)  # shown on /health (e.g. an open bind without a key)

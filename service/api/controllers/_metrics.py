@@ -9,8 +9,8 @@ from typing import Any
 from litestar import Request, Response, get
 from litestar.openapi.datastructures import ResponseSpec
 
+from service.api.controllers._proxy_routes import Autoload
 from service.api.proxy import proxy_request
-from service.api.proxy_routes import Autoload
 from service.api.schemas import ModelParam, problems
 from service.metrics import CONTENT_TYPE
 from service.runtime import Runtime

@@ -69,7 +69,7 @@ POST_ROUTES: dict[str, type[Any]] = {
     "/v1/responses/input_tokens": s.ModelRequest,
     "/lora-adapters": s.ModelRequest,
 }
-GET_ROUTES = ("/lora-adapters", "/slots")  # /metrics: service.api.metrics_controller (the router's own without ?model=)
+GET_ROUTES = ("/lora-adapters", "/slots")  # /metrics: ._metrics (the router's own without ?model=)
 _OPERATION_IDS = {
     "/v1/chat/completions": "chatCompletions",
     "/v1/completions": "completions",
@@ -191,4 +191,4 @@ proxy_routes = [
     get_props,
     post_slot,
 ]
-"""Every routed handler, for ``create_app``."""
+"""Every routed handler, for the route collection (``service.api.controllers.route_handlers``)."""
