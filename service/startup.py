@@ -88,6 +88,7 @@ async def start(settings: Settings) -> Runtime:
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
         ),
         metrics=metrics,
+        clock=instances.fx.clock,
     )
     await live.record(
         [NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))]

@@ -9,17 +9,16 @@ from typing import Any
 
 import structlog
 from litestar import Litestar, Request
-from litestar.datastructures import State
-from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 
 from service import __version__, startup
 from service.api.auth import api_key_middleware
 from service.api.controllers import reload_before_listing, route_handlers
+from service.api.deps import dependencies
 from service.api.middleware import request_id_middleware
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.request import ApiRequest, reject_control_characters
-from service.runtime import Runtime
+from service.api.streams import EventStreams
 from service.settings import Settings
 
 _log = structlog.get_logger(__name__)
@@ -37,19 +36,17 @@ def create_app(settings: Settings) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         runtime = await startup.start(settings)
+        # What the providers (service.api.deps) hand out, piece by piece.
         app.state.runtime = runtime
+        app.state.streams = EventStreams()
         try:
             yield
         finally:
             await startup.stop(runtime)
 
-    def provide_runtime(state: State) -> Runtime:
-        runtime: Runtime = state.runtime
-        return runtime
-
     return Litestar(
         route_handlers=route_handlers(control_body_limit=settings.max_control_body_bytes),
-        dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
+        dependencies=dependencies(),
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[request_id_middleware, api_key_middleware(settings.api_keys)],
         before_request=_before_request,
