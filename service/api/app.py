@@ -19,7 +19,9 @@ from service.api.middleware import request_id_middleware
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.request import ApiRequest, reject_control_characters
 from service.api.streams import EventStreams
+from service.runtime import new_request_id
 from service.settings import Settings
+from service.supervision.effects import SystemClock
 
 _log = structlog.get_logger(__name__)
 
@@ -48,7 +50,7 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=route_handlers(control_body_limit=settings.max_control_body_bytes),
         dependencies=dependencies(),
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[request_id_middleware, api_key_middleware(settings.api_keys)],
+        middleware=[request_id_middleware(new_request_id, SystemClock()), api_key_middleware(settings.api_keys)],
         before_request=_before_request,
         request_class=ApiRequest,
         request_max_body_size=settings.max_body_bytes,
