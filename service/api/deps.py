@@ -7,8 +7,10 @@ receives nothing else. The pieces come from the ``Runtime`` that
 from the :class:`~service.api.streams.EventStreams` the lifespan puts beside it.
 
 Types Litestar cannot check by ``isinstance`` (a Protocol such as the clock) are
-declared ``SkipValidation[...]`` by the handlers that take them. Collections are
-not handed out as dependencies: Litestar's validation would give the handler a copy.
+declared ``SkipValidation[...]`` by the handlers that take them. Nothing a handler
+must change is handed out as a bare collection: Litestar's validation gives the
+handler a copy (so the background-task set travels inside ``Forwarding``, and the
+read-only warnings as a tuple).
 """
 
 from __future__ import annotations
