@@ -1,9 +1,12 @@
 """The objects one running service owns: built by :func:`service.startup.start` (the composition
-root), injected into the API handlers, released by :func:`service.startup.stop`."""
+root), handed to the API's providers (:mod:`service.api.deps`) piece by piece, released by
+:func:`service.startup.stop`."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,14 +14,25 @@ import httpx
 
 from service.catalogue.sources import Catalogue
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.statements import EventFilter
 from service.live_state import LiveState
 from service.metrics import RouterMetrics
 from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
+from service.supervision.effects import Clock, SystemClock
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
+
+IdSource = Callable[[], str]
+"""Makes a fresh id each call; injected, so the API never calls ``uuid4`` itself."""
+
+BackgroundTasks = set[asyncio.Task[Any]]
+"""Tasks the service started off a request's path; :func:`service.startup.stop` cancels them."""
+
+
+def new_request_id() -> str:
+    """The id of a request that brings no ``X-Request-ID``: 32 hex digits."""
+    return uuid.uuid4().hex
 
 
 @dataclass
@@ -32,9 +46,8 @@ class Runtime:
     snapshotter: Snapshotter
     http: httpx.AsyncClient
     metrics: RouterMetrics
-    open_streams: int = 0
-    background: set[asyncio.Task[Any]] = field(default_factory=set)
-    stream_reads: dict[tuple[EventFilter, Any], asyncio.Future[Any]] = field(default_factory=dict)
-    """Reads in flight for SSE streams: streams at the same place share one (service.api.events_controller)."""
+    clock: Clock = field(default_factory=SystemClock)
+    """The supervisors' clock: the API's "now" agrees with theirs."""
+    background: BackgroundTasks = field(default_factory=set)
     catalogue: Catalogue | None = None  # set once the sources were read at start-up
     warnings: list[str] = field(default_factory=list)  # shown on /health (e.g. an open bind without a key)

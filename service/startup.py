@@ -92,6 +92,7 @@ async def start(settings: Settings) -> Runtime:
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
         ),
         metrics=metrics,
+        clock=instances.fx.clock,
     )
     await live.record(
         [NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))]
@@ -168,6 +169,7 @@ async def stop(runtime: Runtime) -> None:
     """SIGTERM/SIGINT path: stop children cleanly, then record ``router_stopped``."""
     await runtime.instances.shutdown()
     await runtime.downloads.shutdown()
+    await runtime.instances.interpreter.close()  # effects still running, and request_completed appends
     for task in list(runtime.background):
         task.cancel()
     await asyncio.gather(*runtime.background, return_exceptions=True)

@@ -8,28 +8,20 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import structlog
-from litestar import Litestar, Request, Router
-from litestar.datastructures import State
-from litestar.di import Provide
+from litestar import Litestar, Request
 from litestar.openapi import OpenAPIConfig
 
 from service import __version__, startup
 from service.api.auth import api_key_middleware
-from service.api.dashboard import dashboard_routes
-from service.api.downloads_controller import cancel_download, download_model, get_download, list_downloads
-from service.api.events_controller import EventsController, models_sse
-from service.api.health_controller import health, health_v1
-from service.api.history_controller import model_history_endpoint
-from service.api.metrics_controller import get_metrics
+from service.api.controllers import reload_before_listing, route_handlers
+from service.api.deps import dependencies
 from service.api.middleware import request_id_middleware
-from service.api.models_controller import list_models, list_models_openai, load_model, remove_model, unload_model
-from service.api.options import options_handlers
 from service.api.problems import EXCEPTION_HANDLERS
-from service.api.proxy_routes import proxy_routes
-from service.api.reload_controller import reload_before_listing, reload_models
 from service.api.request import ApiRequest, reject_control_characters
-from service.runtime import Runtime
+from service.api.streams import EventStreams
+from service.runtime import new_request_id
 from service.settings import Settings
+from service.supervision.effects import SystemClock
 
 _log = structlog.get_logger(__name__)
 
@@ -46,50 +38,19 @@ def create_app(settings: Settings) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         runtime = await startup.start(settings)
+        # What the providers (service.api.deps) hand out, piece by piece.
         app.state.runtime = runtime
+        app.state.streams = EventStreams()
         try:
             yield
         finally:
             await startup.stop(runtime)
 
-    def provide_runtime(state: State) -> Runtime:
-        runtime: Runtime = state.runtime
-        return runtime
-
-    # Control bodies are a model name: a small limit. Inference bodies carry prompts.
-    control_handlers = [
-        list_models,
-        list_models_openai,
-        download_model,
-        load_model,
-        unload_model,
-        remove_model,
-        list_downloads,
-        get_download,
-        cancel_download,
-        model_history_endpoint,
-    ]
-    control = Router(
-        path="/",
-        route_handlers=[*options_handlers(control_handlers), *control_handlers],
-        request_max_body_size=settings.max_control_body_bytes,
-    )
     return Litestar(
-        route_handlers=[
-            *options_handlers([*proxy_routes, get_metrics]),
-            health,
-            health_v1,
-            control,
-            *proxy_routes,
-            get_metrics,
-            *dashboard_routes,
-            EventsController,
-            models_sse,
-            reload_models,
-        ],
-        dependencies={"runtime": Provide(provide_runtime, sync_to_thread=False)},
+        route_handlers=route_handlers(control_body_limit=settings.max_control_body_bytes),
+        dependencies=dependencies(),
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[request_id_middleware, api_key_middleware(settings.api_keys)],
+        middleware=[request_id_middleware(new_request_id, SystemClock()), api_key_middleware(settings.api_keys)],
         before_request=_before_request,
         request_class=ApiRequest,
         request_max_body_size=settings.max_body_bytes,

@@ -2,46 +2,52 @@
 
 from __future__ import annotations
 
-import time
-import uuid
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.runtime import IdSource
+from service.supervision.effects import Clock
+
 _log = structlog.get_logger("modelrouter.access")
 
 
-def request_id_middleware(app: ASGIApp) -> ASGIApp:
-    """Bind ``request_id`` (from ``X-Request-ID`` or a fresh one) for the request's
-    duration, echo it in the response, and log one canonical access line."""
+def request_id_middleware(new_id: IdSource, clock: Clock) -> Callable[[ASGIApp], ASGIApp]:
+    """An ASGI middleware factory for Litestar's ``middleware=[...]``: bind ``request_id``
+    (from ``X-Request-ID``, else ``new_id()``) for the request's duration, echo it in the
+    response, and log one canonical access line, timed by ``clock``."""
 
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != ScopeType.HTTP:
-            await app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        request_id = headers.get(b"x-request-id", b"").decode("latin-1") or uuid.uuid4().hex
-        status: dict[str, Any] = {"code": None}
-        started = time.perf_counter()
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != ScopeType.HTTP:
+                await app(scope, receive, send)
+                return
+            headers = dict(scope.get("headers") or [])
+            request_id = headers.get(b"x-request-id", b"").decode("latin-1") or new_id()
+            status: dict[str, Any] = {"code": None}
+            started = clock.monotonic()
 
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode("latin-1"))]
-            await send(message)
+            async def send_with_id(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    status["code"] = message["status"]
+                    message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode("latin-1"))]
+                await send(message)
 
-        with structlog.contextvars.bound_contextvars(request_id=request_id):
-            try:
-                await app(scope, receive, send_with_id)
-            finally:
-                _log.info(
-                    "request",
-                    method=scope.get("method"),
-                    path=scope.get("path"),
-                    status=status["code"],
-                    duration_ms=round((time.perf_counter() - started) * 1000, 2),
-                )
+            with structlog.contextvars.bound_contextvars(request_id=request_id):
+                try:
+                    await app(scope, receive, send_with_id)
+                finally:
+                    _log.info(
+                        "request",
+                        method=scope.get("method"),
+                        path=scope.get("path"),
+                        status=status["code"],
+                        duration_ms=round((clock.monotonic() - started) * 1000, 2),
+                    )
 
-    return middleware
+        return middleware
+
+    return wrap

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -27,24 +27,39 @@ from service.core import events as ev
 from service.core.decision import Append
 from service.core.instance_lifecycle import crash_rejection
 from service.core.state import RouterState
-from service.runtime import Runtime
-from service.supervision.instances import Lease
+from service.live_state import LiveState
+from service.metrics import RouterMetrics
+from service.supervision.effects import Clock
+from service.supervision.instances import InstanceSupervisor, Lease
 
 _FORWARD_HEADERS = ("content-type", "accept")
 
 
+@dataclass(frozen=True, slots=True)
+class Forwarding:
+    """What forwarding a request to its model's worker needs of the service, and nothing else."""
+
+    autoload: bool
+    """Whether a request that does not say loads a model that is not loaded (``MODELROUTER_AUTOLOAD``)."""
+    instances: InstanceSupervisor
+    live: LiveState
+    http: httpx.AsyncClient
+    metrics: RouterMetrics
+    clock: Clock
+
+
 def _record_completion(
-    runtime: Runtime, model: str, instance_id: str, route: str, status: int, stream: bool, started: float
+    fwd: Forwarding, model: str, instance_id: str, route: str, status: int, stream: bool, started: float
 ) -> None:
     event = ev.RequestCompleted(
         instance_id=instance_id,
         route=route,
         status_code=status,
         stream=stream,
-        duration_ms=round((time.perf_counter() - started) * 1000, 2),
+        duration_ms=round((fwd.clock.monotonic() - started) * 1000, 2),
     )
     # Off the response path: the client never waits for this fsync.
-    runtime.instances.interpreter.record_later([Append(event, model)])
+    fwd.instances.interpreter.record_later([Append(event, model)])
 
 
 async def _until_disconnect(request: Request[Any, Any, Any]) -> None:
@@ -73,7 +88,7 @@ async def _enter_unless_disconnected(request: Request[Any, Any, Any], acquiring:
 _CRASH_WAIT = 3.0  # seconds to wait for the supervisor to record how a worker that hung up ended
 
 
-async def _worker_failed(runtime: Runtime, model: str, instance_id: str, exc: httpx.HTTPError) -> Problem:
+async def _worker_failed(live: LiveState, model: str, instance_id: str, exc: httpx.HTTPError) -> Problem:
     """The problem for a request whose worker stopped answering. A dropped connection usually means the
     worker died: wait (holding the lease, so the crash counts this request as in flight) until the fold
     has its end, and answer with the reason in words instead of the transport error's name."""
@@ -84,7 +99,7 @@ async def _worker_failed(runtime: Runtime, model: str, instance_id: str, exc: ht
             m = state.models.get(model)
             return m is None or m.instance is None or m.instance.instance_id != instance_id
 
-        state = await runtime.live.wait_until(ended, _CRASH_WAIT)
+        state = await live.wait_until(ended, _CRASH_WAIT)
         found = state.models.get(model) if state is not None else None
     crashed = crash_rejection(found) if found is not None else None
     if crashed is not None:
@@ -116,26 +131,26 @@ def _worker_problem(status: int, content: bytes, model: str) -> Problem | None:
 
 
 async def proxy_request(
-    request: Request[Any, Any, Any], runtime: Runtime, name: str, autoload: bool | None
+    request: Request[Any, Any, Any], fwd: Forwarding, name: str, autoload: bool | None
 ) -> Response[Any]:
     """Route one request for model ``name`` to its worker (autoloading it if allowed)."""
-    started = time.perf_counter()
+    started = fwd.clock.monotonic()
     raw = await request.body() if request.method == "POST" else b""
-    auto = runtime.settings.autoload if autoload is None else autoload
+    auto = fwd.autoload if autoload is None else autoload
     path = request.url.path
     target = path + (f"?{request.url.query}" if request.url.query else "")
     headers = {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
-    lease = await _enter_unless_disconnected(request, runtime.instances.acquire(name, autoload=auto))
+    lease = await _enter_unless_disconnected(request, fwd.instances.acquire(name, autoload=auto))
     model, endpoint = lease.model, lease.endpoint
-    runtime.metrics.observe_queue_wait(time.perf_counter() - started)
-    instance = runtime.live.state.models[model].instance  # the one the lease holds: not stopped while leased
+    fwd.metrics.observe_queue_wait(fwd.clock.monotonic() - started)
+    instance = fwd.live.state.models[model].instance  # the one the lease holds: not stopped while leased
     instance_id = instance.instance_id if instance is not None else ""
     try:
-        outgoing = runtime.http.build_request(request.method, endpoint + target, content=raw, headers=headers)
-        upstream = await runtime.http.send(outgoing, stream=True)
+        outgoing = fwd.http.build_request(request.method, endpoint + target, content=raw, headers=headers)
+        upstream = await fwd.http.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
         try:
-            failure = await _worker_failed(runtime, model, instance_id, exc)
+            failure = await _worker_failed(fwd.live, model, instance_id, exc)
         finally:
             lease.release()
         raise failure from None
@@ -147,12 +162,12 @@ async def proxy_request(
         try:
             content = await upstream.aread()
         except httpx.HTTPError as exc:
-            failure = await _worker_failed(runtime, model, instance_id, exc)
+            failure = await _worker_failed(fwd.live, model, instance_id, exc)
             raise failure from None
         finally:
             await upstream.aclose()
             lease.release()
-        _record_completion(runtime, model, instance_id, path, upstream.status_code, False, started)
+        _record_completion(fwd, model, instance_id, path, upstream.status_code, False, started)
         problem = _worker_problem(upstream.status_code, content, model) if upstream.status_code >= 400 else None
         if problem is not None:
             return problem_response(request, problem)
@@ -164,13 +179,13 @@ async def proxy_request(
             async for chunk in upstream.aiter_raw():
                 yield chunk
         except httpx.HTTPError as exc:
-            failure = await _worker_failed(runtime, model, instance_id, exc)
+            failure = await _worker_failed(fwd.live, model, instance_id, exc)
             status = failure.status
             yield _stream_error(failure)
         finally:
             await upstream.aclose()
             lease.release()
-            _record_completion(runtime, model, instance_id, path, status, True, started)
+            _record_completion(fwd, model, instance_id, path, status, True, started)
 
     return Stream(
         chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}

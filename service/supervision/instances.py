@@ -384,4 +384,3 @@ class InstanceSupervisor:
             self.interpreter.perform([Cleared()])
             applied = await self.interpreter.apply(decide.decide_shutdown)
         await applied.settled()
-        await self.interpreter.close()

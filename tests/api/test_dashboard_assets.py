@@ -16,7 +16,7 @@ from litestar.testing import AsyncTestClient
 
 from devtools.service_process import ServiceProcess
 from service.api import create_app
-from service.api.dashboard import STATIC
+from service.api.controllers import STATIC
 from service.core import events as ev
 from service.settings import Settings
 

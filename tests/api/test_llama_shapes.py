@@ -21,7 +21,7 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
-from service.api.proxy_routes import GET_ROUTES, POST_ROUTES
+from service.api.controllers import GET_ROUTES, POST_ROUTES
 from tests.conftest_hub import unique_repo
 from tests.supervision.conftest import events, models_dir, wait_for_event
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar.testing import AsyncTestClient
 
-from service.api.proxy_routes import GET_ROUTES, POST_ROUTES
+from service.api.controllers import GET_ROUTES, POST_ROUTES
 
 HEALTH = {"/health", "/v1/health"}  # 503 "degraded" is the health answer itself, not a problem
 

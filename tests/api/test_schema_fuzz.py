@@ -36,7 +36,7 @@ from schemathesis.checks import (
 
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
-from service.api.proxy_routes import POST_ROUTES
+from service.api.controllers import POST_ROUTES
 from service.api.schemas import ApplyTemplateRequest, ChatRequest
 from tests.supervision.conftest import models_dir
 

@@ -13,7 +13,10 @@ from litestar.openapi.datastructures import ResponseSpec
 
 from service import __version__
 from service.api.schemas import HealthView, TailView
-from service.runtime import Runtime
+from service.api.streams import EventStreams
+from service.live_state import LiveState
+from service.settings import Settings
+from service.supervision.instances import InstanceSupervisor
 
 _DEGRADED = {
     200: ResponseSpec(data_container=HealthView, description="The live state is current", generate_examples=False),
@@ -26,21 +29,27 @@ _DEGRADED = {
 
 
 @get("/health", operation_id="health", tags=["service"], responses=_DEGRADED)
-async def health(runtime: Runtime) -> Response[HealthView]:
+async def health(
+    settings: Settings, live: LiveState, instances: InstanceSupervisor, streams: EventStreams, warnings: tuple[str, ...]
+) -> Response[HealthView]:
     """Answered by the service itself, never proxied."""
-    return await _health(runtime)
+    return await _health(settings, live, instances, streams, warnings)
 
 
 @get("/v1/health", operation_id="healthV1", tags=["service"], responses=_DEGRADED)
-async def health_v1(runtime: Runtime) -> Response[HealthView]:
+async def health_v1(
+    settings: Settings, live: LiveState, instances: InstanceSupervisor, streams: EventStreams, warnings: tuple[str, ...]
+) -> Response[HealthView]:
     """llama-server's second health path, same answer."""
-    return await _health(runtime)
+    return await _health(settings, live, instances, streams, warnings)
 
 
-async def _health(runtime: Runtime) -> Response[HealthView]:
-    tail = await runtime.live.health()
-    healthy = tail.up and tail.lag_ms <= runtime.settings.tail_lag_limit * 1000
-    state = runtime.live.state
+async def _health(
+    settings: Settings, live: LiveState, instances: InstanceSupervisor, streams: EventStreams, warnings: tuple[str, ...]
+) -> Response[HealthView]:
+    tail = await live.health()
+    healthy = tail.up and tail.lag_ms <= settings.tail_lag_limit * 1000
+    state = live.state
     body = HealthView(
         status="ok" if healthy else "degraded",
         version=__version__,
@@ -53,12 +62,12 @@ async def _health(runtime: Runtime) -> Response[HealthView]:
             restarts=tail.restarts,
             last_error=tail.last_error,
         ),
-        open_streams=runtime.open_streams,
-        queued_requests=runtime.instances.queue_length,
-        requests_in_flight=sum(runtime.instances.busy.values()),
-        in_flight_by_model={model: n for model, n in sorted(runtime.instances.busy.items()) if n},
+        open_streams=streams.open,
+        queued_requests=instances.queue_length,
+        requests_in_flight=sum(instances.busy.values()),
+        in_flight_by_model={model: n for model, n in sorted(instances.busy.items()) if n},
         anomalies=state.anomalies,
         last_anomaly=state.last_anomaly,
-        warnings=list(runtime.warnings),
+        warnings=list(warnings),
     )
     return Response(body, status_code=200 if healthy else 503)

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import weakref
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Request, get
@@ -31,14 +32,27 @@ from service.api.event_query import (
 from service.api.llama_sse import to_llama
 from service.api.problems import Problem
 from service.api.schemas import EventPage, EventView, problems
+from service.api.streams import EventStreams, StreamHold
 from service.core.events import Recorded
+from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import dumps, to_wire
 from service.event_store.statements import EventFilter
-from service.runtime import Runtime
+from service.live_state import LiveState
+from service.settings import Settings
 
 _PAGE = 500
 _RETRY_AFTER_SECONDS = 5
 _SSE = {200: ResponseSpec(data_container=str, media_type="text/event-stream", description="Server-sent events")}
+
+
+@dataclass(frozen=True, slots=True)
+class _Feed:
+    """What one stream reads from: the log, its fold, the streams' bookkeeping and limits."""
+
+    store: AsyncEventStore
+    live: LiveState
+    streams: EventStreams
+    settings: Settings
 
 
 class EventsController(Controller):
@@ -49,7 +63,7 @@ class EventsController(Controller):
     async def list_events(  # one argument per declared query parameter
         self,
         request: Request[Any, Any, Any],
-        runtime: Runtime,
+        store: AsyncEventStore,
         model: ModelFilter = None,
         types: TypeFilter = None,
         since: Moment = None,
@@ -62,7 +76,7 @@ class EventsController(Controller):
         (ISO-8601), after/before (positions), limit (1..1000, default 100)."""
         check_single(request)
         flt = event_filter(model=model, types=types, since=since, until=until, after=after, before=before, limit=limit)
-        page = await runtime.store.read(flt)
+        page = await store.read(flt)
         next_after = page[-1].position if len(page) == flt.limit else None
         return EventPage(events=[EventView(**to_wire(r)) for r in page], next_after=next_after)
 
@@ -72,10 +86,13 @@ class EventsController(Controller):
         summary="Server-sent events with replay",
         responses={**_SSE, **problems(400, 503)},
     )
-    async def stream(  # one argument per declared query parameter
+    async def stream(  # the pieces of a feed, then one argument per declared query parameter
         self,
         request: Request[Any, Any, Any],
-        runtime: Runtime,
+        store: AsyncEventStore,
+        live: LiveState,
+        streams: EventStreams,
+        settings: Settings,
         last_event_id: LastEventId = None,
         model: ModelFilter = None,
         types: TypeFilter = None,
@@ -87,29 +104,37 @@ class EventsController(Controller):
         """Replays from ``Last-Event-ID`` (or ``?after=``), then goes live with no
         gap and no duplicate. Without either, starts at the current head."""
         check_single(request)
+        feed = _Feed(store, live, streams, settings)
         start = last_event_id if last_event_id is not None else after
         if start is not None:
-            await _check_not_beyond_head(runtime, start, "Last-Event-ID" if last_event_id is not None else "after")
+            await _check_not_beyond_head(feed, start, "Last-Event-ID" if last_event_id is not None else "after")
         flt = event_filter(model=model, types=types, since=since, until=until, after=start, before=before, limit=_PAGE)
         if start is None:
-            flt = dataclasses.replace(flt, after=runtime.live.position)
-        return ServerSentEvent(_admitted(runtime, flt, _ours), retry_duration=1000)
+            flt = dataclasses.replace(flt, after=live.position)
+        return ServerSentEvent(_admitted(feed, flt, _ours), retry_duration=1000)
 
 
 @get("/models/sse", operation_id="modelsSse", tags=["models"], responses={**_SSE, **problems(400, 503)})
-async def models_sse(runtime: Runtime, last_event_id: LastEventId = None) -> ServerSentEvent:
+async def models_sse(
+    store: AsyncEventStore,
+    live: LiveState,
+    streams: EventStreams,
+    settings: Settings,
+    last_event_id: LastEventId = None,
+) -> ServerSentEvent:
     """llama.cpp router's event stream shape (``data: {model, event, data}``), from
     the same log; resumable with ``Last-Event-ID`` unlike the original."""
+    feed = _Feed(store, live, streams, settings)
     if last_event_id is not None:
-        await _check_not_beyond_head(runtime, last_event_id, "Last-Event-ID")
-    after = runtime.live.position if last_event_id is None else last_event_id
-    return ServerSentEvent(_admitted(runtime, EventFilter(after=after), _llama))
+        await _check_not_beyond_head(feed, last_event_id, "Last-Event-ID")
+    after = live.position if last_event_id is None else last_event_id
+    return ServerSentEvent(_admitted(feed, EventFilter(after=after), _llama))
 
 
-async def _check_not_beyond_head(runtime: Runtime, position: int, name: str) -> None:
+async def _check_not_beyond_head(feed: _Feed, position: int, name: str) -> None:
     # The fold may trail the store by a few events; only a position the log has
     # never reached is refused.
-    if position > runtime.live.position and position > (head := await runtime.store.head()):
+    if position > feed.live.position and position > (head := await feed.store.head()):
         raise Problem(
             400,
             "invalid_request",
@@ -130,74 +155,67 @@ def _llama(recorded: Recorded) -> ServerSentEventMessage | None:
 Render = Callable[[Recorded], ServerSentEventMessage | None]
 
 
-def _admitted(runtime: Runtime, flt: EventFilter, render: Render) -> AsyncIterator[ServerSentEventMessage]:
+def _admitted(feed: _Feed, flt: EventFilter, render: Render) -> AsyncIterator[ServerSentEventMessage]:
     """The stream, counted against ``max_streams`` from now until it ends, however
     it ends (also if the client leaves before the first message)."""
-    cap = runtime.settings.max_streams
-    if cap and runtime.open_streams >= cap:
+    cap = feed.settings.max_streams
+    if cap and feed.streams.open >= cap:
         raise Problem(
             503,
             "too_many_streams",
-            f"{runtime.open_streams} event streams are open, the limit (MODELROUTER_MAX_STREAMS) is {cap}",
+            f"{feed.streams.open} event streams are open, the limit (MODELROUTER_MAX_STREAMS) is {cap}",
             headers={"Retry-After": str(_RETRY_AFTER_SECONDS)},
             limit=cap,
         )
-    runtime.open_streams += 1
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if not released:
-            released = True
-            runtime.open_streams -= 1
-
-    messages = _messages(runtime, flt, render, release)
-    weakref.finalize(messages, release)  # a generator never started runs no finally
+    hold = feed.streams.hold()
+    messages = _messages(feed, flt, render, hold)
+    weakref.finalize(messages, hold.release)  # a generator never started runs no finally
     return messages
 
 
 async def _messages(
-    runtime: Runtime, flt: EventFilter, render: Render, release: Callable[[], None]
+    feed: _Feed, flt: EventFilter, render: Render, hold: StreamHold
 ) -> AsyncIterator[ServerSentEventMessage]:
     # No DB connection is held across a yield: each page opens and closes its
     # own, so a client that vanishes mid-stream leaks nothing.
     cursor = flt.after or 0
     try:
         while True:
-            head = runtime.live.position
+            head = feed.live.position
             while cursor < head:
                 page_flt = dataclasses.replace(flt, after=cursor, before=_before(flt, head), limit=_PAGE)
-                page, last = await _read_shared(runtime, page_flt, render)
+                page, last = await _read_shared(feed, page_flt, render)
                 for message in page:
                     yield message
                 cursor = last if last is not None else head
-            if not await runtime.live.wait_beyond(head, timeout=runtime.settings.sse_keepalive, while_down=True):
+            if not await feed.live.wait_beyond(head, timeout=feed.settings.sse_keepalive, while_down=True):
                 yield ServerSentEventMessage(comment="keep-alive")
     finally:
-        release()
+        hold.release()
 
 
 async def _read_shared(
-    runtime: Runtime, flt: EventFilter, render: Render
+    feed: _Feed, flt: EventFilter, render: Render
 ) -> tuple[list[ServerSentEventMessage], int | None]:
     """The rendered page, and its last position when the page is full (more may
     follow) -- read and rendered once for every stream waiting at the same place
     with the same filter and shape: an append wakes all streams at once, and N
     identical queries made the fan-out grow by ~5 ms per stream (bench/sse_streams.py)."""
     key = (flt, render)
-    pending = runtime.stream_reads.get(key)
+    reads = feed.streams.reads
+    pending = reads.get(key)
     if pending is None:
-        pending = asyncio.ensure_future(_read_rendered(runtime, flt, render))
-        runtime.stream_reads[key] = pending
-        pending.add_done_callback(lambda _done: runtime.stream_reads.pop(key, None))
+        pending = asyncio.ensure_future(_read_rendered(feed.store, flt, render))
+        reads[key] = pending
+        pending.add_done_callback(lambda _done: reads.pop(key, None))
     result: tuple[list[ServerSentEventMessage], int | None] = await asyncio.shield(pending)
     return result
 
 
 async def _read_rendered(
-    runtime: Runtime, flt: EventFilter, render: Render
+    store: AsyncEventStore, flt: EventFilter, render: Render
 ) -> tuple[list[ServerSentEventMessage], int | None]:
-    page = await runtime.store.read(flt)
+    page = await store.read(flt)
     messages = [m for m in (render(r) for r in page) if m is not None]
     return messages, page[-1].position if len(page) == flt.limit else None
 

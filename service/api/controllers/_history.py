@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 from typing import Annotated
 
 from litestar import get
-from litestar.params import Parameter
+from litestar.params import Parameter, SkipValidation
 
 from service.api.problems import Problem
 from service.api.schemas import DownloadHistory, LoadHistory, ModelHistoryView, problems
@@ -21,9 +21,11 @@ from service.api.views import time_or_none
 from service.core.errors import CommandRejected
 from service.core.events import Recorded
 from service.core.history import HISTORY_TYPES, DownloadRecord, LoadRecord, ModelHistory, model_history
+from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import format_time
 from service.event_store.statements import EventFilter
-from service.runtime import Runtime
+from service.live_state import LiveState
+from service.supervision.effects import Clock
 
 _PAGE = 1000
 _SUFFIX = "/history"
@@ -37,7 +39,12 @@ ModelPath = Annotated[PurePosixPath, Parameter(description="`{model}/history`: a
     tags=["models"],
     responses=problems(400, 404, 409),
 )
-async def model_history_endpoint(model_path: ModelPath, runtime: Runtime) -> ModelHistoryView:
+async def model_history_endpoint(
+    model_path: ModelPath,
+    live: LiveState,
+    store: AsyncEventStore,
+    clock: SkipValidation[Clock],  # a Protocol: isinstance cannot check it
+) -> ModelHistoryView:
     """``GET /models/{id}/history``: every download (when, how long, bytes, outcome,
     reason) and every load (load time, uptime, requests served, how it ended),
     oldest first. The id resolves as elsewhere: name, alias or ``user/repo``."""
@@ -45,18 +52,18 @@ async def model_history_endpoint(model_path: ModelPath, runtime: Runtime) -> Mod
     if not text.endswith(_SUFFIX) or len(text) <= len(_SUFFIX) + 1:
         raise Problem(404, "not_found", f"no route for /models{text}: did you mean /models/<id>/history?")
     name = text[1 : -len(_SUFFIX)]
-    model = runtime.live.state.resolve(name)
+    model = live.state.resolve(name)
     if model is None:
         raise CommandRejected("model_not_found", f"model {name!r} is not found", model=name)
-    records = await _read_model(runtime, model.name)
-    return history_view(model_history(model.name, records, runtime.instances.fx.clock.now()))
+    records = await _read_model(store, model.name)
+    return history_view(model_history(model.name, records, clock.now()))
 
 
-async def _read_model(runtime: Runtime, model: str) -> list[Recorded]:
+async def _read_model(store: AsyncEventStore, model: str) -> list[Recorded]:
     found: list[Recorded] = []
     after = 0
     while True:
-        page = await runtime.store.read(EventFilter(after=after, model=model, types=HISTORY_TYPES, limit=_PAGE))
+        page = await store.read(EventFilter(after=after, model=model, types=HISTORY_TYPES, limit=_PAGE))
         found += page
         if len(page) < _PAGE:
             return found

@@ -9,11 +9,11 @@ from typing import Any
 from litestar import Request, Response, get
 from litestar.openapi.datastructures import ResponseSpec
 
-from service.api.proxy import proxy_request
-from service.api.proxy_routes import Autoload
+from service.api.controllers._proxy_routes import Autoload
+from service.api.proxy import Forwarding, proxy_request
 from service.api.schemas import ModelParam, problems
-from service.metrics import CONTENT_TYPE
-from service.runtime import Runtime
+from service.live_state import LiveState
+from service.metrics import CONTENT_TYPE, RouterMetrics
 
 
 @get(
@@ -31,11 +31,16 @@ from service.runtime import Runtime
     },
 )
 async def get_metrics(
-    request: Request[Any, Any, Any], runtime: Runtime, model: ModelParam | None = None, autoload: Autoload = None
+    request: Request[Any, Any, Any],
+    forwarding: Forwarding,
+    live: LiveState,
+    metrics: RouterMetrics,
+    model: ModelParam | None = None,
+    autoload: Autoload = None,
 ) -> Response[Any]:
     """Prometheus text: models, instances, loads, crashes, downloads, queue, proxied
     requests and the log's position (docs/operations.md lists every series)."""
     if model is not None:
-        return await proxy_request(request, runtime, model.strip(), autoload)
-    tail = await runtime.live.health()
-    return Response(content=runtime.metrics.render(tail), media_type=CONTENT_TYPE)
+        return await proxy_request(request, forwarding, model.strip(), autoload)
+    tail = await live.health()
+    return Response(content=metrics.render(tail), media_type=CONTENT_TYPE)

@@ -22,9 +22,9 @@ from litestar.status_codes import HTTP_200_OK
 
 from service import __version__
 from service.api import schemas as s
-from service.api.proxy import proxy_request
+from service.api.proxy import Forwarding, proxy_request
 from service.api.schemas import ModelParam, problems
-from service.runtime import Runtime
+from service.settings import Settings
 
 Autoload = Annotated[
     bool | None,
@@ -69,7 +69,7 @@ POST_ROUTES: dict[str, type[Any]] = {
     "/v1/responses/input_tokens": s.ModelRequest,
     "/lora-adapters": s.ModelRequest,
 }
-GET_ROUTES = ("/lora-adapters", "/slots")  # /metrics: service.api.metrics_controller (the router's own without ?model=)
+GET_ROUTES = ("/lora-adapters", "/slots")  # /metrics: ._metrics (the router's own without ?model=)
 _OPERATION_IDS = {
     "/v1/chat/completions": "chatCompletions",
     "/v1/completions": "completions",
@@ -97,10 +97,10 @@ def _post_route(path: str, body: type[Any]) -> Any:
     async def handler(
         data: Body,  # type: ignore[name-defined]  # noqa: F821  # resolved per route from signature_namespace
         request: Request[Any, Any, Any],
-        runtime: Runtime,
+        forwarding: Forwarding,
         autoload: Autoload = None,
     ) -> Response[Any]:
-        return await proxy_request(request, runtime, data.model.strip(), autoload)
+        return await proxy_request(request, forwarding, data.model.strip(), autoload)
 
     return handler
 
@@ -114,9 +114,9 @@ def _get_route(path: str) -> Any:
         responses={**_ANSWER, **_PROXIED},
     )
     async def handler(
-        request: Request[Any, Any, Any], runtime: Runtime, model: ModelParam, autoload: Autoload = None
+        request: Request[Any, Any, Any], forwarding: Forwarding, model: ModelParam, autoload: Autoload = None
     ) -> Response[Any]:
-        return await proxy_request(request, runtime, model.strip(), autoload)
+        return await proxy_request(request, forwarding, model.strip(), autoload)
 
     return handler
 
@@ -146,13 +146,16 @@ BUILD_INFO = _build_info()
     },
 )
 async def get_props(
-    request: Request[Any, Any, Any], runtime: Runtime, model: ModelParam | None = None, autoload: Autoload = None
+    request: Request[Any, Any, Any],
+    forwarding: Forwarding,
+    settings: Settings,
+    model: ModelParam | None = None,
+    autoload: Autoload = None,
 ) -> Response[Any]:
     """llama.cpp router's ``GET /props``: its own role and limits, or with ``?model=``
     the model's own properties, from its worker."""
     if model is not None:
-        return await proxy_request(request, runtime, model.strip(), autoload)
-    settings = runtime.settings
+        return await proxy_request(request, forwarding, model.strip(), autoload)
     props = s.RouterProps(
         role="router",
         max_instances=settings.models_max,
@@ -176,13 +179,13 @@ async def get_props(
 async def post_slot(
     data: s.ModelRequest,
     request: Request[Any, Any, Any],
-    runtime: Runtime,
+    forwarding: Forwarding,
     id_slot: Annotated[int, Parameter(ge=0, le=1_000_000)],
     autoload: Autoload = None,
 ) -> Response[Any]:
     """llama-server's ``POST /slots/{id}?action=save|restore|erase``."""
     del id_slot  # part of the forwarded path
-    return await proxy_request(request, runtime, data.model.strip(), autoload)
+    return await proxy_request(request, forwarding, data.model.strip(), autoload)
 
 
 proxy_routes = [
@@ -191,4 +194,4 @@ proxy_routes = [
     get_props,
     post_slot,
 ]
-"""Every routed handler, for ``create_app``."""
+"""Every routed handler, for the route collection (``service.api.controllers.route_handlers``)."""

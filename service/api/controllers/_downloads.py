@@ -16,7 +16,9 @@ from service.core.cache_layout import CachePaths
 from service.core.disk_budget import check_disk
 from service.downloads.cache_files import free_bytes, partial_bytes
 from service.downloads.resolution import Resolution, ResolutionError, resolve
-from service.runtime import Runtime
+from service.live_state import LiveState
+from service.settings import Settings
+from service.supervision.downloads import DownloadSupervisor
 
 JobId = Annotated[str, Parameter(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
@@ -28,11 +30,12 @@ JobId = Annotated[str, Parameter(min_length=1, max_length=128, pattern=r"^[A-Za-
     status_code=HTTP_200_OK,
     responses=problems(400, 401, 403, 404, 413, 422, 424, 503, 507),
 )
-async def download_model(data: ModelCommand, runtime: Runtime) -> DownloadAnswer:
+async def download_model(
+    data: ModelCommand, settings: Settings, live: LiveState, downloads: DownloadSupervisor
+) -> DownloadAnswer:
     """Resolve ``user/repo[:QUANT][@revision]`` on the Hub, then start a download
     job in its own worker process (or join the running one). Returns at once.
     Refused with 507 when it would leave less than the disk reserve free."""
-    settings = runtime.settings
     try:
         resolution = await asyncio.to_thread(
             resolve, data.model, endpoint=settings.hf_endpoint, token=settings.hf_token
@@ -40,9 +43,9 @@ async def download_model(data: ModelCommand, runtime: Runtime) -> DownloadAnswer
     except ResolutionError as exc:
         raise Problem(exc.status, exc.code, exc.message, **exc.extra) from None
     model = resolution.canonical_name
-    await _check_disk(runtime, model, resolution)
-    job_id, joined, already = await runtime.downloads.request(model, resolution.to_spec())
-    job = runtime.live.state.job(job_id) if job_id else None
+    await _check_disk(settings, live, model, resolution)
+    job_id, joined, already = await downloads.request(model, resolution.to_spec())
+    job = live.state.job(job_id) if job_id else None
     return DownloadAnswer(
         success=True,
         model=model,
@@ -55,19 +58,19 @@ async def download_model(data: ModelCommand, runtime: Runtime) -> DownloadAnswer
     )
 
 
-async def _check_disk(runtime: Runtime, model: str, resolution: Resolution) -> None:
-    cache_dir = runtime.settings.cache_dir
+async def _check_disk(settings: Settings, live: LiveState, model: str, resolution: Resolution) -> None:
+    cache_dir = settings.cache_dir
     paths = CachePaths(cache_dir, resolution.repo)
     shas = [f.sha256 for f in resolution.files if f.sha256]
     on_disk = await asyncio.to_thread(partial_bytes, paths, shas)
     free = await asyncio.to_thread(free_bytes, cache_dir)
     shortfall = check_disk(
-        runtime.live.state,
+        live.state,
         model,
         total_bytes=resolution.total_bytes,
         on_disk=on_disk,
         free=free,
-        reserve=runtime.settings.disk_reserve_bytes,
+        reserve=settings.disk_reserve_bytes,
     )
     if shortfall is not None:
         raise Problem(
@@ -83,15 +86,15 @@ async def _check_disk(runtime: Runtime, model: str, resolution: Resolution) -> N
 
 
 @get("/downloads", operation_id="listDownloads", tags=["downloads"], responses=problems(400))
-async def list_downloads(runtime: Runtime) -> JobList:
+async def list_downloads(live: LiveState) -> JobList:
     """Every download job in the log, oldest first."""
-    return JobList(downloads=[job_view(job) for job in runtime.live.state.all_jobs()])
+    return JobList(downloads=[job_view(job) for job in live.state.all_jobs()])
 
 
 @get("/downloads/{job_id:str}", operation_id="getDownload", tags=["downloads"], responses=problems(400, 404))
-async def get_download(job_id: JobId, runtime: Runtime) -> JobView:
+async def get_download(job_id: JobId, live: LiveState) -> JobView:
     """One download job: bytes, rate, ETA, outcome."""
-    job = runtime.live.state.job(job_id)
+    job = live.state.job(job_id)
     if job is None:
         raise Problem(404, "job_not_found", f"download job {job_id!r} does not exist")
     return job_view(job)
@@ -106,10 +109,10 @@ async def get_download(job_id: JobId, runtime: Runtime) -> JobView:
 )
 async def cancel_download(
     job_id: JobId,
-    runtime: Runtime,
+    downloads: DownloadSupervisor,
     discard: Annotated[bool, Parameter(description="Delete the partial file (default: keep it to resume)")] = False,
 ) -> JobView:
     """Cancel a running job. The partial file is kept for a later resume unless
     ``?discard=true``."""
-    job = await runtime.downloads.cancel(job_id, discard=discard)
+    job = await downloads.cancel(job_id, discard=discard)
     return job_view(job)

@@ -12,7 +12,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.response import File
 from litestar.static_files import create_static_files_router
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parents[1] / "static"  # service/api/static: the package data (pyproject.toml)
 
 
 @get("/", include_in_schema=False, sync_to_thread=False)
@@ -24,4 +24,4 @@ dashboard_routes: list[HTTPRouteHandler | Router] = [
     dashboard_page,
     create_static_files_router(path="/dashboard", directories=[STATIC], name="dashboard", include_in_schema=False),
 ]
-"""For ``create_app``."""
+"""For the route collection (``service.api.controllers.route_handlers``)."""

@@ -18,22 +18,25 @@ from service.api.schemas import (
     problems,
 )
 from service.api.views import job_view, model_view, models_view
-from service.runtime import Runtime
+from service.live_state import LiveState
+from service.supervision.downloads import DownloadSupervisor
+from service.supervision.instances import InstanceSupervisor
+from service.supervision.removal import ModelRemover
 
 _DISCARD = Parameter(description="Delete the partial file of a cancelled download (default: keep it to resume)")
 _FORCE = Parameter(description="Stop a loaded model's worker first (default: refuse with 409)")
 
 
 @get("/models", operation_id="listModels", tags=["models"], responses=problems(400))
-async def list_models(runtime: Runtime) -> ModelList:
+async def list_models(live: LiveState) -> ModelList:
     """Every model the log knows of, with status, progress and last error."""
-    return models_view(runtime.live.state)
+    return models_view(live.state)
 
 
 @get("/v1/models", operation_id="listModelsOpenAI", tags=["models"], responses=problems(400))
-async def list_models_openai(runtime: Runtime) -> ModelList:
+async def list_models_openai(live: LiveState) -> ModelList:
     """The same list under the OpenAI path, for OpenAI clients."""
-    return models_view(runtime.live.state)
+    return models_view(live.state)
 
 
 @post(
@@ -43,10 +46,10 @@ async def list_models_openai(runtime: Runtime) -> ModelList:
     status_code=HTTP_200_OK,
     responses=problems(400, 404, 409, 413, 503),
 )
-async def load_model(data: ModelCommand, runtime: Runtime) -> LoadAnswer:
+async def load_model(data: ModelCommand, instances: InstanceSupervisor) -> LoadAnswer:
     """Start the model's worker and return at once; readiness arrives as events
     (``instance_ready``) and in ``GET /models``. Loading a running model is a no-op."""
-    model = await runtime.instances.load(data.model.strip())
+    model = await instances.load(data.model.strip())
     return LoadAnswer(success=True, model=model.name, status=model.status.value)
 
 
@@ -58,17 +61,21 @@ async def load_model(data: ModelCommand, runtime: Runtime) -> LoadAnswer:
     responses=problems(400, 404, 409, 413, 503),
 )
 async def unload_model(
-    data: ModelCommand, runtime: Runtime, discard: Annotated[bool, _DISCARD] = False
+    data: ModelCommand,
+    live: LiveState,
+    instances: InstanceSupervisor,
+    downloads: DownloadSupervisor,
+    discard: Annotated[bool, _DISCARD] = False,
 ) -> UnloadAnswer:
     """Stop the model's worker; for a model that is downloading, cancel the
     download instead (llama.cpp's behaviour), keeping the partial unless ``?discard=true``."""
     name = data.model.strip()
-    model = runtime.live.state.resolve(name)
+    model = live.state.resolve(name)
     if model is not None and model.active_job is not None:
-        job = await runtime.downloads.cancel(model.active_job, discard=discard)
+        job = await downloads.cancel(model.active_job, discard=discard)
         return UnloadAnswer(success=True, model=model.name, download=job_view(job))
-    await runtime.instances.unload(name)
-    resolved = runtime.live.state.resolve(name)
+    await instances.unload(name)
+    resolved = live.state.resolve(name)
     return UnloadAnswer(
         success=True,
         model=resolved.name if resolved else name,
@@ -83,11 +90,13 @@ async def unload_model(
     status_code=HTTP_200_OK,
     responses=problems(400, 404, 409, 503),
 )
-async def remove_model(runtime: Runtime, model: ModelParam, force: Annotated[bool, _FORCE] = False) -> RemoveAnswer:
+async def remove_model(
+    remover: ModelRemover, model: ModelParam, force: Annotated[bool, _FORCE] = False
+) -> RemoveAnswer:
     """Delete a downloaded model's files (blobs no other model uses too) and record
     ``model_removed``. A running download is cancelled first; a loaded model is
     refused unless ``?force=true``, which stops it first."""
-    removed = await runtime.remover.remove(model.strip(), force=force)
+    removed = await remover.remove(model.strip(), force=force)
     return RemoveAnswer(
         success=True,
         model=removed.model,

@@ -16,20 +16,21 @@ from typing import Any
 from litestar import Request, post
 from litestar.status_codes import HTTP_200_OK
 
+from service.api.deps import provide_catalogue
 from service.api.problems import Problem
 from service.api.schemas import ReloadAnswer, problems
+from service.catalogue.sources import Catalogue
 from service.presets import PresetError
-from service.runtime import Runtime
 
 _LISTINGS = frozenset({"/models", "/v1/models"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
-async def _reload(runtime: Runtime) -> ReloadAnswer:
-    if runtime.catalogue is None:
+async def _reload(catalogue: Catalogue | None) -> ReloadAnswer:
+    if catalogue is None:
         raise Problem(503, "state_unavailable", "the model sources are not read yet: the service is starting")
     try:
-        plan = await runtime.catalogue.refresh(reload=True)
+        plan = await catalogue.refresh(reload=True)
     except PresetError as exc:
         # Nothing changed: the last good reading stays in force.
         raise Problem(400, "invalid_preset", str(exc)) from None
@@ -49,15 +50,16 @@ async def _reload(runtime: Runtime) -> ReloadAnswer:
     status_code=HTTP_200_OK,
     responses=problems(400, 503),
 )
-async def reload_models(runtime: Runtime) -> ReloadAnswer:
+async def reload_models(catalogue: Catalogue | None) -> ReloadAnswer:
     """Re-read presets, models dir and caches; answers what changed
     (``added``, ``changed``, ``removed``, ``unloaded``)."""
-    return await _reload(runtime)
+    return await _reload(catalogue)
 
 
 async def reload_before_listing(request: Request[Any, Any, Any]) -> None:
-    """``before_request`` hook: ``GET /models?reload=1`` reloads, then lists."""
+    """``before_request`` hook: ``GET /models?reload=1`` reloads, then lists. A hook gets no
+    dependencies injected, so it asks the provider itself."""
     if request.method != "GET" or request.url.path not in _LISTINGS:
         return
     if request.query_params.get("reload", "").strip().lower() in _TRUE:
-        await _reload(request.app.state.runtime)
+        await _reload(provide_catalogue(request.app.state))

@@ -1,0 +1,60 @@
+"""The route collection ``create_app`` registers: every controller's handlers, in one place.
+
+Two groups with their own body limits: the control routes (``/models*``,
+``/downloads*``) carry a model name, so they sit behind a Router with the small
+``max_control_body_bytes``; everything else (inference bodies carry prompts)
+gets the app's ``max_body_bytes``. Each group's explicit OPTIONS handlers come
+first, before the handlers of their paths (see :mod:`._options` for why).
+"""
+
+from __future__ import annotations
+
+from litestar import Router
+from litestar.types import ControllerRouterHandler
+
+from service.api.controllers._dashboard import dashboard_routes
+from service.api.controllers._downloads import cancel_download, download_model, get_download, list_downloads
+from service.api.controllers._events import EventsController, models_sse
+from service.api.controllers._health import health, health_v1
+from service.api.controllers._history import model_history_endpoint
+from service.api.controllers._metrics import get_metrics
+from service.api.controllers._models import list_models, list_models_openai, load_model, remove_model, unload_model
+from service.api.controllers._options import options_handlers
+from service.api.controllers._proxy_routes import proxy_routes
+from service.api.controllers._reload import reload_models
+
+CONTROL_HANDLERS = (
+    list_models,
+    list_models_openai,
+    download_model,
+    load_model,
+    unload_model,
+    remove_model,
+    list_downloads,
+    get_download,
+    cancel_download,
+    model_history_endpoint,
+)
+"""The routes behind the control body limit."""
+
+
+def route_handlers(*, control_body_limit: int) -> list[ControllerRouterHandler]:
+    """Every route of the API, for ``Litestar(route_handlers=...)``; the control
+    group limited to ``control_body_limit`` bytes of body."""
+    control = Router(
+        path="/",
+        route_handlers=[*options_handlers(CONTROL_HANDLERS), *CONTROL_HANDLERS],
+        request_max_body_size=control_body_limit,
+    )
+    return [
+        *options_handlers([*proxy_routes, get_metrics]),
+        health,
+        health_v1,
+        control,
+        *proxy_routes,
+        get_metrics,
+        *dashboard_routes,
+        EventsController,
+        models_sse,
+        reload_models,
+    ]

@@ -1,0 +1,125 @@
+"""The API's providers: each hands a handler one piece of the running service.
+
+``create_app`` registers :func:`dependencies` once, app-wide; a handler names the
+pieces it uses as parameters (``live: LiveState``, ``settings: Settings``...) and
+receives nothing else. The pieces come from the ``Runtime`` that
+:func:`service.startup.start` (the composition root) keeps in ``app.state``, and
+from the :class:`~service.api.streams.EventStreams` the lifespan puts beside it.
+
+Types Litestar cannot check by ``isinstance`` (a Protocol such as the clock) are
+declared ``SkipValidation[...]`` by the handlers that take them. Nothing a handler
+must change is handed out as a bare collection: Litestar's validation gives the
+handler a copy (so the background-task set travels inside ``Forwarding``, and the
+read-only warnings as a tuple).
+"""
+
+from __future__ import annotations
+
+from litestar.datastructures import State
+from litestar.di import Provide
+
+from service.api.proxy import Forwarding
+from service.api.streams import EventStreams
+from service.catalogue.sources import Catalogue
+from service.event_store.async_store import AsyncEventStore
+from service.live_state import LiveState
+from service.metrics import RouterMetrics
+from service.runtime import Runtime
+from service.settings import Settings
+from service.supervision.downloads import DownloadSupervisor
+from service.supervision.effects import Clock
+from service.supervision.instances import InstanceSupervisor
+from service.supervision.removal import ModelRemover
+
+
+def _runtime(state: State) -> Runtime:
+    runtime: Runtime = state.runtime
+    return runtime
+
+
+def provide_settings(state: State) -> Settings:
+    """The service's settings (limits, Hub endpoint and token, defaults such as autoload)."""
+    return _runtime(state).settings
+
+
+def provide_store(state: State) -> AsyncEventStore:
+    """The event log, for reads (the audit query, history, replay of streams)."""
+    return _runtime(state).store
+
+
+def provide_live_state(state: State) -> LiveState:
+    """The fold of the log and its tail: the state every answer is rendered from."""
+    return _runtime(state).live
+
+
+def provide_instances(state: State) -> InstanceSupervisor:
+    """The inference instances: load, unload, requests queued and in flight."""
+    return _runtime(state).instances
+
+
+def provide_downloads(state: State) -> DownloadSupervisor:
+    """The download jobs: request, cancel."""
+    return _runtime(state).downloads
+
+
+def provide_remover(state: State) -> ModelRemover:
+    """Deleting a downloaded model's files."""
+    return _runtime(state).remover
+
+
+def provide_catalogue(state: State) -> Catalogue | None:
+    """The model sources, for a reload; None until start-up has read them."""
+    return _runtime(state).catalogue
+
+
+def provide_metrics(state: State) -> RouterMetrics:
+    """The router's own Prometheus series."""
+    return _runtime(state).metrics
+
+
+def provide_clock(state: State) -> Clock:
+    """The service's clock (the supervisors' own), for "now" in answers."""
+    return _runtime(state).clock
+
+
+def provide_warnings(state: State) -> tuple[str, ...]:
+    """What start-up warned about (an open bind without a key), for ``/health``."""
+    return tuple(_runtime(state).warnings)
+
+
+def provide_streams(state: State) -> EventStreams:
+    """The open event streams' count and shared reads."""
+    streams: EventStreams = state.streams
+    return streams
+
+
+def provide_forwarding(state: State) -> Forwarding:
+    """What routing a request to its model's worker needs (:func:`service.api.proxy.proxy_request`)."""
+    runtime = _runtime(state)
+    return Forwarding(
+        autoload=runtime.settings.autoload,
+        instances=runtime.instances,
+        live=runtime.live,
+        http=runtime.http,
+        metrics=runtime.metrics,
+        clock=runtime.clock,
+    )
+
+
+def dependencies() -> dict[str, Provide]:
+    """Every provider by the parameter name handlers use, for ``Litestar(dependencies=...)``."""
+    providers = {
+        "settings": provide_settings,
+        "store": provide_store,
+        "live": provide_live_state,
+        "instances": provide_instances,
+        "downloads": provide_downloads,
+        "remover": provide_remover,
+        "catalogue": provide_catalogue,
+        "metrics": provide_metrics,
+        "clock": provide_clock,
+        "warnings": provide_warnings,
+        "streams": provide_streams,
+        "forwarding": provide_forwarding,
+    }
+    return {name: Provide(provider, sync_to_thread=False) for name, provider in providers.items()}
