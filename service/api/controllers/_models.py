@@ -18,6 +18,7 @@ from service.api.schemas import (
     problems,
 )
 from service.api.views import job_view, model_view, models_view
+from service.core.instance_decisions import unload_target
 from service.live_state import LiveState
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
@@ -70,10 +71,10 @@ async def unload_model(
     """Stop the model's worker; for a model that is downloading, cancel the
     download instead (llama.cpp's behaviour), keeping the partial unless ``?discard=true``."""
     name = data.model.strip()
-    model = live.state.resolve(name)
-    if model is not None and model.active_job is not None:
-        job = await downloads.cancel(model.active_job, discard=discard)
-        return UnloadAnswer(success=True, model=model.name, download=job_view(job))
+    target = unload_target(live.state, name)  # the core decides: a download in progress is cancelled
+    if target.cancel_job is not None:
+        job = await downloads.cancel(target.cancel_job, discard=discard)
+        return UnloadAnswer(success=True, model=target.model, download=job_view(job))
     await instances.unload(name)
     resolved = live.state.resolve(name)
     return UnloadAnswer(
