@@ -48,7 +48,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from service.core.cache_layout import CachePaths
 from service.downloads.resolution import resolve
 from service.event_store import SyncEventStore, new_event
-from workers._sink import read_jsonl
+from workers.runtime import read_jsonl
 
 MB = 1024 * 1024
 GOALS_MS = {

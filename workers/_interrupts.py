@@ -24,7 +24,7 @@ sections (writing, hashing, emitting events) the request is only recorded and
 
 Why a signal can never be lost before a blocked read: a signal that lands
 after the main thread last ran bytecode but before its ``poll(2)`` sleeps
-interrupts nothing (see :mod:`workers._wakeup`). So every handled signal also
+interrupts nothing (see :mod:`workers.runtime._wakeup`). So every handled signal also
 lands in a wake-up pipe, and a *waker* thread reading it re-signals the main
 thread (``SIGUSR2``, every :data:`RESIGNAL_SECONDS`) from the moment a stop is
 requested until it has been raised there. One of those signals finds the main
@@ -39,8 +39,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from workers._parent_watch import MAIN_THREAD_SIGNALS, Parent
-from workers._wakeup import Wakeup
+from workers.runtime import MAIN_THREAD_SIGNALS, Parent, Wakeup
 
 CANCEL = "cancel"
 DISCARD = "discard"

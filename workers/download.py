@@ -11,7 +11,7 @@ would show in ``ps``). Files land in the HF cache layout under ``--cache-dir``
 (see :mod:`workers._hf_cache`); partials are resumable by any later worker.
 
 Events (every payload carries ``job_id``; each is the class of that name in
-``service/core/events.py``, emitted through :mod:`workers._runtime`), to the
+``service/core/events.py``, emitted through :mod:`workers.runtime._worker_runtime`), to the
 event store with ``--db``, else JSON lines to ``--events`` or stdout:
 
 * ``download_started {pid, pid_started_at, commit, files:[{path,size,sha256}], total_bytes, resumed_bytes}``
@@ -51,10 +51,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from workers._interrupts import Interrupts
-from workers._parent_watch import Parent
+from workers.runtime import Parent
 
 if TYPE_CHECKING:  # imported in main, after the handlers are installed
-    from workers._runtime import WorkerRuntime
+    from workers.runtime import WorkerRuntime
 
 EXIT_PARENT_EXITED, EXIT_USAGE = 3, 64
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.parent_pid is not None:
         parent.pid = args.parent_pid
 
-    from workers._runtime import DOWNLOAD_WORKER, WorkerRuntime
+    from workers.runtime import DOWNLOAD_WORKER, WorkerRuntime
 
     runtime = WorkerRuntime.open(DOWNLOAD_WORKER, model=args.model, owner_id=args.job_id, db=args.db,
                                  events=args.events, parent=parent)  # fmt: skip

@@ -5,7 +5,7 @@ that model, and unloading is just ending the process -- the kernel frees
 everything. The service spawns us, learns about us only from the events we
 append (``instance_loading`` -> ``loading_progress``* -> ``instance_ready`` |
 ``instance_load_failed``; finally ``instance_stopped``: the classes of those
-names in ``service/core/events.py``, emitted through :mod:`workers._runtime`)
+names in ``service/core/events.py``, emitted through :mod:`workers.runtime._worker_runtime`)
 and proxies OpenAI requests to our HTTP port.
 
 Order at start: die-with-parent hooks, bind the port (so ``/health`` answers
@@ -57,9 +57,12 @@ from workers._engine_setup import build_engine, front_factory, load, slot_count 
 from workers._inference_http import InferenceApp, bind_server  # noqa: E402
 from workers._llama_load import LlamaLog, LoadedModel, LoadError  # noqa: E402
 from workers._llama_model import LoadedLlama  # noqa: E402
-from workers._parent_watch import Parent  # noqa: E402
-from workers._runtime import INFERENCE_WORKER, WorkerRuntime  # noqa: E402
-from workers._wakeup import Wakeup  # noqa: E402
+from workers.runtime import (  # noqa: E402
+    INFERENCE_WORKER,
+    Parent,
+    Wakeup,
+    WorkerRuntime,
+)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
 PROGRESS_INTERVAL_S = 0.2

@@ -30,8 +30,8 @@ from tests.conftest_hub import (
     worker_env,
 )
 from workers._hf_cache import CachePaths
-from workers._sink import read_jsonl
 from workers._transfer import ProgressMeter
+from workers.runtime import read_jsonl
 
 MB = 1_000_000
 Spawn = Callable[..., DownloadProc]

@@ -29,7 +29,7 @@ from devtools.tiny_gguf import (
     write_truncated_gguf,
     write_unsupported_arch_gguf,
 )
-from workers._sink import read_jsonl
+from workers.runtime import read_jsonl
 
 pytest.importorskip("llama_cpp")
 

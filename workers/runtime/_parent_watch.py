@@ -11,7 +11,7 @@ because each has a blind spot:
 * stdin EOF: the service holds the write end of our stdin pipe; when the
   service process dies (even by SIGKILL) the kernel closes it and our reader
   thread sees EOF. The same pipe carries each worker's line protocol
-  (:meth:`workers._runtime.WorkerRuntime.control`).
+  (:meth:`workers.runtime._worker_runtime.WorkerRuntime.control`).
 
 :class:`Parent` holds both; what a worker *does* when its parent dies is its
 own (the download worker turns it into :data:`workers._interrupts.PARENT`, the
@@ -106,7 +106,7 @@ def watch_stdin(on_line: Callable[[str], None], on_eof: Callable[[], None]) -> t
 
     def run() -> None:
         # Signals belong to the main thread: only there can a handler cut a
-        # blocked call short (see workers._wakeup).
+        # blocked call short (see workers.runtime._wakeup).
         signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
         stream = os.fdopen(os.dup(0), "rb", buffering=0)
         buf = b""

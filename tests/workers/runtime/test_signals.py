@@ -1,7 +1,7 @@
 """A stop always reaches a worker's blocked main thread, even when its signal lands
-just before the thread blocks (``workers/_wakeup.py``: the lost-wakeup race).
+just before the thread blocks (``workers/runtime/_wakeup.py``: the lost-wakeup race).
 
-Each test runs :mod:`tests.workers.signal_probe` as a real process, which
+Each test runs :mod:`tests.workers.runtime.signal_probe` as a real process, which
 reproduces the race's aftermath deterministically: the signal's C handler has
 run, the main thread sits in ``read(2)``, and no ``EINTR`` is coming. Without
 the wake-up pipe (and, for downloads, the waker that re-signals the main
@@ -22,7 +22,7 @@ from tests.conftest_hub import REPO_ROOT, worker_env
 
 def _probe(scenario: str) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.workers.signal_probe", scenario],
+        [sys.executable, "-m", "tests.workers.runtime.signal_probe", scenario],
         capture_output=True, text=True, cwd=REPO_ROOT, env=worker_env(), timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -14,17 +14,17 @@ and their exit codes.
   it owns (house rule 3): an event type outside its :class:`WorkerKind`, or
   about another job or instance, raises :class:`InvalidEvent` before anything
   is written.
-* **Parent.** :class:`workers._parent_watch.Parent`: ``PR_SET_PDEATHSIG`` with
+* **Parent.** :class:`workers.runtime._parent_watch.Parent`: ``PR_SET_PDEATHSIG`` with
   the ``getppid`` re-check, and stdin EOF.
 * **Control.** :meth:`WorkerRuntime.control`: ``<command> [argument]`` lines
   dispatched to the worker's handlers.
-* **Log.** :class:`workers._log.WorkerLog` on a private ``dup`` of stderr,
+* **Log.** :class:`workers.runtime._log.WorkerLog` on a private ``dup`` of stderr,
   ``HF_TOKEN`` redacted.
 * **Process start time** (:attr:`WorkerRuntime.started_at`): with the pid it
   identifies this process after pid reuse (the service checks both).
 
 Signals stay with each worker (their meanings differ); both route them
-through :mod:`workers._wakeup` so none is lost before a blocking call.
+through :mod:`workers.runtime._wakeup` so none is lost before a blocking call.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from typing import Any
 
 from service.core import events as ev
 from service.core.errors import InvalidEvent
-from workers._log import WorkerLog
-from workers._parent_watch import Parent
-from workers._sink import EventSink, open_sink
+from workers.runtime._event_sinks import EventSink, open_sink
+from workers.runtime._log import WorkerLog
+from workers.runtime._parent_watch import Parent
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,7 @@ from service.core.errors import InvalidEvent
 from service.downloads.resolution import resolve
 from service.event_store import SyncEventStore
 from tests.conftest_hub import REPO_ROOT, DownloadProc, download_command, unique_repo, worker_env
-from workers._log import WorkerLog
-from workers._runtime import DOWNLOAD_WORKER, INFERENCE_WORKER, WorkerRuntime
-from workers._sink import read_jsonl
+from workers.runtime import DOWNLOAD_WORKER, INFERENCE_WORKER, WorkerLog, WorkerRuntime, read_jsonl
 
 TOKEN = "hf_secretTOKENvalue0123456789"
 

@@ -1,6 +1,6 @@
 """Where a worker's events go: the event store, or JSON lines.
 
-The runtime (:class:`workers._runtime.WorkerRuntime`) hands every typed event
+The runtime (:class:`workers.runtime._worker_runtime.WorkerRuntime`) hands every typed event
 to one sink. The real destination is the service's SQLite event store
 (``--db``: :class:`StoreSink` over ``service.event_store.worker_writer``);
 without a store a worker writes JSON lines (:class:`JsonlSink`) to stdout or

@@ -1,12 +1,12 @@
 """Run as a process: put a worker's main thread in the lost-wakeup state and report what ends its wait.
 
-    python -m tests.workers.signal_probe interrupts|wakeup
+    python -m tests.workers.runtime.signal_probe interrupts|wakeup
 
 The state, produced deterministically: the main thread is blocked in
 ``read(2)`` and a signal's C-level handler has *already run* -- without
 interrupting that read. In production that is a signal landing in the
 microseconds between the main thread's last bytecode and the system call
-(``workers/_wakeup.py``); here the main thread blocks the signal and a helper
+(``workers/runtime/_wakeup.py``); here the main thread blocks the signal and a helper
 thread takes it on its own stack, once ``/proc`` shows the main thread asleep
 in ``read`` on our pipe. CPython then has the Python handler pending, and
 nothing wakes the main thread -- unless the mechanism under test does.
@@ -27,8 +27,7 @@ import threading
 import time
 
 from workers._interrupts import Interrupted, Interrupts
-from workers._parent_watch import Parent
-from workers._wakeup import Wakeup
+from workers.runtime import Parent, Wakeup
 
 GIVE_UP = 30.0
 

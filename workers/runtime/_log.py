@@ -9,7 +9,7 @@ the same here. Why a duplicate of fd 2: llama-cpp-python points fd 2 at
 whole in the stderr tail the service keeps for crash reports.
 
 Secrets never reach a line: every configured value (``HF_TOKEN`` by default,
-see :func:`workers._runtime.worker_secrets`) is replaced in the finished line,
+see :func:`workers.runtime._worker_runtime.worker_secrets`) is replaced in the finished line,
 its JSON-escaped form included, by the rule the service's logger uses
 (:mod:`service.core.redaction`); tracebacks carry no frame locals.
 """
