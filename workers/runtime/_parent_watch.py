@@ -14,7 +14,7 @@ because each has a blind spot:
   (:meth:`workers.runtime._worker_runtime.WorkerRuntime.control`).
 
 :class:`Parent` holds both; what a worker *does* when its parent dies is its
-own (the download worker turns it into :data:`workers._interrupts.PARENT`, the
+own (the download worker turns it into :data:`workers.download._interrupts.PARENT`, the
 inference worker into a stop with exit code 4).
 """
 

@@ -12,7 +12,7 @@ number into a pipe the instant the signal arrives, in whichever thread and
 state. A thread (or the main thread's own wait, for the inference worker)
 reading that pipe therefore never misses a signal, and can act on it: the
 download worker's waker re-signals the main thread until the stop has been
-raised there (:mod:`workers._interrupts`).
+raised there (:mod:`workers.download._interrupts`).
 """
 
 from __future__ import annotations

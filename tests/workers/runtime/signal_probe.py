@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from workers._interrupts import Interrupted, Interrupts
+from workers.download import Interrupted, Interrupts
 from workers.runtime import Parent, Wakeup
 
 GIVE_UP = 30.0

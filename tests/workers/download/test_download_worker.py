@@ -21,6 +21,7 @@ from huggingface_hub import hf_hub_download, scan_cache_dir
 
 from devtools.hub_repos import RepoInfo, make_repo
 from devtools.hub_server import HubServer
+from service.core.cache_layout import CachePaths
 from service.downloads.resolution import resolve
 from tests.conftest_hub import (
     REPO_ROOT,
@@ -29,8 +30,7 @@ from tests.conftest_hub import (
     unique_repo,
     worker_env,
 )
-from workers._hf_cache import CachePaths
-from workers._transfer import ProgressMeter
+from workers.download import ProgressMeter
 from workers.runtime import read_jsonl
 
 MB = 1_000_000

@@ -4,13 +4,13 @@ Why not ``hf_hub_download``: since huggingface_hub 1.18 every process writes a
 process-unique ``.incomplete`` file and deletes it on failure, so nothing
 survives a crash or a restart (peers.md D1). Here the partial has a fixed
 name, is resumed with ``Range: bytes=<size>-`` (the bytes already there are
-re-hashed by :mod:`workers._partial` while new ones arrive), and is only ever
+re-hashed by :mod:`workers.download._partial_file` while new ones arrive), and is only ever
 deleted when its content is proven wrong.
 
 Speed (``bench/download.py``): the body is received straight into one
-256 KiB buffer (:mod:`workers._http`, one ``recv_into`` per call), sha256 runs
+256 KiB buffer (:mod:`workers.download._http_client`, one ``recv_into`` per call), sha256 runs
 in a second thread and writeback starts during the transfer
-(:mod:`workers._partial`), so on two cores hashing and fsync add little to
+(:mod:`workers.download._partial_file`), so on two cores hashing and fsync add little to
 what a plain ``GET`` to a file costs. Why 256 KiB and not more: received bytes
 must still be in the CPU cache when they are written; with 4 MiB buffers the
 same download took ~2x the CPU. Bytes are written as soon as the socket has no
@@ -36,10 +36,10 @@ from typing import Any
 
 from service.core.backoff import retry_delay
 from service.core.progress import RateState, eta_seconds, should_emit, update_rate
-from workers._http import HttpError, HttpTimeout, HttpUnsupported, Response, Timeouts
-from workers._http import get as http_get
-from workers._interrupts import Interrupted, Interrupts
-from workers._partial import DiskFull, PartialFile
+from workers.download._http_client import HttpError, HttpTimeout, HttpUnsupported, Response, Timeouts
+from workers.download._http_client import get as http_get
+from workers.download._interrupts import Interrupted, Interrupts
+from workers.download._partial_file import DiskFull, PartialFile
 
 READ_BUFFER = 256 << 10  # one receive asks for up to this much (module docstring: why not more)
 FLUSH_BYTES = 256 << 10  # write a batch once this much is pending...
@@ -129,7 +129,7 @@ def fetch_blob(url: str, headers: dict[str, str], partial_path: str, size: int, 
     ``counted`` is how many bytes of this partial the meter already counts
     (its size when the job started). On success the partial is complete,
     verified and (with ``cfg.fsync``) fsynced; the caller publishes it. Raises
-    :class:`TransferError` or :class:`workers._interrupts.Interrupted`.
+    :class:`TransferError` or :class:`workers.download._interrupts.Interrupted`.
     """
     part = PartialFile(partial_path, size, fsync=cfg.fsync)
     try:

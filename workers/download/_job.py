@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from service.core import events as ev
-from workers._hf_cache import (
+from workers.download._hf_cache import (
     CachePaths,
     LockHeld,
     acquire_lock,
@@ -34,8 +34,8 @@ from workers._hf_cache import (
     release_lock,
     write_ref,
 )
-from workers._interrupts import DISCARD, PARENT, Interrupted, Interrupts
-from workers._transfer import ProgressMeter, TransferConfig, TransferError, fetch_blob
+from workers.download._interrupts import DISCARD, PARENT, Interrupted, Interrupts
+from workers.download._transfer import ProgressMeter, TransferConfig, TransferError, fetch_blob
 
 EXIT_FINISHED, EXIT_FAILED, EXIT_CANCELLED, EXIT_PARENT_EXITED = 0, 1, 2, 3
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

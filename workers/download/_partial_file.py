@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from workers._interrupts import Interrupts
+from workers.download._interrupts import Interrupts
 
 HASH_BLOCK = 128 << 10  # read back and hashed at a time: fits in L2, unlike multi-MiB blocks
 WRITE_PIECE = 64 << 10  # largest single write (see the module docstring)

@@ -26,11 +26,18 @@ from typing import Any
 
 import pytest
 
-import workers._partial as partial_mod
-from workers._http import _keeps_credentials, _proxy_for, _tls_context
-from workers._interrupts import CANCEL, Interrupted, Interrupts
-from workers._partial import PartialFile
-from workers._transfer import ProgressMeter, TransferConfig, TransferError, fetch_blob
+import workers.download._partial_file as partial_mod
+from workers.download import (
+    CANCEL,
+    Interrupted,
+    Interrupts,
+    PartialFile,
+    ProgressMeter,
+    TransferConfig,
+    TransferError,
+    fetch_blob,
+)
+from workers.download._http_client import _keeps_credentials, _proxy_for, _tls_context
 
 DATA = os.urandom(3 * 1024 * 1024 + 12345)
 SHA = hashlib.sha256(DATA).hexdigest()

@@ -8,7 +8,7 @@
 (repo, revision, commit, endpoint, files with path/size/sha256), inline or as a
 file. The token comes from ``HF_TOKEN`` in the environment (never argv: it
 would show in ``ps``). Files land in the HF cache layout under ``--cache-dir``
-(see :mod:`workers._hf_cache`); partials are resumable by any later worker.
+(see :mod:`workers.download._hf_cache`); partials are resumable by any later worker.
 
 Events (every payload carries ``job_id``; each is the class of that name in
 ``service/core/events.py``, emitted through :mod:`workers.runtime._worker_runtime`), to the
@@ -50,7 +50,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from workers._interrupts import Interrupts
+from workers.download._interrupts import Interrupts
 from workers.runtime import Parent
 
 if TYPE_CHECKING:  # imported in main, after the handlers are installed
@@ -122,8 +122,8 @@ def _run(args: argparse.Namespace, runtime: WorkerRuntime, interrupts: Interrupt
         interrupts.stdin_control = True
 
     from service.core import events as ev
-    from workers._job import EXIT_FAILED, load_spec, run_job
-    from workers._transfer import TransferConfig
+    from workers.download._job import EXIT_FAILED, load_spec, run_job
+    from workers.download._transfer import TransferConfig
 
     def fail(message: str) -> int:
         runtime.emit(ev.DownloadFailed(job_id=args.job_id, reason="internal", message=message, retryable=False))
@@ -142,7 +142,3 @@ def _run(args: argparse.Namespace, runtime: WorkerRuntime, interrupts: Interrupt
     except Exception as exc:
         runtime.log.exception("worker_error")
         return fail(f"{type(exc).__name__}: {exc}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
