@@ -31,8 +31,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from workers._engine_errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
 from workers._engine_metrics import EngineMetrics
-from workers._inference_api import ApiError
 from workers._llama_model import MAX_SLOTS, Batch, LlamaModel
 from workers._slots import Request, Slot, SlotState, TextStream, Timings, pick_slot
 
@@ -106,16 +106,16 @@ class BatchEngine:
         self._budget = llm.cfg.n_batch
 
     def submit(self, job: Any) -> None:
-        """Run an HTTP job through the request front (raises ApiError for bad or early requests)."""
+        """Run an HTTP job through the request front (raises :class:`EngineNotReady` before load and once draining)."""
         if self.api is None or not self._accepting:
-            raise ApiError(503, "model is not ready (loading or stopping)", "unavailable_error")
+            raise EngineNotReady()
         self.api.run_job(job)
 
     def enqueue(self, req: Request) -> None:
-        """Queue a request for the next step; raises 503 once the engine drains."""
+        """Queue a request for the next step; raises :class:`EngineNotReady` once the engine drains."""
         with self._cv:
             if not self._accepting:
-                raise ApiError(503, "model is not ready (loading or stopping)", "unavailable_error")
+                raise EngineNotReady()
             self._pending.append(req)
             self._idle.clear()
             self._cv.notify()
@@ -132,7 +132,7 @@ class BatchEngine:
             self._accepting = False
             self._drained = True
             while self._pending:
-                self._reject(self._pending.popleft(), ApiError(503, "worker is stopping", "unavailable_error"))
+                self._reject(self._pending.popleft(), EngineStopping())
             self._cv.notify()
         if not self._idle.wait(grace_s):
             self.force_cancel = True
@@ -182,7 +182,7 @@ class BatchEngine:
             try:
                 self._step()
             except Exception as exc:  # a bug must not leave clients waiting forever
-                self._fail_active(ApiError(500, f"inference failed: {exc!r}", "server_error"))
+                self._fail_active(EngineFailed(f"inference failed: {exc!r}"))
 
     def _has_work(self) -> bool:
         if any(s.is_processing for s in self.slots):
@@ -223,18 +223,18 @@ class BatchEngine:
             req = s.request
             if req is not None and (req.cancelled.is_set() or self.force_cancel):
                 self._release(s, now, keep_cache=False)
-                self._reject(req, ApiError(499, "request cancelled", "cancelled"))
+                self._reject(req, RequestCancelled("request cancelled"))
         if self.force_cancel:
             with self._cv:
                 while self._pending:
-                    self._reject(self._pending.popleft(), ApiError(503, "worker is stopping", "unavailable_error"))
+                    self._reject(self._pending.popleft(), EngineStopping())
 
     def _admit(self, now: float) -> None:
         with self._cv:
             while self._pending:
                 req = self._pending[0]
                 if req.cancelled.is_set():
-                    self._reject(self._pending.popleft(), ApiError(499, "request cancelled", "cancelled"))
+                    self._reject(self._pending.popleft(), RequestCancelled("request cancelled"))
                     continue
                 picked = pick_slot(self.slots, req.prompt if req.cache_prompt else [])
                 if picked is None:
@@ -279,13 +279,13 @@ class BatchEngine:
         self.llm.seq_rm(slot.id, 0, -1)
         slot.cache.clear()
 
-    def _reject(self, req: Request, err: ApiError) -> None:
+    def _reject(self, req: Request, err: EngineError) -> None:
         if req.chain is not None and self.llm is not None:
             self.llm.lc.llama_sampler_free(req.chain)
             req.chain = None
         req.out.put(("e", err))
 
-    def _fail_active(self, err: ApiError) -> None:
+    def _fail_active(self, err: EngineError) -> None:
         now = time.monotonic()
         for s in self.slots:
             if s.request is not None:
@@ -392,7 +392,7 @@ class BatchEngine:
         if ret == 1 and gen:
             self._finish(max(gen, key=lambda s: len(s.cache)), "length", now)
             return
-        err = ApiError(500, f"llama_decode failed ({ret})", "server_error")
+        err = EngineFailed(f"llama_decode failed ({ret})")
         for s in {*gen, *(c[0] for c in chunks)}:
             if s.request is not None:
                 self._reject(s.request, err)

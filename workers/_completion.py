@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers._completion_shape import CompletionShaper
-from workers._inference_api import ApiError
+from workers._engine_errors import EngineError
+from workers._http_errors import ApiError
 from workers._llama_model import LlamaModel
 from workers._sampling import SamplerError, SamplingParams, build_chain, strict_json_strings
 from workers._slots import Request
@@ -235,7 +236,7 @@ class CompletionFront:
         req = Request(tokens, params, max_tokens, stops, self._ctx().cache_prompt, chain)
         try:
             self.engine.enqueue(req)
-        except ApiError:
+        except EngineError:
             self.llm.lc.llama_sampler_free(chain)
             raise
         return req

@@ -5,15 +5,15 @@ clear 400 *before* a request takes the single inference slot, and never pass
 arbitrary client keys into llama-cpp-python (unknown kwargs raise
 ``TypeError`` deep inside, which would look like a server bug).
 
-Error body shape (same as llama.cpp's server):
-``{"error": {"message": str, "type": str, "code": int}}``.
+Every refusal is a :class:`workers._http_errors.ApiError` (400 unless said otherwise).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
+
+from workers._http_errors import ApiError
 
 _FLOAT_PARAMS = (
     "temperature",
@@ -29,19 +29,6 @@ _FLOAT_PARAMS = (
 )
 _INT_PARAMS = ("top_k", "seed", "mirostat_mode")
 _ROLES = {"system", "user", "assistant", "tool", "function", "developer"}
-
-
-class ApiError(Exception):
-    """An error answered to the client as JSON with ``status``."""
-
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "code": self.status}}
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -241,14 +228,3 @@ def embedding_request(body: dict[str, Any]) -> tuple[list[str], str]:
     if fmt not in ("float", "base64"):
         raise ApiError(400, "'encoding_format' must be 'float' or 'base64'")
     return inp, fmt
-
-
-def encode_embeddings(result: dict[str, Any], fmt: str) -> dict[str, Any]:
-    """Apply ``encoding_format``; base64 is little-endian float32, as OpenAI sends it."""
-    if fmt == "base64":
-        import numpy as np  # only embedding workers get here; numpy costs ~0.1 s of start-up
-
-        for item in result.get("data", []):
-            vec = np.asarray(item["embedding"], dtype="<f4")
-            item["embedding"] = base64.b64encode(vec.tobytes()).decode("ascii")
-    return result

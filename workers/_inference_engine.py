@@ -13,13 +13,14 @@ token on the next sampling step, so generation ends within one token.
 
 from __future__ import annotations
 
+import base64
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from workers._inference_api import ApiError, encode_embeddings
+from workers._engine_errors import EngineNotReady, EngineStopping, RequestCancelled, RequestRejected
 
 _END = object()
 
@@ -69,7 +70,7 @@ class Job:
             except queue.Empty:
                 if self.client_gone is not None and self.client_gone():
                     self.cancel()
-                    raise ApiError(499, "client disconnected", "cancelled") from None
+                    raise RequestCancelled("client disconnected") from None
                 continue
             if item is _END:
                 return
@@ -141,7 +142,7 @@ class Engine:
     def submit(self, job: Job) -> None:
         with self._lock:
             if not self._accepting:
-                raise ApiError(503, "model is not ready (loading or stopping)", "unavailable_error")
+                raise EngineNotReady()
             self._idle.clear()
             self._queue.put(job)
 
@@ -174,7 +175,7 @@ class Engine:
                 self._current = job
             try:
                 if job.cancelled.is_set():
-                    raise ApiError(499, "request cancelled before it started", "cancelled")
+                    raise RequestCancelled("request cancelled before it started")
                 job.started_at = time.monotonic()
                 self._run(job)
             except BaseException as exc:  # delivered to the HTTP thread
@@ -193,7 +194,7 @@ class Engine:
             except queue.Empty:
                 return
             if job is not None:
-                job.out.put(ApiError(503, "worker is stopping", "unavailable_error"))
+                job.out.put(EngineStopping())
                 job.out.put(_END)
 
     def _cancel_processor(self, job: Job) -> Callable[[Any, Any], Any]:
@@ -213,10 +214,10 @@ class Engine:
         llm = self._llm
         if job.kind == "embedding":
             if not self.embedding_enabled:
-                raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
+                raise RequestRejected("this model was not loaded with --embedding; embeddings are unavailable")
             inputs, fmt = job.kwargs["input"], job.kwargs["encoding_format"]
             result = llm.create_embedding(inputs, model=self.model_name)
-            job.out.put(encode_embeddings(result, fmt))
+            job.out.put(_encode_embeddings(result, fmt))
             return
         kwargs = dict(job.kwargs)
         kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([self._cancel_processor(job)])
@@ -224,7 +225,7 @@ class Engine:
             create = llm.create_chat_completion if job.kind == "chat" else llm.create_completion
             result = create(**kwargs)
         except ValueError as exc:  # e.g. "Requested tokens (n) exceed context window"
-            raise ApiError(400, str(exc)) from None
+            raise RequestRejected(str(exc)) from None
         if not job.stream:
             job.out.put(result)
             return
@@ -232,8 +233,19 @@ class Engine:
             for chunk in result:
                 job.out.put(chunk)
         except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
+            raise RequestRejected(str(exc)) from None
         finally:
             close = getattr(result, "close", None)
             if close is not None:
                 close()
+
+
+def _encode_embeddings(result: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """Apply ``encoding_format``; base64 is little-endian float32, as OpenAI sends it."""
+    if fmt == "base64":
+        import numpy as np  # only embedding workers get here; numpy costs ~0.1 s of start-up
+
+        for item in result.get("data", []):
+            vec = np.asarray(item["embedding"], dtype="<f4")
+            item["embedding"] = base64.b64encode(vec.tobytes()).decode("ascii")
+    return result

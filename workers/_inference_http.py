@@ -36,8 +36,9 @@ from typing import Any
 
 from workers import _llama_routes as llama_routes
 from workers._batch_engine import BatchEngine
+from workers._engine_errors import EngineError
+from workers._http_errors import ApiError, answer_for
 from workers._inference_api import (
-    ApiError,
     chat_request,
     completion_request,
     embedding_request,
@@ -137,7 +138,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, obj: Any) -> None:
         self._send(status, _json_bytes(obj))
 
-    def _send_api_error(self, err: ApiError) -> None:
+    def _send_api_error(self, failure: ApiError | EngineError) -> None:
+        err = answer_for(failure)
         if err.status == 499:  # the client is gone: nobody to answer
             self.close_connection = True
             return
@@ -235,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
             job = self._make_job(route, parse_json_object(raw))
             job.client_gone = self._client_gone
             self.app.engine.submit(job)
-        except ApiError as err:
+        except (ApiError, EngineError) as err:
             self._send_api_error(err)
             return
         except Exception as exc:  # the batch engine runs the request front on this thread
@@ -304,7 +306,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             for item in job.results():
                 result = item
-        except ApiError as err:
+        except (ApiError, EngineError) as err:
             self._send_api_error(err)
             return
         except Exception as exc:  # any model error becomes a JSON 500
@@ -322,7 +324,7 @@ class _Handler(BaseHTTPRequestHandler):
         # still get a proper status code instead of a 200 stream.
         try:
             first = next(results, None)
-        except ApiError as err:
+        except (ApiError, EngineError) as err:
             self._send_api_error(err)
             return
         except Exception as exc:
@@ -340,8 +342,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._write_chunk(b"data: " + _json_bytes(item) + b"\n\n")
                 try:
                     item = next(results, None)
-                except ApiError as err:
-                    self._write_chunk(b"data: " + _json_bytes(err.body()) + b"\n\n")
+                except (ApiError, EngineError) as err:
+                    self._write_chunk(b"data: " + _json_bytes(answer_for(err).body()) + b"\n\n")
                     break
                 except Exception as exc:
                     self.app.log.error("inference_failed", error=repr(exc))

@@ -27,7 +27,8 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
-from workers._inference_api import ApiError, _normalize_message
+from workers._http_errors import ApiError
+from workers._inference_api import _normalize_message
 from workers._sampling import SamplingParams
 
 

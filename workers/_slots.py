@@ -34,7 +34,7 @@ class Request:
 
     ``out`` receives ``("t", text, logprobs | None)`` pieces, then exactly one
     ``("d", finish_reason, timings, info)`` (``info``: ``id_slot``, ``tokens_cached``,
-    ``stopping_word``) or ``("e", ApiError)``.
+    ``stopping_word``) or ``("e", EngineError)``.
     """
 
     prompt: list[int]
