@@ -29,19 +29,25 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers._engine_errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
 from workers._engine_metrics import EngineMetrics
+from workers._engine_protocol import FrontFactory, JobRunner
 from workers._llama_model import MAX_SLOTS, Batch, LlamaModel
 from workers._slots import Request, Slot, SlotState, TextStream, Timings, pick_slot
+
+if TYPE_CHECKING:
+    from workers._inference_engine import Job
+    from workers._llama_load import Loaded
 
 STEP_LOG = 8192
 """Steps kept in the step log: a few seconds of a busy engine."""
 
 
 class BatchEngine:
-    """Loads the model on its own thread, then runs the step loop until drained."""
+    """Loads the model on its own thread, then runs the step loop until drained (an
+    :class:`~workers._engine_protocol.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
     def __init__(self, model_name: str, *, n_parallel: int = 4) -> None:
         self.model_name = model_name
@@ -51,7 +57,7 @@ class BatchEngine:
         self.metrics = EngineMetrics()
         self.embedding_enabled = False  # --embedding workers run the legacy engine
         self.force_cancel = False  # plain attribute: set from a signal handler
-        self.api: Any = None  # the request front (workers._completion), set once loaded
+        self.front: JobRunner | None = None  # the request front, set once loaded
         self._cv = threading.Condition()
         self._pending: deque[Request] = deque()
         self._accepting = False
@@ -67,14 +73,31 @@ class BatchEngine:
         self._step_no = 0
         self._ended: list[int] = []
 
-    # -- lifecycle (same surface as the legacy Engine) ---------------------------
+    # -- capabilities -------------------------------------------------------------
+
+    @property
+    def slot_count(self) -> int:
+        return len(self.slots)
+
+    @property
+    def monitor(self) -> BatchEngine:
+        return self  # slots_json, steps_json, metrics_text, stats
+
+    @property
+    def has_front(self) -> bool:
+        return True
+
+    def cancel_running(self) -> None:
+        self.force_cancel = True  # read by the next step; no lock: this may run in a signal handler
+
+    # -- lifecycle ----------------------------------------------------------------
 
     def start(
         self,
-        load: Callable[[], Any],
-        on_loaded: Callable[[Any], bool],
+        load: Callable[[], Loaded],
+        on_loaded: Callable[[Loaded], bool],
         on_failed: Callable[[BaseException], None],
-        make_api: Callable[[BatchEngine, LlamaModel], Any] | None = None,
+        make_front: FrontFactory,
     ) -> None:
         """Run ``load()`` (returning a loaded model with ``.llm``) on the engine thread, then serve."""
 
@@ -82,8 +105,7 @@ class BatchEngine:
             try:
                 loaded = load()
                 self._setup(loaded.llm)
-                if make_api is not None:
-                    self.api = make_api(self, loaded.llm)
+                self.front = make_front(self, loaded.llm)
             except BaseException as exc:  # reported, then the process exits
                 on_failed(exc)
                 return
@@ -105,11 +127,11 @@ class BatchEngine:
         self._batch = Batch(llm.lc, llm.n_batch)
         self._budget = llm.cfg.n_batch
 
-    def submit(self, job: Any) -> None:
+    def submit(self, job: Job) -> None:
         """Run an HTTP job through the request front (raises :class:`EngineNotReady` before load and once draining)."""
-        if self.api is None or not self._accepting:
+        if self.front is None or not self._accepting:
             raise EngineNotReady()
-        self.api.run_job(job)
+        self.front.run_job(job)
 
     def enqueue(self, req: Request) -> None:
         """Queue a request for the next step; raises :class:`EngineNotReady` once the engine drains."""

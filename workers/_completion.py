@@ -26,7 +26,9 @@ from typing import Any
 
 from workers._completion_shape import CompletionShaper
 from workers._engine_errors import EngineError
+from workers._engine_protocol import RequestQueue
 from workers._http_errors import ApiError
+from workers._inference_engine import Job
 from workers._llama_model import LlamaModel
 from workers._sampling import SamplerError, SamplingParams, build_chain, strict_json_strings
 from workers._slots import Request
@@ -49,7 +51,7 @@ class CompletionFront:
 
     def __init__(
         self,
-        engine: Any,
+        engine: RequestQueue,
         llm: LlamaModel,
         *,
         model_name: str,
@@ -93,7 +95,7 @@ class CompletionFront:
 
     # -- the HTTP side ---------------------------------------------------------------
 
-    def run_job(self, job: Any) -> None:
+    def run_job(self, job: Job) -> None:
         """Run a chat or completion job on this (HTTP) thread; attaches the result or stream to ``job``."""
         if job.kind not in ("chat", "completion"):
             raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")

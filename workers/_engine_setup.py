@@ -2,7 +2,7 @@
 
 ``batch`` (default): :class:`~workers._batch_engine.BatchEngine`, ``--n-parallel``
 slots over llama.cpp's C API, loaded by :func:`~workers._llama_model.load_llama`.
-``legacy``: :class:`~workers._inference_engine.Engine` around ``llama_cpp.Llama``,
+``legacy``: :class:`~workers._inference_engine.LegacyEngine` around ``llama_cpp.Llama``,
 one request at a time; ``--embedding`` always selects it, since its
 high-level path pools embeddings (mean pooling for generative models).
 """
@@ -12,23 +12,21 @@ from __future__ import annotations
 import argparse
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from workers._batch_engine import BatchEngine
-from workers._inference_engine import Engine
-from workers._llama_load import LlamaLog, LoadedModel, load_model
-from workers._llama_model import ContextConfig, LlamaModel, LoadedLlama, complete_import, load_llama
+from workers._engine_protocol import Engine
+from workers._inference_engine import LegacyEngine
+from workers._llama_load import LlamaLog, Loaded, load_model
+from workers._llama_model import ContextConfig, complete_import, load_llama
 
 
-def build_engine(args: argparse.Namespace) -> Engine | BatchEngine:
+def build_engine(args: argparse.Namespace) -> Engine:
     if args.engine == "legacy":
-        engine = Engine(args.model_name)
-        engine.embedding_enabled = bool(args.embedding)
-        return engine
+        return LegacyEngine(args.model_name, embedding=bool(args.embedding))
     return BatchEngine(args.model_name, n_parallel=args.n_parallel)
 
 
-def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> LoadedModel | LoadedLlama:
+def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:
     """Load the model the way the chosen engine needs it (on the thread that will own it)."""
     if args.engine == "batch":
         # numpy, jinja2 and the chat formats (~0.3 s of CPU) load while llama.cpp loads the model.
@@ -47,25 +45,3 @@ def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float],
         chat_format=args.chat_format,
         seed=args.seed,
     )
-
-
-def front_factory(args: argparse.Namespace, log: LlamaLog) -> Callable[[BatchEngine, LlamaModel], Any]:
-    """Builds the batch engine's request front once the model is loaded."""
-
-    def make(engine: BatchEngine, llm: LlamaModel) -> Any:
-        from workers._completion import CompletionFront
-
-        return CompletionFront(
-            engine,
-            llm,
-            model_name=args.model_name,
-            chat_format=args.chat_format,
-            default_seed=args.seed,
-            max_prompt_tokens=args.max_prompt_tokens,
-        )
-
-    return make
-
-
-def slot_count(engine: Engine | BatchEngine) -> int:
-    return len(engine.slots) if isinstance(engine, BatchEngine) else 1

@@ -18,9 +18,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers._engine_errors import EngineNotReady, EngineStopping, RequestCancelled, RequestRejected
+
+if TYPE_CHECKING:
+    from workers._engine_protocol import FrontFactory
+    from workers._llama_load import Loaded
 
 _END = object()
 
@@ -86,10 +90,15 @@ class Job:
                 close()
 
 
-class Engine:
-    """Loads the model on its own thread, then serves :class:`Job` s FIFO."""
+class LegacyEngine:
+    """Loads the model on its own thread, then serves :class:`Job` s FIFO.
 
-    def __init__(self, model_name: str) -> None:
+    An :class:`~workers._engine_protocol.Engine` with one slot, no live state and no
+    request front (``llama_cpp.Llama`` formats chats itself); it serves embeddings
+    when loaded with ``--embedding``.
+    """
+
+    def __init__(self, model_name: str, *, embedding: bool = False) -> None:
         self.model_name = model_name
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -100,18 +109,35 @@ class Engine:
         self._idle = threading.Event()
         self._idle.set()
         self._thread: threading.Thread | None = None
-        self.embedding_enabled = False
+        self.embedding_enabled = embedding
         # Set (plain attribute, safe from a signal handler) to end whatever runs now.
         self.force_cancel = False
+
+    # -- capabilities ----------------------------------------------------------
+
+    @property
+    def slot_count(self) -> int:
+        return 1
+
+    @property
+    def monitor(self) -> None:
+        return None  # one llama_cpp.Llama: no slots, steps or metrics of its own
+
+    @property
+    def has_front(self) -> bool:
+        return False
+
+    def cancel_running(self) -> None:
+        self.force_cancel = True
 
     # -- lifecycle -----------------------------------------------------------
 
     def start(
         self,
-        load: Callable[[], Any],
-        on_loaded: Callable[[Any], bool],
+        load: Callable[[], Loaded],
+        on_loaded: Callable[[Loaded], bool],
         on_failed: Callable[[BaseException], None],
-        make_api: Any = None,  # the batch engine's request front; this engine serves jobs itself
+        make_front: FrontFactory,  # never called: this engine runs jobs itself
     ) -> None:
         """Run ``load()`` on the engine thread, then serve jobs.
 

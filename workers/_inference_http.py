@@ -32,11 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers import _llama_routes as llama_routes
-from workers._batch_engine import BatchEngine
 from workers._engine_errors import EngineError
+from workers._engine_protocol import Engine, RequestQueue
 from workers._http_errors import ApiError, answer_for
 from workers._inference_api import (
     chat_request,
@@ -45,7 +45,11 @@ from workers._inference_api import (
     parse_json_object,
     request_options,
 )
-from workers._inference_engine import Engine, Job
+from workers._inference_engine import Job
+
+if TYPE_CHECKING:
+    from workers._completion import CompletionFront  # loaded with the model, on the engine thread (make_front)
+    from workers._llama_model import LlamaModel
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _NOT_SUPPORTED = "not_supported_error"
@@ -71,16 +75,27 @@ _UNSUPPORTED = {
 }
 
 
+@dataclass(frozen=True)
+class FrontOptions:
+    """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``."""
+
+    chat_format: str | None = None
+    default_seed: int | None = None
+    max_prompt_tokens: int = 0
+
+
 @dataclass
 class InferenceApp:
-    """What the handlers need; ``status`` is "loading" | "ready" | "stopping"."""
+    """What the handlers need; ``status`` is the worker's state ("loading", "ready", ...)."""
 
     model_name: str
-    engine: Engine | BatchEngine
+    engine: Engine
     log: Any
+    front_options: FrontOptions = field(default_factory=FrontOptions)
     status: str = "loading"
     model_meta: dict[str, Any] = field(default_factory=dict)
     created: int = field(default_factory=lambda: int(time.time()))
+    front: CompletionFront | None = None  # the engine's request front, once loaded (make_front)
     # POST responses still being written; a graceful stop waits for them,
     # since the engine finishing a job is not the client having the bytes.
     _inflight: int = 0
@@ -94,6 +109,22 @@ class InferenceApp:
         with self._inflight_cv:
             self._inflight -= 1
             self._inflight_cv.notify_all()
+
+    def make_front(self, engine: RequestQueue, llm: LlamaModel) -> CompletionFront:
+        """The request front for ``engine`` (an engine's ``make_front``): called once, on the
+        engine thread, when the model has loaded."""
+        from workers._completion import CompletionFront
+
+        opts = self.front_options
+        self.front = CompletionFront(
+            engine,
+            llm,
+            model_name=self.model_name,
+            chat_format=opts.chat_format,
+            default_seed=opts.default_seed,
+            max_prompt_tokens=opts.max_prompt_tokens,
+        )
+        return self.front
 
     def wait_responses(self, timeout: float) -> bool:
         """Wait until no POST response is being written; False on timeout."""
@@ -178,33 +209,33 @@ class _Handler(BaseHTTPRequestHandler):
         elif route == "/props":
             try:
                 front = self._front(route)
-                self._send_json(200, llama_routes.props(front, self.app.engine, app.model_name))
+                self._send_json(200, llama_routes.props(front, self.app.engine.slot_count, app.model_name))
             except ApiError as err:
                 self._send_api_error(err)
         else:
             self._send_api_error(ApiError(404, f"no route GET {route}", "not_found_error"))
 
     def _send_engine_state(self, route: str) -> None:
-        engine = self.app.engine
-        if not isinstance(engine, BatchEngine):
+        monitor = self.app.engine.monitor
+        if monitor is None:  # the legacy engine keeps no live state
             self._send_api_error(ApiError(501, f"{route} needs the batch engine", "not_supported_error"))
         elif self.app.status != "ready":
             self._send_api_error(ApiError(503, "model is not ready", "unavailable_error"))
         elif route == "/slots":
-            self._send_json(200, engine.slots_json())
+            self._send_json(200, monitor.slots_json())
         elif route == "/engine/steps":
-            self._send_json(200, {"steps": engine.steps_json()})
+            self._send_json(200, {"steps": monitor.steps_json()})
         else:
-            self._send(200, engine.metrics_text().encode(), "text/plain; version=0.0.4")
+            self._send(200, monitor.metrics_text().encode(), "text/plain; version=0.0.4")
 
-    def _front(self, route: str) -> Any:
-        """The batch engine's request front, for llama-server's own endpoints (501 on the legacy engine)."""
-        engine = self.app.engine
-        if not isinstance(engine, BatchEngine):
+    def _front(self, route: str) -> CompletionFront:
+        """The engine's request front, for llama-server's own endpoints (501 on an engine without one)."""
+        if not self.app.engine.has_front:
             raise ApiError(501, f"{route} needs the batch engine (this worker runs --engine legacy)", _NOT_SUPPORTED)
-        if self.app.status != "ready" or engine.api is None:
+        front = self.app.front
+        if self.app.status != "ready" or front is None:
             raise ApiError(503, "model is not ready", "unavailable_error")
-        return engine.api
+        return front
 
     def _client_gone(self) -> bool:
         """Whether the client hung up: readable with nothing to read means EOF."""

@@ -18,8 +18,8 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # the check imports gguf + numpy (~60 ms): only where a load needs it
     from workers._gguf_check import GGUFInfo
@@ -120,8 +120,30 @@ def classify_llama_errors(lines: list[str]) -> LoadError:
     return LoadError(reason, message or text or "llama.cpp failed to load the model")
 
 
+class Loaded(Protocol):
+    """A loaded model, however it was loaded: what ``instance_ready`` reports, and the
+    model its engine runs (``llm``); ``phases`` are milliseconds per load step, if measured."""
+
+    @property
+    def llm(self) -> Any: ...
+    @property
+    def load_ms(self) -> float: ...
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def n_params(self) -> int: ...
+    @property
+    def file_size(self) -> int: ...
+    @property
+    def architecture(self) -> str: ...
+    @property
+    def phases(self) -> dict[str, float]: ...
+
+
 @dataclass(frozen=True)
 class LoadedModel:
+    """A ``llama_cpp.Llama`` loaded by :func:`load_model` (the legacy engine)."""
+
     llm: Any  # llama_cpp.Llama (typed Any: llama_cpp has no complete stubs)
     info: GGUFInfo
     load_ms: float
@@ -130,6 +152,7 @@ class LoadedModel:
     # The C progress callback stays referenced for the model's lifetime: the
     # loaded params struct still points at it.
     keepalive: Any = None
+    phases: dict[str, float] = field(default_factory=dict)  # not measured on this path
 
     @property
     def file_size(self) -> int:

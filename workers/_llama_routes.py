@@ -159,13 +159,13 @@ def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
     raise ApiError(501, "this model's chat format does not render a text prompt", "not_supported_error")
 
 
-def props(front: Any, engine: Any, model_name: str) -> dict[str, Any]:
+def props(front: Any, total_slots: int, model_name: str) -> dict[str, Any]:
     """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies."""
     llm = front.llm
     params = {**SamplingParams().to_json(), "n_predict": -1, "stop": []}
     return {
         "default_generation_settings": {"params": params, "n_ctx": llm.n_ctx},
-        "total_slots": len(engine.slots),
+        "total_slots": total_slots,
         "model_alias": model_name,
         "model_path": llm.path,
         "modalities": {"vision": False, "video": False, "audio": False},

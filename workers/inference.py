@@ -52,11 +52,10 @@ if __name__ == "__main__":
         signal.signal(_sig, lambda signum, _frame: _EARLY_SIGNALS.append(signum))
 
 from service.core import events as ev  # noqa: E402
-from workers._batch_engine import BatchEngine  # noqa: E402
-from workers._engine_setup import build_engine, front_factory, load, slot_count  # noqa: E402
-from workers._inference_http import InferenceApp, bind_server  # noqa: E402
-from workers._llama_load import LlamaLog, LoadedModel, LoadError  # noqa: E402
-from workers._llama_model import LoadedLlama  # noqa: E402
+from workers._engine_protocol import EngineMonitor  # noqa: E402
+from workers._engine_setup import build_engine, load  # noqa: E402
+from workers._inference_http import FrontOptions, InferenceApp, bind_server  # noqa: E402
+from workers._llama_load import LlamaLog, Loaded, LoadError  # noqa: E402
 from workers.runtime import (  # noqa: E402
     INFERENCE_WORKER,
     Parent,
@@ -116,7 +115,10 @@ class Worker:
         self.log = log = runtime.log
         self.pid = os.getpid()
         self.engine = build_engine(args)
-        self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log)
+        front = FrontOptions(
+            chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens
+        )
+        self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""
         self._state_lock = threading.Lock()
         self._state = "loading"  # loading | ready | stopping | failed
@@ -149,7 +151,7 @@ class Worker:
             self._stop_reason, self._stop_code, self._stop_grace = reason, code, grace
         else:
             self._stop_grace = 0.0
-            self.engine.force_cancel = True  # asked twice: end the running request now
+            self.engine.cancel_running()  # asked twice: end the running request now
         self._wake()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
@@ -199,10 +201,10 @@ class Worker:
             self.log.warning("port_taken", port=a.port)
             return bind_server(self.app, host=a.host, port=0)
 
-    def _load(self) -> LoadedModel | LoadedLlama:
+    def _load(self) -> Loaded:
         return load(self.args, self._llama_log, self._on_progress)
 
-    def _on_loaded(self, loaded: LoadedModel | LoadedLlama) -> bool:
+    def _on_loaded(self, loaded: Loaded) -> bool:
         meta: dict[str, Any] = {
             "load_ms": loaded.load_ms,
             "n_ctx": loaded.n_ctx,
@@ -216,24 +218,24 @@ class Worker:
             if self._state != "loading":
                 return False
             self._state = "ready"
-            self.app.model_meta = {**meta, "engine": self.args.engine, "n_parallel": slot_count(self.engine)}
+            self.app.model_meta = {**meta, "engine": self.args.engine, "n_parallel": self.engine.slot_count}
             self.app.status = "ready"
             self.emit(ev.InstanceReady(instance_id=self.args.instance_id, pid=self.pid, endpoint=self.endpoint, **meta))
-        self.log.info("instance_ready", endpoint=self.endpoint, phases=getattr(loaded, "phases", {}), **meta)
-        if isinstance(self.engine, BatchEngine) and self.args.stats_interval > 0:
-            threading.Thread(target=self._report_stats, name="stats", daemon=True).start()
+        self.log.info("instance_ready", endpoint=self.endpoint, phases=loaded.phases, **meta)
+        monitor = self.engine.monitor
+        if monitor is not None and self.args.stats_interval > 0:
+            threading.Thread(target=self._report_stats, args=(monitor,), name="stats", daemon=True).start()
         return True
 
-    def _report_stats(self) -> None:
+    def _report_stats(self, monitor: EngineMonitor) -> None:
         """``instance_stats`` whenever the engine's load changed, at most every ``--stats-interval`` s
         (so an idle model appends nothing, a busy one a few events a minute)."""
-        assert isinstance(self.engine, BatchEngine)
         interval = self.args.stats_interval
         last: dict[str, Any] | None = None
         last_at = -interval
         while True:
             time.sleep(min(interval, 1.0))
-            stats = self.engine.stats()
+            stats = monitor.stats()
             if stats == last or time.monotonic() - last_at < interval:
                 continue
             with self._state_lock:  # never after instance_stopped
@@ -303,7 +305,7 @@ class Worker:
             import llama_cpp.llama  # noqa: F401 - must precede LlamaLog.install (it sets its own callback)
 
         self._llama_log.install()
-        self.engine.start(self._load, self._on_loaded, self._on_load_failed, front_factory(a, self._llama_log))
+        self.engine.start(self._load, self._on_loaded, self._on_load_failed, self.app.make_front)
         while self._stop_reason is None and self._load_failed is None:
             self._wakeup.wait()  # woken by signals, stdin, load failure
         # A real load failure wins over a concurrent stop; a load we aborted does not.
