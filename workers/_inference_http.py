@@ -46,6 +46,7 @@ from workers._inference_api import (
     request_options,
 )
 from workers._inference_engine import Job
+from workers._worker_lifecycle import WorkerState
 
 if TYPE_CHECKING:
     from workers._completion import CompletionFront  # loaded with the model, on the engine thread (make_front)
@@ -86,13 +87,13 @@ class FrontOptions:
 
 @dataclass
 class InferenceApp:
-    """What the handlers need; ``status`` is the worker's state ("loading", "ready", ...)."""
+    """What the handlers need; ``status`` is the worker's, which ``/health`` reports."""
 
     model_name: str
     engine: Engine
     log: Any
     front_options: FrontOptions = field(default_factory=FrontOptions)
-    status: str = "loading"
+    status: WorkerState = WorkerState.LOADING
     model_meta: dict[str, Any] = field(default_factory=dict)
     created: int = field(default_factory=lambda: int(time.time()))
     front: CompletionFront | None = None  # the engine's request front, once loaded (make_front)
@@ -191,10 +192,10 @@ class _Handler(BaseHTTPRequestHandler):
         route = self._route()
         app = self.app
         if route == "/health":
-            if app.status == "ready":
+            if app.status is WorkerState.READY:
                 self._send_json(200, {"status": "ok"})
             else:
-                self._send_json(503, {"status": app.status})
+                self._send_json(503, {"status": app.status.value})
         elif route == "/models":
             entry = {
                 "id": app.model_name,
@@ -219,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
         monitor = self.app.engine.monitor
         if monitor is None:  # the legacy engine keeps no live state
             self._send_api_error(ApiError(501, f"{route} needs the batch engine", "not_supported_error"))
-        elif self.app.status != "ready":
+        elif self.app.status is not WorkerState.READY:
             self._send_api_error(ApiError(503, "model is not ready", "unavailable_error"))
         elif route == "/slots":
             self._send_json(200, monitor.slots_json())
@@ -233,7 +234,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.app.engine.has_front:
             raise ApiError(501, f"{route} needs the batch engine (this worker runs --engine legacy)", _NOT_SUPPORTED)
         front = self.app.front
-        if self.app.status != "ready" or front is None:
+        if self.app.status is not WorkerState.READY or front is None:
             raise ApiError(503, "model is not ready", "unavailable_error")
         return front
 

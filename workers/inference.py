@@ -56,6 +56,7 @@ from workers._engine_protocol import EngineMonitor  # noqa: E402
 from workers._engine_setup import build_engine, load  # noqa: E402
 from workers._inference_http import FrontOptions, InferenceApp, bind_server  # noqa: E402
 from workers._llama_load import LlamaLog, Loaded, LoadError  # noqa: E402
+from workers._worker_lifecycle import Trigger, WorkerState, next_state  # noqa: E402
 from workers.runtime import (  # noqa: E402
     INFERENCE_WORKER,
     Parent,
@@ -120,8 +121,8 @@ class Worker:
         )
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""
-        self._state_lock = threading.Lock()
-        self._state = "loading"  # loading | ready | stopping | failed
+        self._state_lock = threading.Lock()  # held to record an event together with the change it reports
+        self._state = WorkerState.LOADING
         # Written from signal handlers, so: plain attributes + a wake-up pipe
         # for the main thread (no locks or Events inside a handler); every
         # signal also writes to it, so none is lost before the main thread waits.
@@ -143,6 +144,14 @@ class Worker:
 
     def _wake(self) -> None:
         self._wakeup.wake()
+
+    def _advance(self, trigger: Trigger) -> bool:
+        """Take the lifecycle's ``trigger`` edge (under ``_state_lock``); False: refused, the state stays."""
+        after = next_state(self._state, trigger)
+        if after is None:
+            return False
+        self._state = after
+        return True
 
     # -- stop requests (any thread, or a signal handler) --------------------
 
@@ -215,11 +224,10 @@ class Worker:
         # Emitted under the state lock so a concurrent stop cannot record
         # instance_stopped before instance_ready.
         with self._state_lock:
-            if self._state != "loading":
+            if not self._advance("loaded"):  # LOADING -> READY; refused once a stop began
                 return False
-            self._state = "ready"
             self.app.model_meta = {**meta, "engine": self.args.engine, "n_parallel": self.engine.slot_count}
-            self.app.status = "ready"
+            self.app.status = WorkerState.READY
             self.emit(ev.InstanceReady(instance_id=self.args.instance_id, pid=self.pid, endpoint=self.endpoint, **meta))
         self.log.info("instance_ready", endpoint=self.endpoint, phases=loaded.phases, **meta)
         monitor = self.engine.monitor
@@ -239,7 +247,7 @@ class Worker:
             if stats == last or time.monotonic() - last_at < interval:
                 continue
             with self._state_lock:  # never after instance_stopped
-                if self._state != "ready":
+                if self._state is not WorkerState.READY:
                     return
                 self.emit(ev.InstanceStats(instance_id=self.args.instance_id, **stats))
             last, last_at = stats, time.monotonic()
@@ -247,10 +255,9 @@ class Worker:
     def _on_load_failed(self, exc: BaseException) -> None:
         err = exc if isinstance(exc, LoadError) else LoadError("load_error", f"{type(exc).__name__}: {exc}")
         with self._state_lock:
-            if self._state != "loading":
+            if not self._advance("load_failed"):  # LOADING -> FAILED; refused once a stop began
                 return
-            self._state = "failed"
-        self.app.status = "failed"
+        self.app.status = WorkerState.FAILED
         self._load_failed = err
         self._wake()
 
@@ -321,10 +328,10 @@ class Worker:
         _hard_exit_after(self._stop_grace + 5.0, code)  # never hang on the way out
         with self._state_lock:
             was = self._state
-            self._state = "stopping"
-        self.app.status = "stopping"
-        self.log.info("stopping", reason=reason, state=was)
-        if was == "ready":
+            self._advance("stop")  # LOADING | READY | FAILED -> STOPPING
+        self.app.status = WorkerState.STOPPING
+        self.log.info("stopping", reason=reason, state=was.value)
+        if was is WorkerState.READY:
             threading.Thread(target=server.shutdown, daemon=True).start()
             self.engine.drain(self._stop_grace)
             self.app.wait_responses(1.0)
