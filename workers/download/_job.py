@@ -136,34 +136,47 @@ def run_job(job_id: str, spec: JobSpec, cache_dir: Path, emit: Callable[[ev.Even
             fetch_blob(url, headers, str(paths.incomplete(sha)), f.size, sha, cfg, meter, interrupts,
                        on_disk[sha], log)  # fmt: skip
             publish_blob(paths.incomplete(sha), paths.blob(sha))
-        published = []
-        for f in spec.files:
-            link = link_snapshot(paths, spec.commit, f.path, f.sha256)
-            published.append({**_file_json(f), "blob_path": str(paths.blob(f.sha256)), "snapshot_path": str(link)})
-        write_ref(paths, spec.revision, spec.commit)
+        published = _publish_snapshot(paths, spec)
         meter.finish()
-        emit(ev.DownloadFinished(job_id=job_id, commit=spec.commit, files=tuple(published),
+        emit(ev.DownloadFinished(job_id=job_id, commit=spec.commit, files=published,
                                  bytes_total=spec.total_bytes, bytes_transferred=meter.transferred,
                                  duration_ms=round((time.monotonic() - began) * 1000, 1)))  # fmt: skip
         return EXIT_FINISHED
     except Interrupted as stop:
-        if stop.kind == PARENT:
-            # The service's recovery records download_interrupted itself.
-            log("parent_exited", job_id=job_id)
-            return EXIT_PARENT_EXITED
-        discard = stop.kind == DISCARD
-        if discard:
-            for sha in blobs:
-                _unlink(paths.incomplete(sha))
-        kept = sum(_bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items())
-        emit(ev.DownloadCancelled(job_id=job_id, discarded=discard, bytes_on_disk=kept))
-        return EXIT_CANCELLED
+        return _on_interrupted(stop, job_id, paths, blobs, emit, log)
     except TransferError as exc:
         return fail(exc.reason, exc.message, exc.retryable)
     except OSError as exc:
         return fail(*_os_failure(exc))
     finally:
         _release(locks, 0)
+
+
+def _publish_snapshot(paths: CachePaths, spec: JobSpec) -> tuple[dict[str, Any], ...]:
+    """Link every file of the commit to its verified blob, then record the revision; the files
+    as ``download_finished`` reports them."""
+    published = []
+    for f in spec.files:
+        link = link_snapshot(paths, spec.commit, f.path, f.sha256)
+        published.append({**_file_json(f), "blob_path": str(paths.blob(f.sha256)), "snapshot_path": str(link)})
+    write_ref(paths, spec.revision, spec.commit)
+    return tuple(published)
+
+
+def _on_interrupted(stop: Interrupted, job_id: str, paths: CachePaths, blobs: dict[str, JobFile],
+                    emit: Callable[[ev.Event], None], log: Callable[..., None]) -> int:  # fmt: skip
+    """A cancel (the partials kept, or discarded, then ``download_cancelled``) or the parent's death."""
+    if stop.kind == PARENT:
+        # The service's recovery records download_interrupted itself.
+        log("parent_exited", job_id=job_id)
+        return EXIT_PARENT_EXITED
+    discard = stop.kind == DISCARD
+    if discard:
+        for sha in blobs:
+            _unlink(paths.incomplete(sha))
+    kept = sum(_bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items())
+    emit(ev.DownloadCancelled(job_id=job_id, discarded=discard, bytes_on_disk=kept))
+    return EXIT_CANCELLED
 
 
 def file_url(endpoint: str, repo: str, commit: str, path: str) -> str:

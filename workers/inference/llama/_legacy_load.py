@@ -121,22 +121,8 @@ def load_model(
 
     restore, keepalive = _with_progress_callback(progress)
     log.mark()
-    kwargs: dict[str, Any] = dict(
-        n_ctx=effective_n_ctx(n_ctx, info),
-        n_threads=n_threads,
-        n_threads_batch=n_threads_batch,
-        n_batch=n_batch,
-        embedding=embedding,
-        chat_format=chat_format,
-        verbose=False,
-    )
-    if seed is not None:
-        kwargs["seed"] = seed
-    if embedding and f"{info.architecture}.pooling_type" not in info.metadata:
-        # Generative models carry no pooling type, and llama.cpp's default
-        # ("none") yields one vector per *token*; OpenAI clients expect one
-        # per input, so mean-pool like most embedding models.
-        kwargs["pooling_type"] = llama_cpp.LLAMA_POOLING_TYPE_MEAN
+    kwargs = _llama_kwargs(info, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads_batch, n_batch=n_batch,
+                           embedding=embedding, chat_format=chat_format, seed=seed)  # fmt: skip
     try:
         llm = llama_cpp.Llama(model_path, **kwargs)
     except MemoryError as exc:
@@ -159,3 +145,27 @@ def load_model(
         n_ctx=int(llm.n_ctx()),
         keepalive=keepalive,
     )
+
+
+def _llama_kwargs(info: GGUFInfo, *, n_ctx: int, n_threads: int, n_threads_batch: int, n_batch: int,
+                  embedding: bool, chat_format: str | None, seed: int | None) -> dict[str, Any]:  # fmt: skip
+    """``llama_cpp.Llama``'s keyword arguments for this model and these settings."""
+    import llama_cpp
+
+    kwargs: dict[str, Any] = dict(
+        n_ctx=effective_n_ctx(n_ctx, info),
+        n_threads=n_threads,
+        n_threads_batch=n_threads_batch,
+        n_batch=n_batch,
+        embedding=embedding,
+        chat_format=chat_format,
+        verbose=False,
+    )
+    if seed is not None:
+        kwargs["seed"] = seed
+    if embedding and f"{info.architecture}.pooling_type" not in info.metadata:
+        # Generative models carry no pooling type, and llama.cpp's default
+        # ("none") yields one vector per *token*; OpenAI clients expect one
+        # per input, so mean-pool like most embedding models.
+        kwargs["pooling_type"] = llama_cpp.LLAMA_POOLING_TYPE_MEAN
+    return kwargs
