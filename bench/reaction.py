@@ -205,7 +205,8 @@ def download_sigterm_in_stall(hub: HubServer, tmp: Path, rounds: int) -> list[fl
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
         partial = CachePaths(cache, repo).incomplete(info.files[0].sha256)
         _until(lambda p=partial: p.exists() and p.stat().st_size >= int(0.3 * 4 * MB), "the stall")
-        time.sleep(0.3)  # into the blocked read (see tests/workers/test_download_worker.py on the race before it)
+        # Into the blocked read (see tests/workers/download/test_download_worker.py on the race before it).
+        time.sleep(0.3)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

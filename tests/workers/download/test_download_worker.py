@@ -194,7 +194,7 @@ def test_cancel_at_30_percent_keeps_partial_and_discard_deletes_it(
 @pytest.mark.timeout(200)
 def test_cancel_during_a_stall_is_prompt(hub: HubServer, spawn_download: Spawn, tmp_path: Path) -> None:
     """Cancelled right as the stall starts, again and again: a signal landing just before the
-    worker's read blocks must still cut that read short (tests/workers/test_signals.py pins the
+    worker's read blocks must still cut that read short (tests/workers/runtime/test_signals.py pins the
     mechanism). --stall-timeout 3600 turns any lost signal into a hang, which the timeouts catch."""
     size = 2 * MB
     repo, info = _repo(hub, {"m-Q4_K_M.gguf": size})
