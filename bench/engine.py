@@ -105,8 +105,7 @@ class Running:
 
 def _eog_bias(model: Path) -> dict[str, float]:
     """``logit_bias`` banning every end-of-generation token, so each request runs its full length."""
-    from workers._llama_load import LlamaLog
-    from workers._llama_model import ContextConfig, load_llama
+    from workers.inference.llama import ContextConfig, LlamaLog, load_llama
 
     log = LlamaLog(lambda level, text: None)
     log.install()

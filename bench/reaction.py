@@ -48,7 +48,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from service.core.cache_layout import CachePaths
 from service.downloads.resolution import resolve
 from service.event_store import SyncEventStore, new_event
-from workers._sink import read_jsonl
+from workers.runtime import read_jsonl
 
 MB = 1024 * 1024
 GOALS_MS = {
@@ -205,7 +205,8 @@ def download_sigterm_in_stall(hub: HubServer, tmp: Path, rounds: int) -> list[fl
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
         partial = CachePaths(cache, repo).incomplete(info.files[0].sha256)
         _until(lambda p=partial: p.exists() and p.stat().st_size >= int(0.3 * 4 * MB), "the stall")
-        time.sleep(0.3)  # into the blocked read (see tests/workers/test_download_worker.py on the race before it)
+        # Into the blocked read (see tests/workers/download/test_download_worker.py on the race before it).
+        time.sleep(0.3)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

@@ -1,6 +1,6 @@
 """structlog setup for the service and its CLI tools.
 
-Workers log through their own lean JSON-lines logger (``workers/_log.py``:
+Workers log through their own lean JSON-lines logger (``workers/runtime/_log.py``:
 importing structlog costs a download worker ~0.1 s of start-up) and share the
 redaction rule in :mod:`service.core.redaction`.
 

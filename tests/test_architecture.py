@@ -4,10 +4,16 @@
 * No module imports another package's private ``_module`` or ``_name``.
 * The import graph between packages is acyclic. Its nodes are the packages
   ``service.core``, ``service.event_store``, ``service.api``, ``service.supervision``,
-  ``service.recovery``, ``service.downloads`` and ``workers``, plus each top-level
+  ``service.recovery``, ``service.downloads`` and the workers' three parts
+  (``workers.runtime``, ``workers.download``, ``workers.inference``), plus each top-level
   module of ``service`` (``service.startup``, ``service.live_state``, ...) on its own.
 * Workers import ``service.core`` and ``service.event_store`` only (STYLE.md house rule 4),
   besides the root ``service`` package for ``__version__``.
+* The download and inference workers share only the runtime: neither imports the other,
+  and the runtime imports neither.
+* Inside the inference worker, layers: ``llama`` (llama.cpp) <- ``engine`` <- ``http``
+  <- the worker itself; the engine knows no HTTP, and llama.cpp's layer knows neither.
+  ``http`` sees one thing of the worker: its states (``/health`` reports them).
 
 Imports inside functions and under ``TYPE_CHECKING`` count: they are dependencies too.
 """
@@ -15,13 +21,27 @@ Imports inside functions and under ``TYPE_CHECKING`` count: they are dependencie
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("service", "workers")
 TOOLING = {"devtools", "tests", "bench"}
 WORKERS_MAY_IMPORT = {"service", "service.core", "service.event_store"}
+WORKER_PARTS = ("workers.runtime", "workers.download", "workers.inference")
+WORKER_PARTS_MAY_IMPORT = {"workers.runtime": set(), "workers.download": {"workers.runtime"},
+                           "workers.inference": {"workers.runtime"}}  # fmt: skip
+# What each layer of the inference worker may import of the inference worker (a layer knows nothing above it).
+INFERENCE_LAYERS_MAY_IMPORT = {
+    "workers.inference.llama": ("workers.inference.llama",),
+    "workers.inference.engine": ("workers.inference.engine", "workers.inference.llama"),
+    "workers.inference.http": (
+        "workers.inference.http",
+        "workers.inference.engine",
+        "workers.inference.llama",
+        "workers.inference.WorkerState",
+    ),
+}
 
 
 def _module_name(path: Path) -> str:
@@ -70,7 +90,8 @@ def _node(target: str) -> str | None:
     """The graph node a dotted target belongs to (None outside the product)."""
     parts = target.split(".")
     if parts[0] == "workers":
-        return "workers"
+        part = ".".join(parts[:2])
+        return part if part in WORKER_PARTS else "workers"  # the root package itself
     if parts[0] != "service":
         return None
     if len(parts) == 1 or not _is_module(".".join(parts[:2])):
@@ -146,7 +167,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_package_import_graph_is_acyclic() -> None:
     graph = _graph()
-    assert {"service.api", "service.supervision", "service.recovery", "workers"} <= set(graph)  # the scan works
+    assert {"service.api", "service.supervision", "service.recovery", *WORKER_PARTS} <= set(graph)  # the scan works
     cycle = _find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -157,5 +178,51 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 def test_workers_import_only_the_core_and_the_event_store() -> None:
-    reached = _graph().get("workers", set())
-    assert reached <= WORKERS_MAY_IMPORT, f"workers import {sorted(reached - WORKERS_MAY_IMPORT)}"
+    graph = _graph()
+    for part in ("workers", *WORKER_PARTS):
+        reached = {node for node in graph.get(part, set()) if not node.startswith("workers")}
+        assert reached <= WORKERS_MAY_IMPORT, f"{part} imports {sorted(reached - WORKERS_MAY_IMPORT)}"
+
+
+def test_the_download_and_inference_workers_share_only_the_runtime() -> None:
+    graph = _graph()
+    for part, allowed in WORKER_PARTS_MAY_IMPORT.items():
+        reached = {node for node in graph.get(part, set()) if node.startswith("workers")}
+        assert reached <= allowed, f"{part} imports {sorted(reached - allowed)}"
+
+
+def _within(target: str, prefix: str) -> bool:
+    return target == prefix or target.startswith(prefix + ".")
+
+
+def _layer_violations(imports: Iterable[tuple[str, int, str]]) -> list[str]:
+    """``module:line imports target`` for each import of the inference worker above the module's layer."""
+    return [
+        f"{module}:{line} imports {target}"
+        for module, line, target in imports
+        for layer, allowed in INFERENCE_LAYERS_MAY_IMPORT.items()
+        if _within(module, layer) and _within(target, "workers.inference")
+        if not any(_within(target, a) for a in allowed)
+    ]
+
+
+def test_the_inference_engine_knows_no_http_and_llama_knows_neither() -> None:
+    imports = [(module, line, target) for module, path in _product_modules() for line, target in _imports(module, path)]
+    bad = _layer_violations(imports)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    imports = [
+        ("workers.inference.engine._batch", 1, "workers.inference.http.ApiError"),
+        ("workers.inference.llama._model", 2, "workers.inference.engine.Request"),
+        ("workers.inference.engine._job", 3, "workers.inference.WorkerState"),
+        ("workers.inference.http._app", 4, "workers.inference.WorkerState"),
+        ("workers.inference.http._server", 5, "workers.inference.engine.Job"),
+        ("workers.inference._worker", 6, "workers.inference.http.InferenceApp"),
+    ]
+    assert _layer_violations(imports) == [
+        "workers.inference.engine._batch:1 imports workers.inference.http.ApiError",
+        "workers.inference.llama._model:2 imports workers.inference.engine.Request",
+        "workers.inference.engine._job:3 imports workers.inference.WorkerState",
+    ]

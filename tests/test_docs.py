@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from service.core import events as ev
-from workers._runtime import DOWNLOAD_WORKER, INFERENCE_WORKER
+from workers.runtime import DOWNLOAD_WORKER, INFERENCE_WORKER
 
 ROOT = Path(__file__).resolve().parents[1]
 _ITEM = re.compile(r"^(?P<name>[a-z_]+)(?:\[[^\]]*\])?(?:=(?P<default>\"[^\"]*\"|[^\s(]+))?(?: \((?P<note>.+)\))?$")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workers._sink import read_jsonl
+from workers.runtime import read_jsonl
 
 
 @dataclass

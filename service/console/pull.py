@@ -1,7 +1,7 @@
 """``modelrouter pull``: start a download and follow it on the event stream.
 
 One bar per file. Progress events carry the job's total; the worker fetches
-files one after the other in path order (``workers/_job.py``), so the bytes
+files one after the other in path order (``workers/download/_job.py``), so the bytes
 fill the bars in that order. Ctrl-C cancels the job (the partial is kept),
 and the next ``pull`` resumes it.
 """

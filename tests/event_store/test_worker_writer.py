@@ -23,7 +23,7 @@ def test_emit_appends_one_typed_event_for_a_model(db_path: Path) -> None:
 def test_worker_entry_points_do_not_load_sqlalchemy() -> None:
     """Every worker start pays for what it imports (~0.2 s for SQLAlchemy, ~0.1 s for structlog)."""
     code = (
-        "import sys, workers.download, workers.inference, workers._runtime, workers._job, workers._sink;"
+        "import sys, workers.download._cli, workers.inference._worker, workers.runtime._worker_runtime, workers.download._job, workers.runtime._event_sinks;"
         "import service.event_store.worker_writer;"
         "bad = [m for m in ('sqlalchemy', 'huggingface_hub', 'litestar', 'structlog') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"

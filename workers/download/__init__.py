@@ -1,0 +1,72 @@
+"""The download worker: one process per download job (``python -m workers.download``, see ``_cli``).
+
+* ``_cli``: the command line, the signal-first start, the exit codes.
+* ``_job``: one job: lock, check, fetch every blob, publish into the HF cache, report.
+* ``_transfer``: one blob over HTTP into a resumable, verified partial file, with retries.
+* ``_http_client``: the stdlib GET client of the byte path (redirects, proxies, TLS).
+* ``_partial_file``: the partial blob, hashed behind the writes by a second thread.
+* ``_hf_cache``: the Hugging Face cache layout as the worker writes it (locks, blobs, snapshots).
+* ``_interrupts``: cancels and parent death, turned into :class:`Interrupted` at safe points.
+
+Exports load lazily: ``python -m workers.download`` imports this package first, and the
+worker installs its signal handlers before anything slow is imported (see ``_cli``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on first use (__getattr__)
+    from workers.download._cli import build_parser, main
+    from workers.download._interrupts import CANCEL, DISCARD, PARENT, Interrupted, Interrupts
+    from workers.download._job import JobFile, JobSpec, load_spec, run_job
+    from workers.download._partial_file import DiskFull, PartialFile
+    from workers.download._transfer import ProgressMeter, TransferConfig, TransferError, fetch_blob
+
+__all__ = [
+    "CANCEL",
+    "DISCARD",
+    "PARENT",
+    "DiskFull",
+    "Interrupted",
+    "Interrupts",
+    "JobFile",
+    "JobSpec",
+    "PartialFile",
+    "ProgressMeter",
+    "TransferConfig",
+    "TransferError",
+    "build_parser",
+    "fetch_blob",
+    "load_spec",
+    "main",
+    "run_job",
+]
+
+_HOMES = {
+    "build_parser": "workers.download._cli",
+    "main": "workers.download._cli",
+    "CANCEL": "workers.download._interrupts",
+    "DISCARD": "workers.download._interrupts",
+    "PARENT": "workers.download._interrupts",
+    "Interrupted": "workers.download._interrupts",
+    "Interrupts": "workers.download._interrupts",
+    "JobFile": "workers.download._job",
+    "JobSpec": "workers.download._job",
+    "load_spec": "workers.download._job",
+    "run_job": "workers.download._job",
+    "DiskFull": "workers.download._partial_file",
+    "PartialFile": "workers.download._partial_file",
+    "ProgressMeter": "workers.download._transfer",
+    "TransferConfig": "workers.download._transfer",
+    "TransferError": "workers.download._transfer",
+    "fetch_blob": "workers.download._transfer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

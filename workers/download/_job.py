@@ -1,0 +1,239 @@
+"""One download job: lock, check, fetch every blob, publish into the HF cache, report.
+
+Event order: ``download_started`` → ``download_progress``* → exactly one of
+``download_finished`` / ``download_failed`` / ``download_cancelled`` (or
+nothing when the parent died). A job refused before any transfer (a blob
+locked by another process, not enough disk) emits ``download_failed``
+without ``download_started``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from service.core import events as ev
+from workers.download._hf_cache import (
+    CachePaths,
+    LockHeld,
+    acquire_lock,
+    ensure_dirs,
+    link_snapshot,
+    publish_blob,
+    release_lock,
+    write_ref,
+)
+from workers.download._interrupts import DISCARD, PARENT, Interrupted, Interrupts
+from workers.download._transfer import ProgressMeter, TransferConfig, TransferError, fetch_blob
+
+EXIT_FINISHED, EXIT_FAILED, EXIT_CANCELLED, EXIT_PARENT_EXITED = 0, 1, 2, 3
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True, slots=True)
+class JobFile:
+    path: str
+    size: int
+    sha256: str
+    url: str | None = None  # built by the service with huggingface_hub.hf_hub_url
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """The resolution the service computed (``Resolution.to_spec()``): what to fetch, pinned to a commit."""
+
+    repo: str
+    revision: str
+    commit: str
+    endpoint: str
+    files: tuple[JobFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> JobSpec:
+        """Validate strictly: these values become file names inside the cache."""
+        files = tuple(
+            JobFile(str(f["path"]), int(f["size"]), str(f["sha256"]).lower(), str(f["url"]) if f.get("url") else None)
+            for f in obj["files"]
+        )
+        commit = str(obj["commit"]).lower()
+        if not _COMMIT.match(commit):
+            raise ValueError(f"commit must be 40 hex characters, got {commit!r}")
+        for f in files:
+            if not _SHA256.match(f.sha256) or f.size < 0:
+                raise ValueError(f"file {f.path!r}: sha256 must be 64 hex characters and size >= 0")
+            if f.path.startswith("/") or ".." in f.path.split("/") or not f.path:
+                raise ValueError(f"invalid file path {f.path!r}")
+        if not files:
+            raise ValueError("spec has no files")
+        revision = str(obj.get("revision") or commit)
+        if revision.startswith("/") or ".." in revision.split("/"):
+            raise ValueError(f"invalid revision {revision!r}")
+        endpoint = str(obj.get("endpoint") or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+        return cls(str(obj["repo"]), revision, commit, endpoint.rstrip("/"), files)
+
+
+def load_spec(arg: str) -> JobSpec:
+    """``arg`` is inline JSON (starting with '{') or the path of a JSON file."""
+    text = arg if arg.lstrip().startswith("{") else Path(arg).read_text()
+    return JobSpec.from_json(json.loads(text))
+
+
+def run_job(job_id: str, spec: JobSpec, cache_dir: Path, emit: Callable[[ev.Event], None], interrupts: Interrupts,
+            cfg: TransferConfig, token: str | None, *, pid_started_at: float | None = None,
+            log: Callable[..., None] = lambda *a, **k: None) -> int:  # fmt: skip
+    """Run the job to completion, failure or cancellation; return the exit code.
+
+    ``emit`` records this job's events (the runtime's typed emit)."""
+    began = time.monotonic()
+    paths = CachePaths(cache_dir, spec.repo)
+    blobs = {f.sha256: f for f in spec.files}  # one blob may back several paths
+    files_json = tuple(_file_json(f) for f in spec.files)
+
+    def fail(reason: str, message: str, retryable: bool) -> int:
+        emit(ev.DownloadFailed(job_id=job_id, reason=reason, message=message, retryable=retryable))
+        return EXIT_FAILED
+
+    locks: list[int] = []
+    try:
+        ensure_dirs(paths)
+        for sha in sorted(blobs):
+            locks.append(acquire_lock(paths.lock(sha)))
+    except LockHeld as exc:
+        return _release(locks, fail("internal", str(exc), True))
+    except OSError as exc:
+        return _release(locks, fail(*_os_failure(exc)))
+    try:
+        on_disk = {sha: _bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items()}
+        done = sum(on_disk.values())
+        missing = sum(f.size - on_disk[sha] for sha, f in blobs.items())
+        free = shutil.disk_usage(paths.blobs_dir).free
+        if missing > free:
+            return fail("disk_full", f"need {missing} more bytes in {paths.blobs_dir}, only {free} free", False)
+        emit(ev.DownloadStarted(job_id=job_id, pid=os.getpid(), pid_started_at=pid_started_at, commit=spec.commit,
+                                files=files_json, total_bytes=spec.total_bytes, resumed_bytes=done))  # fmt: skip
+        meter = ProgressMeter(spec.total_bytes, done, lambda d: emit(ev.DownloadProgress(job_id=job_id, **d)))
+        headers = hub_headers(token)
+        for sha, f in sorted(blobs.items(), key=lambda kv: kv[1].path):
+            if on_disk[sha] == f.size and paths.blob(sha).exists():
+                continue  # published by an earlier job: verified then, counts as done
+            url = f.url or file_url(spec.endpoint, spec.repo, spec.commit, f.path)
+            fetch_blob(url, headers, str(paths.incomplete(sha)), f.size, sha, cfg, meter, interrupts,
+                       on_disk[sha], log)  # fmt: skip
+            publish_blob(paths.incomplete(sha), paths.blob(sha))
+        published = _publish_snapshot(paths, spec)
+        meter.finish()
+        emit(ev.DownloadFinished(job_id=job_id, commit=spec.commit, files=published,
+                                 bytes_total=spec.total_bytes, bytes_transferred=meter.transferred,
+                                 duration_ms=round((time.monotonic() - began) * 1000, 1)))  # fmt: skip
+        return EXIT_FINISHED
+    except Interrupted as stop:
+        return _on_interrupted(stop, job_id, paths, blobs, emit, log)
+    except TransferError as exc:
+        return fail(exc.reason, exc.message, exc.retryable)
+    except OSError as exc:
+        return fail(*_os_failure(exc))
+    finally:
+        _release(locks, 0)
+
+
+def _publish_snapshot(paths: CachePaths, spec: JobSpec) -> tuple[dict[str, Any], ...]:
+    """Link every file of the commit to its verified blob, then record the revision; the files
+    as ``download_finished`` reports them."""
+    published = []
+    for f in spec.files:
+        link = link_snapshot(paths, spec.commit, f.path, f.sha256)
+        published.append({**_file_json(f), "blob_path": str(paths.blob(f.sha256)), "snapshot_path": str(link)})
+    write_ref(paths, spec.revision, spec.commit)
+    return tuple(published)
+
+
+def _on_interrupted(stop: Interrupted, job_id: str, paths: CachePaths, blobs: dict[str, JobFile],
+                    emit: Callable[[ev.Event], None], log: Callable[..., None]) -> int:  # fmt: skip
+    """A cancel (the partials kept, or discarded, then ``download_cancelled``) or the parent's death."""
+    if stop.kind == PARENT:
+        # The service's recovery records download_interrupted itself.
+        log("parent_exited", job_id=job_id)
+        return EXIT_PARENT_EXITED
+    discard = stop.kind == DISCARD
+    if discard:
+        for sha in blobs:
+            _unlink(paths.incomplete(sha))
+    kept = sum(_bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items())
+    emit(ev.DownloadCancelled(job_id=job_id, discarded=discard, bytes_on_disk=kept))
+    return EXIT_CANCELLED
+
+
+def file_url(endpoint: str, repo: str, commit: str, path: str) -> str:
+    """Fallback for specs without ``url`` (the service puts ``hf_hub_url``'s in).
+
+    Not imported from huggingface_hub here: with its httpx2 it added ~0.1 s to
+    every worker's start-up for two string functions.
+    """
+    return f"{endpoint}/{repo}/resolve/{quote(commit, safe='')}/{quote(path)}"
+
+
+def hub_headers(token: str | None) -> dict[str, str]:
+    """What ``build_hf_headers(token=token or False)`` sends, plus raw bytes only."""
+    from service import __version__
+
+    headers = {
+        "User-Agent": f"modelrouter/{__version__}; python/{sys.version.split()[0]}",
+        "Accept-Encoding": "identity",  # sizes and ranges are about raw bytes
+    }
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _os_failure(exc: OSError) -> tuple[str, str, bool]:
+    """(reason, message, retryable) for an OS error outside the copy loop (dirs, links, refs)."""
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return "disk_full", str(exc), False
+    return "internal", f"{type(exc).__name__}: {exc}", False
+
+
+def _file_json(f: JobFile) -> dict[str, Any]:
+    return {"path": f.path, "size": f.size, "sha256": f.sha256}
+
+
+def _bytes_on_disk(paths: CachePaths, sha: str, size: int) -> int:
+    """Bytes of this blob already present: the full size if published, else the partial's (capped)."""
+    try:
+        if paths.blob(sha).stat().st_size == size:
+            return size
+    except FileNotFoundError:
+        pass
+    try:
+        return min(paths.incomplete(sha).stat().st_size, size)
+    except FileNotFoundError:
+        return 0
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _release(locks: list[int], code: int) -> int:
+    while locks:
+        try:
+            release_lock(locks.pop())
+        except OSError as exc:
+            print(f"download worker: releasing a lock failed: {exc}", file=sys.stderr)
+    return code

@@ -1,0 +1,79 @@
+"""Inference worker: one OS process per loaded model (``python -m workers.inference``).
+
+Why a process per model: a llama.cpp crash, leak or OOM kill takes down only
+that model, and unloading is just ending the process -- the kernel frees
+everything. The service spawns us, learns about us only from the events we
+append (``instance_loading`` -> ``loading_progress``* -> ``instance_ready`` |
+``instance_load_failed``; finally ``instance_stopped``: the classes of those
+names in ``service/core/events.py``, emitted through the worker runtime, :mod:`workers.runtime`)
+and proxies OpenAI requests to our HTTP port.
+
+Order at start: die-with-parent hooks, bind the port (so ``/health`` answers
+``loading`` at once), emit ``instance_loading``, load on the inference
+thread, emit ``instance_ready``.
+
+Engines: ``batch`` (default; :mod:`workers.inference.engine._batch`: ``--n-parallel``
+slots with continuous batching over llama.cpp's C API) or ``legacy``
+(:mod:`workers.inference.engine._legacy`: ``llama_cpp.Llama``, one request at a
+time). ``--embedding`` always uses ``legacy``, whose high-level path pools
+embeddings.
+
+Stdin protocol (only watched when stdin is a pipe or socket):
+  ``stop [reason]\\n``  graceful stop, ``instance_stopped.reason`` = reason
+                        (default "requested"), exit 0.
+  EOF                   the service died: stop at once, record nothing (the service's
+                        recovery records ``instance_lost``), exit 4.
+Signals: SIGTERM/SIGINT = graceful stop (reason from an earlier ``stop`` line,
+else "signal"); a second one cancels the running request immediately.
+PR_SET_PDEATHSIG delivers SIGTERM when the parent dies (treated like EOF).
+
+Exit codes: 0 stopped on request; 1 internal error; 2 bad command line;
+3 load failed (``instance_load_failed`` emitted); 4 orphaned (parent died).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
+STATS_INTERVAL_S = 5.0  # instance_stats: at most this often, and only when it changed
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    p = argparse.ArgumentParser(prog="python -m workers.inference", description=__doc__.split("\n")[0])
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--model-name", default=None, help="id served in /v1/models (default: file stem)")
+    p.add_argument("--instance-id", default=None, help="default: NAME-PID")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0 = pick a free port (reported in events)")
+    p.add_argument(
+        "--n-ctx", type=int, default=4096, help="capped to the model's training context; 0 = training context"
+    )
+    p.add_argument("--n-threads", type=int, default=cores)
+    p.add_argument("--n-threads-batch", type=int, default=None, help="default: --n-threads")
+    p.add_argument("--n-batch", type=int, default=512)
+    p.add_argument("--n-parallel", type=int, default=4, help="slots decoded together (batch engine)")
+    p.add_argument("--engine", choices=["batch", "legacy"], default="batch", help="legacy: llama_cpp.Llama, 1 slot")
+    p.add_argument(
+        "--max-prompt-tokens", type=int, default=0, help="longer prompts get a 400; 0 = the context size - 1"
+    )
+    p.add_argument("--embedding", action="store_true", help="enable /v1/embeddings")
+    p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop-timeout", type=float, default=5.0, help="grace for the running request on stop (s)")
+    p.add_argument("--stats-interval", type=float, default=STATS_INTERVAL_S,
+                   help="instance_stats at most this often, when changed (s; 0 = never)")  # fmt: skip
+    p.add_argument("--db", default=None, help="SQLite event store to append events to")
+    p.add_argument("--events", default=None, help="JSONL event file ('-' = stdout, the default without --db)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--parent-pid", type=int, default=None, help="exit at once if our parent is not this pid")
+    args = p.parse_args(argv)
+    args.model_name = args.model_name or Path(args.model_path).stem
+    args.instance_id = args.instance_id or f"{args.model_name}-{os.getpid()}"
+    args.n_threads_batch = args.n_threads_batch or args.n_threads
+    if args.embedding:
+        args.engine = "legacy"  # embeddings stay on llama_cpp.Llama's pooling path
+    return args

@@ -1,0 +1,44 @@
+"""Which engine an inference worker runs, and how it loads: decided once from the command line.
+
+``batch`` (default): :class:`~workers.inference.engine.BatchEngine`, ``--n-parallel``
+slots over llama.cpp's C API, loaded by :func:`~workers.inference.llama.load_llama`.
+``legacy``: :class:`~workers.inference.engine.LegacyEngine` around ``llama_cpp.Llama``,
+one request at a time; ``--embedding`` always selects it, since its
+high-level path pools embeddings (mean pooling for generative models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from collections.abc import Callable
+
+from workers.inference.engine import BatchEngine, Engine, LegacyEngine
+from workers.inference.llama import ContextConfig, LlamaLog, Loaded, complete_import, load_llama, load_model
+
+
+def build_engine(args: argparse.Namespace) -> Engine:
+    if args.engine == "legacy":
+        return LegacyEngine(args.model_name, embedding=bool(args.embedding))
+    return BatchEngine(args.model_name, n_parallel=args.n_parallel)
+
+
+def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:
+    """Load the model the way the chosen engine needs it (on the thread that will own it)."""
+    if args.engine == "batch":
+        # numpy, jinja2 and the chat formats (~0.3 s of CPU) load while llama.cpp loads the model.
+        threading.Thread(target=complete_import, name="chat-import", daemon=True).start()
+        cfg = ContextConfig(args.n_ctx, args.n_parallel, args.n_batch, args.n_threads, args.n_threads_batch)
+        return load_llama(args.model_path, cfg, log=log, on_progress=on_progress)
+    return load_model(
+        args.model_path,
+        log=log,
+        on_progress=on_progress,
+        n_ctx=args.n_ctx,
+        n_threads=args.n_threads,
+        n_threads_batch=args.n_threads_batch,
+        n_batch=args.n_batch,
+        embedding=args.embedding,
+        chat_format=args.chat_format,
+        seed=args.seed,
+    )

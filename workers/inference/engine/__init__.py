@@ -1,0 +1,53 @@
+"""The inference engines, behind one protocol; they know llama.cpp, not HTTP.
+
+* ``_protocol``: :class:`Engine` (what the worker and its HTTP front use),
+  :class:`EngineMonitor` (live state), and the batch engine's seam with its
+  request front (:class:`JobRunner`, :class:`RequestQueue`, :data:`FrontFactory`).
+* ``_batch``: :class:`BatchEngine`, ``n_parallel`` slots decoded together, one
+  ``llama_decode`` per step (continuous batching, chunked prefill, prefix reuse).
+* ``_legacy``: :class:`LegacyEngine`, ``llama_cpp.Llama`` one request at a time (embeddings).
+* ``_job``: :class:`Job`, one HTTP request as an engine receives it.
+* ``_slots``: :class:`Request` and the slots that run requests; ``_sampling``:
+  llama.cpp's sampler chain per request; ``_metrics``: llama-server's counters.
+* ``_errors``: what goes wrong in an engine (:class:`EngineError` and its kinds);
+  the HTTP front turns each into an answer.
+"""
+
+from __future__ import annotations
+
+from workers.inference.engine._batch import BatchEngine
+from workers.inference.engine._errors import (
+    EngineError,
+    EngineFailed,
+    EngineNotReady,
+    EngineStopping,
+    RequestCancelled,
+    RequestRejected,
+)
+from workers.inference.engine._job import Job
+from workers.inference.engine._legacy import LegacyEngine
+from workers.inference.engine._protocol import Engine, EngineMonitor, FrontFactory, JobRunner, RequestQueue
+from workers.inference.engine._sampling import SamplerError, SamplingParams, build_chain, strict_json_strings
+from workers.inference.engine._slots import Request
+
+__all__ = [
+    "BatchEngine",
+    "Engine",
+    "EngineError",
+    "EngineFailed",
+    "EngineMonitor",
+    "EngineNotReady",
+    "EngineStopping",
+    "FrontFactory",
+    "Job",
+    "JobRunner",
+    "LegacyEngine",
+    "Request",
+    "RequestCancelled",
+    "RequestQueue",
+    "RequestRejected",
+    "SamplerError",
+    "SamplingParams",
+    "build_chain",
+    "strict_json_strings",
+]

@@ -1,0 +1,398 @@
+"""The batch engine: ``n_parallel`` slots decoded together, one ``llama_decode`` per step.
+
+Why: ``llama_cpp.Llama`` serves one request at a time, while a batch of
+several sequences costs little more than one on a CPU (the weights are read
+once per step). Each step, on the single engine thread:
+
+1. release cancelled requests (client gone, stop): their cells go at once;
+2. admit queued requests into idle slots, reusing the longest cached prefix;
+3. build one batch: the pending token of every generating slot, then prompt
+   chunks of prefilling slots up to ``n_batch`` tokens in all (chunked
+   prefill: a long prompt takes several steps and never stalls the others);
+4. ``llama_decode``; then sample each row that has logits with the request's
+   sampler chain and hand the text to the request's queue.
+
+A request that arrives while a step runs joins at the next one (continuous
+batching). Python work per step is a few list operations per slot; sampling
+runs in C. HTTP threads only enqueue :class:`~workers.inference.engine.Request` objects
+and read their queues (:mod:`workers.inference.http._front`).
+
+KV cells: each slot owns one KV stream of ``n_ctx`` cells (see
+:func:`workers.inference.llama._load._context_params`). An idle slot keeps its last
+prompt and reply there for reuse; a cancelled request's cells are dropped at
+once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from workers.inference.engine._errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
+from workers.inference.engine._metrics import EngineMetrics, StepLog
+from workers.inference.engine._protocol import FrontFactory, JobRunner
+from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot
+from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel
+
+if TYPE_CHECKING:
+    from workers.inference.engine._job import Job
+    from workers.inference.llama import Loaded
+
+
+class BatchEngine:
+    """Loads the model on its own thread, then runs the step loop until drained (an
+    :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
+
+    def __init__(self, model_name: str, *, n_parallel: int = 4) -> None:
+        self.model_name = model_name
+        self.n_parallel = max(1, n_parallel)
+        self.llm: LlamaModel | None = None
+        self.slots: list[Slot] = []
+        self.metrics = EngineMetrics()
+        self.embedding_enabled = False  # --embedding workers run the legacy engine
+        self.force_cancel = False  # plain attribute: set from a signal handler
+        self.front: JobRunner | None = None  # the request front, set once loaded
+        self._cv = threading.Condition()
+        self._pending: deque[Request] = deque()
+        self._accepting = False
+        self._drained = False
+        self._idle = threading.Event()
+        self._idle.set()
+        self._batch: Batch | None = None
+        self._budget = 0  # prompt tokens per step; halved while the KV cache cannot take a batch
+        self.step_log = StepLog()  # GET /engine/steps
+
+    # -- capabilities -------------------------------------------------------------
+
+    @property
+    def slot_count(self) -> int:
+        return len(self.slots)
+
+    @property
+    def monitor(self) -> BatchEngine:
+        return self  # slots_json, steps_json, metrics_text, stats
+
+    @property
+    def has_front(self) -> bool:
+        return True
+
+    def cancel_running(self) -> None:
+        self.force_cancel = True  # read by the next step; no lock: this may run in a signal handler
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(
+        self,
+        load: Callable[[], Loaded],
+        on_loaded: Callable[[Loaded], bool],
+        on_failed: Callable[[BaseException], None],
+        make_front: FrontFactory,
+    ) -> None:
+        """Run ``load()`` (returning a loaded model with ``.llm``) on the engine thread, then serve."""
+
+        def run() -> None:
+            try:
+                loaded = load()
+                self._setup(loaded.llm)
+                self.front = make_front(self, loaded.llm)
+            except BaseException as exc:  # reported, then the process exits
+                on_failed(exc)
+                return
+            with self._cv:
+                # Open before on_loaded records instance_ready: a client that saw the
+                # event at once (modelrouter run) must not get a 503 in between.
+                self._accepting = not self._drained
+            accept = on_loaded(loaded)
+            with self._cv:
+                self._accepting = accept and not self._drained
+            if self._accepting:
+                self._serve()
+
+        threading.Thread(target=run, name="inference", daemon=True).start()
+
+    def _setup(self, llm: LlamaModel) -> None:
+        self.llm = llm
+        self.slots = [Slot(id=i, n_ctx=llm.n_ctx) for i in range(min(self.n_parallel, MAX_SLOTS))]
+        self._batch = Batch(llm.lc, llm.n_batch)
+        self._budget = llm.cfg.n_batch
+
+    def submit(self, job: Job) -> None:
+        """Run an HTTP job through the request front (raises :class:`EngineNotReady` before load and once draining)."""
+        if self.front is None or not self._accepting:
+            raise EngineNotReady()
+        self.front.run_job(job)
+
+    def enqueue(self, req: Request) -> None:
+        """Queue a request for the next step; raises :class:`EngineNotReady` once the engine drains."""
+        with self._cv:
+            if not self._accepting:
+                raise EngineNotReady()
+            self._pending.append(req)
+            self._idle.clear()
+            self._cv.notify()
+
+    def cancel(self, req: Request) -> None:
+        """Cancel ``req``: it leaves its slot at the next step (or the queue at once)."""
+        req.cancelled.set()
+        with self._cv:
+            self._cv.notify()
+
+    def drain(self, grace_s: float) -> None:
+        """Stop accepting, reject queued requests, give running ones ``grace_s``, then cancel them."""
+        with self._cv:
+            self._accepting = False
+            self._drained = True
+            while self._pending:
+                self._reject(self._pending.popleft(), EngineStopping())
+            self._cv.notify()
+        if not self._idle.wait(grace_s):
+            self.force_cancel = True
+            with self._cv:
+                self._cv.notify()
+            self._idle.wait(2.0)
+
+    def slots_json(self) -> list[dict[str, Any]]:
+        with self._cv:
+            return [s.to_json() for s in self.slots]
+
+    def steps_json(self) -> list[dict[str, Any]]:
+        """The step log, oldest first (``decoded``: request ids; ``prefilled``: ``[id, prompt length,
+        tokens evaluated]``; ``ended``: requests released in or before that step)."""
+        with self._cv:
+            return self.step_log.json()
+
+    def stats(self) -> dict[str, Any]:
+        """The load summary of ``instance_stats``: slots, queue, average throughputs (rounded)."""
+        with self._cv:
+            busy, queued = sum(1 for s in self.slots if s.is_processing), len(self._pending)
+        return self.metrics.summary(len(self.slots), busy, queued)
+
+    def metrics_text(self) -> str:
+        """``GET /metrics``: llama-server's Prometheus metrics."""
+        processing = sum(1 for s in self.slots if s.is_processing)
+        return self.metrics.prometheus(processing, len(self._pending))
+
+    # -- the engine thread ----------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            with self._cv:
+                while not self._has_work():
+                    self._idle.set()
+                    if self._drained:
+                        return
+                    self._cv.wait()
+            try:
+                self._step()
+            except Exception as exc:  # a bug must not leave clients waiting forever
+                self._fail_active(EngineFailed(f"inference failed: {exc!r}"))
+
+    def _has_work(self) -> bool:
+        if any(s.is_processing for s in self.slots):
+            return True
+        return bool(self._pending) and not self._drained
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        self._release_cancelled(now)
+        self._admit(now)
+        batch = self._batch
+        assert batch is not None and self.llm is not None
+        batch.n = 0
+        gen, chunks = self._fill(batch)
+        if batch.n == 0:
+            return
+        ret = batch.decode(self.llm.ctx)
+        if ret != 0:
+            self._decode_failed(ret, gen, chunks)
+            return
+        self._budget = self.llm.cfg.n_batch
+        self.metrics.on_decode(batch.n, sum(s.is_processing for s in self.slots))
+        decoded = [s.request.id for s in gen if s.request is not None]  # read before _commit ends any
+        prefilled = [[s.request.id, len(s.request.prompt), len(part)] for s, part in chunks if s.request]
+        self._commit(gen, chunks, time.monotonic())
+        with self._cv:  # steps_json copies the log from an HTTP thread
+            self.step_log.add(decoded, prefilled)
+
+    # -- admission and release ------------------------------------------------------
+
+    def _release_cancelled(self, now: float) -> None:
+        for s in self.slots:
+            req = s.request
+            if req is not None and (req.cancelled.is_set() or self.force_cancel):
+                self._release(s, now, keep_cache=False)
+                self._reject(req, RequestCancelled("request cancelled"))
+        if self.force_cancel:
+            with self._cv:
+                while self._pending:
+                    self._reject(self._pending.popleft(), EngineStopping())
+
+    def _admit(self, now: float) -> None:
+        with self._cv:
+            while self._pending:
+                req = self._pending[0]
+                if req.cancelled.is_set():
+                    self._reject(self._pending.popleft(), RequestCancelled("request cancelled"))
+                    continue
+                picked = pick_slot(self.slots, req.prompt if req.cache_prompt else [])
+                if picked is None:
+                    return
+                slot, n_common = picked
+                self._pending.popleft()
+                self._launch(slot, req, min(n_common, len(req.prompt) - 1) if req.cache_prompt else 0, now)
+
+    def _launch(self, slot: Slot, req: Request, n_keep: int, now: float) -> None:
+        """Start ``req`` in ``slot``, keeping the first ``n_keep`` cached tokens (prefix reuse)."""
+        assert self.llm is not None
+        if n_keep < len(slot.cache) and not self.llm.seq_rm(slot.id, n_keep, -1):
+            n_keep = 0
+        if not self.llm.can_continue(slot.id, n_keep):
+            n_keep = 0  # the sliding window before n_keep is gone: evaluate it all again
+        if n_keep == 0:
+            self.llm.seq_rm(slot.id, 0, -1)
+        slot.begin(req, n_keep, now)
+        self.metrics.on_admit(n_keep)
+
+    def _release(self, slot: Slot, now: float, *, keep_cache: bool) -> None:
+        assert self.llm is not None
+        req = slot.request
+        if req is not None and req.chain is not None:
+            self.llm.lc.llama_sampler_free(req.chain)
+            req.chain = None
+        if req is not None:
+            self.step_log.ended(req.id)
+        with self._cv:
+            slot.end(now)
+        if not keep_cache:
+            self._drop_cache(slot)
+
+    def _drop_cache(self, slot: Slot) -> None:
+        assert self.llm is not None
+        self.llm.seq_rm(slot.id, 0, -1)
+        slot.cache.clear()
+
+    def _reject(self, req: Request, err: EngineError) -> None:
+        if req.chain is not None and self.llm is not None:
+            self.llm.lc.llama_sampler_free(req.chain)
+            req.chain = None
+        req.out.put(("e", err))
+
+    def _fail_active(self, err: EngineError) -> None:
+        now = time.monotonic()
+        for s in self.slots:
+            if s.request is not None:
+                self._reject(s.request, err)
+                self._release(s, now, keep_cache=False)
+
+    # -- one step ---------------------------------------------------------------------
+
+    def _fill(self, batch: Batch) -> tuple[list[Slot], list[tuple[Slot, list[int]]]]:
+        """Generating slots' tokens first, then prompt chunks in arrival order, up to ``n_batch``."""
+        assert self.llm is not None
+        gen: list[Slot] = []
+        now = time.monotonic()
+        for s in self.slots:
+            if s.state is not SlotState.GENERATING:
+                continue
+            if len(s.cache) + 1 >= self.llm.n_ctx:
+                self._finish(s, "length", now)
+                continue
+            s.batch_index = batch.add([s.pending], len(s.cache), s.id, True)
+            gen.append(s)
+        chunks: list[tuple[Slot, list[int]]] = []
+        budget = min(self._budget, batch.capacity - batch.n)
+        for s in sorted((s for s in self.slots if s.state is SlotState.PROMPT), key=_arrival):
+            if budget <= 0 or s.request is None:
+                break
+            prompt, done = s.request.prompt, s.n_prompt_done
+            part = prompt[done : done + budget]
+            last = done + len(part) == len(prompt)
+            row = batch.add(part, done, s.id, last)
+            s.batch_index = row if last else -1
+            chunks.append((s, part))
+            budget -= len(part)
+        return gen, chunks
+
+    def _commit(self, gen: list[Slot], chunks: list[tuple[Slot, list[int]]], now: float) -> None:
+        assert self.llm is not None
+        for s in gen:
+            s.cache.append(s.pending)
+        for s, part in chunks:
+            s.cache.extend(part)
+            s.n_prompt_done += len(part)
+            s.timings.prompt_n += len(part)
+            self.metrics.prompt_tokens += len(part)
+            if s.batch_index >= 0:
+                s.state, s.timings.t_prompt_done = SlotState.GENERATING, now
+        sample = self.llm.lc.llama_sampler_sample
+        ctx = self.llm.ctx
+        for s in self.slots:
+            if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None:
+                self._on_token(s, int(sample(s.chain, ctx, s.batch_index)), now)
+            s.batch_index = -1
+
+    def _on_token(self, s: Slot, token: int, now: float) -> None:
+        llm, req, text = self.llm, s.request, s.text
+        assert llm is not None and req is not None and text is not None
+        if llm.is_eog(token):
+            self._finish(s, "stop", now)
+            return
+        s.n_decoded += 1
+        s.timings.predicted_n += 1
+        self.metrics.tokens_predicted += 1
+        lp = None
+        if req.params.n_probs >= 0:
+            from workers.inference.engine._sampling import token_logprobs
+
+            chosen, top, top_lp = token_logprobs(llm.lc, llm.ctx, s.batch_index, llm.n_vocab, token, req.params.n_probs)
+            lp = (token, chosen, top, top_lp)
+        out = text.feed(llm.piece(token))
+        s.has_new_line = "\n" in out
+        if out or lp is not None:
+            req.out.put(("t", out, lp))
+        if text.stopped_by is not None:
+            self._finish(s, "stop", now)
+        elif 0 < req.max_tokens <= s.n_decoded or len(s.cache) + 1 >= llm.n_ctx:
+            self._finish(s, "length", now)
+        else:
+            s.pending = token
+
+    def _finish(self, s: Slot, reason: str, now: float) -> None:
+        req, text = s.request, s.text
+        assert req is not None and text is not None
+        rest = text.flush()
+        if rest:
+            req.out.put(("t", rest, None))
+        s.timings.t_end = now
+        if not s.timings.t_prompt_done:
+            s.timings.t_prompt_done = now
+        self.metrics.on_finish(s.timings, max(len(x.cache) for x in self.slots))
+        timings = s.timings.to_json()
+        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or ""}
+        self._release(s, now, keep_cache=True)  # before the reply ends: /slots never lags behind it
+        req.out.put(("d", reason, timings, info))
+
+    def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
+        """``1``: no room in the KV cache (nothing was decoded): shrink prompt chunks, or end the
+        longest generation; anything else is an error for every request in the batch."""
+        now = time.monotonic()
+        for s in self.slots:
+            s.batch_index = -1
+        if ret == 1 and chunks and self._budget > 1:
+            self._budget //= 2  # restored after the next successful step
+            return
+        if ret == 1 and gen:
+            self._finish(max(gen, key=lambda s: len(s.cache)), "length", now)
+            return
+        err = EngineFailed(f"llama_decode failed ({ret})")
+        for s in {*gen, *(c[0] for c in chunks)}:
+            if s.request is not None:
+                self._reject(s.request, err)
+                self._release(s, now, keep_cache=False)
+
+
+def _arrival(slot: Slot) -> int:
+    return slot.request.id if slot.request is not None else 0

@@ -1,0 +1,20 @@
+"""The inference worker's HTTP side: the server, the OpenAI and llama-server routes, the request front.
+
+* ``_server``: the HTTP/1.1 handler over the stdlib (:func:`bind_server`): routes,
+  streaming, hang-up detection; ``_app``: :class:`InferenceApp`, what the handlers share.
+* ``_requests``: OpenAI request validation, mapped onto ``llama_cpp.Llama``'s calls.
+* ``_llama_server``: llama-server's own endpoints (``/tokenize``, ``/props``, native ``/completion``...).
+* ``_errors``: :class:`ApiError` and :func:`answer_for`, the one table from engine errors to answers.
+* ``_front``: the batch engine's request front (``Llama``'s completion surface, chat
+  formats included), ``_shapes``: its completion objects, ``_chat_format``: which
+  chat handler formats a model's chats. These load with the model, on the engine
+  thread (:meth:`InferenceApp.make_front`), so this package does not export them.
+"""
+
+from __future__ import annotations
+
+from workers.inference.http._app import FrontOptions, InferenceApp
+from workers.inference.http._errors import ApiError, answer_for
+from workers.inference.http._server import bind_server
+
+__all__ = ["ApiError", "FrontOptions", "InferenceApp", "answer_for", "bind_server"]

@@ -1,0 +1,83 @@
+"""What the inference worker's HTTP handlers share: the model, the engine, the worker's state, the request front.
+
+The worker sets :attr:`InferenceApp.status` as its state changes (``/health``
+reports it) and :attr:`InferenceApp.model_meta` once loaded; the engine calls
+:meth:`InferenceApp.make_front` once the model has loaded (the batch engine's
+requests run through that front, and llama-server's own routes need it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from workers.inference import WorkerState
+from workers.inference.engine import Engine, RequestQueue
+
+if TYPE_CHECKING:
+    from workers.inference.http._front import CompletionFront  # loaded with the model (make_front)
+    from workers.inference.llama import LlamaModel
+
+
+@dataclass(frozen=True)
+class FrontOptions:
+    """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``."""
+
+    chat_format: str | None = None
+    default_seed: int | None = None
+    max_prompt_tokens: int = 0
+
+
+@dataclass
+class InferenceApp:
+    """What the handlers need; ``status`` is the worker's, which ``/health`` reports."""
+
+    model_name: str
+    engine: Engine
+    log: Any
+    front_options: FrontOptions = field(default_factory=FrontOptions)
+    status: WorkerState = WorkerState.LOADING
+    model_meta: dict[str, Any] = field(default_factory=dict)
+    created: int = field(default_factory=lambda: int(time.time()))
+    front: CompletionFront | None = None  # the engine's request front, once loaded (make_front)
+    # POST responses still being written; a graceful stop waits for them,
+    # since the engine finishing a job is not the client having the bytes.
+    _inflight: int = 0
+    _inflight_cv: threading.Condition = field(default_factory=threading.Condition)
+
+    @contextmanager
+    def responding(self) -> Iterator[None]:
+        """Around writing a POST response: :meth:`wait_responses` waits for it."""
+        with self._inflight_cv:
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._inflight_cv:
+                self._inflight -= 1
+                self._inflight_cv.notify_all()
+
+    def make_front(self, engine: RequestQueue, llm: LlamaModel) -> CompletionFront:
+        """The request front for ``engine`` (an engine's ``make_front``): called once, on the
+        engine thread, when the model has loaded."""
+        from workers.inference.http._front import CompletionFront
+
+        opts = self.front_options
+        self.front = CompletionFront(
+            engine,
+            llm,
+            model_name=self.model_name,
+            chat_format=opts.chat_format,
+            default_seed=opts.default_seed,
+            max_prompt_tokens=opts.max_prompt_tokens,
+        )
+        return self.front
+
+    def wait_responses(self, timeout: float) -> bool:
+        """Wait until no POST response is being written; False on timeout."""
+        with self._inflight_cv:
+            return self._inflight_cv.wait_for(lambda: self._inflight == 0, timeout)

@@ -1,0 +1,50 @@
+"""Errors as the inference worker's HTTP front answers them, the engine's included.
+
+Body shape (llama.cpp's server's): ``{"error": {"message": str, "type": str, "code": int}}``.
+An engine error (:mod:`workers.inference.engine._errors`) carries only its message; its
+class decides the status and the type here, in one table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.inference.engine import (
+    EngineError,
+    EngineFailed,
+    EngineNotReady,
+    EngineStopping,
+    RequestCancelled,
+    RequestRejected,
+)
+
+
+class ApiError(Exception):
+    """An error answered to the client as JSON with ``status``."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "code": self.status}}
+
+
+_ANSWERS: dict[type[EngineError], tuple[int, str]] = {
+    EngineNotReady: (503, "unavailable_error"),
+    EngineStopping: (503, "unavailable_error"),
+    RequestCancelled: (499, "cancelled"),  # nginx's "client closed request": nobody is left to answer
+    RequestRejected: (400, "invalid_request_error"),
+    EngineFailed: (500, "server_error"),
+    EngineError: (500, "server_error"),  # a kind of engine error this table does not name yet
+}
+
+
+def answer_for(err: ApiError | EngineError) -> ApiError:
+    """The HTTP answer to ``err``: an :class:`ApiError` as it is, an engine error by its class."""
+    if isinstance(err, ApiError):
+        return err
+    status, kind = next(_ANSWERS[cls] for cls in type(err).__mro__ if cls in _ANSWERS)
+    return ApiError(status, err.message, kind)

@@ -1,0 +1,303 @@
+"""The batch engine's request front: OpenAI completions and chats, on the HTTP threads.
+
+Why it looks like ``llama_cpp.Llama``: chat formatting stays exactly
+llama-cpp-python's. Its chat handlers (the GGUF's Jinja template through
+``Jinja2ChatFormatter``, or a registered format such as ``chatml``) render the
+messages, call ``llama.tokenize`` and ``llama.create_completion``, and turn the
+result into chat objects, tool calls included. :class:`CompletionFront`
+offers that much of ``Llama``'s interface, backed by the batch engine, so the
+handlers run unchanged. Rendering and tokenizing happen on the request's own
+HTTP thread (ctypes releases the GIL while llama.cpp tokenizes), so a long
+prompt never holds up the engine's step loop.
+
+Per-request extras that OpenAI's signature has no room for (the disconnect
+check, ``cache_prompt``) travel in a thread-local :class:`_RequestContext`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.inference.engine import (
+    EngineError,
+    Job,
+    Request,
+    RequestQueue,
+    SamplerError,
+    SamplingParams,
+    build_chain,
+    strict_json_strings,
+)
+from workers.inference.http._errors import ApiError
+from workers.inference.http._shapes import CompletionShaper
+from workers.inference.llama import LlamaModel, Tokenizer, TokenizingCancelled
+
+POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
+
+
+@dataclass
+class _RequestContext:
+    client_gone: Callable[[], bool] | None = None
+    cache_prompt: bool = True
+    result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
+
+
+class CompletionFront:
+    """``Llama``'s completion surface over the batch engine (see the module docstring)."""
+
+    verbose = False
+
+    def __init__(
+        self,
+        engine: RequestQueue,
+        llm: LlamaModel,
+        *,
+        model_name: str,
+        chat_format: str | None = None,
+        default_seed: int | None = None,
+        max_prompt_tokens: int = 0,
+    ) -> None:
+        self.engine = engine
+        self.llm = llm
+        self.model_name = model_name
+        self.chat_format = chat_format
+        self.default_seed = default_seed
+        limit = llm.n_ctx - 1
+        self.max_prompt_tokens = min(max_prompt_tokens, limit) if max_prompt_tokens > 0 else limit
+        self.tokenizer = Tokenizer(llm)
+        self._local = threading.local()
+        self._handler: Any = None
+        self._handler_error: BaseException | None = None
+        self._handler_ready = threading.Event()
+        threading.Thread(target=self._prepare_chat, name="chat-format", daemon=True).start()
+
+    # -- chat formats (llama-cpp-python's, resolved as Llama.__init__ does) ------
+
+    def _prepare_chat(self) -> None:
+        try:
+            from workers.inference.http._chat_format import resolve_chat_handler
+            from workers.inference.llama import complete_import
+
+            complete_import()  # usually done already, while the model loaded
+            self._handler = resolve_chat_handler(self.llm, self.chat_format)
+        except BaseException as exc:  # reported to chat requests
+            self._handler_error = exc
+        finally:
+            self._handler_ready.set()
+
+    def _chat_handler(self) -> Any:
+        self._handler_ready.wait()
+        if self._handler_error is not None:
+            raise ApiError(500, f"chat format unavailable: {self._handler_error}", "server_error")
+        return self._handler
+
+    # -- the HTTP side ---------------------------------------------------------------
+
+    def run_job(self, job: Job) -> None:
+        """Run a chat or completion job on this (HTTP) thread; attaches the result or stream to ``job``."""
+        if job.kind not in ("chat", "completion"):
+            raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
+        opts = job.options
+        ctx = _RequestContext(client_gone=job.client_gone, cache_prompt=opts.get("cache_prompt", True))
+        self._local.ctx = ctx
+        try:
+            if job.kind == "chat":
+                result = self.create_chat_completion(**job.kwargs)
+            else:
+                result = self.create_completion(**job.kwargs)
+        except (ValueError, TypeError) as exc:  # raised by chat templates and handlers on bad input
+            raise ApiError(400, str(exc)) from None
+        finally:
+            self._local.ctx = None
+        if opts.get("native"):  # llama-server's /completion
+            from workers.inference.http._llama_server import native_chunks, native_whole
+
+            # ctx.result: params, prompt and n_prompt now; timings, usage and the final info once done
+            if job.stream:
+                job.attach(native_chunks(result, ctx.result))
+            else:
+                job.attach(iter([native_whole(result, ctx.result)]))
+        elif job.stream:
+            job.attach(_with_final_fields(result, ctx, bool(opts.get("include_usage"))))
+        else:
+            result.setdefault("timings", ctx.result.get("timings", {}))
+            job.attach(iter([result]))
+
+    def _ctx(self) -> _RequestContext:
+        ctx = getattr(self._local, "ctx", None)
+        return ctx if ctx is not None else _RequestContext()
+
+    # -- Llama's surface, as the chat handlers use it ----------------------------------
+
+    def n_ctx(self) -> int:
+        return self.llm.n_ctx
+
+    def token_bos(self) -> int:
+        return self.llm.bos
+
+    def token_eos(self) -> int:
+        return self.llm.eos
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Tokens of ``text``, refused with a 400 naming the limit when the prompt is too long."""
+        limit = self.max_prompt_tokens
+        if len(text) > 4 * limit and len(text) > self.tokenizer.max_prompt_bytes(limit):
+            raise _too_long(f"{len(text)} bytes", limit, self.llm.n_ctx)
+        try:
+            tokens = self.tokenizer.tokenize(
+                text.decode("utf-8", errors="replace"),
+                add_special=add_bos,
+                parse_special=special,
+                cancelled=self._ctx().client_gone,
+            )
+        except TokenizingCancelled:
+            raise ApiError(499, "client disconnected while the prompt was tokenized", "cancelled") from None
+        if len(tokens) > limit:
+            raise _too_long(f"{len(tokens)} tokens", limit, self.llm.n_ctx)
+        return tokens
+
+    def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
+        return b"".join(self.llm.piece(t) for t in tokens)
+
+    def create_chat_completion(self, **kwargs: Any) -> Any:
+        """``Llama.create_chat_completion``: the model's chat handler, calling back into this front."""
+        handler = self._chat_handler()
+        defaults = {"temperature": 0.2, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.0}
+        return handler(llama=self, **{**defaults, **kwargs})
+
+    def create_completion(
+        self,
+        prompt: str | list[int],
+        suffix: str | None = None,
+        max_tokens: int | None = 16,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        logprobs: int | None = None,
+        echo: bool = False,
+        stop: str | list[str] | None = None,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        repeat_penalty: float = 1.0,
+        top_k: int = 40,
+        stream: bool = False,
+        seed: int | None = None,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        grammar: Any = None,
+        logit_bias: dict[Any, float] | None = None,
+        **_ignored: Any,  # model, tfs_z, logits_processor, stopping_criteria: see docs/api.md
+    ) -> Any:
+        """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming."""
+        tokens = self._prompt_tokens(prompt)
+        params = SamplingParams(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=seed,
+            logit_bias=tuple((int(k), float(v)) for k, v in (logit_bias or {}).items()),
+            grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs),
+        )  # fmt: skip
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        req = self._submit(tokens, params, max_tokens or 0, stops)
+        self._ctx().result.update(
+            params={**params.to_json(), "n_predict": max_tokens or -1, "stop": list(stops)},
+            prompt=prompt if isinstance(prompt, str) else "",
+            n_prompt=len(tokens),
+        )
+        head = ""
+        if echo:
+            head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
+        shape = CompletionShaper(f"cmpl-{uuid.uuid4()}", int(time.time()), self.model_name, len(tokens), self.llm)
+        events, result = self._events(req, self._ctx().client_gone), self._ctx().result
+        if stream:
+            return shape.chunks(events, head, suffix or "", result)
+        return shape.whole(events, head, suffix or "", result)
+
+    # -- internals -----------------------------------------------------------------
+
+    def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, list):
+            if len(prompt) > self.max_prompt_tokens:
+                raise _too_long(f"{len(prompt)} tokens", self.max_prompt_tokens, self.llm.n_ctx)
+            if any(not 0 <= t < self.llm.n_vocab for t in prompt):
+                raise ApiError(400, f"prompt token ids must be in [0, {self.llm.n_vocab})")
+            return list(prompt)
+        if prompt == "":
+            return [self.llm.bos]
+        return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+
+    def _submit(self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...]) -> Request:
+        try:
+            chain = build_chain(self.llm.lc, self.llm.vocab, self.llm.n_vocab, params, self.default_seed)
+        except SamplerError as exc:
+            raise ApiError(400, str(exc)) from None
+        req = Request(tokens, params, max_tokens, stops, self._ctx().cache_prompt, chain)
+        try:
+            self.engine.enqueue(req)
+        except EngineError:
+            self.llm.lc.llama_sampler_free(chain)
+            raise
+        return req
+
+    def _events(self, req: Request, gone: Callable[[], bool] | None) -> Iterator[tuple[Any, ...]]:
+        """The request's queue until its end; a hung-up client or an abandoned iterator cancels it.
+
+        ``gone`` is passed in, not read from the request context: a generator's
+        body first runs at the first ``next()``, after :meth:`run_job` returned.
+        """
+        done = False
+        try:
+            while True:
+                try:
+                    item = req.out.get(timeout=POLL_S)
+                except queue.Empty:
+                    if gone is not None and gone():
+                        raise ApiError(499, "client disconnected", "cancelled") from None
+                    continue
+                if item[0] == "e":
+                    done = True
+                    raise item[1]
+                yield item
+                if item[0] == "d":
+                    done = True
+                    return
+        finally:
+            if not done:
+                self.engine.cancel(req)
+
+
+def _gbnf(grammar: Any) -> str | None:
+    """The GBNF text of a ``LlamaGrammar`` (what the chat handlers pass), JSON strings made strict."""
+    text = getattr(grammar, "_grammar", None)
+    return strict_json_strings(text) if text else None
+
+
+def _too_long(size: str, limit: int, n_ctx: int) -> ApiError:
+    msg = (
+        f"the prompt is {size}, over this model's limit of {limit} prompt tokens "
+        f"(max_prompt_tokens; the context holds {n_ctx} tokens)"
+    )
+    return ApiError(400, msg, "exceed_context_size_error")
+
+
+def _with_final_fields(chunks: Iterator[dict[str, Any]], ctx: _RequestContext, include_usage: bool) -> Iterator[Any]:
+    """Put llama-server's ``timings`` on the last chunk, after an OpenAI usage chunk if asked for."""
+    for chunk in chunks:
+        choices = chunk.get("choices") or []
+        if not (choices and choices[0].get("finish_reason") is not None):
+            yield chunk
+            continue
+        if not include_usage:
+            yield {**chunk, "timings": ctx.result.get("timings", {})}
+            continue
+        yield chunk
+        base = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
+        yield {**base, "choices": [], "usage": ctx.result.get("usage", {}), "timings": ctx.result.get("timings", {})}

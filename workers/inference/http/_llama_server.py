@@ -1,0 +1,243 @@
+"""llama-server's own endpoints on the batch engine: ``/tokenize``, ``/detokenize``,
+``/apply-template``, ``GET /props`` and the native ``/completion`` shapes.
+
+Request and response shapes are llama-server's (``tools/server/server-context.cpp``
+of the llama.cpp that llama-cpp-python vendors), so that a client written for
+llama-server works unchanged through the router:
+
+* ``POST /tokenize`` ``{content, add_special=false, parse_special=true, with_pieces=false}``
+  → ``{"tokens": [ids]}``, or ``[{"id", "piece"}]`` with pieces (a piece that is
+  not valid UTF-8 is a list of byte values). ``content`` may mix strings and
+  token ids, as llama-server's ``tokenize_mixed`` allows.
+* ``POST /detokenize`` ``{tokens}`` → ``{"content"}``.
+* ``POST /apply-template`` ``{messages}`` → ``{"prompt"}``: the chat as the model's
+  chat handler renders it before tokenizing (the same text a chat request evaluates).
+* ``GET /props`` → the model's properties (``default_generation_settings``,
+  ``total_slots``, ``model_path``, ``chat_template``, ``modalities``, ...).
+* ``POST /completion``: llama-server's non-OpenAI completion (``n_predict``,
+  ``content``/``stop``/``tokens_predicted``/``timings``...; streamed as
+  ``data:`` lines without ``[DONE]``).
+
+Everything runs on the HTTP thread: the vocabulary is read-only after load.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from workers.inference.engine import SamplingParams
+from workers.inference.http._errors import ApiError
+from workers.inference.http._requests import normalize_message
+
+
+@functools.cache
+def build_info() -> str:
+    """``b0-modelrouter-llama-cpp-python-X`` (first ``/props`` only: importlib.metadata costs
+    tens of milliseconds, not to be paid on the way to ready)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"b0-modelrouter-llama-cpp-python-{version('llama-cpp-python')}"
+    except PackageNotFoundError:
+        return "b0-modelrouter"
+
+
+def _is_token(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+    v = body.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ApiError(400, f"'{key}' must be a boolean")
+    return v
+
+
+def _check_ids(tokens: list[int], n_vocab: int) -> None:
+    if any(not 0 <= t < n_vocab for t in tokens):
+        raise ApiError(400, f"token ids must be in [0, {n_vocab})")
+
+
+def _piece(llm: Any, token: int) -> bytes:
+    """``common_token_to_piece``: special tokens rendered as their text."""
+    import ctypes
+
+    buf = ctypes.create_string_buffer(256)
+    n = llm.lc.llama_token_to_piece(llm.vocab, token, buf, len(buf), 0, True)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = llm.lc.llama_token_to_piece(llm.vocab, token, buf, len(buf), 0, True)
+    return buf.raw[: max(n, 0)]
+
+
+def tokenize(front: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /tokenize``."""
+    llm = front.llm
+    add_special = _flag(body, "add_special", False)
+    parse_special = _flag(body, "parse_special", True)
+    with_pieces = _flag(body, "with_pieces", False)
+    content = body.get("content")
+    if content is None:
+        return {"tokens": []}
+    parts = content if isinstance(content, list) else [content]
+    if not all(isinstance(p, str) or _is_token(p) for p in parts):
+        raise ApiError(400, "'content' must be a string or a list of strings and token ids")
+    tokens: list[int] = []
+    for i, part in enumerate(parts):
+        if isinstance(part, str):
+            data = part.encode("utf-8")
+            tokens += llm.tokenize_whole(data, add_special=add_special and i == 0, parse_special=parse_special)
+        else:
+            tokens.append(part)
+    _check_ids(tokens, llm.n_vocab)
+    if not with_pieces:
+        return {"tokens": tokens}
+    out: list[dict[str, Any]] = []
+    for t in tokens:
+        raw = _piece(llm, t)
+        try:
+            piece: str | list[int] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)
+        out.append({"id": t, "piece": piece})
+    return {"tokens": out}
+
+
+def detokenize(front: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /detokenize``."""
+    tokens = body.get("tokens")
+    if tokens is None:
+        return {"content": ""}
+    if not isinstance(tokens, list) or not all(_is_token(t) for t in tokens):
+        raise ApiError(400, "'tokens' must be a list of token ids")
+    _check_ids(tokens, front.llm.n_vocab)
+    return {"content": b"".join(_piece(front.llm, t) for t in tokens).decode("utf-8", errors="replace")}
+
+
+class _Rendered(Exception):
+    def __init__(self, prompt: str) -> None:
+        super().__init__("rendered")
+        self.prompt = prompt
+
+
+class _TemplateProbe:
+    """Stands in for ``Llama`` in a chat handler: stops it at the tokenize call that
+    receives the rendered prompt."""
+
+    verbose = False
+
+    def __init__(self, front: Any) -> None:
+        self._front = front
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._front, name)
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        raise _Rendered(text.decode("utf-8", errors="replace"))
+
+
+def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /apply-template``: the rendered chat prompt, without inference."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' is required and must be a non-empty list")
+    kwargs: dict[str, Any] = {"messages": [normalize_message(i, m) for i, m in enumerate(messages)]}
+    for key in ("tools", "tool_choice"):
+        if body.get(key) is not None:
+            kwargs[key] = body[key]
+    handler = front._chat_handler()
+    try:
+        handler(llama=_TemplateProbe(front), **kwargs)
+    except _Rendered as done:
+        return {"prompt": done.prompt}
+    except (ValueError, TypeError, KeyError) as exc:  # raised by chat templates on bad input
+        raise ApiError(400, str(exc)) from None
+    raise ApiError(501, "this model's chat format does not render a text prompt", "not_supported_error")
+
+
+def props(front: Any, total_slots: int, model_name: str) -> dict[str, Any]:
+    """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies."""
+    llm = front.llm
+    params = {**SamplingParams().to_json(), "n_predict": -1, "stop": []}
+    return {
+        "default_generation_settings": {"params": params, "n_ctx": llm.n_ctx},
+        "total_slots": total_slots,
+        "model_alias": model_name,
+        "model_path": llm.path,
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "endpoint_slots": True,
+        "endpoint_props": False,
+        "endpoint_metrics": True,
+        "chat_template": llm.chat_template() or "",
+        "bos_token": llm.token_text(llm.bos) if llm.bos >= 0 else "",
+        "eos_token": llm.token_text(llm.eos) if llm.eos >= 0 else "",
+        "build_info": build_info(),
+        "is_sleeping": False,
+    }
+
+
+# -- /completion (llama-server's native shape) ---------------------------------------
+
+
+def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
+    """llama-server's ``/completion`` request as an OpenAI completion request:
+    ``n_predict`` (default -1: until the context is full) is ``max_tokens``."""
+    out = dict(body)
+    n_predict = out.pop("n_predict", None)
+    if "max_tokens" not in out:
+        if n_predict is not None and (not _is_token(n_predict) or n_predict < -1):
+            raise ApiError(400, "'n_predict' must be an integer >= -1")
+        out["max_tokens"] = 0 if n_predict is None or n_predict < 0 else n_predict
+    return out
+
+
+def native_whole(result: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI completion object → llama-server's ``/completion`` response.
+
+    ``req`` is the request's record (:class:`workers.inference.http._front._RequestContext`'s
+    ``result``): ``params``, ``prompt``, ``n_prompt``, and once finished ``timings``
+    and the engine's ``final`` info (``id_slot``, ``tokens_cached``, ``stopping_word``).
+    """
+    choice = result["choices"][0]
+    final = req.get("final") or {}
+    text = choice.get("text", "")
+    word = final.get("stopping_word", "")
+    reason = choice.get("finish_reason")
+    return {
+        "index": 0,
+        "content": text,
+        "tokens": [],
+        "id_slot": final.get("id_slot", -1),
+        "stop": True,
+        "model": result.get("model", ""),
+        "tokens_predicted": int(req.get("timings", {}).get("predicted_n", 0)),
+        "tokens_evaluated": int(req.get("n_prompt", 0)),
+        "generation_settings": req.get("params", {}),
+        "prompt": req.get("prompt", ""),
+        "has_new_line": "\n" in text,
+        "truncated": False,
+        "stop_type": "word" if word else ("limit" if reason == "length" else "eos"),
+        "stopping_word": word,
+        "tokens_cached": final.get("tokens_cached", 0),
+        "timings": req.get("timings", {}),
+    }
+
+
+def native_chunks(chunks: Iterator[dict[str, Any]], req: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """OpenAI completion chunks → llama-server's ``/completion`` stream: partial objects
+    with ``stop: false``, then the whole response (empty ``content``, ``stop: true``)."""
+    n = 0
+    for chunk in chunks:
+        choice = (chunk.get("choices") or [{}])[0]
+        if choice.get("finish_reason") is None:
+            n += 1
+            yield {"index": 0, "content": choice.get("text", ""), "tokens": [], "stop": False, "id_slot": -1,
+                   "tokens_predicted": n, "tokens_evaluated": int(req.get("n_prompt", 0))}  # fmt: skip
+            continue
+        reason = choice.get("finish_reason")
+        last = {"model": chunk.get("model", ""), "choices": [{"text": "", "finish_reason": reason}]}
+        yield native_whole(last, req)

@@ -1,0 +1,230 @@
+"""OpenAI request validation and mapping onto ``llama_cpp.Llama`` calls.
+
+Why a separate, pure module: the HTTP layer must answer bad input with a
+clear 400 *before* a request takes the single inference slot, and never pass
+arbitrary client keys into llama-cpp-python (unknown kwargs raise
+``TypeError`` deep inside, which would look like a server bug).
+
+Every refusal is a :class:`workers.inference.http._errors.ApiError` (400 unless said otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from workers.inference.http._errors import ApiError
+
+_FLOAT_PARAMS = (
+    "temperature",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+    "tfs_z",
+    "mirostat_tau",
+    "mirostat_eta",
+)
+_INT_PARAMS = ("top_k", "seed", "mirostat_mode")
+_ROLES = {"system", "user", "assistant", "tool", "function", "developer"}
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    return body
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _sampling_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """Validated sampling parameters common to chat and completions."""
+    out: dict[str, Any] = {}
+    for key in _FLOAT_PARAMS:
+        if body.get(key) is not None:
+            if not _is_number(body[key]):
+                raise ApiError(400, f"'{key}' must be a number")
+            out[key] = float(body[key])
+    for key in _INT_PARAMS:
+        if body.get(key) is not None:
+            if not isinstance(body[key], int) or isinstance(body[key], bool):
+                raise ApiError(400, f"'{key}' must be an integer")
+            out[key] = body[key]
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    if max_tokens is not None:
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
+            raise ApiError(400, "'max_tokens' must be a non-negative integer")
+        out["max_tokens"] = max_tokens
+    stop = body.get("stop")
+    if stop is not None:
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise ApiError(400, "'stop' must be a string or a list of strings")
+        out["stop"] = stop
+    bias = body.get("logit_bias")
+    if bias is not None:
+        try:
+            out["logit_bias"] = {int(k): float(v) for k, v in dict(bias).items()}
+        except (TypeError, ValueError):
+            raise ApiError(400, "'logit_bias' must map token ids to numbers") from None
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise ApiError(400, "only n=1 is supported")
+    return out
+
+
+def _stream_flag(body: dict[str, Any]) -> bool:
+    stream = body.get("stream", False)
+    if stream is None:
+        return False
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be a boolean")
+    return stream
+
+
+def normalize_message(i: int, msg: Any) -> dict[str, Any]:
+    if not isinstance(msg, dict):
+        raise ApiError(400, f"messages[{i}] must be an object")
+    role = msg.get("role")
+    if not isinstance(role, str) or role not in _ROLES:  # a dict role is unhashable: check the type first
+        raise ApiError(400, f"messages[{i}].role must be one of {sorted(_ROLES)}")
+    if "content" not in msg and role != "assistant":
+        raise ApiError(400, f"messages[{i}].content is required for role {role!r}")
+    out = dict(msg)
+    if role == "developer":  # OpenAI's newer name; chat templates know "system"
+        out["role"] = "system"
+    content = msg.get("content")
+    if content is None and role == "assistant":
+        out["content"] = ""  # chat formatters index "content" and join strings
+    if isinstance(content, list):
+        # Multi-part content: keep text parts; this worker has no vision support.
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ApiError(400, f"messages[{i}].content: only text parts are supported")
+            texts.append(part["text"])
+        out["content"] = "".join(texts)
+    elif content is not None and not isinstance(content, str):
+        raise ApiError(400, f"messages[{i}].content must be a string, a list of parts or null")
+    return out
+
+
+def chat_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
+    """kwargs for ``Llama.create_chat_completion`` and the stream flag."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' is required and must be a non-empty list")
+    kwargs = _sampling_kwargs(body)
+    kwargs["messages"] = [normalize_message(i, m) for i, m in enumerate(messages)]
+    for key in ("tools", "tool_choice", "functions", "function_call"):
+        if body.get(key) is not None:
+            kwargs[key] = body[key]
+    if body.get("response_format") is not None:
+        kwargs["response_format"] = _response_format(body["response_format"])
+    if body.get("logprobs") is not None:
+        kwargs["logprobs"] = bool(body["logprobs"])
+    if body.get("top_logprobs") is not None:
+        kwargs["top_logprobs"] = body["top_logprobs"]
+    stream = _stream_flag(body)
+    kwargs["stream"] = stream
+    kwargs["model"] = model_name
+    return kwargs, stream
+
+
+def _response_format(fmt: Any) -> dict[str, Any]:
+    """OpenAI's ``json_schema`` form folded into llama-cpp-python's ``json_object`` + ``schema``."""
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise ApiError(400, "'response_format.type' must be 'text', 'json_object' or 'json_schema'")
+    if fmt["type"] != "json_schema":
+        return fmt
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+        raise ApiError(400, "'response_format.json_schema' must be an object with a 'schema' object")
+    return {"type": "json_object", "schema": spec.get("schema", {})}
+
+
+def _grammar(body: dict[str, Any]) -> Any:
+    """llama-server's ``grammar`` (GBNF) or ``json_schema`` on completions, as a ``LlamaGrammar``."""
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf  # light: no numpy
+
+    if body.get("grammar") is not None:
+        if not isinstance(body["grammar"], str):
+            raise ApiError(400, "'grammar' must be a GBNF string")
+        return LlamaGrammar.from_string(body["grammar"], verbose=False)
+    schema = body.get("json_schema")
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        raise ApiError(400, "'json_schema' must be an object")
+    try:
+        return LlamaGrammar.from_string(json_schema_to_gbnf(json.dumps(schema)), verbose=False)
+    except Exception as exc:  # the converter raises plain exceptions on unsupported schemas
+        raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
+
+
+def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
+    """kwargs for ``Llama.create_completion`` and the stream flag."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    is_tokens = (
+        isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    )
+    if not isinstance(prompt, str) and not is_tokens:
+        raise ApiError(400, "'prompt' is required: a string, a one-string list, or a list of token ids")
+    kwargs = _sampling_kwargs(body)
+    kwargs["prompt"] = prompt
+    if body.get("suffix") is not None:
+        kwargs["suffix"] = str(body["suffix"])
+    grammar = _grammar(body)
+    if grammar is not None:
+        kwargs["grammar"] = grammar
+    if body.get("echo") is not None:
+        kwargs["echo"] = bool(body["echo"])
+    if body.get("logprobs") is not None:
+        if not isinstance(body["logprobs"], int) or isinstance(body["logprobs"], bool):
+            raise ApiError(400, "'logprobs' must be an integer for completions")
+        kwargs["logprobs"] = body["logprobs"]
+    stream = _stream_flag(body)
+    kwargs["stream"] = stream
+    kwargs["model"] = model_name
+    return kwargs, stream
+
+
+def request_options(body: dict[str, Any]) -> dict[str, Any]:
+    """Options outside ``Llama``'s signature: ``cache_prompt`` (llama-server's, default true) and
+    ``stream_options.include_usage`` (OpenAI's)."""
+    opts: dict[str, Any] = {}
+    cache_prompt = body.get("cache_prompt")
+    if cache_prompt is not None:
+        if not isinstance(cache_prompt, bool):
+            raise ApiError(400, "'cache_prompt' must be a boolean")
+        opts["cache_prompt"] = cache_prompt
+    stream_options = body.get("stream_options")
+    if stream_options is not None:
+        if not isinstance(stream_options, dict):
+            raise ApiError(400, "'stream_options' must be an object")
+        opts["include_usage"] = bool(stream_options.get("include_usage"))
+    return opts
+
+
+def embedding_request(body: dict[str, Any]) -> tuple[list[str], str]:
+    """The inputs (always a list) and the encoding format (``float``/``base64``)."""
+    inp = body.get("input")
+    if isinstance(inp, str):
+        inp = [inp]
+    if not isinstance(inp, list) or not inp or not all(isinstance(s, str) for s in inp):
+        raise ApiError(400, "'input' is required: a string or a non-empty list of strings")
+    fmt = body.get("encoding_format") or "float"
+    if fmt not in ("float", "base64"):
+        raise ApiError(400, "'encoding_format' must be 'float' or 'base64'")
+    return inp, fmt

@@ -1,0 +1,89 @@
+"""Engine events → llama-cpp-python's completion objects (which its chat handlers convert).
+
+Shapes follow ``Llama.create_completion`` exactly (``text_completion``
+objects, a final chunk with empty text and the finish reason, the
+``logprobs`` object of tokens/offsets/logprobs/top-logprob dicts), so
+``_convert_completion_to_chat`` and the tool-call converters work unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from workers.inference.llama import LlamaModel
+
+
+class CompletionShaper:
+    """Builds the chunks or the whole response of one completion."""
+
+    def __init__(self, id_: str, created: int, model: str, n_prompt: int, llm: LlamaModel) -> None:
+        self.id, self.created, self.model = id_, created, model
+        self.n_prompt = n_prompt
+        self.llm = llm
+        self._offset = 0
+
+    def _chunk(self, text: str, logprobs: dict[str, Any] | None, finish: str | None) -> dict[str, Any]:
+        choice = {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        }
+
+    def _usage(self, timings: dict[str, Any]) -> dict[str, int]:
+        n = int(timings.get("predicted_n", 0))
+        return {"prompt_tokens": self.n_prompt, "completion_tokens": n, "total_tokens": self.n_prompt + n}
+
+    def _logprobs(self, lp: tuple[int, float, list[int], list[float]] | None, text_len: int) -> dict[str, Any] | None:
+        if lp is None:
+            return None
+        token, chosen, top, top_lp = lp
+        token_str = self.llm.piece(token).decode("utf-8", errors="ignore")
+        tops = {self.llm.piece(t).decode("utf-8", errors="ignore"): v for t, v in zip(top, top_lp, strict=True)}
+        tops[token_str] = chosen
+        out = {"tokens": [token_str], "text_offset": [self._offset], "token_logprobs": [chosen], "top_logprobs": [tops]}
+        self._offset += text_len
+        return out
+
+    def chunks(
+        self, events: Iterator[tuple[Any, ...]], head: str, suffix: str, result: dict[str, Any]
+    ) -> Iterator[dict[str, Any]]:
+        """Stream chunks; ``result`` receives ``timings`` and ``usage`` before the last one."""
+        if head:
+            self._offset = len(head)
+            yield self._chunk(head, None, None)
+        for ev in events:
+            if ev[0] == "t":
+                yield self._chunk(ev[1], self._logprobs(ev[2], len(ev[1])), None)
+                continue
+            if suffix:
+                yield self._chunk(suffix, None, None)
+            result.update(timings=ev[2], usage=self._usage(ev[2]), final=ev[3])
+            yield self._chunk("", None, ev[1])
+
+    def whole(
+        self, events: Iterator[tuple[Any, ...]], head: str, suffix: str, result: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The non-streaming response."""
+        texts = [head]
+        self._offset = len(head)
+        merged: dict[str, list[Any]] | None = None
+        finish, timings, final = "stop", {}, {}
+        for ev in events:
+            if ev[0] == "d":
+                finish, timings, final = ev[1], ev[2], ev[3]
+                break
+            texts.append(ev[1])
+            lp = self._logprobs(ev[2], len(ev[1]))
+            if lp is not None:
+                merged = merged or {k: [] for k in lp}
+                for k, v in lp.items():
+                    merged[k] += v
+        texts.append(suffix)
+        result.update(timings=timings, usage=self._usage(timings), final=final)
+        out = self._chunk("".join(texts), merged, finish)
+        out["usage"] = result["usage"]
+        return out

@@ -1,0 +1,82 @@
+"""llama.cpp through llama-cpp-python: the bindings, a model and its context, loading, GGUF checks, tokenizing.
+
+* ``_bindings``: the ctypes bindings without the rest of llama-cpp-python until chats need it.
+* ``_model``: :class:`LlamaModel` (vocabulary, KV cache) and :class:`Batch`, the engine's ``llama_batch``.
+* ``_load``: :func:`load_llama`, a model and its ``n_parallel``-sequence context, warmed up;
+  :class:`Loaded`, what either way of loading returns.
+* ``_legacy_load``: :func:`load_model` into ``llama_cpp.Llama`` (the legacy engine).
+* ``_log``: :class:`LlamaLog`, llama.cpp's log captured; failures classified (:class:`LoadError`).
+* ``_gguf_check``: :func:`inspect_gguf`, a structural check of the file's header.
+* ``_tokenize``: :class:`Tokenizer`, linear-time tokenizing of long prompts.
+
+Exports load lazily: the GGUF check brings ``gguf`` and numpy (~60 ms), needed only
+after a failed load, and the tokenizer only once the model has loaded; the path to
+ready imports neither.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on first use (__getattr__)
+    from workers.inference.llama._bindings import complete_import, lowlevel
+    from workers.inference.llama._gguf_check import GGUFCheckError, GGUFInfo, inspect_gguf
+    from workers.inference.llama._legacy_load import LoadedModel, load_model
+    from workers.inference.llama._load import Loaded, LoadedLlama, load_llama
+    from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
+    from workers.inference.llama._model import MAX_SLOTS, Batch, ContextConfig, LlamaModel
+    from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
+
+__all__ = [
+    "MAX_SLOTS",
+    "Batch",
+    "ContextConfig",
+    "GGUFCheckError",
+    "GGUFInfo",
+    "LlamaLog",
+    "LlamaModel",
+    "LoadError",
+    "Loaded",
+    "LoadedLlama",
+    "LoadedModel",
+    "Tokenizer",
+    "TokenizingCancelled",
+    "classify_llama_errors",
+    "complete_import",
+    "inspect_gguf",
+    "load_llama",
+    "load_model",
+    "lowlevel",
+    "split_for_tokenizing",
+]
+
+_HOMES = {
+    "complete_import": "workers.inference.llama._bindings",
+    "lowlevel": "workers.inference.llama._bindings",
+    "GGUFCheckError": "workers.inference.llama._gguf_check",
+    "GGUFInfo": "workers.inference.llama._gguf_check",
+    "inspect_gguf": "workers.inference.llama._gguf_check",
+    "LoadedModel": "workers.inference.llama._legacy_load",
+    "load_model": "workers.inference.llama._legacy_load",
+    "Loaded": "workers.inference.llama._load",
+    "LoadedLlama": "workers.inference.llama._load",
+    "load_llama": "workers.inference.llama._load",
+    "LlamaLog": "workers.inference.llama._log",
+    "LoadError": "workers.inference.llama._log",
+    "classify_llama_errors": "workers.inference.llama._log",
+    "MAX_SLOTS": "workers.inference.llama._model",
+    "Batch": "workers.inference.llama._model",
+    "ContextConfig": "workers.inference.llama._model",
+    "LlamaModel": "workers.inference.llama._model",
+    "Tokenizer": "workers.inference.llama._tokenize",
+    "TokenizingCancelled": "workers.inference.llama._tokenize",
+    "split_for_tokenizing": "workers.inference.llama._tokenize",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

@@ -1,0 +1,171 @@
+"""One model and its one shared context, through llama.cpp's C API.
+
+Why not ``llama_cpp.Llama``: it owns a single sequence, so it can serve one
+request at a time. The batch engine (:mod:`workers.inference.engine._batch`) needs one
+context whose KV cache holds ``n_parallel`` sequences (``n_seq_max``), split
+by sequence (see :func:`workers.inference.llama._load._context_params`).
+:class:`LlamaModel` reads the vocabulary and edits the KV cache; :class:`Batch`
+is the engine's reusable ``llama_batch``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+MAX_SLOTS = 256  # LLAMA_MAX_SEQ
+
+
+@dataclass(frozen=True)
+class ContextConfig:
+    """Context parameters; ``n_ctx`` is per slot: 0 = the model's training context, larger values are capped."""
+
+    n_ctx: int = 4096
+    n_parallel: int = 4
+    n_batch: int = 512
+    n_threads: int = 1
+    n_threads_batch: int = 1
+    warmup: bool = True
+
+
+class LlamaModel:
+    """A loaded model, its vocabulary and one context with ``n_parallel`` sequences.
+
+    Not thread-safe for decoding (one engine thread owns :meth:`decode`), but
+    tokenizing and reading pieces are safe from any thread: llama.cpp's
+    vocabulary is read-only after load (llama-server tokenizes in its HTTP
+    threads too).
+    """
+
+    def __init__(self, lc: Any, model: Any, ctx: Any, cfg: ContextConfig, path: str) -> None:
+        self.lc = lc
+        self.model = model
+        self.ctx = ctx
+        self.cfg = cfg
+        self.path = path
+        self.vocab = lc.llama_model_get_vocab(model)
+        self.mem = lc.llama_get_memory(ctx)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx = int(lc.llama_n_ctx_seq(ctx))  # per slot
+        self.n_swa = int(lc.llama_model_n_swa(model))
+        self.n_ctx_train = int(lc.llama_model_n_ctx_train(model))
+        self.n_batch = int(lc.llama_n_batch(ctx))
+        self.n_params = int(lc.llama_model_n_params(model))
+        self.vocab_type = int(lc.llama_vocab_type(self.vocab))
+        self.bos = int(lc.llama_vocab_bos(self.vocab))
+        self.eos = int(lc.llama_vocab_eos(self.vocab))
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
+        self.add_eos = bool(lc.llama_vocab_get_add_eos(self.vocab))
+        self.architecture = self.meta("general.architecture") or ""
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self._eog: dict[int, bool] = {}
+        self._buf = ctypes.create_string_buffer(256)
+
+    # -- metadata and vocabulary ------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as text, or None."""
+        buf = ctypes.create_string_buffer(512)
+        n = self.lc.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            self.lc.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self, name: str | None = None) -> str | None:
+        raw = self.lc.llama_model_chat_template(self.model, name.encode() if name else None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry as stored (SentencePiece ``▁`` markers and all)."""
+        raw = self.lc.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def token_attr(self, token: int) -> int:
+        return int(self.lc.llama_vocab_get_attr(self.vocab, token))
+
+    def is_eog(self, token: int) -> bool:
+        """End of generation (EOS, EOT, ...), cached per token seen."""
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(self.lc.llama_vocab_is_eog(self.vocab, token))
+        return eog
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a generated token adds to the text (control tokens render as nothing), cached."""
+        cached = self._pieces[token]
+        if cached is None:
+            n = self.lc.llama_token_to_piece(self.vocab, token, self._buf, len(self._buf), 0, False)
+            cached = self._buf.raw[: max(n, 0)]
+            self._pieces[token] = cached
+        return cached
+
+    def tokenize_whole(self, data: bytes, *, add_special: bool, parse_special: bool) -> list[int]:
+        """One ``llama_tokenize`` call (see :mod:`workers.inference.llama._tokenize` for long texts)."""
+        cap = len(data) + 16
+        out = (self.lc.llama_token * cap)()
+        n = self.lc.llama_tokenize(self.vocab, data, len(data), out, cap, add_special, parse_special)
+        if n < 0:  # more tokens than bytes + 16: only with exotic vocabularies
+            cap = -n
+            out = (self.lc.llama_token * cap)()
+            n = self.lc.llama_tokenize(self.vocab, data, len(data), out, cap, add_special, parse_special)
+        if n < 0:
+            raise RuntimeError(f"llama_tokenize failed ({n})")
+        return list(out[:n])
+
+    # -- KV cache ---------------------------------------------------------------
+
+    def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
+        """Drop positions ``[p0, p1)`` of sequence ``seq`` (``p1`` -1 = to the end)."""
+        return bool(self.lc.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def can_continue(self, seq: int, n_keep: int) -> bool:
+        """Whether ``seq`` can resume at position ``n_keep``: its sliding window must still be cached."""
+        if self.n_swa <= 0 or n_keep <= 0:
+            return True
+        return int(self.lc.llama_memory_seq_pos_min(self.mem, seq)) <= max(0, n_keep - self.n_swa)
+
+    def close(self) -> None:
+        if self.ctx:
+            self.lc.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            self.lc.llama_model_free(self.model)
+            self.model = None
+
+
+class Batch:
+    """A reusable ``llama_batch`` of up to ``capacity`` tokens, one sequence id each (the engine's step)."""
+
+    def __init__(self, lc: Any, capacity: int) -> None:
+        self.lc = lc
+        self.capacity = capacity
+        self.raw = lc.llama_batch_init(capacity, 0, 1)
+        self._tok, self._pos, self._nseq = self.raw.token, self.raw.pos, self.raw.n_seq_id
+        self._sid, self._logits = self.raw.seq_id, self.raw.logits
+        self.n = 0
+
+    def add(self, tokens: list[int], pos0: int, seq: int, logits_last: bool) -> int:
+        """Append ``tokens`` at positions ``pos0..``; returns the row of the last one."""
+        tok, pos, nseq, sid, lg = self._tok, self._pos, self._nseq, self._sid, self._logits
+        i = self.n
+        for k, t in enumerate(tokens):
+            tok[i + k] = t
+            pos[i + k] = pos0 + k
+            nseq[i + k] = 1
+            sid[i + k][0] = seq
+            lg[i + k] = 0
+        self.n = i + len(tokens)
+        if logits_last:
+            lg[self.n - 1] = 1
+        return self.n - 1
+
+    def decode(self, ctx: Any) -> int:
+        self.raw.n_tokens = self.n
+        return int(self.lc.llama_decode(ctx, self.raw))
+
+    def free(self) -> None:
+        self.lc.llama_batch_free(self.raw)
