@@ -21,7 +21,6 @@ absolute time against its goal rather than a ratio to a baseline.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -199,7 +198,7 @@ def download_sigterm_in_stall(hub: HubServer, tmp: Path, rounds: int) -> list[fl
         repo = f"bench/stall-{os.getpid()}-{i}-GGUF"
         info = make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 4 * MB})
         hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.3, "times": None})
-        cache, spec = tmp / f"cache-{i}", json.dumps(resolve(repo, endpoint=hub.url).to_spec())
+        cache, spec = tmp / f"cache-{i}", resolve(repo, endpoint=hub.url).to_spec().to_argv()
         argv = [sys.executable, "-m", "workers.download", "--job-id", f"j{i}", "--model", repo, "--cache-dir",
                 str(cache), "--spec", spec, "--events", str(tmp / f"dl-{i}.jsonl"), "--stall-timeout", "3600"]  # fmt: skip
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)

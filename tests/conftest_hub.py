@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from devtools.hub_server import HubServer
+from service.core.contracts import DownloadSpec
 from tests.worker_proc import WorkerUnderTest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -86,9 +87,9 @@ def worker_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def download_command(spec: dict[str, Any] | str, cache_dir: Path, events: Path, job_id: str,
+def download_command(spec: DownloadSpec | dict[str, Any] | str, cache_dir: Path, events: Path, job_id: str,
                      *extra: str) -> list[str]:  # fmt: skip
-    spec_arg = spec if isinstance(spec, str) else json.dumps(spec)
+    spec_arg = spec if isinstance(spec, str) else spec.to_argv() if isinstance(spec, DownloadSpec) else json.dumps(spec)
     return [sys.executable, "-m", "workers.download", "--job-id", job_id, "--model", "test/model",
             "--cache-dir", str(cache_dir), "--spec", spec_arg, "--events", str(events),
             "--retry-base", "0.05", "--retry-cap", "0.5", *extra]  # fmt: skip

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from msgspec import UNSET, UnsetType
 
@@ -19,6 +17,7 @@ from service.api.schemas import (
     ModelStatusView,
     ProgressView,
 )
+from service.core.events import FileRef
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
 from service.llamacpp.options import command_line, model_tags, preset_ini
@@ -31,9 +30,9 @@ def time_or_none(moment: datetime | None) -> str | None:
     return format_time(moment) if moment is not None else None
 
 
-def file_view(file: Mapping[str, Any]) -> FileView:
+def file_view(file: FileRef) -> FileView:
     """One file of a job's listing."""
-    return FileView(path=str(file["path"]), size=int(file.get("size") or 0), sha256=file.get("sha256"))
+    return FileView(path=file.path, size=file.size, sha256=file.sha256)
 
 
 def job_view(job: DownloadJob) -> JobView:

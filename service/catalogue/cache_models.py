@@ -11,11 +11,11 @@ downloaded one of the same name have the same files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from service.catalogue.disk import CachedFile, CachedRepo
+from service.core.events import FileRef
 from service.core.model_spec import (
     FileChoice,
     FileEntry,
@@ -34,18 +34,17 @@ class CacheModel:
 
     name: str
     repo: str
-    files: tuple[Mapping[str, Any], ...]
+    files: tuple[FileRef, ...]
 
     @property
     def path(self) -> str:
         """The file a loader opens: the snapshot link of the first part."""
-        return str(self.files[0]["snapshot_path"])
+        return self.files[0].local_path
 
 
-def _record(f: CachedFile) -> dict[str, Any]:
+def _record(f: CachedFile) -> FileRef:
     # snapshot_path, blob_path and sha256: what removal (service/core/removal.py) needs.
-    return {"path": f.path, "size": f.size, "sha256": f.sha256, "snapshot_path": f.snapshot_path,
-            "blob_path": f.blob_path}  # fmt: skip
+    return FileRef(path=f.path, size=f.size, sha256=f.sha256, snapshot_path=f.snapshot_path, blob_path=f.blob_path)
 
 
 def _entries(repo: CachedRepo) -> list[FileEntry]:

@@ -18,16 +18,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from service.catalogue.cache_models import CacheModel, find_in_cache
 from service.catalogue.disk import CachedRepo
+from service.core.events import FileRef
 from service.core.model_spec import InvalidModelName, parse_model_spec
 from service.core.state import ModelConfig
 from service.llamacpp.options import ModelSettings, OptionError, Options, merge, model_settings
 from service.presets import Preset, PresetError, Section
 
-Files = tuple[Mapping[str, Any], ...]
+Files = tuple[FileRef, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +70,7 @@ class Desired:
         if not self.files:
             return None
         first = self.files[0]
-        return str(first.get("snapshot_path") or first.get("path"))
+        return first.local_path
 
 
 @dataclass
@@ -169,7 +169,7 @@ def _hidden(listing: Listing, entries: Mapping[str, _Entry], settings: Mapping[s
         if not s.dedup or entries[name].source != "preset":
             continue
         if s.config.hf_repo and entries[name].files:
-            paths.add(str(entries[name].files[0].get("snapshot_path")))
+            paths.add(str(entries[name].files[0].snapshot_path))
         draft = s.config.args.get("hf-repo-draft", "").strip()
         if draft:
             try:
@@ -177,7 +177,7 @@ def _hidden(listing: Listing, entries: Mapping[str, _Entry], settings: Mapping[s
             except OptionError:
                 continue  # a draft repo that is not a name: nothing of it is cached
             if files:
-                paths.add(str(files[0].get("snapshot_path")))
+                paths.add(str(files[0].snapshot_path))
     return {name for name, e in entries.items() if e.source == "cache" and listing.cache.get(name)
             and listing.cache[name].path in paths}  # fmt: skip
 

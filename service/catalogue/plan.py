@@ -57,13 +57,13 @@ def configured(name: str, config: ModelConfig) -> NewEvent:
 
 
 def _discovered(d: Desired) -> NewEvent:
-    size = sum(int(f.get("size", 0)) for f in d.files)
+    size = sum(f.size for f in d.files)
     event = ev.ModelDiscovered(source=d.source, path=d.path or "", files=d.files, size=size)
     return NewEvent(event, model=d.name)
 
 
 def _removed(model: ModelState) -> NewEvent:
-    paths = tuple(str(f.get("snapshot_path") or f.get("path")) for f in model.files)
+    paths = tuple(f.local_path for f in model.files)
     return NewEvent(ev.ModelRemoved(files=paths), model=model.name)
 
 

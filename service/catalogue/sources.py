@@ -29,6 +29,7 @@ from service.catalogue.plan import CataloguePlan, configured, plan_catalogue
 from service.core import events as ev
 from service.core.decision import Append, Decision, nothing
 from service.core.errors import CommandRejected
+from service.core.events import FileRef
 from service.core.state import ModelConfig, RouterState
 from service.live_state import LiveState
 from service.llamacpp.flags import BY_NAME, handling
@@ -58,14 +59,14 @@ def scan_caches(settings: Settings) -> tuple[list[CachedRepo], list[Refusal]]:
     return repos, refused
 
 
-def _file_record(path: Path) -> dict[str, Any]:
-    return {"path": str(path), "size": path.stat().st_size}
+def _file_record(path: Path) -> FileRef:
+    return FileRef(path=str(path), size=path.stat().st_size)
 
 
-def _preset_files(preset: Preset) -> dict[str, tuple[dict[str, Any], ...]]:
+def _preset_files(preset: Preset) -> dict[str, tuple[FileRef, ...]]:
     """Each ``model =`` path a preset names -> its files (with its ``mmproj``); a path
     that cannot be used is a start-up error naming it."""
-    files: dict[str, tuple[dict[str, Any], ...]] = {}
+    files: dict[str, tuple[FileRef, ...]] = {}
     for section in preset.sections:
         options = {**preset.defaults.options, **section.options}
         if not options.get("model"):
@@ -104,7 +105,7 @@ def read_sources(
 ) -> SourcesRead:
     """Read every source (blocking: run it in a thread). Raises ``PresetError``."""
     repos, refused = scan_caches(settings)
-    local: dict[str, tuple[dict[str, Any], ...]] = {}
+    local: dict[str, tuple[FileRef, ...]] = {}
     if settings.models_dir is not None:
         found, bad = scan_models_dir(settings.models_dir)
         local = {name: tuple(_file_record(p) for p in files) for name, files in found.items()}
@@ -112,7 +113,7 @@ def read_sources(
     presets = [read_preset(settings.presets)] if settings.presets is not None else []
     if remote is not None:
         presets.append(read_preset(remote.path, remote=True))
-    preset_files: dict[str, tuple[dict[str, Any], ...]] = {}
+    preset_files: dict[str, tuple[FileRef, ...]] = {}
     for preset in presets:
         preset_files.update(_preset_files(preset))
     listing = Listing(cache=cache_models(repos), repos=tuple(repos), local=local, presets=tuple(presets),

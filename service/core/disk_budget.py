@@ -1,4 +1,5 @@
-"""Whether a download fits on disk: decided before any worker is spawned.
+"""Whether a download fits on disk: one rule, decided before any worker is spawned and checked again
+by the worker before its first byte (the disk may have filled in between).
 
 A download that would leave less than the configured reserve free is refused
 at once, with the numbers, instead of failing with ENOSPC halfway through (and
@@ -9,8 +10,10 @@ and the bytes already on disk.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from service.core.state import RouterState
+if TYPE_CHECKING:  # only a type here: the download worker imports this module, and not the state's
+    from service.core.state import RouterState
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +45,12 @@ def check_disk(
     current = state.models.get(model)
     if current is not None and current.active_job is not None:
         return None
-    needed = max(0, total_bytes - on_disk)
-    if needed == 0:
-        return None
     pending = sum(max(0, job.bytes_total - job.bytes_done) for job in state.all_jobs() if job.status.active)
-    if free - needed - pending >= reserve:
+    return shortfall(needed=max(0, total_bytes - on_disk), free=free, reserve=reserve, pending=pending)
+
+
+def shortfall(*, needed: int, free: int, reserve: int, pending: int = 0) -> DiskShortfall | None:
+    """The rule: ``needed`` more bytes (and ``pending`` of other jobs) must leave ``reserve`` of ``free``."""
+    if needed <= 0 or free - needed - pending >= reserve:
         return None
     return DiskShortfall(needed=needed, pending=pending, free=free, reserve=reserve)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from service.core import events as ev
+from service.core.contracts import DownloadSpec
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.errors import CommandRejected
 from service.core.processes import ProcessExit
@@ -67,22 +67,22 @@ class SpawnDownload(Effect):
     job_id: str
 
 
-def request_download(state: RouterState, model: str, job_id: str, resolution: Mapping[str, Any]) -> Decision[Requested]:
+def request_download(state: RouterState, model: str, job_id: str, spec: DownloadSpec) -> Decision[Requested]:
     """One download per model: a running job is joined; a model whose files for
     this commit are present is not fetched again."""
     current = state.models.get(model)
     if current is not None and current.active_job is not None:
         return nothing(Requested(job_id=None, existing_job=current.active_job, already_downloaded=False))
-    if current is not None and current.available and _same_commit(current, str(resolution.get("commit", ""))):
+    if current is not None and current.available and _same_commit(current, spec.commit):
         return nothing(Requested(job_id=None, existing_job=None, already_downloaded=True))
     requested = ev.DownloadRequested(
         job_id=job_id,
-        repo=str(resolution["repo"]),
-        revision=str(resolution.get("revision") or "main"),
-        commit=str(resolution.get("commit", "")),
-        quant=resolution.get("quant"),
-        files=tuple(dict(f) for f in resolution.get("files", ())),
-        total_bytes=int(resolution.get("total_bytes", 0)),
+        repo=spec.repo,
+        revision=spec.revision or "main",
+        commit=spec.commit,
+        quant=spec.quant,
+        files=spec.refs(),
+        total_bytes=spec.total_bytes,
     )
     return Decision(Requested(job_id=job_id, existing_job=None, already_downloaded=False), (Append(requested, model),))
 

@@ -65,6 +65,8 @@ def required_fields(cls: type[Event]) -> tuple[str, ...]:
 
 
 def _jsonable(value: Any) -> JSON:
+    if isinstance(value, FileRef):
+        return value.to_json()
     if isinstance(value, tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, Mapping):
@@ -77,6 +79,58 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_frozen(v) for v in value)
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class FileRef:
+    """One model file as the log records it: its path (in the repo, or on disk for a models dir), its
+    size and sha256, and once published in an HF cache, its blob and its snapshot link.
+
+    Stored as a JSON object with these keys (the optional ones only when known, as writers always
+    wrote them); read tolerantly (a missing key is its default, an unknown one, such as the ``url``
+    older logs kept, is ignored)."""
+
+    path: str
+    size: int = 0
+    sha256: str | None = None
+    blob_path: str | None = None
+    snapshot_path: str | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        """The stored object."""
+        out: dict[str, JSON] = {"path": self.path, "size": self.size}
+        for name in ("sha256", "blob_path", "snapshot_path"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    @classmethod
+    def of(cls, value: FileRef | Mapping[str, JSON]) -> FileRef:
+        """``value`` as a FileRef (a stored or hand-written object is read tolerantly)."""
+        if isinstance(value, FileRef):
+            return value
+        size, sha, blob, link = (value.get(k) for k in ("size", "sha256", "blob_path", "snapshot_path"))
+        return cls(
+            path=str(value.get("path") or ""),
+            size=int(size or 0),
+            sha256=str(sha) if sha else None,
+            blob_path=str(blob) if blob else None,
+            snapshot_path=str(link) if link else None,
+        )
+
+    @property
+    def local_path(self) -> str:
+        """Where the file is on disk: its snapshot link in an HF cache, else its own path."""
+        return self.snapshot_path or self.path
+
+
+def _files(event: Event) -> None:
+    # Events are built by writers (FileRef values) and by readers of stored payloads (JSON objects);
+    # either way the field holds FileRefs.
+    files = event.files  # type: ignore[attr-defined]  # called only by the classes that have the field
+    if any(not isinstance(f, FileRef) for f in files):
+        object.__setattr__(event, "files", tuple(FileRef.of(f) for f in files))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +207,11 @@ class ModelDiscovered(Event):
     TYPE: ClassVar[str] = "model_discovered"
     source: str = "models_dir"
     path: str
-    files: tuple[Mapping[str, JSON], ...]
+    files: tuple[FileRef, ...]
     size: int
+
+    def __post_init__(self) -> None:
+        _files(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,8 +272,11 @@ class DownloadRequested(Event):
     revision: str = "main"
     commit: str
     quant: str | None = None
-    files: tuple[Mapping[str, JSON], ...]
+    files: tuple[FileRef, ...]
     total_bytes: int
+
+    def __post_init__(self) -> None:
+        _files(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -225,10 +285,13 @@ class DownloadStarted(Event):
     job_id: str
     pid: int
     commit: str
-    files: tuple[Mapping[str, JSON], ...]
+    files: tuple[FileRef, ...]
     total_bytes: int
     resumed_bytes: int = 0
     pid_started_at: float | None = None
+
+    def __post_init__(self) -> None:
+        _files(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,10 +312,13 @@ class DownloadFinished(Event):
     TYPE: ClassVar[str] = "download_finished"
     job_id: str
     commit: str
-    files: tuple[Mapping[str, JSON], ...]
+    files: tuple[FileRef, ...]
     bytes_total: int
     bytes_transferred: int
     duration_ms: float
+
+    def __post_init__(self) -> None:
+        _files(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,7 @@ it, so that a log written by a crashing system still folds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -152,13 +152,9 @@ def _error(kind: FailureKind, reason: str, message: str, at: datetime, **extra: 
     return Failure(kind=kind, reason=reason, message=message, at=at, **extra)
 
 
-def _primary_path(files: Iterable[Mapping[str, Any]]) -> str | None:
+def _primary_path(files: Iterable[ev.FileRef]) -> str | None:
     # The first non-mmproj GGUF (for split models, part 1 sorts first).
-    paths = sorted(
-        str(f.get("snapshot_path") or f.get("path") or "")
-        for f in files
-        if str(f.get("path", "")).endswith(".gguf") and "mmproj" not in str(f.get("path", "")).lower()
-    )
+    paths = sorted(f.local_path for f in files if f.path.endswith(".gguf") and "mmproj" not in f.path.lower())
     return paths[0] if paths else None
 
 
@@ -325,7 +321,7 @@ def _download_finished(state: RouterState, rec: ev.Recorded) -> RouterState:
     state, model = _end_job(state, rec, e.job_id, JobStatus.FINISHED, bytes_done=e.bytes_total, error=None)
     if model is None:
         return state
-    size = sum(int(f.get("size", 0)) for f in e.files)
+    size = sum(f.size for f in e.files)
     model = model.replace(
         available=True, files=e.files, path=_primary_path(e.files), size=size, failed=False, last_error=None
     )

@@ -49,14 +49,14 @@ def plan_removal(state: RouterState, name: str, *, force: bool) -> RemovalPlan:
         )
     job = state.job(model.last_job) if model.last_job else None
     used_elsewhere = _blobs_of_others(state, model)
-    blobs = {str(f["blob_path"]): str(f.get("sha256", "")) for f in model.files if f.get("blob_path")}
+    blobs = {f.blob_path: f.sha256 or "" for f in model.files if f.blob_path}
     return RemovalPlan(
         model=model.name,
         repo=job.repo if job else model.name.split(":")[0],
         commit=job.commit if job else "",
         cancel_job=model.active_job,
         stop_instance=model.instance.instance_id if model.instance is not None else None,
-        links=tuple(str(f["snapshot_path"]) for f in model.files if f.get("snapshot_path")),
+        links=tuple(f.snapshot_path for f in model.files if f.snapshot_path),
         blobs=tuple(sorted(path for path, sha in blobs.items() if sha not in used_elsewhere)),
         kept_blobs=tuple(sorted(path for path, sha in blobs.items() if sha in used_elsewhere)),
     )
@@ -64,7 +64,7 @@ def plan_removal(state: RouterState, name: str, *, force: bool) -> RemovalPlan:
 
 def _blobs_of_others(state: RouterState, model: ModelState) -> set[str]:
     return {
-        str(f.get("sha256", ""))
+        f.sha256 or ""
         for other in state.models.values()
         if other.name != model.name and other.available
         for f in other.files

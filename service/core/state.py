@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from service.core.errors import CommandRejected
+from service.core.events import FileRef
 
 _T = TypeVar("_T")
 
@@ -132,7 +133,7 @@ class DownloadJob:
     revision: str = "main"
     commit: str = ""
     quant: str | None = None
-    files: tuple[Mapping[str, Any], ...] = ()
+    files: tuple[FileRef, ...] = ()
     bytes_done: int = 0
     bytes_total: int = 0
     bytes_per_second: float | None = None
@@ -205,7 +206,7 @@ class ModelState:
     source: str = "cache"
     created_at: datetime | None = None
     available: bool = False
-    files: tuple[Mapping[str, Any], ...] = ()
+    files: tuple[FileRef, ...] = ()
     path: str | None = None
     size: int = 0
     active_job: str | None = None

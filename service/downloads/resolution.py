@@ -32,6 +32,7 @@ network            424     the Hub could not be reached or answered 5xx.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,8 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.hf_api import RepoFile
 
+from service.core.contracts import DownloadSpec, SpecFile
+from service.core.events import FileRef
 from service.core.model_spec import (
     FileEntry,
     InvalidModelName,
@@ -95,26 +98,22 @@ class Resolution:
     def canonical_name(self) -> str:
         return ModelSpec(self.repo, self.quant).canonical
 
-    def to_spec(self) -> dict[str, Any]:
-        """The JSON the download worker takes as ``--spec`` (no token: it comes from HF_TOKEN)."""
-        files = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in self.files]
+    def to_spec(self) -> DownloadSpec:
+        """The download worker's job (no token: it comes from HF_TOKEN)."""
+        files = [FileRef(path=f.path, size=f.size, sha256=f.sha256) for f in self.files]
         return worker_spec(self.repo, self.revision, self.commit, self.quant, self.endpoint, files)
 
 
 def worker_spec(
-    repo: str, revision: str, commit: str, quant: str | None, endpoint: str, files: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The worker's job spec, each file with the download URL huggingface_hub
-    builds for it (pinned to the commit, so the job never mixes revisions)."""
-    return {
-        "repo": repo,
-        "revision": revision,
-        "commit": commit,
-        "quant": quant,
-        "endpoint": endpoint,
-        "files": [{**f, "url": hf_hub_url(repo, str(f["path"]), revision=commit, endpoint=endpoint)} for f in files],
-        "total_bytes": sum(int(f["size"]) for f in files),
-    }
+    repo: str, revision: str, commit: str, quant: str | None, endpoint: str, files: Iterable[FileRef]
+) -> DownloadSpec:
+    """The worker's job, each file with the download URL huggingface_hub builds
+    for it (pinned to the commit, so the job never mixes revisions)."""
+    spec_files = tuple(
+        SpecFile(f.path, f.size, f.sha256 or "", hf_hub_url(repo, f.path, revision=commit, endpoint=endpoint))
+        for f in files
+    )
+    return DownloadSpec(repo, revision, commit, quant, endpoint, spec_files)
 
 
 def warm_up() -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from service.core.events import FileRef
 
 _CHUNK = 1 << 20
 
@@ -37,7 +38,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_model_files(model: str, files: Iterable[Mapping[str, Any]], *, deep: bool, out: FileFindings) -> None:
+def check_model_files(model: str, files: Iterable[FileRef], *, deep: bool, out: FileFindings) -> None:
     """Check one model's published files into ``out``.
 
     ``snapshot_path`` (the HF-cache symlink clients open) and ``blob_path`` (its
@@ -46,14 +47,14 @@ def check_model_files(model: str, files: Iterable[Mapping[str, Any]], *, deep: b
     note: there is nothing on disk to compare with."""
     out.models += 1
     for entry in files:
-        name = str(entry.get("path") or "?")
-        paths = [str(entry[k]) for k in ("snapshot_path", "blob_path") if entry.get(k)]
+        name = entry.path or "?"
+        paths = [p for p in (entry.snapshot_path, entry.blob_path) if p]
         if not paths:
             out.notes.append(f"{model}: {name}: no blob_path/snapshot_path recorded, skipped")
             continue
         out.files += 1
-        expected_size = entry.get("size")
-        expected_sha = str(entry.get("sha256") or "").lower()
+        expected_size = entry.size or None  # 0: not recorded
+        expected_sha = (entry.sha256 or "").lower()
         hashed: set[str] = set()
         for text in paths:
             path = Path(text)

@@ -56,7 +56,7 @@ def _kill_survivor(pid: int) -> None:
 
 def referenced_blobs(state: RouterState) -> set[str]:
     """sha256 of every file any download job names."""
-    return {str(f.get("sha256")) for m in state.models.values() for j in m.jobs.values() for f in j.files}
+    return {str(f.sha256) for m in state.models.values() for j in m.jobs.values() for f in j.files}
 
 
 def plan_reconcile(state: RouterState, cache_dir: Path) -> ReconcilePlan:
@@ -71,9 +71,7 @@ def plan_reconcile(state: RouterState, cache_dir: Path) -> ReconcilePlan:
         if same_process_alive(job.pid, job.pid_started_at, marker=job.job_id):
             _log.warning("killing_surviving_download_worker", pid=job.pid, job_id=job.job_id)
             _kill_survivor(job.pid)  # type: ignore[arg-type]  # same_process_alive checked the pid
-        on_disk[job.job_id] = partial_bytes(
-            CachePaths(cache_dir, job.repo), (str(f.get("sha256", "")) for f in job.files)
-        )
+        on_disk[job.job_id] = partial_bytes(CachePaths(cache_dir, job.repo), (f.sha256 or "" for f in job.files))
         if job.status is not JobStatus.CANCELLING:
             plan.interrupted.append(job)  # resumable; a cancel asked before the crash is honoured
     killed: set[str] = set()

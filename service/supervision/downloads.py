@@ -10,12 +10,12 @@ serialised by one lock that is never held while waiting for a worker.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import structlog
 
 from service.core import download_lifecycle as lifecycle
 from service.core.cache_layout import CachePaths
+from service.core.contracts import DownloadSpec
 from service.core.processes import ProcessExit
 from service.core.state import DownloadJob
 from service.downloads.cache_files import partial_bytes
@@ -46,18 +46,18 @@ class DownloadSupervisor:
         self.live = live
         self.fx = effects or Effects()
         self._pool = WorkerPool(self.fx.spawn, self._on_exit)
-        self._specs: dict[str, dict[str, Any]] = {}  # job id -> worker spec, until its worker starts
+        self._specs: dict[str, DownloadSpec] = {}  # job id -> worker spec, until its worker starts
         self._lock = asyncio.Lock()
         self._shutting_down = False
         self.interpreter = interpreter or Interpreter(live)
         self.interpreter.register(lifecycle.SpawnDownload, self._spawn)
 
-    async def request(self, model: str, resolution: dict[str, Any]) -> tuple[str | None, bool, bool]:
+    async def request(self, model: str, spec: DownloadSpec) -> tuple[str | None, bool, bool]:
         """Start (or join) the download of ``model``. Returns
         ``(job_id, joined, already_downloaded)``."""
         async with self._lock:
             applied = await self.interpreter.apply(
-                lambda s: lifecycle.request_download(s, model, self.fx.new_job_id(), resolution)
+                lambda s: lifecycle.request_download(s, model, self.fx.new_job_id(), spec)
             )
             answer = applied.answer
             if answer.existing_job is not None:
@@ -65,16 +65,15 @@ class DownloadSupervisor:
             if answer.already_downloaded:
                 return None, False, True
             assert answer.job_id is not None
-            self._specs[answer.job_id] = resolution
+            self._specs[answer.job_id] = spec
             await self._start_queued_locked()
             return answer.job_id, False, False
 
     async def resume(self, job: DownloadJob, endpoint: str) -> None:
         """``interrupted -> queued`` for a job the last run left; a worker resumes it
         from the partial files when a download slot is free."""
-        files = [{k: f[k] for k in ("path", "size", "sha256")} for f in job.files]
         async with self._lock:
-            self._specs[job.job_id] = worker_spec(job.repo, job.revision, job.commit, job.quant, endpoint, files)
+            self._specs[job.job_id] = worker_spec(job.repo, job.revision, job.commit, job.quant, endpoint, job.files)
             on_disk = self._bytes_on_disk(job)
             await self.interpreter.apply(lambda _s: lifecycle.decide_resume(job, on_disk))
             await self._start_queued_locked()
@@ -90,7 +89,8 @@ class DownloadSupervisor:
         spec = self._specs.pop(effect.job_id, None)
         if job is None or spec is None:
             return  # queued by an earlier run and not resumed: nothing to fetch with
-        argv = download_argv(self.settings, job.job_id, job.model, spec)
+        # The worker checks the disk reserve again, by the same rule (service/core/disk_budget.py).
+        argv = download_argv(self.settings, job.job_id, job.model, spec.with_reserve(self.settings.disk_reserve_bytes))
         try:
             await self._pool.spawn(job.job_id, argv, name=f"download:{job.job_id}", env=_worker_env(self.settings))
         except OSError as exc:
@@ -120,12 +120,12 @@ class DownloadSupervisor:
         return CachePaths(self.settings.cache_dir, job.repo)
 
     def _bytes_on_disk(self, job: DownloadJob) -> int:
-        return partial_bytes(self._paths(job), [str(f.get("sha256", "")) for f in job.files])
+        return partial_bytes(self._paths(job), [f.sha256 or "" for f in job.files])
 
     def _discard_partials(self, job: DownloadJob) -> None:
         paths = self._paths(job)
         for f in job.files:
-            paths.incomplete(str(f.get("sha256", ""))).unlink(missing_ok=True)
+            paths.incomplete(f.sha256 or "").unlink(missing_ok=True)
 
     async def cancel(self, job_id: str, *, discard: bool) -> DownloadJob:
         """Ask the worker to stop over its stdin (``cancel`` keeps partials,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from service.core.contracts import DownloadSpec
 from service.settings import Settings
 
 # Per-model parameters (from presets / model_configured) -> inference worker flags.
@@ -45,14 +45,14 @@ def inference_argv(
     return argv
 
 
-def download_argv(settings: Settings, job_id: str, model: str, spec: Mapping[str, Any]) -> list[str]:
+def download_argv(settings: Settings, job_id: str, model: str, spec: DownloadSpec) -> list[str]:
     """``python -m workers.download`` for one job (``spec``: what the service resolved on the Hub)."""
     return [
         sys.executable, "-m", "workers.download",
         "--job-id", job_id,
         "--model", model,
         "--cache-dir", str(settings.cache_dir),
-        "--spec", json.dumps(spec),
+        "--spec", spec.to_argv(),
         "--db", str(settings.db_path),
         "--stall-timeout", str(settings.stall_timeout),
         "--parent-pid", str(settings.service_pid),

@@ -268,8 +268,8 @@ def _check_log(svc: ServiceProcess) -> dict[str, int]:
             and job.job_id == state.models[job.model].last_job
         ):
             for f in state.models[job.model].files:
-                blob = Path(str(f["blob_path"]))
-                assert blob.exists() and _sha256(blob) == f["sha256"], f"bad blob {blob}"
+                blob = Path(str(f.blob_path))
+                assert blob.exists() and _sha256(blob) == f.sha256, f"bad blob {blob}"
     outcomes = Counter(j.status.value + (f":{j.error.reason}" if j.error else "") for j in state.all_jobs())
     loads = sum(1 for r in events if r.type == "instance_ready")
     return {"events": len(events), "ready": loads, **{f"jobs {k}": v for k, v in outcomes.items()}}
@@ -278,7 +278,7 @@ def _check_log(svc: ServiceProcess) -> dict[str, int]:
 def _check_no_partial_publishes(svc: ServiceProcess) -> None:
     """No failed or cancelled download left a published blob that no model uses."""
     state = _replay_file(svc.home / "modelrouter.db")
-    used = {str(f.get("sha256")) for m in state.models.values() if m.available for f in m.files}
+    used = {str(f.sha256) for m in state.models.values() if m.available for f in m.files}
     for blob in (svc.home / "hub").glob("models--*/blobs/*"):
         if not blob.name.endswith(".incomplete"):
             assert blob.name in used, f"published blob {blob} belongs to no available model"

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from service.core import events as ev
 from service.core import fold as fold_module
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
+from service.core.events import FileRef
 from service.core.fold import replay
 from service.core.instance_lifecycle import INSTANCE_LIFECYCLE
 from service.core.snapshot import FOLD_VERSION, state_from_json, state_shape, state_to_json
@@ -61,7 +62,7 @@ def test_snapshot_at_any_cut_plus_tail_equals_full_replay(events: list[ev.Record
 def test_round_trip_covers_every_field_with_non_default_values() -> None:
     job = DownloadJob(
         job_id="j1", model="org/a", status=JobStatus.RUNNING, repo="org/a", revision="v1", commit="c" * 40,
-        quant="Q4_K_M", files=({"path": "a.gguf", "size": 3, "sha256": "ab" * 32, "extra": [1, {"x": None}]},),
+        quant="Q4_K_M", files=(FileRef(path="a.gguf", size=3, sha256="ab" * 32, blob_path="/h/b", snapshot_path="/h/s"),),
         bytes_done=1, bytes_total=3, bytes_per_second=1.5, eta_seconds=2.0, pid=42, pid_started_at=1.25,
         requested_at=T, started_at=T + timedelta(seconds=1), finished_at=None,
         error=Failure(kind=FailureKind.DOWNLOAD, reason="http_503", message="m", at=T, retryable=True, job_id="j1"),
@@ -139,7 +140,7 @@ FINGERPRINTS = {
     3: ("e888db85a92445eb", "da2177ace255f470"),
     4: ("43c3dcf25e9986c3", "08b44c7ddd742552"),
     5: ("4e2f2d2bf4600f2e", "f9498c3ae1542468"),  # crash reasons: first-request crashes, requests_done
-    6: ("422c1880f50ad4dc", "9a6759b106432c65"),  # last_error and job errors as typed Failure values
+    6: ("0ed5d8dfc25c215d", "8797592fbfb3cb1d"),  # typed Failure errors and FileRef files
 }
 
 

@@ -14,6 +14,7 @@ from service.catalogue.disk import local_file, scan_cache, scan_models_dir
 from service.catalogue.hf_source import is_preset_repo
 from service.catalogue.plan import plan_catalogue
 from service.core import events as ev
+from service.core.events import FileRef
 from service.core.errors import CommandRejected
 from service.core.state import ModelConfig, RouterState
 from service.presets import parse_preset
@@ -53,12 +54,12 @@ class TestCacheNames:
         })  # fmt: skip
         (model,) = cache_models(scan_cache(tmp_path)[0]).values()
         assert model.name == "org/split-GGUF:Q4_K_M"
-        assert [f["path"] for f in model.files] == [
+        assert [f.path for f in model.files] == [
             "m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf", "mmproj-F16.gguf",
         ]  # fmt: skip
         first = model.files[0]
-        assert first["sha256"] == hashlib.sha256(b"p1").hexdigest() and Path(str(first["blob_path"])).is_file()
-        assert model.path == first["snapshot_path"]
+        assert first.sha256 == hashlib.sha256(b"p1").hexdigest() and Path(str(first.blob_path)).is_file()
+        assert model.path == first.snapshot_path
 
     def test_an_incomplete_split_is_not_listed(self, tmp_path: Path) -> None:
         cached_repo(tmp_path, "org/half-GGUF", {"m-Q4_0-00001-of-00002.gguf": b"p1"})
@@ -154,7 +155,7 @@ def test_a_preset_repo_is_decided_by_preset_ini_at_its_root() -> None:
 
 
 def _desired(*names: str, source: str = "models_dir", config: ModelConfig | None = None) -> dict[str, Desired]:
-    return {n: Desired(n, source, ({"path": f"/m/{n}.gguf", "size": 1},), config or ModelConfig()) for n in names}
+    return {n: Desired(n, source, (FileRef(path=f"/m/{n}.gguf", size=1),), config or ModelConfig()) for n in names}
 
 
 def _found(name: str) -> tuple[ev.Event, str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on first use (__getattr__)
     from workers.download._cli import build_parser, main
     from workers.download._interrupts import CANCEL, DISCARD, PARENT, Interrupted, Interrupts
-    from workers.download._job import JobFile, JobSpec, load_spec, run_job
+    from workers.download._job import load_spec, run_job
     from workers.download._partial_file import DiskFull, PartialFile
     from workers.download._transfer import ProgressMeter, TransferConfig, TransferError, fetch_blob
 
@@ -31,8 +31,6 @@ __all__ = [
     "DiskFull",
     "Interrupted",
     "Interrupts",
-    "JobFile",
-    "JobSpec",
     "PartialFile",
     "ProgressMeter",
     "TransferConfig",
@@ -52,8 +50,6 @@ _HOMES = {
     "PARENT": "workers.download._interrupts",
     "Interrupted": "workers.download._interrupts",
     "Interrupts": "workers.download._interrupts",
-    "JobFile": "workers.download._job",
-    "JobSpec": "workers.download._job",
     "load_spec": "workers.download._job",
     "run_job": "workers.download._job",
     "DiskFull": "workers.download._partial_file",

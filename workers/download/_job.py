@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from service.core import events as ev
+from service.core.contracts import DownloadSpec, SpecFile
+from service.core.disk_budget import shortfall
+from service.core.events import FileRef
 from workers.download._hf_cache import (
     CachePaths,
     LockHeld,
@@ -42,59 +42,18 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
-@dataclass(frozen=True, slots=True)
-class JobFile:
-    path: str
-    size: int
-    sha256: str
-    url: str | None = None  # built by the service with huggingface_hub.hf_hub_url
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """The resolution the service computed (``Resolution.to_spec()``): what to fetch, pinned to a commit."""
-
-    repo: str
-    revision: str
-    commit: str
-    endpoint: str
-    files: tuple[JobFile, ...]
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> JobSpec:
-        """Validate strictly: these values become file names inside the cache."""
-        files = tuple(
-            JobFile(str(f["path"]), int(f["size"]), str(f["sha256"]).lower(), str(f["url"]) if f.get("url") else None)
-            for f in obj["files"]
-        )
-        commit = str(obj["commit"]).lower()
-        if not _COMMIT.match(commit):
-            raise ValueError(f"commit must be 40 hex characters, got {commit!r}")
-        for f in files:
-            if not _SHA256.match(f.sha256) or f.size < 0:
-                raise ValueError(f"file {f.path!r}: sha256 must be 64 hex characters and size >= 0")
-            if f.path.startswith("/") or ".." in f.path.split("/") or not f.path:
-                raise ValueError(f"invalid file path {f.path!r}")
-        if not files:
-            raise ValueError("spec has no files")
-        revision = str(obj.get("revision") or commit)
-        if revision.startswith("/") or ".." in revision.split("/"):
-            raise ValueError(f"invalid revision {revision!r}")
-        endpoint = str(obj.get("endpoint") or os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-        return cls(str(obj["repo"]), revision, commit, endpoint.rstrip("/"), files)
-
-
-def load_spec(arg: str) -> JobSpec:
-    """``arg`` is inline JSON (starting with '{') or the path of a JSON file."""
+def load_spec(arg: str) -> DownloadSpec:
+    """``arg`` is inline JSON (starting with '{') or the path of a JSON file; the service's
+    ``DownloadSpec.to_argv()``, read back strictly. A spec without an endpoint uses ``HF_ENDPOINT``."""
     text = arg if arg.lstrip().startswith("{") else Path(arg).read_text()
-    return JobSpec.from_json(json.loads(text))
+    spec = DownloadSpec.from_argv(text)
+    if spec.endpoint:
+        return spec
+    endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    return DownloadSpec(spec.repo, spec.revision, spec.commit, spec.quant, endpoint, spec.files, spec.reserve_bytes)
 
 
-def run_job(job_id: str, spec: JobSpec, cache_dir: Path, emit: Callable[[ev.Event], None], interrupts: Interrupts,
+def run_job(job_id: str, spec: DownloadSpec, cache_dir: Path, emit: Callable[[ev.Event], None], interrupts: Interrupts,
             cfg: TransferConfig, token: str | None, *, pid_started_at: float | None = None,
             log: Callable[..., None] = lambda *a, **k: None) -> int:  # fmt: skip
     """Run the job to completion, failure or cancellation; return the exit code.
@@ -103,7 +62,7 @@ def run_job(job_id: str, spec: JobSpec, cache_dir: Path, emit: Callable[[ev.Even
     began = time.monotonic()
     paths = CachePaths(cache_dir, spec.repo)
     blobs = {f.sha256: f for f in spec.files}  # one blob may back several paths
-    files_json = tuple(_file_json(f) for f in spec.files)
+    files = spec.refs()
 
     def fail(reason: str, message: str, retryable: bool) -> int:
         emit(ev.DownloadFailed(job_id=job_id, reason=reason, message=message, retryable=retryable))
@@ -122,11 +81,11 @@ def run_job(job_id: str, spec: JobSpec, cache_dir: Path, emit: Callable[[ev.Even
         on_disk = {sha: _bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items()}
         done = sum(on_disk.values())
         missing = sum(f.size - on_disk[sha] for sha, f in blobs.items())
-        free = shutil.disk_usage(paths.blobs_dir).free
-        if missing > free:
-            return fail("disk_full", f"need {missing} more bytes in {paths.blobs_dir}, only {free} free", False)
+        short = shortfall(needed=missing, free=shutil.disk_usage(paths.blobs_dir).free, reserve=spec.reserve_bytes)
+        if short is not None:  # the service's rule, checked again now that the bytes are about to land
+            return fail("disk_full", f"{short.message} (in {paths.blobs_dir})", False)
         emit(ev.DownloadStarted(job_id=job_id, pid=os.getpid(), pid_started_at=pid_started_at, commit=spec.commit,
-                                files=files_json, total_bytes=spec.total_bytes, resumed_bytes=done))  # fmt: skip
+                                files=files, total_bytes=spec.total_bytes, resumed_bytes=done))  # fmt: skip
         meter = ProgressMeter(spec.total_bytes, done, lambda d: emit(ev.DownloadProgress(job_id=job_id, **d)))
         headers = hub_headers(token)
         for sha, f in sorted(blobs.items(), key=lambda kv: kv[1].path):
@@ -152,18 +111,19 @@ def run_job(job_id: str, spec: JobSpec, cache_dir: Path, emit: Callable[[ev.Even
         _release(locks, 0)
 
 
-def _publish_snapshot(paths: CachePaths, spec: JobSpec) -> tuple[dict[str, Any], ...]:
+def _publish_snapshot(paths: CachePaths, spec: DownloadSpec) -> tuple[FileRef, ...]:
     """Link every file of the commit to its verified blob, then record the revision; the files
     as ``download_finished`` reports them."""
     published = []
     for f in spec.files:
         link = link_snapshot(paths, spec.commit, f.path, f.sha256)
-        published.append({**_file_json(f), "blob_path": str(paths.blob(f.sha256)), "snapshot_path": str(link)})
+        published.append(FileRef(path=f.path, size=f.size, sha256=f.sha256, blob_path=str(paths.blob(f.sha256)),
+                                 snapshot_path=str(link)))  # fmt: skip
     write_ref(paths, spec.revision, spec.commit)
     return tuple(published)
 
 
-def _on_interrupted(stop: Interrupted, job_id: str, paths: CachePaths, blobs: dict[str, JobFile],
+def _on_interrupted(stop: Interrupted, job_id: str, paths: CachePaths, blobs: dict[str, SpecFile],
                     emit: Callable[[ev.Event], None], log: Callable[..., None]) -> int:  # fmt: skip
     """A cancel (the partials kept, or discarded, then ``download_cancelled``) or the parent's death."""
     if stop.kind == PARENT:
@@ -206,10 +166,6 @@ def _os_failure(exc: OSError) -> tuple[str, str, bool]:
     if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
         return "disk_full", str(exc), False
     return "internal", f"{type(exc).__name__}: {exc}", False
-
-
-def _file_json(f: JobFile) -> dict[str, Any]:
-    return {"path": f.path, "size": f.size, "sha256": f.sha256}
 
 
 def _bytes_on_disk(paths: CachePaths, sha: str, size: int) -> int:
