@@ -1,4 +1,4 @@
-"""The synchronous event store used by worker processes and CLI tools."""
+"""The synchronous event store used by CLI tools and tests (a SQLite file or a PostgreSQL URL)."""
 
 from __future__ import annotations
 
@@ -14,45 +14,71 @@ from sqlalchemy import Connection
 from service.core.events import Event, Recorded
 from service.event_store import statements
 from service.event_store.codec import NewEvent, to_recorded
-from service.event_store.engines import sync_engine
+from service.event_store.engines import sync_engine_for
 from service.event_store.pragmas import Synchronous
+from service.event_store.rows import StoreUnavailable
 from service.event_store.statements import EventFilter
+from service.event_store.unavailable import describe, is_unreachable
+from service.event_store.urls import is_postgres
 from service.event_store.wakeup import Waker
 
 
 class SyncEventStore:
-    """Append to and read from the log at ``path`` with the stdlib sqlite3 driver.
+    """Append to and read from the log at ``location``: a SQLite file (stdlib sqlite3
+    driver) or a ``postgresql://`` URL (psycopg 3).
 
     Each process opens its own connections (never inherit one across fork).
     ``source`` is stamped on every event this store appends, e.g.
     ``{"kind": "download_worker", "pid": 1234}``.
     """
 
-    def __init__(self, path: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
-        self.path = Path(path)
+    def __init__(self, location: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
+        self.postgres = is_postgres(str(location))
+        self.path = Path(location) if not self.postgres else None
         self.source = {**source, "pid": source.get("pid", os.getpid())}
-        self._writer = sync_engine(self.path, synchronous, write=True)
-        self._reader = sync_engine(self.path, synchronous, write=False)
+        self._writer = sync_engine_for(location, synchronous, write=True)
+        self._reader = sync_engine_for(location, synchronous, write=False)
         self._write_conn: Connection | None = None
         self._write_lock = threading.Lock()  # workers may append from a helper thread
-        self._waker = Waker(self.path)  # a running service's tail reads the log when told
+        # A running service's tail reads the log when told: a datagram on SQLite, while on
+        # PostgreSQL the append's own NOTIFY does it.
+        self._waker = Waker(self.path) if self.path is not None else None
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
         """Append all of ``batch`` atomically; returns positions (see ``statements.append``).
         The write connection stays open: checking one out per append costs more
-        than the insert itself."""
+        than the insert itself. On PostgreSQL a connection that broke since the last
+        append (a server restart) is replaced and the batch sent again, which is safe
+        because appends are idempotent by ``event_id``; a server still down raises
+        :class:`StoreUnavailable`."""
         with self._write_lock:
+            try:
+                positions = self._append_once(batch)
+            except Exception as exc:
+                if not (self.postgres and is_unreachable(exc)):
+                    raise
+                try:
+                    positions = self._append_once(batch)
+                except Exception as again:
+                    if is_unreachable(again):
+                        msg = f"the event store is unreachable ({describe(again)}); nothing was acknowledged"
+                        raise StoreUnavailable(msg) from again
+                    raise
+        if self._waker is not None:
+            self._waker.wake()
+        return positions
+
+    def _append_once(self, batch: Sequence[NewEvent]) -> list[int]:
+        try:
             if self._write_conn is None:
                 self._write_conn = self._writer.connect()
-            try:
-                positions = statements.append(self._write_conn, batch, self.source)
-            except Exception:
+            return statements.append(self._write_conn, batch, self.source)
+        except Exception:
+            if self._write_conn is not None:
                 self._write_conn.invalidate()
                 self._write_conn.close()
                 self._write_conn = None
-                raise
-        self._waker.wake()
-        return positions
+            raise
 
     def emit(self, event: Event, *, model: str | None = None) -> int:
         """Append one event; returns its position."""
@@ -70,13 +96,13 @@ class SyncEventStore:
         self, after: int = 0, *, poll_interval: float = 0.005, stop: Callable[[], bool] = lambda: False
     ) -> Iterator[Recorded]:
         """Yield every event after ``after`` in order, then wait for more until
-        ``stop()``. Polls ``PRAGMA data_version`` so commits by other processes
-        are seen within ``poll_interval``."""
+        ``stop()``. Polls ``statements.change_marker`` (SQLite's ``data_version``,
+        PostgreSQL's head) so commits by other processes are seen within ``poll_interval``."""
         position = after
         with self._reader.connect() as conn:
             seen_version: int | None = None
             while not stop():
-                version = statements.data_version(conn)
+                version = statements.change_marker(conn)
                 if version != seen_version:
                     seen_version = version
                     while True:
@@ -91,7 +117,8 @@ class SyncEventStore:
                 time.sleep(poll_interval)
 
     def close(self) -> None:
-        self._waker.close()
+        if self._waker is not None:
+            self._waker.close()
         with self._write_lock:
             if self._write_conn is not None:
                 self._write_conn.close()
