@@ -28,6 +28,7 @@ from service.event_store.codec import NewEvent
 from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.effects import Effects
+from service.supervision.worker_args import store_argv, store_env
 from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
@@ -91,7 +92,7 @@ class DownloadSupervisor:
             "--model", job.model,
             "--cache-dir", str(self.settings.cache_dir),
             "--spec", json.dumps(spec),
-            "--db", str(self.settings.db_path),
+            *store_argv(self.settings),
             "--stall-timeout", str(self.settings.stall_timeout),
             "--parent-pid", str(os.getpid()),
             "--stdin-control",
@@ -180,6 +181,7 @@ class DownloadSupervisor:
 
 def _worker_env(settings: Settings) -> dict[str, str]:
     env = {**os.environ, "MODELROUTER_SYNCHRONOUS": settings.synchronous, "MODELROUTER_LOG_JSON": "true"}
+    env.update(store_env(settings))
     env["HF_ENDPOINT"] = settings.hf_endpoint
     if settings.hf_token:
         env["HF_TOKEN"] = settings.hf_token

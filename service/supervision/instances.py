@@ -34,7 +34,7 @@ from service.event_store.codec import NewEvent
 from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.effects import Effects
-from service.supervision.worker_args import inference_argv
+from service.supervision.worker_args import inference_argv, store_env
 from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
@@ -423,7 +423,7 @@ class InstanceSupervisor:
                 request.instance_id,
                 argv,
                 name=f"inference:{model_name}:{request.instance_id}",
-                env={**os.environ, "MODELROUTER_SYNCHRONOUS": self.settings.synchronous},
+                env={**os.environ, "MODELROUTER_SYNCHRONOUS": self.settings.synchronous, **store_env(self.settings)},
             )
         except OSError as exc:
             self._models.pop(request.instance_id, None)
