@@ -26,7 +26,7 @@ from service.core import events as ev
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
-from service.event_store.migrate import upgrade
+from service.event_store.migrate import upgrade, upgrade_url
 from service.live_state import LiveState
 from service.metrics import Gauges, RouterMetrics
 from service.presets import PresetError
@@ -48,6 +48,8 @@ class StartupError(RuntimeError):
 
 
 def _quick_check(settings: Settings) -> None:
+    if settings.postgres:
+        return  # PostgreSQL checks its own pages (data checksums, pg_amcheck: docs/operations.md)
     with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
         result = conn.execute("PRAGMA quick_check").fetchone()[0]
     if result != "ok":
@@ -59,9 +61,12 @@ async def start(settings: Settings) -> Runtime:
     started = time.perf_counter()
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.cache_dir.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(upgrade, settings.db_path)
+    if settings.postgres:
+        await asyncio.to_thread(upgrade_url, settings.database_url)
+    else:
+        await asyncio.to_thread(upgrade, settings.db_path)
     await asyncio.to_thread(_quick_check, settings)
-    store = AsyncEventStore(settings.db_path, source={"kind": "router"}, synchronous=settings.synchronous)
+    store = AsyncEventStore(settings.store_location, source={"kind": "router"}, synchronous=settings.synchronous)
     rebuilt = await rebuild_state(store)  # snapshot + tail: start-up does not grow with history
     live = LiveState(store, state=rebuilt.state, wakeups=settings.tail_wakeups)
     snapshotter = Snapshotter(store, every=settings.snapshot_every, last_position=rebuilt.snapshot_position)
