@@ -4,8 +4,11 @@ A PostgreSQL server can restart under a running service; the append then fails, 
 fail with a message a person can act on (:class:`rows.StoreUnavailable`, a 503) rather than
 as a bug (a 500). What counts: socket errors and timeouts, libpq's connection-exception
 SQLSTATEs (class 08), the server shutting down or starting up (57P01-57P03), no free
-connection slot (53300), and whatever SQLAlchemy marked as a disconnect. Found by walking the
-exception chain, since SQLAlchemy wraps the driver's error, which may wrap an ``OSError``.
+connection slot (53300), whatever SQLAlchemy marked as a disconnect, and psycopg's
+``OperationalError`` without a SQLSTATE (libpq's own "server closed the connection": the
+server never answered, so there is no state to report). Found by walking the exception
+chain, since SQLAlchemy wraps the driver's error, which may wrap an ``OSError``. Callers
+ask only about PostgreSQL errors (on SQLite "database is locked" has no SQLSTATE either).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def is_unreachable(exc: BaseException) -> bool:
             return True
         name = type(link).__name__
         if name in ("ConnectionDoesNotExistError", "ConnectionFailureError", "InterfaceError"):
+            return True
+        if name == "OperationalError" and type(link).__module__.startswith("psycopg") and state is None:
             return True
     return False
 

@@ -61,29 +61,39 @@ async def test_a_database_restart_fails_appends_clearly_then_everything_reconnec
     async with AsyncTestClient(app=create_app(settings)) as client:
         live: LiveState = client.app.state.runtime.live
         live.retry_base = 0.05
+        on_app = client.blocking_portal.call  # the store lives on the app's event loop, not the test's
         assert (await client.post("/models/reload")).status_code == 200
-        acked = {r.event_id for r in await live.store.read()}  # every append so far was acknowledged
+        acked = {r.event_id for r in on_app(live.store.read)}  # every append so far was acknowledged
         acked.add(_progress_id(worker, 1))
 
         server.stop("immediate")
-        refused = await client.post("/models/reload")
-        assert refused.status_code == 503, refused.text
-        body = refused.json()
-        assert body["type"] in ("/problems/store_unavailable", "/problems/state_unavailable")
-        assert "unreachable" in body["detail"] or "stale" in body["detail"], body
-        with pytest.raises(StoreUnavailable, match="unreachable"):
-            await live.store.append([NewEvent(ev.RouterStopped(pid=1, reason="test"))])
-        with pytest.raises(StoreUnavailable, match="unreachable"):
-            _progress_id(worker, 2)
-        assert (await client.get("/health")).status_code == 503
+        try:  # a failure here must not leave the server down for the shutdown below
+            refused = await client.post("/models/reload")
+            assert refused.status_code == 503, refused.text
+            body = refused.json()
+            assert body["type"] in ("/problems/store_unavailable", "/problems/state_unavailable"), body
+            assert "unreachable" in body["detail"] or "stale" in body["detail"], body
 
-        server.start()
-        await _until(lambda: live.up and live.position > 0, 30, "the tail to reconnect")
+            async def append_directly() -> None:
+                await live.store.append([NewEvent(ev.RouterStopped(pid=1, reason="test"))])
+
+            with pytest.raises(StoreUnavailable, match="unreachable"):
+                on_app(append_directly)
+            with pytest.raises(StoreUnavailable, match="unreachable"):
+                _progress_id(worker, 2)
+            assert (await client.get("/health")).status_code == 503
+        finally:
+            server.start()
+        await _until(lambda: live.up, 30, "the tail to reconnect")
         answer = await client.post("/models/reload")
         assert answer.status_code == 200, answer.text
         acked.add(_progress_id(worker, 3))  # the worker's writer reconnects too
-        head = await live.store.head()
-        await live.wait_for(head, timeout=30)  # and its event reaches the service's fold
+        head = on_app(live.store.head)
+
+        async def folded() -> None:
+            await live.wait_for(head, timeout=30)  # the worker's event reaches the service's fold
+
+        on_app(folded)
         assert (await client.get("/health")).status_code == 200
     worker.close()
     stored = _stored_ids(url)
