@@ -199,14 +199,14 @@ def _pg_run(server: PostgresServer, target: object, writers: int, seconds: float
     procs = [ctx.Process(target=target, args=(url, seconds, batch, "", queue)) for _ in range(writers)]
     for p in procs:
         p.start()
-    total = sum(queue.get() for _ in procs)
+    total = sum(queue.get(timeout=seconds + 120) for _ in procs)  # a writer that died must not hang the run
     for p in procs:
         p.join()
     server.psql(f"DROP DATABASE {name}")
     return total / seconds
 
 
-def _postgres_table(seconds: float, repeat: int) -> None:
+def _postgres_table(seconds: float, repeat: int, fsync: bool) -> None:
     # The four writers of a cell take turns, ``repeat`` rounds, and each figure is its median:
     # on a shared machine an fsync's cost drifts by 2-4x within a minute.
     writers_of = (_pg_store_writer, _pg_worker_writer, _pg_raw_writer, _pg_naive_writer)
@@ -230,12 +230,13 @@ def main() -> None:
     parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
     parser.add_argument("--fold-events", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3, help="PostgreSQL: rounds per cell (medians)")
+    parser.add_argument("--pg-fsync", choices=["on", "off"], default="on", help="PostgreSQL: the server's fsync")
     parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default=None,
                         help="default: both where PostgreSQL's binaries are installed")  # fmt: skip
     args = parser.parse_args()
     backend = args.backend or ("both" if pg_bin_dir() is not None else "sqlite")
     if backend == "postgresql":
-        _postgres_table(args.seconds, args.repeat)
+        _postgres_table(args.seconds, args.repeat, args.pg_fsync == "on")
         return
     print(f"synchronous={args.synchronous}, {args.seconds:.0f} s per cell")
     print(f"{'writers':>7} {'batch':>5} {'modelrouter/s':>14} {'raw sqlite3/s':>14} {'ratio':>6}")
@@ -249,7 +250,7 @@ def main() -> None:
         f"fold: {fold_only:,.0f} events/s; read+decode+fold: {read_and_fold:,.0f} events/s over {args.fold_events:,} events"
     )
     if backend == "both":
-        _postgres_table(args.seconds, args.repeat)
+        _postgres_table(args.seconds, args.repeat, args.pg_fsync == "on")
 
 
 if __name__ == "__main__":

@@ -95,11 +95,15 @@ class PostgresServer:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
+    def tool(self, name: str, *args: str) -> str:
+        """Run one of the server's client tools (``psql``, ``pg_dump``...) against it, as its user;
+        returns the standard output."""
+        argv = [str(self.bindir / name), "-h", str(self.root), "-p", str(self.port), "-U", SUPERUSER, *args]
+        return self._cmd(argv).stdout.strip()
+
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run ``sql`` with ``psql`` (admin statements: CREATE DATABASE cannot run in a transaction)."""
-        argv = [str(self.bindir / "psql"), "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h", str(self.root)]
-        argv += ["-p", str(self.port), "-U", SUPERUSER, "-d", database, "-c", sql]
-        return self._cmd(argv).stdout.strip()
+        return self.tool("psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", database, "-c", sql)
 
     def create_database(self, name: str, template: str | None = None) -> str:
         """A new database (a copy of ``template`` when given); returns its URL."""

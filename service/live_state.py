@@ -32,7 +32,7 @@ from service.core.state import RouterState
 from service.event_store import statements, wakeup
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, to_recorded
-from service.event_store.rows import ConcurrencyConflict
+from service.event_store.rows import ConcurrencyConflict, StoreUnavailable
 from service.event_store.statements import EventFilter
 
 
@@ -242,13 +242,18 @@ class LiveState:
                 await asyncio.shield(conn.close())
 
     async def health(self) -> TailHealth:
-        """Position vs. head of the log, and how old the oldest unfolded event is."""
-        head = await self.store.head()
-        lag_ms = 0.0
-        if head > self.position:
-            first = await self.store.read(EventFilter(after=self.position, limit=1))
-            if first:
-                lag_ms = max(0.0, (datetime.now(UTC) - first[0].recorded_at).total_seconds() * 1000)
+        """Position vs. head of the log, and how old the oldest unfolded event is. A database
+        that cannot be reached (PostgreSQL restarting) reports the tail down, with the reason."""
+        try:
+            head = await self.store.head()
+            lag_ms = 0.0
+            if head > self.position:
+                first = await self.store.read(EventFilter(after=self.position, limit=1))
+                if first:
+                    lag_ms = max(0.0, (datetime.now(UTC) - first[0].recorded_at).total_seconds() * 1000)
+        except StoreUnavailable as exc:
+            down_ms = 0.0 if self._down_since is None else (time.monotonic() - self._down_since) * 1000
+            return TailHealth(False, self.position, self.position, round(down_ms, 1), self.restarts, str(exc))
         if self._down_since is not None:
             lag_ms = max(lag_ms, (time.monotonic() - self._down_since) * 1000)
         return TailHealth(self.up, self.position, head, round(lag_ms, 1), self.restarts, self.last_error)

@@ -4,11 +4,13 @@ the copy rebuilds the same fold from snapshot + tail, and ``verify`` and ``gc`` 
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from devtools.postgres_server import PostgresServer
 from service.cli import main
 from service.core.fold import replay
 from service.core.snapshot import FOLD_VERSION
@@ -129,3 +131,31 @@ def test_gc_reads_and_records_on_postgres(pg_url: str, tmp_path: Path) -> None:
     removed = collect(Settings(home=tmp_path, database_url=pg_url, hub_cache=cache), dry_run=False)
     assert [o.path for o in removed] == [orphan] and not orphan.exists()
     assert [r[2] for r in _rows(pg_url)] == ["partial_file_removed"]
+
+
+def test_a_pg_dump_taken_while_appending_verifies_and_is_a_prefix(pg_server: PostgresServer, pg_url: str) -> None:
+    """docs/operations.md's backup recipe: ``pg_dump`` reads one snapshot while writers go on."""
+    write_history(pg_url, history()).close()
+    stop = threading.Event()
+    writer = SyncEventStore(pg_url, source={"kind": "test"})
+    appended: list[int] = []
+
+    def keep_appending() -> None:
+        while not stop.is_set():
+            appended.extend(writer.append([NewEvent(started(len(appended)))]))
+
+    thread = threading.Thread(target=keep_appending)
+    thread.start()
+    try:
+        dump = pg_server.root / "backup.sql"
+        pg_server.tool("pg_dump", "--no-owner", "-d", pg_url.rsplit("/", 1)[1], "-f", str(dump))
+    finally:
+        stop.set()
+        thread.join(30)
+        writer.close()
+    restored = pg_server.create_database("restored_from_dump")
+    pg_server.tool("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", "restored_from_dump", "-f", str(dump))
+    report = verify_url(restored)
+    assert report.ok, report.render()
+    copy, original = _rows(restored), _rows(pg_url)
+    assert appended and copy == original[: len(copy)], "the dump is a prefix of the log"
