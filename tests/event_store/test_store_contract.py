@@ -98,19 +98,31 @@ class TestWorkerEventWriter(WriterContract):
 
 
 @pytest.fixture
-def store(db_path: Path) -> SyncEventStore:
+def store(db_location: Path | str) -> SyncEventStore:
+    """A store on each backend (reads are the same queries on both)."""
+    s = SyncEventStore(db_location, source={"kind": "test"})
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sqlite_store(db_path: Path) -> SyncEventStore:
     s = SyncEventStore(db_path, source={"kind": "test"})
     yield s
     s.close()
 
 
 class TestImmutability:
-    def test_update_is_rejected(self, store: SyncEventStore, db_path: Path) -> None:
+    """SQLite's triggers; PostgreSQL's are in tests/recovery/test_postgres_log.py."""
+
+    def test_update_is_rejected(self, sqlite_store: SyncEventStore, db_path: Path) -> None:
+        store = sqlite_store
         store.append([NewEvent(started(1))])
         with sqlite3.connect(db_path) as conn, pytest.raises(sqlite3.DatabaseError, match="append-only"):
             conn.execute("UPDATE events SET type = 'router_stopped'")
 
-    def test_delete_is_rejected(self, store: SyncEventStore, db_path: Path) -> None:
+    def test_delete_is_rejected(self, sqlite_store: SyncEventStore, db_path: Path) -> None:
+        store = sqlite_store
         store.append([NewEvent(started(1))])
         with sqlite3.connect(db_path) as conn, pytest.raises(sqlite3.DatabaseError, match="append-only"):
             conn.execute("DELETE FROM events")

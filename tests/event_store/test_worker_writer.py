@@ -46,3 +46,19 @@ def test_a_worker_on_postgresql_appends_through_psycopg_alone(pg_url: str) -> No
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "[]"], done.stdout
+
+
+def test_the_service_on_sqlite_loads_no_postgresql_driver(db_path: Path) -> None:
+    """SQLite stays the embedded default at the same start-up cost: asyncpg and psycopg load
+    only for a PostgreSQL URL."""
+    code = (
+        "import sys, asyncio; import service.startup, service.api, service.cli;"
+        "from service.event_store.async_store import AsyncEventStore;"
+        "from service.event_store import SyncEventStore;"
+        f"s = AsyncEventStore({str(db_path)!r}, source={{'kind': 't'}}); print(asyncio.run(s.head()));"
+        f"SyncEventStore({str(db_path)!r}, source={{'kind': 't'}}).head();"
+        "print([m for m in ('asyncpg', 'psycopg') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "[]"], done.stdout
