@@ -19,7 +19,7 @@ from service.event_store.pragmas import Synchronous
 from service.event_store.rows import StoreUnavailable
 from service.event_store.statements import EventFilter
 from service.event_store.unavailable import describe, is_unreachable
-from service.event_store.urls import is_postgres, redacted
+from service.event_store.urls import is_postgres, is_sqlite, redacted, sqlite_path
 
 T = TypeVar("T")
 Unlisten = Callable[[], Awaitable[None]]
@@ -37,8 +37,8 @@ class AsyncEventStore:
     def __init__(self, location: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
         text = str(location)
         self.postgres = is_postgres(text)
-        self.url = text if self.postgres else f"sqlite:///{Path(text)}"
-        self.path: Path | None = None if self.postgres else Path(text)
+        self.path: Path | None = None if self.postgres else sqlite_path(text) if is_sqlite(text) else Path(text)
+        self.url = text if self.postgres else f"sqlite:///{self.path}"
         """The SQLite file; None on PostgreSQL."""
         self.source = {**source, "pid": source.get("pid", os.getpid())}
         self._writer: AsyncEngine = async_engine_for(location, synchronous, write=True)

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from service.event_store.pragmas import Synchronous, configure_connection
-from service.event_store.urls import is_postgres, sqlite_path
+from service.event_store.urls import is_postgres, is_sqlite, sqlite_path
 
 
 def _install_hooks(engine: Engine, synchronous: Synchronous, *, write: bool) -> None:
@@ -63,7 +63,7 @@ def sync_engine_for(target: Path | str, synchronous: Synchronous = "FULL", *, wr
         from service.event_store.postgres.engines import sync_engine as pg_sync_engine
 
         return pg_sync_engine(text, write=write)
-    return sync_engine(sqlite_path(text) if text.startswith("sqlite") else text, synchronous, write=write)
+    return sync_engine(sqlite_path(text) if is_sqlite(text) else text, synchronous, write=write)
 
 
 def async_engine_for(target: Path | str, synchronous: Synchronous = "FULL", *, write: bool = True) -> AsyncEngine:
@@ -73,4 +73,4 @@ def async_engine_for(target: Path | str, synchronous: Synchronous = "FULL", *, w
         from service.event_store.postgres.engines import async_engine as pg_async_engine
 
         return pg_async_engine(text, write=write)
-    return async_engine(sqlite_path(text) if text.startswith("sqlite") else text, synchronous, write=write)
+    return async_engine(sqlite_path(text) if is_sqlite(text) else text, synchronous, write=write)

@@ -19,7 +19,7 @@ from service.event_store.pragmas import Synchronous
 from service.event_store.rows import StoreUnavailable
 from service.event_store.statements import EventFilter
 from service.event_store.unavailable import describe, is_unreachable
-from service.event_store.urls import is_postgres
+from service.event_store.urls import is_postgres, is_sqlite, sqlite_path
 from service.event_store.wakeup import Waker
 
 
@@ -34,7 +34,8 @@ class SyncEventStore:
 
     def __init__(self, location: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
         self.postgres = is_postgres(str(location))
-        self.path = Path(location) if not self.postgres else None
+        text = str(location)
+        self.path = None if self.postgres else sqlite_path(text) if is_sqlite(text) else Path(text)
         self.source = {**source, "pid": source.get("pid", os.getpid())}
         self._writer = sync_engine_for(location, synchronous, write=True)
         self._reader = sync_engine_for(location, synchronous, write=False)

@@ -1,4 +1,5 @@
-"""The workers' event writer: stdlib ``sqlite3`` only.
+"""The workers' event writer: stdlib ``sqlite3`` only (``open_writer`` hands a PostgreSQL
+URL to ``postgres/worker_writer.py`` instead).
 
 Importing SQLAlchemy costs a worker ~0.2 s of start-up (every download and
 every model load pays it), and a worker only ever appends. It runs the same
