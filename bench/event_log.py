@@ -171,8 +171,6 @@ def _pg_raw(url: str, seconds: float, batch: int, out: mp.Queue, *, naive: bool)
                 data = json.dumps(_payload(count + i).to_data(), separators=(",", ":"))
                 cursor.execute(insert, (str(uuid.uuid4()), "download_progress", 2, "bench/model", data, source, stamp))
                 cursor.fetchone()
-            if not naive:
-                cursor.execute(PSYCOPG.notify or "")
         conn.commit()
         count += batch
     out.put(count)

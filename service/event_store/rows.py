@@ -5,7 +5,7 @@ writers (stdlib sqlite3, or psycopg) all call :func:`insert_rows` inside their
 own transaction (``BEGIN IMMEDIATE`` on SQLite), so there is one append path
 whichever process writes and whichever database holds the log. What differs per
 database is only the statements' text (:class:`AppendSQL`): PostgreSQL takes an
-advisory lock first and sends a NOTIFY last (``postgres/sql.py``).
+advisory lock first, and its insert also signals a NOTIFY (``postgres/sql.py``).
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ class AppendSQL:
     lock: str | None = None
     """Run first: every later statement of the append happens under it (None: the caller's
     ``BEGIN IMMEDIATE`` already holds SQLite's write lock)."""
-    notify: str | None = None
-    """Run last, delivered by the database at commit (PostgreSQL's NOTIFY wakes the tails)."""
 
 
 SQLITE = AppendSQL(INSERT_SQL, EXISTING_SQL, LAST_OF_MODEL_SQL)
@@ -91,6 +89,4 @@ def insert_rows(
             cursor.execute(sql.existing, (new.event_id,))
             row = cursor.fetchone()
         positions.append(int(row[0]))
-    if sql.notify is not None:
-        cursor.execute(sql.notify)
     return positions

@@ -16,11 +16,10 @@ from service.event_store import statements
 from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.engines import sync_engine_for
 from service.event_store.pragmas import Synchronous
-from service.event_store.rows import StoreUnavailable
 from service.event_store.statements import EventFilter
-from service.event_store.unavailable import describe, is_unreachable
 from service.event_store.urls import is_postgres, is_sqlite, sqlite_path
 from service.event_store.wakeup import Waker
+from service.event_store.worker_writer import EventWriter
 
 
 class SyncEventStore:
@@ -33,53 +32,47 @@ class SyncEventStore:
     """
 
     def __init__(self, location: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
-        self.postgres = is_postgres(str(location))
         text = str(location)
-        self.path = None if self.postgres else sqlite_path(text) if is_sqlite(text) else Path(text)
+        self.postgres = is_postgres(text)
+        path = None if self.postgres else sqlite_path(text) if is_sqlite(text) else Path(text)
+        self.path = path
         self.source = {**source, "pid": source.get("pid", os.getpid())}
-        self._writer = sync_engine_for(location, synchronous, write=True)
         self._reader = sync_engine_for(location, synchronous, write=False)
-        self._write_conn: Connection | None = None
         self._write_lock = threading.Lock()  # workers may append from a helper thread
-        # A running service's tail reads the log when told: a datagram on SQLite, while on
-        # PostgreSQL the append's own NOTIFY does it.
-        self._waker = Waker(self.path) if self.path is not None else None
+        self._write_conn: Connection | None = None
+        self._waker: Waker | None = None
+        self._pg_writer: EventWriter | None = None
+        if path is None:
+            # Appends go through the workers' psycopg writer (the same insert_rows, without
+            # SQLAlchemy's transaction layer: ~25 % more appends/s, docs/benchmarks.md), which
+            # also reconnects after a server restart; its NOTIFY wakes a running service's tail.
+            from service.event_store.postgres.worker_writer import PostgresWorkerEventWriter
+
+            self._pg_writer = PostgresWorkerEventWriter(text, source=self.source, connect=False)
+        else:
+            self._writer = sync_engine_for(location, synchronous, write=True)
+            self._waker = Waker(path)  # a running service's tail reads the log when told
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
         """Append all of ``batch`` atomically; returns positions (see ``statements.append``).
         The write connection stays open: checking one out per append costs more
-        than the insert itself. On PostgreSQL a connection that broke since the last
-        append (a server restart) is replaced and the batch sent again, which is safe
-        because appends are idempotent by ``event_id``; a server still down raises
-        :class:`StoreUnavailable`."""
+        than the insert itself. On PostgreSQL an unreachable server raises
+        :class:`StoreUnavailable` (see ``postgres/worker_writer.py``)."""
+        if self._pg_writer is not None:
+            return self._pg_writer.append(batch)
         with self._write_lock:
-            try:
-                positions = self._append_once(batch)
-            except Exception as exc:
-                if not (self.postgres and is_unreachable(exc)):
-                    raise
-                try:
-                    positions = self._append_once(batch)
-                except Exception as again:
-                    if is_unreachable(again):
-                        msg = f"the event store is unreachable ({describe(again)}); nothing was acknowledged"
-                        raise StoreUnavailable(msg) from again
-                    raise
-        if self._waker is not None:
-            self._waker.wake()
-        return positions
-
-    def _append_once(self, batch: Sequence[NewEvent]) -> list[int]:
-        try:
             if self._write_conn is None:
                 self._write_conn = self._writer.connect()
-            return statements.append(self._write_conn, batch, self.source)
-        except Exception:
-            if self._write_conn is not None:
+            try:
+                positions = statements.append(self._write_conn, batch, self.source)
+            except Exception:
                 self._write_conn.invalidate()
                 self._write_conn.close()
                 self._write_conn = None
-            raise
+                raise
+        if self._waker is not None:
+            self._waker.wake()
+        return positions
 
     def emit(self, event: Event, *, model: str | None = None) -> int:
         """Append one event; returns its position."""
@@ -120,9 +113,12 @@ class SyncEventStore:
     def close(self) -> None:
         if self._waker is not None:
             self._waker.close()
-        with self._write_lock:
-            if self._write_conn is not None:
-                self._write_conn.close()
-                self._write_conn = None
-        self._writer.dispose()
+        if self._pg_writer is not None:
+            self._pg_writer.close()
+        else:
+            with self._write_lock:
+                if self._write_conn is not None:
+                    self._write_conn.close()
+                    self._write_conn = None
+            self._writer.dispose()
         self._reader.dispose()

@@ -29,13 +29,15 @@ APPEND_LOCK = 0x6D6F_6465_6C72_7472  # "modelrtr": one key, per database (adviso
 CHANNEL = "modelrouter_events"
 """NOTIFY channel every append signals at commit; the service's tail LISTENs on it."""
 
+# Each stored row also signals the channel. PostgreSQL delivers a transaction's identical
+# notifications once, at commit, and none if it rolls back: one wake-up per append, without a
+# round trip of its own. A retried event_id stores no row and signals nothing (nothing is new).
 _INSERT = (
     "INSERT INTO events (position, event_id, type, schema_version, model, data, source, recorded_at) "
     "VALUES ((SELECT COALESCE(MAX(position), 0) + 1 FROM events), ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (event_id) DO NOTHING RETURNING position"
+    f"ON CONFLICT (event_id) DO NOTHING RETURNING position, pg_notify('{CHANNEL}', '')"
 )
 _LOCK = f"SELECT pg_advisory_xact_lock({APPEND_LOCK})"
-_NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
 
 PAGE_SQL = (
     "SELECT position, event_id, type, schema_version, model, data::text, source::text, recorded_at "
@@ -58,7 +60,7 @@ def dollar_style(sql: str) -> str:
 
 
 def _append_sql(fn: Callable[[str], str]) -> AppendSQL:
-    return AppendSQL(fn(_INSERT), fn(EXISTING_SQL), fn(LAST_OF_MODEL_SQL), lock=_LOCK, notify=_NOTIFY)
+    return AppendSQL(fn(_INSERT), fn(EXISTING_SQL), fn(LAST_OF_MODEL_SQL), lock=_LOCK)
 
 
 PSYCOPG = _append_sql(format_style)

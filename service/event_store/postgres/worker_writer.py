@@ -35,13 +35,14 @@ CONNECT_TIMEOUT_S = 10
 class PostgresWorkerEventWriter:
     """Append-only access to a PostgreSQL log from a worker process."""
 
-    def __init__(self, url: str, *, source: Mapping[str, Any]) -> None:
+    def __init__(self, url: str, *, source: Mapping[str, Any], connect: bool = True) -> None:
         self.url = url
         self.source = {**source, "pid": source.get("pid", os.getpid())}
         self._lock = threading.Lock()  # a worker may emit from a helper thread
         self._conn: psycopg.Connection[Any] | None = None
-        with self._lock:
-            self._connect()  # here, in this process, and early: a wrong URL fails at start
+        if connect:
+            with self._lock:
+                self._connect()  # here, in this process, and early: a wrong URL fails at start
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:
