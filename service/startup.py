@@ -27,6 +27,7 @@ from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
 from service.event_store.migrate import upgrade, upgrade_url
+from service.event_store.rows import StoreUnavailable
 from service.live_state import LiveState
 from service.metrics import Gauges, RouterMetrics
 from service.presets import PresetError
@@ -174,7 +175,10 @@ async def stop(runtime: Runtime) -> None:
     await asyncio.gather(*runtime.background, return_exceptions=True)
     # Appended without waiting for the tail: nothing reads it back, and a shutdown
     # must record it even while the tail is down.
-    await runtime.store.append([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
+    try:
+        await runtime.store.append([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
+    except StoreUnavailable as exc:  # PostgreSQL down: shut down all the same; the next start reconciles
+        _log.error("router_stopped_not_recorded", error=str(exc))
     await runtime.snapshotter.snapshot_now(runtime.live.state)
     await runtime.snapshotter.close()
     await runtime.http.aclose()
