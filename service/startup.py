@@ -58,16 +58,21 @@ def _quick_check(settings: Settings) -> None:
         raise StartupError(msg)
 
 
-async def start(settings: Settings) -> Runtime:
-    started = time.perf_counter()
-    settings.home.mkdir(parents=True, exist_ok=True)
-    settings.cache_dir.mkdir(parents=True, exist_ok=True)
+async def _open_store(settings: Settings) -> AsyncEventStore:
+    """Migrate the log (a SQLite file, or a PostgreSQL database under a lock), check it, open it."""
     if settings.postgres:
         await asyncio.to_thread(upgrade_url, settings.database_url)
     else:
         await asyncio.to_thread(upgrade, settings.db_path)
     await asyncio.to_thread(_quick_check, settings)
-    store = AsyncEventStore(settings.store_location, source={"kind": "router"}, synchronous=settings.synchronous)
+    return AsyncEventStore(settings.store_location, source={"kind": "router"}, synchronous=settings.synchronous)
+
+
+async def start(settings: Settings) -> Runtime:
+    started = time.perf_counter()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.cache_dir.mkdir(parents=True, exist_ok=True)
+    store = await _open_store(settings)
     rebuilt = await rebuild_state(store)  # snapshot + tail: start-up does not grow with history
     live = LiveState(store, state=rebuilt.state, wakeups=settings.tail_wakeups)
     snapshotter = Snapshotter(store, every=settings.snapshot_every, last_position=rebuilt.snapshot_position)
