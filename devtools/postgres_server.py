@@ -3,8 +3,10 @@
 Debian's ``postgresql`` package (``/usr/lib/postgresql/<version>/bin``), started as an
 unprivileged user: ``initdb`` and ``postgres`` refuse to run as root, and tests run as
 root here, so the server runs as ``nobody`` (or the current user when it is not root).
-It listens on 127.0.0.1 on a free port and on a Unix socket inside its directory, trusts
-local connections, and is thrown away with the directory.
+It listens on 127.0.0.1 on a free port and on a Unix socket inside its directory; the socket
+is trusted (admin commands), TCP needs the password (:data:`PASSWORD`, in every :meth:`url`),
+so the tests cover password authentication (and the workers' ``PGPASSWORD``) as well. It is
+thrown away with its directory.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from service.supervision.ports import free_port
 
 SUPERUSER = "modelrouter"
+PASSWORD = "pg-test-secret"
 _FAST = ("-c", "fsync=off", "-c", "full_page_writes=off")
 """Tests only: no flush to disk. A killed *server* still loses nothing (the OS has the pages);
 only an OS crash would, and no test simulates one. Benchmarks keep the defaults."""
@@ -68,14 +71,20 @@ class PostgresServer:
         return done
 
     def init(self) -> PostgresServer:
-        """``initdb`` (UTF-8, trust auth, superuser ``modelrouter``)."""
+        """``initdb`` (UTF-8, superuser ``modelrouter``: trusted on the socket, SCRAM over TCP)."""
         self.root.mkdir(parents=True, exist_ok=True)
         if self.user is not None:
             entry = pwd.getpwnam(self.user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         self.root.chmod(0o700)
-        initdb = [str(self.bindir / "initdb"), "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8"]
-        self._cmd([*initdb, "--no-sync", "--locale=C"])
+        password_file = self.root / "initdb-password"
+        password_file.write_text(PASSWORD)
+        if self.user is not None:
+            os.chown(password_file, pwd.getpwnam(self.user).pw_uid, -1)
+        initdb = [str(self.bindir / "initdb"), "-D", str(self.data), "-U", SUPERUSER, "-E", "UTF8", "--locale=C"]
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={password_file}"]
+        self._cmd([*initdb, *auth, "--no-sync"])
+        password_file.unlink()
         return self
 
     def start(self) -> PostgresServer:
@@ -93,7 +102,7 @@ class PostgresServer:
         self._cmd([str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"], check=False)
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{SUPERUSER}:{PASSWORD}@127.0.0.1:{self.port}/{database}"
 
     def tool(self, name: str, *args: str) -> str:
         """Run one of the server's client tools (``psql``, ``pg_dump``...) against it, as its user;

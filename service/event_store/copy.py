@@ -43,6 +43,7 @@ class CopyReport:
 
 
 def _ids(conn: Connection, after: int, limit: int) -> list[tuple[int, str]]:
+    statements.autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
         cursor.execute(statements.raw_sql(conn, _IDS), (after, limit))

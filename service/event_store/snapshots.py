@@ -24,7 +24,7 @@ from sqlalchemy import Connection
 from service.core.snapshot import state_from_json, state_to_json
 from service.core.state import RouterState
 from service.event_store.codec import dumps, format_time, loads
-from service.event_store.statements import raw_sql
+from service.event_store.statements import autobegin, raw_sql
 
 KEEP = 3
 """Snapshots kept: the newest few, so one damaged row still leaves a usable one."""
@@ -105,6 +105,7 @@ def load_latest_snapshot(conn: Connection, fold_version: int) -> tuple[RouterSta
     state), as are rows beyond the log's head and rows that fail to decode or
     whose state disagrees with their position column: a snapshot is a cache,
     never a source of truth, so a bad one only means a longer replay."""
+    autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
         cursor.execute(raw_sql(conn, _BEYOND_HEAD), (int(fold_version),))
@@ -130,6 +131,7 @@ def load_latest_snapshot(conn: Connection, fold_version: int) -> tuple[RouterSta
 
 def list_snapshots(conn: Connection) -> list[SnapshotInfo]:
     """Every stored snapshot's envelope, newest first (any fold version)."""
+    autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
         cursor.execute(_LIST)

@@ -53,6 +53,17 @@ def raw_sql(conn: Connection, sql: str) -> str:
     return found
 
 
+def autobegin(conn: Connection) -> None:
+    """Begin ``conn``'s transaction in SQLAlchemy's books before a raw DBAPI cursor reads.
+
+    A raw cursor bypasses SQLAlchemy's autobegin, but on PostgreSQL the driver still opens a
+    transaction, which ``conn.rollback()`` then leaves open (SQLAlchemy saw none): the tail's
+    connection sat "idle in transaction", where PostgreSQL delivers no NOTIFY at all
+    (``tests/event_store/test_postgres_tail.py``). SQLite's reads run in driver autocommit."""
+    if conn.dialect.name != "sqlite" and not conn.in_transaction():
+        conn.begin()
+
+
 def append_sql(conn: Connection) -> AppendSQL:
     """The append's statements for ``conn``'s database and driver."""
     if conn.dialect.name == "sqlite":
@@ -119,6 +130,7 @@ def select_page_raw(conn: Connection, after: int, limit: int) -> list[tuple[Any,
     the DBAPI cursor: ``data`` and ``source`` stay JSON *text* (decode them with
     ``codec.decode_rows``). The replay path: SQLAlchemy's per-row result
     processing costs more than the query itself."""
+    autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
         cursor.execute(_page_sql(conn), (int(after), int(limit)))
