@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_BUILD := $(BIN)/python -m devtools.llama_build
 PIP_INSTALL = $(BIN)/pip install --find-links "$$($(LLAMA_BUILD) wheel)"
 
-.PHONY: install run migrate lint test browser wheel-check bench demo verify clean llama-wheel llama-server
+.PHONY: install run migrate lint test browser postgres wheel-check bench demo verify clean llama-wheel llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +52,17 @@ browser:
 			|| echo "could not install chromium (offline?): the dashboard test will skip, and say so"; \
 	else echo "chromium/chromedriver missing and apt-get unavailable: the dashboard test will skip"; fi
 
-test: lint browser
+# The PostgreSQL tests start Debian's server binaries (initdb, postgres) themselves, as an unprivileged
+# user in a temporary directory on a free port; the package is installed only when missing and apt-get
+# can (root). Elsewhere install `postgresql` yourself, or those tests fail and say so.
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y postgresql || { apt-get update && apt-get install -y postgresql; } \
+			|| echo "could not install postgresql (offline?): the PostgreSQL tests will fail"; \
+	else echo "PostgreSQL server binaries missing and apt-get unavailable: the PostgreSQL tests will fail"; fi
+
+test: lint browser postgres
 	$(BIN)/python -m pytest tests -q --durations=15
 
 # The wheel in a scratch venv: `modelrouter serve` answers /health and migrates (also run by .ci/run).

@@ -1,12 +1,12 @@
-"""Alembic environment: runs against the service's SQLite file with the sync
-sqlite3 driver (migrations run before the event loop serves anything)."""
+"""Alembic environment: runs against the service's database with a sync driver (sqlite3, or
+psycopg for PostgreSQL; migrations run before the event loop serves anything)."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import Connection
 
-from service.event_store.engines import sqlite_path, sync_engine
+from service.event_store.engines import sync_engine_for
 from service.event_store.schema import metadata
 from service.settings import Settings
 
@@ -28,7 +28,7 @@ def run_migrations_online() -> None:
         _run(supplied)
         return
     url = config.get_main_option("sqlalchemy.url") or Settings.from_env().database_url
-    engine = sync_engine(sqlite_path(url), write=False)
+    engine = sync_engine_for(url, write=False)
     with engine.connect() as connection:
         _run(connection)
     engine.dispose()

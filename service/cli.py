@@ -116,7 +116,11 @@ def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
     add_llama_arguments(serve)
     ours = serve.add_argument_group("modelrouter", "modelrouter's own options (also MODELROUTER_* variables)")
     ours.add_argument("--home", type=Path, help="data dir: database, download cache (MODELROUTER_HOME)")
-    ours.add_argument("--database-url", help="sqlite URL (default <home>/modelrouter.db)")
+    ours.add_argument(
+        "--database-url",
+        help="event log: sqlite:///FILE (default <home>/modelrouter.db) or postgresql://user@host/db "
+        "(MODELROUTER_DATABASE_URL)",
+    )
     ours.add_argument(
         "--hub-cache",
         type=Path,
@@ -148,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     gc_parser = sub.add_parser("gc", help="delete partial downloads no job refers to")
     gc.add_arguments(gc_parser)
     gc_parser.set_defaults(func=gc.run)
+    from service.recovery import migrate_store
+
+    copy_parser = sub.add_parser("migrate-store", help="copy the event log to another database (SQLite -> PostgreSQL)")
+    migrate_store.add_arguments(copy_parser)
+    copy_parser.set_defaults(func=migrate_store.run)
     return parser
 
 

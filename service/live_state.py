@@ -33,7 +33,7 @@ from service.core.state import RouterState
 from service.event_store import statements, wakeup
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, to_recorded
-from service.event_store.rows import ConcurrencyConflict
+from service.event_store.rows import ConcurrencyConflict, StoreUnavailable
 from service.event_store.statements import EventFilter
 
 
@@ -69,8 +69,9 @@ WOKEN_POLL_INTERVAL = 1.0
 
 
 def _version(conn: Connection) -> int:
-    """``PRAGMA data_version``, then end the read transaction (one thread hop)."""
-    version = statements.data_version(conn)
+    """``PRAGMA data_version`` (PostgreSQL: the head position), then end the read transaction
+    (one thread hop)."""
+    version = statements.change_marker(conn)
     conn.rollback()
     return version
 
@@ -89,7 +90,9 @@ class LiveState:
     arrives (:mod:`service.event_store.wakeup`), else at the next poll of
     ``PRAGMA data_version`` (which changes on each foreign commit):
     ``poll_interval`` is that safety net, 1 s by default with wake-ups and
-    10 ms where the platform has none."""
+    10 ms where the platform has none. On PostgreSQL the wake-up is the NOTIFY
+    each append sends at commit (LISTEN on the tail's own connection) and the
+    safety net polls the head position."""
 
     def __init__(
         self,
@@ -103,9 +106,11 @@ class LiveState:
     ) -> None:
         self.store = store
         self.state = state if state is not None else RouterState()
-        self._wake = wakeup.listen(store.path) if wakeups else None
+        self._wake = wakeup.listen(store.path) if wakeups and store.path is not None else None
         if poll_interval is None:
-            poll_interval = WOKEN_POLL_INTERVAL if self._wake is not None else POLL_INTERVAL
+            woken = self._wake is not None or (wakeups and store.postgres)
+            poll_interval = WOKEN_POLL_INTERVAL if woken else POLL_INTERVAL
+        self._notifies = wakeups and store.postgres
         self.poll_interval = poll_interval
         self.retry_base = retry_base
         self.retry_cap = retry_cap
@@ -206,7 +211,10 @@ class LiveState:
     async def _run(self) -> None:
         conn = await self.store.watch_connection()
         self.connection = conn
+        unlisten = None
         try:
+            if self._notifies:  # before the first read below, so no commit falls between
+                unlisten = await self.store.listen(conn, self.kick)
             seen: int | None = None
             while True:
                 # Told of a commit: read at once. Otherwise (the safety-net poll) ask data_version first.
@@ -230,17 +238,24 @@ class LiveState:
             raise
         finally:
             self.connection = None
+            if unlisten is not None:
+                await asyncio.shield(unlisten())
             with contextlib.suppress(Exception):
                 await asyncio.shield(conn.close())
 
     async def health(self) -> TailHealth:
-        """Position vs. head of the log, and how old the oldest unfolded event is."""
-        head = await self.store.head()
-        lag_ms = 0.0
-        if head > self.position:
-            first = await self.store.read(EventFilter(after=self.position, limit=1))
-            if first:
-                lag_ms = max(0.0, (datetime.now(UTC) - first[0].recorded_at).total_seconds() * 1000)
+        """Position vs. head of the log, and how old the oldest unfolded event is. A database
+        that cannot be reached (PostgreSQL restarting) reports the tail down, with the reason."""
+        try:
+            head = await self.store.head()
+            lag_ms = 0.0
+            if head > self.position:
+                first = await self.store.read(EventFilter(after=self.position, limit=1))
+                if first:
+                    lag_ms = max(0.0, (datetime.now(UTC) - first[0].recorded_at).total_seconds() * 1000)
+        except StoreUnavailable as exc:
+            down_ms = 0.0 if self._down_since is None else (time.monotonic() - self._down_since) * 1000
+            return TailHealth(False, self.position, self.position, round(down_ms, 1), self.restarts, str(exc))
         if self._down_since is not None:
             lag_ms = max(lag_ms, (time.monotonic() - self._down_since) * 1000)
         return TailHealth(self.up, self.position, head, round(lag_ms, 1), self.restarts, self.last_error)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from service.core.flags import parse_bool
-from service.event_store.engines import sqlite_path
+from service.event_store.urls import check_url, is_postgres, redacted, sqlite_path, without_password
 
 
 def _default_home() -> Path:
@@ -35,7 +35,8 @@ class Settings:
     port: int = 8080
     """Bind port (MODELROUTER_PORT)."""
     database_url: str = ""
-    """SQLite URL (MODELROUTER_DATABASE_URL); default ``<home>/modelrouter.db``."""
+    """The event log (MODELROUTER_DATABASE_URL, --database-url): ``sqlite:///PATH`` (default
+    ``<home>/modelrouter.db``) or ``postgresql://user@host/db`` (docs/operations.md)."""
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     """SQLite synchronous level (MODELROUTER_SYNCHRONOUS). FULL survives power loss."""
     hub_cache: Path | None = None
@@ -127,6 +128,7 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite+aiosqlite:///{self.home / 'modelrouter.db'}")
+        check_url(self.database_url)
         if self.hub_cache is None:
             object.__setattr__(self, "hub_cache", self.home / "hub")
         if self.synchronous not in ("FULL", "NORMAL"):
@@ -150,6 +152,8 @@ class Settings:
     def __repr__(self) -> str:
         def shown(name: str) -> str:
             value = getattr(self, name)
+            if name == "database_url":
+                return repr(redacted(value))  # a PostgreSQL URL may carry a password
             return "'[redacted]'" if name in SECRET_FIELDS and value else repr(value)
 
         return f"Settings({', '.join(f'{f.name}={shown(f.name)}' for f in dataclasses.fields(self) if f.repr)})"
@@ -160,7 +164,13 @@ class Settings:
         for name in SECRET_FIELDS:
             value = getattr(self, name)
             found += [str(v) for v in value] if isinstance(value, tuple) else [str(value)] if value else []
-        return found
+        password = without_password(self.database_url)[1] if self.postgres else None
+        return [*found, password] if password else found
+
+    @property
+    def postgres(self) -> bool:
+        """Whether the log is on a PostgreSQL server rather than in a SQLite file."""
+        return is_postgres(self.database_url)
 
     def worker_environment(self, **extra: str) -> dict[str, str]:
         """A worker's environment: the service's own, its SQLite durability, and ``extra``."""
@@ -168,8 +178,13 @@ class Settings:
 
     @property
     def db_path(self) -> Path:
-        """The SQLite file (workers open it directly)."""
+        """The SQLite file (workers open it directly); ValueError for a PostgreSQL URL."""
         return sqlite_path(self.database_url)
+
+    @property
+    def store_location(self) -> Path | str:
+        """What the stores open: the SQLite file, or the PostgreSQL URL."""
+        return self.database_url if self.postgres else self.db_path
 
     @property
     def cache_dir(self) -> Path:

@@ -26,7 +26,8 @@ from service.core import events as ev
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
-from service.event_store.migrate import upgrade
+from service.event_store.migrate import upgrade, upgrade_url
+from service.event_store.rows import StoreUnavailable
 from service.live_state import LiveState
 from service.metrics import Gauges, RouterMetrics
 from service.presets import PresetError
@@ -50,6 +51,8 @@ class StartupError(RuntimeError):
 
 
 def _quick_check(settings: Settings) -> None:
+    if settings.postgres:
+        return  # PostgreSQL checks its own pages (data checksums, pg_amcheck: docs/operations.md)
     with contextlib.closing(sqlite3.connect(settings.db_path)) as conn:
         result = conn.execute("PRAGMA quick_check").fetchone()[0]
     if result != "ok":
@@ -57,13 +60,21 @@ def _quick_check(settings: Settings) -> None:
         raise StartupError(msg)
 
 
+async def _open_store(settings: Settings) -> AsyncEventStore:
+    """Migrate the log (a SQLite file, or a PostgreSQL database under a lock), check it, open it."""
+    if settings.postgres:
+        await asyncio.to_thread(upgrade_url, settings.database_url)
+    else:
+        await asyncio.to_thread(upgrade, settings.db_path)
+    await asyncio.to_thread(_quick_check, settings)
+    return AsyncEventStore(settings.store_location, source={"kind": "router"}, synchronous=settings.synchronous)
+
+
 async def start(settings: Settings) -> Runtime:
     started = time.perf_counter()
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.cache_dir.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(upgrade, settings.db_path)
-    await asyncio.to_thread(_quick_check, settings)
-    store = AsyncEventStore(settings.db_path, source={"kind": "router"}, synchronous=settings.synchronous)
+    store = await _open_store(settings)
     rebuilt = await rebuild_state(store)  # snapshot + tail: start-up does not grow with history
     live = LiveState(store, state=rebuilt.state, wakeups=settings.tail_wakeups)
     snapshotter = Snapshotter(store, every=settings.snapshot_every, last_position=rebuilt.snapshot_position)
@@ -175,7 +186,10 @@ async def stop(runtime: Runtime) -> None:
     await asyncio.gather(*runtime.background, return_exceptions=True)
     # Appended without waiting for the tail: nothing reads it back, and a shutdown
     # must record it even while the tail is down.
-    await runtime.store.append([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
+    try:
+        await runtime.store.append([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
+    except StoreUnavailable as exc:  # PostgreSQL down: shut down all the same; the next start reconciles
+        _log.error("router_stopped_not_recorded", error=str(exc))
     await runtime.snapshotter.snapshot_now(runtime.live.state)
     await runtime.snapshotter.close()
     await runtime.http.aclose()

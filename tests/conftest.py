@@ -1,7 +1,9 @@
-"""Shared fixtures: a migrated SQLite file, settings, and the real service in a subprocess."""
+"""Shared fixtures: a migrated SQLite file, a migrated PostgreSQL database, settings, and the
+real service in a subprocess."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,10 +13,11 @@ import pytest
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "0")
 
+from devtools.postgres_server import PostgresServer, pg_bin_dir
 from devtools.service_process import ServiceProcess
 
 pytest_plugins = ["tests.conftest_hub"]
-from service.event_store.migrate import upgrade  # noqa: E402
+from service.event_store.migrate import upgrade, upgrade_url  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 
@@ -24,6 +27,40 @@ def db_path(tmp_path: Path) -> Path:
     path = tmp_path / "modelrouter.db"
     upgrade(path)
     return path
+
+
+_TEMPLATE = "modelrouter_template"
+_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the whole session (started on first use), with a
+    migrated template database that every test's database is copied from."""
+    if pg_bin_dir() is None:
+        pytest.fail("PostgreSQL server binaries missing: install Debian's `postgresql` (make test does)")
+    server = PostgresServer().start()
+    try:
+        upgrade_url(server.create_database(_TEMPLATE))
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer) -> str:
+    """A migrated, empty event log in a database of its own on the session's server."""
+    return pg_server.create_database(f"t{next(_numbers)}", template=_TEMPLATE)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_location(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """A migrated, empty event log on each backend: a SQLite file, a PostgreSQL URL."""
+    if request.param == "sqlite":
+        path = tmp_path / "modelrouter.db"
+        upgrade(path)
+        return path
+    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

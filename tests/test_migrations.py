@@ -8,16 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 from alembic.script import ScriptDirectory
 
+from devtools.postgres_server import PostgresServer
 from service.event_store.migrate import alembic_config, upgrade
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _alembic(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MODELROUTER_DATABASE_URL": f"sqlite:///{db}"}
+def _alembic(db: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
+    url = db if isinstance(db, str) else f"sqlite:///{db}"
+    env = {**os.environ, "MODELROUTER_DATABASE_URL": url}
     return subprocess.run(
         [sys.executable, "-m", "alembic", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False
     )
@@ -53,3 +56,20 @@ def test_the_service_migrates_without_alembic_ini_from_any_cwd(tmp_path: Path, m
     with sqlite3.connect(db) as conn:
         (version,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
     assert version == ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def test_postgres_upgrade_check_downgrade_and_upgrade_again(pg_server: PostgresServer) -> None:
+    """The same migrations on PostgreSQL: no drift from the models, and a clean round trip."""
+    url = pg_server.create_database("migrations_round_trip")
+    for args in (("upgrade", "head"), ("check",), ("downgrade", "base"), ("upgrade", "head")):
+        done = _alembic(url, *args)
+        assert done.returncode == 0, f"alembic {' '.join(args)}: {done.stdout}{done.stderr}"
+        if args == ("check",):
+            assert "No new upgrade operations detected" in done.stdout + done.stderr
+    with psycopg.connect(url) as conn:
+        names = {r[0] for r in conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
+        kinds = conn.execute(
+            "SELECT data_type FROM information_schema.columns WHERE column_name = 'position' AND table_name = 'events'"
+        ).fetchall()
+    assert names == {"events_no_update", "events_no_delete", "events_no_truncate"}
+    assert kinds == [("bigint",)]

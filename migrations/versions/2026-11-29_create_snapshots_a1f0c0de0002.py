@@ -22,7 +22,7 @@ def upgrade() -> None:
     op.create_table(
         "snapshots",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
-        sa.Column("position", sa.Integer(), nullable=False),
+        sa.Column("position", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("fold_version", sa.Integer(), nullable=False),
         sa.Column("state", sa.JSON(), nullable=False),
         sa.Column("created_at", sa.String(length=32), nullable=False),

@@ -19,6 +19,7 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from service.api.schemas import PROBLEM_JSON
 from service.core.errors import CommandRejected
+from service.event_store.rows import StoreUnavailable
 from service.live_state import StateUnavailable
 
 _log = structlog.get_logger(__name__)
@@ -149,6 +150,11 @@ def _on_stale(request: Request[Any, Any, Any], exc: StateUnavailable) -> Respons
     return problem_response(request, Problem(503, "state_unavailable", str(exc), headers={"Retry-After": "1"}))
 
 
+def _on_store_down(request: Request[Any, Any, Any], exc: StoreUnavailable) -> Response[dict[str, Any]]:
+    _log.error("store_unavailable", detail=str(exc))
+    return problem_response(request, Problem(503, "store_unavailable", str(exc), headers={"Retry-After": "1"}))
+
+
 def _on_bug(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     _log.exception("unhandled_exception", path=request.url.path)
     return problem_response(request, Problem(500, "internal_error", "internal error (a bug): see the service log"))
@@ -158,6 +164,7 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     Problem: _on_problem,
     CommandRejected: _on_rejected,
     StateUnavailable: _on_stale,
+    StoreUnavailable: _on_store_down,
     HTTPException: _on_http,
     Exception: _on_bug,
 }

@@ -2,7 +2,7 @@
 
 Pure and stdlib-only because two loggers share it: the service's structlog
 processor (:func:`service.logging_config.redactor`) and the workers' JSON-lines
-logger (``workers/_log.py``), which may import only ``service.core`` and
+logger (``workers/runtime/_log.py``), which may import only ``service.core`` and
 ``service.event_store``. Either way a secret (the Hub token, API keys) is
 replaced wherever it appears in a line (issue 11 §1.4).
 """

@@ -1,5 +1,5 @@
 """The event store: one schema, an async path (service), a sync path (CLI tools)
-and a stdlib-only writer (workers).
+and lean writers for workers (stdlib sqlite3; psycopg for a PostgreSQL log, ``postgres/``).
 
 Exports load lazily, so that a worker importing ``service.event_store.worker_writer``
 does not pay for SQLAlchemy.

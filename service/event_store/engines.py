@@ -18,15 +18,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from service.event_store.pragmas import Synchronous, configure_connection
-
-
-def sqlite_path(url: str) -> Path:
-    """The database file behind a ``sqlite[+driver]:///path`` URL."""
-    prefix, sep, rest = url.partition(":///")
-    if not sep or not prefix.startswith("sqlite"):
-        msg = f"only sqlite URLs are supported, got {url!r}"
-        raise ValueError(msg)
-    return Path(rest)
+from service.event_store.urls import is_postgres, is_sqlite, sqlite_path
 
 
 def _install_hooks(engine: Engine, synchronous: Synchronous, *, write: bool) -> None:
@@ -61,3 +53,24 @@ def async_engine(path: Path | str, synchronous: Synchronous = "FULL", *, write: 
     )
     _install_hooks(engine.sync_engine, synchronous, write=write)
     return engine
+
+
+def sync_engine_for(target: Path | str, synchronous: Synchronous = "FULL", *, write: bool = True) -> Engine:
+    """A sync engine for a SQLite file (a path or ``sqlite:///`` URL) or a PostgreSQL URL.
+    The PostgreSQL module (and psycopg) is imported only for a PostgreSQL URL."""
+    text = str(target)
+    if is_postgres(text):
+        from service.event_store.postgres.engines import sync_engine as pg_sync_engine
+
+        return pg_sync_engine(text, write=write)
+    return sync_engine(sqlite_path(text) if is_sqlite(text) else text, synchronous, write=write)
+
+
+def async_engine_for(target: Path | str, synchronous: Synchronous = "FULL", *, write: bool = True) -> AsyncEngine:
+    """:func:`sync_engine_for` for the service (aiosqlite or asyncpg)."""
+    text = str(target)
+    if is_postgres(text):
+        from service.event_store.postgres.engines import async_engine as pg_async_engine
+
+        return pg_async_engine(text, write=write)
+    return async_engine(sqlite_path(text) if is_sqlite(text) else text, synchronous, write=write)

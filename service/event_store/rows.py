@@ -1,14 +1,17 @@
 """The one insert every writer runs, at the DBAPI level.
 
-``statements.append`` (SQLAlchemy: the service and CLI tools) and
-``WorkerEventWriter`` (stdlib sqlite3: worker processes) both call
-:func:`insert_rows` inside their own ``BEGIN IMMEDIATE`` transaction, so there
-is one append path whichever process writes.
+``statements.append`` (SQLAlchemy: the service and CLI tools) and the workers'
+writers (stdlib sqlite3, or psycopg) all call :func:`insert_rows` inside their
+own transaction (``BEGIN IMMEDIATE`` on SQLite), so there is one append path
+whichever process writes and whichever database holds the log. What differs per
+database is only the statements' text (:class:`AppendSQL`): PostgreSQL takes an
+advisory lock first, and its insert also signals a NOTIFY (``postgres/sql.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +23,28 @@ INSERT_SQL = (
 )
 EXISTING_SQL = "SELECT position FROM events WHERE event_id = ?"
 LAST_OF_MODEL_SQL = "SELECT max(position) FROM events WHERE model = ?"  # ix_events_model_position
+
+
+@dataclass(frozen=True, slots=True)
+class AppendSQL:
+    """The statements of one append, in one driver's parameter style."""
+
+    insert: str
+    """One row; ``RETURNING position``, no row when the ``event_id`` is already stored."""
+    existing: str
+    last_of_model: str
+    lock: str | None = None
+    """Run first: every later statement of the append happens under it (None: the caller's
+    ``BEGIN IMMEDIATE`` already holds SQLite's write lock)."""
+
+
+SQLITE = AppendSQL(INSERT_SQL, EXISTING_SQL, LAST_OF_MODEL_SQL)
+
+
+class StoreUnavailable(RuntimeError):
+    """The database cannot be reached (a PostgreSQL server restarting, the network down).
+    Nothing was acknowledged; the store reconnects on the next call once it is back.
+    The API answers 503 ``store_unavailable``."""
 
 
 class ConcurrencyConflict(Exception):
@@ -34,7 +59,11 @@ class ConcurrencyConflict(Exception):
 
 
 def insert_rows(
-    cursor: Any, batch: Sequence[NewEvent], source: dict[str, Any], expect: Mapping[str, int] | None = None
+    cursor: Any,
+    batch: Sequence[NewEvent],
+    source: dict[str, Any],
+    expect: Mapping[str, int] | None = None,
+    sql: AppendSQL = SQLITE,
 ) -> list[int]:
     """Insert ``batch`` with the write lock already held; one position per event
     (an ``event_id`` already stored gives its original position).
@@ -42,8 +71,10 @@ def insert_rows(
     ``expect`` (model -> position) is optimistic concurrency per model: when an
     event about a model was stored after that position, raise
     :class:`ConcurrencyConflict` before inserting anything (the caller rolls back)."""
+    if sql.lock is not None:
+        cursor.execute(sql.lock)
     for model, position in (expect or {}).items():
-        cursor.execute(LAST_OF_MODEL_SQL, (model,))
+        cursor.execute(sql.last_of_model, (model,))
         found = cursor.fetchone()[0] or 0
         if found > position:
             raise ConcurrencyConflict(model, position, int(found))
@@ -52,10 +83,10 @@ def insert_rows(
     recorded_at = format_time(datetime.now(UTC))
     positions: list[int] = []
     for new in batch:
-        cursor.execute(INSERT_SQL, encode(new, source_json, recorded_at))
+        cursor.execute(sql.insert, encode(new, source_json, recorded_at))
         row = cursor.fetchone()
         if row is None:
-            cursor.execute(EXISTING_SQL, (new.event_id,))
+            cursor.execute(sql.existing, (new.event_id,))
             row = cursor.fetchone()
         positions.append(int(row[0]))
     return positions

@@ -3,16 +3,20 @@ and the workers (sync), and the target of Alembic's autogenerate check."""
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, MetaData, String, Table, Text
 
 metadata = MetaData()
+
+Position = BigInteger().with_variant(Integer(), "sqlite")
+"""BIGINT on PostgreSQL; INTEGER on SQLite, where only that exact type aliases the rowid."""
 
 events = Table(
     "events",
     metadata,
-    # INTEGER PRIMARY KEY AUTOINCREMENT: assigned inside the write lock, so
-    # position order is commit order and positions are never reused.
-    Column("position", Integer, primary_key=True, autoincrement=True),
+    # Assigned inside the write lock (SQLite: INTEGER PRIMARY KEY AUTOINCREMENT under BEGIN
+    # IMMEDIATE; PostgreSQL: MAX + 1 under an advisory lock), so position order is commit
+    # order and positions are never reused.
+    Column("position", Position, primary_key=True, autoincrement=True),
     Column("event_id", String(36), nullable=False, unique=True),
     Column("type", String(64), nullable=False),
     Column("schema_version", Integer, nullable=False),
@@ -32,7 +36,7 @@ snapshots = Table(
     metadata,
     # A cache of the fold at a position; losing or ignoring it only costs replay time.
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("position", Integer, nullable=False),
+    Column("position", Position, nullable=False),
     Column("fold_version", Integer, nullable=False),
     Column("state", JSON, nullable=False),
     Column("created_at", String(32), nullable=False),

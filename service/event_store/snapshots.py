@@ -24,17 +24,20 @@ from sqlalchemy import Connection
 from service.core.snapshot import state_from_json, state_to_json
 from service.core.state import RouterState
 from service.event_store.codec import dumps, format_time, loads
+from service.event_store.statements import autobegin, raw_sql
 
 KEEP = 3
 """Snapshots kept: the newest few, so one damaged row still leaves a usable one."""
 
 _log = structlog.get_logger(__name__)
 
-_INSERT = "INSERT INTO snapshots (position, fold_version, state, created_at) VALUES (?, ?, ?, ?)"
+# ``?`` placeholders, turned into the connection's driver style by ``raw_sql``; the state
+# is read back as text on both databases (PostgreSQL's json column would arrive parsed).
+_INSERT = "INSERT INTO snapshots (position, fold_version, state, created_at) VALUES (?, ?, ?, ?) RETURNING id"
 _PRUNE = "DELETE FROM snapshots WHERE id NOT IN (SELECT id FROM snapshots ORDER BY position DESC, id DESC LIMIT ?)"
 # Newest first; a snapshot beyond the log's head cannot be the fold of this log.
 _CANDIDATES = (
-    "SELECT id, position, state FROM snapshots "
+    "SELECT id, position, CAST(state AS TEXT) FROM snapshots "
     "WHERE fold_version = ? AND position <= (SELECT COALESCE(MAX(position), 0) FROM events) "
     "ORDER BY position DESC, id DESC"
 )
@@ -42,7 +45,10 @@ _BEYOND_HEAD = (
     "SELECT COUNT(*) FROM snapshots "
     "WHERE fold_version = ? AND position > (SELECT COALESCE(MAX(position), 0) FROM events)"
 )
-_LIST = "SELECT id, position, fold_version, created_at, length(state) FROM snapshots ORDER BY position DESC, id DESC"
+_LIST = (
+    "SELECT id, position, fold_version, created_at, length(CAST(state AS TEXT)) FROM snapshots "
+    "ORDER BY position DESC, id DESC"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +84,9 @@ def save_encoded(conn: Connection, position: int, fold_version: int, state_json:
     with conn.begin():
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
         try:
-            cursor.execute(_INSERT, (int(position), int(fold_version), state_json, created_at))
-            row_id = int(cursor.lastrowid or 0)
-            cursor.execute(_PRUNE, (max(1, int(keep)),))
+            cursor.execute(raw_sql(conn, _INSERT), (int(position), int(fold_version), state_json, created_at))
+            row_id = int(cursor.fetchone()[0])  # type: ignore[index]  # RETURNING always returns the row
+            cursor.execute(raw_sql(conn, _PRUNE), (max(1, int(keep)),))
         finally:
             cursor.close()
     return row_id
@@ -99,13 +105,14 @@ def load_latest_snapshot(conn: Connection, fold_version: int) -> tuple[RouterSta
     state), as are rows beyond the log's head and rows that fail to decode or
     whose state disagrees with their position column: a snapshot is a cache,
     never a source of truth, so a bad one only means a longer replay."""
+    autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
-        cursor.execute(_BEYOND_HEAD, (int(fold_version),))
+        cursor.execute(raw_sql(conn, _BEYOND_HEAD), (int(fold_version),))
         beyond = int(cursor.fetchone()[0])  # type: ignore[index]  # count(*) always returns a row
         if beyond:
             _log.warning("snapshot_beyond_head_ignored", count=beyond)
-        cursor.execute(_CANDIDATES, (int(fold_version),))
+        cursor.execute(raw_sql(conn, _CANDIDATES), (int(fold_version),))
         rows: list[Any] = list(cursor.fetchall())
     finally:
         cursor.close()
@@ -124,6 +131,7 @@ def load_latest_snapshot(conn: Connection, fold_version: int) -> tuple[RouterSta
 
 def list_snapshots(conn: Connection) -> list[SnapshotInfo]:
     """Every stored snapshot's envelope, newest first (any fold version)."""
+    autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
         cursor.execute(_LIST)
@@ -132,11 +140,11 @@ def list_snapshots(conn: Connection) -> list[SnapshotInfo]:
         cursor.close()
 
 
-def save_snapshot_file(db_path: Path, state: RouterState, fold_version: int, *, keep: int = KEEP) -> int:
-    """:func:`save_snapshot` on the database file at ``db_path`` (tools, tests, benchmarks)."""
-    from service.event_store.engines import sync_engine
+def save_snapshot_file(db_path: Path | str, state: RouterState, fold_version: int, *, keep: int = KEEP) -> int:
+    """:func:`save_snapshot` on the SQLite file at ``db_path``, or a PostgreSQL URL (tools, tests)."""
+    from service.event_store.engines import sync_engine_for
 
-    engine = sync_engine(db_path, write=True)
+    engine = sync_engine_for(db_path, write=True)
     try:
         with engine.connect() as conn:
             return save_snapshot(conn, state, fold_version, keep=keep)

@@ -1,8 +1,9 @@
-"""Statements over a *sync* SQLAlchemy ``Connection``.
+"""Statements over a *sync* SQLAlchemy ``Connection``, for SQLite and PostgreSQL alike.
 
 The service runs them through ``AsyncConnection.run_sync`` and CLI tools call
-them directly; workers append through ``worker_writer`` (stdlib sqlite3), which
-runs the same :func:`rows.insert_rows`.
+them directly; workers append through their own writers (stdlib sqlite3, or
+psycopg), which run the same :func:`rows.insert_rows`. The raw-cursor paths
+pick their SQL from the connection's dialect (:func:`raw_sql`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, or_, select
 
 from service.event_store.codec import NewEvent, format_time, loads
-from service.event_store.rows import insert_rows
+from service.event_store.rows import SQLITE, AppendSQL, insert_rows
 from service.event_store.schema import events
 
 _PAGE = (
@@ -36,10 +37,46 @@ COLUMNS = (
 )
 
 
+_RAW: dict[tuple[str, str], str] = {}
+
+
+def raw_sql(conn: Connection, sql: str) -> str:
+    """``sql`` (written with ``?`` placeholders, SQLite's) in the paramstyle of ``conn``'s driver."""
+    if conn.dialect.name == "sqlite":
+        return sql
+    key = (conn.dialect.driver, sql)
+    found = _RAW.get(key)
+    if found is None:
+        from service.event_store.postgres.sql import for_driver
+
+        found = _RAW[key] = for_driver(conn.dialect.driver, sql)
+    return found
+
+
+def autobegin(conn: Connection) -> None:
+    """Begin ``conn``'s transaction in SQLAlchemy's books before a raw DBAPI cursor reads.
+
+    A raw cursor bypasses SQLAlchemy's autobegin, but on PostgreSQL the driver still opens a
+    transaction, which ``conn.rollback()`` then leaves open (SQLAlchemy saw none): the tail's
+    connection sat "idle in transaction", where PostgreSQL delivers no NOTIFY at all
+    (``tests/event_store/test_postgres_tail.py``). SQLite's reads run in driver autocommit."""
+    if conn.dialect.name != "sqlite" and not conn.in_transaction():
+        conn.begin()
+
+
+def append_sql(conn: Connection) -> AppendSQL:
+    """The append's statements for ``conn``'s database and driver."""
+    if conn.dialect.name == "sqlite":
+        return SQLITE
+    from service.event_store.postgres.sql import ASYNCPG, PSYCOPG
+
+    return ASYNCPG if conn.dialect.driver == "asyncpg" else PSYCOPG
+
+
 def append(
     conn: Connection, batch: Sequence[NewEvent], source: dict[str, Any], expect: Mapping[str, int] | None = None
 ) -> list[int]:
-    """Append ``batch`` in one ``BEGIN IMMEDIATE`` transaction: all or nothing.
+    """Append ``batch`` in one transaction (``BEGIN IMMEDIATE`` on SQLite): all or nothing.
 
     Returns one position per event; an ``event_id`` already stored returns its
     original position and stores nothing new. SQLAlchemy owns the transaction;
@@ -49,7 +86,7 @@ def append(
     with conn.begin():
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
         try:
-            return insert_rows(cursor, batch, source, expect)
+            return insert_rows(cursor, batch, source, expect, append_sql(conn))
         finally:
             cursor.close()
 
@@ -80,14 +117,23 @@ def _type_clause(patterns: Sequence[str]) -> Any:
     return or_(*clauses)
 
 
+def _page_sql(conn: Connection) -> str:
+    if conn.dialect.name == "sqlite":
+        return _PAGE
+    from service.event_store.postgres.sql import PAGE_SQL
+
+    return raw_sql(conn, PAGE_SQL)
+
+
 def select_page_raw(conn: Connection, after: int, limit: int) -> list[tuple[Any, ...]]:
     """Rows with ``position > after`` in order, at most ``limit``, straight from
     the DBAPI cursor: ``data`` and ``source`` stay JSON *text* (decode them with
     ``codec.decode_rows``). The replay path: SQLAlchemy's per-row result
     processing costs more than the query itself."""
+    autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
-        cursor.execute(_PAGE, (int(after), int(limit)))
+        cursor.execute(_page_sql(conn), (int(after), int(limit)))
         return list(cursor.fetchall())
     finally:
         cursor.close()
@@ -140,5 +186,11 @@ def head(conn: Connection) -> int:
 
 
 def data_version(conn: Connection) -> int:
-    """Changes whenever *another* connection commits: the cheap tail signal."""
+    """Changes whenever *another* connection commits: the cheap tail signal (SQLite)."""
     return int(conn.exec_driver_sql("PRAGMA data_version").scalar_one())
+
+
+def change_marker(conn: Connection) -> int:
+    """A number that changes when someone appended: SQLite's ``data_version``; on PostgreSQL,
+    which has none, the head position (the tail's safety net polls by position there)."""
+    return data_version(conn) if conn.dialect.name == "sqlite" else head(conn)

@@ -1,4 +1,4 @@
-"""The synchronous event store used by worker processes and CLI tools."""
+"""The synchronous event store used by CLI tools and tests (a SQLite file or a PostgreSQL URL)."""
 
 from __future__ import annotations
 
@@ -14,33 +14,52 @@ from sqlalchemy import Connection
 from service.core.events import Event, Recorded
 from service.event_store import statements
 from service.event_store.codec import NewEvent, to_recorded
-from service.event_store.engines import sync_engine
+from service.event_store.engines import sync_engine_for
 from service.event_store.pragmas import Synchronous
 from service.event_store.statements import EventFilter
+from service.event_store.urls import is_postgres, is_sqlite, sqlite_path
 from service.event_store.wakeup import Waker
+from service.event_store.worker_writer import EventWriter
 
 
 class SyncEventStore:
-    """Append to and read from the log at ``path`` with the stdlib sqlite3 driver.
+    """Append to and read from the log at ``location``: a SQLite file (stdlib sqlite3
+    driver) or a ``postgresql://`` URL (psycopg 3).
 
     Each process opens its own connections (never inherit one across fork).
     ``source`` is stamped on every event this store appends, e.g.
     ``{"kind": "download_worker", "pid": 1234}``.
     """
 
-    def __init__(self, path: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
-        self.path = Path(path)
+    def __init__(self, location: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
+        text = str(location)
+        self.postgres = is_postgres(text)
+        path = None if self.postgres else sqlite_path(text) if is_sqlite(text) else Path(text)
+        self.path = path
         self.source = {**source, "pid": source.get("pid", os.getpid())}
-        self._writer = sync_engine(self.path, synchronous, write=True)
-        self._reader = sync_engine(self.path, synchronous, write=False)
-        self._write_conn: Connection | None = None
+        self._reader = sync_engine_for(location, synchronous, write=False)
         self._write_lock = threading.Lock()  # workers may append from a helper thread
-        self._waker = Waker(self.path)  # a running service's tail reads the log when told
+        self._write_conn: Connection | None = None
+        self._waker: Waker | None = None
+        self._pg_writer: EventWriter | None = None
+        if path is None:
+            # Appends go through the workers' psycopg writer (the same insert_rows, without
+            # SQLAlchemy's transaction layer: ~25 % more appends/s, docs/benchmarks.md), which
+            # also reconnects after a server restart; its NOTIFY wakes a running service's tail.
+            from service.event_store.postgres.worker_writer import PostgresWorkerEventWriter
+
+            self._pg_writer = PostgresWorkerEventWriter(text, source=self.source, connect=False)
+        else:
+            self._writer = sync_engine_for(location, synchronous, write=True)
+            self._waker = Waker(path)  # a running service's tail reads the log when told
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
         """Append all of ``batch`` atomically; returns positions (see ``statements.append``).
         The write connection stays open: checking one out per append costs more
-        than the insert itself."""
+        than the insert itself. On PostgreSQL an unreachable server raises
+        :class:`StoreUnavailable` (see ``postgres/worker_writer.py``)."""
+        if self._pg_writer is not None:
+            return self._pg_writer.append(batch)
         with self._write_lock:
             if self._write_conn is None:
                 self._write_conn = self._writer.connect()
@@ -51,7 +70,8 @@ class SyncEventStore:
                 self._write_conn.close()
                 self._write_conn = None
                 raise
-        self._waker.wake()
+        if self._waker is not None:
+            self._waker.wake()
         return positions
 
     def emit(self, event: Event, *, model: str | None = None) -> int:
@@ -70,13 +90,13 @@ class SyncEventStore:
         self, after: int = 0, *, poll_interval: float = 0.005, stop: Callable[[], bool] = lambda: False
     ) -> Iterator[Recorded]:
         """Yield every event after ``after`` in order, then wait for more until
-        ``stop()``. Polls ``PRAGMA data_version`` so commits by other processes
-        are seen within ``poll_interval``."""
+        ``stop()``. Polls ``statements.change_marker`` (SQLite's ``data_version``,
+        PostgreSQL's head) so commits by other processes are seen within ``poll_interval``."""
         position = after
         with self._reader.connect() as conn:
             seen_version: int | None = None
             while not stop():
-                version = statements.data_version(conn)
+                version = statements.change_marker(conn)
                 if version != seen_version:
                     seen_version = version
                     while True:
@@ -91,10 +111,14 @@ class SyncEventStore:
                 time.sleep(poll_interval)
 
     def close(self) -> None:
-        self._waker.close()
-        with self._write_lock:
-            if self._write_conn is not None:
-                self._write_conn.close()
-                self._write_conn = None
-        self._writer.dispose()
+        if self._waker is not None:
+            self._waker.close()
+        if self._pg_writer is not None:
+            self._pg_writer.close()
+        else:
+            with self._write_lock:
+                if self._write_conn is not None:
+                    self._write_conn.close()
+                    self._write_conn = None
+            self._writer.dispose()
         self._reader.dispose()

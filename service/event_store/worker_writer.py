@@ -1,4 +1,5 @@
-"""The workers' event writer: stdlib ``sqlite3`` only.
+"""The workers' event writer: stdlib ``sqlite3`` only (``open_writer`` hands a PostgreSQL
+URL to ``postgres/worker_writer.py`` instead).
 
 Importing SQLAlchemy costs a worker ~0.2 s of start-up (every download and
 every model load pays it), and a worker only ever appends. It runs the same
@@ -13,13 +14,37 @@ import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from service.core.events import Event
 from service.event_store.codec import NewEvent
 from service.event_store.pragmas import BUSY_TIMEOUT_MS, Synchronous, configure_connection
 from service.event_store.rows import insert_rows
+from service.event_store.urls import is_postgres, is_sqlite, sqlite_path
 from service.event_store.wakeup import Waker
+
+
+class EventWriter(Protocol):
+    """What a worker appends through, whichever database holds the log."""
+
+    source: dict[str, Any]
+
+    def append(self, batch: Sequence[NewEvent]) -> list[int]: ...
+
+    def emit(self, event: Event, *, model: str | None = None) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def open_writer(target: Path | str, *, source: Mapping[str, Any]) -> EventWriter:
+    """The writer for a worker's ``--db PATH`` or ``--database-url URL``: stdlib sqlite3 for a
+    file (or ``sqlite:///`` URL), psycopg for ``postgresql://`` -- imported only then."""
+    text = str(target)
+    if is_postgres(text):
+        from service.event_store.postgres.worker_writer import PostgresWorkerEventWriter
+
+        return PostgresWorkerEventWriter(text, source=source)
+    return WorkerEventWriter(sqlite_path(text) if is_sqlite(text) else text, source=source)
 
 
 class WorkerEventWriter:

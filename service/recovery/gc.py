@@ -15,7 +15,7 @@ from service.core import events as ev
 from service.core.fold import replay
 from service.downloads.cache_files import find_partials
 from service.event_store import EventFilter, NewEvent, SyncEventStore
-from service.event_store.migrate import upgrade
+from service.event_store.migrate import upgrade_url
 from service.recovery.reconcile import referenced_blobs
 from service.settings import Settings
 
@@ -42,8 +42,8 @@ def find_orphans(store: SyncEventStore, cache_dir: Path) -> list[Orphan]:
 
 def collect(settings: Settings, *, dry_run: bool) -> list[Orphan]:
     """Delete (unless ``dry_run``) and record each orphan; returns them."""
-    upgrade(settings.db_path)
-    store = SyncEventStore(settings.db_path, source={"kind": "gc"}, synchronous=settings.synchronous)
+    upgrade_url(settings.database_url)
+    store = SyncEventStore(settings.store_location, source={"kind": "gc"}, synchronous=settings.synchronous)
     try:
         orphans = find_orphans(store, settings.cache_dir)
         if not dry_run:
@@ -57,11 +57,12 @@ def collect(settings: Settings, *, dry_run: bool) -> list[Orphan]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", type=Path, help="data dir (MODELROUTER_HOME)")
+    parser.add_argument("--database-url", help="sqlite:///FILE or postgresql://... (MODELROUTER_DATABASE_URL)")
     parser.add_argument("--dry-run", action="store_true", help="list what would be deleted")
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = Settings.from_env(home=args.home)
+    settings = Settings.from_env(home=args.home, database_url=getattr(args, "database_url", None))
     orphans = collect(settings, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     for orphan in orphans:

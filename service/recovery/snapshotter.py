@@ -21,7 +21,7 @@ from service.core.events import Recorded
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.engines import async_engine
+from service.event_store.engines import async_engine_for
 from service.event_store.pragmas import Synchronous
 from service.event_store.snapshots import KEEP, encode_state, save_encoded
 
@@ -46,7 +46,8 @@ class Snapshotter:
         fold_version: int = FOLD_VERSION,
         synchronous: Synchronous = "NORMAL",  # a lost snapshot only costs replay time
     ) -> None:
-        self.path = target.path if isinstance(target, AsyncEventStore) else Path(target)
+        # The store's database (a SQLite file or a PostgreSQL URL), on a write engine of our own.
+        self.location: Path | str = target.url if isinstance(target, AsyncEventStore) else target
         self.every = every
         self.last_position = last_position
         self.keep = keep
@@ -105,7 +106,7 @@ class Snapshotter:
             # The state is immutable, so encoding it in a thread is safe.
             text = await asyncio.to_thread(encode_state, state)
             if self._engine is None:
-                self._engine = async_engine(self.path, self._synchronous, write=True)
+                self._engine = async_engine_for(self.location, self._synchronous, write=True)
             async with self._engine.connect() as conn:
                 await conn.run_sync(save_encoded, state.position, self.fold_version, text, keep=self.keep)
         except asyncio.CancelledError:

@@ -2,8 +2,8 @@
 
 Checks, each reported OK/FAIL (or SKIP/WARN, which do not fail the run):
 
-* ``integrity``   SQLite's ``PRAGMA integrity_check``;
-* ``append_only`` the triggers refusing UPDATE/DELETE on ``events`` exist;
+* ``integrity``   SQLite's ``PRAGMA integrity_check`` (PostgreSQL checks its own pages);
+* ``append_only`` the triggers refusing UPDATE/DELETE (and on PostgreSQL TRUNCATE) exist;
 * ``positions``   positions run 1..head with no gap (a gap means lost history);
 * ``parse``       every event decodes under the current upcasters;
 * ``fold``        the fold runs over the whole log;
@@ -13,7 +13,8 @@ Checks, each reported OK/FAIL (or SKIP/WARN, which do not fail the run):
 
 One read-only pass over the log serves the position, parse, fold and snapshot
 checks, so verifying a million events costs one replay. Exit status: 0 when no
-check failed, 1 when one did, 2 when the database cannot be opened.
+check failed, 1 when one did, 2 when the database cannot be opened. The log is a
+SQLite file or a PostgreSQL database (``verify_db.py`` answers the questions that differ).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import argparse
 import json
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,15 +35,11 @@ from service.core.state import RouterState
 from service.event_store.codec import decode_rows, to_recorded
 from service.event_store.snapshots import decode_state
 from service.recovery.files import FileFindings, check_model_files
+from service.recovery.verify_db import LogDatabase, PostgresLog, SqliteLog
 
 OK, FAIL, WARN, SKIP = "OK", "FAIL", "WARN", "SKIP"
 _PAGE = 5000
 _MAX_ITEMS = 20  # per check; the count says how many more there were
-_SELECT = (
-    "SELECT position, event_id, type, schema_version, model, data, source, recorded_at "
-    "FROM events WHERE position > ? ORDER BY position LIMIT ?"
-)
-_TRIGGERS = ("events_no_update", "events_no_delete")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,28 +94,17 @@ def _capped(items: Sequence[str]) -> tuple[str, ...]:
     return (*items[:_MAX_ITEMS], f"... and {len(items) - _MAX_ITEMS} more")
 
 
-def _open(db_path: Path) -> sqlite3.Connection:
-    # Read-only: verifying must never change what it verifies. Autocommit mode
-    # so that the one explicit read transaction below is ours to control.
-    try:
-        return sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None)
-    except sqlite3.OperationalError:
-        return sqlite3.connect(db_path, isolation_level=None)
+def _integrity(db: LogDatabase) -> CheckResult:
+    ok, detail, problems = db.integrity()
+    return CheckResult("integrity", OK if ok else FAIL, detail, _capped(problems))
 
 
-def _integrity(conn: sqlite3.Connection) -> CheckResult:
-    rows = [str(r[0]) for r in conn.execute("PRAGMA integrity_check")]
-    if rows == ["ok"]:
-        return CheckResult("integrity", OK, "PRAGMA integrity_check: ok")
-    return CheckResult("integrity", FAIL, f"PRAGMA integrity_check: {len(rows)} problem(s)", _capped(rows))
-
-
-def _append_only(conn: sqlite3.Connection) -> CheckResult:
-    present = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-    missing = [t for t in _TRIGGERS if t not in present]
+def _append_only(db: LogDatabase) -> CheckResult:
+    present = db.triggers()
+    missing = [t for t in db.triggers_expected if t not in present]
     if missing:
         return CheckResult("append_only", FAIL, f"missing trigger(s): {', '.join(missing)}")
-    return CheckResult("append_only", OK, f"triggers {', '.join(_TRIGGERS)} present")
+    return CheckResult("append_only", OK, f"triggers {', '.join(db.triggers_expected)} present")
 
 
 @dataclass
@@ -150,11 +136,11 @@ class _Scan:
 _FILE_EVENTS = {ev.DownloadFinished.TYPE, ev.ModelDiscovered.TYPE, ev.ModelRemoved.TYPE}
 
 
-def _load_snapshots(conn: sqlite3.Connection, scan: _Scan, head: int) -> bool:
+def _load_snapshots(db: LogDatabase, scan: _Scan, head: int) -> bool:
     """Queue current-version snapshots for comparison; False if there is no table."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'").fetchone() is None:
+    if not db.has_table("snapshots"):
         return False
-    rows = conn.execute("SELECT id, position, fold_version, state FROM snapshots ORDER BY position, id").fetchall()
+    rows = db.query(db.snapshot_sql)
     for row_id, position, version, text in rows:
         where = f"snapshot #{row_id} at {position}"
         if version != FOLD_VERSION:
@@ -224,13 +210,11 @@ def _scan_page(rows: list[tuple[Any, ...]], scan: _Scan) -> None:
             scan.fold_problems.append(f"position {recorded.position}: {recorded.type}: {type(exc).__name__}: {exc}")
 
 
-def _positions_check(conn: sqlite3.Connection, scan: _Scan, head: int) -> CheckResult:
+def _positions_check(db: LogDatabase, scan: _Scan, head: int) -> CheckResult:
     gaps = list(scan.gaps)
-    seq_row = None
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone() is not None:
-        seq_row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-    if seq_row is not None and int(seq_row[0]) > head:
-        gaps.append((head + 1, int(seq_row[0])))  # the newest events were removed
+    handed_out = db.handed_out()
+    if handed_out is not None and handed_out > head:
+        gaps.append((head + 1, handed_out))  # the newest events were removed
     if not gaps:
         return CheckResult("positions", OK, f"{scan.count} events, positions 1..{head} contiguous")
     missing = sum(b - a + 1 for a, b in gaps)
@@ -238,20 +222,20 @@ def _positions_check(conn: sqlite3.Connection, scan: _Scan, head: int) -> CheckR
     return CheckResult("positions", FAIL, f"{len(gaps)} gap(s), {missing} position(s) missing", _capped(items))
 
 
-def _scan_checks(conn: sqlite3.Connection, deep: bool) -> list[CheckResult]:
-    head = int(conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0])
+def _scan_checks(db: LogDatabase, deep: bool) -> list[CheckResult]:
+    head = int(db.query("SELECT COALESCE(MAX(position), 0) FROM events")[0][0])
     scan = _Scan()
-    has_snapshots = _load_snapshots(conn, scan, head)
+    has_snapshots = _load_snapshots(db, scan, head)
     after = -(2**63)
     while True:
-        rows = conn.execute(_SELECT, (after, _PAGE)).fetchall()
+        rows = db.query(db.page_sql, (after, _PAGE))
         if not rows:
             break
         _scan_page(rows, scan)
         after = rows[-1][0]
     for snap in scan.pending:
         _compare(scan, snap)
-    checks = [_positions_check(conn, scan, head)]
+    checks = [_positions_check(db, scan, head)]
     parse_detail = f"{scan.count - len(scan.parse_problems)}/{scan.count} events decode"
     parse_detail += f" ({scan.upcast} upcast from older schema versions)" if scan.upcast else ""
     if scan.parse_problems:
@@ -296,36 +280,46 @@ def _files_check(scan: _Scan, deep: bool) -> CheckResult:
 
 
 def verify(db_path: Path, *, deep: bool = False) -> VerifyReport:
-    """Run every check on the log at ``db_path`` (read-only) and report."""
+    """Run every check on the SQLite log at ``db_path`` (read-only) and report."""
     db_path = Path(db_path)
     if not db_path.is_file():
         return VerifyReport(str(db_path), deep, (CheckResult("database", FAIL, "not found"),))
+    return _verify(str(db_path), lambda: SqliteLog(db_path), deep)
+
+
+def verify_url(url: str, *, deep: bool = False) -> VerifyReport:
+    """:func:`verify` for the log a database URL names (a ``sqlite:///`` file, or PostgreSQL)."""
+    from service.event_store.urls import is_postgres, redacted, sqlite_path
+
+    if not is_postgres(url):
+        return verify(sqlite_path(url), deep=deep)
+    return _verify(redacted(url), lambda: PostgresLog(url), deep)
+
+
+def _verify(name: str, open_db: Callable[[], LogDatabase], deep: bool) -> VerifyReport:
     try:
-        conn = _open(db_path)
-        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as exc:
-        return VerifyReport(str(db_path), deep, (CheckResult("database", FAIL, f"cannot open: {exc}"),))
+        db = open_db()
+    except Exception as exc:  # sqlite3.Error, psycopg.Error: the message says which
+        return VerifyReport(name, deep, (CheckResult("database", FAIL, f"cannot open: {exc}"),))
     try:
-        # One read transaction: under WAL every check sees the same state of the
-        # file even while the service and workers keep appending.
-        conn.execute("BEGIN")
-        checks = [_integrity(conn)]
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone() is None:
+        checks = [_integrity(db)]
+        if not db.has_table("events"):
             checks.append(CheckResult("database", FAIL, "no events table (not a modelrouter database?)"))
-            return VerifyReport(str(db_path), deep, tuple(checks))
-        checks.append(_append_only(conn))
-        checks.extend(_scan_checks(conn, deep))
+            return VerifyReport(name, deep, tuple(checks))
+        checks.append(_append_only(db))
+        checks.extend(_scan_checks(db, deep))
     except sqlite3.DatabaseError as exc:  # a damaged file can fail mid-read
         checks.append(CheckResult("database", FAIL, f"read failed: {exc}"))
     finally:
-        conn.close()
-    return VerifyReport(str(db_path), deep, tuple(checks))
+        db.close()
+    return VerifyReport(name, deep, tuple(checks))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``verify`` flags, for ``service.cli`` to attach to its subparser."""
     parser.add_argument("--home", type=Path, help="data dir (MODELROUTER_HOME)")
     parser.add_argument("--db", type=Path, help="database file (default <home>/modelrouter.db)")
+    parser.add_argument("--database-url", help="sqlite:///FILE or postgresql://... (MODELROUTER_DATABASE_URL)")
     parser.add_argument("--deep", action="store_true", help="also hash downloaded files (reads every byte)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -333,11 +327,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Verify per parsed ``args``, print the report, return the exit status."""
     db_path = getattr(args, "db", None)
-    if db_path is None:
+    if db_path is not None:
+        report = verify(db_path, deep=bool(args.deep))
+    else:
         from service.settings import Settings  # only when needed: reads the environment
 
-        db_path = Settings.from_env(home=args.home).db_path
-    report = verify(db_path, deep=bool(args.deep))
+        settings = Settings.from_env(home=args.home, database_url=getattr(args, "database_url", None))
+        report = verify_url(settings.database_url, deep=bool(args.deep))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

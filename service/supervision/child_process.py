@@ -3,7 +3,7 @@
 Every worker runs in its own process group (so a stop reaches any grandchild)
 and treats EOF on stdin as "the service is gone"; each worker also asks for
 ``PR_SET_PDEATHSIG`` itself, right after exec, and re-checks its parent pid
-(``workers/_parent_watch.py``). The last 8 KiB of stderr are kept for crash
+(``workers/runtime/_parent_watch.py``). The last 8 KiB of stderr are kept for crash
 reports.
 
 Why no ``preexec_fn``, and why a spawner thread: the service is threaded

@@ -24,7 +24,7 @@ from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.effects import Effects
 from service.supervision.interpreter import Interpreter
-from service.supervision.worker_args import download_argv
+from service.supervision.worker_args import download_argv, store_env
 from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
@@ -165,4 +165,5 @@ class DownloadSupervisor:
 
 def _worker_env(settings: Settings) -> dict[str, str]:
     token = {"HF_TOKEN": settings.hf_token} if settings.hf_token else {}
-    return settings.worker_environment(MODELROUTER_LOG_JSON="true", HF_ENDPOINT=settings.hf_endpoint, **token)
+    extra = {"MODELROUTER_LOG_JSON": "true", "HF_ENDPOINT": settings.hf_endpoint, **token, **store_env(settings)}
+    return settings.worker_environment(**extra)

@@ -38,7 +38,7 @@ from service.settings import Settings
 from service.supervision.effects import Effects
 from service.supervision.interpreter import Interpreter
 from service.supervision.on_demand import OnDemandFiles
-from service.supervision.worker_args import inference_argv
+from service.supervision.worker_args import inference_argv, store_env
 from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
@@ -306,7 +306,7 @@ class InstanceSupervisor:
         try:
             await self._pool.spawn(
                 request.instance_id, argv, name=f"inference:{model_name}:{request.instance_id}",
-                env=self.settings.worker_environment(),
+                env=self.settings.worker_environment(**store_env(self.settings)),
             )  # fmt: skip
         except OSError as exc:
             self._models.pop(request.instance_id, None)

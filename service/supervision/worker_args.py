@@ -7,7 +7,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.core.contracts import DownloadSpec
+from service.event_store.urls import without_password
 from service.settings import Settings
+
+
+def store_argv(settings: Settings) -> list[str]:
+    """Where a worker appends: ``--db PATH`` for the SQLite file, ``--database-url URL`` for
+    PostgreSQL -- without its password, since a command line is visible to every user."""
+    if settings.postgres:
+        return ["--database-url", without_password(settings.database_url)[0]]
+    return ["--db", str(settings.db_path)]
+
+
+def store_env(settings: Settings) -> dict[str, str]:
+    """The PostgreSQL URL's password, if any, as ``PGPASSWORD`` (libpq reads it)."""
+    password = without_password(settings.database_url)[1] if settings.postgres else None
+    return {"PGPASSWORD": password} if password else {}
+
 
 # Per-model parameters (from presets / model_configured) -> inference worker flags.
 _INFERENCE_FLAGS: Mapping[str, str] = {
@@ -34,7 +50,7 @@ def inference_argv(
         "--instance-id", instance_id,
         "--host", "127.0.0.1",
         "--port", str(port),
-        "--db", str(settings.db_path),
+        *store_argv(settings),
         "--parent-pid", str(settings.service_pid),
     ]  # fmt: skip
     for key, flag in _INFERENCE_FLAGS.items():
@@ -53,7 +69,7 @@ def download_argv(settings: Settings, job_id: str, model: str, spec: DownloadSpe
         "--model", model,
         "--cache-dir", str(settings.cache_dir),
         "--spec", spec.to_argv(),
-        "--db", str(settings.db_path),
+        *store_argv(settings),
         "--stall-timeout", str(settings.stall_timeout),
         "--parent-pid", str(settings.service_pid),
         "--stdin-control",

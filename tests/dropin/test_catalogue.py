@@ -14,8 +14,8 @@ from service.catalogue.disk import local_file, scan_cache, scan_models_dir
 from service.catalogue.hf_source import is_preset_repo
 from service.catalogue.plan import plan_catalogue
 from service.core import events as ev
-from service.core.events import FileRef
 from service.core.errors import CommandRejected
+from service.core.events import FileRef
 from service.core.state import ModelConfig, RouterState
 from service.presets import parse_preset
 from tests.core.test_lifecycles import state_of

@@ -2,10 +2,13 @@
 
 Three writers append to the same ``events`` table: the service's
 :class:`AsyncEventStore`, the CLI tools' :class:`SyncEventStore` and the
-workers' stdlib :class:`WorkerEventWriter`. Each test module subclasses
-:class:`WriterContract` and implements :meth:`WriterContract.create_writer`
-(eventsourcing's ``AggregateRecorderTestCase`` pattern); every test runs on a
-real, migrated SQLite file and reads back through a separate connection.
+workers' writer (stdlib :class:`WorkerEventWriter`, or psycopg's on PostgreSQL).
+Each test module subclasses :class:`WriterContract` and implements
+:meth:`WriterContract.create_writer` (eventsourcing's ``AggregateRecorderTestCase``
+pattern); every test runs on both backends (``db_location``: a real, migrated
+SQLite file and a real PostgreSQL database) and reads back through a separate
+connection. Only how the write lock is taken differs: ``BEGIN IMMEDIATE`` on
+SQLite, an advisory lock (and a NOTIFY at commit) on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import abc
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +27,7 @@ import pytest
 from service.core import events as ev
 from service.core.errors import InvalidEvent
 from service.event_store import NewEvent, SyncEventStore
+from service.event_store.postgres.sql import APPEND_LOCK, CHANNEL
 
 
 class Writer(Protocol):
@@ -54,20 +59,21 @@ class WriterContract(abc.ABC):
     SOURCE_KIND: ClassVar[str] = "contract"
 
     @abc.abstractmethod
-    def create_writer(self, path: Path, source: dict[str, Any]) -> Writer:
-        """A writer appending to the migrated log at ``path``, stamping ``source``."""
+    def create_writer(self, location: Path | str, source: dict[str, Any]) -> Writer:
+        """A writer appending to the migrated log at ``location`` (a SQLite file or a
+        PostgreSQL URL), stamping ``source``."""
 
     @pytest.fixture
-    def writer(self, db_path: Path) -> Iterator[Writer]:
-        w = self.create_writer(db_path, {"kind": self.SOURCE_KIND})
+    def writer(self, db_location: Path | str) -> Iterator[Writer]:
+        w = self.create_writer(db_location, {"kind": self.SOURCE_KIND})
         try:
             yield w
         finally:
             w.close()
 
     @pytest.fixture
-    def stored(self, db_path: Path) -> Iterator[Callable[[], list[ev.Recorded]]]:
-        reader = SyncEventStore(db_path, source={"kind": "reader"})
+    def stored(self, db_location: Path | str) -> Iterator[Callable[[], list[ev.Recorded]]]:
+        reader = SyncEventStore(db_location, source={"kind": "reader"})
         try:
             yield reader.read
         finally:
@@ -123,7 +129,10 @@ class WriterContract(abc.ABC):
         times = [r.recorded_at for r in stored()]
         assert times[0] == times[1] == times[2] <= times[3]
 
-    def test_every_append_is_one_begin_immediate_transaction(self, writer: Writer) -> None:
+    def test_every_append_is_one_locked_transaction(self, writer: Writer, db_location: Path | str) -> None:
+        if isinstance(db_location, str):
+            _one_notify_per_committed_append(writer, db_location)
+            return
         writer.append([NewEvent(started(0))])  # opens the write connection where that is lazy
         statements: list[str] = []
         writer.trace(statements.append)
@@ -131,9 +140,16 @@ class WriterContract(abc.ABC):
         assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
         assert statements.count("BEGIN IMMEDIATE") == 1
 
-    def test_a_writer_waits_for_the_write_lock_instead_of_failing(self, writer: Writer, db_path: Path) -> None:
+    def test_a_writer_waits_for_the_write_lock_instead_of_failing(
+        self, writer: Writer, db_location: Path | str
+    ) -> None:
         """A deferred read-then-write transaction would fail with SQLITE_BUSY at
-        once; ``BEGIN IMMEDIATE`` under ``busy_timeout`` waits for the lock."""
+        once; ``BEGIN IMMEDIATE`` under ``busy_timeout`` waits for the lock. On
+        PostgreSQL the writer queues on the append lock another transaction holds."""
+        if isinstance(db_location, str):
+            _waits_for_the_append_lock(writer, db_location)
+            return
+        db_path = db_location
         writer.append([NewEvent(started(0))])
         statements: list[str] = []
         began = threading.Event()
@@ -168,3 +184,57 @@ class WriterContract(abc.ABC):
             holder.close()
         thread.join(60)
         assert outcome == [[3]]
+
+
+def _one_notify_per_committed_append(writer: Writer, url: str) -> None:
+    """Every committed append sends exactly one NOTIFY, at commit; a failed batch sends none.
+    The listener counts until a sentinel sent after the appends (delivery follows commit order)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as listener, psycopg.connect(url, autocommit=True) as other:
+        listener.execute(f"LISTEN {CHANNEL}")
+        writer.append([NewEvent(started(1)), NewEvent(started(2))])
+        poisoned = NewEvent(ev.DownloadProgress(job_id="j", bytes_done=object(), bytes_total=1))  # type: ignore[arg-type]  # fails inside the transaction
+        with pytest.raises(TypeError):
+            writer.append([NewEvent(started(3)), poisoned])
+        writer.append([NewEvent(started(4))])
+        other.execute(f"NOTIFY {CHANNEL}, 'end'")
+        payloads: list[str] = []
+        for note in listener.notifies(timeout=30):
+            payloads.append(note.payload)
+            if note.payload == "end":
+                break
+    assert payloads == ["", "", "end"]
+
+
+def _waits_for_the_append_lock(writer: Writer, url: str) -> None:
+    import psycopg
+
+    writer.append([NewEvent(started(0))])
+    with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as watcher:
+        holder.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")
+        holder.execute(
+            "INSERT INTO events (position, event_id, type, schema_version, data, source, recorded_at)"
+            " VALUES (2, 'x', 'router_stopped', 1, '{\"pid\": 1}', '{}', '2026-01-01T00:00:00.000000Z')"
+        )
+        outcome: list[object] = []
+
+        def append() -> None:
+            try:
+                outcome.append(writer.append([NewEvent(started(2))]))
+            except Exception as exc:  # reported below
+                outcome.append(exc)
+
+        thread = threading.Thread(target=append)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            while watcher.execute(waiting).fetchone() != (1,):  # the writer has asked for the lock
+                assert time.monotonic() < deadline, "the writer never waited for the append lock"
+                time.sleep(0.01)
+            assert outcome == [], "the writer appended while another transaction held the lock"
+        finally:
+            holder.commit()
+        thread.join(60)
+    assert outcome == [[3]]

@@ -13,14 +13,14 @@ import pytest
 
 from service.event_store import EventFilter, NewEvent, SyncEventStore, new_event
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.worker_writer import WorkerEventWriter
+from service.event_store.worker_writer import WorkerEventWriter, open_writer
 from tests.event_store.contract import Writer, WriterContract, started
 
 
 class _AsyncWriter:
     """The service's async store on a private event loop, called synchronously."""
 
-    def __init__(self, path: Path, source: dict[str, Any]) -> None:
+    def __init__(self, path: Path | str, source: dict[str, Any]) -> None:
         self._loop = asyncio.new_event_loop()
         self.store = AsyncEventStore(path, source=source)
         self.source = self.store.source
@@ -43,7 +43,7 @@ class _AsyncWriter:
 
 
 class _SyncWriter:
-    def __init__(self, path: Path, source: dict[str, Any]) -> None:
+    def __init__(self, path: Path | str, source: dict[str, Any]) -> None:
         self.store = SyncEventStore(path, source=source)
         self.source = self.store.source
 
@@ -59,14 +59,17 @@ class _SyncWriter:
 
 
 class _WorkerWriter:
-    def __init__(self, path: Path, source: dict[str, Any]) -> None:
-        self.writer = WorkerEventWriter(path, source=source)
+    """The writer a worker opens for its ``--db``/``--database-url`` (sqlite3, or psycopg)."""
+
+    def __init__(self, path: Path | str, source: dict[str, Any]) -> None:
+        self.writer = open_writer(path, source=source)
         self.source = self.writer.source
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
         return self.writer.append(batch)
 
     def trace(self, callback: Callable[[str], None]) -> None:
+        assert isinstance(self.writer, WorkerEventWriter)
         self.writer._conn.set_trace_callback(callback)
 
     def close(self) -> None:
@@ -76,38 +79,50 @@ class _WorkerWriter:
 class TestAsyncEventStore(WriterContract):
     SOURCE_KIND = "router"
 
-    def create_writer(self, path: Path, source: dict[str, Any]) -> Writer:
+    def create_writer(self, path: Path | str, source: dict[str, Any]) -> Writer:
         return _AsyncWriter(path, source)
 
 
 class TestSyncEventStore(WriterContract):
     SOURCE_KIND = "cli"
 
-    def create_writer(self, path: Path, source: dict[str, Any]) -> Writer:
+    def create_writer(self, path: Path | str, source: dict[str, Any]) -> Writer:
         return _SyncWriter(path, source)
 
 
 class TestWorkerEventWriter(WriterContract):
     SOURCE_KIND = "download_worker"
 
-    def create_writer(self, path: Path, source: dict[str, Any]) -> Writer:
+    def create_writer(self, path: Path | str, source: dict[str, Any]) -> Writer:
         return _WorkerWriter(path, source)
 
 
 @pytest.fixture
-def store(db_path: Path) -> SyncEventStore:
+def store(db_location: Path | str) -> SyncEventStore:
+    """A store on each backend (reads are the same queries on both)."""
+    s = SyncEventStore(db_location, source={"kind": "test"})
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sqlite_store(db_path: Path) -> SyncEventStore:
     s = SyncEventStore(db_path, source={"kind": "test"})
     yield s
     s.close()
 
 
 class TestImmutability:
-    def test_update_is_rejected(self, store: SyncEventStore, db_path: Path) -> None:
+    """SQLite's triggers; PostgreSQL's are in tests/recovery/test_postgres_log.py."""
+
+    def test_update_is_rejected(self, sqlite_store: SyncEventStore, db_path: Path) -> None:
+        store = sqlite_store
         store.append([NewEvent(started(1))])
         with sqlite3.connect(db_path) as conn, pytest.raises(sqlite3.DatabaseError, match="append-only"):
             conn.execute("UPDATE events SET type = 'router_stopped'")
 
-    def test_delete_is_rejected(self, store: SyncEventStore, db_path: Path) -> None:
+    def test_delete_is_rejected(self, sqlite_store: SyncEventStore, db_path: Path) -> None:
+        store = sqlite_store
         store.append([NewEvent(started(1))])
         with sqlite3.connect(db_path) as conn, pytest.raises(sqlite3.DatabaseError, match="append-only"):
             conn.execute("DELETE FROM events")

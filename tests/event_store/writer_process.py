@@ -1,8 +1,11 @@
 """A writer process for the concurrency and kill -9 tests.
 
-Appends ``--batches`` batches of ``--batch-size`` events and prints one line per
-*acknowledged* (committed) batch: ``ACK <batch> <first_position> <event_id,...>``.
-Counts "database is locked" errors instead of dying on them.
+Appends ``--batches`` batches of ``--batch-size`` events (or as many as fit in
+``--seconds``) and prints one line per *acknowledged* (committed) batch:
+``ACK <batch> <first_position> <event_id,...>``. Counts "database is locked"
+errors instead of dying on them. ``--db`` is a SQLite file or a PostgreSQL URL;
+``--writer-kind worker`` appends through the workers' writer instead of the
+CLI tools' store.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import sys
+import time
 import uuid
+from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
 from service.core.events import DownloadProgress
 from service.event_store import NewEvent, SyncEventStore
+from service.event_store.worker_writer import open_writer
 
 
 def main() -> int:
@@ -25,10 +31,19 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--synchronous", default="FULL")
+    parser.add_argument("--seconds", type=float, default=None, help="stop after this long instead of --batches")
+    parser.add_argument("--writer-kind", choices=("store", "worker"), default="store")
     args = parser.parse_args()
-    store = SyncEventStore(args.db, source={"kind": "test_writer", "writer": args.writer}, synchronous=args.synchronous)
+    source = {"kind": "test_writer", "writer": args.writer}
+    if args.writer_kind == "worker":
+        store: SyncEventStore | Any = open_writer(args.db, source=source)
+    else:
+        store = SyncEventStore(args.db, source=source, synchronous=args.synchronous)
     locked = 0
+    deadline = None if args.seconds is None else time.monotonic() + args.seconds
     for batch in range(args.batches):
+        if deadline is not None and time.monotonic() > deadline:
+            break
         job = f"w{args.writer}-b{batch}"
         events = [
             NewEvent(

@@ -81,7 +81,7 @@ def history(blob_dir: Path | None = None, progress: int = 40) -> list[NewEvent]:
     return items
 
 
-def write_history(db_path: Path, items: list[NewEvent], *, batch: int = 7) -> SyncEventStore:
+def write_history(db_path: Path | str, items: list[NewEvent], *, batch: int = 7) -> SyncEventStore:
     """Append ``items`` in small batches (so recorded_at values repeat and vary)."""
     store = SyncEventStore(db_path, source={"kind": "test"}, synchronous="NORMAL")
     for start in range(0, len(items), batch):

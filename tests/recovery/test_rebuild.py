@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from service.core.fold import replay
@@ -14,7 +15,7 @@ from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
 from service.event_store import EventFilter, SyncEventStore
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.engines import sync_engine
+from service.event_store.engines import sync_engine_for
 from service.event_store.snapshots import (
     KEEP,
     encode_state,
@@ -34,19 +35,22 @@ def _at(store: SyncEventStore, position: int) -> RouterState:
     return replay(store.read(EventFilter(before=position + 1, limit=100_000)))
 
 
-def _save(db_path: Path, state: RouterState, fold_version: int = FOLD_VERSION) -> None:
+def _save(db_path: Path | str, state: RouterState, fold_version: int = FOLD_VERSION) -> None:
     save_snapshot_file(db_path, state, fold_version)
 
 
-def _raw_snapshot(db_path: Path, position: int, text: str, fold_version: int = FOLD_VERSION) -> None:
+def _raw_snapshot(db_path: Path | str, position: int, text: str, fold_version: int = FOLD_VERSION) -> None:
+    row = (position, fold_version, text, "2026-11-29T15:00:00.000000Z")
+    if isinstance(db_path, str):  # PostgreSQL: a json column refuses text that is not JSON, so damage the text type
+        with psycopg.connect(db_path, autocommit=True) as pg:
+            pg.execute("ALTER TABLE snapshots ALTER state TYPE text")
+            pg.execute("INSERT INTO snapshots (position, fold_version, state, created_at) VALUES (%s, %s, %s, %s)", row)
+        return
     with sqlite3.connect(db_path) as conn:
-        conn.execute(
-            "INSERT INTO snapshots (position, fold_version, state, created_at) VALUES (?, ?, ?, ?)",
-            (position, fold_version, text, "2026-11-29T15:00:00.000000Z"),
-        )
+        conn.execute("INSERT INTO snapshots (position, fold_version, state, created_at) VALUES (?, ?, ?, ?)", row)
 
 
-async def _rebuild(db_path: Path, **kwargs: int) -> RebuildResult:
+async def _rebuild(db_path: Path | str, **kwargs: int) -> RebuildResult:
     store = AsyncEventStore(db_path, source={"kind": "test"})
     try:
         return await rebuild_state(store, **kwargs)
@@ -55,13 +59,19 @@ async def _rebuild(db_path: Path, **kwargs: int) -> RebuildResult:
 
 
 @pytest.fixture
-def store(db_path: Path) -> Iterator[SyncEventStore]:
+def db_path(db_location: Path | str) -> Path | str:
+    """Every test here runs on a SQLite file and on a PostgreSQL database."""
+    return db_location
+
+
+@pytest.fixture
+def store(db_path: Path | str) -> Iterator[SyncEventStore]:
     s = write_history(db_path, history())
     yield s
     s.close()
 
 
-async def test_without_snapshot_replays_everything(store: SyncEventStore, db_path: Path) -> None:
+async def test_without_snapshot_replays_everything(store: SyncEventStore, db_path: Path | str) -> None:
     result = await _rebuild(db_path, page_size=16)
     assert result.state == _all(store)
     assert result.snapshot_position == 0
@@ -69,13 +79,13 @@ async def test_without_snapshot_replays_everything(store: SyncEventStore, db_pat
     assert result.duration_ms > 0
 
 
-async def test_empty_log_gives_the_empty_state(db_path: Path) -> None:
+async def test_empty_log_gives_the_empty_state(db_path: Path | str) -> None:
     result = await _rebuild(db_path)
     assert result == RebuildResult(RouterState(), 0, 0, result.duration_ms)
 
 
 @pytest.mark.parametrize("cut", [1, 5, 23, 44, 50])
-async def test_snapshot_plus_tail_equals_full_replay(store: SyncEventStore, db_path: Path, cut: int) -> None:
+async def test_snapshot_plus_tail_equals_full_replay(store: SyncEventStore, db_path: Path | str, cut: int) -> None:
     head = store.head()
     cut = min(cut, head)
     _save(db_path, _at(store, cut))
@@ -85,14 +95,14 @@ async def test_snapshot_plus_tail_equals_full_replay(store: SyncEventStore, db_p
     assert result.events_replayed == head - cut
 
 
-async def test_snapshot_at_head_replays_nothing(store: SyncEventStore, db_path: Path) -> None:
+async def test_snapshot_at_head_replays_nothing(store: SyncEventStore, db_path: Path | str) -> None:
     _save(db_path, _all(store))
     result = await _rebuild(db_path)
     assert (result.snapshot_position, result.events_replayed) == (store.head(), 0)
     assert result.state == _all(store)
 
 
-async def test_snapshot_of_another_fold_version_is_ignored(store: SyncEventStore, db_path: Path) -> None:
+async def test_snapshot_of_another_fold_version_is_ignored(store: SyncEventStore, db_path: Path | str) -> None:
     # A deliberately wrong state: used by mistake, it would show in the result.
     _save(db_path, RouterState(position=store.head() - 3), fold_version=FOLD_VERSION - 1)
     _save(db_path, RouterState(position=store.head() - 2), fold_version=FOLD_VERSION + 1)
@@ -101,7 +111,7 @@ async def test_snapshot_of_another_fold_version_is_ignored(store: SyncEventStore
     assert result.state == _all(store)
 
 
-async def test_damaged_snapshots_are_skipped_for_an_older_good_one(store: SyncEventStore, db_path: Path) -> None:
+async def test_damaged_snapshots_are_skipped_for_an_older_good_one(store: SyncEventStore, db_path: Path | str) -> None:
     _save(db_path, _at(store, 10))
     _raw_snapshot(db_path, 20, "{not json")
     _raw_snapshot(db_path, 21, '{"position": 21}')  # valid JSON, wrong shape
@@ -112,7 +122,7 @@ async def test_damaged_snapshots_are_skipped_for_an_older_good_one(store: SyncEv
     assert result.state == _all(store)
 
 
-async def test_snapshot_beyond_the_head_is_ignored(store: SyncEventStore, db_path: Path) -> None:
+async def test_snapshot_beyond_the_head_is_ignored(store: SyncEventStore, db_path: Path | str) -> None:
     _save(db_path, RouterState(position=store.head() + 100))
     result = await _rebuild(db_path)
     assert result.snapshot_position == 0
@@ -120,7 +130,7 @@ async def test_snapshot_beyond_the_head_is_ignored(store: SyncEventStore, db_pat
 
 
 async def test_tail_written_after_the_snapshot_by_another_process_is_folded(
-    store: SyncEventStore, db_path: Path
+    store: SyncEventStore, db_path: Path | str
 ) -> None:
     _save(db_path, _all(store))
     write_history(db_path, history(progress=3)[1:]).close()  # new event ids, same shapes
@@ -129,10 +139,10 @@ async def test_tail_written_after_the_snapshot_by_another_process_is_folded(
     assert result.state == _all(store)
 
 
-def test_save_keeps_only_the_newest_few(store: SyncEventStore, db_path: Path) -> None:
+def test_save_keeps_only_the_newest_few(store: SyncEventStore, db_path: Path | str) -> None:
     for position in range(1, KEEP + 4):
         _save(db_path, _at(store, position))
-    engine = sync_engine(db_path, write=False)
+    engine = sync_engine_for(db_path, write=False)
     try:
         with engine.connect() as conn:
             kept = list_snapshots(conn)
@@ -143,9 +153,9 @@ def test_save_keeps_only_the_newest_few(store: SyncEventStore, db_path: Path) ->
     assert latest is not None and latest[1] == KEEP + 3 and latest[0] == _at(store, KEEP + 3)
 
 
-def test_load_returns_none_without_usable_snapshot(store: SyncEventStore, db_path: Path) -> None:
+def test_load_returns_none_without_usable_snapshot(store: SyncEventStore, db_path: Path | str) -> None:
     _raw_snapshot(db_path, 5, "garbage")
-    engine = sync_engine(db_path, write=False)
+    engine = sync_engine_for(db_path, write=False)
     try:
         with engine.connect() as conn:
             assert load_latest_snapshot(conn, FOLD_VERSION) is None
@@ -153,7 +163,7 @@ def test_load_returns_none_without_usable_snapshot(store: SyncEventStore, db_pat
         engine.dispose()
 
 
-async def test_snapshotter_writes_when_due_and_at_shutdown(store: SyncEventStore, db_path: Path) -> None:
+async def test_snapshotter_writes_when_due_and_at_shutdown(store: SyncEventStore, db_path: Path | str) -> None:
     snapshotter = Snapshotter(db_path, every=10)
     try:
         assert not snapshotter.maybe_snapshot(_at(store, 9))  # not due yet
@@ -172,7 +182,7 @@ async def test_snapshotter_writes_when_due_and_at_shutdown(store: SyncEventStore
     assert result.state == _all(store)
 
 
-async def test_snapshotter_starts_from_the_rebuild_position(store: SyncEventStore, db_path: Path) -> None:
+async def test_snapshotter_starts_from_the_rebuild_position(store: SyncEventStore, db_path: Path | str) -> None:
     result = await _rebuild(db_path)
     async_store = AsyncEventStore(db_path, source={"kind": "test"})
     snapshotter = Snapshotter(async_store, every=10, last_position=result.snapshot_position)

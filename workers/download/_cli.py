@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", required=True, type=Path, help="HF hub cache directory, e.g. <data>/hub")
     p.add_argument("--spec", required=True, help="resolution JSON, inline or a file path")
     p.add_argument("--db", help="SQLite event store; without it events go to --events or stdout")
+    p.add_argument("--database-url", help="PostgreSQL event store (postgresql://user@host/db), instead of --db")
     p.add_argument("--events", help="JSON-lines event file when --db is absent ('-' = stdout)")
     p.add_argument("--parent-pid", type=int, help="exit at once if our parent is not this pid")
     p.add_argument("--stdin-control", action="store_true",
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from workers.runtime import DOWNLOAD_WORKER, WorkerRuntime
 
-    runtime = WorkerRuntime.open(DOWNLOAD_WORKER, model=args.model, owner_id=args.job_id, db=args.db,
+    runtime = WorkerRuntime.open(DOWNLOAD_WORKER, model=args.model, owner_id=args.job_id,
+                                 db=args.database_url or args.db,
                                  events=args.events, parent=parent)  # fmt: skip
     try:
         return _run(args, runtime, interrupts)

@@ -67,6 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stats-interval", type=float, default=STATS_INTERVAL_S,
                    help="instance_stats at most this often, when changed (s; 0 = never)")  # fmt: skip
     p.add_argument("--db", default=None, help="SQLite event store to append events to")
+    p.add_argument("--database-url", default=None, help="PostgreSQL event store (postgresql://...), instead of --db")
     p.add_argument("--events", default=None, help="JSONL event file ('-' = stdout, the default without --db)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--parent-pid", type=int, default=None, help="exit at once if our parent is not this pid")

@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None, *, early_signals: Sequence[int] = ()) ->
         INFERENCE_WORKER,
         model=args.model_name,
         owner_id=args.instance_id,
-        db=args.db,
+        db=args.database_url or args.db,
         events=args.events,
         parent=Parent(args.parent_pid or os.getppid()),
         log_level=args.log_level,

@@ -1,8 +1,9 @@
 """Where a worker's events go: the event store, or JSON lines.
 
 The runtime (:class:`workers.runtime._worker_runtime.WorkerRuntime`) hands every typed event
-to one sink. The real destination is the service's SQLite event store
-(``--db``: :class:`StoreSink` over ``service.event_store.worker_writer``);
+to one sink. The real destination is the service's event store
+(``--db`` SQLite file or ``--database-url`` PostgreSQL URL: :class:`StoreSink`
+over ``service.event_store.worker_writer.open_writer``);
 without a store a worker writes JSON lines (:class:`JsonlSink`) to stdout or
 to a file, which :func:`read_jsonl` reads back (tests, benchmarks, runs by
 hand). A JSON line carries exactly what the store's ``data`` column would.
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from service.core.events import Event
-from service.event_store.worker_writer import WorkerEventWriter
+from service.event_store.worker_writer import open_writer
 
 
 class EventSink(Protocol):
@@ -33,8 +34,8 @@ class StoreSink:
     """Appends to the event store, one transaction per event, stamped with the worker's source."""
 
     def __init__(self, db_path: str | Path, source: Mapping[str, Any]) -> None:
-        # The stdlib-only writer: SQLAlchemy would add ~0.2 s to every worker start.
-        self.writer = WorkerEventWriter(db_path, source=source)
+        # No SQLAlchemy (~0.2 s per worker start): stdlib sqlite3, or psycopg for a PostgreSQL URL.
+        self.writer = open_writer(db_path, source=source)
 
     def emit(self, event: Event, *, model: str | None) -> None:
         self.writer.emit(event, model=model)

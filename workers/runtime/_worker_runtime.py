@@ -75,8 +75,9 @@ WORKER_KINDS = (DOWNLOAD_WORKER, INFERENCE_WORKER)
 
 
 def worker_secrets(environ: Mapping[str, str] = os.environ) -> tuple[str | None, ...]:
-    """Values no worker log line may carry: the Hub token a worker inherits from the service."""
-    return (environ.get("HF_TOKEN"),)
+    """Values no worker log line may carry: the Hub token and the database password a worker
+    inherits from the service."""
+    return (environ.get("HF_TOKEN"), environ.get("PGPASSWORD"))
 
 
 class WorkerRuntime:
