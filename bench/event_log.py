@@ -38,10 +38,10 @@ from service.core.events import DownloadProgress, DownloadRequested
 from service.core.fold import replay
 from service.event_store import EventFilter, NewEvent, SyncEventStore
 from service.event_store.codec import TIME_FORMAT
-from service.event_store.migrate import upgrade, upgrade_url
 from service.event_store.postgres.sql import PSYCOPG
 from service.event_store.pragmas import BUSY_TIMEOUT_MS, configure_connection
 from service.event_store.worker_writer import open_writer
+from service.migrate import upgrade, upgrade_url
 
 _INSERT = (
     "INSERT INTO events (event_id, type, schema_version, model, data, source, recorded_at) "

@@ -45,8 +45,8 @@ from service.core import events as ev
 from service.core.snapshot import FOLD_VERSION
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, dumps, encode, format_time
-from service.event_store.migrate import upgrade
 from service.event_store.snapshots import save_snapshot_file
+from service.migrate import upgrade
 from service.recovery.rebuild import rebuild_state
 
 _INSERT = (

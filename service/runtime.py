@@ -5,7 +5,6 @@ root), handed to the API's providers (:mod:`service.api.deps`) piece by piece, r
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,20 +18,16 @@ from service.metrics import RouterMetrics
 from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
-from service.supervision.effects import Clock, SystemClock
+from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
+from service.world import SystemClock
 
 IdSource = Callable[[], str]
 """Makes a fresh id each call; injected, so the API never calls ``uuid4`` itself."""
 
 BackgroundTasks = set[asyncio.Task[Any]]
 """Tasks the service started off a request's path; :func:`service.startup.stop` cancels them."""
-
-
-def new_request_id() -> str:
-    """The id of a request that brings no ``X-Request-ID``: 32 hex digits."""
-    return uuid.uuid4().hex
 
 
 @dataclass

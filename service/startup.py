@@ -15,6 +15,7 @@ import ipaddress
 import os
 import sqlite3
 import time
+from collections.abc import Sequence
 
 import httpx
 import structlog
@@ -23,13 +24,14 @@ from service import __version__
 from service.catalogue.hf_source import HfSourceError
 from service.catalogue.sources import Catalogue, command_line_model
 from service.core import events as ev
+from service.core.state import DownloadJob
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
-from service.event_store.migrate import upgrade, upgrade_url
 from service.event_store.rows import StoreUnavailable
 from service.live_state import LiveState
 from service.metrics import Gauges, RouterMetrics
+from service.migrate import upgrade, upgrade_url
 from service.presets import PresetError
 from service.recovery.rebuild import rebuild_state
 from service.recovery.reconcile import elapsed_ms, plan_reconcile
@@ -71,6 +73,8 @@ async def _open_store(settings: Settings) -> AsyncEventStore:
 
 
 async def start(settings: Settings) -> Runtime:
+    """Open the log, rebuild the fold, build the supervisors, recover what the last run left, then
+    read the model sources, resume downloads and load ``load-on-startup`` models (docs/architecture.md)."""
     started = time.perf_counter()
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -82,29 +86,7 @@ async def start(settings: Settings) -> Runtime:
     await live.start()
     replayed = rebuilt.events_replayed + live.events_applied
     snapshotter.maybe_snapshot(live.state)  # a long replay gets a fresh snapshot at once
-    interpreter = Interpreter(live)  # the one writer of what the supervisors decide
-    downloads = DownloadSupervisor(settings, live, interpreter=interpreter)
-    files = OnDemandFiles(settings, live, downloads)
-    instances = InstanceSupervisor(settings, live, interpreter=interpreter, files=files)
-    # Added after the catch-up: event counters count from this process's start.
-    gauges = Gauges(in_flight=lambda: sum(instances.busy.values()), queued=lambda: instances.queue_length)
-    metrics = RouterMetrics(lambda: live.state, gauges)
-    live.add_listener(metrics.on_folded)
-    runtime = Runtime(
-        settings=settings,
-        store=store,
-        live=live,
-        downloads=downloads,
-        instances=instances,
-        remover=ModelRemover(live, instances, downloads, settings.cache_dir),
-        snapshotter=snapshotter,
-        http=httpx.AsyncClient(
-            timeout=httpx.Timeout(10.0, read=None, write=None, pool=None),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-        ),
-        metrics=metrics,
-        clock=instances.fx.clock,
-    )
+    runtime = _compose(settings, store, live, snapshotter)
     await live.record(
         [NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))]
     )
@@ -115,15 +97,8 @@ async def start(settings: Settings) -> Runtime:
     plan = await asyncio.to_thread(plan_reconcile, live.state, settings.cache_dir)
     if plan.events:
         await live.record(plan.events)  # first: no instance of the last run is left when models go
-    runtime.catalogue = await _catalogue(settings, live, instances)
-    resumed = 0
-    if settings.resume_downloads_on_start:
-        for job in plan.interrupted:
-            await runtime.downloads.resume(job, settings.hf_endpoint)
-            resumed += 1
-    supervisor = asyncio.create_task(runtime.instances.run(), name="instance-supervisor")
-    runtime.background.add(supervisor)
-    await runtime.instances.load_on_startup()
+    runtime.catalogue = await _catalogue(settings, live, runtime.instances)
+    resumed = await _resume_and_load(runtime, plan.interrupted)
     completed = ev.RecoveryCompleted(
         interrupted_downloads=len(plan.interrupted),
         resumed_downloads=resumed,
@@ -138,6 +113,47 @@ async def start(settings: Settings) -> Runtime:
     runtime.background.add(warm)
     _log.info("service_ready", position=live.position, replayed=replayed, duration_ms=completed.duration_ms)
     return runtime
+
+
+def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapshotter: Snapshotter) -> Runtime:
+    """The composition root: the interpreter, the supervisors over it, metrics, the HTTP client."""
+    interpreter = Interpreter(live)  # the one writer of what the supervisors decide
+    downloads = DownloadSupervisor(settings, live, interpreter=interpreter)
+    files = OnDemandFiles(settings, live, downloads)
+    instances = InstanceSupervisor(settings, live, interpreter=interpreter, files=files)
+    # Added after the catch-up: event counters count from this process's start.
+    gauges = Gauges(in_flight=lambda: sum(instances.busy.values()), queued=lambda: instances.queue_length)
+    metrics = RouterMetrics(lambda: live.state, gauges)
+    live.add_listener(metrics.on_folded)
+    return Runtime(
+        settings=settings,
+        store=store,
+        live=live,
+        downloads=downloads,
+        instances=instances,
+        remover=ModelRemover(live, instances, downloads, settings.cache_dir),
+        snapshotter=snapshotter,
+        http=httpx.AsyncClient(
+            timeout=httpx.Timeout(10.0, read=None, write=None, pool=None),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        ),
+        metrics=metrics,
+        clock=instances.fx.clock,
+    )
+
+
+async def _resume_and_load(runtime: Runtime, interrupted: Sequence[DownloadJob]) -> int:
+    """Resume the downloads the last run left (unless told not to), start the instance supervisor,
+    load ``load-on-startup`` models; returns how many downloads were resumed."""
+    resumed = 0
+    if runtime.settings.resume_downloads_on_start:
+        for job in interrupted:
+            await runtime.downloads.resume(job, runtime.settings.hf_endpoint)
+            resumed += 1
+    supervisor = asyncio.create_task(runtime.instances.run(), name="instance-supervisor")
+    runtime.background.add(supervisor)
+    await runtime.instances.load_on_startup()
+    return resumed
 
 
 def binding_warning(settings: Settings) -> str | None:

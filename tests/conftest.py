@@ -17,7 +17,7 @@ from devtools.postgres_server import PostgresServer, pg_bin_dir
 from devtools.service_process import ServiceProcess
 
 pytest_plugins = ["tests.conftest_hub"]
-from service.event_store.migrate import upgrade, upgrade_url  # noqa: E402
+from service.migrate import upgrade, upgrade_url  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 

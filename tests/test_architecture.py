@@ -1,12 +1,14 @@
 """House rules on imports, checked on the source (AST), so a violation fails before it runs.
 
-* The product (``service/``, ``workers/``) never imports test tooling (``devtools``, ``tests``, ``bench``).
+* The product (``service/``, ``workers/``, ``migrations/``) never imports test tooling (``devtools``,
+  ``tests``, ``bench``).
 * No module imports another package's private ``_module`` or ``_name``.
 * The import graph between packages is acyclic. Its nodes are the packages
   ``service.core``, ``service.event_store``, ``service.api``, ``service.supervision``,
   ``service.recovery``, ``service.downloads`` and the workers' three parts
   (``workers.runtime``, ``workers.download``, ``workers.inference``), plus each top-level
-  module of ``service`` (``service.startup``, ``service.live_state``, ...) on its own.
+  module of ``service`` (``service.startup``, ``service.live_state``, ...) on its own, and
+  ``migrations`` (which imports the event store's schema: running them is ``service.migrate``'s).
 * Workers import ``service.core`` and ``service.event_store`` only (STYLE.md house rule 4),
   besides the root ``service`` package for ``__version__``.
 * The download and inference workers share only the runtime: neither imports the other,
@@ -25,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("service", "workers")
+PRODUCT = ("service", "workers", "migrations")
 TOOLING = {"devtools", "tests", "bench"}
 WORKERS_MAY_IMPORT = {"service", "service.core", "service.event_store"}
 WORKER_PARTS = ("workers.runtime", "workers.download", "workers.inference")
@@ -92,6 +94,8 @@ def _node(target: str) -> str | None:
     if parts[0] == "workers":
         part = ".".join(parts[:2])
         return part if part in WORKER_PARTS else "workers"  # the root package itself
+    if parts[0] == "migrations":
+        return "migrations"  # Alembic's scripts: one node (they import the schema and the settings)
     if parts[0] != "service":
         return None
     if len(parts) == 1 or not _is_module(".".join(parts[:2])):
@@ -226,3 +230,99 @@ def test_the_layer_check_finds_an_upward_import() -> None:
         "workers.inference.llama._model:2 imports workers.inference.engine.Request",
         "workers.inference.engine._job:3 imports workers.inference.WorkerState",
     ]
+
+
+# --- issue 17's rules ------------------------------------------------------------------------
+
+DRIVERS = ("service/supervision", "service/api")
+"""The packages that carry decisions out: facts in, a core decision, the interpreter."""
+INTERPRETER = ROOT / "service" / "supervision" / "interpreter.py"
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
+# Modules and functions allowed past the limits, each with the reason (none today).
+SIZE_EXCEPTIONS: dict[str, str] = {}
+
+
+def _driver_files() -> Iterator[Path]:
+    for folder in DRIVERS:
+        yield from sorted((ROOT / folder).rglob("*.py"))
+
+
+def _calls(tree: ast.AST) -> Iterator[tuple[int, str, str]]:
+    """``(line, receiver source, method name)`` for every ``x.method(...)`` call."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            yield node.lineno, ast.unparse(node.func.value), node.func.attr
+
+
+def _appends(tree: ast.AST) -> Iterator[int]:
+    """Lines that write events other than through the interpreter: a store's append, the live
+    state's record or decide."""
+    for line, receiver, method in _calls(tree):
+        tail = receiver.rsplit(".", 1)[-1]
+        if (method == "append" and "store" in tail) or (method in ("record", "decide") and tail == "live"):
+            yield line
+
+
+def test_drivers_smuggle_nothing_out_of_closures_and_append_only_through_the_interpreter() -> None:
+    bad = []
+    for path in _driver_files():
+        tree = ast.parse(path.read_text(), str(path))
+        rel = path.relative_to(ROOT)
+        bad += [f"{rel}:{n.lineno} nonlocal" for n in ast.walk(tree) if isinstance(n, ast.Nonlocal)]
+        if path != INTERPRETER:
+            bad += [f"{rel}:{line} appends events itself" for line in _appends(tree)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_append_check_finds_each_way_of_writing() -> None:
+    code = "self.live.record([e])\nawait runtime.store.append(b)\nlive.decide(f)\nitems.append(x)\n"
+    assert sorted(_appends(ast.parse(code))) == [1, 2, 3]
+
+
+def _reads_of_the_outside(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ast.unparse(node) in ("os.environ", "os.getenv"):
+            yield node.lineno, ast.unparse(node)
+        if isinstance(node, ast.Call):
+            called = ast.unparse(node.func)
+            if called in ("time.time", "uuid.uuid4", "uuid4", "datetime.now", "datetime.utcnow"):
+                yield node.lineno, called + "()"
+
+
+def test_drivers_take_settings_clock_and_ids_from_outside() -> None:
+    """Settings, the clock and id sources are passed in (``service/world.py`` holds the real ones)."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line} reads {what}"
+        for path in _driver_files()
+        for line, what in _reads_of_the_outside(ast.parse(path.read_text(), str(path)))
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_module_or_function_is_too_long() -> None:
+    bad = []
+    for top in ("service", "workers"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel, text = str(path.relative_to(ROOT)), path.read_text()
+            if text.count("\n") > MAX_MODULE_LINES and rel not in SIZE_EXCEPTIONS:
+                bad.append(f"{rel}: {text.count(chr(10))} lines")
+            for node in ast.walk(ast.parse(text, rel)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > MAX_FUNCTION_LINES and f"{rel}:{node.name}" not in SIZE_EXCEPTIONS:
+                        bad.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_any_in_the_core_says_why() -> None:
+    """``Any`` in ``service/core``: each use carries a comment, on its line or the line above."""
+    bad = []
+    for path in sorted((ROOT / "service" / "core").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines), str(path))
+        used = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "Any"}
+        for line in sorted(used):
+            here, above = lines[line - 1], lines[line - 2] if line > 1 else ""
+            if "#" not in here and not above.lstrip().startswith("#"):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {here.strip()}")
+    assert not bad, "\n".join(bad)

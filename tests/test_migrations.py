@@ -13,7 +13,7 @@ import pytest
 from alembic.script import ScriptDirectory
 
 from devtools.postgres_server import PostgresServer
-from service.event_store.migrate import alembic_config, upgrade
+from service.migrate import alembic_config, upgrade
 
 ROOT = Path(__file__).resolve().parents[1]
 

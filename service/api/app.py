@@ -19,9 +19,8 @@ from service.api.middleware import request_id_middleware
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.request import ApiRequest, reject_control_characters
 from service.api.streams import EventStreams
-from service.runtime import new_request_id
 from service.settings import Settings
-from service.supervision.effects import SystemClock
+from service.world import SystemClock, new_request_id
 
 _log = structlog.get_logger(__name__)
 

@@ -80,7 +80,7 @@ def run_client(argv: Sequence[str]) -> int:
 
 
 def add_client_commands(sub: Sub) -> None:
-    """Register pull, ls, ps, load, unload, rm, cancel, run, history and events."""
+    """Register pull, ls, ps, load, unload, rm, cancel, then run, history and events."""
     p = _command(sub, "pull", "download a model from the Hub, with a progress bar per file",
                  "  modelrouter pull ggml-org/gemma-3-270m-GGUF:Q4_K_M\n"
                  "  modelrouter pull bartowski/Qwen2.5-0.5B-Instruct-GGUF      # the default quant\n"
@@ -117,6 +117,11 @@ def add_client_commands(sub: Sub) -> None:
     p.add_argument("target", metavar="MODEL|JOB_ID")
     p.add_argument("--discard", action="store_true", help="delete the partial file too")
 
+    _add_chat_and_log_commands(sub)
+
+
+def _add_chat_and_log_commands(sub: Sub) -> None:
+    """Register run, history and events (the commands that read answers or the log)."""
     p = _command(sub, "run", "chat with a model (loads it first); with PROMPT, answer once and exit",
                  "  modelrouter run ggml-org/gemma-3-270m-GGUF\n"
                  "  modelrouter run ggml-org/gemma-3-270m-GGUF \"Why is the sky blue?\"\n"

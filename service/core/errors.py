@@ -54,7 +54,7 @@ class InvalidEvent(CoreError, ValueError):
 class CommandRejected(CoreError):
     """A command that cannot be carried out in the current state."""
 
-    def __init__(self, code: str, message: str, **extra: Any) -> None:
+    def __init__(self, code: str, message: str, **extra: Any) -> None:  # Any: problem members, JSON
         super().__init__(message)
         self.code = code
         self.message = message

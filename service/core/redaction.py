@@ -22,6 +22,7 @@ def secret_values(secrets: Iterable[str | None]) -> tuple[str, ...]:
     return tuple(sorted({s for s in secrets if s and len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True))
 
 
+# Any: a log event's values are of any type; strings are redacted, containers walked, the rest kept.
 def redact(value: Any, secrets: tuple[str, ...]) -> Any:
     """``value`` with every secret in every string replaced by :data:`REDACTED`,
     walking dicts, lists and tuples (lists come back for both, as JSON would).

@@ -26,16 +26,19 @@ from collections.abc import Mapping as AbcMapping
 from datetime import datetime
 from typing import Any
 
+from service.core.events import JSON
 from service.core.state import RouterState
 
 FOLD_VERSION: int = 6
 """Version of the fold's semantics and of the state's shape; stored with each snapshot."""
 
+# Any (in the encoders and decoders below): a codec is built per field type, so it takes and gives that
+# field's values, whatever their type; the state's own annotations say which.
 Encoder = Callable[[Any], Any]
-Decoder = Callable[[Any], Any]
+Decoder = Callable[[Any], Any]  # Any: as Encoder's
 
 
-def _identity(value: Any) -> Any:
+def _identity(value: Any) -> Any:  # Any: as Encoder's
     return value
 
 
@@ -57,10 +60,10 @@ def _tuple(inner: tuple[Encoder, Decoder]) -> tuple[Encoder, Decoder]:
     return (lambda t: [enc(v) for v in t]), (lambda t: tuple(dec(v) for v in t))
 
 
-def _codec_for(hint: Any) -> tuple[Encoder, Decoder]:
+def _codec_for(hint: object) -> tuple[Encoder, Decoder]:
     """(encode, decode) for one annotated type; raises TypeError for types a
     snapshot cannot represent exactly."""
-    if hint is Any or hint in (int, str, bool, float):
+    if hint is Any or hint in (int, str, bool, float):  # Any: a field annotated Any has no codec to apply
         return _identity, _identity
     if hint is datetime:
         return (lambda d: d.isoformat()), datetime.fromisoformat
@@ -77,7 +80,7 @@ def _codec_for(hint: Any) -> tuple[Encoder, Decoder]:
         if args and args[0] is not str:
             msg = f"snapshot: only str-keyed mappings are supported, got {hint!r}"
             raise TypeError(msg)
-        return _mapping(_codec_for(args[1] if args else Any))
+        return _mapping(_codec_for(args[1] if args else Any))  # Any: an unparametrised mapping
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         return _tuple(_codec_for(args[0]))
     msg = f"snapshot: unsupported field type {hint!r}"
@@ -95,10 +98,10 @@ def _dataclass_codec(cls: type) -> tuple[Encoder, Decoder]:
     plan = [(f.name, *_codec_for(hints[f.name])) for f in dataclasses.fields(cls)]
     names = frozenset(name for name, _, _ in plan)
 
-    def encode(obj: Any) -> dict[str, Any]:
+    def encode(obj: Any) -> dict[str, Any]:  # Any: as Encoder's
         return {name: enc(getattr(obj, name)) for name, enc, _ in plan}
 
-    def decode(data: Any) -> Any:
+    def decode(data: Any) -> Any:  # Any: as Decoder's
         if not isinstance(data, dict) or data.keys() != names:
             extra = sorted(set(data) - names) if isinstance(data, dict) else []
             missing = sorted(names - set(data)) if isinstance(data, dict) else []
@@ -113,13 +116,13 @@ def _dataclass_codec(cls: type) -> tuple[Encoder, Decoder]:
 _ENCODE_STATE, _DECODE_STATE = _dataclass_codec(RouterState)
 
 
-def state_to_json(state: RouterState) -> dict[str, Any]:
+def state_to_json(state: RouterState) -> dict[str, JSON]:
     """A JSON-compatible dict holding every field of ``state`` (``json.dumps``-able)."""
-    result: dict[str, Any] = _ENCODE_STATE(state)
+    result: dict[str, JSON] = _ENCODE_STATE(state)
     return result
 
 
-def state_from_json(data: dict[str, Any]) -> RouterState:
+def state_from_json(data: dict[str, JSON]) -> RouterState:
     """Inverse of :func:`state_to_json`; raises ``ValueError``/``TypeError`` on a
     dict of another shape."""
     state: RouterState = _DECODE_STATE(data)
@@ -149,9 +152,9 @@ def state_shape() -> str:
     return "\n".join(seen)
 
 
-def _type_name(hint: Any) -> str:
+def _type_name(hint: object) -> str:
     # Our own spelling, so the fingerprint does not follow typing's repr across Pythons.
-    if hint is Any:
+    if hint is Any:  # Any: the name of a field annotated Any
         return "Any"
     if hint is Ellipsis:
         return "..."
@@ -165,7 +168,7 @@ def _type_name(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-def _nested_types(hint: Any) -> list[type]:
+def _nested_types(hint: object) -> list[type]:
     if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or issubclass(hint, enum.Enum)):
         return [hint]
     return [t for arg in typing.get_args(hint) for t in _nested_types(arg)]

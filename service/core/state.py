@@ -14,13 +14,14 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from service.core.errors import CommandRejected
-from service.core.events import FileRef
+from service.core.events import JSON, FileRef
 
 _T = TypeVar("_T")
 
 _FIELD_NAMES: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
 
 
+# Any: field values of several types; an unknown name is refused, the values are the caller's.
 def evolve(obj: _T, **changes: Any) -> _T:
     """``dataclasses.replace`` for these frozen, slotted, validation-free values,
     about twice as fast: the fold calls it several times per event. An unknown
@@ -107,9 +108,9 @@ class Failure:
     max_rss_bytes: int | None = None
     stderr_tail: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JSON]:
         """The API's ``error`` object: the common fields, then those of its kind."""
-        out: dict[str, Any] = {"kind": self.kind.value, "reason": self.reason, "message": self.message,
+        out: dict[str, JSON] = {"kind": self.kind.value, "reason": self.reason, "message": self.message,
                                "at": self.at.isoformat()}  # fmt: skip
         for name in _FAILURE_FIELDS[self.kind]:
             out[name] = getattr(self, name)
@@ -169,7 +170,7 @@ class Instance:
     pid: int | None = None
     pid_started_at: float | None = None
     endpoint: str = ""
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, JSON] = field(default_factory=dict)
     progress: float = 0.0
     progress_at: datetime | None = None  # last sign of life while loading: resets the load deadline
     load_ms: float | None = None
@@ -188,11 +189,11 @@ class ModelConfig:
     """The settings in force for one model, as the last ``model_configured`` said."""
 
     aliases: tuple[str, ...] = ()
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, JSON] = field(default_factory=dict)
     ttl_seconds: float | None = None
     restart: str = "never"
     load_on_startup: bool = False
-    args: Mapping[str, Any] = field(default_factory=dict)
+    args: Mapping[str, JSON] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
     hf_repo: str | None = None  # downloaded on first use when its files are missing
     hf_file: str | None = None
@@ -238,7 +239,7 @@ class ModelState:
         """Whether ``GET /models`` shows the model: usable, coming, or worth explaining."""
         return self.status is not ModelStatus.ABSENT
 
-    def replace(self, **changes: Any) -> ModelState:
+    def replace(self, **changes: Any) -> ModelState:  # Any: as evolve's
         return evolve(self, **changes)
 
 

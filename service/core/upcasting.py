@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from service.core.errors import UnknownEventType, UnknownSchemaVersion
-from service.core.events import EVENT_TYPES, Event, required_fields
+from service.core.events import EVENT_TYPES, JSON, Event, required_fields
 
-Upcaster = Callable[[Mapping[str, Any]], dict[str, Any]]
+Upcaster = Callable[[Mapping[str, JSON]], dict[str, JSON]]
 
 
-def _download_progress_v1_v2(data: Mapping[str, Any]) -> dict[str, Any]:
+def _download_progress_v1_v2(data: Mapping[str, JSON]) -> dict[str, JSON]:
     # v1 mirrored llama.cpp's {done, total}; v2 names the unit and adds rate/ETA.
     return {
         "job_id": data.get("job_id", ""),
@@ -43,7 +43,7 @@ UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
 """(type, from_version) -> function producing the from_version + 1 payload."""
 
 
-def upcast(type_: str, version: int, data: Mapping[str, Any]) -> dict[str, Any]:
+def upcast(type_: str, version: int, data: Mapping[str, JSON]) -> dict[str, JSON]:
     """Return ``data`` lifted to the current version of ``type_``.
 
     Raises :class:`UnknownEventType` for a type this code does not know and
@@ -65,13 +65,13 @@ def upcast(type_: str, version: int, data: Mapping[str, Any]) -> dict[str, Any]:
     return current
 
 
-def decode(type_: str, version: int, data: Mapping[str, Any]) -> Event:
+def decode(type_: str, version: int, data: Mapping[str, JSON]) -> Event:
     """Upcast and build the typed event from a *stored* payload (tolerant: see the module docstring)."""
     payload = upcast(type_, version, data)  # raises for unknown types first
     return stored_event(EVENT_TYPES[type_], payload)
 
 
-def stored_event(cls: type[Event], data: Mapping[str, Any]) -> Event:
+def stored_event(cls: type[Event], data: Mapping[str, JSON]) -> Event:
     """``cls`` from a current-version stored payload: unknown keys ignored, missing
     required fields read as their zero value, lists frozen into tuples."""
     names, zeros = _reading_plan(cls)
@@ -82,6 +82,7 @@ def stored_event(cls: type[Event], data: Mapping[str, Any]) -> Event:
     return cls(**kwargs)
 
 
+# Any (here and in the plans): a field's zero value is of that field's type.
 _ZERO: Mapping[object, Callable[[], Any]] = {
     str: str,
     int: int,
@@ -90,10 +91,10 @@ _ZERO: Mapping[object, Callable[[], Any]] = {
     tuple: tuple,
     Mapping: dict,
 }
-_PLANS: dict[type[Event], tuple[frozenset[str], dict[str, Callable[[], Any]]]] = {}
+_PLANS: dict[type[Event], tuple[frozenset[str], dict[str, Callable[[], Any]]]] = {}  # Any: as _ZERO's
 
 
-def _reading_plan(cls: type[Event]) -> tuple[frozenset[str], dict[str, Callable[[], Any]]]:
+def _reading_plan(cls: type[Event]) -> tuple[frozenset[str], dict[str, Callable[[], Any]]]:  # Any: as _ZERO's
     """Field names and, per required field, a factory for its zero value (computed once per class)."""
     plan = _PLANS.get(cls)
     if plan is None:
@@ -103,7 +104,7 @@ def _reading_plan(cls: type[Event]) -> tuple[frozenset[str], dict[str, Callable[
     return plan
 
 
-def _zero_factory(cls: type[Event], name: str, hint: object) -> Callable[[], Any]:
+def _zero_factory(cls: type[Event], name: str, hint: object) -> Callable[[], Any]:  # Any: as _ZERO's
     origin = typing.get_origin(hint) or hint
     if origin in (typing.Union, types.UnionType):
         return type(None)
@@ -114,7 +115,7 @@ def _zero_factory(cls: type[Event], name: str, hint: object) -> Callable[[], Any
     return factory
 
 
-def _frozen(value: Any) -> Any:
+def _frozen(value: Any) -> Any:  # Any: a stored value of any field type, frozen as it is
     # Lists become tuples so that events compare and hash like values.
     if isinstance(value, list):
         return tuple(_frozen(v) for v in value)

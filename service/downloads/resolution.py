@@ -49,6 +49,7 @@ from huggingface_hub.hf_api import RepoFile
 from service.core.contracts import DownloadSpec, SpecFile
 from service.core.events import FileRef
 from service.core.model_spec import (
+    FileChoice,
     FileEntry,
     InvalidModelName,
     ModelSpec,
@@ -132,6 +133,28 @@ def token_from_env() -> str | None:
     return os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN") or None
 
 
+def _list_and_choose(
+    spec: ModelSpec, revision: str, endpoint: str, token: str | None, timeout: float, hf_file: str | None
+) -> tuple[str, list[FileEntry], FileChoice, bool]:
+    """The commit ``revision`` points to, the repo's files there, the files to fetch, and whether the
+    repo is gated (then one HEAD checks that the token may download them). Raises the Hub's errors."""
+    api = HfApi(endpoint=endpoint, token=token or False)
+    info = api.model_info(spec.repo, revision=revision, timeout=timeout)
+    commit = info.sha or ""
+    entries = [
+        FileEntry(path=item.path, size=int(item.size), sha256=item.lfs.sha256 if item.lfs else None)
+        for item in api.list_repo_tree(spec.repo, revision=commit, recursive=True)
+        if isinstance(item, RepoFile)
+    ]
+    choice = choose_file(entries, hf_file) if hf_file else choose_files(entries, spec.quant)
+    gated = bool(info.gated)
+    if gated:
+        # Metadata of a gated repo is public; only the files are protected.
+        url = hf_hub_url(spec.repo, choice.primary.path, revision=commit, endpoint=endpoint)
+        get_hf_file_metadata(url, token=token or False, timeout=timeout, endpoint=endpoint)
+    return commit, entries, choice, gated
+
+
 def resolve(
     spec: ModelSpec | str,
     *,
@@ -156,23 +179,9 @@ def resolve(
     endpoint = (endpoint or endpoint_from_env()).rstrip("/")
     token = token or token_from_env()
     revision = spec.revision or "main"
-    api = HfApi(endpoint=endpoint, token=token or False)
     ctx = {"repo": spec.repo, "revision": revision}
     try:
-        info = api.model_info(spec.repo, revision=revision, timeout=timeout)
-        commit = info.sha or ""
-        entries = [
-            FileEntry(path=item.path, size=int(item.size), sha256=item.lfs.sha256 if item.lfs else None)
-            for item in api.list_repo_tree(spec.repo, revision=commit, recursive=True)
-            if isinstance(item, RepoFile)
-        ]
-        choice = choose_file(entries, hf_file) if hf_file else choose_files(entries, spec.quant)
-        gated = bool(info.gated)
-        if gated:
-            # Metadata of a gated repo is public; only the files are protected.
-            # One HEAD tells now whether this token may download them.
-            url = hf_hub_url(spec.repo, choice.primary.path, revision=commit, endpoint=endpoint)
-            get_hf_file_metadata(url, token=token or False, timeout=timeout, endpoint=endpoint)
+        commit, entries, choice, gated = _list_and_choose(spec, revision, endpoint, token, timeout, hf_file)
     except QuantNotFound as exc:
         raise ResolutionError(
             "quant_not_found",

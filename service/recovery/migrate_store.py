@@ -2,7 +2,7 @@
 
 Stop the service first (a log that keeps growing during the copy is copied up to where it
 was read; run the command again to copy the rest). The copy keeps positions and event ids
-(``service/event_store/copy.py``), then ``verify`` runs on the target.
+(``service/recovery/copy_log.py``), then ``verify`` runs on the target.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from service.event_store.copy import CopyRefused, copy_log
 from service.event_store.urls import display_name
+from service.recovery.copy_log import CopyRefused, copy_log
 from service.recovery.verify import verify_url
 
 

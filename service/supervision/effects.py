@@ -9,17 +9,15 @@ and a fake spawner and drive every transition in milliseconds.
 
 from __future__ import annotations
 
-import asyncio
 import random
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Protocol
 
 from service.supervision.child_process import ChildProcess, ExitStatus
 from service.supervision.ports import free_port
+from service.world import SystemClock, new_instance_id, new_job_id
 
 
 class Child(Protocol):
@@ -57,27 +55,8 @@ class Clock(Protocol):
         ...
 
 
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
 async def spawn_child(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None) -> Child:
     return await ChildProcess.spawn(argv, name=name, env=env)
-
-
-def _new_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-def _new_job_id() -> str:
-    return str(uuid.uuid4())
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +66,6 @@ class Effects:
     clock: Clock = field(default_factory=SystemClock)
     spawn: Spawner = spawn_child
     free_port: Callable[[], int] = free_port
-    new_id: Callable[[], str] = _new_id
-    new_job_id: Callable[[], str] = _new_job_id
+    new_id: Callable[[], str] = new_instance_id
+    new_job_id: Callable[[], str] = new_job_id
     jitter: Callable[[], float] = random.random

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from service.core import events as ev
 from service.core import fold as fold_module
+from service.core import fold_catalogue, fold_downloads, fold_instances, fold_support
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
 from service.core.events import FileRef
 from service.core.fold import replay
@@ -134,20 +135,24 @@ PINNED_TYPES = frozenset(
 # v2: transitions checked against the lifecycle tables, anomalies counted, progress_at.
 # v3: ModelConfig carries llama.cpp's options (args, ignored, hf_repo, hidden...); models_reloaded.
 # v4: Instance.stats from instance_stats (the batch engine's load, for GET /models).
+FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances)
 FINGERPRINTS = {
     1: ("be17643e0302114b", "14a3bc5f8b098e9b"),
     2: ("2f871af48b68cdf2", "4e44e93998e30512"),
     3: ("e888db85a92445eb", "da2177ace255f470"),
     4: ("43c3dcf25e9986c3", "08b44c7ddd742552"),
     5: ("4e2f2d2bf4600f2e", "f9498c3ae1542468"),  # crash reasons: first-request crashes, requests_done
-    6: ("0ed5d8dfc25c215d", "8797592fbfb3cb1d"),  # typed Failure errors and FileRef files
+    6: (
+        "0ed5d8dfc25c215d",
+        "2e84c42644544f68",
+    ),  # typed Failure errors and FileRef files; the fold in modules by lifecycle
 }
 
 
 def _handled_type(node: ast.stmt) -> str | None:
     """The event TYPE a top-level ``@_on(ev.X)`` handler is registered for."""
     for deco in getattr(node, "decorator_list", []):
-        if isinstance(deco, ast.Call) and isinstance(deco.func, ast.Name) and deco.func.id == "_on":
+        if isinstance(deco, ast.Call) and isinstance(deco.func, ast.Name) and deco.func.id in ("_on", "on"):
             arg = deco.args[0]
             if isinstance(arg, ast.Attribute):
                 return str(getattr(ev, arg.attr).TYPE)
@@ -155,7 +160,9 @@ def _handled_type(node: ast.stmt) -> str | None:
 
 
 def _fold_code_fingerprint() -> str:
-    tree = ast.parse(Path(fold_module.__file__).read_text())
+    # The fold and the modules of its handlers, in a fixed order.
+    sources = [Path(m.__file__).read_text() for m in (fold_module, *FOLD_PARTS)]
+    tree = ast.Module(body=[node for text in sources for node in ast.parse(text).body], type_ignores=[])
     for node in ast.walk(tree):  # docstrings and comments do not change behaviour
         body = getattr(node, "body", None)
         first = body[0] if isinstance(body, list) and body else None

@@ -20,10 +20,10 @@ from devtools.postgres_server import PostgresServer
 from service.api import create_app
 from service.core import events as ev
 from service.event_store import EventFilter, NewEvent, SyncEventStore
-from service.event_store.migrate import upgrade_url
 from service.event_store.rows import StoreUnavailable
 from service.event_store.worker_writer import EventWriter, open_writer
 from service.live_state import LiveState
+from service.migrate import upgrade_url
 from service.settings import Settings
 
 

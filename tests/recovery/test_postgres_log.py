@@ -16,8 +16,8 @@ from service.core.fold import replay
 from service.core.snapshot import FOLD_VERSION
 from service.event_store import EventFilter, NewEvent, SyncEventStore
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.copy import CopyRefused, copy_log
 from service.event_store.snapshots import save_snapshot_file
+from service.recovery.copy_log import CopyRefused, copy_log
 from service.recovery.gc import collect
 from service.recovery.rebuild import rebuild_state
 from service.recovery.verify import verify_url

@@ -19,8 +19,8 @@ from pathlib import Path
 from service.core import events as ev
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
-from service.event_store.migrate import upgrade
 from service.live_state import LiveState
+from service.migrate import upgrade
 from service.settings import Settings
 from service.supervision.child_process import ExitStatus
 from service.supervision.effects import Effects
