@@ -57,8 +57,10 @@ def browser() -> Iterator[WebDriver]:
 
 
 def until(driver: WebDriver, condition: Callable[[WebDriver], Any], what: str) -> Any:
-    # The page re-renders its lists on every event: an element found a moment ago may be gone.
-    wait = WebDriverWait(driver, WAIT, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,))
+    # The page re-renders its lists on every event: an element found a moment ago may be gone, and one
+    # not rendered yet is None (css() found nothing: AttributeError on it), so the wait goes on.
+    ignored = (StaleElementReferenceException, AttributeError)
+    wait = WebDriverWait(driver, WAIT, poll_frequency=0.05, ignored_exceptions=ignored)
     return wait.until(condition, f"timed out waiting for {what}")
 
 
