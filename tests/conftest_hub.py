@@ -27,6 +27,7 @@ import pytest
 
 from devtools.hub_server import HubServer
 from service.core.contracts import DownloadSpec
+from tests.eventually import eventually
 from tests.worker_proc import WorkerUnderTest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -60,15 +61,11 @@ class DownloadProc(WorkerUnderTest):
     _start: float = field(default_factory=time.monotonic)
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"worker exited {self.proc.returncode} before {what}: {self.types()}\n{self.stderr()}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timeout waiting for {what}: {self.types()}\n{self.stderr()}")
-            time.sleep(0.005)
+        def died() -> str | None:
+            code = self.proc.poll()
+            return None if code is None else f"worker exited {code}: {self.types()}\n{self.stderr()}"
+
+        eventually(predicate, what, timeout=timeout, interval=0.005, abort=died)
 
     def wait(self, timeout: float = 30.0) -> int:
         return self.proc.wait(timeout=timeout)

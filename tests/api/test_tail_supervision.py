@@ -7,7 +7,7 @@ would append fails at once with 503 ``state_unavailable`` and writes nothing.
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,14 +17,11 @@ from devtools.tiny_gguf import write_tiny_gguf
 from service.api import create_app
 from service.live_state import LiveState, StateUnavailable
 from service.settings import Settings
+from tests.eventually import eventually_async
 
 
-async def _until(predicate: object, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():  # type: ignore[operator]  # a zero-argument callable
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
+async def _until(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    await eventually_async(predicate, what, timeout=timeout, interval=0.01)
 
 
 async def test_a_killed_tail_connection_is_restarted_and_health_says_so(tmp_path: Path) -> None:

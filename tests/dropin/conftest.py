@@ -3,7 +3,6 @@ Hub serving repos laid out as on the real Hub, and tiny real GGUFs."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_split_tiny_gguf, write_tiny_gguf
 from tests.conftest_hub import unique_repo
+from tests.eventually import eventually
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 
@@ -91,8 +91,4 @@ def chat(svc: ServiceProcess, model: str, timeout: float = 120, **headers: str) 
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    eventually(predicate, what, timeout=timeout, interval=0.05)

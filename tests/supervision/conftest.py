@@ -13,6 +13,7 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_random_bytes, write_text_as_gguf, write_tiny_gguf, write_truncated_gguf
+from tests.eventually import eventually
 
 
 @pytest.fixture(scope="session")
@@ -58,14 +59,8 @@ def events(svc: ServiceProcess, **params: Any) -> list[dict[str, Any]]:
 
 def wait_for_event(svc: ServiceProcess, type_: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
     """The latest ``type_`` event, waiting for the first one (a signal, not a sleep)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = events(svc, type=type_, **params)
-        if found:
-            return found[-1]
-        time.sleep(0.05)
-    msg = f"no {type_} event within {timeout}s"
-    raise AssertionError(msg)
+    found = eventually(lambda: events(svc, type=type_, **params), f"a {type_} event", timeout=timeout, interval=0.05)
+    return found[-1]
 
 
 def model_entry(svc: ServiceProcess, name: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from service.settings import Settings
 from service.supervision.child_process import ExitStatus
 from service.supervision.effects import Effects
 from service.supervision.instances import InstanceSupervisor
+from tests.eventually import eventually_async
 
 
 class FakeClock:
@@ -158,13 +159,7 @@ class Rig:
 
 async def until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
     """Wait for ``predicate`` (a state the code under test reaches on its own)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            msg = f"timed out waiting for {what}"
-            raise AssertionError(msg)
-        await asyncio.sleep(0.002)
+    await eventually_async(predicate, what, timeout=timeout)
 
 
 @asynccontextmanager

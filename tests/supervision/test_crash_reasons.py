@@ -9,12 +9,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import pytest
 
 from devtools.service_process import ServiceProcess
+from tests.eventually import eventually
 from tests.supervision.conftest import StartService, model_entry, wait_for_event
 
 LONG = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 3000, "temperature": 0}
@@ -27,13 +27,12 @@ def _worker_pid(svc: ServiceProcess) -> int:
 
 def _wait_processing(svc: ServiceProcess) -> None:
     """Until the worker's engine holds a request (its own /slots, routed by the service)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def processing() -> bool:
         slots = httpx.get(f"{svc.url}/slots", params={"model": "tiny-a"}, timeout=10)
-        if slots.status_code == 200 and any(s.get("is_processing") for s in slots.json()):
-            return
-        time.sleep(0.01)
-    raise AssertionError("the request never reached the engine")
+        return slots.status_code == 200 and any(s.get("is_processing") for s in slots.json())
+
+    eventually(processing, "the request to reach the engine")
 
 
 def _ps(svc: ServiceProcess) -> str:

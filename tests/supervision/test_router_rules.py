@@ -9,7 +9,6 @@ service reports (``requests_in_flight``, ``queued_requests`` on ``/health``).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from tests.conftest_hub import unique_repo
+from tests.eventually import eventually
 from tests.supervision.conftest import events, model_entry
 
 pytestmark = pytest.mark.timeout(240)
@@ -85,10 +85,7 @@ def _health(svc: ServiceProcess) -> dict[str, Any]:
 
 
 def _until(what: str, predicate: Callable[[], bool], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    eventually(predicate, what, timeout=timeout, interval=0.02)
 
 
 def _load(svc: ServiceProcess, model: str) -> None:

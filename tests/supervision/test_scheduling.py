@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from devtools.service_process import ServiceProcess
+from tests.eventually import eventually
 from tests.supervision.conftest import StartService, events, model_entry, wait_for_event
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
@@ -28,10 +29,8 @@ def _presets(tmp_path: Path, text: str) -> Path:
 
 
 def _health_reaches(svc: ServiceProcess, key: str, value: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (now := httpx.get(f"{svc.url}/health", timeout=10).json()[key]) != value:
-        assert time.monotonic() < deadline, f"/health {key} stayed {now}, never {value}"
-        time.sleep(0.02)
+    eventually(lambda: httpx.get(f"{svc.url}/health", timeout=10).json()[key] == value,
+               f"/health {key} to reach {value}", timeout=timeout, interval=0.02)  # fmt: skip
 
 
 @contextmanager

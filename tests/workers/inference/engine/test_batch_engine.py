@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from devtools.tiny_gguf import write_tiny_gguf
+from tests.eventually import eventually
 from tests.workers.conftest import WorkerProc
 
 pytest.importorskip("llama_cpp")
@@ -94,14 +95,7 @@ def _slots(url: str) -> list[dict[str, Any]]:
 
 def _wait_for(predicate: Any, what: str, timeout: float = 60.0) -> Any:
     """Poll ``predicate()`` until truthy (generous timeout: a signal, not a speed bound)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-    raise AssertionError(f"timed out waiting for {what}")
+    return eventually(predicate, what, timeout=timeout, interval=0.001)
 
 
 def _run_threads(targets: list[Any]) -> None:

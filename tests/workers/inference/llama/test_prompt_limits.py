@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from devtools.tiny_gguf import write_tiny_gguf
+from tests.eventually import eventually
 from workers.inference.llama import ContextConfig, LlamaLog, LlamaModel, Tokenizer, load_llama, split_for_tokenizing
 
 pytest.importorskip("llama_cpp")
@@ -197,11 +198,4 @@ def test_pieces_tokenize_like_the_whole_text_on_gemma() -> None:
 
 
 def _wait_for(predicate: Any, what: str, timeout: float = 60.0) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-    raise AssertionError(f"timed out waiting for {what}")
+    return eventually(predicate, what, timeout=timeout, interval=0.001)
