@@ -1,0 +1,96 @@
+"""The replay's fast path: fold a page of raw rows, leaving out what a later event supersedes.
+
+A realistic log is mostly ``download_progress`` (thousands per download): replaying one
+million events spent about 19 s decoding and folding events that the next one of their job
+overwrites. :func:`fold_rows` reads only the payload's subject (and ``bytes_total``) of the
+events :mod:`service.core.superseding` names, with msgspec (about 0.3 us for a progress
+payload, instead of about 3 us to decode and 12 us to fold it), asks
+:func:`~service.core.superseding.plan` which to fold, and decodes and folds only those, with
+:func:`codec.decode_rows`, exactly as before.
+
+The result equals folding every decoded row (``tests/recovery/test_fast_decode.py`` checks it
+on random logs and pages). A left-out row's payload is still parsed: a malformed or
+unexpected one is simply kept, so it is decoded as before and raises as before. Its envelope
+(``event_id``, ``source``, ``recorded_at``) is not read: nothing in the fold reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import msgspec
+
+from service.core.events import EVENT_TYPES
+from service.core.state import RouterState
+from service.core.superseding import SUPERSEDING, Entry, Superseding, fold_superseding, plan
+from service.event_store.codec import decode_rows
+
+__all__ = ["entries", "fold_rows"]
+
+_Key = Callable[[str | bytes], tuple[Hashable, bool]]
+"""Payload text -> ``(run, complete)``; raises ``msgspec.DecodeError`` for anything else."""
+
+
+def _key_reader(type_: str, rule: Superseding) -> _Key:
+    # The struct holds only the fields the plan needs (the others are skipped by msgspec's
+    # parser, still checked as JSON). Strict types: a subject that is not a string, or a
+    # total that is not an integer, raises, and the row is kept (decoded as before).
+    if rule.zero_keeps is None:
+        only = msgspec.defstruct(f"{type_}_run", [("subject", str)], rename={"subject": rule.subject})
+        # Any: an instance of the struct defstruct made, whose fields mypy cannot see.
+        decode_subject: Callable[[str | bytes], Any] = msgspec.json.Decoder(only).decode
+
+        def subject_only(data: str | bytes) -> tuple[Hashable, bool]:
+            return (type_, decode_subject(data).subject), True
+
+        return subject_only
+    fields: list[tuple[str, type, int] | tuple[str, type]] = [("subject", str), ("total", int, 0)]
+    with_total = msgspec.defstruct(f"{type_}_run", fields, rename={"subject": rule.subject, "total": rule.zero_keeps})
+    decode_total: Callable[[str | bytes], Any] = msgspec.json.Decoder(with_total).decode  # Any: as above
+
+    def subject_and_total(data: str | bytes) -> tuple[Hashable, bool]:
+        key = decode_total(data)
+        return (type_, key.subject), key.total != 0
+
+    return subject_and_total
+
+
+_KEYS: dict[str, tuple[int, _Key]] = {
+    type_: (EVENT_TYPES[type_].VERSION, _key_reader(type_, rule)) for type_, rule in SUPERSEDING.items()
+}
+"""Per superseding type: the current schema version (older ones are kept) and its key reader."""
+
+
+# Any: a row's columns as the driver returns them (ints, str, or a JSON value).
+def entries(rows: Sequence[Sequence[Any]]) -> list[Entry]:
+    """:data:`~service.core.superseding.Entry` per row of ``select_page_raw``'s shape."""
+    out: list[Entry] = []
+    append = out.append
+    keys = _KEYS
+    for row in rows:
+        model = row[4]
+        found = keys.get(row[2])
+        if found is None or row[3] != found[0] or not isinstance(row[5], (str, bytes)):
+            append((model, None, False))
+            continue
+        try:
+            run, complete = found[1](row[5])
+        except msgspec.DecodeError:  # also ValidationError: not the payload a run is made of
+            append((model, None, False))
+            continue
+        append((model, run, complete))
+    return out
+
+
+# Any: as in entries.
+def fold_rows(state: RouterState, rows: Sequence[Sequence[Any]]) -> RouterState:
+    """``state`` with ``rows`` (consecutive, in position order) folded: the same state as
+    folding ``decode_rows(rows)`` one by one, at a fraction of the cost when most rows are
+    superseded. Raises what ``decode_rows`` raises for a row it cannot decode."""
+    weights = plan(entries(rows))
+    kept = [row for row, weight in zip(rows, weights, strict=True) if weight >= 0]
+    stands_for = [weight for weight in weights if weight >= 0]
+    for recorded, weight in zip(decode_rows(kept), stands_for, strict=True):
+        state = fold_superseding(state, recorded, weight)
+    return state
