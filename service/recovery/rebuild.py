@@ -13,17 +13,19 @@ from dataclasses import dataclass
 
 import structlog
 
-from service.core.fold import fold
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.codec import decode_rows
+from service.event_store.replay import fold_rows
 from service.event_store.snapshots import load_latest_snapshot
-from service.event_store.statements import select_page_raw
+from service.event_store.statements import head, select_page_raw
 
 PAGE = 5000
 """Events per read: large enough that the per-page hop to the aiosqlite thread
 is noise, small enough that one page's decode+fold (~30 ms) is a short pause."""
+
+PROGRESS_EVERY = 1.0
+"""Seconds between ``fold_rebuilding`` log lines during a long replay."""
 
 _log = structlog.get_logger(__name__)
 
@@ -40,12 +42,20 @@ class RebuildResult:
 
 
 async def rebuild_state(
-    store: AsyncEventStore, *, fold_version: int = FOLD_VERSION, page_size: int = PAGE
+    store: AsyncEventStore,
+    *,
+    fold_version: int = FOLD_VERSION,
+    page_size: int = PAGE,
+    progress_every: float = PROGRESS_EVERY,
 ) -> RebuildResult:
     """Fold the log at ``store`` from its newest usable snapshot to the head.
 
     Runs on the event loop between awaits (decode and fold are CPU work; the
-    reads go to aiosqlite's thread), meant for the lifespan before serving.
+    reads go to aiosqlite's thread), meant for the lifespan before serving:
+    nothing serves or acts on a half-built state, so a long replay says how far
+    it is (``fold_rebuilding``, every ``progress_every`` seconds) instead.
+    Pages go through :func:`~service.event_store.replay.fold_rows`, which
+    leaves out the progress events a later one supersedes (same state).
     An event that does not decode raises, as the live tail would: a log this
     code cannot read must not be served from a partial fold."""
     started = time.perf_counter()
@@ -53,14 +63,17 @@ async def rebuild_state(
     try:
         loaded = await conn.run_sync(load_latest_snapshot, fold_version)
         state, snapshot_position = loaded if loaded is not None else (RouterState(), 0)
-        replayed = 0
+        target = await conn.run_sync(head)
+        replayed, next_report = 0, started + progress_every
         while True:
             rows = await conn.run_sync(select_page_raw, state.position, page_size)
-            for recorded in decode_rows(rows):
-                state = fold(state, recorded)
+            state = fold_rows(state, rows)
             replayed += len(rows)
             if len(rows) < page_size:
                 break
+            if time.perf_counter() >= next_report:
+                next_report = time.perf_counter() + progress_every
+                _log_progress(state, target, replayed, started)
         await conn.rollback()
     finally:
         await conn.close()
@@ -78,3 +91,15 @@ async def rebuild_state(
         duration_ms=round(result.duration_ms, 1),
     )
     return result
+
+
+def _log_progress(state: RouterState, target: int, replayed: int, started: float) -> None:
+    elapsed = time.perf_counter() - started
+    _log.info(
+        "fold_rebuilding",
+        position=state.position,
+        head=target,
+        percent=round(100.0 * state.position / target, 1) if target else 100.0,
+        events_replayed=replayed,
+        events_per_second=round(replayed / elapsed) if elapsed > 0 else None,
+    )

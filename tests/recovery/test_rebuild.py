@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from structlog.testing import capture_logs
 
 from service.core.fold import replay
 from service.core.snapshot import FOLD_VERSION
@@ -77,6 +78,22 @@ async def test_without_snapshot_replays_everything(store: SyncEventStore, db_pat
     assert result.snapshot_position == 0
     assert result.events_replayed == store.head()
     assert result.duration_ms > 0
+
+
+async def test_a_long_replay_says_how_far_it_is(store: SyncEventStore, db_path: Path | str) -> None:
+    """Nothing serves during the rebuild, so it logs its progress instead (here after every page)."""
+    rebuilding = AsyncEventStore(db_path, source={"kind": "test"})
+    try:
+        with capture_logs() as logs:
+            result = await rebuild_state(rebuilding, page_size=16, progress_every=0.0)
+    finally:
+        await rebuilding.close()
+    lines = [line for line in logs if line["event"] == "fold_rebuilding"]
+    head = store.head()
+    assert len(lines) == (head - 1) // 16  # every full page but the last
+    assert [line["position"] for line in lines] == [16 * (i + 1) for i in range(len(lines))]
+    assert all(line["head"] == head and 0 < line["percent"] < 100 for line in lines)
+    assert [line["event"] for line in logs][-1] == "fold_rebuilt" and result.state == _all(store)
 
 
 async def test_empty_log_gives_the_empty_state(db_path: Path | str) -> None:
