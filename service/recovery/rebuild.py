@@ -16,9 +16,9 @@ import structlog
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.replay import fold_rows
+from service.event_store.replay import fold_page, read_page
 from service.event_store.snapshots import load_latest_snapshot
-from service.event_store.statements import head, select_page_raw
+from service.event_store.statements import head
 
 PAGE = 5000
 """Events per read: large enough that the per-page hop to the aiosqlite thread
@@ -54,7 +54,7 @@ async def rebuild_state(
     reads go to aiosqlite's thread), meant for the lifespan before serving:
     nothing serves or acts on a half-built state, so a long replay says how far
     it is (``fold_rebuilding``, every ``progress_every`` seconds) instead.
-    Pages go through :func:`~service.event_store.replay.fold_rows`, which
+    Pages go through :func:`~service.event_store.replay.read_page`, which
     leaves out the progress events a later one supersedes (same state).
     An event that does not decode raises, as the live tail would: a log this
     code cannot read must not be served from a partial fold."""
@@ -66,10 +66,10 @@ async def rebuild_state(
         target = await conn.run_sync(head)
         replayed, next_report = 0, started + progress_every
         while True:
-            rows = await conn.run_sync(select_page_raw, state.position, page_size)
-            state = fold_rows(state, rows)
-            replayed += len(rows)
-            if len(rows) < page_size:
+            page = await conn.run_sync(read_page, state.position, page_size)
+            state = fold_page(state, page)
+            replayed += page.count
+            if page.count < page_size:
                 break
             if time.perf_counter() >= next_report:
                 next_report = time.perf_counter() + progress_every

@@ -17,6 +17,7 @@ from service.core.state import RouterState
 from service.event_store import EventFilter, SyncEventStore
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.engines import sync_engine_for
+from service.event_store.replay import fold_page, read_page
 from service.event_store.snapshots import (
     KEEP,
     encode_state,
@@ -24,6 +25,7 @@ from service.event_store.snapshots import (
     load_latest_snapshot,
     save_snapshot_file,
 )
+from service.event_store.statements import select_page_raw
 from service.recovery import RebuildResult, Snapshotter, rebuild_state
 from tests.recovery.histories import history, write_history
 
@@ -154,6 +156,26 @@ async def test_tail_written_after_the_snapshot_by_another_process_is_folded(
     result = await _rebuild(db_path)
     assert result.events_replayed == len(history(progress=3)) - 1
     assert result.state == _all(store)
+
+
+def test_a_page_is_read_whole_and_folded_without_its_superseded_progress(
+    store: SyncEventStore, db_path: Path | str
+) -> None:
+    """``read_page`` keeps rows exactly as ``select_page_raw`` reads them (envelopes fetched
+    for the progress it keeps) and leaves out all but the last progress of the download."""
+    engine = sync_engine_for(db_path, write=False)
+    try:
+        with engine.connect() as conn:
+            page = read_page(conn, 0, 1000)
+            plain = select_page_raw(conn, 0, 1000)
+    finally:
+        engine.dispose()
+    assert page.count == len(plain) == store.head()
+    assert set(page.kept) <= {tuple(row) for row in plain} and page.kept[-1] == tuple(plain[-1])
+    progress = [row for row in page.kept if row[2] == "download_progress"]
+    assert len(progress) == 1 and progress[0] == tuple(max(r for r in plain if r[2] == "download_progress"))
+    assert len(page.kept) == len(plain) - 39  # history(): 40 progress events of one job in a row
+    assert fold_page(RouterState(), page) == _all(store)
 
 
 def test_save_keeps_only_the_newest_few(store: SyncEventStore, db_path: Path | str) -> None:
