@@ -60,7 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--max-prompt-tokens", type=int, default=0, help="longer prompts get a 400; 0 = the context size - 1"
     )
-    p.add_argument("--embedding", action="store_true", help="enable /v1/embeddings")
+    p.add_argument("--embedding", "--embeddings", action="store_true", help="serve /embedding and /v1/embeddings")
+    p.add_argument("--pooling", choices=["none", "mean", "cls", "last", "rank"], default=None,
+                   help="pooling of embeddings (default: the model's)")  # fmt: skip
+    p.add_argument("--reranking", "--rerank", action="store_true", help="serve /rerank (--embedding --pooling rank)")
+    p.add_argument("--kv-unified", action="store_true", help="one KV pool for all slots (each may use all of -c)")
     p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop-timeout", type=float, default=5.0, help="grace for the running request on stop (s)")
@@ -75,6 +79,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.model_name = args.model_name or Path(args.model_path).stem
     args.instance_id = args.instance_id or f"{args.model_name}-{os.getpid()}"
     args.n_threads_batch = args.n_threads_batch or args.n_threads
-    if args.embedding:
-        args.engine = "legacy"  # embeddings stay on llama_cpp.Llama's pooling path
+    if args.reranking:  # as llama-server's --reranking
+        args.embedding, args.pooling = True, "rank"
     return args

@@ -129,6 +129,11 @@ class CompletionFront:
             result.setdefault("timings", ctx.result.get("timings", {}))
             job.attach(iter([result]))
 
+    def embedding_pooling(self) -> int:
+        """The pooling embeddings get: the model's context's with ``--embedding``, else the second
+        context's (:meth:`~workers.inference.llama.LlamaModel.second_context_pooling`)."""
+        return self.llm.pooling if self.engine.embedding_enabled else self.llm.second_context_pooling()
+
     def _ctx(self) -> _RequestContext:
         ctx = getattr(self._local, "ctx", None)
         return ctx if ctx is not None else _RequestContext()

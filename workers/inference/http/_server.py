@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _NOT_SUPPORTED = "not_supported_error"
+_EMBEDDING_ROUTES = ("/embeddings", "/embedding", "/rerank", "/reranking")
 _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     "/tokenize": llama_server.tokenize,
     "/detokenize": llama_server.detokenize,
@@ -58,9 +59,6 @@ _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
 _UNSUPPORTED = {
     "/props": ": properties cannot be changed (llama-server without --props)",
     "/infill": ": no fill-in-the-middle",
-    "/embedding": " (use /v1/embeddings)",
-    "/rerank": ": no reranking",
-    "/reranking": ": no reranking",
     "/responses": " (use /v1/chat/completions)",
     "/messages": " (use /v1/chat/completions)",
     "/messages/count_tokens": " (use /tokenize)",
@@ -196,10 +194,13 @@ class _Handler(BaseHTTPRequestHandler):
                 body = parse_json_object(raw)
                 self._send_json(200, _LLAMA_ROUTES[route](self._front(route), body))
                 return
+            if route in _EMBEDDING_ROUTES and self.app.engine.has_front:
+                self._send_json(200, self._embedding_route(route, parse_json_object(raw)))
+                return
             if route in _UNSUPPORTED:
                 raise ApiError(501, f"POST {route} is not supported by modelrouter's worker{_UNSUPPORTED[route]}",
                                _NOT_SUPPORTED)  # fmt: skip
-            if route not in ("/chat/completions", "/completions", "/completion", "/embeddings"):
+            if route not in ("/chat/completions", "/completions", "/completion", *_EMBEDDING_ROUTES):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
             job = self._make_job(route, parse_json_object(raw))
             job.client_gone = self._client_gone
@@ -249,6 +250,16 @@ class _Handler(BaseHTTPRequestHandler):
             parts.append(self.rfile.read(size))
             self.rfile.readline(8)  # CRLF after each chunk
 
+    def _embedding_route(self, route: str, body: dict[str, Any]) -> Any:
+        """Embeddings and rerank on the batch engine (:mod:`workers.inference.http._embeddings`)."""
+        from workers.inference.http import _embeddings
+
+        front = self._front(route)
+        if route in ("/rerank", "/reranking"):
+            return _embeddings.rerank(front, body, gone=self._client_gone)
+        oai = self.path.split("?", 1)[0].startswith("/v1/")  # llama-server: only /v1/embeddings is OpenAI's
+        return _embeddings.embeddings(front, body, oai=oai, gone=self._client_gone)
+
     def _make_job(self, route: str, body: dict[str, Any]) -> Job:
         name = self.app.model_name
         if route == "/chat/completions":
@@ -261,8 +272,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._front(route)
             kwargs, stream = completion_request(llama_server.native_completion_body(body), name)
             return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
+        if route in ("/rerank", "/reranking"):
+            raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)",
+                           _NOT_SUPPORTED)  # fmt: skip
         if not self.app.engine.embedding_enabled:
-            raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
+            msg = "This server does not support embeddings. Start it with `--embeddings`"
+            raise ApiError(501, msg, _NOT_SUPPORTED)
         inputs, fmt = embedding_request(body)
         return Job("embedding", {"input": inputs, "encoding_format": fmt})
 
