@@ -50,12 +50,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 = pick a free port (reported in events)")
     p.add_argument(
-        "--n-ctx", type=int, default=4096, help="capped to the model's training context; 0 = training context"
+        "--n-ctx",
+        "-c",
+        "--ctx-size",
+        type=int,
+        default=4096,
+        help="the whole context, n_ctx / n_parallel per slot (capped to the training context); 0 = training context",
     )
     p.add_argument("--n-threads", type=int, default=cores)
     p.add_argument("--n-threads-batch", type=int, default=None, help="default: --n-threads")
-    p.add_argument("--n-batch", type=int, default=512)
-    p.add_argument("--n-parallel", type=int, default=4, help="slots decoded together (batch engine)")
+    p.add_argument("--n-batch", "-b", "--batch-size", type=int, default=512)
+    p.add_argument(
+        "--n-parallel", "-np", "--parallel", type=int, default=4, help="slots decoded together (batch engine)"
+    )
     p.add_argument("--engine", choices=["batch", "legacy"], default="batch", help="legacy: llama_cpp.Llama, 1 slot")
     p.add_argument(
         "--max-prompt-tokens", type=int, default=0, help="longer prompts get a 400; 0 = the context size - 1"

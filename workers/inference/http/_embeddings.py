@@ -53,11 +53,10 @@ def tokenize_mixed(front: Any, prompt: Any, *, add_special: bool, parse_special:
 
 
 def _content_text(content: Any) -> str:
-    """OpenAI's ``content``: a string or text parts (this worker has no vision or audio)."""
-    if isinstance(content, str):
-        return content
+    """OpenAI's ``content`` parts, text only (this worker has no vision or audio); llama-server
+    takes only a list here."""
     if not isinstance(content, list):
-        raise ApiError(400, "'content' must be a string or a list of content parts")
+        raise ApiError(400, "'content' must be a list of content parts")
     texts = []
     for part in content:
         if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
