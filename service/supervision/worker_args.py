@@ -35,6 +35,7 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "max_prompt_tokens": "--max-prompt-tokens",
     "chat_format": "--chat-format",
     "seed": "--seed",
+    "pooling": "--pooling",
 }
 
 
@@ -58,6 +59,8 @@ def inference_argv(
             argv += [flag, str(params[key])]
     if params.get("embedding"):
         argv.append("--embedding")
+    if params.get("kv_unified"):
+        argv.append("--kv-unified")
     return argv
 
 

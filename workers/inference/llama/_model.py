@@ -79,6 +79,7 @@ class LlamaModel:
         self.architecture = self.meta("general.architecture") or ""
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self._eog: dict[int, bool] = {}
+        self._eog_all: list[int] | None = None
         self._buf = ctypes.create_string_buffer(256)
 
     # -- metadata and vocabulary ------------------------------------------------
@@ -112,6 +113,12 @@ class LlamaModel:
         if eog is None:
             eog = self._eog[token] = bool(self.lc.llama_vocab_is_eog(self.vocab, token))
         return eog
+
+    def eog_tokens(self) -> list[int]:
+        """Every end-of-generation token of the vocabulary (``ignore_eos`` bans them), computed once."""
+        if self._eog_all is None:
+            self._eog_all = [t for t in range(self.n_vocab) if self.lc.llama_vocab_is_eog(self.vocab, t)]
+        return self._eog_all
 
     def piece(self, token: int) -> bytes:
         """The bytes a generated token adds to the text (control tokens render as nothing), cached."""
