@@ -31,6 +31,7 @@ from workers.inference.engine._job import Job
 from workers.inference.engine._legacy import LegacyEngine
 from workers.inference.engine._protocol import Engine, EngineMonitor, FrontFactory, JobRunner, RequestQueue
 from workers.inference.engine._sampling import SamplerError, SamplingParams, build_chain, strict_json_strings
+from workers.inference.engine._slot_files import SlotAction
 from workers.inference.engine._slots import Request
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "RequestRejected",
     "SamplerError",
     "SamplingParams",
+    "SlotAction",
     "build_chain",
     "strict_json_strings",
     "wait_embeddings",

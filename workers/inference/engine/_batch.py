@@ -35,6 +35,7 @@ from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, Embed
 from workers.inference.engine._errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
 from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
 from workers.inference.engine._protocol import FrontFactory, JobRunner
+from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
 from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot
 from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from workers.inference.llama import Loaded
 
 
-class BatchEngine(EngineMonitorMixin, EmbeddingMixin):
+class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
     """Loads the model on its own thread, then runs the step loop until drained (an
     :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
@@ -56,6 +57,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin):
         self.embedding_enabled = embedding  # --embedding: the model's own context pools embeddings
         self._lane: EmbeddingLane | None = None  # made on the engine thread (a second context if needed)
         self._embeds: deque[EmbedRequest] = deque()
+        self._actions: deque[SlotAction] = deque()  # slot save/restore/erase, run between steps
         self.force_cancel = False  # plain attribute: set from a signal handler
         self.front: JobRunner | None = None  # the request front, set once loaded
         self._cv = threading.Condition()
@@ -178,11 +180,13 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin):
         if any(s.is_processing for s in self.slots):
             return True
         lane_busy = self._lane is not None and bool(self._lane.pending)
-        return bool(self._pending or self._embeds or lane_busy) and not self._drained
+        return bool(self._pending or self._embeds or lane_busy or self._actions) and not self._drained
 
     def _step(self) -> None:
         now = time.monotonic()
         self._release_cancelled(now)
+        if self._actions:
+            self._run_slot_actions()
         if self._embeds or (self._lane is not None and self._lane.pending):
             self._embed_step(now)
         self._admit(now)
