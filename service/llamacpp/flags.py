@@ -129,6 +129,12 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     "embeddings": ("embedding", "/embedding and /v1/embeddings pooled in the model's own context"),
     "pooling": ("pooling", "pooling of embeddings (none, mean, cls, last, rank; default: the model's)"),
     "reranking": ("embedding", "serve /rerank (with --embedding --pooling rank, as llama-server)"),
+    "context-shift": (
+        "context_shift",
+        "a full context drops the oldest tokens after n_keep; without it, a length stop",
+    ),
+    "spm-infill": ("spm_infill", "/infill puts the suffix first"),
+    "slot-save-path": ("slot_save_path", "directory of the files POST /slots/{id}?action=save and restore use"),
     "kv-unified": ("kv_unified", "one KV pool for all slots (each may fill -c); without it each slot has -c / -np"),
     "parallel": ("n_parallel", "slots decoded together (-1 = auto: the worker's default)"),
     "chat-template": ("chat_format", "built-in template names llama-cpp-python knows (chatml, llama2, ...)"),

@@ -138,6 +138,9 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "pooling": _pooling,
     "reranking": lambda _k, v: {} if is_falsey(v) else {"embedding": True, "pooling": "rank"},
     "kv-unified": lambda _k, v: {"kv_unified": not is_falsey(v)},
+    "context-shift": lambda _k, v: {"context_shift": not is_falsey(v)},
+    "spm-infill": lambda _k, v: {"spm_infill": not is_falsey(v)},
+    "slot-save-path": lambda _k, v: {"slot_save_path": v.strip()},
     "parallel": _parallel,
 }
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.

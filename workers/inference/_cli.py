@@ -71,6 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pooling", choices=["none", "mean", "cls", "last", "rank"], default=None,
                    help="pooling of embeddings (default: the model's)")  # fmt: skip
     p.add_argument("--reranking", "--rerank", action="store_true", help="serve /rerank (--embedding --pooling rank)")
+    p.add_argument("--context-shift", action="store_true", help="a full context drops old tokens (n_keep kept)")
     p.add_argument("--spm-infill", action="store_true", help="/infill prompts suffix first (SPM)")
     p.add_argument("--slot-save-path", default=None, help="directory of POST /slots/{id}?action=save|restore files")
     p.add_argument("--kv-unified", action="store_true", help="one KV pool for all slots (each may use all of -c)")

@@ -20,7 +20,9 @@ from workers.inference.llama import POOLING, ContextConfig, LlamaLog, Loaded, co
 def build_engine(args: argparse.Namespace) -> Engine:
     if args.engine == "legacy":
         return LegacyEngine(args.model_name, embedding=bool(args.embedding))
-    return BatchEngine(args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding))
+    return BatchEngine(
+        args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding), context_shift=args.context_shift
+    )
 
 
 def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:

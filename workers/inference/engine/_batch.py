@@ -36,7 +36,7 @@ from workers.inference.engine._errors import EngineError, EngineFailed, EngineNo
 from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
 from workers.inference.engine._protocol import FrontFactory, JobRunner
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
-from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot
+from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot, shift_context
 from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel
 
 if TYPE_CHECKING:
@@ -48,13 +48,16 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
     """Loads the model on its own thread, then runs the step loop until drained (an
     :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
-    def __init__(self, model_name: str, *, n_parallel: int = 4, embedding: bool = False) -> None:
+    def __init__(
+        self, model_name: str, *, n_parallel: int = 4, embedding: bool = False, context_shift: bool = False
+    ) -> None:
         self.model_name = model_name
         self.n_parallel = max(1, n_parallel)
         self.llm: LlamaModel | None = None
         self.slots: list[Slot] = []
         self.metrics = EngineMetrics()
         self.embedding_enabled = embedding  # --embedding: the model's own context pools embeddings
+        self.context_shift = context_shift  # --context-shift: a full context drops old tokens, generation goes on
         self._lane: EmbeddingLane | None = None  # made on the engine thread (a second context if needed)
         self._embeds: deque[EmbedRequest] = deque()
         self._actions: deque[SlotAction] = deque()  # slot save/restore/erase, run between steps
@@ -290,8 +293,9 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
         for s in self.slots:
             if s.state is not SlotState.GENERATING:
                 continue
-            if len(s.cache) + 1 >= self.llm.n_ctx:
-                self._finish(s, "length", now)
+            if len(s.cache) + 1 >= self.llm.n_ctx and not (self.context_shift and shift_context(self.llm, s)):
+                s.truncated = True
+                self._finish(s, "length", now)  # the context is full (--context-shift makes room instead)
                 continue
             s.batch_index = batch.add([s.pending], len(s.cache), s.id, True)
             gen.append(s)
@@ -348,7 +352,10 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
             req.out.put(("t", out, lp))
         if text.stopped_by is not None:
             self._finish(s, "stop", now)
-        elif 0 < req.max_tokens <= s.n_decoded or len(s.cache) + 1 >= llm.n_ctx:
+        elif 0 < req.max_tokens <= s.n_decoded:
+            self._finish(s, "length", now)
+        elif len(s.cache) + 1 >= llm.n_ctx and not self.context_shift:
+            s.truncated = True  # llama-server marks a reply the context cut short as truncated
             self._finish(s, "length", now)
         else:
             s.pending = token
@@ -364,7 +371,8 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
             s.timings.t_prompt_done = now
         self.metrics.on_finish(s.timings, max(len(x.cache) for x in self.slots))
         timings = s.timings.to_json()
-        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or ""}
+        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or "",
+                "truncated": s.truncated}  # fmt: skip
         self._release(s, now, keep_cache=True)  # before the reply ends: /slots never lags behind it
         req.out.put(("d", reason, timings, info))
 

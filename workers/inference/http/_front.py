@@ -46,6 +46,7 @@ class _RequestContext:
     client_gone: Callable[[], bool] | None = None
     cache_prompt: bool = True
     ignore_eos: bool = False
+    n_keep: int = 0
     result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
 
 
@@ -109,6 +110,7 @@ class CompletionFront:
             client_gone=job.client_gone,
             cache_prompt=opts.get("cache_prompt", True),
             ignore_eos=opts.get("ignore_eos", False),
+            n_keep=opts.get("n_keep", 0),
         )
         self._local.ctx = ctx
         try:
@@ -272,7 +274,8 @@ class CompletionFront:
             chain = build_chain(self.llm.lc, self.llm.vocab, self.llm.n_vocab, params, self.default_seed)
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
-        req = Request(tokens, params, max_tokens, stops, self._ctx().cache_prompt, chain)
+        ctx = self._ctx()
+        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain)
         try:
             self.engine.enqueue(req)
         except EngineError:

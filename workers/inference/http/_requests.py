@@ -249,6 +249,11 @@ def request_options(body: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, bool):
                 raise ApiError(400, f"'{key}' must be a boolean")
             opts[key] = value
+    n_keep = body.get("n_keep")
+    if n_keep is not None:
+        if not _is_token(n_keep) or n_keep < -1:
+            raise ApiError(400, "'n_keep' must be an integer >= -1")
+        opts["n_keep"] = n_keep
     stream_options = body.get("stream_options")
     if stream_options is not None:
         if not isinstance(stream_options, dict):

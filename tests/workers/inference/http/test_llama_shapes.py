@@ -92,3 +92,22 @@ def test_each_slot_gets_its_share_of_the_context(spawn_worker: Any, tmp_path: Pa
         error = _post(url, "/v1/completions", 400, prompt=[7] * per_slot)["error"]
         assert error["n_ctx"] == per_slot
         assert _post(url, "/v1/completions", prompt=[7] * (per_slot - 8), max_tokens=2)["usage"]["prompt_tokens"]
+
+
+@pytest.mark.timeout(120)
+def test_context_shift_goes_on_past_the_context_end(spawn_worker: Any, tiny_gguf: Path) -> None:
+    """Without ``--context-shift`` a full context ends the reply (``limit``); with it the oldest
+    tokens after ``n_keep`` make room and the reply runs its length. Both are ``truncated``, as
+    llama-server marks them."""
+    shifting = spawn_worker(tiny_gguf, "-c", "256", "-np", "1", "--context-shift")
+    plain = spawn_worker(tiny_gguf, "-c", "256", "-np", "1")
+    body = {"prompt": [7] * 200, "n_predict": 120, "temperature": 0, "ignore_eos": True}
+    stopped = _post(plain.wait_ready(), "/completion", **body)
+    assert stopped["stop_type"] == "limit" and stopped["tokens_predicted"] < 60 and stopped["truncated"]
+    url = shifting.wait_ready()
+    shifted = _post(url, "/completion", **body, n_keep=16)
+    assert shifted["tokens_predicted"] == 120 and shifted["truncated"] is True
+    assert shifted["content"][: len(stopped["content"])] == stopped["content"], "the same text up to the shift"
+    assert _post(url, "/completion", 400, **body, n_keep=-5)["error"]["message"]
+    short = _post(url, "/completion", prompt=[7] * 20, n_predict=4, temperature=0)
+    assert short["truncated"] is False, "a reply that fits is not truncated"
