@@ -67,7 +67,6 @@ POST_ROUTES: dict[str, type[Any]] = {
     "/v1/chat/completions/input_tokens": s.ChatRequest,
     "/responses/input_tokens": s.ModelRequest,
     "/v1/responses/input_tokens": s.ModelRequest,
-    "/lora-adapters": s.ModelRequest,
 }
 GET_ROUTES = ("/lora-adapters", "/slots")  # /metrics: ._metrics (the router's own without ?model=)
 _OPERATION_IDS = {
@@ -188,10 +187,32 @@ async def post_slot(
     return await proxy_request(request, forwarding, data.model.strip(), autoload)
 
 
+@post(
+    "/lora-adapters",
+    operation_id="postLoraAdapters",
+    tags=["inference"],
+    status_code=HTTP_200_OK,
+    description="Routed to the worker of `?model=`: llama-server's array of `{id, scale}` (the body is an "
+    "array, so the model is named in the query).",
+    responses={**_ANSWER, **_PROXIED},
+)
+async def post_lora_adapters(
+    data: list[s.LoraScale],
+    request: Request[Any, Any, Any],
+    forwarding: Forwarding,
+    model: ModelParam,
+    autoload: Autoload = None,
+) -> Response[Any]:
+    """llama-server's ``POST /lora-adapters``: new scales for the model's ``--lora`` adapters."""
+    del data  # validated here, forwarded as received
+    return await proxy_request(request, forwarding, model.strip(), autoload)
+
+
 proxy_routes = [
     *(_post_route(path, body) for path, body in POST_ROUTES.items()),
     *(_get_route(path) for path in GET_ROUTES),
     get_props,
     post_slot,
+    post_lora_adapters,
 ]
 """Every routed handler, for the route collection (``service.api.controllers.route_handlers``)."""

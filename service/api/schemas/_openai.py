@@ -208,6 +208,13 @@ class RerankRequest(_Body, frozen=True):
     return_text: bool | None = None
 
 
+class LoraScale(msgspec.Struct, frozen=True):
+    """``POST /lora-adapters``: one adapter's new scale (adapters not listed get 0, as llama-server)."""
+
+    id: Annotated[int, Meta(ge=0)]
+    scale: float = 0.0
+
+
 class ModelRequest(_Body, frozen=True):
     """Any other routed body: only ``model`` is the router's business."""
 

@@ -26,13 +26,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class FrontOptions:
     """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``,
-    ``--spm-infill``, ``--slot-save-path``."""
+    ``--spm-infill``, ``--slot-save-path``, ``--props``."""
 
     chat_format: str | None = None
     default_seed: int | None = None
     max_prompt_tokens: int = 0
     spm_infill: bool = False
     slot_save_path: str | None = None
+    endpoint_props: bool = False
 
 
 @dataclass

@@ -159,7 +159,7 @@ def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
     raise ApiError(501, "this model's chat format does not render a text prompt", "not_supported_error")
 
 
-def props(front: Any, total_slots: int, model_name: str) -> dict[str, Any]:
+def props(front: Any, total_slots: int, model_name: str, endpoint_props: bool = False) -> dict[str, Any]:
     """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies."""
     llm = front.llm
     params = {**SamplingParams().to_json(), "n_predict": -1, "stop": []}
@@ -170,7 +170,7 @@ def props(front: Any, total_slots: int, model_name: str) -> dict[str, Any]:
         "model_path": llm.path,
         "modalities": {"vision": False, "video": False, "audio": False},
         "endpoint_slots": True,
-        "endpoint_props": False,
+        "endpoint_props": endpoint_props,
         "endpoint_metrics": True,
         "chat_template": llm.chat_template() or "",
         "bos_token": llm.token_text(llm.bos) if llm.bos >= 0 else "",

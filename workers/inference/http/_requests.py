@@ -249,6 +249,8 @@ def request_options(body: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, bool):
                 raise ApiError(400, f"'{key}' must be a boolean")
             opts[key] = value
+    if body.get("lora"):  # the adapters are the context's: one set for every slot (llama/_lora.py)
+        raise ApiError(400, "a per-request 'lora' is not supported here; set the scales with POST /lora-adapters")
     n_keep = body.get("n_keep")
     if n_keep is not None:
         if not _is_token(n_keep) or n_keep < -1:

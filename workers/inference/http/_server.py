@@ -24,7 +24,6 @@ too, not only once tokens stream.
 from __future__ import annotations
 
 import json
-import os
 import select
 import socket
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.inference import WorkerState
 from workers.inference.engine import EngineError, Job
+from workers.inference.http import _admin_routes as admin
 from workers.inference.http import _llama_server as llama_server
 from workers.inference.http._app import InferenceApp
 from workers.inference.http._errors import ApiError, answer_for
@@ -58,21 +58,13 @@ _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
 }
 # llama-server's POST routes this worker does not serve (501), with why.
 _UNSUPPORTED = {
-    "/props": ": properties cannot be changed (llama-server without --props)",
     "/responses": " (use /v1/chat/completions)",
     "/messages": " (use /v1/chat/completions)",
     "/messages/count_tokens": " (use /tokenize)",
     "/chat/completions/control": "",
     "/chat/completions/input_tokens": " (use /apply-template and /tokenize)",
     "/responses/input_tokens": "",
-    "/lora-adapters": ": no LoRA adapters",
 }
-
-
-def _valid_filename(name: str) -> bool:
-    """llama.cpp's ``fs_validate_filename`` in short: one plain file name, no directories."""
-    bad = any(c in name for c in '/\\:*?"<>|') or any(ord(c) < 32 for c in name)
-    return 0 < len(name.encode()) <= 255 and name not in (".", "..") and not bad and name.strip() == name
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -149,10 +141,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"object": "list", "data": [entry]})
         elif route in ("/slots", "/metrics", "/engine/steps"):
             self._send_engine_state(route)
+        elif route == "/lora-adapters":
+            try:
+                self._send_json(200, self._front(route).llm.lora.to_json())
+            except ApiError as err:
+                self._send_api_error(err)
         elif route == "/props":
             try:
                 front = self._front(route)
-                self._send_json(200, llama_server.props(front, self.app.engine.slot_count, app.model_name))
+                self._send_json(
+                    200,
+                    llama_server.props(
+                        front, self.app.engine.slot_count, app.model_name, app.front_options.endpoint_props
+                    ),
+                )
             except ApiError as err:
                 self._send_api_error(err)
         else:
@@ -200,8 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body = parse_json_object(raw)
                 self._send_json(200, _LLAMA_ROUTES[route](self._front(route), body))
                 return
-            if route.startswith("/slots/"):
-                self._send_json(200, self._slot_action(route, parse_json_object(raw or b"{}")))
+            if route.startswith("/slots/") or route in ("/lora-adapters", "/props"):
+                self._send_json(200, self._admin_route(route, raw))
                 return
             if route in _EMBEDDING_ROUTES and self.app.engine.has_front:
                 self._send_json(200, self._embedding_route(route, parse_json_object(raw)))
@@ -259,30 +261,15 @@ class _Handler(BaseHTTPRequestHandler):
             parts.append(self.rfile.read(size))
             self.rfile.readline(8)  # CRLF after each chunk
 
-    def _slot_action(self, route: str, body: dict[str, Any]) -> Any:
-        """``POST /slots/{id}?action=save|restore|erase`` (llama-server's, with ``--slot-save-path``)."""
-        from urllib.parse import parse_qs
-
-        from workers.inference.engine import SlotAction
-
-        self._front(route)
-        save_dir = self.app.front_options.slot_save_path
-        if not save_dir:
-            msg = "This server does not support slots action. Start it with `--slot-save-path`"
-            raise ApiError(501, msg, _NOT_SUPPORTED)
-        tail = route[len("/slots/") :]
-        if not tail.isdigit():
-            raise ApiError(400, "Invalid slot ID")
-        query = parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
-        action = (query.get("action") or [""])[0]
-        act = SlotAction(action, int(tail))
-        if action in ("save", "restore"):
-            name = body.get("filename")
-            if not isinstance(name, str) or not _valid_filename(name):
-                raise ApiError(400, "Invalid filename")
-            act.filename, act.path = name, os.path.join(save_dir, name)
-        engine: Any = self.app.engine  # the batch engine: _front checked it has one
-        return engine.run_slot_action(act)
+    def _admin_route(self, route: str, raw: bytes) -> Any:
+        """Slot files, LoRA scales and props (:mod:`workers.inference.http._admin_routes`)."""
+        if route == "/props":
+            return admin.post_props(self.app.front_options.endpoint_props)
+        front, engine = self._front(route), self.app.engine
+        if route == "/lora-adapters":
+            return admin.set_lora(engine, front, raw)
+        body = parse_json_object(raw or b"{}")
+        return admin.slot_action(engine, self.app.front_options.slot_save_path, self.path, route, body)
 
     def _embedding_route(self, route: str, body: dict[str, Any]) -> Any:
         """Embeddings and rerank on the batch engine (:mod:`workers.inference.http._embeddings`)."""
