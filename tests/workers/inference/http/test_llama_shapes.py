@@ -111,3 +111,36 @@ def test_context_shift_goes_on_past_the_context_end(spawn_worker: Any, tiny_gguf
     assert _post(url, "/completion", 400, **body, n_keep=-5)["error"]["message"]
     short = _post(url, "/completion", prompt=[7] * 20, n_predict=4, temperature=0)
     assert short["truncated"] is False, "a reply that fits is not truncated"
+
+
+def _sse(url: str, path: str, **body: Any) -> list[Any]:
+    with httpx.stream("POST", url + path, json={**body, "stream": True}, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    return [json.loads(line) for line in lines if line != "[DONE]"]
+
+
+@pytest.mark.timeout(120)
+def test_n_completions_and_seeds_streamed_or_not(spawn_worker: Any, tiny_gguf: Path) -> None:
+    """``n``/``n_cmpl`` give that many choices (native: an array), each of the same seed the same
+    text, streamed or not; a seeded sampled reply is the same streamed and whole."""
+    url = spawn_worker(tiny_gguf, "-np", "3").wait_ready()
+    body = {"prompt": "once upon", "max_tokens": 6, "temperature": 1.5, "seed": 7, "ignore_eos": True}
+    whole = _post(url, "/v1/completions", **body)
+    streamed = "".join(c["choices"][0]["text"] for c in _sse(url, "/v1/completions", **body) if c["choices"])
+    assert streamed == whole["choices"][0]["text"] and len(streamed) > 0
+    many = _post(url, "/v1/completions", **body, n=3)
+    assert [c["index"] for c in many["choices"]] == [0, 1, 2]
+    assert {c["text"] for c in many["choices"]} == {whole["choices"][0]["text"]}, "children copy the seed"
+    assert many["usage"]["completion_tokens"] == 3 * whole["usage"]["completion_tokens"]
+    chunks = _sse(url, "/v1/completions", **body, n=2)
+    texts = ["".join(c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["index"] == i)
+             for i in (0, 1)]  # fmt: skip
+    assert texts == [streamed, streamed]
+    native = _post(url, "/completion", prompt="once upon", n_predict=4, temperature=0, n_cmpl=2)
+    assert isinstance(native, list) and [a["index"] for a in native] == [0, 1]
+    assert native[0]["content"] == native[1]["content"]
+    chat = _post(url, "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}], max_tokens=3, n=2)
+    assert [c["index"] for c in chat["choices"]] == [0, 1]
+    assert "at most the number of slots" in _post(url, "/v1/completions", 400, prompt="x", n=4)["error"]["message"]
+    assert _post(url, "/v1/completions", 400, prompt="x", n=0)["error"]["message"]
