@@ -150,6 +150,7 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.
 _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
     "jinja": lambda v: not is_falsey(v),
+    "cache-idle-slots": lambda v: not is_falsey(v),
     "cont-batching": lambda v: not is_falsey(v),
     "chat-template": lambda v: v.strip() in CHAT_FORMATS,
     "tags": lambda _v: True,  # the router's: GET /models lists them (model_tags)
