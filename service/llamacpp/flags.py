@@ -146,7 +146,7 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     "parallel": ("n_parallel", "slots decoded together (-1 = auto: the worker's default)"),
     "chat-template": ("chat_format", "built-in template names llama-cpp-python knows (chatml, llama2, ...)"),
     "jinja": ("", "the GGUF's Jinja template is always used; --no-jinja is ignored"),
-    "cache-idle-slots": ("", "idle slots keep their KV cache, reused by prompt prefix; --no-cache-idle-slots is ignored"),
+    "cache-idle-slots": ("", "idle slots keep their KV cache for prefix reuse; --no-cache-idle-slots is ignored"),
     "cont-batching": ("", "the batch engine always batches; --no-cont-batching is ignored"),
     "tags": ("", "the model's tags in GET /models (informational, not used for routing)"),
 }

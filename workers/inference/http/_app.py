@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.inference import WorkerState
 from workers.inference.engine import Engine, RequestQueue
+from workers.inference.http._streams import Sessions
 
 if TYPE_CHECKING:
     from workers.inference.http._front import CompletionFront  # loaded with the model (make_front)
@@ -44,6 +45,7 @@ class InferenceApp:
     engine: Engine
     log: Any
     front_options: FrontOptions = field(default_factory=FrontOptions)
+    streams: Sessions = field(default_factory=Sessions)  # resumable streams by X-Conversation-Id
     status: WorkerState = WorkerState.LOADING
     model_meta: dict[str, Any] = field(default_factory=dict)
     created: int = field(default_factory=lambda: int(time.time()))
