@@ -33,7 +33,9 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
         f"[rank]\nmodel = {rank}\nreranking = true\n\n"
         f"[chat]\nmodel = {chat}\nlora = {lora}\nlora-init-without-apply = true\n"
     )
-    with ServiceProcess(root / "home", args=["--models-preset", str(preset), "-np", "2"]) as proc:
+    # AIP_MODE reaches the workers (they inherit the service's environment): /predict is served.
+    env = {"AIP_MODE": "PREDICTION"}
+    with ServiceProcess(root / "home", env=env, args=["--models-preset", str(preset), "-np", "2"]) as proc:
         yield proc
 
 
@@ -97,3 +99,17 @@ def test_lora_adapters_through_the_router(svc: ServiceProcess) -> None:
     bad = httpx.post(f"{svc.url}/lora-adapters?model=chat", json=[{"id": 0, "scale": "x"}], timeout=30)
     assert bad.status_code == 400
     assert httpx.post(f"{svc.url}/lora-adapters", json=[], timeout=30).status_code == 400
+
+
+@pytest.mark.timeout(180)
+def test_vertex_predictions_through_the_router(svc: ServiceProcess) -> None:
+    """``POST /predict`` goes to the worker of its instances' ``model``, which runs each instance."""
+    instances = [
+        {"@requestFormat": "embeddings", "model": "bert", "input": "a cat"},
+        {"@requestFormat": "/v1/embeddings", "model": "bert", "input": ["a", "b"]},
+    ]
+    predictions = _post(svc, "/predict", instances=instances)["predictions"]
+    assert len(predictions[0]["data"]) == 1 and len(predictions[1]["data"]) == 2
+    mixed = _post(svc, "/predict", 400, instances=[*instances, {"@requestFormat": "tokenize", "model": "chat"}])
+    assert "one request, one model" in mixed["detail"]
+    assert _post(svc, "/predict", 400, instances=[{"model": "bert"}])["status"] == 400

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from workers.inference.llama import LoraError, parse_specs
@@ -108,3 +109,12 @@ def _lora_specs(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[tu
     except LoraError as exc:
         p.error(str(exc))
     return [(path, 0.0) for path, _ in specs] if args.lora_init_without_apply else specs
+
+
+def predict_route(environ: Mapping[str, str]) -> str | None:
+    """llama-server's Vertex AI route: ``AIP_PREDICT_ROUTE`` (default ``/predict``) with ``AIP_MODE=PREDICTION``."""
+    if environ.get("AIP_MODE") != "PREDICTION":
+        return None
+    route = environ.get("AIP_PREDICT_ROUTE") or "/predict"
+    route = route if route.startswith("/") else "/" + route
+    return route[3:] if route.startswith("/v1/") else route  # routed as the handler strips /v1

@@ -22,6 +22,7 @@ from litestar.status_codes import HTTP_200_OK
 
 from service import __version__
 from service.api import schemas as s
+from service.api.problems import Problem
 from service.api.proxy import Forwarding, proxy_request
 from service.api.schemas import ModelParam, problems
 from service.settings import Settings
@@ -208,11 +209,31 @@ async def post_lora_adapters(
     return await proxy_request(request, forwarding, model.strip(), autoload)
 
 
+@post(
+    "/predict",
+    operation_id="postPredict",
+    tags=["inference"],
+    status_code=HTTP_200_OK,
+    description="Vertex AI's predictions, routed to the worker of the instances' `model` (one model per "
+    "request); the worker answers them with `AIP_MODE=PREDICTION` in its environment, else 404.",
+    responses={**_ANSWER, **_PROXIED},
+)
+async def post_predict(
+    data: s.PredictRequest, request: Request[Any, Any, Any], forwarding: Forwarding, autoload: Autoload = None
+) -> Response[Any]:
+    """``POST /predict``: ``{"instances": [{"@requestFormat", "model", ...}]}``."""
+    models = {i.model.strip() for i in data.instances}
+    if len(models) != 1:
+        raise Problem(400, "invalid_request", f"the instances name {len(models)} models; one request, one model")
+    return await proxy_request(request, forwarding, models.pop(), autoload)
+
+
 proxy_routes = [
     *(_post_route(path, body) for path, body in POST_ROUTES.items()),
     *(_get_route(path) for path in GET_ROUTES),
     get_props,
     post_slot,
     post_lora_adapters,
+    post_predict,
 ]
 """Every routed handler, for the route collection (``service.api.controllers.route_handlers``)."""

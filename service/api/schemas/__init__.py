@@ -43,6 +43,7 @@ from service.api.schemas._openai import (
     LlamaEmbeddingRequest,
     LoraScale,
     ModelRequest,
+    PredictRequest,
     RerankRequest,
     TokenizeRequest,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "ModelParam",
     "ModelRequest",
     "ModelStatusView",
+    "PredictRequest",
     "ProblemDetails",
     "ProgressView",
     "ReloadAnswer",

@@ -215,6 +215,19 @@ class LoraScale(msgspec.Struct, frozen=True):
     scale: float = 0.0
 
 
+class PredictInstance(msgspec.Struct, frozen=True, rename={"request_format": "@requestFormat"}):
+    """One Vertex AI instance: a routed body (its ``model`` names the worker) and the route."""
+
+    model: ModelName
+    request_format: str
+
+
+class PredictRequest(msgspec.Struct, frozen=True):
+    """Vertex AI's ``POST /predict`` (llama-server with ``AIP_MODE=PREDICTION``)."""
+
+    instances: Annotated[list[PredictInstance], Meta(min_length=1, max_length=128)]
+
+
 class ModelRequest(_Body, frozen=True):
     """Any other routed body: only ``model`` is the router's business."""
 

@@ -35,6 +35,7 @@ class FrontOptions:
     spm_infill: bool = False
     slot_save_path: str | None = None
     endpoint_props: bool = False
+    predict_route: str | None = None  # Vertex AI's POST route (AIP_MODE=PREDICTION), else none
 
 
 @dataclass

@@ -37,12 +37,10 @@ from workers.inference.http import _llama_server as llama_server
 from workers.inference.http import _streams as streams
 from workers.inference.http._app import InferenceApp
 from workers.inference.http._errors import ApiError, answer_for
+from workers.inference.http._jobs import make_job
+from workers.inference.http._predict import predict
 from workers.inference.http._requests import (
-    chat_request,
-    completion_request,
-    embedding_request,
     parse_json_object,
-    request_options,
 )
 from workers.inference.http._wire import SSE_HEAD, json_bytes, phrase, read_body
 
@@ -194,6 +192,9 @@ class _Handler(BaseHTTPRequestHandler):
         session: streams.Session | None = None
         try:
             raw = self._read_body()
+            if route == self.app.front_options.predict_route:  # Vertex AI (AIP_MODE=PREDICTION)
+                self._send_json(200, predict(parse_json_object(raw), self._answer))
+                return
             if route == "/streams/lookup":
                 self._send_json(200, self.app.streams.lookup(parse_json_object(raw)))
                 return
@@ -212,7 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
                                _NOT_SUPPORTED)  # fmt: skip
             if route not in ("/chat/completions", "/completions", "/completion", "/infill", *_EMBEDDING_ROUTES):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
-            job = self._make_job(route, parse_json_object(raw))
+            job = make_job(self.app, self._front, route, parse_json_object(raw))
             session = self.app.streams.open(self.headers) if job.stream else None
             job.client_gone = self._client_gone if session is None else session.is_cancelled
             self.app.engine.submit(job)
@@ -247,41 +248,28 @@ class _Handler(BaseHTTPRequestHandler):
         body = parse_json_object(raw or b"{}")
         return admin.slot_action(engine, self.app.front_options.slot_save_path, self.path, route, body)
 
-    def _embedding_route(self, route: str, body: dict[str, Any]) -> Any:
+    def _answer(self, path: str, body: dict[str, Any]) -> Any:
+        """A POST route's JSON answer, not written: each of ``/predict``'s instances."""
+        route = path[3:] if path.startswith("/v1/") else path
+        if route in _LLAMA_ROUTES:
+            return _LLAMA_ROUTES[route](self._front(route), body)
+        if route in _EMBEDDING_ROUTES and self.app.engine.has_front:
+            return self._embedding_route(route, body, oai=path.startswith("/v1/"))
+        job = make_job(self.app, self._front, route, body)
+        job.client_gone = self._client_gone
+        self.app.engine.submit(job)
+        return list(job.results())[-1]
+
+    def _embedding_route(self, route: str, body: dict[str, Any], oai: bool | None = None) -> Any:
         """Embeddings and rerank on the batch engine (:mod:`workers.inference.http._embeddings`)."""
         from workers.inference.http import _embeddings
 
         front = self._front(route)
         if route in ("/rerank", "/reranking"):
             return _embeddings.rerank(front, body, gone=self._client_gone)
-        oai = self.path.split("?", 1)[0].startswith("/v1/")  # llama-server: only /v1/embeddings is OpenAI's
+        if oai is None:  # llama-server: only /v1/embeddings is OpenAI's
+            oai = self.path.split("?", 1)[0].startswith("/v1/")
         return _embeddings.embeddings(front, body, oai=oai, gone=self._client_gone)
-
-    def _make_job(self, route: str, body: dict[str, Any]) -> Job:
-        name = self.app.model_name
-        if route == "/chat/completions":
-            kwargs, stream = chat_request(body, name)
-            return Job("chat", kwargs, stream=stream, options=request_options(body))
-        if route == "/completions":
-            kwargs, stream = completion_request(body, name)
-            return Job("completion", kwargs, stream=stream, options=request_options(body))
-        if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
-            from workers.inference.http._infill import infill_tokens
-
-            body = {**body, "prompt": infill_tokens(self._front(route), body, spm=self.app.front_options.spm_infill)}
-            route = "/completion"
-        if route == "/completion":  # llama-server's own shape
-            self._front(route)
-            kwargs, stream = completion_request(llama_server.native_completion_body(body), name)
-            return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
-        if route in ("/rerank", "/reranking"):
-            raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)",
-                           _NOT_SUPPORTED)  # fmt: skip
-        if not self.app.engine.embedding_enabled:
-            msg = "This server does not support embeddings. Start it with `--embeddings`"
-            raise ApiError(501, msg, _NOT_SUPPORTED)
-        inputs, fmt = embedding_request(body)
-        return Job("embedding", {"input": inputs, "encoding_format": fmt})
 
     # -- job results --------------------------------------------------------
 
