@@ -236,7 +236,10 @@ class CompletionFront:
         head = ""
         if echo:
             head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
-        shape = CompletionShaper(f"cmpl-{uuid.uuid4()}", int(time.time()), self.model_name, len(tokens), self.llm)
+        probs = self._ctx().result.setdefault("probs", []) if logprobs else None
+        shape = CompletionShaper(
+            f"cmpl-{uuid.uuid4()}", int(time.time()), self.model_name, len(tokens), self.llm, probs
+        )
         events, result = self._events(req, self._ctx().client_gone), self._ctx().result
         if stream:
             return shape.chunks(events, head, suffix or "", result)

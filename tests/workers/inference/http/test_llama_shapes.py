@@ -144,3 +144,27 @@ def test_n_completions_and_seeds_streamed_or_not(spawn_worker: Any, tiny_gguf: P
     assert [c["index"] for c in chat["choices"]] == [0, 1]
     assert "at most the number of slots" in _post(url, "/v1/completions", 400, prompt="x", n=4)["error"]["message"]
     assert _post(url, "/v1/completions", 400, prompt="x", n=0)["error"]["message"]
+
+
+@pytest.mark.timeout(60)
+def test_native_n_probs(ready_worker: WorkerProc) -> None:
+    """llama-server's ``completion_probabilities``: per token its id, text, bytes, logprob and the
+    ``n_probs`` likeliest (pre-sampling); streamed, each partial carries its own token's."""
+    url = ready_worker.endpoint
+    body = {"prompt": "once upon a time", "n_probs": 5, "temperature": 0, "n_predict": 4, "ignore_eos": True}
+    whole = _post(url, "/completion", **body)
+    probs = whole["completion_probabilities"]
+    assert len(probs) == 4
+    for tok in probs:
+        assert isinstance(tok["id"], int) and isinstance(tok["token"], str) and isinstance(tok["bytes"], list)
+        assert tok["logprob"] <= 0.0 and len(tok["top_logprobs"]) == 5
+        assert tok["top_logprobs"][0]["id"] == tok["id"], "greedy: the chosen token is the likeliest"
+        assert all(p["logprob"] <= 0.0 and set(p) == {"id", "token", "bytes", "logprob"} for p in tok["top_logprobs"])
+    streamed = _sse(url, "/completion", **body)
+    # A partial per token carries that token's (text a stop string held back comes later, without one).
+    partial = [c for c in streamed if not c["stop"] and "completion_probabilities" in c]
+    assert all(len(c["completion_probabilities"]) == 1 for c in partial)
+    assert [c["completion_probabilities"][0]["id"] for c in partial] == [p["id"] for p in probs]
+    assert "completion_probabilities" not in streamed[-1]
+    assert "completion_probabilities" not in _post(url, "/completion", **{**body, "n_probs": 0})
+    assert _post(url, "/completion", 400, **{**body, "n_probs": -1})["error"]["message"]
