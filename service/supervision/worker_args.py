@@ -35,7 +35,14 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "max_prompt_tokens": "--max-prompt-tokens",
     "chat_format": "--chat-format",
     "seed": "--seed",
+    "pooling": "--pooling",
+    "slot_save_path": "--slot-save-path",
+    "lora": "--lora",
+    "lora_scaled": "--lora-scaled",
 }
+_INFERENCE_SWITCHES = {"embedding": "--embedding", "kv_unified": "--kv-unified", "context_shift": "--context-shift",
+                       "spm_infill": "--spm-infill", "endpoint_props": "--props",
+                       "lora_init_without_apply": "--lora-init-without-apply"}  # fmt: skip
 
 
 def inference_argv(
@@ -56,8 +63,7 @@ def inference_argv(
     for key, flag in _INFERENCE_FLAGS.items():
         if params.get(key) is not None:
             argv += [flag, str(params[key])]
-    if params.get("embedding"):
-        argv.append("--embedding")
+    argv += [flag for key, flag in _INFERENCE_SWITCHES.items() if params.get(key)]
     return argv
 
 
