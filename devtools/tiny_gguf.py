@@ -11,7 +11,12 @@ byte-fallback tokens ``<0x00>``..``<0xFF>`` plus ``<unk>``, ``<s>``, ``</s>``,
 the two ChatML control tokens and the SentencePiece space marker, so any UTF-8 text tokenizes (byte by
 byte) and the ChatML chat template in ``tokenizer.chat_template`` works.
 
-CLI: ``python -m devtools.tiny_gguf OUT.gguf [--seed N] [--embedding]``.
+Besides the llama, two encoder models for the embedding and rerank routes
+(:func:`write_tiny_bert`: llama.cpp's ``bert`` architecture with a WordPiece
+vocabulary of single characters, mean or rank pooling), and the llama with
+fill-in-the-middle tokens (``fim=True``) for ``/infill``.
+
+CLI: ``python -m devtools.tiny_gguf OUT.gguf [--seed N] [--embedding] [--fim] [--bert mean|cls|rank]``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ UNK_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID, SPACE_ID = 0, 1, 2, 3, 4, 5
 # to " " (its UTF-8 bytes as byte tokens would come back as a literal "\u2581").
 _SPECIAL = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "\u2581"]
 N_VOCAB = len(_SPECIAL) + 256
+# Appended after the byte tokens with fim=True (ids N_VOCAB..N_VOCAB+2).
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+FIM_PRE_ID, FIM_SUF_ID, FIM_MID_ID = N_VOCAB, N_VOCAB + 1, N_VOCAB + 2
 
 # An architecture name llama.cpp will never know, for the unsupported-arch test.
 UNSUPPORTED_ARCH = "modelrouter-unknown-arch"
@@ -72,6 +80,7 @@ def write_tiny_gguf(
     n_ctx: int = 256,
     name: str = "tiny-llama",
     split_max_tensors: int = 0,
+    fim: bool = False,
 ) -> Path:
     """Write a tiny random-weight llama-layout GGUF and return its path.
 
@@ -81,7 +90,8 @@ def write_tiny_gguf(
     pooling so ``/v1/embeddings`` returns one vector per input. The same
     ``seed`` always gives byte-identical files (useful for hashing tests).
     ``split_max_tensors`` > 0 writes llama.cpp's split layout instead (see
-    :func:`write_split_tiny_gguf`).
+    :func:`write_split_tiny_gguf`). ``fim=True`` adds the three FIM control
+    tokens (:data:`FIM_TOKENS`) and names them in the ``fim_*_token_id`` keys.
     """
     if n_embd % n_head:
         raise ValueError("n_embd must be divisible by n_head")
@@ -105,6 +115,14 @@ def write_tiny_gguf(
         w.add_pooling_type(gguf.PoolingType.MEAN)
 
     tokens, scores, types = _vocab()
+    if fim:
+        tokens += list(FIM_TOKENS)
+        scores += [0.0] * len(FIM_TOKENS)
+        types += [int(gguf.TokenType.CONTROL)] * len(FIM_TOKENS)
+        w.add_uint32(gguf.Keys.Tokenizer.FIM_PRE_ID, FIM_PRE_ID)
+        w.add_uint32(gguf.Keys.Tokenizer.FIM_SUF_ID, FIM_SUF_ID)
+        w.add_uint32(gguf.Keys.Tokenizer.FIM_MID_ID, FIM_MID_ID)
+    n_vocab = len(tokens)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores(scores)
@@ -124,9 +142,9 @@ def write_tiny_gguf(
         return np.ones(n_embd, dtype=np.float32)
 
     # numpy shape is (rows, cols) = ggml ne reversed: (out_features, in_features).
-    w.add_tensor("token_embd.weight", mat(N_VOCAB, n_embd))
+    w.add_tensor("token_embd.weight", mat(n_vocab, n_embd))
     w.add_tensor("output_norm.weight", norm())
-    w.add_tensor("output.weight", mat(N_VOCAB, n_embd))
+    w.add_tensor("output.weight", mat(n_vocab, n_embd))
     for i in range(n_layer):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", norm())
@@ -139,6 +157,107 @@ def write_tiny_gguf(
         w.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
         w.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
 
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+# WordPiece (llama.cpp's "bert" tokenizer): "\u2581x" starts a word, "x" continues one.
+_BERT_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+_BERT_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789.,!?'-"
+BERT_PAD_ID, BERT_UNK_ID, BERT_CLS_ID, BERT_SEP_ID, BERT_MASK_ID = range(5)
+
+
+def _bert_vocab() -> list[str]:
+    return _BERT_SPECIAL + ["\u2581" + c for c in _BERT_CHARS] + list(_BERT_CHARS)
+
+
+def write_tiny_bert(
+    path: str | os.PathLike[str],
+    *,
+    pooling: str = "mean",
+    seed: int = 0,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_ff: int = 128,
+    n_ctx: int = 512,
+    name: str = "tiny-bert",
+) -> Path:
+    """A tiny random-weight BERT encoder (llama.cpp's ``bert``): an embedding model
+    (``pooling`` ``mean``, ``cls`` or ``none``) or, with ``pooling="rank"``, a
+    reranker whose classifier head (``cls``, ``cls.output``) gives one score.
+
+    Its vocabulary is single characters as WordPiece pieces (lower case letters,
+    digits, a little punctuation); anything else is ``[UNK]``. Non-causal
+    attention: a sequence must be decoded in one micro-batch.
+    """
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    kinds = {"none": gguf.PoolingType.NONE, "mean": gguf.PoolingType.MEAN, "cls": gguf.PoolingType.CLS,
+             "rank": gguf.PoolingType.RANK}  # fmt: skip
+    tokens = _bert_vocab()
+    w = gguf.GGUFWriter(out, "bert")
+    w.add_name(name)
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_layer_norm_eps(1e-12)
+    w.add_causal_attention(False)
+    w.add_pooling_type(kinds[pooling])
+    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    w.add_tokenizer_model("bert")
+    w.add_token_list(tokens)
+    w.add_token_types([int(gguf.TokenType.CONTROL)] * len(_BERT_SPECIAL)
+                      + [int(gguf.TokenType.NORMAL)] * (len(tokens) - len(_BERT_SPECIAL)))  # fmt: skip
+    w.add_token_type_count(2)
+    w.add_bos_token_id(BERT_CLS_ID)
+    w.add_eos_token_id(BERT_SEP_ID)
+    w.add_sep_token_id(BERT_SEP_ID)
+    w.add_pad_token_id(BERT_PAD_ID)
+    w.add_unk_token_id(BERT_UNK_ID)
+    w.add_mask_token_id(BERT_MASK_ID)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(pooling == "rank")  # rerankers end query and document with [SEP]
+    if pooling == "rank":
+        w.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch="bert"), ["score"])
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
+
+    def vec(n: int, value: float | None = None) -> np.ndarray:
+        if value is not None:
+            return np.full(n, value, dtype=np.float32)
+        return (rng.standard_normal(n) * 0.05).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", mat(len(tokens), n_embd))
+    w.add_tensor("token_types.weight", mat(2, n_embd))
+    w.add_tensor("position_embd.weight", mat(n_ctx, n_embd))
+    w.add_tensor("token_embd_norm.weight", vec(n_embd, 1.0))
+    w.add_tensor("token_embd_norm.bias", vec(n_embd, 0.0))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        for part in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            w.add_tensor(p + part + ".weight", mat(n_embd, n_embd))
+            w.add_tensor(p + part + ".bias", vec(n_embd))
+        w.add_tensor(p + "attn_output_norm.weight", vec(n_embd, 1.0))
+        w.add_tensor(p + "attn_output_norm.bias", vec(n_embd, 0.0))
+        w.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
+        w.add_tensor(p + "ffn_up.bias", vec(n_ff))
+        w.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
+        w.add_tensor(p + "ffn_down.bias", vec(n_embd))
+        w.add_tensor(p + "layer_output_norm.weight", vec(n_embd, 1.0))
+        w.add_tensor(p + "layer_output_norm.bias", vec(n_embd, 0.0))
+    if pooling == "rank":
+        w.add_tensor("cls.weight", mat(n_embd, n_embd))
+        w.add_tensor("cls.bias", vec(n_embd))
+        w.add_tensor("cls.output.weight", mat(1, n_embd) * 20)  # spread the scores
+        w.add_tensor("cls.output.bias", vec(1, 0.0))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -204,8 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n-layer", type=int, default=2)
     parser.add_argument("--embedding", action="store_true")
+    parser.add_argument("--fim", action="store_true", help="add fill-in-the-middle tokens")
+    parser.add_argument("--bert", choices=["none", "mean", "cls", "rank"], help="write a BERT encoder instead")
     args = parser.parse_args(argv)
-    out = write_tiny_gguf(args.out, seed=args.seed, n_layer=args.n_layer, embedding=args.embedding)
+    if args.bert:
+        out = write_tiny_bert(args.out, pooling=args.bert, seed=args.seed, n_layer=args.n_layer)
+    else:
+        out = write_tiny_gguf(args.out, seed=args.seed, n_layer=args.n_layer, embedding=args.embedding, fim=args.fim)
     print(f"{out} {out.stat().st_size} bytes", file=sys.stdout)
     return 0
 

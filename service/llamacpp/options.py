@@ -118,6 +118,16 @@ def _parallel(key: str, value: str) -> dict[str, Any]:
     return {"n_parallel": number} if number > 0 else {}
 
 
+_POOLINGS = ("none", "mean", "cls", "last", "rank")
+
+
+def _pooling(key: str, value: str) -> dict[str, Any]:
+    if value.strip() not in _POOLINGS:
+        msg = f"{key} = {value!r}: expected one of {', '.join(_POOLINGS)}"
+        raise OptionError(msg)
+    return {"pooling": value.strip()}
+
+
 _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "ctx-size": lambda k, v: {"n_ctx": _int(k, v)},
     "threads": _positive("n_threads"),
@@ -125,6 +135,12 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "batch-size": _positive("n_batch"),
     "seed": lambda k, v: {"seed": _int(k, v)},
     "embeddings": lambda _k, v: {} if is_falsey(v) else {"embedding": True},
+    "pooling": _pooling,
+    "reranking": lambda _k, v: {} if is_falsey(v) else {"embedding": True, "pooling": "rank"},
+    "kv-unified": lambda _k, v: {"kv_unified": not is_falsey(v)},
+    "context-shift": lambda _k, v: {"context_shift": not is_falsey(v)},
+    "spm-infill": lambda _k, v: {"spm_infill": not is_falsey(v)},
+    "slot-save-path": lambda _k, v: {"slot_save_path": v.strip()},
     "parallel": _parallel,
 }
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.

@@ -35,7 +35,11 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "max_prompt_tokens": "--max-prompt-tokens",
     "chat_format": "--chat-format",
     "seed": "--seed",
+    "pooling": "--pooling",
+    "slot_save_path": "--slot-save-path",
 }
+_INFERENCE_SWITCHES = {"embedding": "--embedding", "kv_unified": "--kv-unified", "context_shift": "--context-shift",
+                       "spm_infill": "--spm-infill"}  # fmt: skip
 
 
 def inference_argv(
@@ -56,8 +60,7 @@ def inference_argv(
     for key, flag in _INFERENCE_FLAGS.items():
         if params.get(key) is not None:
             argv += [flag, str(params[key])]
-    if params.get("embedding"):
-        argv.append("--embedding")
+    argv += [flag for key, flag in _INFERENCE_SWITCHES.items() if params.get(key)]
     return argv
 
 

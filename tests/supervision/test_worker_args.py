@@ -19,3 +19,21 @@ def test_engine_parameters_from_a_preset_become_worker_flags(tmp_path: Path) -> 
     argv = inference_argv(settings, "tiny", "/m/tiny.gguf", "tiny-1", 9000, params)
     flags = dict(zip(argv[3::2], argv[4::2], strict=False))
     assert flags["--n-parallel"] == "2" and flags["--max-prompt-tokens"] == "1000" and flags["--n-batch"] == "64"
+
+
+def test_llama_server_generation_switches_reach_the_worker(tmp_path: Path) -> None:
+    """A preset's ``context-shift``, ``spm-infill``, ``slot-save-path``, ``reranking`` and
+    ``kv-unified`` become the worker's llama-server flags; their falsey forms add nothing."""
+    text = (
+        "[tiny]\nmodel = /m/tiny.gguf\ncontext-shift = true\nspm-infill = 1\nslot-save-path = /tmp/slots \n"
+        "reranking = on\nkv-unified = true\n[off]\nmodel = /m/off.gguf\ncontext-shift = false\nkv-unified = 0\n"
+    )
+    on, off = parse_preset(text, "test.ini").sections
+    settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
+    params = dict(model_settings(on.options, on.extras).config.params)
+    argv = inference_argv(settings, "tiny", "/m/tiny.gguf", "tiny-1", 9000, params)
+    assert {"--context-shift", "--spm-infill", "--kv-unified", "--embedding"} <= set(argv)
+    assert argv[argv.index("--slot-save-path") + 1] == "/tmp/slots" and argv[argv.index("--pooling") + 1] == "rank"
+    params = dict(model_settings(off.options, off.extras).config.params)
+    argv = inference_argv(settings, "off", "/m/off.gguf", "off-1", 9000, params)
+    assert not {"--context-shift", "--kv-unified", "--spm-infill", "--slot-save-path"} & set(argv)

@@ -50,17 +50,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 = pick a free port (reported in events)")
     p.add_argument(
-        "--n-ctx", type=int, default=4096, help="capped to the model's training context; 0 = training context"
+        "--n-ctx",
+        "-c",
+        "--ctx-size",
+        type=int,
+        default=4096,
+        help="the whole context, n_ctx / n_parallel per slot (capped to the training context); 0 = training context",
     )
     p.add_argument("--n-threads", type=int, default=cores)
     p.add_argument("--n-threads-batch", type=int, default=None, help="default: --n-threads")
-    p.add_argument("--n-batch", type=int, default=512)
-    p.add_argument("--n-parallel", type=int, default=4, help="slots decoded together (batch engine)")
+    p.add_argument("--n-batch", "-b", "--batch-size", type=int, default=512)
+    p.add_argument(
+        "--n-parallel", "-np", "--parallel", type=int, default=4, help="slots decoded together (batch engine)"
+    )
     p.add_argument("--engine", choices=["batch", "legacy"], default="batch", help="legacy: llama_cpp.Llama, 1 slot")
     p.add_argument(
         "--max-prompt-tokens", type=int, default=0, help="longer prompts get a 400; 0 = the context size - 1"
     )
-    p.add_argument("--embedding", action="store_true", help="enable /v1/embeddings")
+    p.add_argument("--embedding", "--embeddings", action="store_true", help="serve /embedding and /v1/embeddings")
+    p.add_argument("--pooling", choices=["none", "mean", "cls", "last", "rank"], default=None,
+                   help="pooling of embeddings (default: the model's)")  # fmt: skip
+    p.add_argument("--reranking", "--rerank", action="store_true", help="serve /rerank (--embedding --pooling rank)")
+    p.add_argument("--context-shift", action="store_true", help="a full context drops old tokens (n_keep kept)")
+    p.add_argument("--spm-infill", action="store_true", help="/infill prompts suffix first (SPM)")
+    p.add_argument("--slot-save-path", default=None, help="directory of POST /slots/{id}?action=save|restore files")
+    p.add_argument("--kv-unified", action="store_true", help="one KV pool for all slots (each may use all of -c)")
     p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop-timeout", type=float, default=5.0, help="grace for the running request on stop (s)")
@@ -75,6 +89,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.model_name = args.model_name or Path(args.model_path).stem
     args.instance_id = args.instance_id or f"{args.model_name}-{os.getpid()}"
     args.n_threads_batch = args.n_threads_batch or args.n_threads
-    if args.embedding:
-        args.engine = "legacy"  # embeddings stay on llama_cpp.Llama's pooling path
+    if args.reranking:  # as llama-server's --reranking
+        args.embedding, args.pooling = True, "rank"
     return args

@@ -3,8 +3,8 @@
 ``batch`` (default): :class:`~workers.inference.engine.BatchEngine`, ``--n-parallel``
 slots over llama.cpp's C API, loaded by :func:`~workers.inference.llama.load_llama`.
 ``legacy``: :class:`~workers.inference.engine.LegacyEngine` around ``llama_cpp.Llama``,
-one request at a time; ``--embedding`` always selects it, since its
-high-level path pools embeddings (mean pooling for generative models).
+one request at a time. ``--embedding`` runs on either: the batch engine pools
+embeddings in its own context (``--pooling``, the model's by default).
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import threading
 from collections.abc import Callable
 
 from workers.inference.engine import BatchEngine, Engine, LegacyEngine
-from workers.inference.llama import ContextConfig, LlamaLog, Loaded, complete_import, load_llama, load_model
+from workers.inference.llama import POOLING, ContextConfig, LlamaLog, Loaded, complete_import, load_llama, load_model
 
 
 def build_engine(args: argparse.Namespace) -> Engine:
     if args.engine == "legacy":
         return LegacyEngine(args.model_name, embedding=bool(args.embedding))
-    return BatchEngine(args.model_name, n_parallel=args.n_parallel)
+    return BatchEngine(
+        args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding), context_shift=args.context_shift
+    )
 
 
 def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:
@@ -28,7 +30,10 @@ def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float],
     if args.engine == "batch":
         # numpy, jinja2 and the chat formats (~0.3 s of CPU) load while llama.cpp loads the model.
         threading.Thread(target=complete_import, name="chat-import", daemon=True).start()
-        cfg = ContextConfig(args.n_ctx, args.n_parallel, args.n_batch, args.n_threads, args.n_threads_batch)
+        cfg = ContextConfig(
+            args.n_ctx, args.n_parallel, args.n_batch, args.n_threads, args.n_threads_batch,
+            embedding=bool(args.embedding), pooling=POOLING.get(args.pooling or "", -1), kv_unified=args.kv_unified,
+        )  # fmt: skip
         return load_llama(args.model_path, cfg, log=log, on_progress=on_progress)
     return load_model(
         args.model_path,

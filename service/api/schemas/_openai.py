@@ -90,8 +90,23 @@ class FunctionMessage(msgspec.Struct, frozen=True, tag_field="role", tag="functi
 ChatMessage = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage
 Messages = Annotated[list[ChatMessage], Meta(min_length=1)]
 Stop = str | list[str] | None
-Prompt = str | list[str | int | list[int]]
-"""A string, or a list of strings, token ids or token-id lists (OpenAI's and llama-server's forms)."""
+
+
+class PromptObject(msgspec.Struct, frozen=True):
+    """llama-server's object prompt: ``prompt_string`` (text, or text mixed with token ids) with
+    ``multimodal_data`` (base64 files), or OpenAI's ``content`` parts (embedding inputs)."""
+
+    prompt_string: str | list[str | int] | UnsetType = UNSET
+    multimodal_data: list[str] | UnsetType = UNSET
+    content: list[ContentPart] | UnsetType = UNSET
+
+
+Prompt = str | list[str | int | list[str | int] | PromptObject] | PromptObject
+"""What llama-server's ``tokenize_input_prompts`` reads: a string, token ids, strings mixed with
+ids, an object, or a list of those (a list without integers is several prompts)."""
+LogitBias = dict[str, float | bool] | list[tuple[int | str, float | bool]]
+"""llama-server's forms: ``{"token id or text": bias}`` or ``[[token id or text, bias], ...]``;
+``false`` bans the token."""
 
 
 class _Sampling(_Body, frozen=True):
@@ -104,8 +119,13 @@ class _Sampling(_Body, frozen=True):
     n: Annotated[int, Meta(ge=1)] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: LogitBias | None = None
     stream_options: dict[str, Any] | None = None
+    n_probs: Annotated[int, Meta(ge=0)] | None = None
+    n_cmpl: Annotated[int, Meta(ge=1)] | None = None
+    ignore_eos: bool | None = None
+    n_keep: Annotated[int, Meta(ge=-1)] | None = None
+    cache_prompt: bool | None = None
 
 
 class ChatRequest(_Sampling, frozen=True, kw_only=True):
@@ -143,6 +163,7 @@ class LlamaEmbeddingRequest(_Body, frozen=True):
     content: Prompt | UnsetType = UNSET
     input: Prompt | UnsetType = UNSET
     encoding_format: Literal["float", "base64"] | None = None
+    embd_normalize: int | None = None
 
 
 class TokenizeRequest(_Body, frozen=True):
@@ -177,12 +198,14 @@ class InfillRequest(_Body, frozen=True):
 
 
 class RerankRequest(_Body, frozen=True):
-    """llama-server's ``/rerank`` (also ``/reranking``, ``/v1/rerank``, ``/v1/reranking``)."""
+    """llama-server's ``/rerank`` (also ``/reranking``, ``/v1/rerank``, ``/v1/reranking``): Jina's
+    ``documents`` or TEI's ``texts``."""
 
     query: str
-    documents: list[str] | UnsetType = UNSET
-    texts: list[str] | UnsetType = UNSET
-    top_n: Annotated[int, Meta(ge=1)] | None = None
+    documents: Annotated[list[str], Meta(min_length=1)] | UnsetType = UNSET
+    texts: Annotated[list[str], Meta(min_length=1)] | UnsetType = UNSET
+    top_n: Annotated[int, Meta(ge=0)] | None = None
+    return_text: bool | None = None
 
 
 class ModelRequest(_Body, frozen=True):

@@ -5,7 +5,8 @@
   request front (:class:`JobRunner`, :class:`RequestQueue`, :data:`FrontFactory`).
 * ``_batch``: :class:`BatchEngine`, ``n_parallel`` slots decoded together, one
   ``llama_decode`` per step (continuous batching, chunked prefill, prefix reuse).
-* ``_legacy``: :class:`LegacyEngine`, ``llama_cpp.Llama`` one request at a time (embeddings).
+* ``_embed``: :class:`EmbedRequest` and the lane that decodes embeddings and rerank scores.
+* ``_legacy``: :class:`LegacyEngine`, ``llama_cpp.Llama`` one request at a time.
 * ``_job``: :class:`Job`, one HTTP request as an engine receives it.
 * ``_slots``: :class:`Request` and the slots that run requests; ``_sampling``:
   llama.cpp's sampler chain per request; ``_metrics``: llama-server's counters.
@@ -16,6 +17,8 @@
 from __future__ import annotations
 
 from workers.inference.engine._batch import BatchEngine
+from workers.inference.engine._embed import EmbedRequest
+from workers.inference.engine._embed import wait_all as wait_embeddings
 from workers.inference.engine._errors import (
     EngineError,
     EngineFailed,
@@ -28,10 +31,12 @@ from workers.inference.engine._job import Job
 from workers.inference.engine._legacy import LegacyEngine
 from workers.inference.engine._protocol import Engine, EngineMonitor, FrontFactory, JobRunner, RequestQueue
 from workers.inference.engine._sampling import SamplerError, SamplingParams, build_chain, strict_json_strings
+from workers.inference.engine._slot_files import SlotAction
 from workers.inference.engine._slots import Request
 
 __all__ = [
     "BatchEngine",
+    "EmbedRequest",
     "Engine",
     "EngineError",
     "EngineFailed",
@@ -48,6 +53,8 @@ __all__ = [
     "RequestRejected",
     "SamplerError",
     "SamplingParams",
+    "SlotAction",
     "build_chain",
     "strict_json_strings",
+    "wait_embeddings",
 ]

@@ -29,12 +29,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, EmbedRequest
 from workers.inference.engine._errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
-from workers.inference.engine._metrics import EngineMetrics, StepLog
+from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
 from workers.inference.engine._protocol import FrontFactory, JobRunner
-from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot
+from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
+from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot, shift_context
 from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel
 
 if TYPE_CHECKING:
@@ -42,17 +44,23 @@ if TYPE_CHECKING:
     from workers.inference.llama import Loaded
 
 
-class BatchEngine:
+class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
     """Loads the model on its own thread, then runs the step loop until drained (an
     :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
-    def __init__(self, model_name: str, *, n_parallel: int = 4) -> None:
+    def __init__(
+        self, model_name: str, *, n_parallel: int = 4, embedding: bool = False, context_shift: bool = False
+    ) -> None:
         self.model_name = model_name
         self.n_parallel = max(1, n_parallel)
         self.llm: LlamaModel | None = None
         self.slots: list[Slot] = []
         self.metrics = EngineMetrics()
-        self.embedding_enabled = False  # --embedding workers run the legacy engine
+        self.embedding_enabled = embedding  # --embedding: the model's own context pools embeddings
+        self.context_shift = context_shift  # --context-shift: a full context drops old tokens, generation goes on
+        self._lane: EmbeddingLane | None = None  # made on the engine thread (a second context if needed)
+        self._embeds: deque[EmbedRequest] = deque()
+        self._actions: deque[SlotAction] = deque()  # slot save/restore/erase, run between steps
         self.force_cancel = False  # plain attribute: set from a signal handler
         self.front: JobRunner | None = None  # the request front, set once loaded
         self._cv = threading.Condition()
@@ -147,33 +155,14 @@ class BatchEngine:
             self._drained = True
             while self._pending:
                 self._reject(self._pending.popleft(), EngineStopping())
+            while self._embeds:
+                self._embeds.popleft().out.put(("e", EngineStopping()))
             self._cv.notify()
         if not self._idle.wait(grace_s):
             self.force_cancel = True
             with self._cv:
                 self._cv.notify()
             self._idle.wait(2.0)
-
-    def slots_json(self) -> list[dict[str, Any]]:
-        with self._cv:
-            return [s.to_json() for s in self.slots]
-
-    def steps_json(self) -> list[dict[str, Any]]:
-        """The step log, oldest first (``decoded``: request ids; ``prefilled``: ``[id, prompt length,
-        tokens evaluated]``; ``ended``: requests released in or before that step)."""
-        with self._cv:
-            return self.step_log.json()
-
-    def stats(self) -> dict[str, Any]:
-        """The load summary of ``instance_stats``: slots, queue, average throughputs (rounded)."""
-        with self._cv:
-            busy, queued = sum(1 for s in self.slots if s.is_processing), len(self._pending)
-        return self.metrics.summary(len(self.slots), busy, queued)
-
-    def metrics_text(self) -> str:
-        """``GET /metrics``: llama-server's Prometheus metrics."""
-        processing = sum(1 for s in self.slots if s.is_processing)
-        return self.metrics.prometheus(processing, len(self._pending))
 
     # -- the engine thread ----------------------------------------------------------
 
@@ -193,14 +182,21 @@ class BatchEngine:
     def _has_work(self) -> bool:
         if any(s.is_processing for s in self.slots):
             return True
-        return bool(self._pending) and not self._drained
+        lane_busy = self._lane is not None and bool(self._lane.pending)
+        return bool(self._pending or self._embeds or lane_busy or self._actions) and not self._drained
 
     def _step(self) -> None:
         now = time.monotonic()
         self._release_cancelled(now)
+        if self._actions:
+            self._run_slot_actions()
+        if self._embeds or (self._lane is not None and self._lane.pending):
+            self._embed_step(now)
         self._admit(now)
         batch = self._batch
         assert batch is not None and self.llm is not None
+        if self.embedding_enabled:
+            self.llm.set_embeddings(False)  # logits for the generating slots
         batch.n = 0
         gen, chunks = self._fill(batch)
         if batch.n == 0:
@@ -297,8 +293,9 @@ class BatchEngine:
         for s in self.slots:
             if s.state is not SlotState.GENERATING:
                 continue
-            if len(s.cache) + 1 >= self.llm.n_ctx:
-                self._finish(s, "length", now)
+            if len(s.cache) + 1 >= self.llm.n_ctx and not (self.context_shift and shift_context(self.llm, s)):
+                s.truncated = True
+                self._finish(s, "length", now)  # the context is full (--context-shift makes room instead)
                 continue
             s.batch_index = batch.add([s.pending], len(s.cache), s.id, True)
             gen.append(s)
@@ -355,7 +352,10 @@ class BatchEngine:
             req.out.put(("t", out, lp))
         if text.stopped_by is not None:
             self._finish(s, "stop", now)
-        elif 0 < req.max_tokens <= s.n_decoded or len(s.cache) + 1 >= llm.n_ctx:
+        elif 0 < req.max_tokens <= s.n_decoded:
+            self._finish(s, "length", now)
+        elif len(s.cache) + 1 >= llm.n_ctx and not self.context_shift:
+            s.truncated = True  # llama-server marks a reply the context cut short as truncated
             self._finish(s, "length", now)
         else:
             s.pending = token
@@ -371,7 +371,8 @@ class BatchEngine:
             s.timings.t_prompt_done = now
         self.metrics.on_finish(s.timings, max(len(x.cache) for x in self.slots))
         timings = s.timings.to_json()
-        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or ""}
+        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or "",
+                "truncated": s.truncated}  # fmt: skip
         self._release(s, now, keep_cache=True)  # before the reply ends: /slots never lags behind it
         req.out.put(("d", reason, timings, info))
 

@@ -13,11 +13,12 @@ bounded deque append per step: nothing next to a ``llama_decode``.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from workers.inference.engine._slots import Timings
+from workers.inference.engine._slots import Request, Slot, Timings
 
 
 @dataclass
@@ -123,3 +124,35 @@ class StepLog:
 
     def json(self) -> list[dict[str, Any]]:
         return list(self._steps)
+
+
+class EngineMonitorMixin:
+    """The batch engine's live state as its monitor shows it (``GET /slots``, ``/engine/steps``,
+    ``/metrics``, ``instance_stats``), read under the engine's lock."""
+
+    slots: list[Slot]
+    metrics: EngineMetrics
+    step_log: StepLog
+    _cv: threading.Condition
+    _pending: deque[Request]
+
+    def slots_json(self) -> list[dict[str, Any]]:
+        with self._cv:
+            return [s.to_json() for s in self.slots]
+
+    def steps_json(self) -> list[dict[str, Any]]:
+        """The step log, oldest first (``decoded``: request ids; ``prefilled``: ``[id, prompt length,
+        tokens evaluated]``; ``ended``: requests released in or before that step)."""
+        with self._cv:
+            return self.step_log.json()
+
+    def stats(self) -> dict[str, Any]:
+        """The load summary of ``instance_stats``: slots, queue, average throughputs (rounded)."""
+        with self._cv:
+            busy, queued = sum(1 for s in self.slots if s.is_processing), len(self._pending)
+        return self.metrics.summary(len(self.slots), busy, queued)
+
+    def metrics_text(self) -> str:
+        """``GET /metrics``: llama-server's Prometheus metrics."""
+        processing = sum(1 for s in self.slots if s.is_processing)
+        return self.metrics.prometheus(processing, len(self._pending))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from workers.inference.engine._embed import EmbedRequest
     from workers.inference.engine._job import Job
     from workers.inference.engine._slots import Request
     from workers.inference.llama import LlamaModel, Loaded
@@ -39,6 +40,20 @@ class RequestQueue(Protocol):
 
     def cancel(self, req: Request) -> None:
         """Cancel ``req``: it leaves its slot, or the queue, at the next step."""
+        ...
+
+    def enqueue_embedding(self, reqs: list[EmbedRequest]) -> None:
+        """Queue sequences to embed or score (raises :class:`EngineNotReady`)."""
+        ...
+
+    @property
+    def embedding_enabled(self) -> bool:
+        """Whether the model's own context pools embeddings (``--embedding``)."""
+        ...
+
+    @property
+    def embedding_batch_limit(self) -> int:
+        """The most tokens one embedding sequence may have."""
         ...
 
 

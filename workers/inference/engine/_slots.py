@@ -42,6 +42,7 @@ class Request:
     max_tokens: int  # <= 0: until the context is full
     stop: tuple[str, ...] = ()
     cache_prompt: bool = True
+    n_keep: int = 0  # prompt tokens a context shift keeps (-1: all of them)
     chain: Any = None  # its sampler chain, built on the HTTP thread; freed by the engine
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
@@ -144,6 +145,7 @@ class Slot:
     last_used: float = 0.0
     has_new_line: bool = False
     last_request: Request | None = None
+    truncated: bool = False  # this request's context filled up (shifted, or stopped short), as llama-server
 
     @property
     def is_processing(self) -> bool:
@@ -154,6 +156,7 @@ class Slot:
         del self.cache[n_keep:]
         self.state, self.request, self.chain = SlotState.PROMPT, req, req.chain
         self.n_prompt_done, self.pending, self.n_decoded, self.has_new_line = n_keep, -1, 0, False
+        self.truncated = False
         self.text = TextStream(req.stop)
         self.timings = Timings(cache_n=n_keep, t_start=now)
         self.last_used = now
@@ -224,3 +227,22 @@ def pick_slot(slots: list[Slot], prompt: list[int], similarity: float = 0.1) -> 
         return best, best_n
     lru = min(idle, key=lambda s: (bool(s.cache), s.last_used))
     return lru, common_prefix(lru.cache, prompt)
+
+
+def shift_context(llm: Any, slot: Slot) -> bool:
+    """llama-server's context shift: keep the first ``n_keep`` tokens (BOS too), drop half of the
+    rest, and slide what follows down; False where the KV cache cannot shift (no memory, SWA, M-RoPE)."""
+    req = slot.request
+    if req is None or not llm.mem or not llm.lc.llama_memory_can_shift(llm.mem):
+        return False
+    n_keep = len(req.prompt) if req.n_keep < 0 else req.n_keep
+    n_keep = min(llm.n_ctx - 4, n_keep + (1 if llm.add_bos else 0))
+    n_past = len(slot.cache)
+    n_discard = min((n_past - n_keep) // 2, n_past - n_keep - 1)
+    if n_discard <= 0:
+        return False
+    llm.seq_rm(slot.id, n_keep, n_keep + n_discard)
+    llm.seq_add(slot.id, n_keep + n_discard, n_past, -n_discard)
+    del slot.cache[n_keep : n_keep + n_discard]
+    slot.truncated = True
+    return True

@@ -25,11 +25,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FrontOptions:
-    """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``."""
+    """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``,
+    ``--spm-infill``, ``--slot-save-path``."""
 
     chat_format: str | None = None
     default_seed: int | None = None
     max_prompt_tokens: int = 0
+    spm_infill: bool = False
+    slot_save_path: str | None = None
 
 
 @dataclass

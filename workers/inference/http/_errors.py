@@ -22,14 +22,17 @@ from workers.inference.engine import (
 class ApiError(Exception):
     """An error answered to the client as JSON with ``status``."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error") -> None:
+    def __init__(
+        self, status: int, message: str, type: str = "invalid_request_error", extra: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type
+        self.extra = extra or {}  # llama-server's additions (exceed_context_size_error: n_prompt_tokens, n_ctx)
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "code": self.status}}
+        return {"error": {"code": self.status, "message": self.message, "type": self.type, **self.extra}}
 
 
 _ANSWERS: dict[type[EngineError], tuple[int, str]] = {

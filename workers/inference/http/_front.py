@@ -45,6 +45,8 @@ POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
 class _RequestContext:
     client_gone: Callable[[], bool] | None = None
     cache_prompt: bool = True
+    ignore_eos: bool = False
+    n_keep: int = 0
     result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
 
 
@@ -104,7 +106,12 @@ class CompletionFront:
         if job.kind not in ("chat", "completion"):
             raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
         opts = job.options
-        ctx = _RequestContext(client_gone=job.client_gone, cache_prompt=opts.get("cache_prompt", True))
+        ctx = _RequestContext(
+            client_gone=job.client_gone,
+            cache_prompt=opts.get("cache_prompt", True),
+            ignore_eos=opts.get("ignore_eos", False),
+            n_keep=opts.get("n_keep", 0),
+        )
         self._local.ctx = ctx
         try:
             if job.kind == "chat":
@@ -129,6 +136,11 @@ class CompletionFront:
             result.setdefault("timings", ctx.result.get("timings", {}))
             job.attach(iter([result]))
 
+    def embedding_pooling(self) -> int:
+        """The pooling embeddings get: the model's context's with ``--embedding``, else the second
+        context's (:meth:`~workers.inference.llama.LlamaModel.second_context_pooling`)."""
+        return self.llm.pooling if self.engine.embedding_enabled else self.llm.second_context_pooling()
+
     def _ctx(self) -> _RequestContext:
         ctx = getattr(self._local, "ctx", None)
         return ctx if ctx is not None else _RequestContext()
@@ -148,7 +160,9 @@ class CompletionFront:
         """Tokens of ``text``, refused with a 400 naming the limit when the prompt is too long."""
         limit = self.max_prompt_tokens
         if len(text) > 4 * limit and len(text) > self.tokenizer.max_prompt_bytes(limit):
-            raise _too_long(f"{len(text)} bytes", limit, self.llm.n_ctx)
+            # Not tokenized: n_prompt_tokens is the least it could be (bytes / longest token's bytes).
+            least = len(text) * limit // self.tokenizer.max_prompt_bytes(limit)
+            raise _too_long(f"{len(text)} bytes", limit, self.llm.n_ctx, max(least, limit + 1))
         try:
             tokens = self.tokenizer.tokenize(
                 text.decode("utf-8", errors="replace"),
@@ -159,7 +173,7 @@ class CompletionFront:
         except TokenizingCancelled:
             raise ApiError(499, "client disconnected while the prompt was tokenized", "cancelled") from None
         if len(tokens) > limit:
-            raise _too_long(f"{len(tokens)} tokens", limit, self.llm.n_ctx)
+            raise _too_long(f"{len(tokens)} tokens", limit, self.llm.n_ctx, len(tokens))
         return tokens
 
     def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
@@ -173,7 +187,7 @@ class CompletionFront:
 
     def create_completion(
         self,
-        prompt: str | list[int],
+        prompt: str | list[int | str],
         suffix: str | None = None,
         max_tokens: int | None = 16,
         temperature: float = 0.8,
@@ -193,7 +207,7 @@ class CompletionFront:
         mirostat_tau: float = 5.0,
         mirostat_eta: float = 0.1,
         grammar: Any = None,
-        logit_bias: dict[Any, float] | None = None,
+        logit_bias: dict[Any, float] | list[tuple[int | str, float]] | None = None,
         **_ignored: Any,  # model, tfs_z, logits_processor, stopping_criteria: see docs/api.md
     ) -> Any:
         """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming."""
@@ -202,7 +216,7 @@ class CompletionFront:
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
             mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=seed,
-            logit_bias=tuple((int(k), float(v)) for k, v in (logit_bias or {}).items()),
+            logit_bias=self._bias(logit_bias),
             grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs),
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
@@ -223,13 +237,34 @@ class CompletionFront:
 
     # -- internals -----------------------------------------------------------------
 
-    def _prompt_tokens(self, prompt: str | list[int]) -> list[int]:
+    def _bias(self, bias: dict[Any, float] | list[tuple[int | str, float]] | None) -> tuple[tuple[int, float], ...]:
+        """Token ids and biases: text keys tokenized (each of their tokens biased), and with
+        ``ignore_eos`` every end-of-generation token banned, as llama-server does."""
+        pairs = list(bias.items()) if isinstance(bias, dict) else list(bias or [])
+        out: list[tuple[int, float]] = []
+        for key, value in pairs:
+            if isinstance(key, str) and not key.lstrip("-").isdigit():
+                toks = self.llm.tokenize_whole(key.encode("utf-8"), add_special=False, parse_special=False)
+                out += [(t, float(value)) for t in toks]
+            else:
+                out.append((int(key), float(value)))
+        if self._ctx().ignore_eos:
+            out += [(t, float("-inf")) for t in self.llm.eog_tokens()]
+        return tuple(out)
+
+    def _prompt_tokens(self, prompt: str | list[int | str]) -> list[int]:
+        if isinstance(prompt, list) and any(isinstance(t, str) for t in prompt):
+            # strings mixed with token ids (llama-server's tokenize_mixed: BOS before a leading string)
+            from workers.inference.http._embeddings import tokenize_mixed
+
+            prompt = list(tokenize_mixed(self, prompt, add_special=True, parse_special=True))
         if isinstance(prompt, list):
-            if len(prompt) > self.max_prompt_tokens:
-                raise _too_long(f"{len(prompt)} tokens", self.max_prompt_tokens, self.llm.n_ctx)
-            if any(not 0 <= t < self.llm.n_vocab for t in prompt):
+            ids = [int(t) for t in prompt]
+            if len(ids) > self.max_prompt_tokens:
+                raise _too_long(f"{len(ids)} tokens", self.max_prompt_tokens, self.llm.n_ctx, len(ids))
+            if any(not 0 <= t < self.llm.n_vocab for t in ids):
                 raise ApiError(400, f"prompt token ids must be in [0, {self.llm.n_vocab})")
-            return list(prompt)
+            return ids
         if prompt == "":
             return [self.llm.bos]
         return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
@@ -239,7 +274,8 @@ class CompletionFront:
             chain = build_chain(self.llm.lc, self.llm.vocab, self.llm.n_vocab, params, self.default_seed)
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
-        req = Request(tokens, params, max_tokens, stops, self._ctx().cache_prompt, chain)
+        ctx = self._ctx()
+        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain)
         try:
             self.engine.enqueue(req)
         except EngineError:
@@ -280,12 +316,12 @@ def _gbnf(grammar: Any) -> str | None:
     return strict_json_strings(text) if text else None
 
 
-def _too_long(size: str, limit: int, n_ctx: int) -> ApiError:
+def _too_long(size: str, limit: int, n_ctx: int, n_prompt: int) -> ApiError:
     msg = (
         f"the prompt is {size}, over this model's limit of {limit} prompt tokens "
         f"(max_prompt_tokens; the context holds {n_ctx} tokens)"
     )
-    return ApiError(400, msg, "exceed_context_size_error")
+    return ApiError(400, msg, "exceed_context_size_error", {"n_prompt_tokens": n_prompt, "n_ctx": n_ctx})
 
 
 def _with_final_fields(chunks: Iterator[dict[str, Any]], ctx: _RequestContext, include_usage: bool) -> Iterator[Any]:
@@ -293,6 +329,10 @@ def _with_final_fields(chunks: Iterator[dict[str, Any]], ctx: _RequestContext, i
     for chunk in chunks:
         choices = chunk.get("choices") or []
         if not (choices and choices[0].get("finish_reason") is not None):
+            delta = choices[0].get("delta") if choices else None
+            if isinstance(delta, dict) and "content" not in delta:
+                # llama-server's first delta is {"role": "assistant", "content": null}: clients index it
+                delta["content"] = None
             yield chunk
             continue
         if not include_usage:

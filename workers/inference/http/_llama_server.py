@@ -219,7 +219,7 @@ def native_whole(result: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
         "generation_settings": req.get("params", {}),
         "prompt": req.get("prompt", ""),
         "has_new_line": "\n" in text,
-        "truncated": False,
+        "truncated": bool(final.get("truncated", False)),
         "stop_type": "word" if word else ("limit" if reason == "length" else "eos"),
         "stopping_word": word,
         "tokens_cached": final.get("tokens_cached", 0),

@@ -72,14 +72,37 @@ def _sampling_kwargs(body: dict[str, Any]) -> dict[str, Any]:
         out["stop"] = stop
     bias = body.get("logit_bias")
     if bias is not None:
-        try:
-            out["logit_bias"] = {int(k): float(v) for k, v in dict(bias).items()}
-        except (TypeError, ValueError):
-            raise ApiError(400, "'logit_bias' must map token ids to numbers") from None
+        out["logit_bias"] = logit_bias(bias)
     n = body.get("n")
     if n is not None and n != 1:
         raise ApiError(400, "only n=1 is supported")
     return out
+
+
+def _bias_value(v: Any) -> float:
+    if v is False:
+        return float("-inf")  # llama-server: false bans the token
+    if not _is_number(v):
+        raise ApiError(400, "'logit_bias' values must be numbers or false")
+    return float(v)
+
+
+def _bias_key(k: Any) -> int | str:
+    if isinstance(k, str):
+        return int(k) if k.strip().lstrip("-").isdigit() else k  # a token id, else text to tokenize
+    if isinstance(k, int) and not isinstance(k, bool):
+        return k
+    raise ApiError(400, "'logit_bias' keys must be token ids or strings")
+
+
+def logit_bias(bias: Any) -> list[tuple[int | str, float]]:
+    """llama-server's forms: ``{"id or text": bias}`` or ``[[id or text, bias], ...]`` (``false``:
+    never sample it); text is tokenized by the front and each of its tokens biased."""
+    if isinstance(bias, dict):
+        return [(_bias_key(k), _bias_value(v)) for k, v in bias.items()]
+    if isinstance(bias, list) and all(isinstance(p, list) and len(p) == 2 for p in bias):
+        return [(_bias_key(k), _bias_value(v)) for k, v in bias]
+    raise ApiError(400, "'logit_bias' must be an object or a list of [token, bias] pairs")
 
 
 def _stream_flag(body: dict[str, Any]) -> bool:
@@ -171,16 +194,31 @@ def _grammar(body: dict[str, Any]) -> Any:
         raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
 
 
+def _prompt(prompt: Any) -> str | list[int | str]:
+    """One completion prompt in llama-server's forms: a string, token ids, strings mixed with
+    ids, or ``{"prompt_string": ..., "multimodal_data": [...]}`` (text only: no projector here)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, dict)):
+        prompt = prompt[0]
+    if isinstance(prompt, dict):
+        if prompt.get("multimodal_data"):
+            raise ApiError(400, "Multimodal data provided, but model does not support multimodal requests.")
+        prompt = prompt.get("prompt_string")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, str) or _is_token(t) for t in prompt):
+        if any(isinstance(t, str) for t in prompt) and not any(_is_token(t) for t in prompt):
+            raise ApiError(400, "only one prompt per request is supported (send one request per prompt)")
+        return prompt
+    raise ApiError(400, "'prompt' is required: a string, token ids, strings mixed with token ids, or an object")
+
+
+def _is_token(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
     """kwargs for ``Llama.create_completion`` and the stream flag."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    is_tokens = (
-        isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
-    )
-    if not isinstance(prompt, str) and not is_tokens:
-        raise ApiError(400, "'prompt' is required: a string, a one-string list, or a list of token ids")
+    prompt = _prompt(body.get("prompt"))
     kwargs = _sampling_kwargs(body)
     kwargs["prompt"] = prompt
     if body.get("suffix") is not None:
@@ -201,14 +239,21 @@ def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str,
 
 
 def request_options(body: dict[str, Any]) -> dict[str, Any]:
-    """Options outside ``Llama``'s signature: ``cache_prompt`` (llama-server's, default true) and
+    """Options outside ``Llama``'s signature: ``cache_prompt`` (llama-server's, default true),
+    ``ignore_eos`` (llama-server's: end-of-generation tokens are never sampled) and
     ``stream_options.include_usage`` (OpenAI's)."""
     opts: dict[str, Any] = {}
-    cache_prompt = body.get("cache_prompt")
-    if cache_prompt is not None:
-        if not isinstance(cache_prompt, bool):
-            raise ApiError(400, "'cache_prompt' must be a boolean")
-        opts["cache_prompt"] = cache_prompt
+    for key in ("cache_prompt", "ignore_eos"):
+        value = body.get(key)
+        if value is not None:
+            if not isinstance(value, bool):
+                raise ApiError(400, f"'{key}' must be a boolean")
+            opts[key] = value
+    n_keep = body.get("n_keep")
+    if n_keep is not None:
+        if not _is_token(n_keep) or n_keep < -1:
+            raise ApiError(400, "'n_keep' must be an integer >= -1")
+        opts["n_keep"] = n_keep
     stream_options = body.get("stream_options")
     if stream_options is not None:
         if not isinstance(stream_options, dict):

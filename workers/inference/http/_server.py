@@ -24,6 +24,7 @@ too, not only once tokens stream.
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 from collections.abc import Callable
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _NOT_SUPPORTED = "not_supported_error"
+_EMBEDDING_ROUTES = ("/embeddings", "/embedding", "/rerank", "/reranking")
 _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     "/tokenize": llama_server.tokenize,
     "/detokenize": llama_server.detokenize,
@@ -57,10 +59,6 @@ _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
 # llama-server's POST routes this worker does not serve (501), with why.
 _UNSUPPORTED = {
     "/props": ": properties cannot be changed (llama-server without --props)",
-    "/infill": ": no fill-in-the-middle",
-    "/embedding": " (use /v1/embeddings)",
-    "/rerank": ": no reranking",
-    "/reranking": ": no reranking",
     "/responses": " (use /v1/chat/completions)",
     "/messages": " (use /v1/chat/completions)",
     "/messages/count_tokens": " (use /tokenize)",
@@ -69,6 +67,12 @@ _UNSUPPORTED = {
     "/responses/input_tokens": "",
     "/lora-adapters": ": no LoRA adapters",
 }
+
+
+def _valid_filename(name: str) -> bool:
+    """llama.cpp's ``fs_validate_filename`` in short: one plain file name, no directories."""
+    bad = any(c in name for c in '/\\:*?"<>|') or any(ord(c) < 32 for c in name)
+    return 0 < len(name.encode()) <= 255 and name not in (".", "..") and not bad and name.strip() == name
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -196,10 +200,16 @@ class _Handler(BaseHTTPRequestHandler):
                 body = parse_json_object(raw)
                 self._send_json(200, _LLAMA_ROUTES[route](self._front(route), body))
                 return
+            if route.startswith("/slots/"):
+                self._send_json(200, self._slot_action(route, parse_json_object(raw or b"{}")))
+                return
+            if route in _EMBEDDING_ROUTES and self.app.engine.has_front:
+                self._send_json(200, self._embedding_route(route, parse_json_object(raw)))
+                return
             if route in _UNSUPPORTED:
                 raise ApiError(501, f"POST {route} is not supported by modelrouter's worker{_UNSUPPORTED[route]}",
                                _NOT_SUPPORTED)  # fmt: skip
-            if route not in ("/chat/completions", "/completions", "/completion", "/embeddings"):
+            if route not in ("/chat/completions", "/completions", "/completion", "/infill", *_EMBEDDING_ROUTES):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
             job = self._make_job(route, parse_json_object(raw))
             job.client_gone = self._client_gone
@@ -249,6 +259,41 @@ class _Handler(BaseHTTPRequestHandler):
             parts.append(self.rfile.read(size))
             self.rfile.readline(8)  # CRLF after each chunk
 
+    def _slot_action(self, route: str, body: dict[str, Any]) -> Any:
+        """``POST /slots/{id}?action=save|restore|erase`` (llama-server's, with ``--slot-save-path``)."""
+        from urllib.parse import parse_qs
+
+        from workers.inference.engine import SlotAction
+
+        self._front(route)
+        save_dir = self.app.front_options.slot_save_path
+        if not save_dir:
+            msg = "This server does not support slots action. Start it with `--slot-save-path`"
+            raise ApiError(501, msg, _NOT_SUPPORTED)
+        tail = route[len("/slots/") :]
+        if not tail.isdigit():
+            raise ApiError(400, "Invalid slot ID")
+        query = parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
+        action = (query.get("action") or [""])[0]
+        act = SlotAction(action, int(tail))
+        if action in ("save", "restore"):
+            name = body.get("filename")
+            if not isinstance(name, str) or not _valid_filename(name):
+                raise ApiError(400, "Invalid filename")
+            act.filename, act.path = name, os.path.join(save_dir, name)
+        engine: Any = self.app.engine  # the batch engine: _front checked it has one
+        return engine.run_slot_action(act)
+
+    def _embedding_route(self, route: str, body: dict[str, Any]) -> Any:
+        """Embeddings and rerank on the batch engine (:mod:`workers.inference.http._embeddings`)."""
+        from workers.inference.http import _embeddings
+
+        front = self._front(route)
+        if route in ("/rerank", "/reranking"):
+            return _embeddings.rerank(front, body, gone=self._client_gone)
+        oai = self.path.split("?", 1)[0].startswith("/v1/")  # llama-server: only /v1/embeddings is OpenAI's
+        return _embeddings.embeddings(front, body, oai=oai, gone=self._client_gone)
+
     def _make_job(self, route: str, body: dict[str, Any]) -> Job:
         name = self.app.model_name
         if route == "/chat/completions":
@@ -257,12 +302,21 @@ class _Handler(BaseHTTPRequestHandler):
         if route == "/completions":
             kwargs, stream = completion_request(body, name)
             return Job("completion", kwargs, stream=stream, options=request_options(body))
+        if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
+            from workers.inference.http._infill import infill_tokens
+
+            body = {**body, "prompt": infill_tokens(self._front(route), body, spm=self.app.front_options.spm_infill)}
+            route = "/completion"
         if route == "/completion":  # llama-server's own shape
             self._front(route)
             kwargs, stream = completion_request(llama_server.native_completion_body(body), name)
             return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
+        if route in ("/rerank", "/reranking"):
+            raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)",
+                           _NOT_SUPPORTED)  # fmt: skip
         if not self.app.engine.embedding_enabled:
-            raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
+            msg = "This server does not support embeddings. Start it with `--embeddings`"
+            raise ApiError(501, msg, _NOT_SUPPORTED)
         inputs, fmt = embedding_request(body)
         return Job("embedding", {"input": inputs, "encoding_format": fmt})
 

@@ -25,11 +25,12 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
     from workers.inference.llama._legacy_load import LoadedModel, load_model
     from workers.inference.llama._load import Loaded, LoadedLlama, load_llama
     from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
-    from workers.inference.llama._model import MAX_SLOTS, Batch, ContextConfig, LlamaModel
+    from workers.inference.llama._model import MAX_SLOTS, POOLING, Batch, ContextConfig, LlamaModel
     from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
 
 __all__ = [
     "MAX_SLOTS",
+    "POOLING",
     "Batch",
     "ContextConfig",
     "GGUFCheckError",
@@ -66,6 +67,7 @@ _HOMES = {
     "LoadError": "workers.inference.llama._log",
     "classify_llama_errors": "workers.inference.llama._log",
     "MAX_SLOTS": "workers.inference.llama._model",
+    "POOLING": "workers.inference.llama._model",
     "Batch": "workers.inference.llama._model",
     "ContextConfig": "workers.inference.llama._model",
     "LlamaModel": "workers.inference.llama._model",

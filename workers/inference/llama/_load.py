@@ -52,27 +52,32 @@ def _classify(path: str, log: LlamaLog, aborted: bool) -> LoadError:
 
 
 def _context_params(lc: Any, cfg: ContextConfig, n_ctx_train: int) -> Any:
-    """One KV stream per slot, each ``cfg.n_ctx`` cells (llama-server's ``-np N`` without ``--kv-unified``).
+    """llama-server's context: ``-c`` cells in all, one KV stream of ``n_ctx / n_parallel`` cells
+    per slot, or with ``kv_unified`` one pool any slot may fill.
 
-    Why split: a sequence alone in its stream keeps its cells in position
-    order, so its attention sums in the same order whatever the other slots
-    do, and greedy output equals the same request run alone. In one unified
-    pool, cells freed by a finished or cancelled request are refilled out of
-    order and results drift in the last bits. It also means no slot can take
-    another's cells. The cost: ``n_parallel`` times the KV memory of one
-    ``n_ctx`` context.
+    Why a stream per slot by default: a sequence alone in its stream keeps its
+    cells in position order, so its attention sums in the same order whatever
+    the other slots do, and greedy output equals the same request run alone. In
+    one unified pool, cells freed by a finished or cancelled request are
+    refilled out of order and results drift in the last bits; the pool lets
+    one long conversation use the cells idle slots do not need.
     """
     p = lc.llama_context_default_params()
-    per_slot = n_ctx_train if cfg.n_ctx <= 0 else min(cfg.n_ctx, n_ctx_train or cfg.n_ctx)
     n_seq = min(max(1, cfg.n_parallel), MAX_SLOTS)
-    p.n_ctx = per_slot * n_seq
+    total = n_ctx_train if cfg.n_ctx <= 0 else cfg.n_ctx
+    # Each slot's share is capped at the training context, as llama-server caps n_ctx_slot.
+    p.n_ctx = total if cfg.kv_unified else min(max(total // n_seq, 1), n_ctx_train or total) * n_seq
     # A step carries one token per generating slot even when n_batch is smaller.
     p.n_batch = max(cfg.n_batch, n_seq)
-    p.n_ubatch = min(p.n_batch, 512)
+    # Embeddings need a whole sequence in one micro-batch (llama-server: n_batch = n_ubatch).
+    p.n_ubatch = p.n_batch if cfg.embedding else min(p.n_batch, 512)
     p.n_seq_max = n_seq
     p.n_threads = cfg.n_threads
     p.n_threads_batch = cfg.n_threads_batch
-    p.kv_unified = False
+    p.kv_unified = cfg.kv_unified
+    p.embeddings = cfg.embedding
+    if cfg.pooling >= 0:
+        p.pooling_type = cfg.pooling
     # Sliding-window layers keep only their window (Gemma 3: 512 of 4096 per slot);
     # prefix reuse checks that the window it needs is still cached.
     p.swa_full = False
@@ -184,4 +189,5 @@ def _warmup(llm: LlamaModel) -> None:
     batch = lc.llama_batch_get_one((lc.llama_token * 1)(token), 1)
     lc.llama_decode(llm.ctx, batch)
     lc.llama_synchronize(llm.ctx)
-    lc.llama_memory_clear(llm.mem, True)
+    if llm.mem:  # encoders keep no KV cache
+        lc.llama_memory_clear(llm.mem, True)

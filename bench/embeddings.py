@@ -1,0 +1,162 @@
+"""Embeddings and rerank: the inference worker's batch engine against llama-server, same files, one run.
+
+The models are generated (``devtools.tiny_gguf.write_tiny_bert``) at the size of
+all-MiniLM-L6 (6 layers, 384 wide, 12 heads, f32): random weights, the same
+arithmetic per token. Both servers get the same flags (``--embedding``
+``-np 4 -c 2048 -b 512 -ub 512``, one thread count), and ``--reranking`` for
+the reranker. Measured, targets alternating every round:
+
+* embeddings per second with one input per request (sequential requests);
+* embeddings per second with 32 inputs per request;
+* rerank latency: one ``/v1/rerank`` of a query over 8 documents (median).
+
+Reported as modelrouter / llama-server ratios per round and their median
+(> 1: modelrouter is faster; for latency, llama-server's time / ours).
+
+    python bench/embeddings.py [--llama-server PATH] [--rounds 3] [--threads 2]
+
+``--llama-server`` defaults to ``python -m devtools.llama_build llama-server``
+(built from the llama.cpp llama-cpp-python vendors, with the wheel's flags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from devtools.tiny_gguf import write_tiny_bert
+from service.supervision.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCE = "the quick brown fox jumps over the lazy dog number {i}"
+COMMON = ["-np", "4", "-c", "2048", "-b", "512"]
+
+
+class Server:
+    """A started server: its process and base URL, ready when ``/health`` answers 200."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, env={**os.environ, **env})  # fmt: skip
+        self.base = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{argv[0]} exited ({self.proc.returncode})")
+            try:
+                if httpx.get(f"{self.base}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{argv[0]} not ready in 120 s")
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _ours(model: Path, flags: list[str], threads: int) -> Server:
+    port = str(free_port())
+    argv = [sys.executable, "-m", "workers.inference", "--model-path", str(model), "--model-name", "bench",
+            "--port", port, "--events", os.devnull, "--n-threads", str(threads), *COMMON, *flags]  # fmt: skip
+    return Server(argv, {"PYTHONPATH": str(ROOT)})
+
+
+def _theirs(binary: str, model: Path, flags: list[str], threads: int) -> Server:
+    port = str(free_port())
+    argv = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", port, "--alias", "bench", "-t", str(threads),
+            "-ub", "512", *COMMON, *flags]  # fmt: skip
+    return Server(argv, {})
+
+
+def _embeddings_per_s(base: str, batch: int, seconds: float) -> float:
+    done, n = 0, 0
+    with httpx.Client(base_url=base, timeout=120) as client:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            inputs = [SENTENCE.format(i=n + k) for k in range(batch)]
+            r = client.post("/v1/embeddings", json={"model": "bench", "input": inputs})
+            r.raise_for_status()
+            done += len(r.json()["data"])
+            n += batch
+        return done / (time.perf_counter() - t0)
+
+
+def _rerank_ms(base: str, repeats: int) -> float:
+    docs = [SENTENCE.format(i=k) for k in range(8)]
+    times = []
+    with httpx.Client(base_url=base, timeout=120) as client:
+        for i in range(repeats):
+            t0 = time.perf_counter()
+            r = client.post("/v1/rerank", json={"model": "bench", "query": f"which fox {i}", "documents": docs})
+            r.raise_for_status()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000.0
+
+
+def _default_binary() -> str:
+    out = subprocess.run([sys.executable, "-m", "devtools.llama_build", "llama-server"], capture_output=True,
+                         text=True, check=True, cwd=ROOT)  # fmt: skip
+    return out.stdout.strip().splitlines()[-1]
+
+
+def _measure(start: Callable[[], Server], what: Callable[[str], float]) -> float:
+    server = start()
+    try:
+        what(server.base)  # warm-up
+        return what(server.base)
+    finally:
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--llama-server", default=None)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=4.0, help="per throughput measurement")
+    args = p.parse_args(argv)
+    binary = args.llama_server or _default_binary()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
+    size = {"n_layer": 6, "n_embd": 384, "n_head": 12, "n_ff": 1536, "n_ctx": 512}
+    embed = write_tiny_bert(tmp / "minilm-sized.gguf", **size)
+    rank = write_tiny_bert(tmp / "minilm-sized-rank.gguf", pooling="rank", **size)
+    t = args.threads
+    cases: dict[str, tuple[Path, list[str], Callable[[str], float], bool]] = {
+        "embeddings/s, batch 1": (embed, ["--embedding"], lambda b: _embeddings_per_s(b, 1, args.seconds), True),
+        "embeddings/s, batch 32": (embed, ["--embedding"], lambda b: _embeddings_per_s(b, 32, args.seconds), True),
+        "rerank latency (ms), 8 documents": (rank, ["--reranking"], lambda b: _rerank_ms(b, 40), False),
+    }
+    results: dict[str, dict[str, list[float]]] = {name: {"modelrouter": [], "llama-server": []} for name in cases}
+    for rnd in range(args.rounds):
+        for name, (model, flags, what, _higher) in cases.items():
+            order = [
+                ("modelrouter", lambda m=model, f=flags: _ours(m, f, t)),
+                ("llama-server", lambda m=model, f=flags: _theirs(binary, m, f, t)),
+            ]
+            for who, start in order if rnd % 2 == 0 else order[::-1]:
+                results[name][who].append(_measure(start, what))
+    report = {}
+    for name, (_m, _f, _w, higher) in cases.items():
+        ours, theirs = results[name]["modelrouter"], results[name]["llama-server"]
+        ratios = [(o / x if higher else x / o) for o, x in zip(ours, theirs, strict=True)]
+        report[name] = {"modelrouter": [round(v, 2) for v in ours], "llama-server": [round(v, 2) for v in theirs],
+                        "ratio_per_round": [round(r, 3) for r in ratios], "median_ratio": round(statistics.median(ratios), 3)}  # fmt: skip
+    print(json.dumps({"threads": t, "rounds": args.rounds, "cases": report}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""A slot's KV cache to a file and back (llama-server's ``POST /slots/{id}?action=save|restore|erase``).
+
+llama.cpp saves one sequence's state with its tokens
+(``llama_state_seq_save_file``) and loads it into any sequence
+(``llama_state_seq_load_file``). Both touch the context, so they run on the
+engine thread between steps: an HTTP thread hands a :class:`SlotAction` to
+:meth:`SlotActionsMixin.run_slot_action` and waits for its answer. An action on
+a slot that is processing waits for the slot to be idle, as llama-server defers
+it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from workers.inference.engine._errors import EngineNotReady, RequestRejected
+from workers.inference.engine._slots import Slot
+
+if TYPE_CHECKING:
+    from workers.inference.llama import LlamaModel
+
+
+@dataclass
+class SlotAction:
+    """``save``, ``restore`` or ``erase`` of slot ``slot_id``; ``path`` for the first two."""
+
+    action: str
+    slot_id: int
+    path: str = ""
+    filename: str = ""
+    out: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
+
+
+def _save(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    tokens = (llm.lc.llama_token * max(1, len(slot.cache)))(*slot.cache)
+    n = int(llm.lc.llama_state_seq_save_file(llm.ctx, act.path.encode(), slot.id, tokens, len(slot.cache)))
+    if n == 0:
+        raise RequestRejected("Unable to save slot")
+    ms = (time.perf_counter() - t0) * 1000.0
+    return {"id_slot": slot.id, "filename": act.filename, "n_saved": len(slot.cache), "n_written": n,
+            "timings": {"save_ms": round(ms, 3)}}  # fmt: skip
+
+
+def _restore(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    cap = llm.n_ctx
+    tokens = (llm.lc.llama_token * cap)()
+    count = ctypes.c_size_t(0)
+    llm.seq_rm(slot.id, 0, -1)
+    slot.cache.clear()
+    n = int(llm.lc.llama_state_seq_load_file(llm.ctx, act.path.encode(), slot.id, tokens, cap, ctypes.byref(count)))
+    if n == 0:
+        llm.seq_rm(slot.id, 0, -1)
+        raise RequestRejected("Unable to restore slot: No available space in KV cache or invalid slot save file")
+    restored = list(tokens[: count.value])
+    if any(not 0 <= t < llm.n_vocab for t in restored):
+        llm.seq_rm(slot.id, 0, -1)
+        raise RequestRejected("Unable to restore slot: Invalid tokens in slot save file")
+    slot.cache.extend(restored)
+    ms = (time.perf_counter() - t0) * 1000.0
+    return {"id_slot": slot.id, "filename": act.filename, "n_restored": len(restored), "n_read": n,
+            "timings": {"restore_ms": round(ms, 3)}}  # fmt: skip
+
+
+def _erase(llm: LlamaModel, slot: Slot, _act: SlotAction) -> dict[str, Any]:
+    n = len(slot.cache)
+    llm.seq_rm(slot.id, 0, -1)
+    slot.cache.clear()
+    return {"id_slot": slot.id, "n_erased": n}
+
+
+_ACTIONS = {"save": _save, "restore": _restore, "erase": _erase}
+
+
+class SlotActionsMixin:
+    """The batch engine's slot actions: queued by HTTP threads, run between steps."""
+
+    llm: LlamaModel | None
+    slots: list[Slot]
+    _cv: threading.Condition
+    _idle: threading.Event
+    _accepting: bool
+    _actions: deque[SlotAction]
+
+    def run_slot_action(self, act: SlotAction, timeout: float = 300.0) -> dict[str, Any]:
+        """Run ``act`` on the engine thread and return llama-server's answer (raises its error)."""
+        if act.action not in _ACTIONS:
+            raise RequestRejected("Invalid action")
+        if not 0 <= act.slot_id < len(self.slots):
+            raise RequestRejected("Invalid slot ID")
+        with self._cv:
+            if not self._accepting:
+                raise EngineNotReady()
+            self._actions.append(act)
+            self._idle.clear()
+            self._cv.notify()
+        try:
+            result = act.out.get(timeout=timeout)
+        except queue.Empty:
+            raise RequestRejected(f"slot {act.slot_id} stayed busy for {timeout:.0f} s") from None
+        if isinstance(result, BaseException):
+            raise result
+        answer: dict[str, Any] = result
+        return answer
+
+    def _run_slot_actions(self) -> None:
+        """Run the queued actions whose slot is idle; the others wait for a later step."""
+        assert self.llm is not None
+        with self._cv:
+            todo, self._actions = list(self._actions), deque()
+        for act in todo:
+            slot = self.slots[act.slot_id]
+            if slot.is_processing:
+                with self._cv:
+                    self._actions.append(act)
+                continue
+            try:
+                act.out.put(_ACTIONS[act.action](self.llm, slot, act))
+            except Exception as exc:  # delivered to the HTTP thread that waits for it
+                act.out.put(exc)
