@@ -103,7 +103,7 @@ async def _infer(
     try:
         body = body_for(trip.model, trip.n_ctx)
     except BaseException:
-        trip.end(400)
+        await trip.end(400)
         raise
     if stream:
         upstream = await open_stream(trip, path, body)
@@ -125,7 +125,7 @@ async def _load_or_unload(fwd: Forwarding, name: str, route: str, keep: float | 
             await fwd.instances.unload(found.name, reason="keep_alive")
         return "unload"
     trip = await hold(fwd, model_name(name), route, keep)
-    trip.end(200)
+    await trip.end(200)
     return "load"
 
 
@@ -180,7 +180,7 @@ def _shorten(vector: list[float], dimensions: int | None) -> list[float]:
 async def _embed(fwd: Forwarding, name: str, route: str, inputs: list[str], keep: float | None) -> tuple[Trip, Any]:
     trip = await hold(fwd, model_name(name), route, keep)
     if not inputs:
-        trip.end(200)
+        await trip.end(200)
         return trip, {"data": [], "usage": {}}
     return trip, await call(trip, "/v1/embeddings", {"model": trip.model, "input": inputs})
 

@@ -42,8 +42,10 @@ class Trip:
     def elapsed_ns(self) -> int:
         return int((self.fwd.clock.monotonic() - self.started) * 1e9)
 
-    def end(self, status: int) -> None:
-        """Give the model back and record the request (once)."""
+    async def end(self, status: int) -> None:
+        """Give the model back and record the request (once). With a ``keep_alive`` the answer waits
+        until the fold has it, so ``/api/ps`` right after shows the new expiry (one fsync; without
+        one, the record is off the response path, as the proxy's)."""
         if self._ended:
             return
         self._ended = True
@@ -56,7 +58,10 @@ class Trip:
             duration_ms=round(self.elapsed_ns() / 1e6, 2),
             keep_alive=self.keep_alive,
         )
-        self.fwd.instances.interpreter.record_later([Append(done, self.model)])
+        if self.keep_alive is None:
+            self.fwd.instances.interpreter.record_later([Append(done, self.model)])
+        else:
+            await self.fwd.instances.interpreter.record([Append(done, self.model)])
 
 
 async def hold(fwd: Forwarding, name: str, route: str, keep_alive: float | None) -> Trip:
@@ -98,7 +103,7 @@ async def call(trip: Trip, path: str, body: dict[str, Any]) -> dict[str, Any]:
     except httpx.HTTPError as exc:
         raise _dropped(trip, exc) from None
     finally:
-        trip.end(status)
+        await trip.end(status)
     if status >= 400:
         raise Problem(status, "worker_error", _worker_message(answer.content))
     result: dict[str, Any] = answer.json()
@@ -113,15 +118,15 @@ async def open_stream(trip: Trip, path: str, body: dict[str, Any]) -> httpx.Resp
         request = trip.fwd.http.build_request("POST", trip.lease.endpoint + path, json=body)
         upstream = await trip.fwd.http.send(request, stream=True)
     except httpx.HTTPError as exc:
-        trip.end(503)
+        await trip.end(503)
         raise _dropped(trip, exc) from None
     except BaseException:
-        trip.end(499)
+        await trip.end(499)
         raise
     if upstream.status_code >= 400 or not upstream.headers.get("content-type", "").startswith("text/event-stream"):
         content = await upstream.aread()
         await upstream.aclose()
-        trip.end(upstream.status_code)
+        await trip.end(upstream.status_code)
         raise Problem(max(upstream.status_code, 400), "worker_error", _worker_message(content))
     return upstream
 
@@ -146,4 +151,4 @@ async def events(trip: Trip, upstream: httpx.Response) -> AsyncIterator[dict[str
         raise _dropped(trip, exc) from None
     finally:
         await upstream.aclose()
-        trip.end(status)
+        await trip.end(status)
