@@ -1,5 +1,6 @@
-"""One real service per module for the Ollama tests: tiny real GGUFs in its models dir, and the
-project's Hub (``HF_ENDPOINT``) holding a tiny GGUF to pull."""
+"""One real service for all the Ollama tests (session-scoped: the client and contract modules
+share it): tiny real GGUFs in its models dir, and the project's Hub (``HF_ENDPOINT``) holding a
+tiny GGUF to pull."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.conftest_hub import hub_server, unique_repo
 __all__ = ["hub_server"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ollama_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ollama-models")
     write_tiny_gguf(root / "chat.gguf", seed=3)
@@ -26,7 +27,7 @@ def ollama_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def svc(
     tmp_path_factory: pytest.TempPathFactory, ollama_models: Path, hub_server: HubServer
 ) -> Iterator[ServiceProcess]:
@@ -35,15 +36,21 @@ def svc(
         yield proc
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def client(svc: ServiceProcess) -> ollama.Client:
     return ollama.Client(host=svc.url, timeout=60)
 
 
-@pytest.fixture
-def hub_repo(hub_server: HubServer, tmp_path: Path) -> str:
-    """A repo on the test Hub holding one tiny loadable GGUF, ``<repo>:Q8_0``."""
+def publish_tiny(hub_server: HubServer, workdir: Path) -> str:
+    """A new repo on the test Hub holding one tiny loadable GGUF, ``<repo>:Q8_0``
+    (its bytes stay in ``workdir/tiny-Q8_0.gguf``)."""
     repo = unique_repo("ollama")
-    gguf = write_tiny_gguf(tmp_path / "tiny-Q8_0.gguf", seed=7)
+    gguf = write_tiny_gguf(workdir / "tiny-Q8_0.gguf", seed=7)
     make_repo(hub_server.root, repo, {"tiny-Q8_0.gguf": gguf})
     return repo
+
+
+@pytest.fixture
+def hub_repo(hub_server: HubServer, tmp_path: Path) -> str:
+    """A repo of its own for each test (see :func:`publish_tiny`)."""
+    return publish_tiny(hub_server, tmp_path)
