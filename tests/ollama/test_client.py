@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import ollama
 import pytest
 
+from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import CHATML_TEMPLATE
 from tests.eventually import eventually
-from tests.ollama.conftest import client, hub_repo, ollama_models, svc
+from tests.ollama.conftest import client, hub_repo, hub_server, ollama_models, publish_tiny, svc
 from tests.service_probes import events
 
-__all__ = ["client", "hub_repo", "ollama_models", "svc"]
+__all__ = ["client", "hub_repo", "hub_server", "ollama_models", "svc"]
 
 GREEDY = {"temperature": 0.0, "seed": 1, "num_predict": 6}
 HI = [{"role": "user", "content": "hi"}]
@@ -189,3 +194,44 @@ def test_pull_without_streaming_answers_success_once(client: ollama.Client, hub_
     assert size == (tmp_path / "tiny-Q8_0.gguf").stat().st_size
     again = list(client.pull(f"{hub_repo}:Q8_0", stream=True))  # already there: no new job, the same lines
     assert [s.status for s in again][-1] == "success"
+
+
+def _story(svc: ServiceProcess, model: str) -> list[tuple[str, list[str]]]:
+    """A model's events: their types and payload members, progress left out (its count varies)."""
+    found = [e for e in events(svc, model=model) if e["type"] != "download_progress"]
+    return [(e["type"], sorted(e["data"])) for e in found]
+
+
+def _jobs(svc: ServiceProcess, model: str) -> list[dict[str, Any]]:
+    listed = httpx.get(f"{svc.url}/downloads", timeout=10).json()["downloads"]
+    return [job for job in listed if job["model"] == model]
+
+
+@pytest.mark.timeout(120)
+def test_modelrouter_pull_and_ollama_pull_share_the_job_and_the_events(
+    client: ollama.Client, svc: ServiceProcess, hub_server: HubServer, tmp_path: Path
+) -> None:
+    shared = f"{publish_tiny(hub_server, _mkdir(tmp_path / 'shared'))}:Q8_0"
+    alone = f"{publish_tiny(hub_server, _mkdir(tmp_path / 'alone'))}:Q8_0"
+    hub_server.set_faults({"kind": "throttle", "repo": shared.split(":")[0], "rate": 60_000})  # ~4 s
+    try:
+        cli = subprocess.Popen(  # our own CLI
+            [sys.executable, "-m", "service.cli", "pull", shared],
+            env={**os.environ, "MODELROUTER_URL": svc.url, "COLUMNS": "200"},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        running = eventually(lambda: [j for j in _jobs(svc, shared) if j["status"] == "running"], "the CLI's job")
+        steps = list(client.pull(f"hf.co/{shared}", stream=True))  # joins the running job
+        assert cli.wait(timeout=60) == 0, cli.stdout.read() if cli.stdout else ""
+    finally:
+        hub_server.reset()
+    assert [j["job_id"] for j in _jobs(svc, shared)] == [running[0]["job_id"]]  # one job for both
+    assert steps[-1].status == "success" and any(s.completed and s.completed < (s.total or 0) for s in steps)
+    assert client.pull(f"hf.co/{alone}", stream=False).status == "success"
+    assert _story(svc, alone) == _story(svc, shared)  # the same events whichever front asked
+    assert [t for t, _ in _story(svc, shared)][:3] == ["download_requested", "download_started", "download_finished"]
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
