@@ -235,3 +235,29 @@ def test_modelrouter_pull_and_ollama_pull_share_the_job_and_the_events(
 def _mkdir(path: Path) -> Path:
     path.mkdir()
     return path
+
+
+@pytest.mark.timeout(120)
+def test_hanging_up_a_pull_leaves_its_job_running(svc: ServiceProcess, hub_server: HubServer, tmp_path: Path) -> None:
+    name = f"{publish_tiny(hub_server, tmp_path)}:Q8_0"
+    hub_server.set_faults({"kind": "throttle", "repo": name.split(":")[0], "rate": 60_000})
+    try:
+        with httpx.stream("POST", f"{svc.url}/api/pull", json={"model": name}, timeout=30) as answer:
+            lines = answer.iter_lines()
+            assert '"pulling manifest"' in next(lines)
+            assert '"digest"' in next(lines)
+        # The client is gone; the job is not.
+        job = eventually(
+            lambda: [j for j in _jobs(svc, name) if j["status"] == "finished"], "the job finished", timeout=60
+        )
+    finally:
+        hub_server.reset()
+    assert len(job) == 1 and job[0]["bytes_done"] == (tmp_path / "tiny-Q8_0.gguf").stat().st_size
+    assert not [e for e in events(svc, model=name) if e["type"].startswith("download_cancel")]
+
+
+def test_images_without_a_projector_are_refused_by_the_worker(client: ollama.Client) -> None:
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.chat(model="chat", messages=[{"role": "user", "content": "what is it?", "images": [png]}])
+    assert refused.value.status_code == 400 and refused.value.error
