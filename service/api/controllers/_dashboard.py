@@ -30,7 +30,7 @@ def dashboard_page(request: Request[Any, Any, Any]) -> Response[Any]:
     return File(STATIC / "index.html", content_disposition_type="inline", media_type="text/html")
 
 
-@head("/", include_in_schema=False, sync_to_thread=False)
+@head("/", include_in_schema=False, sync_to_thread=False, media_type="text/plain")
 def root_head() -> None:
     """Ollama's ``HEAD /`` probe (``ollama`` clients and front-ends check the server this way)."""
 

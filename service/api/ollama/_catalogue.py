@@ -50,6 +50,11 @@ async def tags(live: LiveState) -> o.TagList:
     return tags_view(live.state)
 
 
+@head("/tags", operation_id="ollamaTagsHead", tags=_TAGS, include_in_schema=False)
+async def tags_head() -> None:
+    """``HEAD /api/tags``, which Ollama answers too (clients probe with it)."""
+
+
 @get("/ps", operation_id="ollamaPs", tags=_TAGS, responses=ollama_errors(401))
 async def ps(live: LiveState, clock: SkipValidation[Clock]) -> o.RunningList:  # a Protocol: no isinstance
     """The models with a running worker, with their context length and when they would unload."""
@@ -69,14 +74,15 @@ async def show(data: o.ModelBody, live: LiveState) -> o.Shown:
     status_code=HTTP_200_OK,
     responses=ollama_errors(400, 401, 404, 409, 503),
 )
-async def delete_model(data: Annotated[o.ModelBody, Body()], live: LiveState, remover: ModelRemover) -> None:
+async def delete_model(data: Annotated[o.ModelBody, Body()], live: LiveState, remover: ModelRemover) -> o.Empty:
     """Delete a downloaded model's files (``DELETE /models``), stopping its worker first as Ollama does."""
     found = find_model(live.state, data.named())
     await remover.remove(found.name, force=True)
+    return o.Empty()
 
 
 @post("/copy", operation_id="ollamaCopy", tags=_TAGS, status_code=HTTP_200_OK, responses=ollama_errors(400, 401, 404))
-async def copy(data: o.CopyBody, live: LiveState) -> None:
+async def copy(data: o.CopyBody, live: LiveState) -> o.Empty:
     """Ollama copies a model under a new name; here a model has one name and its aliases come from
     presets, so a copy of an existing model is refused with the way to get the same."""
     found = find_model(live.state, data.source)
@@ -99,14 +105,14 @@ def _hub_only(request: Request[Any, Any, Any]) -> Problem:
 
 
 @post("/create", operation_id="ollamaCreate", tags=_TAGS, status_code=HTTP_200_OK, responses=ollama_errors(400, 401))
-async def create(data: o.CreateBody, request: Request[Any, Any, Any]) -> None:
+async def create(data: o.CreateBody, request: Request[Any, Any, Any]) -> o.Empty:
     """Refused: models come from the Hub (or the models dir), not from Modelfiles."""
     del data
     raise _hub_only(request)
 
 
 @post("/push", operation_id="ollamaPush", tags=_TAGS, status_code=HTTP_200_OK, responses=ollama_errors(400, 401))
-async def push(data: o.ModelBody, request: Request[Any, Any, Any]) -> None:
+async def push(data: o.ModelBody, request: Request[Any, Any, Any]) -> o.Empty:
     """Refused: modelrouter only downloads from the Hub."""
     del data
     raise _hub_only(request)

@@ -129,6 +129,10 @@ class RunningList(msgspec.Struct, frozen=True):
     models: list[RunningModel]
 
 
+class Empty(msgspec.Struct, frozen=True):
+    """``{}``: what a delete answers (Ollama's clients read only the status)."""
+
+
 class Version(msgspec.Struct, frozen=True):
     version: str
 
