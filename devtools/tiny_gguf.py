@@ -317,6 +317,33 @@ def write_unsupported_arch_gguf(path: str | os.PathLike[str]) -> Path:
     return write_tiny_gguf(path, architecture=UNSUPPORTED_ARCH)
 
 
+def write_tiny_lora(
+    path: str | os.PathLike[str], *, seed: int = 1, rank: int = 4, n_embd: int = 64, n_vocab: int = N_VOCAB
+) -> Path:
+    """A LoRA adapter for :func:`write_tiny_gguf`'s model: ``output.weight`` plus ``B·A``.
+
+    Its random ``B·A`` (std 1, against the base's 0.02) outweighs the base
+    logits, so greedy output with the adapter at scale 1 differs from the
+    base model's, and at scale 0 it is the base's: what a test of
+    ``--lora`` and ``/lora-adapters`` needs. ggml shapes as llama.cpp
+    expects them: ``lora_a`` ne ``[n_embd, rank]``, ``lora_b`` ne ``[rank, n_vocab]``.
+    """
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(out, "llama")
+    w.add_string("general.type", "adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", float(rank))
+    w.add_tensor("output.weight.lora_a", rng.standard_normal((rank, n_embd)).astype(np.float32))
+    w.add_tensor("output.weight.lora_b", rng.standard_normal((n_vocab, rank)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write a tiny llama GGUF for tests.")
     parser.add_argument("out", type=Path)

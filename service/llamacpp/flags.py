@@ -135,10 +135,18 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     ),
     "spm-infill": ("spm_infill", "/infill puts the suffix first"),
     "slot-save-path": ("slot_save_path", "directory of the files POST /slots/{id}?action=save and restore use"),
+    "lora": ("lora", "LoRA adapters (comma-separated), applied to every slot; GET/POST /lora-adapters"),
+    "lora-scaled": ("lora_scaled", "LoRA adapters with their scales (FNAME:SCALE,...)"),
+    "lora-init-without-apply": (
+        "lora_init_without_apply",
+        "adapters load at scale 0 (then POST /lora-adapters)",
+    ),
+    "props": ("endpoint_props", "POST /props answers success (it changes nothing, as llama-server's)"),
     "kv-unified": ("kv_unified", "one KV pool for all slots (each may fill -c); without it each slot has -c / -np"),
     "parallel": ("n_parallel", "slots decoded together (-1 = auto: the worker's default)"),
     "chat-template": ("chat_format", "built-in template names llama-cpp-python knows (chatml, llama2, ...)"),
     "jinja": ("", "the GGUF's Jinja template is always used; --no-jinja is ignored"),
+    "cache-idle-slots": ("", "idle slots keep their KV cache for prefix reuse; --no-cache-idle-slots is ignored"),
     "cont-batching": ("", "the batch engine always batches; --no-cont-batching is ignored"),
     "tags": ("", "the model's tags in GET /models (informational, not used for routing)"),
 }

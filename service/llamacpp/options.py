@@ -141,11 +141,16 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "context-shift": lambda _k, v: {"context_shift": not is_falsey(v)},
     "spm-infill": lambda _k, v: {"spm_infill": not is_falsey(v)},
     "slot-save-path": lambda _k, v: {"slot_save_path": v.strip()},
+    "lora": lambda _k, v: {"lora": v.strip()},
+    "lora-scaled": lambda _k, v: {"lora_scaled": v.strip()},
+    "lora-init-without-apply": lambda _k, v: {"lora_init_without_apply": not is_falsey(v)},
+    "props": lambda _k, v: {"endpoint_props": not is_falsey(v)},
     "parallel": _parallel,
 }
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.
 _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
     "jinja": lambda v: not is_falsey(v),
+    "cache-idle-slots": lambda v: not is_falsey(v),
     "cont-batching": lambda v: not is_falsey(v),
     "chat-template": lambda v: v.strip() in CHAT_FORMATS,
     "tags": lambda _v: True,  # the router's: GET /models lists them (model_tags)

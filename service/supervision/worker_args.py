@@ -37,9 +37,12 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "seed": "--seed",
     "pooling": "--pooling",
     "slot_save_path": "--slot-save-path",
+    "lora": "--lora",
+    "lora_scaled": "--lora-scaled",
 }
 _INFERENCE_SWITCHES = {"embedding": "--embedding", "kv_unified": "--kv-unified", "context_shift": "--context-shift",
-                       "spm_infill": "--spm-infill"}  # fmt: skip
+                       "spm_infill": "--spm-infill", "endpoint_props": "--props",
+                       "lora_init_without_apply": "--lora-init-without-apply"}  # fmt: skip
 
 
 def inference_argv(

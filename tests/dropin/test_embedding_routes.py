@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from devtools.service_process import ServiceProcess
-from devtools.tiny_gguf import write_tiny_bert, write_tiny_gguf
+from devtools.tiny_gguf import write_tiny_bert, write_tiny_gguf, write_tiny_lora
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +26,16 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     bert = write_tiny_bert(root / "files" / "bert.gguf")
     rank = write_tiny_bert(root / "files" / "rank.gguf", pooling="rank")
     chat = write_tiny_gguf(root / "files" / "chat.gguf")
+    lora = write_tiny_lora(root / "files" / "lora.gguf")
     preset = root / "models.ini"
     preset.write_text(
         f"[bert]\nmodel = {bert}\nembeddings = true\npooling = mean\n\n"
         f"[rank]\nmodel = {rank}\nreranking = true\n\n"
-        f"[chat]\nmodel = {chat}\n"
+        f"[chat]\nmodel = {chat}\nlora = {lora}\nlora-init-without-apply = true\n"
     )
-    with ServiceProcess(root / "home", args=["--models-preset", str(preset), "-np", "2"]) as proc:
+    # AIP_MODE reaches the workers (they inherit the service's environment): /predict is served.
+    env = {"AIP_MODE": "PREDICTION"}
+    with ServiceProcess(root / "home", env=env, args=["--models-preset", str(preset), "-np", "2"]) as proc:
         yield proc
 
 
@@ -77,3 +80,36 @@ def test_wide_completion_bodies_pass_the_router(svc: ServiceProcess) -> None:
     assert forced["content"] == "AAA"
     assert _post(svc, "/completion", **base, prompt=[1, "once"], ignore_eos=True)["tokens_evaluated"] >= 2
     assert _post(svc, "/completion", 400, **base, prompt={"prompt_string": 5})["status"] == 400
+
+
+@pytest.mark.timeout(180)
+def test_lora_adapters_through_the_router(svc: ServiceProcess) -> None:
+    """The preset's ``lora`` loads at scale 0 (``lora-init-without-apply``); ``POST
+    /lora-adapters?model=`` with llama-server's array changes the model's greedy text."""
+    adapters = httpx.get(f"{svc.url}/lora-adapters", params={"model": "chat"}, timeout=90)
+    assert adapters.status_code == 200 and [a["scale"] for a in adapters.json()] == [0.0]
+    body = {"model": "chat", "prompt": "hello there", "n_predict": 8, "temperature": 0}
+    base = _post(svc, "/completion", **body)["content"]
+    scales = httpx.post(f"{svc.url}/lora-adapters?model=chat", json=[{"id": 0, "scale": 1}], timeout=90)
+    assert scales.status_code == 200 and scales.json() == {"success": True}
+    assert _post(svc, "/completion", **body)["content"] != base
+    assert httpx.post(f"{svc.url}/lora-adapters?model=chat", json=[], timeout=90).json() == {"success": True}
+    assert _post(svc, "/completion", **body)["content"] == base
+    # The router checks the array before any worker: a scale must be a number, the model named.
+    bad = httpx.post(f"{svc.url}/lora-adapters?model=chat", json=[{"id": 0, "scale": "x"}], timeout=30)
+    assert bad.status_code == 400
+    assert httpx.post(f"{svc.url}/lora-adapters", json=[], timeout=30).status_code == 400
+
+
+@pytest.mark.timeout(180)
+def test_vertex_predictions_through_the_router(svc: ServiceProcess) -> None:
+    """``POST /predict`` goes to the worker of its instances' ``model``, which runs each instance."""
+    instances = [
+        {"@requestFormat": "embeddings", "model": "bert", "input": "a cat"},
+        {"@requestFormat": "/v1/embeddings", "model": "bert", "input": ["a", "b"]},
+    ]
+    predictions = _post(svc, "/predict", instances=instances)["predictions"]
+    assert len(predictions[0]["data"]) == 1 and len(predictions[1]["data"]) == 2
+    mixed = _post(svc, "/predict", 400, instances=[*instances, {"@requestFormat": "tokenize", "model": "chat"}])
+    assert "one request, one model" in mixed["detail"]
+    assert _post(svc, "/predict", 400, instances=[{"model": "bert"}])["status"] == 400

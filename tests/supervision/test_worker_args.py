@@ -26,13 +26,16 @@ def test_llama_server_generation_switches_reach_the_worker(tmp_path: Path) -> No
     ``kv-unified`` become the worker's llama-server flags; their falsey forms add nothing."""
     text = (
         "[tiny]\nmodel = /m/tiny.gguf\ncontext-shift = true\nspm-infill = 1\nslot-save-path = /tmp/slots \n"
-        "reranking = on\nkv-unified = true\n[off]\nmodel = /m/off.gguf\ncontext-shift = false\nkv-unified = 0\n"
+        "reranking = on\nkv-unified = true\nlora = /a.gguf,/b.gguf\nlora-scaled = /c.gguf:0.5\nprops = on\n"
+        "lora-init-without-apply = true\n[off]\nmodel = /m/off.gguf\ncontext-shift = false\nkv-unified = 0\n"
     )
     on, off = parse_preset(text, "test.ini").sections
     settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
     params = dict(model_settings(on.options, on.extras).config.params)
     argv = inference_argv(settings, "tiny", "/m/tiny.gguf", "tiny-1", 9000, params)
-    assert {"--context-shift", "--spm-infill", "--kv-unified", "--embedding"} <= set(argv)
+    assert {"--context-shift", "--spm-infill", "--kv-unified", "--embedding", "--props"} <= set(argv)
+    assert "--lora-init-without-apply" in argv and argv[argv.index("--lora") + 1] == "/a.gguf,/b.gguf"
+    assert argv[argv.index("--lora-scaled") + 1] == "/c.gguf:0.5"
     assert argv[argv.index("--slot-save-path") + 1] == "/tmp/slots" and argv[argv.index("--pooling") + 1] == "rank"
     params = dict(model_settings(off.options, off.extras).config.params)
     argv = inference_argv(settings, "off", "/m/off.gguf", "off-1", 9000, params)

@@ -86,7 +86,9 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
     """Start workers with ``stdin=PIPE`` (as the service does); all killed at teardown."""
     started: list[WorkerProc] = []
 
-    def spawn(model_path: Path | str, *extra: str, instance_id: str | None = None) -> WorkerProc:
+    def spawn(
+        model_path: Path | str, *extra: str, instance_id: str | None = None, env: dict[str, str] | None = None
+    ) -> WorkerProc:
         iid = instance_id or f"inst-{len(started)}"
         events = tmp_path / f"{iid}.events.jsonl"
         stderr_path = tmp_path / f"{iid}.stderr.log"
@@ -97,7 +99,7 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 cwd=REPO_ROOT,
-                env=worker_env(),
+                env={**worker_env(), **(env or {})},
             )
         w = WorkerProc(proc, events, stderr_path, iid)
         started.append(w)

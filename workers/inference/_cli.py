@@ -35,7 +35,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
+
+from workers.inference.llama import LoraError, parse_specs
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
 STATS_INTERVAL_S = 5.0  # instance_stats: at most this often, and only when it changed
@@ -74,6 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--context-shift", action="store_true", help="a full context drops old tokens (n_keep kept)")
     p.add_argument("--spm-infill", action="store_true", help="/infill prompts suffix first (SPM)")
     p.add_argument("--slot-save-path", default=None, help="directory of POST /slots/{id}?action=save|restore files")
+    p.add_argument("--lora", action="append", default=[], help="LoRA adapter GGUF (comma-separated: several)")
+    p.add_argument("--lora-scaled", action="append", default=[], help="LoRA adapter with a scale: FNAME:SCALE,...")
+    p.add_argument("--lora-init-without-apply", action="store_true", help="load --lora adapters at scale 0")
+    p.add_argument("--props", action="store_true", help="POST /props answers success (llama-server's)")
     p.add_argument("--kv-unified", action="store_true", help="one KV pool for all slots (each may use all of -c)")
     p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
     p.add_argument("--seed", type=int, default=None)
@@ -86,9 +93,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--parent-pid", type=int, default=None, help="exit at once if our parent is not this pid")
     args = p.parse_args(argv)
+    args.lora_specs = _lora_specs(p, args)
     args.model_name = args.model_name or Path(args.model_path).stem
     args.instance_id = args.instance_id or f"{args.model_name}-{os.getpid()}"
     args.n_threads_batch = args.n_threads_batch or args.n_threads
     if args.reranking:  # as llama-server's --reranking
         args.embedding, args.pooling = True, "rank"
     return args
+
+
+def _lora_specs(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, float]]:
+    """``--lora``/``--lora-scaled`` as ``[(path, scale)]``; ``--lora-init-without-apply``: all at 0."""
+    try:
+        specs = parse_specs(args.lora, args.lora_scaled)
+    except LoraError as exc:
+        p.error(str(exc))
+    return [(path, 0.0) for path, _ in specs] if args.lora_init_without_apply else specs
+
+
+def predict_route(environ: Mapping[str, str]) -> str | None:
+    """llama-server's Vertex AI route: ``AIP_PREDICT_ROUTE`` (default ``/predict``) with ``AIP_MODE=PREDICTION``."""
+    if environ.get("AIP_MODE") != "PREDICTION":
+        return None
+    route = environ.get("AIP_PREDICT_ROUTE") or "/predict"
+    route = route if route.startswith("/") else "/" + route
+    return route[3:] if route.startswith("/v1/") else route  # routed as the handler strips /v1

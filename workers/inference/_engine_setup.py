@@ -34,7 +34,10 @@ def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float],
             args.n_ctx, args.n_parallel, args.n_batch, args.n_threads, args.n_threads_batch,
             embedding=bool(args.embedding), pooling=POOLING.get(args.pooling or "", -1), kv_unified=args.kv_unified,
         )  # fmt: skip
-        return load_llama(args.model_path, cfg, log=log, on_progress=on_progress)
+        loaded = load_llama(args.model_path, cfg, log=log, on_progress=on_progress)
+        llm = loaded.llm
+        llm.lora.load(llm.lc, llm.model, llm.ctx, args.lora_specs)  # a bad adapter fails the load, as llama-server
+        return loaded
     return load_model(
         args.model_path,
         log=log,

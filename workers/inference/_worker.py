@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from service.core import events as ev
-from workers.inference._cli import EXIT_ERROR, EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, parse_args
+from workers.inference._cli import EXIT_ERROR, EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, parse_args, predict_route
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
 from workers.inference.engine import EngineMonitor
@@ -48,7 +48,8 @@ class Worker:
         self.engine = build_engine(args)
         front = FrontOptions(
             chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens,
-            spm_infill=args.spm_infill, slot_save_path=args.slot_save_path,
+            spm_infill=args.spm_infill, slot_save_path=args.slot_save_path, endpoint_props=args.props,
+            predict_route=predict_route(os.environ),
         )  # fmt: skip
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""

@@ -22,6 +22,7 @@ from litestar.status_codes import HTTP_200_OK
 
 from service import __version__
 from service.api import schemas as s
+from service.api.problems import Problem
 from service.api.proxy import Forwarding, proxy_request
 from service.api.schemas import ModelParam, problems
 from service.settings import Settings
@@ -67,7 +68,6 @@ POST_ROUTES: dict[str, type[Any]] = {
     "/v1/chat/completions/input_tokens": s.ChatRequest,
     "/responses/input_tokens": s.ModelRequest,
     "/v1/responses/input_tokens": s.ModelRequest,
-    "/lora-adapters": s.ModelRequest,
 }
 GET_ROUTES = ("/lora-adapters", "/slots")  # /metrics: ._metrics (the router's own without ?model=)
 _OPERATION_IDS = {
@@ -188,10 +188,52 @@ async def post_slot(
     return await proxy_request(request, forwarding, data.model.strip(), autoload)
 
 
+@post(
+    "/lora-adapters",
+    operation_id="postLoraAdapters",
+    tags=["inference"],
+    status_code=HTTP_200_OK,
+    description="Routed to the worker of `?model=`: llama-server's array of `{id, scale}` (the body is an "
+    "array, so the model is named in the query).",
+    responses={**_ANSWER, **_PROXIED},
+)
+async def post_lora_adapters(
+    data: list[s.LoraScale],
+    request: Request[Any, Any, Any],
+    forwarding: Forwarding,
+    model: ModelParam,
+    autoload: Autoload = None,
+) -> Response[Any]:
+    """llama-server's ``POST /lora-adapters``: new scales for the model's ``--lora`` adapters."""
+    del data  # validated here, forwarded as received
+    return await proxy_request(request, forwarding, model.strip(), autoload)
+
+
+@post(
+    "/predict",
+    operation_id="postPredict",
+    tags=["inference"],
+    status_code=HTTP_200_OK,
+    description="Vertex AI's predictions, routed to the worker of the instances' `model` (one model per "
+    "request); the worker answers them with `AIP_MODE=PREDICTION` in its environment, else 404.",
+    responses={**_ANSWER, **_PROXIED},
+)
+async def post_predict(
+    data: s.PredictRequest, request: Request[Any, Any, Any], forwarding: Forwarding, autoload: Autoload = None
+) -> Response[Any]:
+    """``POST /predict``: ``{"instances": [{"@requestFormat", "model", ...}]}``."""
+    models = {i.model.strip() for i in data.instances}
+    if len(models) != 1:
+        raise Problem(400, "invalid_request", f"the instances name {len(models)} models; one request, one model")
+    return await proxy_request(request, forwarding, models.pop(), autoload)
+
+
 proxy_routes = [
     *(_post_route(path, body) for path, body in POST_ROUTES.items()),
     *(_get_route(path) for path in GET_ROUTES),
     get_props,
     post_slot,
+    post_lora_adapters,
+    post_predict,
 ]
 """Every routed handler, for the route collection (``service.api.controllers.route_handlers``)."""

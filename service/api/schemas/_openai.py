@@ -208,6 +208,26 @@ class RerankRequest(_Body, frozen=True):
     return_text: bool | None = None
 
 
+class LoraScale(msgspec.Struct, frozen=True):
+    """``POST /lora-adapters``: one adapter's new scale (adapters not listed get 0, as llama-server)."""
+
+    id: Annotated[int, Meta(ge=0)]
+    scale: float = 0.0
+
+
+class PredictInstance(msgspec.Struct, frozen=True, rename={"request_format": "@requestFormat"}):
+    """One Vertex AI instance: a routed body (its ``model`` names the worker) and the route."""
+
+    model: ModelName
+    request_format: str
+
+
+class PredictRequest(msgspec.Struct, frozen=True):
+    """Vertex AI's ``POST /predict`` (llama-server with ``AIP_MODE=PREDICTION``)."""
+
+    instances: Annotated[list[PredictInstance], Meta(min_length=1, max_length=128)]
+
+
 class ModelRequest(_Body, frozen=True):
     """Any other routed body: only ``model`` is the router's business."""
 

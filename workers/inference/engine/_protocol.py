@@ -52,6 +52,11 @@ class RequestQueue(Protocol):
         ...
 
     @property
+    def slot_count(self) -> int:
+        """Requests it runs at once (``n_cmpl`` may ask for up to this many completions)."""
+        ...
+
+    @property
     def embedding_batch_limit(self) -> int:
         """The most tokens one embedding sequence may have."""
         ...

@@ -28,12 +28,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class SlotAction:
-    """``save``, ``restore`` or ``erase`` of slot ``slot_id``; ``path`` for the first two."""
+    """``save``, ``restore`` or ``erase`` of slot ``slot_id``; ``path`` for the first two. ``lora``
+    (``POST /lora-adapters``) sets every adapter's scale once all slots are idle."""
 
     action: str
     slot_id: int
     path: str = ""
     filename: str = ""
+    scales: tuple[float, ...] = ()
     out: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
 
 
@@ -76,7 +78,18 @@ def _erase(llm: LlamaModel, slot: Slot, _act: SlotAction) -> dict[str, Any]:
     return {"id_slot": slot.id, "n_erased": n}
 
 
-_ACTIONS = {"save": _save, "restore": _restore, "erase": _erase}
+def _set_lora(llm: LlamaModel, slots: list[Slot], act: SlotAction) -> dict[str, Any]:
+    """New adapter scales; every slot's cached tokens were computed with the old ones, so they go."""
+    for adapter, scale in zip(llm.lora.adapters, act.scales, strict=True):
+        adapter.scale = scale
+    llm.lora.apply(llm.lc, llm.ctx)
+    for s in slots:
+        llm.seq_rm(s.id, 0, -1)
+        s.cache.clear()
+    return {"success": True}
+
+
+_ACTIONS = {"save": _save, "restore": _restore, "erase": _erase}  # per slot; "lora" takes them all
 
 
 class SlotActionsMixin:
@@ -91,9 +104,9 @@ class SlotActionsMixin:
 
     def run_slot_action(self, act: SlotAction, timeout: float = 300.0) -> dict[str, Any]:
         """Run ``act`` on the engine thread and return llama-server's answer (raises its error)."""
-        if act.action not in _ACTIONS:
+        if act.action not in (*_ACTIONS, "lora"):
             raise RequestRejected("Invalid action")
-        if not 0 <= act.slot_id < len(self.slots):
+        if act.action != "lora" and not 0 <= act.slot_id < len(self.slots):
             raise RequestRejected("Invalid slot ID")
         with self._cv:
             if not self._accepting:
@@ -116,12 +129,15 @@ class SlotActionsMixin:
         with self._cv:
             todo, self._actions = list(self._actions), deque()
         for act in todo:
-            slot = self.slots[act.slot_id]
-            if slot.is_processing:
+            busy = self.slots if act.action == "lora" else [self.slots[act.slot_id]]
+            if any(s.is_processing for s in busy):
                 with self._cv:
                     self._actions.append(act)
                 continue
             try:
-                act.out.put(_ACTIONS[act.action](self.llm, slot, act))
+                if act.action == "lora":
+                    act.out.put(_set_lora(self.llm, self.slots, act))
+                else:
+                    act.out.put(_ACTIONS[act.action](self.llm, busy[0], act))
             except Exception as exc:  # delivered to the HTTP thread that waits for it
                 act.out.put(exc)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.inference import WorkerState
 from workers.inference.engine import Engine, RequestQueue
+from workers.inference.http._streams import Sessions
 
 if TYPE_CHECKING:
     from workers.inference.http._front import CompletionFront  # loaded with the model (make_front)
@@ -26,13 +27,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class FrontOptions:
     """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``,
-    ``--spm-infill``, ``--slot-save-path``."""
+    ``--spm-infill``, ``--slot-save-path``, ``--props``."""
 
     chat_format: str | None = None
     default_seed: int | None = None
     max_prompt_tokens: int = 0
     spm_infill: bool = False
     slot_save_path: str | None = None
+    endpoint_props: bool = False
+    predict_route: str | None = None  # Vertex AI's POST route (AIP_MODE=PREDICTION), else none
 
 
 @dataclass
@@ -43,6 +46,7 @@ class InferenceApp:
     engine: Engine
     log: Any
     front_options: FrontOptions = field(default_factory=FrontOptions)
+    streams: Sessions = field(default_factory=Sessions)  # resumable streams by X-Conversation-Id
     status: WorkerState = WorkerState.LOADING
     model_meta: dict[str, Any] = field(default_factory=dict)
     created: int = field(default_factory=lambda: int(time.time()))

@@ -106,6 +106,13 @@ class CompletionFront:
         if job.kind not in ("chat", "completion"):
             raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
         opts = job.options
+        if opts.get("n_cmpl", 1) > 1:
+            from workers.inference.http._multi import run_many
+
+            if opts["n_cmpl"] > self.engine.slot_count:
+                raise ApiError(400, f"'n_cmpl' must be at most the number of slots ({self.engine.slot_count})")
+            run_many(self, job, opts["n_cmpl"])
+            return
         ctx = _RequestContext(
             client_gone=job.client_gone,
             cache_prompt=opts.get("cache_prompt", True),
@@ -229,7 +236,10 @@ class CompletionFront:
         head = ""
         if echo:
             head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
-        shape = CompletionShaper(f"cmpl-{uuid.uuid4()}", int(time.time()), self.model_name, len(tokens), self.llm)
+        probs = self._ctx().result.setdefault("probs", []) if logprobs else None
+        shape = CompletionShaper(
+            f"cmpl-{uuid.uuid4()}", int(time.time()), self.model_name, len(tokens), self.llm, probs
+        )
         events, result = self._events(req, self._ctx().client_gone), self._ctx().result
         if stream:
             return shape.chunks(events, head, suffix or "", result)

@@ -159,7 +159,7 @@ def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
     raise ApiError(501, "this model's chat format does not render a text prompt", "not_supported_error")
 
 
-def props(front: Any, total_slots: int, model_name: str) -> dict[str, Any]:
+def props(front: Any, total_slots: int, model_name: str, endpoint_props: bool = False) -> dict[str, Any]:
     """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies."""
     llm = front.llm
     params = {**SamplingParams().to_json(), "n_predict": -1, "stop": []}
@@ -170,7 +170,7 @@ def props(front: Any, total_slots: int, model_name: str) -> dict[str, Any]:
         "model_path": llm.path,
         "modalities": {"vision": False, "video": False, "audio": False},
         "endpoint_slots": True,
-        "endpoint_props": False,
+        "endpoint_props": endpoint_props,
         "endpoint_metrics": True,
         "chat_template": llm.chat_template() or "",
         "bos_token": llm.token_text(llm.bos) if llm.bos >= 0 else "",
@@ -185,8 +185,14 @@ def props(front: Any, total_slots: int, model_name: str) -> dict[str, Any]:
 
 def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
     """llama-server's ``/completion`` request as an OpenAI completion request:
-    ``n_predict`` (default -1: until the context is full) is ``max_tokens``."""
+    ``n_predict`` (default -1: until the context is full) is ``max_tokens``, ``n_probs`` is ``logprobs``."""
     out = dict(body)
+    n_probs = out.pop("n_probs", None)
+    if n_probs is not None:
+        if not _is_token(n_probs) or n_probs < 0:
+            raise ApiError(400, "'n_probs' must be an integer >= 0")
+        if n_probs > 0:  # each token's completion_probabilities: its own and the n_probs likeliest
+            out["logprobs"] = n_probs
     n_predict = out.pop("n_predict", None)
     if "max_tokens" not in out:
         if n_predict is not None and (not _is_token(n_predict) or n_predict < -1):
@@ -195,7 +201,7 @@ def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def native_whole(result: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
+def native_whole(result: dict[str, Any], req: dict[str, Any], *, stream: bool = False) -> dict[str, Any]:
     """An OpenAI completion object → llama-server's ``/completion`` response.
 
     ``req`` is the request's record (:class:`workers.inference.http._front._RequestContext`'s
@@ -207,7 +213,9 @@ def native_whole(result: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
     text = choice.get("text", "")
     word = final.get("stopping_word", "")
     reason = choice.get("finish_reason")
+    probs = {"completion_probabilities": req["probs"]} if req.get("probs") and not stream else {}
     return {
+        **probs,
         "index": 0,
         "content": text,
         "tokens": [],
@@ -230,14 +238,18 @@ def native_whole(result: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
 def native_chunks(chunks: Iterator[dict[str, Any]], req: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """OpenAI completion chunks → llama-server's ``/completion`` stream: partial objects
     with ``stop: false``, then the whole response (empty ``content``, ``stop: true``)."""
-    n = 0
+    n = seen = 0
     for chunk in chunks:
         choice = (chunk.get("choices") or [{}])[0]
         if choice.get("finish_reason") is None:
             n += 1
-            yield {"index": 0, "content": choice.get("text", ""), "tokens": [], "stop": False, "id_slot": -1,
-                   "tokens_predicted": n, "tokens_evaluated": int(req.get("n_prompt", 0))}  # fmt: skip
+            part = {"index": 0, "content": choice.get("text", ""), "tokens": [], "stop": False, "id_slot": -1,
+                    "tokens_predicted": n, "tokens_evaluated": int(req.get("n_prompt", 0))}  # fmt: skip
+            probs = req.get("probs") or []
+            if len(probs) > seen:  # the tokens of this chunk
+                part["completion_probabilities"], seen = probs[seen:], len(probs)
+            yield part
             continue
         reason = choice.get("finish_reason")
         last = {"model": chunk.get("model", ""), "choices": [{"text": "", "finish_reason": reason}]}
-        yield native_whole(last, req)
+        yield native_whole(last, req, stream=True)

@@ -73,9 +73,6 @@ def _sampling_kwargs(body: dict[str, Any]) -> dict[str, Any]:
     bias = body.get("logit_bias")
     if bias is not None:
         out["logit_bias"] = logit_bias(bias)
-    n = body.get("n")
-    if n is not None and n != 1:
-        raise ApiError(400, "only n=1 is supported")
     return out
 
 
@@ -249,6 +246,13 @@ def request_options(body: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, bool):
                 raise ApiError(400, f"'{key}' must be a boolean")
             opts[key] = value
+    if body.get("lora"):  # the adapters are the context's: one set for every slot (llama/_lora.py)
+        raise ApiError(400, "a per-request 'lora' is not supported here; set the scales with POST /lora-adapters")
+    n_cmpl = body.get("n_cmpl", body.get("n"))  # llama-server: "n" is n_cmpl's OpenAI alias
+    if n_cmpl is not None:
+        if not _is_token(n_cmpl) or n_cmpl < 1:
+            raise ApiError(400, "'n_cmpl' (or 'n') must be an integer >= 1")
+        opts["n_cmpl"] = n_cmpl
     n_keep = body.get("n_keep")
     if n_keep is not None:
         if not _is_token(n_keep) or n_keep < -1:

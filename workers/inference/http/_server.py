@@ -23,27 +23,26 @@ too, not only once tokens stream.
 
 from __future__ import annotations
 
-import json
-import os
+import functools
 import select
 import socket
 from collections.abc import Callable
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from workers.inference import WorkerState
 from workers.inference.engine import EngineError, Job
+from workers.inference.http import _admin_routes as admin
 from workers.inference.http import _llama_server as llama_server
+from workers.inference.http import _streams as streams
 from workers.inference.http._app import InferenceApp
 from workers.inference.http._errors import ApiError, answer_for
+from workers.inference.http._jobs import make_job
+from workers.inference.http._predict import predict
 from workers.inference.http._requests import (
-    chat_request,
-    completion_request,
-    embedding_request,
     parse_json_object,
-    request_options,
 )
+from workers.inference.http._wire import SSE_HEAD, json_bytes, phrase, read_body
 
 if TYPE_CHECKING:
     from workers.inference.http._front import CompletionFront
@@ -58,38 +57,20 @@ _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
 }
 # llama-server's POST routes this worker does not serve (501), with why.
 _UNSUPPORTED = {
-    "/props": ": properties cannot be changed (llama-server without --props)",
     "/responses": " (use /v1/chat/completions)",
     "/messages": " (use /v1/chat/completions)",
     "/messages/count_tokens": " (use /tokenize)",
     "/chat/completions/control": "",
     "/chat/completions/input_tokens": " (use /apply-template and /tokenize)",
     "/responses/input_tokens": "",
-    "/lora-adapters": ": no LoRA adapters",
 }
-
-
-def _valid_filename(name: str) -> bool:
-    """llama.cpp's ``fs_validate_filename`` in short: one plain file name, no directories."""
-    bad = any(c in name for c in '/\\:*?"<>|') or any(ord(c) < 32 for c in name)
-    return 0 < len(name.encode()) <= 255 and name not in (".", "..") and not bad and name.strip() == name
-
-
-def _json_bytes(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Client Closed Request" if status == 499 else "Unknown"
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "modelrouter-worker"
     app: InferenceApp  # set on the per-server subclass
+    _gone = False  # the streaming client hung up (a resumable stream goes on without it)
 
     def setup(self) -> None:
         super().setup()
@@ -103,14 +84,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         head = (
-            f"HTTP/1.1 {status} {_phrase(status)}\r\n"
+            f"HTTP/1.1 {status} {phrase(status)}\r\n"
             f"Content-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if self.close_connection else "") + "\r\n"
         )
         self.wfile.write(head.encode("latin-1") + body)
 
     def _send_json(self, status: int, obj: Any) -> None:
-        self._send(status, _json_bytes(obj))
+        self._send(status, json_bytes(obj))
 
     def _send_api_error(self, failure: ApiError | EngineError) -> None:
         err = answer_for(failure)
@@ -122,7 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # Protocol-level errors from BaseHTTPRequestHandler: answer JSON, then hang up.
         self.close_connection = True
-        self._send_api_error(ApiError(code, message or _phrase(code)))
+        self._send_api_error(ApiError(code, message or phrase(code)))
 
     # -- routing ------------------------------------------------------------
 
@@ -149,10 +130,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"object": "list", "data": [entry]})
         elif route in ("/slots", "/metrics", "/engine/steps"):
             self._send_engine_state(route)
-        elif route == "/props":
+        elif route == "/stream":
+            self._replay()
+        elif route in ("/lora-adapters", "/props"):
             try:
-                front = self._front(route)
-                self._send_json(200, llama_server.props(front, self.app.engine.slot_count, app.model_name))
+                front, opts = self._front(route), app.front_options
+                self._send_json(200, front.llm.lora.to_json() if route == "/lora-adapters" else llama_server.props(
+                    front, app.engine.slot_count, app.model_name, opts.endpoint_props))  # fmt: skip
             except ApiError as err:
                 self._send_api_error(err)
         else:
@@ -188,20 +172,38 @@ class _Handler(BaseHTTPRequestHandler):
         except (OSError, ValueError):
             return True
 
+    def do_DELETE(self) -> None:
+        """``DELETE /v1/stream?conv_id=``: the user's stop; cancels the generation, forgets the stream."""
+        try:
+            if self._route() != "/stream":
+                raise ApiError(404, f"no route DELETE {self._route()}", "not_found_error")
+            self._read_body()
+            self.app.streams.delete(self.path)
+            self._send(204, b"")
+        except ApiError as err:
+            self._send_api_error(err)
+
     def do_POST(self) -> None:
         with self.app.responding():
             self._post()
 
     def _post(self) -> None:
         route = self._route()
+        session: streams.Session | None = None
         try:
             raw = self._read_body()
+            if route == self.app.front_options.predict_route:  # Vertex AI (AIP_MODE=PREDICTION)
+                self._send_json(200, predict(parse_json_object(raw), self._answer))
+                return
+            if route == "/streams/lookup":
+                self._send_json(200, self.app.streams.lookup(parse_json_object(raw)))
+                return
             if route in _LLAMA_ROUTES:
                 body = parse_json_object(raw)
                 self._send_json(200, _LLAMA_ROUTES[route](self._front(route), body))
                 return
-            if route.startswith("/slots/"):
-                self._send_json(200, self._slot_action(route, parse_json_object(raw or b"{}")))
+            if route.startswith("/slots/") or route in ("/lora-adapters", "/props"):
+                self._send_json(200, self._admin_route(route, raw))
                 return
             if route in _EMBEDDING_ROUTES and self.app.engine.has_front:
                 self._send_json(200, self._embedding_route(route, parse_json_object(raw)))
@@ -211,10 +213,13 @@ class _Handler(BaseHTTPRequestHandler):
                                _NOT_SUPPORTED)  # fmt: skip
             if route not in ("/chat/completions", "/completions", "/completion", "/infill", *_EMBEDDING_ROUTES):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
-            job = self._make_job(route, parse_json_object(raw))
-            job.client_gone = self._client_gone
+            job = make_job(self.app, self._front, route, parse_json_object(raw))
+            session = self.app.streams.open(self.headers) if job.stream else None
+            job.client_gone = self._client_gone if session is None else session.is_cancelled
             self.app.engine.submit(job)
         except (ApiError, EngineError) as err:
+            if session is not None:  # as llama-server: a request that never streamed leaves no session
+                self.app.streams.evict(session)
             self._send_api_error(err)
             return
         except Exception as exc:  # the batch engine runs the request front on this thread
@@ -222,103 +227,49 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_api_error(ApiError(500, f"inference failed: {exc}", "server_error"))
             return
         if job.stream:
-            self._respond_stream(job)
+            self._respond_stream(job, session)
         else:
             self._respond_once(job)
 
     def _read_body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            return self._read_chunked()
         try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            self.close_connection = True
-            raise ApiError(400, "invalid Content-Length") from None
-        if length > MAX_BODY_BYTES or length < 0:
+            return read_body(self.headers, self.rfile, MAX_BODY_BYTES)
+        except ApiError:
             self.close_connection = True  # the unread body would poison the connection
-            raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
-        return self.rfile.read(length)
+            raise
 
-    def _read_chunked(self) -> bytes:
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            try:
-                size = int(self.rfile.readline(1024).split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                self.close_connection = True
-                raise ApiError(400, "malformed chunked body") from None
-            if size == 0:
-                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return b"".join(parts)
-            total += size
-            if total > MAX_BODY_BYTES:
-                self.close_connection = True
-                raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
-            parts.append(self.rfile.read(size))
-            self.rfile.readline(8)  # CRLF after each chunk
+    def _admin_route(self, route: str, raw: bytes) -> Any:
+        """Slot files, LoRA scales and props (:mod:`workers.inference.http._admin_routes`)."""
+        if route == "/props":
+            return admin.post_props(self.app.front_options.endpoint_props)
+        front, engine = self._front(route), self.app.engine
+        if route == "/lora-adapters":
+            return admin.set_lora(engine, front, raw)
+        body = parse_json_object(raw or b"{}")
+        return admin.slot_action(engine, self.app.front_options.slot_save_path, self.path, route, body)
 
-    def _slot_action(self, route: str, body: dict[str, Any]) -> Any:
-        """``POST /slots/{id}?action=save|restore|erase`` (llama-server's, with ``--slot-save-path``)."""
-        from urllib.parse import parse_qs
+    def _answer(self, path: str, body: dict[str, Any]) -> Any:
+        """A POST route's JSON answer, not written: each of ``/predict``'s instances."""
+        route = path[3:] if path.startswith("/v1/") else path
+        if route in _LLAMA_ROUTES:
+            return _LLAMA_ROUTES[route](self._front(route), body)
+        if route in _EMBEDDING_ROUTES and self.app.engine.has_front:
+            return self._embedding_route(route, body, oai=path.startswith("/v1/"))
+        job = make_job(self.app, self._front, route, body)
+        job.client_gone = self._client_gone
+        self.app.engine.submit(job)
+        return list(job.results())[-1]
 
-        from workers.inference.engine import SlotAction
-
-        self._front(route)
-        save_dir = self.app.front_options.slot_save_path
-        if not save_dir:
-            msg = "This server does not support slots action. Start it with `--slot-save-path`"
-            raise ApiError(501, msg, _NOT_SUPPORTED)
-        tail = route[len("/slots/") :]
-        if not tail.isdigit():
-            raise ApiError(400, "Invalid slot ID")
-        query = parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
-        action = (query.get("action") or [""])[0]
-        act = SlotAction(action, int(tail))
-        if action in ("save", "restore"):
-            name = body.get("filename")
-            if not isinstance(name, str) or not _valid_filename(name):
-                raise ApiError(400, "Invalid filename")
-            act.filename, act.path = name, os.path.join(save_dir, name)
-        engine: Any = self.app.engine  # the batch engine: _front checked it has one
-        return engine.run_slot_action(act)
-
-    def _embedding_route(self, route: str, body: dict[str, Any]) -> Any:
+    def _embedding_route(self, route: str, body: dict[str, Any], oai: bool | None = None) -> Any:
         """Embeddings and rerank on the batch engine (:mod:`workers.inference.http._embeddings`)."""
         from workers.inference.http import _embeddings
 
         front = self._front(route)
         if route in ("/rerank", "/reranking"):
             return _embeddings.rerank(front, body, gone=self._client_gone)
-        oai = self.path.split("?", 1)[0].startswith("/v1/")  # llama-server: only /v1/embeddings is OpenAI's
+        if oai is None:  # llama-server: only /v1/embeddings is OpenAI's
+            oai = self.path.split("?", 1)[0].startswith("/v1/")
         return _embeddings.embeddings(front, body, oai=oai, gone=self._client_gone)
-
-    def _make_job(self, route: str, body: dict[str, Any]) -> Job:
-        name = self.app.model_name
-        if route == "/chat/completions":
-            kwargs, stream = chat_request(body, name)
-            return Job("chat", kwargs, stream=stream, options=request_options(body))
-        if route == "/completions":
-            kwargs, stream = completion_request(body, name)
-            return Job("completion", kwargs, stream=stream, options=request_options(body))
-        if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
-            from workers.inference.http._infill import infill_tokens
-
-            body = {**body, "prompt": infill_tokens(self._front(route), body, spm=self.app.front_options.spm_infill)}
-            route = "/completion"
-        if route == "/completion":  # llama-server's own shape
-            self._front(route)
-            kwargs, stream = completion_request(llama_server.native_completion_body(body), name)
-            return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
-        if route in ("/rerank", "/reranking"):
-            raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)",
-                           _NOT_SUPPORTED)  # fmt: skip
-        if not self.app.engine.embedding_enabled:
-            msg = "This server does not support embeddings. Start it with `--embeddings`"
-            raise ApiError(501, msg, _NOT_SUPPORTED)
-        inputs, fmt = embedding_request(body)
-        return Job("embedding", {"input": inputs, "encoding_format": fmt})
 
     # -- job results --------------------------------------------------------
 
@@ -339,45 +290,77 @@ class _Handler(BaseHTTPRequestHandler):
     def _write_chunk(self, payload: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
 
-    def _respond_stream(self, job: Job) -> None:
+    def _emit(self, payload: bytes, session: streams.Session | None) -> None:
+        """One SSE event to the client, and to the conversation's session (which outlives the client)."""
+        if session is not None:
+            session.append(payload)
+        if not self._gone:
+            try:
+                self._write_chunk(payload)
+            except OSError:
+                if session is None:
+                    raise
+                self._gone = self.close_connection = True  # the generation goes on, into the session
+
+    def _respond_stream(self, job: Job, session: streams.Session | None = None) -> None:
         results = job.results()
         # Errors before the first chunk (e.g. prompt longer than the context)
         # still get a proper status code instead of a 200 stream.
         try:
             first = next(results, None)
-        except (ApiError, EngineError) as err:
+        except (ApiError, EngineError, Exception) as err:
+            if session is not None:
+                self.app.streams.evict(session)
+            if not isinstance(err, ApiError | EngineError):
+                self.app.log.error("inference_failed", error=repr(err))
+                err = ApiError(500, f"inference failed: {err}", "server_error")
             self._send_api_error(err)
             return
-        except Exception as exc:
-            self.app.log.error("inference_failed", error=repr(exc))
-            self._send_api_error(ApiError(500, f"inference failed: {exc}", "server_error"))
-            return
-        head = (
-            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
-        )
+        self._gone = False
+        emit = functools.partial(self._emit, session=session)
         try:
-            self.wfile.write(head.encode("latin-1"))
+            self.wfile.write(SSE_HEAD)
             item = first
             while item is not None:
-                self._write_chunk(b"data: " + _json_bytes(item) + b"\n\n")
+                emit(b"data: " + json_bytes(item) + b"\n\n")
                 try:
                     item = next(results, None)
                 except (ApiError, EngineError) as err:
-                    self._write_chunk(b"data: " + _json_bytes(answer_for(err).body()) + b"\n\n")
+                    emit(b"data: " + json_bytes(answer_for(err).body()) + b"\n\n")
                     break
                 except Exception as exc:
                     self.app.log.error("inference_failed", error=repr(exc))
                     failure = ApiError(500, f"inference failed: {exc}", "server_error")
-                    self._write_chunk(b"data: " + _json_bytes(failure.body()) + b"\n\n")
+                    emit(b"data: " + json_bytes(failure.body()) + b"\n\n")
                     break
             else:
                 if not job.options.get("native"):  # llama-server ends its own /completion stream without it
-                    self._write_chunk(b"data: [DONE]\n\n")
-            self.wfile.write(b"0\r\n\r\n")
+                    emit(b"data: [DONE]\n\n")
+            if not self._gone:
+                self.wfile.write(b"0\r\n\r\n")
         except OSError:
             # Client went away: stop generating for it, drop the connection.
             job.cancel()
+            self.close_connection = True
+        finally:
+            if session is not None:
+                session.finish()
+
+    def _replay(self) -> None:
+        """``GET /v1/stream?conv_id=&from=``: a conversation's stream from a byte offset, followed to its end."""
+        try:
+            session = self.app.streams.get(self.path)
+            offset = streams.replay_offset(self.path)
+            if offset < session.dropped:
+                raise ApiError(400, "Stream offset lost, please restart")
+            self.wfile.write(SSE_HEAD)
+        except ApiError as err:
+            self._send_api_error(err)
+            return
+        try:
+            streams.replay(session, offset, self._write_chunk, self._client_gone)
+            self.wfile.write(b"0\r\n\r\n")
+        except (OSError, ApiError):  # the reader left, or fell behind what the session keeps
             self.close_connection = True
 
 

@@ -17,11 +17,14 @@ from workers.inference.llama import LlamaModel
 class CompletionShaper:
     """Builds the chunks or the whole response of one completion."""
 
-    def __init__(self, id_: str, created: int, model: str, n_prompt: int, llm: LlamaModel) -> None:
+    def __init__(
+        self, id_: str, created: int, model: str, n_prompt: int, llm: LlamaModel, native_probs: list[Any] | None = None
+    ) -> None:
         self.id, self.created, self.model = id_, created, model
         self.n_prompt = n_prompt
         self.llm = llm
         self._offset = 0
+        self.native_probs = native_probs  # llama-server's completion_probabilities, one entry per token
 
     def _chunk(self, text: str, logprobs: dict[str, Any] | None, finish: str | None) -> dict[str, Any]:
         choice = {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}
@@ -44,9 +47,17 @@ class CompletionShaper:
         token_str = self.llm.piece(token).decode("utf-8", errors="ignore")
         tops = {self.llm.piece(t).decode("utf-8", errors="ignore"): v for t, v in zip(top, top_lp, strict=True)}
         tops[token_str] = chosen
+        if self.native_probs is not None:
+            self.native_probs.append({**self._native(token, chosen), "top_logprobs": [
+                self._native(t, v) for t, v in zip(top, top_lp, strict=True)]})  # fmt: skip
         out = {"tokens": [token_str], "text_offset": [self._offset], "token_logprobs": [chosen], "top_logprobs": [tops]}
         self._offset += text_len
         return out
+
+    def _native(self, token: int, logprob: float) -> dict[str, Any]:
+        piece = self.llm.piece(token)
+        text = piece.decode("utf-8", errors="ignore")
+        return {"id": token, "token": text, "bytes": list(piece), "logprob": logprob}
 
     def chunks(
         self, events: Iterator[tuple[Any, ...]], head: str, suffix: str, result: dict[str, Any]

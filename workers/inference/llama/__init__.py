@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
     from workers.inference.llama._legacy_load import LoadedModel, load_model
     from workers.inference.llama._load import Loaded, LoadedLlama, load_llama
     from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
+    from workers.inference.llama._lora import LoraError, LoraSet, parse_specs
     from workers.inference.llama._model import MAX_SLOTS, POOLING, Batch, ContextConfig, LlamaModel
     from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
 
@@ -41,6 +42,8 @@ __all__ = [
     "Loaded",
     "LoadedLlama",
     "LoadedModel",
+    "LoraError",
+    "LoraSet",
     "Tokenizer",
     "TokenizingCancelled",
     "classify_llama_errors",
@@ -49,10 +52,14 @@ __all__ = [
     "load_llama",
     "load_model",
     "lowlevel",
+    "parse_specs",
     "split_for_tokenizing",
 ]
 
 _HOMES = {
+    "LoraError": "workers.inference.llama._lora",
+    "LoraSet": "workers.inference.llama._lora",
+    "parse_specs": "workers.inference.llama._lora",
     "complete_import": "workers.inference.llama._bindings",
     "lowlevel": "workers.inference.llama._bindings",
     "GGUFCheckError": "workers.inference.llama._gguf_check",

@@ -14,6 +14,8 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
+from workers.inference.llama._lora import LoraSet
+
 MAX_SLOTS = 256  # LLAMA_MAX_SEQ
 POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 """llama.cpp's ``llama_pooling_type`` values by ``--pooling`` name (-1: the model's own)."""
@@ -78,6 +80,7 @@ class LlamaModel:
         self.add_sep = bool(lc.llama_vocab_get_add_sep(self.vocab))
         self.architecture = self.meta("general.architecture") or ""
         self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self.lora = LoraSet()  # --lora adapters, loaded after the context (engine_setup.load)
         self._eog: dict[int, bool] = {}
         self._eog_all: list[int] | None = None
         self._buf = ctypes.create_string_buffer(256)

@@ -111,3 +111,60 @@ def test_context_shift_goes_on_past_the_context_end(spawn_worker: Any, tiny_gguf
     assert _post(url, "/completion", 400, **body, n_keep=-5)["error"]["message"]
     short = _post(url, "/completion", prompt=[7] * 20, n_predict=4, temperature=0)
     assert short["truncated"] is False, "a reply that fits is not truncated"
+
+
+def _sse(url: str, path: str, **body: Any) -> list[Any]:
+    with httpx.stream("POST", url + path, json={**body, "stream": True}, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    return [json.loads(line) for line in lines if line != "[DONE]"]
+
+
+@pytest.mark.timeout(120)
+def test_n_completions_and_seeds_streamed_or_not(spawn_worker: Any, tiny_gguf: Path) -> None:
+    """``n``/``n_cmpl`` give that many choices (native: an array), each of the same seed the same
+    text, streamed or not; a seeded sampled reply is the same streamed and whole."""
+    url = spawn_worker(tiny_gguf, "-np", "3").wait_ready()
+    body = {"prompt": "once upon", "max_tokens": 6, "temperature": 1.5, "seed": 7, "ignore_eos": True}
+    whole = _post(url, "/v1/completions", **body)
+    streamed = "".join(c["choices"][0]["text"] for c in _sse(url, "/v1/completions", **body) if c["choices"])
+    assert streamed == whole["choices"][0]["text"] and len(streamed) > 0
+    many = _post(url, "/v1/completions", **body, n=3)
+    assert [c["index"] for c in many["choices"]] == [0, 1, 2]
+    assert {c["text"] for c in many["choices"]} == {whole["choices"][0]["text"]}, "children copy the seed"
+    assert many["usage"]["completion_tokens"] == 3 * whole["usage"]["completion_tokens"]
+    chunks = _sse(url, "/v1/completions", **body, n=2)
+    texts = ["".join(c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["index"] == i)
+             for i in (0, 1)]  # fmt: skip
+    assert texts == [streamed, streamed]
+    native = _post(url, "/completion", prompt="once upon", n_predict=4, temperature=0, n_cmpl=2)
+    assert isinstance(native, list) and [a["index"] for a in native] == [0, 1]
+    assert native[0]["content"] == native[1]["content"]
+    chat = _post(url, "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}], max_tokens=3, n=2)
+    assert [c["index"] for c in chat["choices"]] == [0, 1]
+    assert "at most the number of slots" in _post(url, "/v1/completions", 400, prompt="x", n=4)["error"]["message"]
+    assert _post(url, "/v1/completions", 400, prompt="x", n=0)["error"]["message"]
+
+
+@pytest.mark.timeout(60)
+def test_native_n_probs(ready_worker: WorkerProc) -> None:
+    """llama-server's ``completion_probabilities``: per token its id, text, bytes, logprob and the
+    ``n_probs`` likeliest (pre-sampling); streamed, each partial carries its own token's."""
+    url = ready_worker.endpoint
+    body = {"prompt": "once upon a time", "n_probs": 5, "temperature": 0, "n_predict": 4, "ignore_eos": True}
+    whole = _post(url, "/completion", **body)
+    probs = whole["completion_probabilities"]
+    assert len(probs) == 4
+    for tok in probs:
+        assert isinstance(tok["id"], int) and isinstance(tok["token"], str) and isinstance(tok["bytes"], list)
+        assert tok["logprob"] <= 0.0 and len(tok["top_logprobs"]) == 5
+        assert tok["top_logprobs"][0]["id"] == tok["id"], "greedy: the chosen token is the likeliest"
+        assert all(p["logprob"] <= 0.0 and set(p) == {"id", "token", "bytes", "logprob"} for p in tok["top_logprobs"])
+    streamed = _sse(url, "/completion", **body)
+    # A partial per token carries that token's (text a stop string held back comes later, without one).
+    partial = [c for c in streamed if not c["stop"] and "completion_probabilities" in c]
+    assert all(len(c["completion_probabilities"]) == 1 for c in partial)
+    assert [c["completion_probabilities"][0]["id"] for c in partial] == [p["id"] for p in probs]
+    assert "completion_probabilities" not in streamed[-1]
+    assert "completion_probabilities" not in _post(url, "/completion", **{**body, "n_probs": 0})
+    assert _post(url, "/completion", 400, **{**body, "n_probs": -1})["error"]["message"]

@@ -1,0 +1,42 @@
+"""A request body → the engine :class:`~workers.inference.engine.Job` that answers it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from workers.inference.engine import Job
+from workers.inference.http import _llama_server as llama_server
+from workers.inference.http._app import InferenceApp
+from workers.inference.http._errors import ApiError
+from workers.inference.http._requests import chat_request, completion_request, embedding_request, request_options
+
+_NOT_SUPPORTED = "not_supported_error"
+
+
+def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: dict[str, Any]) -> Job:
+    """The engine job of a completion, chat, infill or embedding request (``front(route)``: 501/503 checks)."""
+    name = app.model_name
+    if route == "/chat/completions":
+        kwargs, stream = chat_request(body, name)
+        return Job("chat", kwargs, stream=stream, options=request_options(body))
+    if route == "/completions":
+        kwargs, stream = completion_request(body, name)
+        return Job("completion", kwargs, stream=stream, options=request_options(body))
+    if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
+        from workers.inference.http._infill import infill_tokens
+
+        body = {**body, "prompt": infill_tokens(front(route), body, spm=app.front_options.spm_infill)}
+        route = "/completion"
+    if route == "/completion":  # llama-server's own shape
+        front(route)
+        kwargs, stream = completion_request(llama_server.native_completion_body(body), name)
+        return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
+    if route in ("/rerank", "/reranking"):
+        raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)",
+                       _NOT_SUPPORTED)  # fmt: skip
+    if not app.engine.embedding_enabled:
+        msg = "This server does not support embeddings. Start it with `--embeddings`"
+        raise ApiError(501, msg, _NOT_SUPPORTED)
+    inputs, fmt = embedding_request(body)
+    return Job("embedding", {"input": inputs, "encoding_format": fmt})
