@@ -130,10 +130,13 @@ def _stop(value: object) -> list[str]:
 
 def sampling(options: Mapping[str, object], n_ctx: int | None) -> dict[str, object]:
     """The worker's sampling members for Ollama's ``options``. ``num_predict`` is ``max_tokens``
-    (negative: until the model stops); ``num_ctx`` is checked against the loaded context
-    ``n_ctx``: a request asking for more than the model was loaded with is refused, because
-    answering it would silently cut the conversation short."""
+    (negative: until the model stops). ``num_ctx`` is a per-request bound, not a reload: the
+    answer stays within ``min(num_ctx, n_ctx)`` tokens (``max_tokens`` capped there), and a prompt
+    that does not fit the loaded context ``n_ctx`` is the worker's 400. Refusing a ``num_ctx``
+    above ``n_ctx`` instead would break clients that always send one (Continue sends its
+    context length), where Ollama would have reloaded the model with a bigger context."""
     out: dict[str, object] = {}
+    window: int | None = None
     for key, value in options.items():
         if value is None:
             continue
@@ -151,13 +154,12 @@ def sampling(options: Mapping[str, object], n_ctx: int | None) -> dict[str, obje
             asked = _integer(key, value)
             if asked <= 0:
                 raise _invalid("options.num_ctx must be a positive integer")
-            if n_ctx is not None and asked > n_ctx:
-                raise _invalid(
-                    f"options.num_ctx {asked} exceeds the context of {n_ctx} tokens the model is loaded with "
-                    "(set the model's ctx-size in its preset or on the command line)"
-                )
+            window = asked if n_ctx is None else min(asked, n_ctx)
         elif key not in _LOAD_OPTIONS:
             raise _invalid(f"options.{key} is not an option Ollama knows")
+    if window is not None:
+        asked_tokens = out.get("max_tokens")
+        out["max_tokens"] = min(asked_tokens, window) if isinstance(asked_tokens, int) else window
     return out
 
 

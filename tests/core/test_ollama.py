@@ -72,7 +72,7 @@ class TestKeepAlive:
 class TestOptions:
     def test_sampling_options_map_onto_the_workers_members(self) -> None:
         options = {"temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.1, "seed": 42, "num_predict": 7,
-                   "stop": "\n", "repeat_penalty": 1.1, "mirostat": 2, "num_thread": 4, "num_ctx": 256}  # fmt: skip
+                   "stop": "\n", "repeat_penalty": 1.1, "mirostat": 2, "num_thread": 4, "num_ctx": 512}  # fmt: skip
         assert sampling(options, n_ctx=256) == {
             "temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.1, "seed": 42, "max_tokens": 7,
             "stop": ["\n"], "repeat_penalty": 1.1, "mirostat_mode": 2,
@@ -81,9 +81,11 @@ class TestOptions:
     def test_negative_num_predict_means_no_limit(self) -> None:
         assert sampling({"num_predict": -1}, None) == {}
 
-    def test_num_ctx_beyond_the_loaded_context_is_refused(self) -> None:
-        with pytest.raises(InvalidRequest, match="num_ctx 4096 exceeds the context of 256"):
-            sampling({"num_ctx": 4096}, n_ctx=256)
+    def test_num_ctx_bounds_the_answer_within_the_loaded_context(self) -> None:
+        assert sampling({"num_ctx": 4096}, n_ctx=256) == {"max_tokens": 256}  # more than loaded: the loaded one
+        assert sampling({"num_ctx": 64, "num_predict": 100}, n_ctx=256) == {"max_tokens": 64}
+        assert sampling({"num_predict": 10, "num_ctx": 64}, n_ctx=256) == {"max_tokens": 10}
+        assert sampling({"num_ctx": 64}, n_ctx=None) == {"max_tokens": 64}
 
     @pytest.mark.parametrize(
         ("options", "message"),

@@ -82,9 +82,17 @@ def test_chat_streamed_and_not_say_the_same_with_counters(client: ollama.Client)
 def test_options_reach_the_sampler(client: ollama.Client) -> None:
     short = client.chat(model="chat", messages=HI, options={**GREEDY, "num_predict": 2}, stream=False)
     assert short.eval_count == 2 and short.done_reason == "length"
+    bounded = client.chat(model="chat", messages=HI, options={**GREEDY, "num_predict": 50, "num_ctx": 3}, stream=False)
+    assert bounded.eval_count == 3 and bounded.done_reason == "length"  # the answer stays within num_ctx
+    roomy = client.chat(model="chat", messages=HI, options={**GREEDY, "num_ctx": 100_000}, stream=False)
+    assert roomy.eval_count == whole_eval_count(client)  # more than loaded: the loaded context, no refusal
     with pytest.raises(ollama.ResponseError) as refused:
-        client.chat(model="chat", messages=HI, options={"num_ctx": 100_000})
-    assert refused.value.status_code == 400 and "num_ctx 100000 exceeds the context of 256" in refused.value.error
+        client.chat(model="chat", messages=HI, options={"temperature": "hot"})
+    assert refused.value.status_code == 400 and refused.value.error == "options.temperature must be a number"
+
+
+def whole_eval_count(client: ollama.Client) -> int | None:
+    return client.chat(model="chat", messages=HI, options=GREEDY, stream=False).eval_count
 
 
 def test_generate_through_the_template_and_raw(client: ollama.Client) -> None:
