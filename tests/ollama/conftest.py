@@ -24,6 +24,7 @@ def ollama_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ollama-models")
     write_tiny_gguf(root / "chat.gguf", seed=3)
     write_tiny_gguf(root / "spare.gguf", seed=4)
+    write_tiny_gguf(root / "fim.gguf", seed=5, fim=True)  # FIM tokens: generate with a suffix
     return root
 
 

@@ -105,6 +105,17 @@ def test_generate_through_the_template_and_raw(client: ollama.Client) -> None:
     assert "".join(p.response for p in streamed) == templated.response
 
 
+def test_a_suffix_fills_in_the_middle_with_the_models_fim_tokens(client: ollama.Client) -> None:
+    filled = client.generate(model="fim", prompt="def f(", suffix="    return x\n", options=GREEDY)
+    assert filled.done and filled.eval_count is not None and 1 <= filled.eval_count <= 6
+    assert not filled.response.endswith("return x\n")  # the suffix is context, not part of the answer
+    parts = list(client.generate(model="fim", prompt="def f(", suffix="    return x\n", options=GREEDY, stream=True))
+    assert "".join(p.response for p in parts) == filled.response and parts[-1].eval_count == filled.eval_count
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.generate(model="chat", prompt="def f(", suffix="    return x\n")  # no FIM tokens
+    assert refused.value.status_code == 400
+
+
 def test_format_json_constrains_the_answer(client: ollama.Client) -> None:
     answer = client.generate(model="chat", prompt="json", format="json", options={**GREEDY, "num_predict": 12})
     assert answer.response.lstrip().startswith("{"), answer.response

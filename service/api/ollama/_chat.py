@@ -71,7 +71,7 @@ async def _lines(trip: Trip, upstream: httpx.Response, name: str, line: Line, cl
         async for chunk in events(trip, upstream):
             timings = chunk.get("timings") or timings
             usage = chunk.get("usage") or usage
-            for choice in chunk.get("choices") or []:
+            for choice in t.choices_of(chunk):
                 finish = choice.get("finish_reason") or finish
                 calls.add((choice.get("delta") or {}).get("tool_calls") or [])
                 text = t.choice_text(choice)
@@ -109,7 +109,7 @@ async def _infer(
         upstream = await open_stream(trip, path, body)
         return Stream(_lines(trip, upstream, name, line, clock), media_type=NDJSON)
     answer = await call(trip, path, body)
-    choice = (answer.get("choices") or [{}])[0]
+    choice = (t.choices_of(answer) or [{}])[0]
     calls = t.tool_calls_in((choice.get("message") or {}).get("tool_calls") or [])
     extra = t.counters(answer.get("timings") or {}, answer.get("usage") or {}, trip.load_ns, trip.elapsed_ns())
     reason = t.done_reason(choice.get("finish_reason"))

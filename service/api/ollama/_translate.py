@@ -69,8 +69,21 @@ def chat_body(data: o.ChatBody, model: str, n_ctx: int | None) -> dict[str, Any]
 
 
 def generate_path(data: o.GenerateBody) -> str:
-    """``raw`` prompts and prompts with a ``suffix`` (fill-in-the-middle) skip the chat template."""
-    return "/v1/completions" if data.raw or data.suffix else "/v1/chat/completions"
+    """A ``suffix`` is fill-in-the-middle (llama-server's ``/infill``, with the model's FIM tokens;
+    a model without them is the worker's 400, as Ollama refuses "insert" for it); a ``raw``
+    prompt skips the chat template."""
+    if data.suffix:
+        return "/infill"
+    return "/v1/completions" if data.raw else "/v1/chat/completions"
+
+
+def _fill_in_the_middle(data: o.GenerateBody, body: dict[str, Any], fmt: dict[str, Any] | None) -> dict[str, Any]:
+    body.pop("stream_options", None)  # llama-server's native stream puts timings on its last event anyway
+    body.update(input_prefix=data.prompt, input_suffix=data.suffix, prompt="")
+    if fmt is not None:
+        schema = fmt.get("json_schema")
+        body["json_schema"] = schema["schema"] if isinstance(schema, dict) else {"type": "object"}
+    return body
 
 
 def generate_body(data: o.GenerateBody, model: str, n_ctx: int | None) -> dict[str, Any]:
@@ -78,12 +91,13 @@ def generate_body(data: o.GenerateBody, model: str, n_ctx: int | None) -> dict[s
     it) through the chat template, as Ollama's template does, or the prompt as it is when raw."""
     body = {"model": model, **_common(data.options, n_ctx, data.stream)}
     fmt = response_format(data.format)
-    if generate_path(data) == "/v1/completions":
-        if data.images:
-            raise InvalidRequest("images need the chat template: drop raw and suffix")
+    path = generate_path(data)
+    if path != "/v1/chat/completions" and data.images:
+        raise InvalidRequest("images need the chat template: drop raw and suffix")
+    if path == "/infill":
+        return _fill_in_the_middle(data, body, fmt)
+    if path == "/v1/completions":
         body["prompt"] = data.prompt
-        if data.suffix:
-            body["suffix"] = data.suffix
         if fmt is not None:
             schema = fmt.get("json_schema")
             body["json_schema"] = schema["schema"] if isinstance(schema, dict) else {"type": "object"}
@@ -140,6 +154,17 @@ def generate_line(model: str, created_at: str, text: str, done: bool, **extra: A
     """One ``/api/generate`` line."""
     extra.pop("tool_calls", None)
     return o.GenerateChunk(model=model, created_at=created_at, response=text, done=done, **extra)
+
+
+def choices_of(chunk: dict[str, Any]) -> list[dict[str, Any]]:
+    """An answer's choices: OpenAI's ``choices``, or llama-server's native answer (``/infill``:
+    ``content``, ``stop``, ``stop_type``) as one completion choice."""
+    if "choices" in chunk:
+        return list(chunk.get("choices") or [])
+    if "content" not in chunk:
+        return []
+    finish = ("length" if chunk.get("stop_type") == "limit" else "stop") if chunk.get("stop") else None
+    return [{"text": chunk.get("content") or "", "finish_reason": finish}]
 
 
 def choice_text(choice: dict[str, Any]) -> str:

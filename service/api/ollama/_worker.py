@@ -89,6 +89,12 @@ def _worker_message(content: bytes) -> str:
     return str(error or body)[:500]
 
 
+def _refusal(status: int, content: bytes) -> Problem:
+    """A worker's error answer. llama-server's 501 (the model lacks what the request needs: FIM
+    tokens, a projector) is Ollama's 400 for a capability the model lacks ("does not support")."""
+    return Problem(400 if status == 501 else max(status, 400), "worker_error", _worker_message(content))
+
+
 def _dropped(trip: Trip, exc: httpx.HTTPError) -> Problem:
     return Problem(503, "model_failed", f"the worker of model {trip.model!r} stopped answering: {type(exc).__name__}")
 
@@ -105,7 +111,7 @@ async def call(trip: Trip, path: str, body: dict[str, Any]) -> dict[str, Any]:
     finally:
         await trip.end(status)
     if status >= 400:
-        raise Problem(status, "worker_error", _worker_message(answer.content))
+        raise _refusal(status, answer.content)
     result: dict[str, Any] = answer.json()
     return result
 
@@ -127,7 +133,7 @@ async def open_stream(trip: Trip, path: str, body: dict[str, Any]) -> httpx.Resp
         content = await upstream.aread()
         await upstream.aclose()
         await trip.end(upstream.status_code)
-        raise Problem(max(upstream.status_code, 400), "worker_error", _worker_message(content))
+        raise _refusal(upstream.status_code, content)
     return upstream
 
 
