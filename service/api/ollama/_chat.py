@@ -201,9 +201,9 @@ async def embed(data: o.EmbedBody, forwarding: Forwarding) -> o.Embedded:
     """Embeddings of one text or several, with any model (the engine embeds on a second context)."""
     if data.dimensions is not None and data.dimensions <= 0:
         raise Problem(400, "invalid_request", "dimensions must be a positive integer")
-    inputs = [data.input] if isinstance(data.input, str) and data.input else [] if data.input == "" else data.input
+    inputs = ([data.input] if data.input else []) if isinstance(data.input, str) else list(data.input)
     keep = keep_alive_seconds(data.keep_alive)
-    trip, answer = await _embed(forwarding, data.model, "/api/embed", list(inputs), keep)
+    trip, answer = await _embed(forwarding, data.model, "/api/embed", inputs, keep)
     return o.Embedded(
         model=data.model,
         embeddings=[_shorten(v, data.dimensions) for v in _vectors(answer)],
