@@ -16,6 +16,7 @@ from service.api.auth import api_key_middleware
 from service.api.controllers import reload_before_listing, route_handlers
 from service.api.deps import dependencies
 from service.api.middleware import request_id_middleware
+from service.api.ollama import ollama_router
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.request import ApiRequest, reject_control_characters
 from service.api.streams import EventStreams
@@ -46,7 +47,7 @@ def create_app(settings: Settings) -> Litestar:
             await startup.stop(runtime)
 
     return Litestar(
-        route_handlers=route_handlers(control_body_limit=settings.max_control_body_bytes),
+        route_handlers=[*route_handlers(control_body_limit=settings.max_control_body_bytes), ollama_router()],
         dependencies=dependencies(),
         exception_handlers=EXCEPTION_HANDLERS,
         middleware=[request_id_middleware(new_request_id, SystemClock()), api_key_middleware(settings.api_keys)],

@@ -92,7 +92,10 @@ def _is_public(scope: HTTPScope) -> bool:
 
 
 def unauthorized_body(path: str) -> bytes:
-    """llama.cpp's 401 body, plus the problem details members."""
+    """llama.cpp's 401 body, plus the problem details members; on Ollama's routes, Ollama's
+    ``{"error": "..."}`` (its clients show that string)."""
+    if path.startswith("/api/"):
+        return json.dumps({"error": _MESSAGE}).encode()
     body = {
         "type": "/problems/authentication_error",
         "title": "authentication error",
@@ -122,7 +125,8 @@ def api_key_middleware(keys: Sequence[str]) -> Callable[[ASGIApp], ASGIApp]:
                 return
             _log.warning("unauthorized", path=scope["path"])  # never the presented value
             body = unauthorized_body(scope["path"])
-            headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode()),
+            media = b"application/json" if scope["path"].startswith("/api/") else PROBLEM_JSON.encode()
+            headers = [(b"content-type", media), (b"content-length", str(len(body)).encode()),
                        (b"www-authenticate", b"Bearer")]  # fmt: skip
             await send(HTTPResponseStartEvent(type="http.response.start", status=401, headers=headers))
             await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))

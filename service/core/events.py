@@ -360,6 +360,7 @@ class RequestCompleted(Event):
     status_code: int
     stream: bool = False
     duration_ms: float
+    keep_alive: float | None = None  # Ollama's per-request idle limit in seconds (<0: never); None: the model's TTL
 
 
 EVENT_TYPES: Mapping[str, type[Event]] = {

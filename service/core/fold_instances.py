@@ -195,6 +195,8 @@ def _request_completed(state: RouterState, rec: ev.Recorded) -> RouterState:
     inst, crashes = model.instance, model.first_request_crashes
     if inst is not None and inst.instance_id == e.instance_id and e.route not in _PROBE_ROUTES:
         inst = evolve(inst, requests_done=inst.requests_done + 1)
+        if e.keep_alive is not None:
+            inst = evolve(inst, keep_alive=e.keep_alive)
         if e.status_code < 500:
             crashes = 0  # a live worker answered: it survived a first request, the crash loop is over
     return put_model(state, model.replace(last_used=rec.recorded_at, instance=inst, first_request_crashes=crashes))

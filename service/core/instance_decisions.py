@@ -337,7 +337,7 @@ def decide_timers(state: RouterState, queue: Queue, facts: Facts) -> Decision[No
             effects.append(Kill(inst.instance_id))
     for model in scheduling.idle_expired(state, facts.busy, facts.now):
         assert model.instance is not None
-        events += about(model.name, lifecycle.stop(model.instance, "idle"))
+        events += about(model.name, lifecycle.stop(model.instance, scheduling.idle_reason(model.instance)))
         effects.append(Stop(model.instance.instance_id))
     for name, due in queue.restart_due.items():
         if facts.mono < due:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from service.core.errors import CommandRejected
-from service.core.state import InstanceStatus, ModelState, ModelStatus, RouterState
+from service.core.state import Instance, InstanceStatus, ModelState, ModelStatus, RouterState
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -147,12 +147,28 @@ def can_ever_start(state: RouterState, model: str, facts: SlotFacts) -> bool:
     )
 
 
+def idle_limit(model: ModelState) -> float | None:
+    """Seconds a ready model may stay idle before it is unloaded; None: forever. An Ollama request's
+    ``keep_alive`` (kept on the instance) wins over the model's ``ttl_seconds``; there ``0`` means
+    "unload once idle" and a negative value "never", while a ``ttl`` of 0 or less means no TTL."""
+    inst = model.instance
+    if inst is not None and inst.keep_alive is not None:
+        return None if inst.keep_alive < 0 else inst.keep_alive
+    ttl = model.config.ttl_seconds
+    return None if ttl is None or ttl <= 0 else ttl
+
+
+def idle_reason(inst: Instance) -> str:
+    """The stop reason recorded for an idle unload: ``keep_alive`` when an Ollama request set the limit."""
+    return "idle" if inst.keep_alive is None else "keep_alive"
+
+
 def idle_expired(state: RouterState, busy: Mapping[str, int], now: datetime) -> list[ModelState]:
-    """Ready, idle models whose ``ttl_seconds`` has passed since last use."""
+    """Ready, idle models whose idle limit (:func:`idle_limit`) has passed since last use."""
     expired = []
     for m in state.models.values():
-        ttl = m.config.ttl_seconds
-        if ttl is None or ttl <= 0 or m.instance is None or m.instance.status is not InstanceStatus.READY:
+        ttl = idle_limit(m)
+        if ttl is None or m.instance is None or m.instance.status is not InstanceStatus.READY:
             continue
         last = m.last_used or m.instance.ready_at
         if busy.get(m.name, 0) == 0 and last is not None and (now - last).total_seconds() >= ttl:

@@ -182,6 +182,7 @@ class Instance:
     stop_reason: str | None = None
     stats: EngineStats | None = None
     requests_done: int = 0  # request_completed events of this instance
+    keep_alive: float | None = None  # the last Ollama keep_alive (s, <0: never); overrides the model's TTL
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ def test_the_page_listens_for_every_event_type() -> None:
 
 
 async def test_the_files_are_public_and_the_data_is_not(keyed: AsyncTestClient) -> None:
-    page = await keyed.get("/")
+    page = await keyed.get("/", headers={"accept": "text/html"})  # as a browser asks
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "/dashboard/dashboard.js" in page.text
     for name, kind in (("dashboard.js", "javascript"), ("dashboard.css", "text/css")):

@@ -146,6 +146,7 @@ FINGERPRINTS = {
         "0ed5d8dfc25c215d",
         "2e84c42644544f68",
     ),  # typed Failure errors and FileRef files; the fold in modules by lifecycle
+    7: ("58eb0b80853bed40", "8bf44c6ee8566124"),  # Instance.keep_alive (Ollama's per-request idle limit)
 }
 
 

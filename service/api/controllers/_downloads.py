@@ -36,10 +36,15 @@ async def download_model(
     """Resolve ``user/repo[:QUANT][@revision]`` on the Hub, then start a download
     job in its own worker process (or join the running one). Returns at once.
     Refused with 507 when it would leave less than the disk reserve free."""
+    return await start_download(data.model, settings, live, downloads)
+
+
+async def start_download(
+    name: str, settings: Settings, live: LiveState, downloads: DownloadSupervisor
+) -> DownloadAnswer:
+    """``POST /models``'s work, shared with Ollama's ``/api/pull`` so both start the same job."""
     try:
-        resolution = await asyncio.to_thread(
-            resolve, data.model, endpoint=settings.hf_endpoint, token=settings.hf_token
-        )
+        resolution = await asyncio.to_thread(resolve, name, endpoint=settings.hf_endpoint, token=settings.hf_token)
     except ResolutionError as exc:
         raise Problem(exc.status, exc.code, exc.message, **exc.extra) from None
     model = resolution.canonical_name

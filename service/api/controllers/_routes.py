@@ -47,7 +47,7 @@ def route_handlers(*, control_body_limit: int) -> list[ControllerRouterHandler]:
         request_max_body_size=control_body_limit,
     )
     return [
-        *options_handlers([*proxy_routes, get_metrics]),
+        *options_handlers([*proxy_routes, get_metrics, *dashboard_routes]),
         health,
         health_v1,
         control,

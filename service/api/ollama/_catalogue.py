@@ -1,0 +1,118 @@
+"""Ollama's model management routes: version, tags, ps, show, delete, copy, create, push."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Request, delete, get, head, post
+from litestar.params import Body, SkipValidation
+from litestar.status_codes import HTTP_200_OK
+
+from service.api.ollama import _schemas as o
+from service.api.ollama._errors import ollama_errors
+from service.api.ollama._views import ps_view, show_view, tags_view
+from service.api.problems import Problem
+from service.core.ollama import model_name
+from service.core.state import ModelState, RouterState
+from service.live_state import LiveState
+from service.supervision.effects import Clock
+from service.supervision.removal import ModelRemover
+
+OLLAMA_VERSION = "0.33.0"
+"""The Ollama release whose ``docs/api.md`` and ``api/types.go`` these routes follow; clients
+that check for a minimum version see that they may use what it documents."""
+_TAGS = ["ollama"]
+
+
+def find_model(state: RouterState, name: str) -> ModelState:
+    """The model an Ollama name means (``hf.co/`` and ``:latest`` dropped), or a 404 in its words."""
+    wanted = model_name(name)
+    found = state.resolve(wanted)
+    if found is None or not found.listed:
+        raise Problem(404, "model_not_found", f"model '{name}' not found", model=name)
+    return found
+
+
+@get("/version", operation_id="ollamaVersion", tags=_TAGS, responses=ollama_errors(401))
+async def version() -> o.Version:
+    """Ollama's ``GET /api/version`` (health probes use it)."""
+    return o.Version(version=OLLAMA_VERSION)
+
+
+@head("/version", operation_id="ollamaVersionHead", tags=_TAGS, include_in_schema=False)
+async def version_head() -> None:
+    """``HEAD /api/version``, as Ollama answers it."""
+
+
+@get("/tags", operation_id="ollamaTags", tags=_TAGS, responses=ollama_errors(401))
+async def tags(live: LiveState) -> o.TagList:
+    """The models on disk, with size, digest and details from each GGUF's header."""
+    return tags_view(live.state)
+
+
+@head("/tags", operation_id="ollamaTagsHead", tags=_TAGS, include_in_schema=False)
+async def tags_head() -> None:
+    """``HEAD /api/tags``, which Ollama answers too (clients probe with it)."""
+
+
+@get("/ps", operation_id="ollamaPs", tags=_TAGS, responses=ollama_errors(401))
+async def ps(live: LiveState, clock: SkipValidation[Clock]) -> o.RunningList:  # a Protocol: no isinstance
+    """The models with a running worker, with their context length and when they would unload."""
+    return ps_view(live.state, clock.now())
+
+
+@post("/show", operation_id="ollamaShow", tags=_TAGS, status_code=HTTP_200_OK, responses=ollama_errors(400, 401, 404))
+async def show(data: o.ModelBody, live: LiveState) -> o.Shown:
+    """The model's details, chat template, options, header (``model_info``) and capabilities."""
+    return show_view(find_model(live.state, data.named()))
+
+
+@delete(
+    "/delete",
+    operation_id="ollamaDelete",
+    tags=_TAGS,
+    status_code=HTTP_200_OK,
+    responses=ollama_errors(400, 401, 404, 409, 503),
+)
+async def delete_model(data: Annotated[o.ModelBody, Body()], live: LiveState, remover: ModelRemover) -> o.Empty:
+    """Delete a downloaded model's files (``DELETE /models``), stopping its worker first as Ollama does."""
+    found = find_model(live.state, data.named())
+    await remover.remove(found.name, force=True)
+    return o.Empty()
+
+
+@post("/copy", operation_id="ollamaCopy", tags=_TAGS, status_code=HTTP_200_OK, responses=ollama_errors(400, 401, 404))
+async def copy(data: o.CopyBody, live: LiveState) -> o.Empty:
+    """Ollama copies a model under a new name; here a model has one name and its aliases come from
+    presets, so a copy of an existing model is refused with the way to get the same."""
+    found = find_model(live.state, data.source)
+    raise Problem(
+        400,
+        "not_supported",
+        f"modelrouter does not copy models: give {found.name!r} the alias {data.destination!r} "
+        "with `alias = ...` in its preset section instead",
+    )
+
+
+def _hub_only(request: Request[Any, Any, Any]) -> Problem:
+    what = request.url.path.rsplit("/", 1)[-1]
+    return Problem(
+        400,
+        "not_supported",
+        f"modelrouter does not {what} models: it pulls GGUFs from the Hugging Face Hub "
+        "(POST /api/pull with hf.co/user/repo:QUANT, or `modelrouter pull user/repo:QUANT`)",
+    )
+
+
+@post("/create", operation_id="ollamaCreate", tags=_TAGS, status_code=HTTP_200_OK, responses=ollama_errors(400, 401))
+async def create(data: o.CreateBody, request: Request[Any, Any, Any]) -> o.Empty:
+    """Refused: models come from the Hub (or the models dir), not from Modelfiles."""
+    del data
+    raise _hub_only(request)
+
+
+@post("/push", operation_id="ollamaPush", tags=_TAGS, status_code=HTTP_200_OK, responses=ollama_errors(400, 401))
+async def push(data: o.ModelBody, request: Request[Any, Any, Any]) -> o.Empty:
+    """Refused: modelrouter only downloads from the Hub."""
+    del data
+    raise _hub_only(request)

@@ -1,0 +1,229 @@
+"""``/api/chat``, ``/api/generate``, ``/api/embed`` and ``/api/embeddings`` on the worker's
+``/v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings``.
+
+As in Ollama, a chat with no messages (a generate with no prompt) only loads the model, and
+with ``keep_alive: 0`` unloads it instead (``done_reason`` ``load`` / ``unload``). Streams are
+NDJSON, one line per piece of text, then tool calls, then the final line with the counters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import msgspec
+from litestar import Response, post
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import SkipValidation
+from litestar.response import Stream
+from litestar.status_codes import HTTP_200_OK
+
+from service.api.ollama import _schemas as o
+from service.api.ollama import _translate as t
+from service.api.ollama._catalogue import find_model
+from service.api.ollama._errors import error_line, ollama_errors
+from service.api.ollama._pull import NDJSON
+from service.api.ollama._worker import Trip, call, events, hold, open_stream
+from service.api.problems import Problem
+from service.api.proxy import Forwarding
+from service.core.ollama import keep_alive_seconds, model_name
+from service.event_store.codec import format_time
+from service.supervision.effects import Clock
+
+Line = Callable[..., msgspec.Struct]
+BodyFor = Callable[[str, int | None], dict[str, Any]]
+_ERRORS = ollama_errors(400, 401, 404, 409, 413, 503)
+
+
+def _answers(chunk: type[msgspec.Struct]) -> dict[int, ResponseSpec]:
+    description = f"`stream: false`: one object; else {NDJSON} lines, the last with `done: true` and the counters"
+    return {200: ResponseSpec(data_container=chunk, description=description, generate_examples=False), **_ERRORS}
+
+
+def _encode(line: msgspec.Struct) -> bytes:
+    return msgspec.json.encode(line) + b"\n"
+
+
+class _Calls:
+    """Tool calls streamed as OpenAI deltas (by ``index``, arguments in pieces), put together."""
+
+    def __init__(self) -> None:
+        self.parts: dict[int, dict[str, Any]] = {}
+
+    def add(self, deltas: list[dict[str, Any]]) -> None:
+        for delta in deltas:
+            call_ = self.parts.setdefault(int(delta.get("index", 0)), {"function": {"name": "", "arguments": ""}})
+            function = delta.get("function") or {}
+            call_["function"]["name"] += function.get("name") or ""
+            call_["function"]["arguments"] += function.get("arguments") or ""
+
+    def done(self) -> list[dict[str, Any]]:
+        return t.tool_calls_in([self.parts[i] for i in sorted(self.parts)])
+
+
+async def _lines(trip: Trip, upstream: httpx.Response, name: str, line: Line, clock: Clock) -> AsyncIterator[bytes]:
+    calls, finish = _Calls(), None
+    timings: dict[str, Any] = {}
+    usage: dict[str, Any] = {}
+    try:
+        async for chunk in events(trip, upstream):
+            timings = chunk.get("timings") or timings
+            usage = chunk.get("usage") or usage
+            for choice in t.choices_of(chunk):
+                finish = choice.get("finish_reason") or finish
+                calls.add((choice.get("delta") or {}).get("tool_calls") or [])
+                text = t.choice_text(choice)
+                if text:
+                    yield _encode(line(name, format_time(clock.now()), text, False))
+    except Problem as problem:
+        yield error_line(problem.detail)
+        return
+    stamp = format_time(clock.now())
+    found = calls.done()
+    if found:
+        yield _encode(line(name, stamp, "", False, tool_calls=found))
+    extra = t.counters(timings, usage, trip.load_ns, trip.elapsed_ns())
+    yield _encode(line(name, stamp, "", True, done_reason=t.done_reason(finish), **extra))
+
+
+async def _infer(
+    fwd: Forwarding,
+    clock: Clock,
+    name: str,
+    route: str,
+    stream: bool,
+    keep: float | None,
+    path: str,
+    body_for: BodyFor,
+    line: Line,
+) -> Response[Any]:
+    trip = await hold(fwd, model_name(name), route, keep)
+    try:
+        body = body_for(trip.model, trip.n_ctx)
+    except BaseException:
+        await trip.end(400)
+        raise
+    if stream:
+        upstream = await open_stream(trip, path, body)
+        return Stream(_lines(trip, upstream, name, line, clock), media_type=NDJSON)
+    answer = await call(trip, path, body)
+    choice = (t.choices_of(answer) or [{}])[0]
+    calls = t.tool_calls_in((choice.get("message") or {}).get("tool_calls") or [])
+    extra = t.counters(answer.get("timings") or {}, answer.get("usage") or {}, trip.load_ns, trip.elapsed_ns())
+    reason = t.done_reason(choice.get("finish_reason"))
+    stamp = format_time(clock.now())
+    return Response(line(name, stamp, t.choice_text(choice), True, done_reason=reason, tool_calls=calls, **extra))
+
+
+async def _load_or_unload(fwd: Forwarding, name: str, route: str, keep: float | None) -> str:
+    """An empty request: load the model (``load``), or with ``keep_alive: 0`` unload it (``unload``)."""
+    if keep == 0:
+        found = find_model(fwd.live.state, name)
+        if found.instance is not None:
+            await fwd.instances.unload(found.name, reason="keep_alive")
+        return "unload"
+    trip = await hold(fwd, model_name(name), route, keep)
+    await trip.end(200)
+    return "load"
+
+
+@post("/chat", operation_id="ollamaChat", tags=["ollama"], status_code=HTTP_200_OK, responses=_answers(o.ChatChunk))
+async def chat(data: o.ChatBody, forwarding: Forwarding, clock: SkipValidation[Clock]) -> Response[Any]:
+    """Ollama's chat: the model's chat template, tools, ``format``, ``options``, ``keep_alive``."""
+    keep = keep_alive_seconds(data.keep_alive)
+    if not data.messages:
+        reason = await _load_or_unload(forwarding, data.model, "/api/chat", keep)
+        return Response(t.chat_line(data.model, format_time(clock.now()), "", True, done_reason=reason))
+
+    def body_for(model: str, n_ctx: int | None) -> dict[str, Any]:
+        return t.chat_body(data, model, n_ctx)
+
+    return await _infer(
+        forwarding, clock, data.model, "/api/chat", data.stream, keep, "/v1/chat/completions", body_for, t.chat_line
+    )
+
+
+@post(
+    "/generate",
+    operation_id="ollamaGenerate",
+    tags=["ollama"],
+    status_code=HTTP_200_OK,
+    responses=_answers(o.GenerateChunk),
+)
+async def generate(data: o.GenerateBody, forwarding: Forwarding, clock: SkipValidation[Clock]) -> Response[Any]:
+    """Ollama's generate: a prompt through the chat template (``system`` before it), or ``raw``."""
+    keep = keep_alive_seconds(data.keep_alive)
+    if not data.prompt and not data.images:
+        reason = await _load_or_unload(forwarding, data.model, "/api/generate", keep)
+        return Response(t.generate_line(data.model, format_time(clock.now()), "", True, done_reason=reason))
+
+    def body_for(model: str, n_ctx: int | None) -> dict[str, Any]:
+        return t.generate_body(data, model, n_ctx)
+
+    path = t.generate_path(data)
+    return await _infer(
+        forwarding, clock, data.model, "/api/generate", data.stream, keep, path, body_for, t.generate_line
+    )
+
+
+def _shorten(vector: list[float], dimensions: int | None) -> list[float]:
+    """Ollama's ``dimensions``: the first N components, normalised again."""
+    if dimensions is None or dimensions >= len(vector):
+        return vector
+    cut = vector[:dimensions]
+    norm = math.sqrt(sum(x * x for x in cut)) or 1.0
+    return [x / norm for x in cut]
+
+
+async def _embed(fwd: Forwarding, name: str, route: str, inputs: list[str], keep: float | None) -> tuple[Trip, Any]:
+    trip = await hold(fwd, model_name(name), route, keep)
+    if not inputs:
+        await trip.end(200)
+        return trip, {"data": [], "usage": {}}
+    return trip, await call(trip, "/v1/embeddings", {"model": trip.model, "input": inputs})
+
+
+def _vectors(answer: dict[str, Any]) -> list[list[float]]:
+    rows = sorted(answer.get("data") or [], key=lambda d: int(d.get("index", 0)))
+    return [list(map(float, row["embedding"])) for row in rows]
+
+
+@post(
+    "/embed",
+    operation_id="ollamaEmbed",
+    tags=["ollama"],
+    status_code=HTTP_200_OK,
+    responses={**ollama_errors(400, 401, 404, 409, 413, 503)},
+)
+async def embed(data: o.EmbedBody, forwarding: Forwarding) -> o.Embedded:
+    """Embeddings of one text or several, with any model (the engine embeds on a second context)."""
+    if data.dimensions is not None and data.dimensions <= 0:
+        raise Problem(400, "invalid_request", "dimensions must be a positive integer")
+    inputs = ([data.input] if data.input else []) if isinstance(data.input, str) else list(data.input)
+    keep = keep_alive_seconds(data.keep_alive)
+    trip, answer = await _embed(forwarding, data.model, "/api/embed", inputs, keep)
+    return o.Embedded(
+        model=data.model,
+        embeddings=[_shorten(v, data.dimensions) for v in _vectors(answer)],
+        total_duration=trip.elapsed_ns(),
+        load_duration=trip.load_ns,
+        prompt_eval_count=int((answer.get("usage") or {}).get("prompt_tokens", 0)),
+    )
+
+
+@post(
+    "/embeddings",
+    operation_id="ollamaEmbeddings",
+    tags=["ollama"],
+    status_code=HTTP_200_OK,
+    responses={**ollama_errors(400, 401, 404, 409, 413, 503)},
+)
+async def embeddings(data: o.EmbeddingsBody, forwarding: Forwarding) -> o.EmbeddedOld:
+    """The older single-text form (superseded by ``/api/embed`` in Ollama, still used by clients)."""
+    keep = keep_alive_seconds(data.keep_alive)
+    inputs = [data.prompt] if data.prompt else []
+    _trip, answer = await _embed(forwarding, data.model, "/api/embeddings", inputs, keep)
+    vectors = _vectors(answer)
+    return o.EmbeddedOld(embedding=vectors[0] if vectors else [])

@@ -1,0 +1,160 @@
+"""One Ollama request's trip to its model's worker: hold the model (loading it if need be), call
+the worker's OpenAI-style route, give the model back and record ``request_completed`` with the
+request's ``keep_alive``, which the fold keeps on the instance as its idle limit (so ``0``
+unloads the model once idle, through the supervisor's usual idle path, reason ``keep_alive``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from service.api.problems import Problem
+from service.api.proxy import Forwarding
+from service.core import events as ev
+from service.core.decision import Append
+from service.supervision.instances import Lease
+
+
+@dataclass
+class Trip:
+    """A request holding its model: where the worker is, what to record when it ends."""
+
+    fwd: Forwarding
+    lease: Lease
+    route: str
+    keep_alive: float | None
+    started: float
+    load_ns: int
+    instance_id: str = ""
+    n_ctx: int | None = None
+    stream: bool = False
+    _ended: bool = field(default=False, repr=False)
+
+    @property
+    def model(self) -> str:
+        return self.lease.model
+
+    def elapsed_ns(self) -> int:
+        return int((self.fwd.clock.monotonic() - self.started) * 1e9)
+
+    async def end(self, status: int) -> None:
+        """Give the model back and record the request (once). With a ``keep_alive`` the answer waits
+        until the fold has it, so ``/api/ps`` right after shows the new expiry (one fsync; without
+        one, the record is off the response path, as the proxy's)."""
+        if self._ended:
+            return
+        self._ended = True
+        self.lease.release()
+        done = ev.RequestCompleted(
+            instance_id=self.instance_id,
+            route=self.route,
+            status_code=status,
+            stream=self.stream,
+            duration_ms=round(self.elapsed_ns() / 1e6, 2),
+            keep_alive=self.keep_alive,
+        )
+        if self.keep_alive is None:
+            self.fwd.instances.interpreter.record_later([Append(done, self.model)])
+        else:
+            await self.fwd.instances.interpreter.record([Append(done, self.model)])
+
+
+async def hold(fwd: Forwarding, name: str, route: str, keep_alive: float | None) -> Trip:
+    """Wait for ``name`` to be ready (loading it when autoload allows, as Ollama always does) and hold it."""
+    started = fwd.clock.monotonic()
+    lease = await fwd.instances.acquire(name, autoload=fwd.autoload)
+    load_ns = int((fwd.clock.monotonic() - started) * 1e9)
+    fwd.metrics.observe_queue_wait(load_ns / 1e9)
+    found = fwd.live.state.models.get(lease.model)
+    inst = found.instance if found is not None else None  # the lease holds it: not stopped meanwhile
+    trip = Trip(fwd, lease, route, keep_alive, started, load_ns)
+    if inst is not None:
+        trip.instance_id, trip.n_ctx = inst.instance_id, inst.n_ctx
+    return trip
+
+
+def _worker_message(content: bytes) -> str:
+    try:
+        body = json.loads(content)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return content.decode(errors="replace")[:500]
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return str(error or body)[:500]
+
+
+def _refusal(status: int, content: bytes) -> Problem:
+    """A worker's error answer. llama-server's 501 (the model lacks what the request needs: FIM
+    tokens, a projector) is Ollama's 400 for a capability the model lacks ("does not support")."""
+    return Problem(400 if status == 501 else max(status, 400), "worker_error", _worker_message(content))
+
+
+def _dropped(trip: Trip, exc: httpx.HTTPError) -> Problem:
+    return Problem(503, "model_failed", f"the worker of model {trip.model!r} stopped answering: {type(exc).__name__}")
+
+
+async def call(trip: Trip, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST ``body`` to the worker and answer its JSON; its error as a problem with its message.
+    The trip ends here."""
+    status = 503
+    try:
+        answer = await trip.fwd.http.post(trip.lease.endpoint + path, json=body)
+        status = answer.status_code
+    except httpx.HTTPError as exc:
+        raise _dropped(trip, exc) from None
+    finally:
+        await trip.end(status)
+    if status >= 400:
+        raise _refusal(status, answer.content)
+    result: dict[str, Any] = answer.json()
+    return result
+
+
+async def open_stream(trip: Trip, path: str, body: dict[str, Any]) -> httpx.Response:
+    """Start a streamed call; a worker that refuses the request (before any event) is a problem.
+    On success the caller reads :func:`events` and the trip ends when they are done."""
+    trip.stream = True
+    try:
+        request = trip.fwd.http.build_request("POST", trip.lease.endpoint + path, json=body)
+        upstream = await trip.fwd.http.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        await trip.end(503)
+        raise _dropped(trip, exc) from None
+    except BaseException:
+        await trip.end(499)
+        raise
+    if upstream.status_code >= 400 or not upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        content = await upstream.aread()
+        await upstream.aclose()
+        await trip.end(upstream.status_code)
+        raise _refusal(upstream.status_code, content)
+    return upstream
+
+
+async def events(trip: Trip, upstream: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The worker's server-sent events as objects (``data: [DONE]`` ends them); the trip ends with them.
+    A worker that hangs up mid-stream raises :class:`Problem` (the caller writes Ollama's error line)."""
+    status = upstream.status_code
+    try:
+        async for line in upstream.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if isinstance(chunk, dict) and "error" in chunk:
+                raise Problem(500, "worker_error", _worker_message(data.encode()))
+            yield chunk
+    except httpx.HTTPError as exc:
+        status = 503
+        raise _dropped(trip, exc) from None
+    finally:
+        await upstream.aclose()
+        await trip.end(status)
