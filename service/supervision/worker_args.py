@@ -58,6 +58,11 @@ def inference_argv(
             argv += [flag, str(params[key])]
     if params.get("embedding"):
         argv.append("--embedding")
+    # llama-server's endpoint switches: /metrics off unless --metrics, /slots on unless --no-slots.
+    if not params.get("endpoint_metrics"):
+        argv.append("--no-metrics")
+    if params.get("endpoint_slots") is False:
+        argv.append("--no-slots")
     return argv
 
 

@@ -146,6 +146,7 @@ FINGERPRINTS = {
         "0ed5d8dfc25c215d",
         "2e84c42644544f68",
     ),  # typed Failure errors and FileRef files; the fold in modules by lifecycle
+    7: ("3866472c1a1ca1f4", "18189863a8592433"),  # sleep (asleep_since, sleep_idle_seconds); probes are no use
 }
 
 

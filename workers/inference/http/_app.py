@@ -25,11 +25,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FrontOptions:
-    """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``."""
+    """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``,
+    and which of llama-server's monitoring endpoints answer (``--no-metrics``, ``--no-slots``)."""
 
     chat_format: str | None = None
     default_seed: int | None = None
     max_prompt_tokens: int = 0
+    endpoint_metrics: bool = True  # llama-server's --metrics (the service passes --no-metrics without it)
+    endpoint_slots: bool = True  # llama-server's --slots / --no-slots
 
 
 @dataclass
