@@ -17,7 +17,7 @@ from service.api.auth import PUBLIC_PATHS, PUBLIC_PREFIX
 from service.api.cors import CorsPolicy
 from service.settings import Settings
 from tests.dropin.conftest import CHAT, Serve, gguf_repo, models, wait_until
-from tests.supervision.conftest import wait_for_event
+from tests.service_probes import wait_for_event
 
 KEY = "sk-modelrouter-server-0123456789"
 ORIGIN = "http://app.example"

@@ -15,7 +15,7 @@ import pytest
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from tests.dropin.conftest import CHAT, Serve, gguf_repo, models, wait_until
-from tests.supervision.conftest import events, wait_for_event
+from tests.service_probes import events, wait_for_event
 
 # llama-server's answers, word for word (tools/server/server-context.cpp, server.cpp).
 NO_SLOTS = "This server does not support slots endpoint. Start it with `--slots`"
