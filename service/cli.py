@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,8 +82,22 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:  # UsageError, PresetError, a bad MODELROUTER_* value
         print(f"modelrouter serve: error: {exc}", file=sys.stderr)
         return 2
+    # --offline keeps start-up and -hf resolution off the network (the service decides that itself:
+    # Settings.offline), but an explicit POST /models still downloads, as llama.cpp's router does; so
+    # huggingface_hub, which reads HF_HUB_OFFLINE once at import and then refuses every request, must
+    # not see it. The workers get the environment as it was (Settings.environment).
     if settings.offline:
-        os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported: it reads it once
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    from service.binding import BindError, listening_sockets
+
+    try:
+        sockets = listening_sockets(settings.hosts, settings.port)
+    except BindError as exc:
+        print(f"modelrouter serve: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # in use, not an address of this machine: llama-server's "couldn't bind"
+        print(f"modelrouter serve: error: couldn't bind {settings.host} port {settings.port}: {exc}", file=sys.stderr)
+        return 1
     from service.logging_config import configure_logging
 
     configure_logging(json=settings.log_json, level=_LEVELS[settings.log_level], secrets=settings.secrets())
@@ -96,12 +111,21 @@ def _serve(args: argparse.Namespace) -> int:
         log.warning("option_ignored", detail=warning)
     app = create_app(settings)
     # log_config=None: uvicorn's records propagate to our structlog handler.
-    uvicorn.run(
-        app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="on",
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="on",
         ssl_keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None,
         ssl_certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
     )  # fmt: skip
+    for sock in sockets:
+        log.info("listening", address=_address(sock))
+    uvicorn.Server(config).run(sockets=sockets)
     return 0
+
+
+def _address(sock: socket.socket) -> str:
+    """``host:port`` of a TCP socket, the path of a UNIX one."""
+    name = sock.getsockname()
+    return name if isinstance(name, str) else f"{name[0]}:{name[1]}"
 
 
 def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:

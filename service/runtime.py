@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from service.catalogue.sources import Catalogue
+from service.core.server_mode import ROUTER, ServerMode
 from service.event_store.async_store import AsyncEventStore
 from service.live_state import LiveState
 from service.metrics import RouterMetrics
@@ -21,6 +22,7 @@ from service.supervision.downloads import DownloadSupervisor
 from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
+from service.supervision.sleep import SleepSnapshots
 from service.world import SystemClock
 
 IdSource = Callable[[], str]
@@ -46,3 +48,5 @@ class Runtime:
     background: BackgroundTasks = field(default_factory=set)
     catalogue: Catalogue | None = None  # set once the sources were read at start-up
     warnings: list[str] = field(default_factory=list)  # shown on /health (e.g. an open bind without a key)
+    mode: ServerMode = ROUTER  # single-model mode once -m / -hf resolved to one model (start-up)
+    snapshots: SleepSnapshots | None = None  # sleeping models' last /props and /metrics

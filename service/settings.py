@@ -30,8 +30,9 @@ class Settings:
     home: Path = dataclasses.field(default_factory=_default_home)
     """Data directory (MODELROUTER_HOME): the database, the hub cache, logs."""
     host: str = "127.0.0.1"
-    """Bind address (MODELROUTER_HOST, --host). Loopback by default; beyond it, set api_keys
-    (an open bind without a key is warned about at start and on /health)."""
+    """Bind addresses (MODELROUTER_HOST, --host): comma-separated, as llama-server takes them, each one
+    bound (``127.0.0.1,::1``; a path ending in ``.sock`` is a UNIX socket). Loopback by default; beyond
+    it, set api_keys (an open bind without a key is warned about at start and on /health)."""
     port: int = 8080
     """Bind port (MODELROUTER_PORT)."""
     database_url: str = ""
@@ -93,6 +94,17 @@ class Settings:
     """Free bytes a download must leave in the cache dir (MODELROUTER_DISK_RESERVE_BYTES); a
     download that would leave less is refused (507) before it starts."""
     # --- llama-server's router options (see service/llamacpp and docs/llama-cpp-compat.md) ---
+    metrics: bool = False
+    """``GET /metrics`` answers (--metrics, LLAMA_ARG_ENDPOINT_METRICS, MODELROUTER_METRICS); else 501, as
+    llama-server answers without --metrics."""
+    cors_origins: str = "*"
+    """--cors-origins: ``*``, one origin, a comma-separated list, or ``localhost`` (reflect a local Origin)."""
+    cors_methods: str = "GET, POST, DELETE, OPTIONS"
+    """--cors-methods: a preflight's Access-Control-Allow-Methods."""
+    cors_headers: str = "*"
+    """--cors-headers: a preflight's Access-Control-Allow-Headers."""
+    cors_credentials: bool = True
+    """--cors-credentials (default on, as in llama-server): with ``*`` origins, the Origin is echoed."""
     api_keys: tuple[str, ...] = ()
     """Keys required on every endpoint but /health (--api-key, --api-key-file, LLAMA_API_KEY). Secret."""
     offline: bool = False
@@ -144,6 +156,9 @@ class Settings:
             if getattr(self, name) < 0:
                 msg = f"{name} must be >= 0"
                 raise ValueError(msg)
+        if not self.hosts:
+            msg = "--host requires at least one address"
+            raise ValueError(msg)
         for name in ("max_body_bytes", "max_control_body_bytes"):
             if getattr(self, name) < 1:
                 msg = f"{name} must be >= 1"
@@ -166,6 +181,11 @@ class Settings:
             found += [str(v) for v in value] if isinstance(value, tuple) else [str(value)] if value else []
         password = without_password(self.database_url)[1] if self.postgres else None
         return [*found, password] if password else found
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every address to listen on, in order (llama-server's ``parse_csv_row`` of ``--host``)."""
+        return tuple(dict.fromkeys(h.strip() for h in self.host.split(",") if h.strip()))
 
     @property
     def postgres(self) -> bool:
@@ -226,6 +246,7 @@ class Settings:
             "max_control_body_bytes": ("MODELROUTER_MAX_CONTROL_BODY_BYTES", int),
             "max_streams": ("MODELROUTER_MAX_STREAMS", int),
             "disk_reserve_bytes": ("MODELROUTER_DISK_RESERVE_BYTES", int),
+            "metrics": ("MODELROUTER_METRICS", _bool),
         }
         for name, (var, convert) in spec.items():
             if env.get(var):

@@ -24,6 +24,7 @@ from service import __version__
 from service.catalogue.hf_source import HfSourceError
 from service.catalogue.sources import Catalogue, command_line_model
 from service.core import events as ev
+from service.core.server_mode import decide_mode
 from service.core.state import DownloadJob
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
@@ -43,6 +44,7 @@ from service.supervision.instances import InstanceSupervisor
 from service.supervision.interpreter import Interpreter
 from service.supervision.on_demand import OnDemandFiles
 from service.supervision.removal import ModelRemover
+from service.supervision.sleep import SleepSnapshots
 
 _log = structlog.get_logger(__name__)
 
@@ -98,6 +100,8 @@ async def start(settings: Settings) -> Runtime:
     if plan.events:
         await live.record(plan.events)  # first: no instance of the last run is left when models go
     runtime.catalogue = await _catalogue(settings, live, runtime.instances)
+    single = runtime.catalogue.single
+    runtime.mode = decide_mode(single.name if single is not None else None)
     resumed = await _resume_and_load(runtime, plan.interrupted)
     completed = ev.RecoveryCompleted(
         interrupted_downloads=len(plan.interrupted),
@@ -120,7 +124,12 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
     interpreter = Interpreter(live)  # the one writer of what the supervisors decide
     downloads = DownloadSupervisor(settings, live, interpreter=interpreter)
     files = OnDemandFiles(settings, live, downloads)
-    instances = InstanceSupervisor(settings, live, interpreter=interpreter, files=files)
+    http = httpx.AsyncClient(
+        timeout=httpx.Timeout(10.0, read=None, write=None, pool=None),
+        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+    )
+    snapshots = SleepSnapshots(http)
+    instances = InstanceSupervisor(settings, live, interpreter=interpreter, files=files, snapshots=snapshots)
     # Added after the catch-up: event counters count from this process's start.
     gauges = Gauges(in_flight=lambda: sum(instances.busy.values()), queued=lambda: instances.queue_length)
     metrics = RouterMetrics(lambda: live.state, gauges)
@@ -133,12 +142,10 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
         instances=instances,
         remover=ModelRemover(live, instances, downloads, settings.cache_dir),
         snapshotter=snapshotter,
-        http=httpx.AsyncClient(
-            timeout=httpx.Timeout(10.0, read=None, write=None, pool=None),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-        ),
+        http=http,
         metrics=metrics,
         clock=instances.fx.clock,
+        snapshots=snapshots,
     )
 
 
@@ -161,16 +168,23 @@ def binding_warning(settings: Settings) -> str | None:
     load models, download files and delete them. Said loudly at start and on /health."""
     if settings.api_keys:
         return None
-    host = settings.host.strip("[]")
-    if host == "localhost":
+    open_hosts = [h for h in settings.hosts if not _local(h)]
+    if not open_hosts:
         return None
-    with contextlib.suppress(ValueError):
-        if ipaddress.ip_address(host).is_loopback:
-            return None
     return (
-        f"listening on {settings.host}, beyond loopback, without an API key: anyone who can reach "
+        f"listening on {', '.join(open_hosts)}, beyond loopback, without an API key: anyone who can reach "
         "this port can download, load and delete models; set --api-key or LLAMA_API_KEY"
     )
+
+
+def _local(host: str) -> bool:
+    """Loopback, or a UNIX socket (reachable through the file system's permissions only)."""
+    host = host.strip("[]")
+    if host == "localhost" or host.endswith(".sock"):
+        return True
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return False
 
 
 async def _catalogue(settings: Settings, live: LiveState, instances: InstanceSupervisor) -> Catalogue:

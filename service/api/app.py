@@ -14,12 +14,14 @@ from litestar.openapi import OpenAPIConfig
 from service import __version__, startup
 from service.api.auth import api_key_middleware
 from service.api.controllers import reload_before_listing, route_handlers
+from service.api.cors import cors_middleware
 from service.api.deps import dependencies
 from service.api.middleware import request_id_middleware
 from service.api.ollama import ollama_router
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.request import ApiRequest, reject_control_characters
 from service.api.streams import EventStreams
+from service.core.server_mode import may_be_single
 from service.settings import Settings
 from service.world import SystemClock, new_request_id
 
@@ -46,11 +48,21 @@ def create_app(settings: Settings) -> Litestar:
         finally:
             await startup.stop(runtime)
 
+    # The request schemas of single-model mode (model optional) whenever -m / -hf may make one
+    # (service.core.server_mode): an -hf repo holding preset.ini is only known at start-up.
+    single = may_be_single(model_file=settings.model_file is not None, hf_repo=bool(settings.hf_repo))
     return Litestar(
-        route_handlers=[*route_handlers(control_body_limit=settings.max_control_body_bytes), ollama_router()],
+        route_handlers=[
+            *route_handlers(control_body_limit=settings.max_control_body_bytes, single=single),
+            ollama_router(),
+        ],
         dependencies=dependencies(),
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[request_id_middleware(new_request_id, SystemClock()), api_key_middleware(settings.api_keys)],
+        middleware=[
+            cors_middleware(settings),  # outermost: a 401 carries the CORS headers too, as llama-server's does
+            request_id_middleware(new_request_id, SystemClock()),
+            api_key_middleware(settings.api_keys),
+        ],
         before_request=_before_request,
         request_class=ApiRequest,
         request_max_body_size=settings.max_body_bytes,

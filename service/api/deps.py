@@ -21,6 +21,7 @@ from litestar.di import Provide
 from service.api.proxy import Forwarding
 from service.api.streams import EventStreams
 from service.catalogue.sources import Catalogue
+from service.core.server_mode import ServerMode
 from service.event_store.async_store import AsyncEventStore
 from service.live_state import LiveState
 from service.metrics import RouterMetrics
@@ -30,6 +31,7 @@ from service.supervision.downloads import DownloadSupervisor
 from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
+from service.supervision.sleep import SleepSnapshots
 
 
 def _runtime(state: State) -> Runtime:
@@ -103,7 +105,18 @@ def provide_forwarding(state: State) -> Forwarding:
         http=runtime.http,
         metrics=runtime.metrics,
         clock=runtime.clock,
+        mode=runtime.mode,
     )
+
+
+def provide_mode(state: State) -> ServerMode:
+    """Router or single-model mode (decided at start-up, once ``-hf`` / ``-m`` resolved)."""
+    return _runtime(state).mode
+
+
+def provide_snapshots(state: State) -> SleepSnapshots | None:
+    """What sleeping models' workers answered last on ``/props`` and ``/metrics``."""
+    return _runtime(state).snapshots
 
 
 def dependencies() -> dict[str, Provide]:
@@ -121,5 +134,7 @@ def dependencies() -> dict[str, Provide]:
         "warnings": provide_warnings,
         "streams": provide_streams,
         "forwarding": provide_forwarding,
+        "mode": provide_mode,
+        "snapshots": provide_snapshots,
     }
     return {name: Provide(provider, sync_to_thread=False) for name, provider in providers.items()}

@@ -34,6 +34,7 @@ _STATUS_BY_CODE = {
     "model_loaded": 409,
     "not_running": 409,
     "model_not_loaded": 400,  # llama.cpp: 400 "model is not loaded" when autoload is off
+    "model_missing": 400,  # llama.cpp's router: 400 "model name is missing from the request"
     "model_failed": 503,
     "capacity": 503,
 }

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import structlog
 from litestar import Request, Response
 from litestar.response import Stream
 
@@ -26,6 +27,7 @@ from service.api.problems import Problem, llama_error_type, problem_response
 from service.core import events as ev
 from service.core.decision import Append
 from service.core.instance_lifecycle import crash_rejection
+from service.core.server_mode import ROUTER, ServerMode, target_model
 from service.core.state import RouterState
 from service.live_state import LiveState
 from service.metrics import RouterMetrics
@@ -33,6 +35,7 @@ from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor, Lease
 
 _FORWARD_HEADERS = ("content-type", "accept")
+_log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,8 @@ class Forwarding:
     http: httpx.AsyncClient
     metrics: RouterMetrics
     clock: Clock
+    mode: ServerMode = ROUTER
+    """Single-model mode sends every request to its one model, whatever it names."""
 
 
 def _record_completion(
@@ -68,9 +73,15 @@ async def _until_disconnect(request: Request[Any, Any, Any]) -> None:
         pass
 
 
-async def _enter_unless_disconnected(request: Request[Any, Any, Any], acquiring: Awaitable[Lease]) -> Lease:
+CLIENT_CLOSED = 499
+"""nginx's "client closed request": the status recorded for a request whose client hung up while it
+waited for its model (nobody reads it; the log and ``request_completed`` say what happened)."""
+
+
+async def _enter_unless_disconnected(request: Request[Any, Any, Any], acquiring: Awaitable[Lease]) -> Lease | None:
     """Wait for a ready model (maybe queued, maybe loading), but give up the
-    place in the queue as soon as the client disconnects."""
+    place in the queue as soon as the client disconnects (then None: an
+    ordinary outcome, not an exception for the ASGI server to log)."""
     acquire = asyncio.ensure_future(acquiring)
     watch = asyncio.ensure_future(_until_disconnect(request))
     try:
@@ -81,7 +92,7 @@ async def _enter_unless_disconnected(request: Request[Any, Any, Any], acquiring:
         acquire.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await acquire
-        raise asyncio.CancelledError  # nobody is listening any more
+        return None  # nobody is listening any more
     return acquire.result()
 
 
@@ -130,17 +141,35 @@ def _worker_problem(status: int, content: bytes, model: str) -> Problem | None:
     return Problem(status, code, error["message"], model=model, error=llama_error)
 
 
+def _answer(request: Request[Any, Any, Any], model: str, status: int, content: bytes, media_type: str) -> Response[Any]:
+    """A worker's whole answer: as it is, or its error as a problem."""
+    problem = _worker_problem(status, content, model) if status >= 400 else None
+    if problem is not None:
+        return problem_response(request, problem)
+    return Response(content=content, status_code=status, media_type=media_type)
+
+
+def _forwarded(request: Request[Any, Any, Any]) -> tuple[str, str, dict[str, str]]:
+    """The path (for ``request_completed``), the target with its query, and the headers passed on."""
+    path = request.url.path
+    target = path + (f"?{request.url.query}" if request.url.query else "")
+    return path, target, {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
+
+
 async def proxy_request(
-    request: Request[Any, Any, Any], fwd: Forwarding, name: str, autoload: bool | None
+    request: Request[Any, Any, Any], fwd: Forwarding, requested: str | None, autoload: bool | None
 ) -> Response[Any]:
-    """Route one request for model ``name`` to its worker (autoloading it if allowed)."""
+    """Route one request for model ``requested`` to its worker (autoloading it if allowed); in
+    single-model mode to the one model, whatever ``requested`` says (or when it says nothing)."""
+    name = target_model(fwd.mode, requested)
     started = fwd.clock.monotonic()
     raw = await request.body() if request.method == "POST" else b""
     auto = fwd.autoload if autoload is None else autoload
-    path = request.url.path
-    target = path + (f"?{request.url.query}" if request.url.query else "")
-    headers = {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
+    path, target, headers = _forwarded(request)
     lease = await _enter_unless_disconnected(request, fwd.instances.acquire(name, autoload=auto))
+    if lease is None:
+        _log.info("client_disconnected", model=name, route=path, waited_s=round(fwd.clock.monotonic() - started, 3))
+        return Response(content=b"", status_code=CLIENT_CLOSED)
     model, endpoint = lease.model, lease.endpoint
     fwd.metrics.observe_queue_wait(fwd.clock.monotonic() - started)
     instance = fwd.live.state.models[model].instance  # the one the lease holds: not stopped while leased
@@ -168,10 +197,7 @@ async def proxy_request(
             await upstream.aclose()
             lease.release()
         _record_completion(fwd, model, instance_id, path, upstream.status_code, False, started)
-        problem = _worker_problem(upstream.status_code, content, model) if upstream.status_code >= 400 else None
-        if problem is not None:
-            return problem_response(request, problem)
-        return Response(content=content, status_code=upstream.status_code, media_type=media_type)
+        return _answer(request, model, upstream.status_code, content, media_type)
 
     async def chunks() -> AsyncIterator[bytes]:
         status = upstream.status_code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from msgspec import UNSET, UnsetType
 
@@ -18,6 +19,7 @@ from service.api.schemas import (
     ProgressView,
 )
 from service.core.events import FileRef
+from service.core.server_mode import ROUTER, ServerMode, listed
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
 from service.llamacpp.options import command_line, model_tags, preset_ini
@@ -140,7 +142,36 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
     )
 
 
-def models_view(state: RouterState) -> ModelList:
-    """``GET /models`` and ``GET /v1/models``."""
-    data = [model_view(m, state) for _name, m in sorted(state.models.items()) if m.listed and not m.config.hidden]
+def models_view(state: RouterState, mode: ServerMode = ROUTER) -> ModelList:
+    """``GET /models`` and ``GET /v1/models``; in single-model mode its one model only."""
+    data = [
+        model_view(m, state)
+        for name, m in sorted(state.models.items())
+        if m.listed and not m.config.hidden and listed(mode, name)
+    ]
     return ModelList(object="list", data=data)
+
+
+_WORKER_SLOTS = 4  # the inference worker's --n-parallel default, when the model's options set none
+
+
+# Any: llama-server's /props object, JSON values of several types.
+def sleeping_props(model: ModelState, build_info: str) -> dict[str, Any]:
+    """``GET /props`` of a sleeping model whose worker's own answer was not kept (the service restarted
+    while it slept): llama-server's shape, from what the log knows; ``is_sleeping: true``."""
+    params = model.config.params
+    return {
+        "default_generation_settings": {"params": {}, "n_ctx": model.asleep_n_ctx or 0},
+        "total_slots": params.get("n_parallel") or _WORKER_SLOTS,
+        "model_alias": model.name,
+        "model_path": model.path or "",
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "endpoint_slots": params.get("endpoint_slots") is not False,
+        "endpoint_props": False,
+        "endpoint_metrics": bool(params.get("endpoint_metrics")),
+        "chat_template": "",
+        "bos_token": "",
+        "eos_token": "",
+        "build_info": build_info,
+        "is_sleeping": True,
+    }

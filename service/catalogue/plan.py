@@ -52,6 +52,7 @@ def configured(name: str, config: ModelConfig) -> NewEvent:
         hf_file=config.hf_file,
         stop_timeout=config.stop_timeout,
         hidden=config.hidden,
+        sleep_idle_seconds=config.sleep_idle_seconds,
     )
     return NewEvent(event, model=name)
 
@@ -87,10 +88,16 @@ def _from_a_source(model: ModelState) -> bool:
 
 
 def plan_catalogue(
-    state: RouterState, desired: Mapping[str, Desired], base: ModelConfig, present: frozenset[str]
+    state: RouterState,
+    desired: Mapping[str, Desired],
+    base: ModelConfig,
+    present: frozenset[str],
+    *,
+    exclusive: bool = True,
 ) -> CataloguePlan:
     """The plan that makes the log say what ``desired`` says. ``base`` is the config of a
-    model no source names; ``present`` the file paths of the log's models still on disk."""
+    model no source names; ``present`` the file paths of the log's models still on disk.
+    Not ``exclusive`` (single-model mode): the models ``desired`` does not name are left alone."""
     events: list[NewEvent] = []
     unload: dict[str, str] = {}
     added: list[str] = []
@@ -109,7 +116,7 @@ def plan_catalogue(
             changed.append(name)
             if current.instance is not None:
                 unload[name] = "reload"
-    for name, model in sorted(state.models.items()):
+    for name, model in sorted(state.models.items()) if exclusive else ():
         if name in desired or not _from_a_source(model):
             continue
         if _kept_download(model, present):

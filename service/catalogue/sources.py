@@ -110,12 +110,18 @@ class SourcesRead:
     present: frozenset[str]
     refused: tuple[Refusal, ...]
     warnings: tuple[str, ...]
+    exclusive: bool = True
+    """The sources name every model (router mode): a model they no longer name is removed. In
+    single-model mode only the one model is read, and the log's other models are left as they are."""
 
 
 def read_sources(
     settings: Settings, state: RouterState, remote: RemotePreset | None, single: SingleModel | None
 ) -> SourcesRead:
     """Read every source (blocking: run it in a thread). Raises ``PresetError``."""
+    present = frozenset(m.path for m in state.models.values() if m.path and os.path.exists(m.path))
+    if single is not None:
+        return _single_source(settings, single, present)
     repos, refused = scan_caches(settings)
     local: dict[str, tuple[FileRef, ...]] = {}
     if settings.models_dir is not None:
@@ -133,8 +139,19 @@ def read_sources(
                       preset_files=preset_files, single=single, env_layer=dict(settings.model_env_args),
                       cli_layer=dict(settings.model_args))  # fmt: skip
     desired, warnings = desired_models(listing)
-    present = frozenset(m.path for m in state.models.values() if m.path and os.path.exists(m.path))
     return SourcesRead(desired, base_config(listing), listing, present, tuple(refused), tuple(warnings))
+
+
+def _single_source(settings: Settings, single: SingleModel, present: frozenset[str]) -> SourcesRead:
+    """Single-model mode (``-m``/``-hf``): that model and nothing else, as llama-server serves it; the
+    caches, ``--models-dir`` and ``--models-preset`` are not read (llama-server uses them as a router only)."""
+    listing = Listing(single=single, env_layer=dict(settings.model_env_args), cli_layer=dict(settings.model_args))
+    desired, warnings = desired_models(listing)
+    unused = [f"--{flag}" for flag, value in (("models-dir", settings.models_dir), ("models-preset", settings.presets))
+              if value is not None]  # fmt: skip
+    if unused:
+        warnings.append(f"{' and '.join(unused)} ignored: -m / -hf serve one model, as llama-server does")
+    return SourcesRead(desired, base_config(listing), listing, present, (), tuple(warnings), exclusive=False)
 
 
 def command_line_model(settings: Settings) -> tuple[RemotePreset | None, SingleModel | None]:
@@ -190,7 +207,7 @@ class Catalogue:
         async with self._lock:
             read = await asyncio.to_thread(read_sources, self.settings, self.live.state, self.remote, self.single)
             self._report(read)
-            first = plan_catalogue(self.live.state, read.desired, read.base, read.present)
+            first = plan_catalogue(self.live.state, read.desired, read.base, read.present, exclusive=read.exclusive)
             async with contextlib.AsyncExitStack() as stack:
                 for name in first.removed:
                     await stack.enter_async_context(self.instances.holding(name))  # no autoload meanwhile
@@ -206,7 +223,7 @@ class Catalogue:
         worker's event about one of these models in between makes it plan anew."""
 
         def decide(state: RouterState) -> Decision[CataloguePlan]:
-            plan = plan_catalogue(state, read.desired, read.base, read.present)
+            plan = plan_catalogue(state, read.desired, read.base, read.present, exclusive=read.exclusive)
             batch = [Append(e.event, e.model) for e in plan.events]
             if reload:
                 reloaded = ev.ModelsReloaded(

@@ -102,7 +102,8 @@ class ModelConfigured(Event):
     ``ignored`` the ones modelrouter accepted but cannot honour, ``hf_repo``/
     ``hf_file`` where a preset model is downloaded from on first use,
     ``stop_timeout`` the preset's ``stop-timeout``, and ``hidden`` a cache
-    entry that ``dedup-cache-models`` keeps out of ``GET /models``."""
+    entry that ``dedup-cache-models`` keeps out of ``GET /models``, and
+    ``sleep_idle_seconds`` llama-server's ``--sleep-idle-seconds`` (None: never)."""
 
     TYPE: ClassVar[str] = "model_configured"
     aliases: tuple[str, ...] = ()
@@ -116,6 +117,7 @@ class ModelConfigured(Event):
     hf_file: str | None = None
     stop_timeout: float | None = None
     hidden: bool = False
+    sleep_idle_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -351,6 +353,16 @@ class InstanceLost(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SleepEnded(Event):
+    """A sleeping model (its worker stopped with reason ``sleep``) was unloaded without being
+    woken: it is an ordinary unloaded model again, which a request no longer wakes when autoload is
+    off. A wake needs no event of its own: the next ``instance_requested`` (reason ``wake``) ends the sleep."""
+
+    TYPE: ClassVar[str] = "sleep_ended"
+    reason: str = "unload"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestCompleted(Event):
     """A proxied request finished; drives ``last_used`` for LRU and idle TTL."""
 
@@ -366,35 +378,12 @@ class RequestCompleted(Event):
 EVENT_TYPES: Mapping[str, type[Event]] = {
     cls.TYPE: cls
     for cls in (
-        RouterStarted,
-        RouterStopped,
-        RecoveryCompleted,
-        PartialFileFound,
-        PartialFileRemoved,
-        ModelDiscovered,
-        ModelConfigured,
-        ModelRemoved,
-        ModelsReloaded,
-        DownloadRequested,
-        DownloadStarted,
-        DownloadProgress,
-        DownloadFinished,
-        DownloadFailed,
-        DownloadCancelRequested,
-        DownloadCancelled,
-        DownloadInterrupted,
-        DownloadResumed,
-        InstanceRequested,
-        InstanceLoading,
-        LoadingProgress,
-        InstanceReady,
-        InstanceStats,
-        InstanceLoadFailed,
-        InstanceStopRequested,
-        InstanceStopped,
-        InstanceCrashed,
-        InstanceLost,
-        RequestCompleted,
+        RouterStarted, RouterStopped, RecoveryCompleted, PartialFileFound, PartialFileRemoved, ModelDiscovered,
+        ModelConfigured, ModelRemoved, ModelsReloaded, DownloadRequested, DownloadStarted, DownloadProgress,
+        DownloadFinished, DownloadFailed, DownloadCancelRequested, DownloadCancelled, DownloadInterrupted,
+        DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,
+        InstanceLoadFailed, InstanceStopRequested, InstanceStopped, InstanceCrashed, InstanceLost, SleepEnded,
+        RequestCompleted
     )
-}
+}  # fmt: skip
 """Registry: stable type string -> current event class."""

@@ -69,6 +69,7 @@ def _configured(state: RouterState, rec: ev.Recorded) -> RouterState:
         hf_file=e.hf_file,
         stop_timeout=e.stop_timeout,
         hidden=e.hidden,
+        sleep_idle_seconds=e.sleep_idle_seconds,
     )
     model = ensure_model(state, rec)
     return state if model is None else put_model(state, model.replace(config=config))
@@ -87,4 +88,6 @@ def _removed(state: RouterState, rec: ev.Recorded) -> RouterState:
             anomalies=state.anomalies + 1,
             last_anomaly=f"#{rec.position}: model_removed for {model.name!r} with a live instance",
         )
-    return put_model(state, model.replace(available=False, files=(), path=None, size=0, failed=False))
+    return put_model(
+        state, model.replace(available=False, files=(), path=None, size=0, failed=False, asleep_since=None)
+    )

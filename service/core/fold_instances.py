@@ -13,6 +13,7 @@ from service.core.fold_support import (
     on,
     put_model,
 )
+from service.core.instance_lifecycle import SLEEP
 from service.core.state import (
     EngineStats,
     Failure,
@@ -36,7 +37,8 @@ def _instance_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
     instance = Instance(
         instance_id=e.instance_id, reason=e.reason, port=e.port, params=dict(e.params), requested_at=rec.recorded_at
     )
-    return put_model(state, model.replace(instance=instance, failed=False))
+    # Any new instance ends a sleep: a wake (reason "wake"), a load, a restart.
+    return put_model(state, model.replace(instance=instance, failed=False, asleep_since=None, asleep_n_ctx=None))
 
 
 # Any: instance fields of several types, checked by evolve against the dataclass.
@@ -148,7 +150,19 @@ def _instance_ended(state: RouterState, rec: ev.Recorded) -> RouterState:
     # Stopped as asked, or lost with a previous service: either way not a failure.
     e = rec.event
     assert isinstance(e, (ev.InstanceStopped, ev.InstanceLost))
-    return _end_instance(state, rec, e.instance_id, failed=False, error=None)
+    model = instance_of(state, rec, e.instance_id)
+    state = _end_instance(state, rec, e.instance_id, failed=False, error=None)
+    if model is None or model.instance is None or not isinstance(e, ev.InstanceStopped) or e.reason != SLEEP:
+        return state
+    # Stopped for sleep: the model sleeps until a request wakes it (a new instance, reason "wake").
+    slept = state.models[model.name].replace(asleep_since=rec.recorded_at, asleep_n_ctx=model.instance.n_ctx)
+    return put_model(state, slept)
+
+
+@on(ev.SleepEnded)
+def _sleep_ended(state: RouterState, rec: ev.Recorded) -> RouterState:
+    model = model_of(state, rec)
+    return state if model is None else put_model(state, model.replace(asleep_since=None, asleep_n_ctx=None))
 
 
 @on(ev.InstanceCrashed)
@@ -181,7 +195,9 @@ def _instance_crashed(state: RouterState, rec: ev.Recorded) -> RouterState:
     )
 
 
-# Read by monitors from the worker's HTTP thread: they say nothing about whether its engine survives a request.
+# Read by monitors from the worker's HTTP thread: they say nothing about whether its engine survives a
+# request, and are no use of the model either (a scrape keeps no model awake nor from eviction: llama-server's
+# metrics task does not reset its idle timer).
 _PROBE_ROUTES = frozenset({"/slots", "/metrics", "/props", "/health", "/v1/health", "/models", "/v1/models"})
 
 
@@ -192,8 +208,10 @@ def _request_completed(state: RouterState, rec: ev.Recorded) -> RouterState:
     model = model_of(state, rec)
     if model is None:
         return state
+    if e.route in _PROBE_ROUTES:
+        return state
     inst, crashes = model.instance, model.first_request_crashes
-    if inst is not None and inst.instance_id == e.instance_id and e.route not in _PROBE_ROUTES:
+    if inst is not None and inst.instance_id == e.instance_id:
         inst = evolve(inst, requests_done=inst.requests_done + 1)
         if e.keep_alive is not None:
             inst = evolve(inst, keep_alive=e.keep_alive)

@@ -25,8 +25,7 @@ from service.core import scheduling
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.demand_queue import Demanded, Dropped, Queue, QueueEdit, RestartArmed, Started, Waiting, edit
 from service.core.errors import CommandRejected
-from service.core.processes import ProcessExit
-from service.core.state import FailureKind, Instance, InstanceStatus, ModelState, RouterState
+from service.core.state import FailureKind, Instance, InstanceStatus, ModelState, ModelStatus, RouterState
 
 # --- the effects ----------------------------------------------------------------------
 
@@ -47,6 +46,15 @@ class Stop(Effect):
 
 
 @dataclass(frozen=True, slots=True)
+class Sleep(Stop):
+    """Put ``model`` to sleep: keep what its worker answers on ``/props`` and ``/metrics`` (served while
+    it sleeps, as llama-server serves them from a cache), then stop it as :class:`Stop` does."""
+
+    model: str
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
 class Kill(Effect):
     """SIGKILL instance ``instance_id``'s worker at once (nothing to save: a load that timed out)."""
 
@@ -55,7 +63,7 @@ class Kill(Effect):
 
 @dataclass(frozen=True, slots=True)
 class ArmRestart(Effect):
-    """Once the crash is folded, arm ``model``'s restart timer (:func:`restart_timer`)."""
+    """Once the crash is folded, arm ``model``'s restart timer (:func:`~service.core.instance_exits.restart_timer`)."""
 
     model: str
 
@@ -256,9 +264,10 @@ def decide_acquire(
     inst = model.instance
     if inst is not None and inst.status is InstanceStatus.READY:
         return nothing(Acquired(model.name, inst.endpoint))
+    asleep = inst is None and model.status is ModelStatus.SLEEPING
     if inst is None:
         _raise_if_failed(model, mine)
-        if not autoload:
+        if not autoload and not asleep:  # a sleeping model wakes whatever autoload says, as in llama-server
             raise CommandRejected(
                 "model_not_loaded",
                 f"model {model.name!r} is not loaded, and autoload is off: load it with POST /models/load, "
@@ -273,7 +282,8 @@ def decide_acquire(
             raise CommandRejected(
                 "capacity", f"{queue.waiters} requests already wait for a model (max_queued_requests={limit})"
             )
-        effects = (Demanded(model.name, "autoload", facts.mono, waiter=True, autoload=autoload),)
+        reason = lifecycle.WAKE if asleep else "autoload"
+        effects = (Demanded(model.name, reason, facts.mono, waiter=True, autoload=autoload or asleep),)
     if deadline - facts.mono <= 0 and (inst is None or inst.status is InstanceStatus.STOPPING):
         # Waiting for a slot is bounded here; a load in progress by its load deadline.
         raise CommandRejected(
@@ -301,10 +311,13 @@ def unload_target(state: RouterState, name: str) -> UnloadTarget:
     return UnloadTarget(model.name, model.active_job)
 
 
-def decide_unload(state: RouterState, queue: Queue, name: str, reason: str) -> Decision[Instance]:
-    """``-> stopping`` (the caller then waits for the worker to be gone); answers the instance."""
+def decide_unload(state: RouterState, queue: Queue, name: str, reason: str) -> Decision[Instance | None]:
+    """``-> stopping`` (the caller then waits for the worker to be gone); answers the instance. A
+    sleeping model has no worker left: its sleep ends (``sleep_ended``), answering None."""
     model = _found(state, name)
     inst = model.instance
+    if inst is None and model.status is ModelStatus.SLEEPING:
+        return Decision(None, (Append(ev.SleepEnded(reason="unload"), model.name),))  # llama.cpp: sleeping runs
     if inst is None:
         raise CommandRejected("not_running", f"model {model.name!r} is not running", model=model.name)
     entry = queue.get(model.name)
@@ -323,8 +336,8 @@ def decide_shutdown(state: RouterState) -> Decision[tuple[str, ...]]:
 
 
 def decide_timers(state: RouterState, queue: Queue, facts: Facts) -> Decision[None]:
-    """Load deadlines (``-> failed(load_timeout)``, then a kill), idle TTLs (``-> stopping``) and
-    restart timers that are due (an explicit entry for the model)."""
+    """Load deadlines (``-> failed(load_timeout)``, then a kill), idle TTLs (``-> stopping``), sleeps
+    (``-> stopping``, reason ``sleep``) and restart timers that are due (an explicit entry for the model)."""
     events: list[Append] = []
     effects: list[Effect] = []
     for model in state.models.values():
@@ -335,10 +348,16 @@ def decide_timers(state: RouterState, queue: Queue, facts: Facts) -> Decision[No
         if failed:
             events += about(model.name, failed)
             effects.append(Kill(inst.instance_id))
-    for model in scheduling.idle_expired(state, facts.busy, facts.now):
+    expired = scheduling.idle_expired(state, facts.busy, facts.now)
+    for model in expired:
         assert model.instance is not None
         events += about(model.name, lifecycle.stop(model.instance, scheduling.idle_reason(model.instance)))
         effects.append(Stop(model.instance.instance_id))
+    awaited = frozenset(d.model for d in queue.demands) | {m.name for m in expired}
+    for model in scheduling.sleep_due(state, facts.busy, facts.now, awaited):
+        assert model.instance is not None
+        events += about(model.name, lifecycle.stop(model.instance, lifecycle.SLEEP))
+        effects.append(Sleep(model.instance.instance_id, model.name, model.instance.endpoint))
     for name, due in queue.restart_due.items():
         if facts.mono < due:
             continue
@@ -354,47 +373,3 @@ def timers_running(state: RouterState, queue: Queue, facts: Facts) -> bool:
     queued entry's timeout, a restart); if not, an idle supervisor sleeps until something changes."""
     live = any(m.instance is not None for m in state.models.values())
     return live or bool(queue.demands) or bool(queue.restart_due) or bool(facts.processes)
-
-
-# --- process ends -------------------------------------------------------------------------------
-
-
-def decide_exit(state: RouterState, model: str, instance_id: str, exit: ProcessExit, in_flight: int) -> Decision[bool]:
-    """The end to record once the worker was reaped (``instance_lifecycle.on_process_exit``);
-    answers whether it was a crash (then its restart timer is armed once the crash is folded)."""
-    events = lifecycle.on_process_exit(state, model, instance_id, exit, in_flight)
-    crashed = any(isinstance(e, ev.InstanceCrashed) for e in events)
-    return Decision(crashed, about(model, events), (ArmRestart(model),) if crashed else ())
-
-
-def restart_timer(state: RouterState, model_name: str, jitter: float, mono: float) -> tuple[Effect, ...]:
-    """``restart = on-failure``: the timer for a crashed model (capped exponential backoff), or a
-    warning when the backoff ran out."""
-    model = state.models.get(model_name)
-    if model is None:
-        return ()
-    delay = lifecycle.restart_delay(model, jitter)
-    if delay is not None:
-        return (RestartArmed(model_name, mono + delay),)
-    if model.config.restart == "on-failure":
-        return (Warn("restart_gave_up", {"model": model_name, "crashes": model.crash_count}),)
-    return ()
-
-
-def decide_spawn_failed(state: RouterState, model: str, instance_id: str, message: str) -> Decision[None]:
-    """``starting -> failed(spawn_failed)`` unless the instance already ended."""
-    if lifecycle.current_instance(state, model, instance_id) is None:
-        return nothing(None)
-    failed = ev.InstanceLoadFailed(instance_id=instance_id, reason="spawn_failed", message=message)
-    return Decision(None, (Append(failed, model),))
-
-
-def decide_closed(state: RouterState, instance_id: str) -> Decision[None]:
-    """A stop for an instance whose worker never ran (stopped before its spawn, or the spawn failed):
-    its end, unless that is recorded already."""
-    for model in state.models.values():
-        inst = model.instance
-        if inst is not None and inst.instance_id == instance_id:
-            stopped = ev.InstanceStopped(instance_id=instance_id, reason=inst.stop_reason or "unload")
-            return Decision(None, (Append(stopped, model.name),))
-    return nothing(None)

@@ -14,6 +14,19 @@ recorded its own end first. The worker records ``instance_loading``,
 ``loading_progress``, ``instance_ready``, ``instance_load_failed`` and
 ``instance_stopped``. Start-up recovery records ``instance_lost``.
 
+Sleep (llama-server's ``--sleep-idle-seconds``) is this same lifecycle with
+reasons, not a state of its own: an idle ready instance is stopped with reason
+``sleep`` (``ready --instance_stop_requested(sleep)--> stopping
+--instance_stopped(sleep)--> [*]``), which leaves its *model* asleep
+(``ModelState.asleep_since``, status ``sleeping``); the next request starts a
+new instance with reason ``wake``, whatever autoload says (``[*]
+--instance_requested(wake)--> starting``), and any new instance ends the sleep.
+An unload of a sleeping model records ``sleep_ended``. Why stop rather than
+keep an idle process: llama-server frees the model and its context and keeps
+only its HTTP front; here the front is the router, so the worker has nothing
+left to keep, a sleeping model holds no slot, and a sleep survives a kill -9
+of the service (no process to recover, the log says it sleeps).
+
 Decision functions take the fold and the facts the fold cannot know (how the
 process ended, the time) and return the events to append. No I/O, no clock.
 """
@@ -56,6 +69,11 @@ INSTANCE_LIFECYCLE = Lifecycle(
         {(None, "instance_loading"), (None, "loading_progress"), (None, "instance_ready"), (None, "instance_stats")}
     ),
 )
+
+SLEEP = "sleep"
+"""The stop reason of a model that goes to sleep (``instance_stop_requested``, ``instance_stopped``)."""
+WAKE = "wake"
+"""The ``instance_requested`` reason of a request that wakes a sleeping model."""
 
 MAX_RESTARTS = 5
 """Crashes in a row (without a successful ready in between) after which

@@ -174,3 +174,18 @@ def idle_expired(state: RouterState, busy: Mapping[str, int], now: datetime) -> 
         if busy.get(m.name, 0) == 0 and last is not None and (now - last).total_seconds() >= ttl:
             expired.append(m)
     return expired
+
+
+def sleep_due(state: RouterState, busy: Mapping[str, int], now: datetime, awaited: frozenset[str]) -> list[ModelState]:
+    """Ready models idle for their ``sleep_idle_seconds`` (llama-server's ``--sleep-idle-seconds``):
+    nothing in flight, no demand waiting for them, no use since. Monitoring reads do not count as use."""
+    due = []
+    for m in state.models.values():
+        after = m.config.sleep_idle_seconds
+        if after is None or after <= 0 or m.instance is None or m.instance.status is not InstanceStatus.READY:
+            continue
+        last = m.last_used or m.instance.ready_at
+        idle = busy.get(m.name, 0) == 0 and m.name not in awaited
+        if idle and last is not None and (now - last).total_seconds() >= after:
+            due.append(m)
+    return due

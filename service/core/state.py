@@ -49,6 +49,7 @@ class ModelStatus(str, Enum):
     LOADED = "loaded"  # an inference worker answers requests
     UNLOADING = "unloading"  # a stop was requested, the worker has not exited yet
     FAILED = "failed"  # last load/crash/download failed; cleared by the next attempt
+    SLEEPING = "sleeping"  # its worker was stopped after --sleep-idle-seconds idle; the next request wakes it
     ABSENT = "absent"  # known to the log but no usable files (cancelled, removed)
 
 
@@ -200,6 +201,7 @@ class ModelConfig:
     hf_file: str | None = None
     stop_timeout: float | None = None
     hidden: bool = False  # a cache entry deduplicated by a preset: usable, not listed
+    sleep_idle_seconds: float | None = None  # --sleep-idle-seconds: idle this long, the model sleeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +223,8 @@ class ModelState:
     first_request_crashes: int = 0  # crashes in a row on an instance's first request (reset by a completed one)
     last_used: datetime | None = None
     config: ModelConfig = field(default_factory=ModelConfig)
+    asleep_since: datetime | None = None  # stopped for sleep (instance_stopped, reason "sleep"), not woken since
+    asleep_n_ctx: int | None = None  # the context of the instance that went to sleep, for /props meanwhile
 
     @property
     def status(self) -> ModelStatus:
@@ -231,6 +235,8 @@ class ModelState:
             return ModelStatus.DOWNLOADING
         if self.failed:
             return ModelStatus.FAILED
+        if self.asleep_since is not None and self.available:
+            return ModelStatus.SLEEPING
         # A preset model with an hf-repo is loadable before its files exist: the
         # first load downloads them (llama.cpp #19351).
         return ModelStatus.UNLOADED if self.available or self.config.hf_repo else ModelStatus.ABSENT

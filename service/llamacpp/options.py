@@ -146,6 +146,9 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "lora-init-without-apply": lambda _k, v: {"lora_init_without_apply": not is_falsey(v)},
     "props": lambda _k, v: {"endpoint_props": not is_falsey(v)},
     "parallel": _parallel,
+    "metrics": lambda _k, v: {} if is_falsey(v) else {"endpoint_metrics": True},  # llama-server: off by default
+    "slots": lambda _k, v: {"endpoint_slots": False} if is_falsey(v) else {},  # llama-server: on by default
+    "sleep-idle-seconds": lambda _k, _v: {},  # the router's own: ModelConfig.sleep_idle_seconds
 }
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.
 _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
@@ -211,6 +214,17 @@ def _stop_timeout(value: str | None) -> float | None:
         return None
 
 
+def _sleep(value: str | None) -> float | None:
+    """``--sleep-idle-seconds``: -1 (the default) never; 0 or below -1 refused, as llama-server refuses them."""
+    if value is None:
+        return None
+    seconds = _int("sleep-idle-seconds", value)
+    if seconds == 0 or seconds < -1:
+        msg = f"sleep-idle-seconds = {value!r}: invalid value: cannot be 0 or less than -1"
+        raise OptionError(msg)
+    return None if seconds == -1 else float(seconds)
+
+
 def _names(*texts: str | None) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for text in texts:
@@ -237,6 +251,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         hf_repo=(options.get("hf-repo") or "").strip() or None,
         hf_file=(options.get("hf-file") or "").strip() or None,
         stop_timeout=_stop_timeout(stop),
+        sleep_idle_seconds=_sleep(options.get("sleep-idle-seconds")),
     )
     return ModelSettings(
         config=config,

@@ -39,7 +39,7 @@ _TWINS: Mapping[str, str] = {
     "models-autoload": "MODELROUTER_AUTOLOAD",
     "sse-ping-interval": "MODELROUTER_SSE_KEEPALIVE",
     "log-jsonl": "MODELROUTER_LOG_JSON",
-}
+}  # (metrics: MODELROUTER_METRICS, see _router_metrics)
 _OFFLINE_VARS = ("LLAMA_OFFLINE", "HF_HUB_OFFLINE")  # besides --offline's own LLAMA_ARG_OFFLINE
 
 
@@ -60,11 +60,17 @@ def _int(key: str, value: str) -> int:
 
 
 def _host(value: str) -> str:
-    first = value.split(",")[0].strip()
-    if first.endswith(".sock") or "/" in first:
-        msg = f"--host {value!r}: modelrouter listens on a TCP address, not a UNIX socket"
+    """Every address of ``--host a,b`` (llama-server's ``parse_csv_row``), each bound: TCP addresses,
+    and paths ending in ``.sock`` as UNIX sockets."""
+    hosts = [h.strip() for h in value.split(",") if h.strip()]
+    if not hosts:
+        msg = f"--host {value!r}: --host requires at least one address"
         raise UsageError(msg)
-    return first
+    for host in hosts:
+        if "/" in host and not host.endswith(".sock"):
+            msg = f"--host {host!r}: a UNIX socket path must end in .sock (as in llama-server)"
+            raise UsageError(msg)
+    return ",".join(hosts)
 
 
 def _log_level(value: str) -> str:
@@ -92,6 +98,10 @@ _SETTINGS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "hf-file": ("hf_file", str.strip),
     "model": ("model_file", lambda v: Path(v).expanduser()),
     "alias": ("aliases", lambda v: tuple(a.strip() for a in v.split(",") if a.strip())),
+    "cors-origins": ("cors_origins", str.strip),
+    "cors-methods": ("cors_methods", str.strip),
+    "cors-headers": ("cors_headers", str.strip),
+    "cors-credentials": ("cors_credentials", lambda v: not is_falsey(v)),
 }
 
 
@@ -142,9 +152,22 @@ def router_args(
         overrides["api_keys"] = keys
     if "offline" not in overrides and any(environ.get(v, "").strip().lower() in TRUTHY for v in _OFFLINE_VARS):
         overrides["offline"] = True
+    metrics = _router_metrics(cli, env, environ)
+    if metrics is not None:
+        overrides["metrics"] = metrics
     overrides["model_args"] = per_model(cli)
     overrides["model_env_args"] = per_model(env)
     return RouterArgs(overrides=overrides, warnings=tuple(warnings))
+
+
+def _router_metrics(cli: Mapping[str, str], env: Mapping[str, str], environ: Mapping[str, str]) -> bool | None:
+    """``--metrics`` (``LLAMA_ARG_ENDPOINT_METRICS``) turns the router's own ``/metrics`` on, besides
+    being every model's option (as llama.cpp's router passes its command line to its children)."""
+    if "metrics" in cli:
+        return not is_falsey(cli["metrics"])
+    if "metrics" in env and "MODELROUTER_METRICS" not in environ:
+        return not is_falsey(env["metrics"])
+    return None
 
 
 def llama_cache_dir(environ: Mapping[str, str]) -> Path:

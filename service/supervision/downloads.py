@@ -166,4 +166,8 @@ class DownloadSupervisor:
 def _worker_env(settings: Settings) -> dict[str, str]:
     token = {"HF_TOKEN": settings.hf_token} if settings.hf_token else {}
     extra = {"MODELROUTER_LOG_JSON": "true", "HF_ENDPOINT": settings.hf_endpoint, **token, **store_env(settings)}
-    return settings.worker_environment(**extra)
+    env = settings.worker_environment(**extra)
+    # A download worker runs only for a download that was asked for, which --offline does not refuse (as
+    # llama.cpp's router still downloads then): huggingface_hub would refuse it under HF_HUB_OFFLINE.
+    env.pop("HF_HUB_OFFLINE", None)
+    return env

@@ -27,6 +27,7 @@ import structlog
 
 from service.core import events as ev
 from service.core import instance_decisions as decide
+from service.core import instance_exits as exits
 from service.core import instance_lifecycle as lifecycle
 from service.core import scheduling
 from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Waiting, edit
@@ -38,6 +39,7 @@ from service.settings import Settings
 from service.supervision.effects import Effects
 from service.supervision.interpreter import Interpreter
 from service.supervision.on_demand import OnDemandFiles
+from service.supervision.sleep import SleepSnapshots
 from service.supervision.worker_args import inference_argv, store_env
 from service.supervision.worker_pool import WorkerPool
 
@@ -77,6 +79,7 @@ class InstanceSupervisor:
         *,
         interpreter: Interpreter | None = None,
         files: OnDemandFiles | None = None,
+        snapshots: SleepSnapshots | None = None,
     ) -> None:
         self.settings = settings
         self.live = live
@@ -95,6 +98,7 @@ class InstanceSupervisor:
             load_timeout=settings.load_timeout,
         )
         self.files = files
+        self.snapshots = snapshots  # what sleeping models' workers answered last (/props, /metrics)
         self.interpreter = interpreter or Interpreter(live)
         self._register(self.interpreter)
         live.add_listener(self._on_event)
@@ -103,6 +107,7 @@ class InstanceSupervisor:
         it.register(QueueEdit, self._edit_queue)
         it.register(decide.Spawn, lambda e: self._start_process(e.model, e.request))
         it.register(decide.Stop, lambda e: self._stop_process(e.instance_id))
+        it.register(decide.Sleep, self._sleep)
         it.register(decide.Kill, lambda e: self._pool.kill(e.instance_id))
         it.register(decide.ArmRestart, self._arm_restart)
         it.register(decide.Warn, lambda e: _log.warning(e.event, **e.fields))
@@ -313,7 +318,7 @@ class InstanceSupervisor:
             message = str(exc)
             async with self._lock:
                 await self.interpreter.apply(
-                    lambda s: decide.decide_spawn_failed(s, model_name, request.instance_id, message)
+                    lambda s: exits.decide_spawn_failed(s, model_name, request.instance_id, message)
                 )
             return
         if lifecycle.current_instance(self.live.state, model_name, request.instance_id) is None:
@@ -331,7 +336,12 @@ class InstanceSupervisor:
         if not stopped and instance_id not in self._models:
             await self.live.sync()
             async with self._lock:
-                await self.interpreter.apply(lambda s: decide.decide_closed(s, instance_id))
+                await self.interpreter.apply(lambda s: exits.decide_closed(s, instance_id))
+
+    async def _sleep(self, effect: decide.Sleep) -> None:
+        if self.snapshots is not None:
+            await self.snapshots.take(effect.model, effect.endpoint)  # before it stops: served while it sleeps
+        await self._stop_process(effect.instance_id)
 
     def _find(self, instance_id: str) -> tuple[str, Instance] | None:
         for model in self.live.state.models.values():
@@ -347,9 +357,7 @@ class InstanceSupervisor:
         await self.live.sync()  # fold what the worker recorded before it exited
         in_flight = self.busy.get(model, 0)
         async with self._lock:
-            applied = await self.interpreter.apply(
-                lambda s: decide.decide_exit(s, model, instance_id, exit_, in_flight)
-            )
+            applied = await self.interpreter.apply(lambda s: exits.decide_exit(s, model, instance_id, exit_, in_flight))
         if applied.answer:
             error = applied.state.models[model].last_error
             _log.warning("instance_crashed", model=model, instance_id=instance_id, reason=error and error.message)
@@ -358,7 +366,7 @@ class InstanceSupervisor:
         if self._shutting_down:
             return
         self.interpreter.perform(
-            decide.restart_timer(self.live.state, effect.model, self.fx.jitter(), self.fx.clock.monotonic())
+            exits.restart_timer(self.live.state, effect.model, self.fx.jitter(), self.fx.clock.monotonic())
         )
 
     # --- start-up and shut-down ---------------------------------------------------------

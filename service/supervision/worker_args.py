@@ -64,6 +64,11 @@ def inference_argv(
         if params.get(key) is not None:
             argv += [flag, str(params[key])]
     argv += [flag for key, flag in _INFERENCE_SWITCHES.items() if params.get(key)]
+    # llama-server's endpoint switches: /metrics off unless --metrics, /slots on unless --no-slots.
+    if not params.get("endpoint_metrics"):
+        argv.append("--no-metrics")
+    if params.get("endpoint_slots") is False:
+        argv.append("--no-slots")
     return argv
 
 

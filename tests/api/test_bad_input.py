@@ -91,7 +91,7 @@ async def test_models_sse_last_event_id_beyond_the_head_is_400(client: AsyncTest
 
 async def test_options_models_lists_every_method(client: AsyncTestClient) -> None:
     answer = await client.options("/models")
-    assert answer.status_code == 204
+    assert answer.status_code == 200, "a CORS preflight, answered 200 as llama-server answers every OPTIONS"
     allowed = {m.strip() for m in answer.headers["allow"].split(",")}
     assert {"GET", "POST", "DELETE", "OPTIONS"} <= allowed
 

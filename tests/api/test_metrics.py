@@ -53,7 +53,7 @@ def wait_metric(svc: ServiceProcess, ok: Callable[[Samples], bool], what: str, t
 
 @pytest.fixture
 def svc(hub: HubServer, tmp_path: Path, models_dir: Path) -> Iterator[ServiceProcess]:
-    env = {"HF_ENDPOINT": hub.url, "MODELROUTER_MODELS_DIR": str(models_dir)}
+    env = {"HF_ENDPOINT": hub.url, "MODELROUTER_MODELS_DIR": str(models_dir), "MODELROUTER_METRICS": "1"}
     with ServiceProcess(tmp_path / "home", env=env) as proc:
         yield proc
 
@@ -100,6 +100,6 @@ def test_counters_move_as_events_happen(svc: ServiceProcess, hub: HubServer, tmp
 
 @pytest.mark.timeout(60)
 def test_metrics_need_the_api_key(tmp_path: Path) -> None:
-    with ServiceProcess(tmp_path / "home", args=["--api-key", KEY]) as svc:
+    with ServiceProcess(tmp_path / "home", args=["--api-key", KEY, "--metrics"]) as svc:
         assert httpx.get(f"{svc.url}/metrics", timeout=10).status_code == 401
         assert value(scrape(svc, Authorization=f"Bearer {KEY}"), "modelrouter_tail_up") == 1

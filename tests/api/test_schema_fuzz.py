@@ -60,7 +60,8 @@ CHECKS = [
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory, models_dir: Path, hub_server: HubServer) -> Iterator[ServiceProcess]:
     env = {"MODELROUTER_MODELS_DIR": str(models_dir), "HF_ENDPOINT": hub_server.url, "MODELROUTER_MODELS_MAX": "1"}
-    with ServiceProcess(tmp_path_factory.mktemp("fuzz"), env=env) as proc:
+    # --metrics: /metrics answers (without it, llama-server's 501 for every call, which the fuzz counts as a 5xx).
+    with ServiceProcess(tmp_path_factory.mktemp("fuzz"), args=["--metrics"], env=env) as proc:
         yield proc
 
 

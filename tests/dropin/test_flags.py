@@ -81,11 +81,12 @@ def test_every_decision_names_a_real_option() -> None:
     honoured = {arg.key for arg in ARGS if handling(arg).honoured}
     assert {"ctx-size", "threads", "threads-batch", "batch-size", "seed", "embeddings", "parallel", "port",
             "host", "api-key", "api-key-file", "models-dir", "models-preset", "models-max", "models-autoload",
-            "hf-repo", "hf-file", "alias", "model", "offline", "load-on-startup", "dedup-cache-models"} <= honoured  # fmt: skip
+            "hf-repo", "hf-file", "alias", "model", "offline", "load-on-startup", "dedup-cache-models", "metrics",
+            "slots", "sleep-idle-seconds", "cors-origins", "cors-methods", "cors-headers", "cors-credentials"} <= honoured  # fmt: skip
     params = {handling(arg).param for arg in ARGS if handling(arg).param}
     assert params == {"n_ctx", "n_threads", "n_threads_batch", "n_batch", "seed", "embedding", "n_parallel",
                       "chat_format", "pooling", "kv_unified", "context_shift", "spm_infill", "slot_save_path", "lora", "lora_scaled",
-                      "lora_init_without_apply", "endpoint_props"}  # fmt: skip
+                      "lora_init_without_apply", "endpoint_props", "endpoint_metrics", "endpoint_slots"}  # fmt: skip
 
 
 def test_preset_keys_are_long_and_short_names_and_env_names() -> None:

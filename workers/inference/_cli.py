@@ -84,6 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kv-unified", action="store_true", help="one KV pool for all slots (each may use all of -c)")
     p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-metrics", dest="metrics", action="store_false", help="GET /metrics: 501 (llama-server's)")
+    p.add_argument("--no-slots", dest="slots", action="store_false", help="GET /slots: 501 (llama-server's)")
     p.add_argument("--stop-timeout", type=float, default=5.0, help="grace for the running request on stop (s)")
     p.add_argument("--stats-interval", type=float, default=STATS_INTERVAL_S,
                    help="instance_stats at most this often, when changed (s; 0 = never)")  # fmt: skip

@@ -50,6 +50,7 @@ class Worker:
             chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens,
             spm_infill=args.spm_infill, slot_save_path=args.slot_save_path, endpoint_props=args.props,
             predict_route=predict_route(os.environ),
+            endpoint_metrics=args.metrics, endpoint_slots=args.slots,
         )  # fmt: skip
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""

@@ -3,17 +3,21 @@ the live state is current.
 
 Answers 503 while the tail that keeps the fold current is down, or behind by
 more than ``tail_lag_limit`` seconds: everything the service decides comes
-from that state, so a load balancer should not send it traffic meanwhile.
+from that state, so a load balancer should not send it traffic meanwhile. In
+single-model mode also while its model downloads or loads, with llama-server's
+``{"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}``.
 """
 
 from __future__ import annotations
 
 from litestar import Response, get
 from litestar.openapi.datastructures import ResponseSpec
+from msgspec import UNSET
 
 from service import __version__
-from service.api.schemas import HealthView, TailView
+from service.api.schemas import ErrorObject, HealthView, TailView
 from service.api.streams import EventStreams
+from service.core.server_mode import ServerMode, not_serving
 from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.instances import InstanceSupervisor
@@ -30,28 +34,44 @@ _DEGRADED = {
 
 @get("/health", operation_id="health", tags=["service"], responses=_DEGRADED)
 async def health(
-    settings: Settings, live: LiveState, instances: InstanceSupervisor, streams: EventStreams, warnings: tuple[str, ...]
+    settings: Settings,
+    live: LiveState,
+    instances: InstanceSupervisor,
+    streams: EventStreams,
+    warnings: tuple[str, ...],
+    mode: ServerMode,
 ) -> Response[HealthView]:
     """Answered by the service itself, never proxied."""
-    return await _health(settings, live, instances, streams, warnings)
+    return await _health(settings, live, instances, streams, warnings, mode)
 
 
 @get("/v1/health", operation_id="healthV1", tags=["service"], responses=_DEGRADED)
 async def health_v1(
-    settings: Settings, live: LiveState, instances: InstanceSupervisor, streams: EventStreams, warnings: tuple[str, ...]
+    settings: Settings,
+    live: LiveState,
+    instances: InstanceSupervisor,
+    streams: EventStreams,
+    warnings: tuple[str, ...],
+    mode: ServerMode,
 ) -> Response[HealthView]:
     """llama-server's second health path, same answer."""
-    return await _health(settings, live, instances, streams, warnings)
+    return await _health(settings, live, instances, streams, warnings, mode)
 
 
 async def _health(
-    settings: Settings, live: LiveState, instances: InstanceSupervisor, streams: EventStreams, warnings: tuple[str, ...]
+    settings: Settings,
+    live: LiveState,
+    instances: InstanceSupervisor,
+    streams: EventStreams,
+    warnings: tuple[str, ...],
+    mode: ServerMode,
 ) -> Response[HealthView]:
     tail = await live.health()
     healthy = tail.up and tail.lag_ms <= settings.tail_lag_limit * 1000
     state = live.state
+    loading = not_serving(mode, state) if healthy else None
     body = HealthView(
-        status="ok" if healthy else "degraded",
+        status="ok" if healthy and loading is None else "loading" if healthy else "degraded",
         version=__version__,
         position=tail.position,
         tail=TailView(
@@ -69,5 +89,6 @@ async def _health(
         anomalies=state.anomalies,
         last_anomaly=state.last_anomaly,
         warnings=list(warnings),
+        error=UNSET if loading is None else ErrorObject(code=503, message=loading, type="unavailable_error"),
     )
-    return Response(body, status_code=200 if healthy else 503)
+    return Response(body, status_code=200 if body.status == "ok" else 503)

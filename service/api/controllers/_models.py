@@ -19,6 +19,7 @@ from service.api.schemas import (
 )
 from service.api.views import job_view, model_view, models_view
 from service.core.instance_decisions import unload_target
+from service.core.server_mode import ServerMode
 from service.live_state import LiveState
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
@@ -29,15 +30,15 @@ _FORCE = Parameter(description="Stop a loaded model's worker first (default: ref
 
 
 @get("/models", operation_id="listModels", tags=["models"], responses=problems(400))
-async def list_models(live: LiveState) -> ModelList:
-    """Every model the log knows of, with status, progress and last error."""
-    return models_view(live.state)
+async def list_models(live: LiveState, mode: ServerMode) -> ModelList:
+    """Every model the log knows of, with status, progress and last error (single-model mode: its model)."""
+    return models_view(live.state, mode)
 
 
 @get("/v1/models", operation_id="listModelsOpenAI", tags=["models"], responses=problems(400))
-async def list_models_openai(live: LiveState) -> ModelList:
+async def list_models_openai(live: LiveState, mode: ServerMode) -> ModelList:
     """The same list under the OpenAI path, for OpenAI clients."""
-    return models_view(live.state)
+    return models_view(live.state, mode)
 
 
 @post(

@@ -7,6 +7,11 @@ request is a 400 here, before it can take a model slot or reach a worker.
 The worker answers what it serves and 404/501 for what it does not (yet).
 (Not routed: ``/v1/audio/transcriptions``, whose multipart body would need
 rebuilding, and the conversation-stream routes ``/v1/stream*``.)
+
+In single-model mode (``-m``/``-hf``, :mod:`service.core.server_mode`) the
+same routes go to the one model whatever they name, so their declared bodies
+and parameters make ``model`` optional (:func:`proxy_routes` builds the
+handlers for the mode, and ``/schema`` says what each mode accepts).
 """
 
 from __future__ import annotations
@@ -17,15 +22,20 @@ from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import Parameter, SkipValidation
 from litestar.status_codes import HTTP_200_OK
 
 from service import __version__
 from service.api import schemas as s
 from service.api.problems import Problem
 from service.api.proxy import Forwarding, proxy_request
-from service.api.schemas import ModelParam, problems
+from service.api.schemas import ModelParam, model_optional, problems
+from service.api.views import sleeping_props
+from service.core.server_mode import target_model
+from service.core.state import ModelStatus
+from service.live_state import LiveState
 from service.settings import Settings
+from service.supervision.sleep import SleepSnapshots
 
 Autoload = Annotated[
     bool | None,
@@ -82,8 +92,15 @@ def _operation_id(method: str, path: str) -> str:
     return method + "".join(w[:1].upper() + w[1:] for w in words)
 
 
-def _post_route(path: str, body: type[Any]) -> Any:
+def _named(model: object) -> str | None:
+    """The name a body or query gives (UNSET or None in single-model mode when it gives none)."""
+    return model.strip() if isinstance(model, str) else None
+
+
+def _post_route(path: str, body: type[Any], single: bool) -> Any:
     description = f"Routed to the worker of the body's `model` ({body.__name__}; other members pass through)."
+    if single:
+        description = f"Routed to the one model, whatever the body's `model` names ({body.__name__})."
 
     @post(
         path,
@@ -92,7 +109,7 @@ def _post_route(path: str, body: type[Any]) -> Any:
         status_code=HTTP_200_OK,
         description=description,
         responses={**_ANSWER, **_PROXIED},
-        signature_namespace={"Body": body},
+        signature_namespace={"Body": model_optional(body) if single else body},
     )
     async def handler(
         data: Body,  # type: ignore[name-defined]  # noqa: F821  # resolved per route from signature_namespace
@@ -100,25 +117,39 @@ def _post_route(path: str, body: type[Any]) -> Any:
         forwarding: Forwarding,
         autoload: Autoload = None,
     ) -> Response[Any]:
-        return await proxy_request(request, forwarding, data.model.strip(), autoload)
+        return await proxy_request(request, forwarding, _named(data.model), autoload)
 
     return handler
 
 
-def _get_route(path: str) -> Any:
-    @get(
+def _get_route(path: str, single: bool) -> Any:
+    decorate = get(
         path,
         operation_id=_operation_id("get", path),
         tags=["inference"],
-        description="Routed to the worker of `?model=`.",
+        description="Routed to the one model (`?model=` is ignored)."
+        if single
+        else "Routed to the worker of `?model=`.",
         responses={**_ANSWER, **_PROXIED},
     )
+    if single:
+
+        async def one_model(
+            request: Request[Any, Any, Any],
+            forwarding: Forwarding,
+            model: ModelParam | None = None,
+            autoload: Autoload = None,
+        ) -> Response[Any]:
+            return await proxy_request(request, forwarding, model, autoload)
+
+        return decorate(one_model)
+
     async def handler(
         request: Request[Any, Any, Any], forwarding: Forwarding, model: ModelParam, autoload: Autoload = None
     ) -> Response[Any]:
         return await proxy_request(request, forwarding, model.strip(), autoload)
 
-    return handler
+    return decorate(handler)
 
 
 def _build_info() -> str:
@@ -132,31 +163,8 @@ def _build_info() -> str:
 BUILD_INFO = _build_info()
 
 
-@get(
-    "/props",
-    operation_id="getProps",
-    tags=["inference"],
-    responses={
-        200: ResponseSpec(
-            data_container=s.RouterProps,
-            description="The router's properties; with `?model=`, that model's worker's `/props`",
-            generate_examples=False,
-        ),
-        **_PROXIED,
-    },
-)
-async def get_props(
-    request: Request[Any, Any, Any],
-    forwarding: Forwarding,
-    settings: Settings,
-    model: ModelParam | None = None,
-    autoload: Autoload = None,
-) -> Response[Any]:
-    """llama.cpp router's ``GET /props``: its own role and limits, or with ``?model=``
-    the model's own properties, from its worker."""
-    if model is not None:
-        return await proxy_request(request, forwarding, model.strip(), autoload)
-    props = s.RouterProps(
+def _router_props(settings: Settings) -> s.RouterProps:
+    return s.RouterProps(
         role="router",
         max_instances=settings.models_max,
         models_autoload=settings.autoload,
@@ -165,27 +173,40 @@ async def get_props(
         default_generation_settings=s.GenerationSettings(params={}, n_ctx=0),
         build_info=BUILD_INFO,
     )
-    return Response(props)
 
 
-@post(
-    "/slots/{id_slot:int}",
-    operation_id="postSlotsAction",
-    tags=["inference"],
-    status_code=HTTP_200_OK,
-    description="Routed to the worker of the body's `model` (slot save/restore/erase).",
-    responses={**_ANSWER, **_PROXIED},
-)
-async def post_slot(
-    data: s.ModelRequest,
-    request: Request[Any, Any, Any],
-    forwarding: Forwarding,
-    id_slot: Annotated[int, Parameter(ge=0, le=1_000_000)],
-    autoload: Autoload = None,
-) -> Response[Any]:
-    """llama-server's ``POST /slots/{id}?action=save|restore|erase``."""
-    del id_slot  # part of the forwarded path
-    return await proxy_request(request, forwarding, data.model.strip(), autoload)
+def _props_route(single: bool) -> Any:
+    answer = (
+        ResponseSpec(data_container=dict[str, Any], description="The model's properties (llama-server's `/props`)",
+                     generate_examples=False)
+        if single
+        else ResponseSpec(data_container=s.RouterProps, generate_examples=False,
+                          description="The router's properties; with `?model=`, that model's worker's `/props`")
+    )  # fmt: skip
+
+    @get("/props", operation_id="getProps", tags=["inference"], responses={200: answer, **_PROXIED})
+    async def get_props(
+        request: Request[Any, Any, Any],
+        forwarding: Forwarding,
+        settings: Settings,
+        live: LiveState,
+        snapshots: SkipValidation[SleepSnapshots | None],
+        model: ModelParam | None = None,
+        autoload: Autoload = None,
+    ) -> Response[Any]:
+        """llama.cpp's ``GET /props``: the router's role and limits, or with ``?model=`` (and in
+        single-model mode always) the model's own properties, from its worker; a sleeping model's
+        from what its worker said before it slept (``is_sleeping: true``), without waking it."""
+        if model is None and not forwarding.mode.single:
+            return Response(_router_props(settings))
+        name = target_model(forwarding.mode, model)
+        found = live.state.resolve(name)
+        if found is not None and found.status is ModelStatus.SLEEPING:
+            cached = snapshots.props(found.name) if snapshots is not None else None
+            return Response(cached or sleeping_props(found, BUILD_INFO))
+        return await proxy_request(request, forwarding, name, autoload)
+
+    return get_props
 
 
 @post(
@@ -201,12 +222,13 @@ async def post_lora_adapters(
     data: list[s.LoraScale],
     request: Request[Any, Any, Any],
     forwarding: Forwarding,
-    model: ModelParam,
+    model: ModelParam | None = None,
     autoload: Autoload = None,
 ) -> Response[Any]:
-    """llama-server's ``POST /lora-adapters``: new scales for the model's ``--lora`` adapters."""
+    """llama-server's ``POST /lora-adapters``: new scales for the model's ``--lora`` adapters
+    (``?model=`` names it; in single-model mode it is the one model)."""
     del data  # validated here, forwarded as received
-    return await proxy_request(request, forwarding, model.strip(), autoload)
+    return await proxy_request(request, forwarding, _named(model), autoload)
 
 
 @post(
@@ -223,17 +245,45 @@ async def post_predict(
 ) -> Response[Any]:
     """``POST /predict``: ``{"instances": [{"@requestFormat", "model", ...}]}``."""
     models = {i.model.strip() for i in data.instances}
+    if forwarding.mode.single:
+        return await proxy_request(request, forwarding, None, autoload)  # the one model, as llama-server
     if len(models) != 1:
         raise Problem(400, "invalid_request", f"the instances name {len(models)} models; one request, one model")
     return await proxy_request(request, forwarding, models.pop(), autoload)
 
 
-proxy_routes = [
-    *(_post_route(path, body) for path, body in POST_ROUTES.items()),
-    *(_get_route(path) for path in GET_ROUTES),
-    get_props,
-    post_slot,
-    post_lora_adapters,
-    post_predict,
-]
-"""Every routed handler, for the route collection (``service.api.controllers.route_handlers``)."""
+def _post_slot(single: bool) -> Any:
+    @post(
+        "/slots/{id_slot:int}",
+        operation_id="postSlotsAction",
+        tags=["inference"],
+        status_code=HTTP_200_OK,
+        description="Routed to the worker of the body's `model` (slot save/restore/erase).",
+        responses={**_ANSWER, **_PROXIED},
+        signature_namespace={"SlotBody": model_optional(s.ModelRequest) if single else s.ModelRequest},
+    )
+    async def post_slot(
+        data: SlotBody,  # type: ignore[name-defined]  # noqa: F821  # from signature_namespace, per mode
+        request: Request[Any, Any, Any],
+        forwarding: Forwarding,
+        id_slot: Annotated[int, Parameter(ge=0, le=1_000_000)],
+        autoload: Autoload = None,
+    ) -> Response[Any]:
+        """llama-server's ``POST /slots/{id}?action=save|restore|erase``."""
+        del id_slot  # part of the forwarded path
+        return await proxy_request(request, forwarding, _named(data.model), autoload)
+
+    return post_slot
+
+
+def proxy_routes(*, single: bool) -> list[Any]:
+    """Every routed handler, for the route collection (``service.api.controllers.route_handlers``);
+    ``single``: as single-model mode declares them (``model`` optional)."""
+    return [
+        *(_post_route(path, body, single) for path, body in POST_ROUTES.items()),
+        *(_get_route(path, single) for path in GET_ROUTES),
+        _props_route(single),
+        _post_slot(single),
+        post_lora_adapters,
+        post_predict,
+    ]

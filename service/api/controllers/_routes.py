@@ -13,6 +13,7 @@ from litestar import Router
 from litestar.types import ControllerRouterHandler
 
 from service.api.controllers._dashboard import dashboard_routes
+from service.api.controllers._disabled import disabled_routes
 from service.api.controllers._downloads import cancel_download, download_model, get_download, list_downloads
 from service.api.controllers._events import EventsController, models_sse
 from service.api.controllers._health import health, health_v1
@@ -38,21 +39,24 @@ CONTROL_HANDLERS = (
 """The routes behind the control body limit."""
 
 
-def route_handlers(*, control_body_limit: int) -> list[ControllerRouterHandler]:
+def route_handlers(*, control_body_limit: int, single: bool = False) -> list[ControllerRouterHandler]:
     """Every route of the API, for ``Litestar(route_handlers=...)``; the control
-    group limited to ``control_body_limit`` bytes of body."""
+    group limited to ``control_body_limit`` bytes of body; ``single``: the routed
+    handlers as single-model mode declares them (``model`` optional)."""
     control = Router(
         path="/",
         route_handlers=[*options_handlers(CONTROL_HANDLERS), *CONTROL_HANDLERS],
         request_max_body_size=control_body_limit,
     )
+    routed = proxy_routes(single=single)
     return [
-        *options_handlers([*proxy_routes, get_metrics, *dashboard_routes]),
+        *options_handlers([*routed, get_metrics, *disabled_routes, *dashboard_routes]),
         health,
         health_v1,
         control,
-        *proxy_routes,
+        *routed,
         get_metrics,
+        *disabled_routes,
         *dashboard_routes,
         EventsController,
         models_sse,

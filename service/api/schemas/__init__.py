@@ -33,6 +33,7 @@ from service.api.schemas._control import (
     UnloadAnswer,
 )
 from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHistoryView
+from service.api.schemas._modes import model_optional
 from service.api.schemas._openai import (
     ApplyTemplateRequest,
     ChatRequest,
@@ -94,5 +95,6 @@ __all__ = [
     "TailView",
     "TokenizeRequest",
     "UnloadAnswer",
+    "model_optional",
     "problems",
 ]

@@ -47,15 +47,17 @@ ErrorType = Literal[
     "not_supported_error",
     "unavailable_error",
     "server_error",
+    "feature_disabled",
 ]
 
 
 class ErrorObject(msgspec.Struct, frozen=True):
-    """llama.cpp's (and OpenAI's) ``error`` member, so their clients show the message."""
+    """llama.cpp's (and OpenAI's) ``error`` member, so their clients show the message
+    (``code`` left out only where llama-server leaves it out: its 403 ``feature_disabled``)."""
 
-    code: int
     message: str
     type: ErrorType
+    code: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class FieldError(msgspec.Struct, frozen=True):
@@ -88,11 +90,12 @@ class ProblemDetails(msgspec.Struct, frozen=True):
 _WHY = {
     400: "Invalid request: a field, parameter or header is wrong (named in `detail` and `errors`)",
     401: "Not authorised (the Hub refused the token)",
-    403: "Forbidden (a gated repo the token cannot read)",
+    403: "Forbidden (a gated repo the token cannot read; a feature llama-server has off)",
     404: "Not found",
     409: "Conflict with the model's or job's current state",
     413: "Request body larger than the route's limit",
     422: "The repository holds no usable GGUF",
+    501: "Not supported: llama-server's answer for an endpoint it has off (`/metrics` without --metrics)",
     424: "The Hub could not be reached (an upstream failure)",
     503: "Unavailable: no slot, a failed model, too many streams, or the live state is behind (`Retry-After`)",
     507: "Not enough disk space left for the download",

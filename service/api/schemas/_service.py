@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from service.api.schemas._common import ErrorObject
+
 
 class EventView(msgspec.Struct, frozen=True):
     """One event of the log, as ``GET /events`` and SSE ``data:`` carry it.
@@ -40,9 +42,10 @@ class TailView(msgspec.Struct, frozen=True):
 
 
 class HealthView(msgspec.Struct, frozen=True):
-    """``GET /health`` (503 with ``"status": "degraded"`` while the tail is down or behind)."""
+    """``GET /health`` (503 with ``"status": "degraded"`` while the tail is down or behind; in
+    single-model mode 503 ``"loading"`` with llama-server's ``error`` until its model is loaded)."""
 
-    status: Literal["ok", "degraded"]
+    status: Literal["ok", "degraded", "loading"]
     version: str
     position: int
     tail: TailView
@@ -55,6 +58,8 @@ class HealthView(msgspec.Struct, frozen=True):
     last_anomaly: str | None
     warnings: list[str]
     """Start-up warnings worth an operator's eye (an open bind without an API key, say)."""
+    error: ErrorObject | msgspec.UnsetType = msgspec.UNSET
+    """llama-server's ``{"code": 503, "message": "Loading model", "type": "unavailable_error"}``."""
 
 
 class GenerationSettings(msgspec.Struct, frozen=True):

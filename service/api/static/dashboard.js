@@ -11,7 +11,7 @@ const EVENT_TYPES = [
   "instance_ready", "instance_requested", "instance_stats", "instance_stop_requested", "instance_stopped",
   "loading_progress", "model_configured", "model_discovered", "model_removed", "models_reloaded",
   "partial_file_found", "partial_file_removed", "recovery_completed", "request_completed",
-  "router_started", "router_stopped",
+  "router_started", "router_stopped", "sleep_ended",
 ];
 const NOISY = new Set(["download_progress", "loading_progress", "instance_stats"]); // they move bars and gauges, not the feed
 const FEED_BACKLOG = 50; // events shown from before the page opened

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class FrontOptions:
     """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``,
-    ``--spm-infill``, ``--slot-save-path``, ``--props``."""
+    ``--spm-infill``, ``--slot-save-path``, ``--props``, and which of llama-server's monitoring endpoints
+    answer (``--no-metrics``, ``--no-slots``)."""
 
     chat_format: str | None = None
     default_seed: int | None = None
@@ -36,6 +37,8 @@ class FrontOptions:
     slot_save_path: str | None = None
     endpoint_props: bool = False
     predict_route: str | None = None  # Vertex AI's POST route (AIP_MODE=PREDICTION), else none
+    endpoint_metrics: bool = True  # llama-server's --metrics (the service passes --no-metrics without it)
+    endpoint_slots: bool = True  # llama-server's --slots / --no-slots
 
 
 @dataclass

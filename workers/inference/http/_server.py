@@ -66,6 +66,13 @@ _UNSUPPORTED = {
 }
 
 
+# GET routes llama-server switches off (--metrics, --no-slots): the option, and its 501 message.
+_SWITCHED_OFF = {
+    "/metrics": ("endpoint_metrics", "This server does not support metrics endpoint. Start it with `--metrics`"),
+    "/slots": ("endpoint_slots", "This server does not support slots endpoint. Start it with `--slots`"),
+}
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "modelrouter-worker"
@@ -135,8 +142,12 @@ class _Handler(BaseHTTPRequestHandler):
         elif route in ("/lora-adapters", "/props"):
             try:
                 front, opts = self._front(route), app.front_options
-                self._send_json(200, front.llm.lora.to_json() if route == "/lora-adapters" else llama_server.props(
-                    front, app.engine.slot_count, app.model_name, opts.endpoint_props))  # fmt: skip
+                if route == "/lora-adapters":
+                    self._send_json(200, front.llm.lora.to_json())
+                else:
+                    answer = llama_server.props(front, app.engine.slot_count, app.model_name, opts.endpoint_props)
+                    self._send_json(200, {**answer, "endpoint_slots": opts.endpoint_slots,
+                                          "endpoint_metrics": opts.endpoint_metrics})  # fmt: skip
             except ApiError as err:
                 self._send_api_error(err)
         else:
@@ -144,7 +155,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_engine_state(self, route: str) -> None:
         monitor = self.app.engine.monitor
-        if monitor is None:  # the legacy engine keeps no live state
+        switched_off = _SWITCHED_OFF.get(route)
+        if switched_off is not None and not getattr(self.app.front_options, switched_off[0]):
+            self._send_api_error(ApiError(501, switched_off[1], _NOT_SUPPORTED))  # llama-server's words
+        elif monitor is None:  # the legacy engine keeps no live state
             self._send_api_error(ApiError(501, f"{route} needs the batch engine", "not_supported_error"))
         elif self.app.status is not WorkerState.READY:
             self._send_api_error(ApiError(503, "model is not ready", "unavailable_error"))

@@ -1,0 +1,89 @@
+"""Router or single-model mode, as llama-server decides it, and the model each request goes to.
+
+llama-server runs one model when its command line names one (``-m FILE``,
+``-hf user/repo`` of a repo without ``preset.ini``; ``server.cpp``:
+``is_router_server`` is "no model path, no hf repo"), and then serves that
+model and nothing else: a request without ``model``, or naming any model
+(``gpt-3.5-turbo`` from an OpenAI client), goes to it, ``GET /v1/models`` lists
+it alone and ``/props``, ``/slots`` and ``/metrics`` are its own. Otherwise it
+is a router, and every request must name its model (400 "model name is
+missing from the request", ``router_validate_model`` in ``server-models.cpp``).
+
+Two moments decide: :func:`may_be_single` from the command line alone, before
+anything runs (the request schemas are built then, and may omit ``model``
+only if single-model mode is possible), and :func:`decide_mode` once ``-hf``
+was resolved (a repo holding ``preset.ini`` makes a router after all).
+
+Pure module: stdlib only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.errors import CommandRejected
+from service.core.state import ModelStatus, RouterState
+
+MISSING_MODEL = "model name is missing from the request"
+"""llama.cpp router's message, word for word (clients match on it)."""
+LOADING = "Loading model"
+"""llama-server's 503 on ``/health`` (``unavailable_error``) until its model is loaded."""
+_NOT_SERVING = frozenset({ModelStatus.DOWNLOADING, ModelStatus.LOADING, ModelStatus.FAILED, ModelStatus.ABSENT})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMode:
+    """Which mode the service runs in: ``single_model`` names the one model of single-model mode."""
+
+    single_model: str | None = None
+
+    @property
+    def single(self) -> bool:
+        """Whether this is llama-server's single-model mode."""
+        return self.single_model is not None
+
+
+ROUTER = ServerMode()
+"""Router mode: requests name their model."""
+
+
+def may_be_single(*, model_file: bool, hf_repo: bool) -> bool:
+    """Whether the command line may make a single model (``-m`` or ``-hf``): decided before the
+    ``-hf`` repo is looked at, so the request schemas can be built; :func:`decide_mode` has the last word."""
+    return model_file or hf_repo
+
+
+def decide_mode(single_model: str | None) -> ServerMode:
+    """The mode once ``-hf``/``-m`` resolved: the model they name (``None`` for none, or for an
+    ``-hf`` repo holding ``preset.ini``, which runs as the router's preset)."""
+    return ServerMode(single_model) if single_model else ROUTER
+
+
+def target_model(mode: ServerMode, requested: str | None) -> str:
+    """The model a request goes to: in single-model mode always the one model, whatever it names;
+    in router mode the name it gives, and a request that names none is refused as llama.cpp refuses it."""
+    if mode.single_model is not None:
+        return mode.single_model
+    name = (requested or "").strip()
+    if not name:
+        raise CommandRejected("model_missing", MISSING_MODEL)
+    return name
+
+
+def listed(mode: ServerMode, name: str) -> bool:
+    """Whether ``GET /models`` and ``GET /v1/models`` show model ``name``: in single-model mode only its model."""
+    return mode.single_model is None or name == mode.single_model
+
+
+def not_serving(mode: ServerMode, state: RouterState) -> str | None:
+    """Why ``/health`` answers 503 in single-model mode, or None: llama-server's "Loading model" while
+    its model downloads or loads, the reason when it failed. A model that is loaded, asleep (the next
+    request wakes it), stopping or unloaded (the next request loads it) is served."""
+    if mode.single_model is None:
+        return None
+    model = state.models.get(mode.single_model)
+    if model is None or model.status not in _NOT_SERVING:
+        return None if model is not None else LOADING
+    if model.status is ModelStatus.FAILED and model.last_error is not None:
+        return f"model {model.name!r} failed: {model.last_error.message}"
+    return LOADING

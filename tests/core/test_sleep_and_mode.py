@@ -1,0 +1,103 @@
+"""llama-server's ``--sleep-idle-seconds`` as lifecycle decisions, and router versus single-model mode."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from service.core import events as ev
+from service.core.demand_queue import Demanded, Queue
+from service.core.errors import CommandRejected
+from service.core.instance_decisions import Facts, Limits, Sleep, decide_acquire, decide_timers, decide_unload
+from service.core.server_mode import LOADING, MISSING_MODEL, ROUTER, decide_mode, listed, not_serving, target_model
+from service.core.state import ModelStatus, RouterState
+from tests.core.examples import example
+from tests.core.test_lifecycles import AVAILABLE, READY, T0, M, state_of
+
+LIMITS = Limits(models_max=4, queue_timeout=30, max_queued_requests=8, load_timeout=60)
+SLEEPY = example(ev.ModelConfigured, sleep_idle_seconds=10.0)
+ASLEEP = (
+    SLEEPY,
+    *READY,
+    ev.InstanceStopRequested(instance_id="i1", reason="sleep"),
+    ev.InstanceStopped(instance_id="i1", reason="sleep"),
+)
+
+
+def _facts(seconds_after_ready: float, **busy: int) -> Facts:
+    # READY's instance_ready is the fifth event (SLEEPY first), recorded at T0 + 5 s.
+    return Facts(LIMITS, now=T0 + timedelta(seconds=5 + seconds_after_ready), mono=100.0, busy=busy)
+
+
+def _state(*entries: ev.Event) -> RouterState:
+    return state_of(*entries)
+
+
+class TestSleep:
+    def test_an_idle_ready_model_goes_to_sleep_once_its_seconds_passed(self) -> None:
+        state = _state(SLEEPY, *READY)
+        assert decide_timers(state, Queue(), _facts(9)).events == ()
+        decided = decide_timers(state, Queue(), _facts(10))
+        (stop,) = [a.event for a in decided.events]
+        assert isinstance(stop, ev.InstanceStopRequested) and stop.reason == "sleep"
+        assert decided.effects == (Sleep("i1", M, "http://x"),)
+
+    def test_a_model_in_use_or_awaited_or_without_the_option_does_not_sleep(self) -> None:
+        assert decide_timers(_state(SLEEPY, *READY), Queue(), _facts(60, **{M: 1})).events == ()
+        assert decide_timers(_state(*READY), Queue(), _facts(3600)).events == ()
+
+    def test_a_stop_for_sleep_leaves_the_model_sleeping_and_a_restart_keeps_it_so(self) -> None:
+        state = _state(*ASLEEP)
+        model = state.models[M]
+        assert model.status is ModelStatus.SLEEPING and model.instance is None
+        # kill -9 of the service while it sleeps: the next start replays the same log (no process to recover).
+        after_restart = _state(*ASLEEP, example(ev.RouterStarted), example(ev.RecoveryCompleted))
+        assert after_restart.models[M].status is ModelStatus.SLEEPING
+
+    def test_a_request_wakes_a_sleeping_model_even_with_autoload_off(self) -> None:
+        decided = decide_acquire(_state(*ASLEEP), Queue(), M, autoload=False, mine=None, facts=_facts(60), deadline=200)
+        (demand,) = [e for e in decided.effects if isinstance(e, Demanded)]
+        assert demand.reason == "wake" and demand.autoload
+        with pytest.raises(CommandRejected, match="autoload is off"):
+            decide_acquire(_state(AVAILABLE), Queue(), M, autoload=False, mine=None, facts=_facts(60), deadline=200)
+
+    def test_any_new_instance_ends_the_sleep(self) -> None:
+        state = _state(*ASLEEP, ev.InstanceRequested(instance_id="i2", port=2, reason="wake"))
+        assert state.models[M].status is ModelStatus.LOADING and state.models[M].asleep_since is None
+
+    def test_unloading_a_sleeping_model_ends_its_sleep(self) -> None:
+        decided = decide_unload(_state(*ASLEEP), Queue(), M, "unload")
+        assert decided.answer is None and [type(a.event) for a in decided.events] == [ev.SleepEnded]
+        assert _state(*ASLEEP, ev.SleepEnded()).models[M].status is ModelStatus.UNLOADED
+        with pytest.raises(CommandRejected):
+            decide_unload(_state(*ASLEEP, ev.SleepEnded()), Queue(), M, "unload")
+
+    def test_monitoring_reads_keep_no_model_awake(self) -> None:
+        probed = _state(SLEEPY, *READY, example(ev.RequestCompleted, instance_id="i1", route="/metrics"))
+        assert decide_timers(probed, Queue(), _facts(10)).effects == (Sleep("i1", M, "http://x"),)
+        used = _state(SLEEPY, *READY, example(ev.RequestCompleted, instance_id="i1", route="/v1/chat/completions"))
+        assert decide_timers(used, Queue(), _facts(10)).events == (), "a completion one second later counts"
+
+
+class TestServerMode:
+    def test_single_model_mode_sends_every_request_to_its_model(self) -> None:
+        single = decide_mode("tiny")
+        assert (
+            single.single and target_model(single, "gpt-3.5-turbo") == "tiny" and target_model(single, None) == "tiny"
+        )
+        assert listed(single, "tiny") and not listed(single, "other")
+
+    def test_router_mode_needs_the_model_named_as_llama_cpp_says(self) -> None:
+        assert decide_mode(None) is ROUTER and not ROUTER.single and listed(ROUTER, "any")
+        assert target_model(ROUTER, " a ") == "a"
+        with pytest.raises(CommandRejected, match=MISSING_MODEL):
+            target_model(ROUTER, "  ")
+
+    def test_health_says_loading_until_the_single_model_is_served(self) -> None:
+        single = decide_mode(M)
+        assert not_serving(ROUTER, _state()) is None
+        assert not_serving(single, _state()) == LOADING
+        assert not_serving(single, _state(AVAILABLE, ev.InstanceRequested(instance_id="i1", port=1))) == LOADING
+        assert not_serving(single, _state(*READY)) is None
+        assert not_serving(single, _state(*ASLEEP)) is None, "asleep: the next request wakes it"

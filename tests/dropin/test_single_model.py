@@ -1,0 +1,152 @@
+"""``llama-server -m FILE`` / ``-hf user/repo``: one model, served whatever a request names, and
+llama-server's server-level switches (``--metrics``, ``--no-slots``, ``--sleep-idle-seconds``)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from devtools.hub_server import HubServer
+from devtools.service_process import ServiceProcess
+from tests.dropin.conftest import CHAT, Serve, gguf_repo, models, wait_until
+from tests.service_probes import events, wait_for_event
+
+# llama-server's answers, word for word (tools/server/server-context.cpp, server.cpp).
+NO_SLOTS = "This server does not support slots endpoint. Start it with `--slots`"
+NO_METRICS = "This server does not support metrics endpoint. Start it with `--metrics`"
+
+
+def _status(svc_url: str, name: str) -> str:
+    entry = models_at(svc_url)[name]
+    status: Any = entry["status"]
+    return str(status["value"] if isinstance(status, dict) else status)
+
+
+def models_at(url: str) -> dict[str, dict[str, Any]]:
+    answer = httpx.get(f"{url}/models", timeout=30)
+    answer.raise_for_status()
+    return {m["id"]: m for m in answer.json()["data"]}
+
+
+@pytest.mark.timeout(240)
+def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, models_dir: Path) -> None:
+    """``llama-server -m tiny-a.gguf --metrics --no-slots``: an OpenAI client's ``gpt-3.5-turbo`` and a
+    request naming no model both reach it; ``/v1/models`` lists it alone; ``/props`` is its own (no
+    ``?model=``); ``/slots`` is llama-server's 501; ``/metrics`` its ``llamacpp:*`` series."""
+    path = models_dir / "tiny-a.gguf"
+    svc = serve("-m", str(path), "--metrics", "--no-slots", "--models-dir", str(models_dir))
+    wait_for_event(svc, "instance_ready", model="tiny-a", timeout=90)
+
+    client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused", max_retries=0)
+    answer = client.chat.completions.create(model="gpt-3.5-turbo", messages=[{"role": "user", "content": "hi"}],
+                                            max_tokens=3)  # fmt: skip
+    assert answer.model == "tiny-a" and answer.usage is not None and answer.usage.completion_tokens > 0
+    assert httpx.post(f"{svc.url}/v1/chat/completions", json=CHAT, timeout=120).status_code == 200, "no model"
+    assert httpx.post(f"{svc.url}/completion", json={"prompt": "a", "n_predict": 2}, timeout=120).status_code == 200
+    assert [m.id for m in client.models.list()] == ["tiny-a"], "-m lists its model, not --models-dir's"
+    assert list(models(svc)) == ["tiny-a"]
+
+    props = httpx.get(f"{svc.url}/props", timeout=30).json()
+    assert props["model_path"] == str(path) and props["is_sleeping"] is False
+    assert props["default_generation_settings"]["n_ctx"] > 0 and props["endpoint_slots"] is False
+    slots = httpx.get(f"{svc.url}/slots", timeout=30)
+    assert slots.status_code == 501 and slots.json()["error"] == {"code": 501, "message": NO_SLOTS,
+                                                                  "type": "not_supported_error"}  # fmt: skip
+    metrics = httpx.get(f"{svc.url}/metrics", timeout=30)
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    assert "llamacpp:prompt_tokens_total" in metrics.text and "llamacpp:requests_processing" in metrics.text
+    assert "modelrouter_" in metrics.text, "the router's own series beside the model's"
+    assert httpx.get(f"{svc.url}/health", timeout=10).status_code == 200
+
+    schema = httpx.get(f"{svc.url}/schema/openapi.json", timeout=30).json()["components"]["schemas"]
+    assert "model" not in schema["ChatRequest"].get("required", []), "single-model mode: model is optional"
+
+
+@pytest.mark.timeout(240)
+def test_hf_repo_is_the_one_model_for_an_openai_client(serve: Serve, hub: HubServer, tiny: bytes) -> None:
+    """``llama-server -hf user/repo`` (a repo without preset.ini): its model, under any name."""
+    repo = gguf_repo(hub, tiny, "single")
+    svc = serve("-hf", repo)
+    name = f"{repo}:Q8_0"
+    wait_for_event(svc, "instance_ready", model=name, timeout=120)
+    client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused", max_retries=0)
+    answer = client.completions.create(model="text-davinci-003", prompt="hello", max_tokens=2)
+    assert answer.model == name and answer.choices
+    assert [m.id for m in client.models.list()] == [name]
+    props = httpx.get(f"{svc.url}/props", timeout=30).json()
+    assert props["model_path"].endswith("single-Q8_0.gguf") and props["is_sleeping"] is False
+    metrics = httpx.get(f"{svc.url}/metrics", timeout=30)
+    assert metrics.status_code == 501, "llama-server without --metrics"
+    assert metrics.json()["error"] == {"code": 501, "message": NO_METRICS, "type": "not_supported_error"}
+
+
+@pytest.mark.timeout(240)
+def test_router_mode_still_needs_the_model(serve: Serve, models_dir: Path) -> None:
+    """A router (``--models-dir``) refuses a request naming no model, keeps ``model`` required in its
+    schema, and has ``/metrics`` off without ``--metrics`` (llama.cpp's router forwards it to a
+    child started without it: the same 501)."""
+    svc = serve("--models-dir", str(models_dir))
+    missing = httpx.post(f"{svc.url}/v1/chat/completions", json=CHAT, timeout=30)
+    assert missing.status_code == 400 and "model" in missing.json()["error"]["message"]
+    schema = httpx.get(f"{svc.url}/schema/openapi.json", timeout=30).json()["components"]["schemas"]
+    assert "model" in schema["ChatRequest"]["required"]
+    metrics = httpx.get(f"{svc.url}/metrics", timeout=30)
+    assert metrics.status_code == 501 and metrics.json()["error"]["message"] == NO_METRICS
+    assert set(models(svc)) == {"tiny-a", "tiny-b"}
+    props = httpx.get(f"{svc.url}/props", params={"model": "tiny-b"}, timeout=120).json()
+    assert props["model_path"] == str(models_dir / "tiny-b.gguf") and props["is_sleeping"] is False
+    assert props["default_generation_settings"]["n_ctx"] > 0
+
+
+@pytest.mark.timeout(240)
+def test_an_idle_model_sleeps_and_the_next_request_wakes_it(serve: Serve, models_dir: Path) -> None:
+    """``--sleep-idle-seconds 1``: idle, the model's worker stops, ``GET /models`` says ``sleeping`` (as
+    llama.cpp's router does) and ``/props`` ``is_sleeping: true`` without waking it; the next request
+    wakes it transparently. Through the router, ``?model=`` the same."""
+    path = models_dir / "tiny-a.gguf"
+    svc = serve("-m", str(path), "--sleep-idle-seconds", "1", "--metrics")
+    wait_until(lambda: _status(svc.url, "tiny-a") == "sleeping", "the model asleep", timeout=90)
+    (stopped,) = events(svc, type="instance_stopped", model="tiny-a")
+    assert stopped["data"]["reason"] == "sleep"
+    props = httpx.get(f"{svc.url}/props", timeout=30).json()
+    assert props["is_sleeping"] is True and props["model_path"] == str(path)
+    assert httpx.get(f"{svc.url}/metrics", timeout=30).status_code == 200
+    assert _status(svc.url, "tiny-a") == "sleeping", "neither /props nor /metrics wakes it"
+    assert httpx.post(f"{svc.url}/v1/chat/completions", json=CHAT, timeout=120).status_code == 200
+    woke = events(svc, type="instance_requested", model="tiny-a")
+    assert [e["data"]["reason"] for e in woke] == ["startup", "wake"]
+    wait_until(lambda: len(events(svc, type="instance_stopped", model="tiny-a")) == 2, "asleep again", timeout=90)
+
+
+@pytest.mark.timeout(240)
+def test_health_says_loading_model_until_the_single_model_is_ready(hub: HubServer, tiny: bytes, tmp_path: Path) -> None:
+    """``llama-server -hf user/repo`` answers ``/health`` 503 ``{"error": {"code": 503, "message":
+    "Loading model", "type": "unavailable_error"}}`` until its model is loaded (server-context.cpp),
+    then 200. The download is held up at the Hub to see it."""
+    repo = gguf_repo(hub, tiny, "slow")
+    hub.set_faults({"kind": "stall", "repo": repo, "path": "slow-Q8_0.gguf", "at_fraction": 0.5, "seconds": 6})
+    svc = ServiceProcess(tmp_path / "home", args=["-hf", repo], env={"HF_ENDPOINT": hub.url})
+    starting = threading.Thread(target=svc.start, kwargs={"timeout": 120}, daemon=True)
+    starting.start()
+    try:
+        seen: list[httpx.Response] = []
+
+        def loading() -> bool:
+            with contextlib.suppress(httpx.HTTPError):
+                seen.append(httpx.get(f"{svc.url}/health", timeout=5))
+            return bool(seen) and seen[-1].status_code == 503
+
+        wait_until(loading, "/health answering 503 while the model downloads", timeout=60)
+        assert seen[-1].json()["error"] == {"code": 503, "message": "Loading model", "type": "unavailable_error"}
+        starting.join(120)  # start() returns once /health answers 200: the model is loaded
+        assert httpx.get(f"{svc.url}/health", timeout=10).status_code == 200
+        assert _status(svc.url, f"{repo}:Q8_0") == "loaded"
+    finally:
+        starting.join(1)
+        svc.stop()
