@@ -128,8 +128,14 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     "seed": ("seed", "RNG seed"),
     "embeddings": ("embedding", "serve /v1/embeddings"),
     "parallel": ("n_parallel", "slots decoded together (-1 = auto: the worker's default)"),
-    "chat-template": ("chat_format", "built-in template names llama-cpp-python knows (chatml, llama2, ...)"),
-    "jinja": ("", "the GGUF's Jinja template is always used; --no-jinja is ignored"),
+    "chat-template": (
+        "chat_format",
+        "a built-in template name llama-cpp-python knows (chatml, llama2, ...), else the Jinja template's text",
+    ),
+    "chat-template-file": ("chat_template_file", "the Jinja chat template (else the GGUF's, else ChatML)"),
+    "chat-template-kwargs": ("chat_template_kwargs", "extra template variables (JSON object)"),
+    "reasoning-format": ("reasoning_format", "none, auto, deepseek or deepseek-legacy: where <think> goes"),
+    "jinja": ("jinja", "Jinja templates (default); --no-jinja: llama.cpp's built-in templates through its C API"),
     "cont-batching": ("", "the batch engine always batches; --no-cont-batching is ignored"),
     "tags": ("", "the model's tags in GET /models (informational, not used for routing)"),
 }

@@ -34,12 +34,21 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "n_parallel": "--n-parallel",
     "max_prompt_tokens": "--max-prompt-tokens",
     "chat_format": "--chat-format",
+    "chat_template": "--chat-template",
+    "chat_template_file": "--chat-template-file",
+    "chat_template_kwargs": "--chat-template-kwargs",
+    "reasoning_format": "--reasoning-format",
     "seed": "--seed",
 }
 
 
 def inference_argv(
-    settings: Settings, model: str, path: str, instance_id: str, port: int, params: Mapping[str, Any]
+    settings: Settings,
+    model: str,
+    path: str,
+    instance_id: str,
+    port: int,
+    params: Mapping[str, Any],
 ) -> list[str]:
     """``python -m workers.inference`` for one instance; unknown params are ignored
     (they are recorded in the event for the audit trail all the same)."""
@@ -58,6 +67,8 @@ def inference_argv(
             argv += [flag, str(params[key])]
     if params.get("embedding"):
         argv.append("--embedding")
+    if params.get("jinja") is False:
+        argv.append("--no-jinja")
     return argv
 
 

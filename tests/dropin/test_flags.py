@@ -84,7 +84,8 @@ def test_every_decision_names_a_real_option() -> None:
             "hf-repo", "hf-file", "alias", "model", "offline", "load-on-startup", "dedup-cache-models"} <= honoured  # fmt: skip
     params = {handling(arg).param for arg in ARGS if handling(arg).param}
     assert params == {"n_ctx", "n_threads", "n_threads_batch", "n_batch", "seed", "embedding", "n_parallel",
-                      "chat_format"}  # fmt: skip
+                      "chat_format", "chat_template_file", "chat_template_kwargs", "reasoning_format",
+                      "jinja"}  # fmt: skip
 
 
 def test_preset_keys_are_long_and_short_names_and_env_names() -> None:

@@ -62,6 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--embedding", action="store_true", help="enable /v1/embeddings")
     p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
+    p.add_argument("--chat-template", default=None, help="the Jinja chat template's text (not a built-in name)")
+    p.add_argument("--chat-template-file", default=None, help="Jinja chat template (default: the GGUF's, else ChatML)")
+    p.add_argument("--no-jinja", dest="jinja", action="store_false",
+                   help="llama.cpp's built-in templates (C API) instead of Jinja")  # fmt: skip
+    p.add_argument("--chat-template-kwargs", default=None, help="JSON object of extra template variables")
+    p.add_argument("--reasoning-format", default="auto", choices=["none", "auto", "deepseek", "deepseek-legacy"])
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop-timeout", type=float, default=5.0, help="grace for the running request on stop (s)")
     p.add_argument("--stats-interval", type=float, default=STATS_INTERVAL_S,

@@ -47,8 +47,10 @@ class Worker:
         self.pid = os.getpid()
         self.engine = build_engine(args)
         front = FrontOptions(
-            chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens
-        )
+            chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens,
+            chat_template=args.chat_template, chat_template_file=args.chat_template_file, jinja=args.jinja,
+            chat_template_kwargs=args.chat_template_kwargs, reasoning_format=args.reasoning_format,
+        )  # fmt: skip
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""
         self._state_lock = threading.Lock()  # held to record an event together with the change it reports

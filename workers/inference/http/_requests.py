@@ -125,9 +125,15 @@ def chat_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any],
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     kwargs = _sampling_kwargs(body)
     kwargs["messages"] = [normalize_message(i, m) for i, m in enumerate(messages)]
-    for key in ("tools", "tool_choice", "functions", "function_call"):
+    for key in ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_format",
+                "add_generation_prompt"):  # fmt: skip
         if body.get(key) is not None:
             kwargs[key] = body[key]
+    if body.get("functions") is not None and "tools" not in kwargs:  # OpenAI's older names for the same
+        kwargs["tools"] = [{"type": "function", "function": f} for f in body["functions"]]
+        if isinstance(body.get("function_call"), (str, dict)):
+            fc = body["function_call"]
+            kwargs["tool_choice"] = fc if isinstance(fc, str) else {"type": "function", "function": fc}
     if body.get("response_format") is not None:
         kwargs["response_format"] = _response_format(body["response_format"])
     if body.get("logprobs") is not None:

@@ -35,6 +35,7 @@ from workers.inference import WorkerState
 from workers.inference.engine import EngineError, Job
 from workers.inference.http import _llama_server as llama_server
 from workers.inference.http._app import InferenceApp
+from workers.inference.http._compat import compat_request, count_tokens
 from workers.inference.http._errors import ApiError, answer_for
 from workers.inference.http._requests import (
     chat_request,
@@ -43,6 +44,7 @@ from workers.inference.http._requests import (
     parse_json_object,
     request_options,
 )
+from workers.inference.http._sse import SseEvent
 
 if TYPE_CHECKING:
     from workers.inference.http._front import CompletionFront
@@ -53,7 +55,11 @@ _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     "/tokenize": llama_server.tokenize,
     "/detokenize": llama_server.detokenize,
     "/apply-template": llama_server.apply_template,
+    "/messages/count_tokens": count_tokens("messages"),
+    "/chat/completions/input_tokens": count_tokens("chat"),
+    "/responses/input_tokens": count_tokens("responses"),
 }
+_COMPAT_ROUTES = {"/messages": "messages", "/responses": "responses"}  # Anthropic's and OpenAI's, over chats
 # llama-server's POST routes this worker does not serve (501), with why.
 _UNSUPPORTED = {
     "/props": ": properties cannot be changed (llama-server without --props)",
@@ -61,18 +67,20 @@ _UNSUPPORTED = {
     "/embedding": " (use /v1/embeddings)",
     "/rerank": ": no reranking",
     "/reranking": ": no reranking",
-    "/responses": " (use /v1/chat/completions)",
-    "/messages": " (use /v1/chat/completions)",
-    "/messages/count_tokens": " (use /tokenize)",
     "/chat/completions/control": "",
-    "/chat/completions/input_tokens": " (use /apply-template and /tokenize)",
-    "/responses/input_tokens": "",
     "/lora-adapters": ": no LoRA adapters",
 }
 
 
 def _json_bytes(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _sse_bytes(item: Any) -> bytes:
+    """One server-sent event: a named one (``SseEvent``) as ``event:`` + ``data:``, else ``data:`` alone."""
+    if isinstance(item, SseEvent):
+        return b"event: " + item.name.encode() + b"\ndata: " + _json_bytes(item.data) + b"\n\n"
+    return b"data: " + _json_bytes(item) + b"\n\n"
 
 
 def _phrase(status: int) -> str:
@@ -199,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
             if route in _UNSUPPORTED:
                 raise ApiError(501, f"POST {route} is not supported by modelrouter's worker{_UNSUPPORTED[route]}",
                                _NOT_SUPPORTED)  # fmt: skip
-            if route not in ("/chat/completions", "/completions", "/completion", "/embeddings"):
+            if route not in ("/chat/completions", "/completions", "/completion", "/embeddings", *_COMPAT_ROUTES):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
             job = self._make_job(route, parse_json_object(raw))
             job.client_gone = self._client_gone
@@ -254,6 +262,10 @@ class _Handler(BaseHTTPRequestHandler):
         if route == "/chat/completions":
             kwargs, stream = chat_request(body, name)
             return Job("chat", kwargs, stream=stream, options=request_options(body))
+        if route in _COMPAT_ROUTES:
+            self._front(route)
+            kwargs, stream = compat_request(_COMPAT_ROUTES[route], body, name)
+            return Job(_COMPAT_ROUTES[route], kwargs, stream=stream, options=request_options(body))
         if route == "/completions":
             kwargs, stream = completion_request(body, name)
             return Job("completion", kwargs, stream=stream, options=request_options(body))
@@ -306,7 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(head.encode("latin-1"))
             item = first
             while item is not None:
-                self._write_chunk(b"data: " + _json_bytes(item) + b"\n\n")
+                self._write_chunk(_sse_bytes(item))
                 try:
                     item = next(results, None)
                 except (ApiError, EngineError) as err:
@@ -318,7 +330,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._write_chunk(b"data: " + _json_bytes(failure.body()) + b"\n\n")
                     break
             else:
-                if not job.options.get("native"):  # llama-server ends its own /completion stream without it
+                # llama-server ends its own /completion, Anthropic's and Responses' streams without it
+                if not job.options.get("native") and job.kind in ("chat", "completion"):
                     self._write_chunk(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
