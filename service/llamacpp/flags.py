@@ -111,7 +111,7 @@ _SOURCE: Mapping[str, tuple[bool, str]] = {
                 "(downloaded on first use)"),
     "hf-file": (True, "the file of --hf-repo to use"),
     "alias": (True, "aliases of the single model (command line) or of the preset's model"),
-    "mmproj": (True, "the model's multimodal projector (recorded with its files; the worker is text-only)"),
+    "mmproj": (True, "the model's multimodal projector (with its files; GET /models lists it as image input)"),
     "model-url": (False, "downloads come from the Hub only (-hf / hf-repo)"),
     "docker-repo": (False, "downloads come from the Hub only (-hf / hf-repo)"),
 }  # fmt: skip

@@ -49,6 +49,7 @@ def inference_argv(
     instance_id: str,
     port: int,
     params: Mapping[str, Any],
+    mmproj: str | None = None,
 ) -> list[str]:
     """``python -m workers.inference`` for one instance; unknown params are ignored
     (they are recorded in the event for the audit trail all the same)."""
@@ -69,6 +70,8 @@ def inference_argv(
         argv.append("--embedding")
     if params.get("jinja") is False:
         argv.append("--no-jinja")
+    if mmproj is not None:
+        argv += ["--mmproj", mmproj]
     return argv
 
 

@@ -3,7 +3,7 @@
 One ``modelrouter serve --models-dir DIR --jinja --api-key KEY`` over tiny real GGUFs:
 ``tools`` has a Hermes-style template that writes tools and opens ``<think>`` when
 asked (``devtools.tiny_gguf.TOOLS_TEMPLATE``), ``plain`` has no template (ChatML, as
-llama-server falls back). The weights
+llama-server falls back), ``vision`` has a multimodal projector beside it. The weights
 are random, so answers are checked for shape, and tool calls are forced with
 ``tool_choice`` (the grammar makes them well-formed). Shapes follow llama.cpp's
 ``tools/server/tests/unit/test_tool_call.py``, ``test_template.py``,
@@ -51,6 +51,8 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     # Byte-level tokens: a prompt with tools is ~500 tokens.
     write_tiny_gguf(models / "tools.gguf", chat_template=TOOLS_TEMPLATE, n_ctx=CTX)
     write_tiny_gguf(models / "plain.gguf", chat_template=None, n_ctx=CTX)
+    tiny = write_tiny_gguf(models / "vision" / "vision.gguf", n_ctx=CTX)
+    (models / "vision" / "mmproj-F16.gguf").write_bytes(tiny.read_bytes())
     with ServiceProcess(
         root / "home", args=["--models-dir", str(models), "--jinja", "--api-key", KEY, "-c", str(CTX)]
     ) as proc:
@@ -243,6 +245,27 @@ def test_anthropic_needs_the_key(svc: ServiceProcess) -> None:
     wrong = anthropic.Anthropic(base_url=svc.url, api_key="nope", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
         wrong.messages.create(model="plain", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+
+
+# -- multimodal ------------------------------------------------------------------------
+
+
+def test_models_list_image_input_for_a_projector(svc: ServiceProcess) -> None:
+    answer = httpx.get(f"{svc.url}/v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).json()
+    modalities = {m["id"]: m["architecture"]["input_modalities"] for m in answer["data"]}
+    assert modalities["vision"] == ["text", "image"]
+    assert modalities["plain"] == modalities["tools"] == ["text"]
+
+
+def test_images_need_a_projector(svc: ServiceProcess) -> None:
+    """Without one, llama-server's 400; with one, 501: the worker cannot evaluate images yet
+    (docs/llama-cpp-compat.md says why)."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]}]
+    error = _post(svc, "/v1/chat/completions", {"model": "plain", "messages": messages}, status=400)["error"]
+    assert error["message"].startswith("image input is not supported")
+    error = _post(svc, "/v1/chat/completions", {"model": "vision", "messages": messages}, status=501)["error"]
+    assert error["type"] == "not_supported_error"
 
 
 def test_chat_template_file_and_server_kwargs(tmp_path: Path) -> None:

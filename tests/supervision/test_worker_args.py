@@ -19,3 +19,19 @@ def test_engine_parameters_from_a_preset_become_worker_flags(tmp_path: Path) -> 
     argv = inference_argv(settings, "tiny", "/m/tiny.gguf", "tiny-1", 9000, params)
     flags = dict(zip(argv[3::2], argv[4::2], strict=False))
     assert flags["--n-parallel"] == "2" and flags["--max-prompt-tokens"] == "1000" and flags["--n-batch"] == "64"
+
+
+def test_chat_template_options_and_the_projector_parse_as_the_worker_reads_them(tmp_path: Path) -> None:
+    """Every flag the service writes is one the worker's own parser takes, with the same value."""
+    from workers.inference._cli import parse_args
+
+    text = ('[tiny]\nmodel = /m/tiny.gguf\nno-jinja = 1\nchat-template = {{ messages }}\n'
+            'chat-template-file = /t.jinja\nchat-template-kwargs = {"a": 1}\nreasoning-format = none\n')  # fmt: skip
+    [section] = parse_preset(text, "test.ini").sections
+    params = dict(model_settings(section.options, section.extras).config.params)
+    settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
+    argv = inference_argv(settings, "tiny", "/m/tiny.gguf", "tiny-1", 9000, params, mmproj="/m/mmproj-F16.gguf")
+    args = parse_args(argv[3:])
+    assert (args.jinja, args.chat_template, args.chat_template_file) == (False, "{{ messages }}", "/t.jinja")
+    assert (args.chat_template_kwargs, args.reasoning_format) == ('{"a": 1}', "none")
+    assert args.mmproj == "/m/mmproj-F16.gguf"

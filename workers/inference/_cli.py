@@ -68,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="llama.cpp's built-in templates (C API) instead of Jinja")  # fmt: skip
     p.add_argument("--chat-template-kwargs", default=None, help="JSON object of extra template variables")
     p.add_argument("--reasoning-format", default="auto", choices=["none", "auto", "deepseek", "deepseek-legacy"])
+    p.add_argument("--mmproj", default=None, help="the model's multimodal projector (media input: 501)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop-timeout", type=float, default=5.0, help="grace for the running request on stop (s)")
     p.add_argument("--stats-interval", type=float, default=STATS_INTERVAL_S,

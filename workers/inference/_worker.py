@@ -50,6 +50,7 @@ class Worker:
             chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens,
             chat_template=args.chat_template, chat_template_file=args.chat_template_file, jinja=args.jinja,
             chat_template_kwargs=args.chat_template_kwargs, reasoning_format=args.reasoning_format,
+            mmproj=args.mmproj,
         )  # fmt: skip
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""

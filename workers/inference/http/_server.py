@@ -38,6 +38,7 @@ from workers.inference.http._app import InferenceApp
 from workers.inference.http._compat import compat_request, count_tokens
 from workers.inference.http._errors import ApiError, answer_for
 from workers.inference.http._requests import (
+    MediaInput,
     chat_request,
     completion_request,
     embedding_request,
@@ -212,6 +213,9 @@ class _Handler(BaseHTTPRequestHandler):
             job = self._make_job(route, parse_json_object(raw))
             job.client_gone = self._client_gone
             self.app.engine.submit(job)
+        except MediaInput as err:
+            self._send_api_error(self._media_error(err))
+            return
         except (ApiError, EngineError) as err:
             self._send_api_error(err)
             return
@@ -223,6 +227,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._respond_stream(job)
         else:
             self._respond_once(job)
+
+    def _media_error(self, err: MediaInput) -> ApiError:
+        if self.app.front_options.mmproj is None:
+            return err
+        return ApiError(501, f"{err.kind} input is not supported by modelrouter's worker yet: the projector "
+                        "(--mmproj) is listed but not evaluated", _NOT_SUPPORTED)  # fmt: skip
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
