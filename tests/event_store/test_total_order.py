@@ -23,6 +23,9 @@ from service.event_store.async_store import AsyncEventStore
 from service.live_state import LiveState
 
 WRITERS, SECONDS = 8, 10.0
+# Each writer appends for SECONDS and at least MIN_BATCHES batches (1500 events in all), so a slow
+# machine makes the run longer, never too small to prove anything.
+MIN_BATCHES = 100
 
 
 def _writer(location: Path | str, number: int) -> subprocess.Popen[str]:
@@ -30,7 +33,7 @@ def _writer(location: Path | str, number: int) -> subprocess.Popen[str]:
     # sizes differ so that batches of several events interleave with single ones. NORMAL keeps
     # SQLite's run about contention, not fsyncs (synchronous does not change locking).
     argv = [sys.executable, "-m", "tests.event_store.writer_process", "--db", str(location), "--writer", str(number),
-            "--batches", "1000000", "--seconds", str(SECONDS), "--batch-size", str(1 + number % 3),
+            "--batches", "1000000", "--seconds", str(SECONDS), "--min-batches", str(MIN_BATCHES), "--batch-size", str(1 + number % 3),
             "--writer-kind", "worker" if number % 2 else "store", "--synchronous", "NORMAL"]  # fmt: skip
     env = {**os.environ, "MODELROUTER_SYNCHRONOUS": "NORMAL"}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
