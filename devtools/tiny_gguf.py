@@ -38,6 +38,33 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+# A Qwen 2.5-style template that writes tools and tool calls (Hermes' <tool_call> syntax)
+# and opens <think> when the `thinking` kwarg is set: what tests of tool calls, reasoning
+# and chat_template_kwargs render (write_tiny_gguf(chat_template=TOOLS_TEMPLATE)).
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+    "# Tools\n<tools>\n"
+    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    '</tools>\nCall a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call><|im_end|>\n'
+    "{% elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% if message.role == 'system' %}"
+    "{% elif message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant\n{{ message.content }}"
+    "{% for tc in message.tool_calls %}<tool_call>\n"
+    '{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments | tojson }}}\n</tool_call>'
+    "{% endfor %}<|im_end|>\n"
+    "{% elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}\n"
+    "</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if thinking is defined and thinking %}<think>\n{% endif %}"
+    "{% endif %}"
+)
+
 # Token ids of the fixed vocabulary prefix; byte tokens follow.
 UNK_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID, SPACE_ID = 0, 1, 2, 3, 4, 5
 # "\u2581" is SentencePiece's space marker: as a normal token it detokenizes
@@ -81,6 +108,7 @@ def write_tiny_gguf(
     name: str = "tiny-llama",
     split_max_tensors: int = 0,
     fim: bool = False,
+    chat_template: str | None = CHATML_TEMPLATE,
 ) -> Path:
     """Write a tiny random-weight llama-layout GGUF and return its path.
 
@@ -92,6 +120,7 @@ def write_tiny_gguf(
     ``split_max_tensors`` > 0 writes llama.cpp's split layout instead (see
     :func:`write_split_tiny_gguf`). ``fim=True`` adds the three FIM control
     tokens (:data:`FIM_TOKENS`) and names them in the ``fim_*_token_id`` keys.
+    ``chat_template`` None writes none (llama-server then uses ChatML).
     """
     if n_embd % n_head:
         raise ValueError("n_embd must be divisible by n_head")
@@ -131,7 +160,8 @@ def write_tiny_gguf(
     # ChatML turns end with <|im_end|>, so that is the generation stop token.
     w.add_eos_token_id(IM_END_ID)
     w.add_unk_token_id(UNK_ID)
-    w.add_chat_template(CHATML_TEMPLATE)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def mat(rows: int, cols: int) -> np.ndarray:
         # Small std keeps activations finite through the random network;

@@ -19,12 +19,15 @@ from service.api.schemas import (
     ProgressView,
 )
 from service.core.events import FileRef
+from service.core.fold_support import projector_path
 from service.core.server_mode import ROUTER, ServerMode, listed
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
 from service.llamacpp.options import command_line, model_tags, preset_ini
 
 TEXT_ONLY = ModelArchitecture(input_modalities=["text"], output_modalities=["text"])
+# A model with a multimodal projector (llama.cpp's router: ``input_modalities`` from its mmproj).
+VISION = ModelArchitecture(input_modalities=["text", "image"], output_modalities=["text"])
 
 
 def time_or_none(moment: datetime | None) -> str | None:
@@ -132,7 +135,7 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         owned_by="modelrouter",
         created=int(model.created_at.timestamp()) if model.created_at else 0,
         status=_status(model, state),
-        architecture=TEXT_ONLY,
+        architecture=VISION if projector_path(model.files) else TEXT_ONLY,
         source=model.source,
         can_remove=model.source == "cache" and model.available,
         path=model.path,

@@ -11,6 +11,7 @@ others are listed in ``ignored``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +103,28 @@ def _int(key: str, value: str) -> int:
         raise OptionError(msg) from None
 
 
+def _json_object(key: str, value: str) -> str:
+    """A JSON object's text, checked (llama-server refuses to start on a bad one)."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        msg = f"{key} = {value!r}: expected a JSON object"
+        raise OptionError(msg)
+    return value.strip()
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value.strip() not in allowed:
+        msg = f"{key} = {value!r}: expected one of {', '.join(allowed)}"
+        raise OptionError(msg)
+    return value.strip()
+
+
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")  # llama-server's --reasoning-format
+
+
 def _positive(param: str) -> Callable[[str, str], dict[str, Any]]:
     def convert(key: str, value: str) -> dict[str, Any]:
         number = _int(key, value)
@@ -149,13 +172,16 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "metrics": lambda _k, v: {} if is_falsey(v) else {"endpoint_metrics": True},  # llama-server: off by default
     "slots": lambda _k, v: {"endpoint_slots": False} if is_falsey(v) else {},  # llama-server: on by default
     "sleep-idle-seconds": lambda _k, _v: {},  # the router's own: ModelConfig.sleep_idle_seconds
+    "chat-template-file": lambda _k, v: {"chat_template_file": v.strip()},
+    "chat-template-kwargs": lambda k, v: {"chat_template_kwargs": _json_object(k, v)},
+    "reasoning-format": lambda k, v: {"reasoning_format": _choice(k, v, REASONING_FORMATS)},
+    "jinja": lambda _k, v: {"jinja": False} if is_falsey(v) else {},
 }
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.
 _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
-    "jinja": lambda v: not is_falsey(v),
     "cache-idle-slots": lambda v: not is_falsey(v),
     "cont-batching": lambda v: not is_falsey(v),
-    "chat-template": lambda v: v.strip() in CHAT_FORMATS,
+    "chat-template": lambda v: bool(v.strip()),  # a built-in name, else the template's text
     "tags": lambda _v: True,  # the router's: GET /models lists them (model_tags)
 }
 
@@ -174,7 +200,8 @@ def translate(options: Options) -> tuple[dict[str, Any], tuple[str, ...]]:
             if not _CONDITIONAL[key](value):
                 ignored.append(key)
             elif key == "chat-template":
-                params["chat_format"] = CHAT_FORMATS[value.strip()]
+                name = value.strip()
+                params.update({"chat_format": CHAT_FORMATS[name]} if name in CHAT_FORMATS else {"chat_template": value})
         else:
             ignored.append(key)
     return params, tuple(ignored)

@@ -32,6 +32,7 @@ from service.core import instance_lifecycle as lifecycle
 from service.core import scheduling
 from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Waiting, edit
 from service.core.errors import CommandRejected
+from service.core.fold_support import projector_path
 from service.core.processes import ProcessExit
 from service.core.state import Instance, InstanceStatus, ModelState, RouterState
 from service.live_state import LiveState
@@ -306,7 +307,8 @@ class InstanceSupervisor:
         if inst is None or inst.status is InstanceStatus.STOPPING:
             return  # stopped before it was spawned: _stop_process records the end
         assert model.path is not None  # loadable() was checked when the slot was given
-        argv = inference_argv(self.settings, model_name, model.path, request.instance_id, request.port, request.params)
+        argv = inference_argv(self.settings, model_name, model.path, request.instance_id, request.port,
+                              request.params, mmproj=projector_path(model.files))  # fmt: skip
         self._models[request.instance_id] = model_name
         try:
             await self._pool.spawn(

@@ -34,6 +34,10 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "n_parallel": "--n-parallel",
     "max_prompt_tokens": "--max-prompt-tokens",
     "chat_format": "--chat-format",
+    "chat_template": "--chat-template",
+    "chat_template_file": "--chat-template-file",
+    "chat_template_kwargs": "--chat-template-kwargs",
+    "reasoning_format": "--reasoning-format",
     "seed": "--seed",
     "pooling": "--pooling",
     "slot_save_path": "--slot-save-path",
@@ -46,7 +50,13 @@ _INFERENCE_SWITCHES = {"embedding": "--embedding", "kv_unified": "--kv-unified",
 
 
 def inference_argv(
-    settings: Settings, model: str, path: str, instance_id: str, port: int, params: Mapping[str, Any]
+    settings: Settings,
+    model: str,
+    path: str,
+    instance_id: str,
+    port: int,
+    params: Mapping[str, Any],
+    mmproj: str | None = None,
 ) -> list[str]:
     """``python -m workers.inference`` for one instance; unknown params are ignored
     (they are recorded in the event for the audit trail all the same)."""
@@ -69,6 +79,10 @@ def inference_argv(
         argv.append("--no-metrics")
     if params.get("endpoint_slots") is False:
         argv.append("--no-slots")
+    if params.get("jinja") is False:
+        argv.append("--no-jinja")
+    if mmproj is not None:
+        argv += ["--mmproj", mmproj]
     return argv
 
 

@@ -148,7 +148,7 @@ FINGERPRINTS = {
     ),  # typed Failure errors and FileRef files; the fold in modules by lifecycle
     7: ("58eb0b80853bed40", "8bf44c6ee8566124"),  # Instance.keep_alive (Ollama's per-request idle limit)
     # 7 on another branch: ("3866472c1a1ca1f4", "18189863a8592433"), sleep (asleep_since, sleep_idle_seconds)
-    8: ("c83db6cc07060c74", "8088da17564b75c3"),  # both: keep_alive and sleep
+    8: ("c83db6cc07060c74", "34c120b2f5b7f538"),  # keep_alive and sleep (projector_path: a helper, same behaviour)
 }
 
 

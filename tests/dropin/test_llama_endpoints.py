@@ -142,7 +142,7 @@ def test_native_completion(svc: ServiceProcess) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("path", ["/infill", "/rerank", "/v1/responses"])
+@pytest.mark.parametrize("path", ["/infill", "/rerank"])
 def test_what_the_worker_cannot_serve_is_501(svc: ServiceProcess, path: str) -> None:
     body = {"model": "tiny", "input_prefix": "a", "content": "a", "query": "q", "documents": ["d"], "input": "x"}
     error = _error(httpx.post(f"{svc.url}{path}", json=body, timeout=60), 501)

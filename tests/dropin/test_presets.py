@@ -84,10 +84,23 @@ class TestSettings:
         assert config.params == {"n_ctx": 100, "n_batch": 200, "n_threads": 300, "seed": 1}
 
     def test_options_the_worker_cannot_honour_are_recorded_as_ignored(self) -> None:
-        config = _config("[m]\nngl = 99\ntemp = 0.1\nno-jinja = 1\nchat-template = {{ custom }}\nc = 64\n", "m")
+        config = _config("[m]\nngl = 99\ntemp = 0.1\nno-cont-batching = 1\nc = 64\n", "m")
         assert config.params == {"n_ctx": 64}
-        assert config.ignored == ("chat-template", "jinja", "n-gpu-layers", "temperature")
+        assert config.ignored == ("cont-batching", "n-gpu-layers", "temperature")
         assert config.args["n-gpu-layers"] == "99", "the options in force are recorded as given"
+
+    def test_chat_template_options_reach_the_worker(self) -> None:
+        """--no-jinja, an inline template, a template file, kwargs and reasoning-format are honoured;
+        a kwargs value that is no JSON object is refused, as llama-server refuses to start."""
+        text = "[m]\nno-jinja = 1\nchat-template = {{ custom }}\nchat-template-file = /t.jinja\n"
+        config = _config(text + 'chat-template-kwargs = {"thinking": true}\nreasoning-format = none\n', "m")
+        assert config.params == {"jinja": False, "chat_template": "{{ custom }}", "chat_template_file": "/t.jinja",
+                                 "chat_template_kwargs": '{"thinking": true}', "reasoning_format": "none"}  # fmt: skip
+        assert config.ignored == ()
+        assert _config("[m]\nchat-template = chatml\n", "m").params == {"chat_format": "chatml"}
+        for bad in ("chat-template-kwargs = [1]", "reasoning-format = sometimes"):
+            with pytest.raises(OptionError):
+                _config(f"[m]\n{bad}\n", "m")
 
     def test_options_in_force_read_back_as_llama_servers_command_line(self) -> None:
         """``GET /models`` ``status.args``, as llama.cpp shows its child's arguments."""

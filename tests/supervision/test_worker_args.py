@@ -40,3 +40,19 @@ def test_llama_server_generation_switches_reach_the_worker(tmp_path: Path) -> No
     params = dict(model_settings(off.options, off.extras).config.params)
     argv = inference_argv(settings, "off", "/m/off.gguf", "off-1", 9000, params)
     assert not {"--context-shift", "--kv-unified", "--spm-infill", "--slot-save-path"} & set(argv)
+
+
+def test_chat_template_options_and_the_projector_parse_as_the_worker_reads_them(tmp_path: Path) -> None:
+    """Every flag the service writes is one the worker's own parser takes, with the same value."""
+    from workers.inference._cli import parse_args
+
+    text = ('[tiny]\nmodel = /m/tiny.gguf\nno-jinja = 1\nchat-template = {{ messages }}\n'
+            'chat-template-file = /t.jinja\nchat-template-kwargs = {"a": 1}\nreasoning-format = none\n')  # fmt: skip
+    [section] = parse_preset(text, "test.ini").sections
+    params = dict(model_settings(section.options, section.extras).config.params)
+    settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
+    argv = inference_argv(settings, "tiny", "/m/tiny.gguf", "tiny-1", 9000, params, mmproj="/m/mmproj-F16.gguf")
+    args = parse_args(argv[3:])
+    assert (args.jinja, args.chat_template, args.chat_template_file) == (False, "{{ messages }}", "/t.jinja")
+    assert (args.chat_template_kwargs, args.reasoning_format) == ('{"a": 1}', "none")
+    assert args.mmproj == "/m/mmproj-F16.gguf"

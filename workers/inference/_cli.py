@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-init-without-apply", action="store_true", help="load --lora adapters at scale 0")
     p.add_argument("--props", action="store_true", help="POST /props answers success (llama-server's)")
     p.add_argument("--kv-unified", action="store_true", help="one KV pool for all slots (each may use all of -c)")
-    p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
+    _template_args(p)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-metrics", dest="metrics", action="store_false", help="GET /metrics: 501 (llama-server's)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="GET /slots: 501 (llama-server's)")
@@ -102,6 +102,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.reranking:  # as llama-server's --reranking
         args.embedding, args.pooling = True, "rank"
     return args
+
+
+def _template_args(p: argparse.ArgumentParser) -> None:
+    """The chat template's options, as llama-server names them."""
+    p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
+    p.add_argument("--chat-template", default=None, help="the Jinja chat template's text (not a built-in name)")
+    p.add_argument("--chat-template-file", default=None, help="Jinja chat template (default: the GGUF's, else ChatML)")
+    p.add_argument("--no-jinja", dest="jinja", action="store_false",
+                   help="llama.cpp's built-in templates (C API) instead of Jinja")  # fmt: skip
+    p.add_argument("--chat-template-kwargs", default=None, help="JSON object of extra template variables")
+    p.add_argument("--reasoning-format", default="auto", choices=["none", "auto", "deepseek", "deepseek-legacy"])
+    p.add_argument("--mmproj", default=None, help="the model's multimodal projector (media input: 501)")
 
 
 def _lora_specs(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, float]]:

@@ -51,6 +51,9 @@ class Worker:
             spm_infill=args.spm_infill, slot_save_path=args.slot_save_path, endpoint_props=args.props,
             predict_route=predict_route(os.environ),
             endpoint_metrics=args.metrics, endpoint_slots=args.slots,
+            chat_template=args.chat_template, chat_template_file=args.chat_template_file, jinja=args.jinja,
+            chat_template_kwargs=args.chat_template_kwargs, reasoning_format=args.reasoning_format,
+            mmproj=args.mmproj,
         )  # fmt: skip
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""

@@ -5,10 +5,13 @@
 * ``_requests``: OpenAI request validation, mapped onto ``llama_cpp.Llama``'s calls.
 * ``_llama_server``: llama-server's own endpoints (``/tokenize``, ``/props``, native ``/completion``...).
 * ``_errors``: :class:`ApiError` and :func:`answer_for`, the one table from engine errors to answers.
-* ``_front``: the batch engine's request front (``Llama``'s completion surface, chat
-  formats included), ``_shapes``: its completion objects, ``_chat_format``: which
-  chat handler formats a model's chats. These load with the model, on the engine
-  thread (:meth:`InferenceApp.make_front`), so this package does not export them.
+* ``_front``: the batch engine's request front (``Llama``'s completion surface),
+  ``_shapes``: its completion objects. Chats: ``_chat_template`` (the template, rendered
+  as llama-server renders it), ``_chat_session`` (a request's prompt, grammar and run),
+  ``_chat_parse`` (output -> content, reasoning, tool calls; pure), ``_chat_openai``,
+  ``_anthropic``, ``_responses`` (each API's shapes), ``_compat`` and ``_sse``. These load
+  with the model, on the engine thread (:meth:`InferenceApp.make_front`), so this package
+  does not export them.
 """
 
 from __future__ import annotations

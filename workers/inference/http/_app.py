@@ -8,11 +8,13 @@ requests run through that front, and llama-server's own routes need it).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workers.inference import WorkerState
@@ -20,6 +22,7 @@ from workers.inference.engine import Engine, RequestQueue
 from workers.inference.http._streams import Sessions
 
 if TYPE_CHECKING:
+    from workers.inference.http._chat_template import TemplateOptions
     from workers.inference.http._front import CompletionFront  # loaded with the model (make_front)
     from workers.inference.llama import LlamaModel
 
@@ -27,8 +30,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class FrontOptions:
     """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``,
-    ``--spm-infill``, ``--slot-save-path``, ``--props``, and which of llama-server's monitoring endpoints
-    answer (``--no-metrics``, ``--no-slots``)."""
+    ``--spm-infill``, ``--slot-save-path``, ``--props``, which of llama-server's monitoring endpoints
+    answer (``--no-metrics``, ``--no-slots``), and the chat template's options (``--chat-template-file``,
+    ``--no-jinja``, ``--chat-template-kwargs``, ``--reasoning-format``)."""
 
     chat_format: str | None = None
     default_seed: int | None = None
@@ -39,6 +43,12 @@ class FrontOptions:
     predict_route: str | None = None  # Vertex AI's POST route (AIP_MODE=PREDICTION), else none
     endpoint_metrics: bool = True  # llama-server's --metrics (the service passes --no-metrics without it)
     endpoint_slots: bool = True  # llama-server's --slots / --no-slots
+    chat_template: str | None = None  # --chat-template's text (a built-in name arrives as chat_format)
+    chat_template_file: str | None = None
+    jinja: bool = True
+    chat_template_kwargs: str | None = None  # a JSON object's text
+    reasoning_format: str = "auto"
+    mmproj: str | None = None  # --mmproj: the model's projector (media input answers 501, see _server)
 
 
 @dataclass
@@ -84,6 +94,8 @@ class InferenceApp:
             chat_format=opts.chat_format,
             default_seed=opts.default_seed,
             max_prompt_tokens=opts.max_prompt_tokens,
+            template=template_options(opts),
+            reasoning_format=opts.reasoning_format,
         )
         return self.front
 
@@ -91,3 +103,25 @@ class InferenceApp:
         """Wait until no POST response is being written; False on timeout."""
         with self._inflight_cv:
             return self._inflight_cv.wait_for(lambda: self._inflight == 0, timeout)
+
+
+def template_options(opts: FrontOptions) -> TemplateOptions:
+    """The chat template's options; an unreadable template file or bad kwargs fail the load
+    (llama-server refuses to start on both)."""
+    from workers.inference.http._chat_template import TemplateOptions
+
+    text = opts.chat_template
+    if opts.chat_template_file is not None:  # llama-server: the file's text replaces --chat-template's
+        try:
+            text = Path(opts.chat_template_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--chat-template-file {opts.chat_template_file}: {exc}") from None
+    kwargs: dict[str, Any] = {}
+    if opts.chat_template_kwargs:
+        try:
+            kwargs = json.loads(opts.chat_template_kwargs)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--chat-template-kwargs is not JSON: {exc}") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError("--chat-template-kwargs must be a JSON object")
+    return TemplateOptions(template_text=text, jinja=opts.jinja, default_kwargs=kwargs)

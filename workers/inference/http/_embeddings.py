@@ -198,3 +198,10 @@ def rerank(front: Any, body: dict[str, Any], *, gone: Any) -> Any:
     n_tokens = sum(n for _v, n in results)
     usage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
     return {"model": body.get("model") or front.model_name, "object": "list", "usage": usage, "results": ranked}
+
+
+def answer(front: Any, route: str, body: dict[str, Any], *, oai: bool, gone: Any) -> Any:
+    """The answer of an embedding route (``/rerank`` and ``/reranking`` rank, the others embed)."""
+    if route in ("/rerank", "/reranking"):
+        return rerank(front, body, gone=gone)
+    return embeddings(front, body, oai=oai, gone=gone)

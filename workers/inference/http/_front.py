@@ -34,11 +34,14 @@ from workers.inference.engine import (
     build_chain,
     strict_json_strings,
 )
+from workers.inference.http._chat_template import TemplateOptions
 from workers.inference.http._errors import ApiError
 from workers.inference.http._shapes import CompletionShaper
 from workers.inference.llama import LlamaModel, Tokenizer, TokenizingCancelled
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
+# The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
+CHAT_DEFAULTS = {"temperature": 0.2, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.0}
 
 
 @dataclass
@@ -64,6 +67,8 @@ class CompletionFront:
         chat_format: str | None = None,
         default_seed: int | None = None,
         max_prompt_tokens: int = 0,
+        template: TemplateOptions | None = None,
+        reasoning_format: str = "auto",
     ) -> None:
         self.engine = engine
         self.llm = llm
@@ -73,37 +78,54 @@ class CompletionFront:
         limit = llm.n_ctx - 1
         self.max_prompt_tokens = min(max_prompt_tokens, limit) if max_prompt_tokens > 0 else limit
         self.tokenizer = Tokenizer(llm)
+        self.template = template or TemplateOptions()
+        self.reasoning_format = reasoning_format
         self._local = threading.local()
-        self._handler: Any = None
-        self._handler_error: BaseException | None = None
-        self._handler_ready = threading.Event()
-        threading.Thread(target=self._prepare_chat, name="chat-format", daemon=True).start()
+        self._renderer: Any = None
+        self._renderer_error: BaseException | None = None
+        self._renderer_ready = threading.Event()
+        if self.template.template_text is not None:
+            self._prepare_chat()  # a --chat-template-file that does not parse fails the load, as in llama-server
+            if self._renderer_error is not None:
+                raise ValueError(f"--chat-template-file: {self._renderer_error}")
+        else:
+            threading.Thread(target=self._prepare_chat, name="chat-format", daemon=True).start()
 
-    # -- chat formats (llama-cpp-python's, resolved as Llama.__init__ does) ------
+    # -- chat templates (workers.inference.http._chat_template) -------------------
 
     def _prepare_chat(self) -> None:
         try:
-            from workers.inference.http._chat_format import resolve_chat_handler
+            from workers.inference.http._chat_template import build_renderer
             from workers.inference.llama import complete_import
 
             complete_import()  # usually done already, while the model loaded
-            self._handler = resolve_chat_handler(self.llm, self.chat_format)
+            self._renderer = build_renderer(self.llm, self.template, self.chat_format, self)
         except BaseException as exc:  # reported to chat requests
-            self._handler_error = exc
+            self._renderer_error = exc
         finally:
-            self._handler_ready.set()
+            self._renderer_ready.set()
 
-    def _chat_handler(self) -> Any:
-        self._handler_ready.wait()
-        if self._handler_error is not None:
-            raise ApiError(500, f"chat format unavailable: {self._handler_error}", "server_error")
-        return self._handler
+    def renderer(self) -> Any:
+        """How this model's chats become prompts (a ``_chat_template`` renderer)."""
+        self._renderer_ready.wait()
+        if self._renderer_error is not None:
+            raise ApiError(500, f"chat template unavailable: {self._renderer_error}", "server_error")
+        return self._renderer
+
+    def plan_chat(self, kwargs: dict[str, Any]) -> Any:
+        """A validated chat request as a ``ChatPlan`` (what is rendered, parsed and constrained)."""
+        from workers.inference.http._chat_session import plan_chat
+
+        try:
+            return plan_chat(self.renderer(), kwargs, self.template.default_kwargs, self.reasoning_format)
+        except (ValueError, TypeError, KeyError) as exc:  # raised by chat templates on bad input
+            raise ApiError(400, str(exc)) from None
 
     # -- the HTTP side ---------------------------------------------------------------
 
     def run_job(self, job: Job) -> None:
         """Run a chat or completion job on this (HTTP) thread; attaches the result or stream to ``job``."""
-        if job.kind not in ("chat", "completion"):
+        if job.kind not in ("chat", "completion", "messages", "responses"):
             raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
         opts = job.options
         if opts.get("n_cmpl", 1) > 1:
@@ -122,7 +144,12 @@ class CompletionFront:
         self._local.ctx = ctx
         try:
             if job.kind == "chat":
-                result = self.create_chat_completion(**job.kwargs)
+                include_usage = bool(opts.get("include_usage"))
+                result = self.create_chat_completion(**job.kwargs, include_usage=include_usage)
+            elif job.kind in ("messages", "responses"):
+                from workers.inference.http._compat import run_compat
+
+                result = run_compat(self, job.kind, job.kwargs, job.stream, ctx.result)
             else:
                 result = self.create_completion(**job.kwargs)
         except (ValueError, TypeError) as exc:  # raised by chat templates and handlers on bad input
@@ -137,6 +164,8 @@ class CompletionFront:
                 job.attach(native_chunks(result, ctx.result))
             else:
                 job.attach(iter([native_whole(result, ctx.result)]))
+        elif job.kind != "completion":  # chats and their kin shape their own final fields
+            job.attach(result if job.stream else iter([result]))
         elif job.stream:
             job.attach(_with_final_fields(result, ctx, bool(opts.get("include_usage"))))
         else:
@@ -187,10 +216,16 @@ class CompletionFront:
         return b"".join(self.llm.piece(t) for t in tokens)
 
     def create_chat_completion(self, **kwargs: Any) -> Any:
-        """``Llama.create_chat_completion``: the model's chat handler, calling back into this front."""
-        handler = self._chat_handler()
-        defaults = {"temperature": 0.2, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.0}
-        return handler(llama=self, **{**defaults, **kwargs})
+        """A chat: the rendered prompt through :meth:`create_completion`, its output read as a
+        message (``workers.inference.http._chat_session``), in OpenAI's shape."""
+        from workers.inference.http._chat_openai import OpenAIChat
+        from workers.inference.http._chat_session import ChatRun
+
+        stream = bool(kwargs.pop("stream", False))
+        include_usage = bool(kwargs.pop("include_usage", False))
+        run = ChatRun(self, self.plan_chat({**CHAT_DEFAULTS, **kwargs}), self._ctx().result)
+        shaper = OpenAIChat(run, self.model_name)
+        return shaper.chunks(include_usage) if stream else shaper.whole()
 
     def create_completion(
         self,

@@ -8,10 +8,18 @@ from typing import Any
 from workers.inference.engine import Job
 from workers.inference.http import _llama_server as llama_server
 from workers.inference.http._app import InferenceApp
+from workers.inference.http._compat import compat_request
 from workers.inference.http._errors import ApiError
-from workers.inference.http._requests import chat_request, completion_request, embedding_request, request_options
+from workers.inference.http._requests import (
+    MediaInput,
+    chat_request,
+    completion_request,
+    embedding_request,
+    request_options,
+)
 
 _NOT_SUPPORTED = "not_supported_error"
+COMPAT_KINDS = {"/messages": "messages", "/responses": "responses"}  # Anthropic's and OpenAI's, over chats
 
 
 def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: dict[str, Any]) -> Job:
@@ -20,6 +28,10 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
     if route == "/chat/completions":
         kwargs, stream = chat_request(body, name)
         return Job("chat", kwargs, stream=stream, options=request_options(body))
+    if route in COMPAT_KINDS:
+        front(route)
+        kwargs, stream = compat_request(COMPAT_KINDS[route], body, name)
+        return Job(COMPAT_KINDS[route], kwargs, stream=stream, options=request_options(body))
     if route == "/completions":
         kwargs, stream = completion_request(body, name)
         return Job("completion", kwargs, stream=stream, options=request_options(body))
@@ -40,3 +52,11 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
         raise ApiError(501, msg, _NOT_SUPPORTED)
     inputs, fmt = embedding_request(body)
     return Job("embedding", {"input": inputs, "encoding_format": fmt})
+
+
+def media_error(err: MediaInput, mmproj: str | None) -> ApiError:
+    """Image or audio input: a 400 for a model without a projector, else 501 (not evaluated yet)."""
+    if mmproj is None:
+        return err
+    return ApiError(501, f"{err.kind} input is not supported by modelrouter's worker yet: the projector "
+                    "(--mmproj) is listed but not evaluated", _NOT_SUPPORTED)  # fmt: skip

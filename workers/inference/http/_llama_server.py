@@ -118,45 +118,18 @@ def detokenize(front: Any, body: dict[str, Any]) -> dict[str, Any]:
     return {"content": b"".join(_piece(front.llm, t) for t in tokens).decode("utf-8", errors="replace")}
 
 
-class _Rendered(Exception):
-    def __init__(self, prompt: str) -> None:
-        super().__init__("rendered")
-        self.prompt = prompt
-
-
-class _TemplateProbe:
-    """Stands in for ``Llama`` in a chat handler: stops it at the tokenize call that
-    receives the rendered prompt."""
-
-    verbose = False
-
-    def __init__(self, front: Any) -> None:
-        self._front = front
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._front, name)
-
-    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
-        raise _Rendered(text.decode("utf-8", errors="replace"))
+_TEMPLATE_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt")
 
 
 def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
-    """``POST /apply-template``: the rendered chat prompt, without inference."""
+    """``POST /apply-template``: the prompt a chat request with this body evaluates, without inference
+    (the same :func:`~workers.inference.http._chat_session.chat_prompt`, tools and kwargs included)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     kwargs: dict[str, Any] = {"messages": [normalize_message(i, m) for i, m in enumerate(messages)]}
-    for key in ("tools", "tool_choice"):
-        if body.get(key) is not None:
-            kwargs[key] = body[key]
-    handler = front._chat_handler()
-    try:
-        handler(llama=_TemplateProbe(front), **kwargs)
-    except _Rendered as done:
-        return {"prompt": done.prompt}
-    except (ValueError, TypeError, KeyError) as exc:  # raised by chat templates on bad input
-        raise ApiError(400, str(exc)) from None
-    raise ApiError(501, "this model's chat format does not render a text prompt", "not_supported_error")
+    kwargs.update({key: body[key] for key in _TEMPLATE_KEYS if body.get(key) is not None})
+    return {"prompt": front.plan_chat(kwargs).rendered.prompt}
 
 
 def props(front: Any, total_slots: int, model_name: str, endpoint_props: bool = False) -> dict[str, Any]:
@@ -172,7 +145,7 @@ def props(front: Any, total_slots: int, model_name: str, endpoint_props: bool = 
         "endpoint_slots": True,
         "endpoint_props": endpoint_props,
         "endpoint_metrics": True,
-        "chat_template": llm.chat_template() or "",
+        "chat_template": getattr(front.renderer(), "source", ""),
         "bos_token": llm.token_text(llm.bos) if llm.bos >= 0 else "",
         "eos_token": llm.token_text(llm.eos) if llm.eos >= 0 else "",
         "build_info": build_info(),

@@ -111,6 +111,20 @@ def _stream_flag(body: dict[str, Any]) -> bool:
     return stream
 
 
+_MEDIA = {"image_url": "image", "input_audio": "audio", "video_url": "video"}
+
+
+class MediaInput(ApiError):
+    """An image, audio or video part: llama-server's answer when the model has no projector;
+    the worker answers 501 instead when it has one (it cannot feed media to the model yet)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(
+            400, f"{kind} input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+        )
+        self.kind = kind
+
+
 def normalize_message(i: int, msg: Any) -> dict[str, Any]:
     if not isinstance(msg, dict):
         raise ApiError(400, f"messages[{i}] must be an object")
@@ -126,9 +140,11 @@ def normalize_message(i: int, msg: Any) -> dict[str, Any]:
     if content is None and role == "assistant":
         out["content"] = ""  # chat formatters index "content" and join strings
     if isinstance(content, list):
-        # Multi-part content: keep text parts; this worker has no vision support.
+        # Multi-part content: text parts are joined; media parts need a projector (see MediaInput).
         texts = []
         for part in content:
+            if isinstance(part, dict) and part.get("type") in _MEDIA:
+                raise MediaInput(_MEDIA[part["type"]])
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise ApiError(400, f"messages[{i}].content: only text parts are supported")
             texts.append(part["text"])
@@ -145,9 +161,15 @@ def chat_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any],
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     kwargs = _sampling_kwargs(body)
     kwargs["messages"] = [normalize_message(i, m) for i, m in enumerate(messages)]
-    for key in ("tools", "tool_choice", "functions", "function_call"):
+    for key in ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_format",
+                "add_generation_prompt"):  # fmt: skip
         if body.get(key) is not None:
             kwargs[key] = body[key]
+    if body.get("functions") is not None and "tools" not in kwargs:  # OpenAI's older names for the same
+        kwargs["tools"] = [{"type": "function", "function": f} for f in body["functions"]]
+        if isinstance(body.get("function_call"), (str, dict)):
+            fc = body["function_call"]
+            kwargs["tool_choice"] = fc if isinstance(fc, str) else {"type": "function", "function": fc}
     if body.get("response_format") is not None:
         kwargs["response_format"] = _response_format(body["response_format"])
     if body.get("logprobs") is not None:

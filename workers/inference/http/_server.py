@@ -36,12 +36,15 @@ from workers.inference.http import _admin_routes as admin
 from workers.inference.http import _llama_server as llama_server
 from workers.inference.http import _streams as streams
 from workers.inference.http._app import InferenceApp
+from workers.inference.http._compat import count_tokens
 from workers.inference.http._errors import ApiError, answer_for
-from workers.inference.http._jobs import make_job
+from workers.inference.http._jobs import COMPAT_KINDS, make_job, media_error
 from workers.inference.http._predict import predict
 from workers.inference.http._requests import (
+    MediaInput,
     parse_json_object,
 )
+from workers.inference.http._sse import sse_bytes
 from workers.inference.http._wire import SSE_HEAD, json_bytes, phrase, read_body
 
 if TYPE_CHECKING:
@@ -54,15 +57,13 @@ _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     "/tokenize": llama_server.tokenize,
     "/detokenize": llama_server.detokenize,
     "/apply-template": llama_server.apply_template,
+    "/messages/count_tokens": count_tokens("messages"),
+    "/chat/completions/input_tokens": count_tokens("chat"),
+    "/responses/input_tokens": count_tokens("responses"),
 }
 # llama-server's POST routes this worker does not serve (501), with why.
 _UNSUPPORTED = {
-    "/responses": " (use /v1/chat/completions)",
-    "/messages": " (use /v1/chat/completions)",
-    "/messages/count_tokens": " (use /tokenize)",
     "/chat/completions/control": "",
-    "/chat/completions/input_tokens": " (use /apply-template and /tokenize)",
-    "/responses/input_tokens": "",
 }
 
 
@@ -225,12 +226,22 @@ class _Handler(BaseHTTPRequestHandler):
             if route in _UNSUPPORTED:
                 raise ApiError(501, f"POST {route} is not supported by modelrouter's worker{_UNSUPPORTED[route]}",
                                _NOT_SUPPORTED)  # fmt: skip
-            if route not in ("/chat/completions", "/completions", "/completion", "/infill", *_EMBEDDING_ROUTES):
+            if route not in (
+                "/chat/completions",
+                "/completions",
+                "/completion",
+                "/infill",
+                *_EMBEDDING_ROUTES,
+                *COMPAT_KINDS,
+            ):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
             job = make_job(self.app, self._front, route, parse_json_object(raw))
             session = self.app.streams.open(self.headers) if job.stream else None
             job.client_gone = self._client_gone if session is None else session.is_cancelled
             self.app.engine.submit(job)
+        except MediaInput as err:
+            self._send_api_error(media_error(err, self.app.front_options.mmproj))
+            return
         except (ApiError, EngineError) as err:
             if session is not None:  # as llama-server: a request that never streamed leaves no session
                 self.app.streams.evict(session)
@@ -275,15 +286,11 @@ class _Handler(BaseHTTPRequestHandler):
         return list(job.results())[-1]
 
     def _embedding_route(self, route: str, body: dict[str, Any], oai: bool | None = None) -> Any:
-        """Embeddings and rerank on the batch engine (:mod:`workers.inference.http._embeddings`)."""
-        from workers.inference.http import _embeddings
+        """Embeddings and rerank on the batch engine; llama-server: only ``/v1/embeddings`` is OpenAI's."""
+        from workers.inference.http._embeddings import answer
 
-        front = self._front(route)
-        if route in ("/rerank", "/reranking"):
-            return _embeddings.rerank(front, body, gone=self._client_gone)
-        if oai is None:  # llama-server: only /v1/embeddings is OpenAI's
-            oai = self.path.split("?", 1)[0].startswith("/v1/")
-        return _embeddings.embeddings(front, body, oai=oai, gone=self._client_gone)
+        oai = self.path.split("?", 1)[0].startswith("/v1/") if oai is None else oai
+        return answer(self._front(route), route, body, oai=oai, gone=self._client_gone)
 
     # -- job results --------------------------------------------------------
 
@@ -336,7 +343,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(SSE_HEAD)
             item = first
             while item is not None:
-                emit(b"data: " + json_bytes(item) + b"\n\n")
+                emit(sse_bytes(item))
                 try:
                     item = next(results, None)
                 except (ApiError, EngineError) as err:
@@ -348,7 +355,8 @@ class _Handler(BaseHTTPRequestHandler):
                     emit(b"data: " + json_bytes(failure.body()) + b"\n\n")
                     break
             else:
-                if not job.options.get("native"):  # llama-server ends its own /completion stream without it
+                # llama-server ends its own /completion, Anthropic's and Responses' streams without it
+                if not job.options.get("native") and job.kind in ("chat", "completion"):
                     emit(b"data: [DONE]\n\n")
             if not self._gone:
                 self.wfile.write(b"0\r\n\r\n")

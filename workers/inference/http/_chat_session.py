@@ -1,0 +1,287 @@
+"""One chat request on the batch engine: the prompt llama-server would send, then its output read as a message.
+
+:func:`chat_prompt` is the one place a chat becomes a prompt: ``/v1/chat/completions``,
+``/apply-template``, ``/v1/messages``, ``/v1/responses`` and every
+``input_tokens`` count call it, so what ``/apply-template`` shows is what is
+evaluated. Tools (llama-server's ``common_chat_templates_apply_jinja``):
+
+* a template that writes ``tools`` itself gets them; one that does not gets
+  llama.cpp's generic system prompt describing them, and its output is
+  constrained to the generic JSON (a tool call, or ``{"response": ...}``);
+* ``tool_choice`` ``required`` (or a named function) constrains the output to
+  tool calls in the template family's syntax with a grammar built from the
+  tools' JSON schemas (llama-cpp-python's ``json_schema_to_gbnf``), one call
+  unless ``parallel_tool_calls``; ``auto`` lets the model choose and parses
+  what it wrote; ``none`` parses no tool calls.
+
+:class:`ChatRun` then reads the engine's token stream and re-parses the text so far
+after every token (:mod:`workers.inference.http._chat_parse`), yielding the
+deltas a stream sends; the whole answer is the last parse.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.inference.http._chat_parse import ChatMessage, Delta, diff, parse, syntax_of, template_knows_tools
+from workers.inference.http._chat_template import Message, Rendered, message_text
+from workers.inference.http._errors import ApiError
+
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+_CHAT_ONLY = ("messages", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs", "functions",
+              "function_call", "parallel_tool_calls", "chat_template_kwargs", "reasoning_format",
+              "add_generation_prompt")  # fmt: skip
+_GENERIC_PROMPT = (
+    "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "
+    "reply to the user's request"
+)
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    """What a chat request asks for, decided before anything runs."""
+
+    rendered: Rendered
+    syntax: str | None  # tool-call syntax to parse, None: no tools
+    grammar: str | None  # GBNF constraining the output
+    thinking: bool  # the prompt already opened <think>
+    reasoning_format: str
+    logprobs: int | None  # top logprobs per token, None: none asked for
+    sampling: dict[str, Any] = field(default_factory=dict)  # Any: create_completion's keyword values
+
+
+def _tool_functions(tools: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise ApiError(400, "'tools' must be a list of objects")
+    fns = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function")
+        if (
+            tool.get("type", "function") != "function"
+            or not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+        ):
+            raise ApiError(400, f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., ...}}}}")
+        fns.append(fn)
+    return fns
+
+
+def _choice(tool_choice: Any, names: list[str]) -> tuple[str, list[str]]:
+    """``(mode, allowed names)``: mode ``auto``, ``required`` or ``none``."""
+    if tool_choice is None or tool_choice == "auto":
+        return "auto", names
+    if tool_choice in ("required", "none"):
+        return str(tool_choice), names
+    if isinstance(tool_choice, dict) and isinstance((tool_choice.get("function") or {}).get("name"), str):
+        name = tool_choice["function"]["name"]
+        if name not in names:
+            raise ApiError(400, f"tool_choice names {name!r}, which is not one of the tools")
+        return "required", [name]
+    raise ApiError(400, "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {...}}")
+
+
+def _call_schema(fns: list[dict[str, Any]], names: list[str], args_key: str) -> dict[str, Any]:
+    variants = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": fn["name"]}, args_key: fn.get("parameters") or {"type": "object"}},
+            "required": ["name", args_key],
+        }
+        for fn in fns
+        if fn["name"] in names
+    ]
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def _gbnf(schema: dict[str, Any], rule: str) -> str:
+    """The GBNF of ``schema`` with its root renamed ``rule`` (to embed it in a larger grammar)."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        text = json_schema_to_gbnf(json.dumps(schema))
+    except Exception as exc:  # the converter raises plain exceptions on schemas it cannot express
+        raise ApiError(400, f"a tool's parameters cannot be turned into a grammar: {exc}") from None
+    return re.sub(r"^root ::=", f"{rule} ::=", text, flags=re.MULTILINE)
+
+
+def tool_grammar(syntax: str, fns: list[dict[str, Any]], names: list[str], *, parallel: bool, free: bool) -> str:
+    """GBNF for tool calls in ``syntax``; ``free`` (generic syntax only): a plain answer is allowed too."""
+    if syntax == "generic":
+        call = _call_schema(fns, names, "arguments")
+        calls = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
+        schema: dict[str, Any] = {"type": "object", "properties": {"tool_calls": calls}, "required": ["tool_calls"]}
+        if free:
+            answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
+            schema = {"anyOf": [schema, answer]}
+        return _gbnf(schema, "root")
+    call_rule = _gbnf(_call_schema(fns, names, "parameters" if syntax == "llama3" else "arguments"), "tool-call")
+    if syntax == "hermes":
+        one = '"<tool_call>\\n" tool-call "\\n</tool_call>"'
+        root = f"root ::= {one}" + (f' ("\\n" {one})*' if parallel else "")
+    elif syntax == "mistral":
+        root = 'root ::= "[TOOL_CALLS][" tool-call' + (' ("," tool-call)*' if parallel else "") + ' "]"'
+    else:
+        root = "root ::= tool-call"
+    return root + "\n" + call_rule
+
+
+def _generic_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Message]:
+    """llama.cpp's generic tool prompt, added to (or as) the system message."""
+    text = f"{_GENERIC_PROMPT}\n\nAvailable tools:\n" + "\n".join(json.dumps(fn, ensure_ascii=False) for fn in fns)
+    if messages and messages[0].get("role") == "system":
+        first = {**messages[0], "content": message_text(messages[0].get("content")) + "\n\n" + text}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
+
+
+def _kwargs(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    extra = body.get("chat_template_kwargs")
+    if extra is not None and not isinstance(extra, dict):
+        raise ApiError(400, "'chat_template_kwargs' must be an object")
+    return {**defaults, **(extra or {})}
+
+
+def chat_prompt(
+    renderer: Any, body: dict[str, Any], defaults: dict[str, Any]
+) -> tuple[Rendered, str | None, str | None]:
+    """``(rendered prompt, tool syntax, grammar)`` of a validated chat request (see the module docstring)."""
+    messages: list[Message] = list(body["messages"])
+    tools = body.get("tools")
+    add_generation_prompt = body.get("add_generation_prompt", True)
+    if not isinstance(add_generation_prompt, bool):
+        raise ApiError(400, "'add_generation_prompt' must be a boolean")
+    syntax: str | None = None
+    grammar: str | None = None
+    kwargs = _kwargs(body, defaults)
+    if tools:
+        fns = _tool_functions(tools)
+        mode, names = _choice(body.get("tool_choice"), [fn["name"] for fn in fns])
+        source = getattr(renderer, "source", "")
+        native = template_knows_tools(source)
+        if mode != "none":
+            syntax = syntax_of(source) if native else "generic"
+            parallel = bool(body.get("parallel_tool_calls"))
+            if mode == "required" or syntax == "generic":
+                grammar = tool_grammar(syntax, fns, names, parallel=parallel, free=mode != "required")
+        if not native:
+            messages = _generic_system(messages, fns)
+            tools = None
+    rendered = renderer.render(messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
+                               kwargs=kwargs)  # fmt: skip
+    return rendered, syntax, grammar
+
+
+def _response_grammar(fmt: dict[str, Any] | None) -> str | None:
+    if not fmt or fmt.get("type") == "text":
+        return None
+    from llama_cpp.llama_grammar import JSON_GBNF
+
+    schema = fmt.get("schema")
+    return _gbnf(schema, "root") if schema else JSON_GBNF
+
+
+def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], reasoning_default: str) -> ChatPlan:
+    """A validated chat request (``_requests.chat_request``'s kwargs) as a :class:`ChatPlan`."""
+    rendered, syntax, grammar = chat_prompt(renderer, kwargs, defaults)
+    if grammar is None:
+        grammar = _response_grammar(kwargs.get("response_format"))
+    fmt = kwargs.get("reasoning_format", reasoning_default)
+    if fmt not in REASONING_FORMATS:
+        raise ApiError(400, f"'reasoning_format' must be one of {list(REASONING_FORMATS)}")
+    top = kwargs.get("top_logprobs")
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20):
+        raise ApiError(400, "'top_logprobs' must be an integer in [0, 20]")
+    sampling = {k: v for k, v in kwargs.items() if k not in _CHAT_ONLY}
+    if rendered.stops:
+        sampling["stop"] = [*sampling.get("stop", []), *rendered.stops]
+    return ChatPlan(
+        rendered=rendered,
+        syntax=syntax,
+        grammar=grammar,
+        thinking=rendered.prompt.rstrip().endswith("<think>"),
+        reasoning_format="deepseek" if fmt == "auto" else fmt,
+        logprobs=(top or 0) if kwargs.get("logprobs") else None,
+        sampling=sampling,
+    )
+
+
+def _chat_logprobs(lp: dict[str, Any] | None, top: int) -> list[dict[str, Any]]:
+    """A completion chunk's logprobs as OpenAI chat ``logprobs.content`` entries."""
+    if not lp:
+        return []
+    out = []
+    for token, value, tops in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True):
+        best = sorted(tops.items(), key=lambda kv: -kv[1])[:top]
+        alts = [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in best]
+        out.append({"token": token, "logprob": value, "bytes": list(token.encode()), "top_logprobs": alts})
+    return out
+
+
+class ChatRun:
+    """A chat on the batch engine: submit the planned prompt, read the output as deltas."""
+
+    def __init__(self, front: Any, plan: ChatPlan, result: dict[str, Any]) -> None:
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        self.plan = plan
+        self.result = result  # the request's record: timings, usage, final (filled as it ends)
+        self.message = ChatMessage()
+        self.text = ""
+        self.finish_reason = "stop"
+        self.logprobs: list[dict[str, Any]] = []
+        tokens = front.tokenize(plan.rendered.prompt.encode(), add_bos=plan.rendered.add_special, special=True)
+        self.n_prompt = len(tokens)
+        grammar = LlamaGrammar.from_string(plan.grammar, verbose=False) if plan.grammar else None
+        self._chunks = front.create_completion(
+            tokens, stream=True, grammar=grammar, logprobs=plan.logprobs, **plan.sampling
+        )
+        self._ids = uuid.uuid4().hex[:12]
+
+    def _parse(self, final: bool) -> ChatMessage:
+        p = self.plan
+        return parse(self.text, syntax=p.syntax, reasoning_format=p.reasoning_format, thinking=p.thinking,
+                     final=final, ids=lambda i: f"call_{self._ids}{i}")  # fmt: skip
+
+    def deltas(self) -> Iterator[tuple[list[Delta], list[dict[str, Any]]]]:
+        """Each step's deltas (and its logprobs entries), until the output ends; then :attr:`message` is whole."""
+        for chunk in self._chunks:
+            choice = chunk["choices"][0]
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+                break
+            self.text += choice.get("text", "")
+            lp = _chat_logprobs(choice.get("logprobs"), self.plan.logprobs or 0)
+            self.logprobs += lp
+            now = self._parse(final=False)
+            changes, self.message = diff(self.message, now), now
+            if changes or lp:
+                yield changes, lp
+        last = self._parse(final=True)
+        changes, self.message = diff(self.message, last), last
+        if self.message.tool_calls and self.finish_reason == "stop":
+            self.finish_reason = "tool_calls"
+        if changes:
+            yield changes, []
+
+    def run(self) -> ChatMessage:
+        """The whole message (for answers that are not streamed)."""
+        for _ in self.deltas():
+            pass
+        return self.message
+
+    @property
+    def n_predicted(self) -> int:
+        return int(self.result.get("timings", {}).get("predicted_n", 0))
+
+    @property
+    def n_cached(self) -> int:
+        return int(self.result.get("timings", {}).get("cache_n", 0))
+
+    @property
+    def stopping_word(self) -> str:
+        return str((self.result.get("final") or {}).get("stopping_word", ""))

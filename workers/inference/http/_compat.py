@@ -1,0 +1,60 @@
+"""The other APIs over the chat path: Anthropic's Messages and OpenAI's Responses, and the
+``input_tokens`` counts (llama-server's ``handle_count_tokens``).
+
+Each converts its request to an OpenAI chat request (``_anthropic.to_chat``,
+``_responses.to_chat``), validated by the same ``chat_request`` as
+``/v1/chat/completions``, so every chat rule (templates, tools, reasoning,
+limits) holds for all of them, and shapes the chat's result its own way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from workers.inference.http import _anthropic, _responses
+from workers.inference.http._chat_session import ChatRun
+from workers.inference.http._requests import chat_request
+
+
+def _same(body: dict[str, Any]) -> dict[str, Any]:
+    return body
+
+
+_CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "messages": _anthropic.to_chat,
+    "responses": _responses.to_chat,
+    "chat": _same,
+}
+
+
+def compat_request(kind: str, body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
+    """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body."""
+    return chat_request(_CONVERT[kind](body), model_name)
+
+
+def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, result: dict[str, Any]) -> Any:
+    """Run a converted request as a chat; the answer in ``kind``'s shape (events when streaming)."""
+    from workers.inference.http._front import CHAT_DEFAULTS
+
+    kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
+    run = ChatRun(front, front.plan_chat({**CHAT_DEFAULTS, **kwargs}), result)
+    shaper: Any = _anthropic.AnthropicMessage(run, front.model_name) if kind == "messages" else None
+    if shaper is None:
+        shaper = _responses.Response(run, front.model_name)
+    if not stream:
+        return shaper.whole()
+    events: Iterator[Any] = shaper.events()
+    return events
+
+
+def count_tokens(kind: str) -> Any:
+    """The handler of ``kind``'s token count: ``{"input_tokens": N}`` (plus ``object`` for OpenAI's)."""
+
+    def handle(front: Any, body: dict[str, Any]) -> dict[str, Any]:
+        kwargs, _ = compat_request(kind, body, front.model_name)
+        plan = front.plan_chat(kwargs)
+        n = len(front.tokenize(plan.rendered.prompt.encode(), add_bos=plan.rendered.add_special, special=True))
+        return {"input_tokens": n} if kind == "messages" else {"input_tokens": n, "object": "response.input_tokens"}
+
+    return handle
