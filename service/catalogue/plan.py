@@ -52,6 +52,7 @@ def configured(name: str, config: ModelConfig) -> NewEvent:
         hf_file=config.hf_file,
         stop_timeout=config.stop_timeout,
         hidden=config.hidden,
+        pinned=config.pinned,
     )
     return NewEvent(event, model=name)
 

@@ -27,6 +27,9 @@ from service.core.event_base import FileRef as FileRef
 from service.core.event_base import Recorded as Recorded
 from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
+from service.core.node_events import ModelMeasured as ModelMeasured
+from service.core.node_events import NodeJoined as NodeJoined
+from service.core.node_events import NodeLost as NodeLost
 
 # --- router-level -------------------------------------------------------------
 
@@ -116,6 +119,7 @@ class ModelConfigured(Event):
     hf_file: str | None = None
     stop_timeout: float | None = None
     hidden: bool = False
+    pinned: bool = False  # the preset's ``pin = true`` (ours): never evicted by LRU or memory pressure
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,13 +249,15 @@ class DownloadResumed(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceRequested(Event):
-    """The service decided to start an inference worker (load, autoload, restart, startup)."""
+    """The service decided to start an inference worker (load, autoload, restart, startup); in a
+    cluster, on ``node`` (its supervisor spawns it; ``port`` 0: that node picks one)."""
 
     TYPE: ClassVar[str] = "instance_requested"
     instance_id: str
     reason: str = "load"
     port: int
     params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    node: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -365,35 +371,13 @@ class RequestCompleted(Event):
 EVENT_TYPES: Mapping[str, type[Event]] = {
     cls.TYPE: cls
     for cls in (
-        RouterStarted,
-        RouterStopped,
-        RecoveryCompleted,
-        PartialFileFound,
-        PartialFileRemoved,
-        ModelDiscovered,
-        ModelConfigured,
-        ModelRemoved,
-        ModelsReloaded,
-        DownloadRequested,
-        DownloadStarted,
-        DownloadProgress,
-        DownloadFinished,
-        DownloadFailed,
-        DownloadCancelRequested,
-        DownloadCancelled,
-        DownloadInterrupted,
-        DownloadResumed,
-        InstanceRequested,
-        InstanceLoading,
-        LoadingProgress,
-        InstanceReady,
-        InstanceStats,
-        InstanceLoadFailed,
-        InstanceStopRequested,
-        InstanceStopped,
-        InstanceCrashed,
-        InstanceLost,
-        RequestCompleted,
+        RouterStarted, RouterStopped, RecoveryCompleted, PartialFileFound, PartialFileRemoved,
+        ModelDiscovered, ModelConfigured, ModelRemoved, ModelsReloaded,
+        DownloadRequested, DownloadStarted, DownloadProgress, DownloadFinished, DownloadFailed,
+        DownloadCancelRequested, DownloadCancelled, DownloadInterrupted, DownloadResumed,
+        InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats, InstanceLoadFailed,
+        InstanceStopRequested, InstanceStopped, InstanceCrashed, InstanceLost, RequestCompleted,
+        NodeJoined, NodeLost, ModelMeasured,
     )
-}
+}  # fmt: skip
 """Registry: stable type string -> current event class."""

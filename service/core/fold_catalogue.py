@@ -69,6 +69,7 @@ def _configured(state: RouterState, rec: ev.Recorded) -> RouterState:
         hf_file=e.hf_file,
         stop_timeout=e.stop_timeout,
         hidden=e.hidden,
+        pinned=e.pinned,
     )
     model = ensure_model(state, rec)
     return state if model is None else put_model(state, model.replace(config=config))

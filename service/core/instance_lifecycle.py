@@ -191,9 +191,12 @@ def restart_delay(model: ModelState, jitter: float) -> float | None:
     return retry_delay(crashes, base=1.0, cap=60.0, jitter=jitter)
 
 
-def request(instance_id: str, port: int, model: ModelState, reason: str) -> ev.InstanceRequested:
-    """``[*] -> starting``: the event that takes a slot for ``model``."""
-    return ev.InstanceRequested(instance_id=instance_id, reason=reason, port=port, params=dict(model.config.params))
+def request(
+    instance_id: str, port: int, model: ModelState, reason: str, node: str | None = None
+) -> ev.InstanceRequested:
+    """``[*] -> starting``: the event that takes a slot for ``model`` (on ``node``, in a cluster)."""
+    params = dict(model.config.params)
+    return ev.InstanceRequested(instance_id=instance_id, reason=reason, port=port, params=params, node=node)
 
 
 def stop(inst: Instance, reason: str) -> list[ev.Event]:

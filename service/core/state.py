@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from service.core.errors import CommandRejected
 from service.core.events import JSON, FileRef
+from service.core.node_state import Holding, ModelShape, NodeState
 
 _T = TypeVar("_T")
 
@@ -146,6 +147,7 @@ class DownloadJob:
     finished_at: datetime | None = None
     error: Failure | None = None
     discard_requested: bool = False
+    node: str | None = None  # in a cluster: the node whose worker moves the bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +184,7 @@ class Instance:
     stop_reason: str | None = None
     stats: EngineStats | None = None
     requests_done: int = 0  # request_completed events of this instance
+    node: str | None = None  # in a cluster: the node whose supervisor runs its worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +202,7 @@ class ModelConfig:
     hf_file: str | None = None
     stop_timeout: float | None = None
     hidden: bool = False  # a cache entry deduplicated by a preset: usable, not listed
+    pinned: bool = False  # never evicted by LRU or memory pressure (preset ``pin = true``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +224,8 @@ class ModelState:
     first_request_crashes: int = 0  # crashes in a row on an instance's first request (reset by a completed one)
     last_used: datetime | None = None
     config: ModelConfig = field(default_factory=ModelConfig)
+    holders: Mapping[str, Holding] = field(default_factory=dict)  # cluster: node -> its files of the model
+    shape: ModelShape | None = None  # the GGUF header's facts for the memory estimate (model_measured)
 
     @property
     def status(self) -> ModelStatus:
@@ -263,6 +269,7 @@ class RouterState:
     partial_files: Mapping[str, int] = field(default_factory=dict)
     anomalies: int = 0  # impossible transitions the fold refused to apply (bugs to look at)
     last_anomaly: str | None = None
+    nodes: Mapping[str, NodeState] = field(default_factory=dict)  # cluster: the last incarnation of each node
 
     def job(self, job_id: str) -> DownloadJob | None:
         """Look a download job up by id."""
