@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from service.core import events as ev
 from service.core import fold as fold_module
-from service.core import fold_catalogue, fold_downloads, fold_instances, fold_support
+from service.core import fold_catalogue, fold_downloads, fold_instances, fold_nodes, fold_support
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
 from service.core.events import FileRef
 from service.core.fold import replay
@@ -135,7 +135,8 @@ PINNED_TYPES = frozenset(
 # v2: transitions checked against the lifecycle tables, anomalies counted, progress_at.
 # v3: ModelConfig carries llama.cpp's options (args, ignored, hf_repo, hidden...); models_reloaded.
 # v4: Instance.stats from instance_stats (the batch engine's load, for GET /models).
-FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances)
+# v7: nodes (node_joined/node_lost), holders per node, a model's shape, instances and jobs by node, pin.
+FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances, fold_nodes)
 FINGERPRINTS = {
     1: ("be17643e0302114b", "14a3bc5f8b098e9b"),
     2: ("2f871af48b68cdf2", "4e44e93998e30512"),
@@ -146,6 +147,7 @@ FINGERPRINTS = {
         "0ed5d8dfc25c215d",
         "2e84c42644544f68",
     ),  # typed Failure errors and FileRef files; the fold in modules by lifecycle
+    7: ("5a09f659afeaa49b", "6cadef7995c8accf"),
 }
 
 
