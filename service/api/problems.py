@@ -36,6 +36,7 @@ _STATUS_BY_CODE = {
     "model_not_loaded": 400,  # llama.cpp: 400 "model is not loaded" when autoload is off
     "model_failed": 503,
     "capacity": 503,
+    "insufficient_memory": 507,  # ours: the model's estimated need exceeds the memory models may use
 }
 
 # llama.cpp's own wording for the same refusal, for clients that match on error.message

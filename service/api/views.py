@@ -18,6 +18,7 @@ from service.api.schemas import (
     ProgressView,
 )
 from service.core.events import FileRef
+from service.core.memory import estimate
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
 from service.llamacpp.options import command_line, model_tags, preset_ini
@@ -117,11 +118,13 @@ def _status(model: ModelState, state: RouterState) -> ModelStatusView:
         failed=True if model.failed else UNSET,
         error=UNSET if error is None else error,
         exit_code=UNSET if exit_code is None else int(exit_code),
+        node=UNSET if model.instance is None or model.instance.node is None else model.instance.node,
     )
 
 
 def model_view(model: ModelState, state: RouterState) -> ModelEntry:
-    """One entry of ``GET /models``: llama.cpp's shape plus progress and errors."""
+    """One entry of ``GET /models``: llama.cpp's shape plus progress, errors and the memory need."""
+    need = None if model.shape is None else estimate(model.shape, model.config.params, model.config.args)
     return ModelEntry(
         id=model.name,
         aliases=list(model.config.aliases),
@@ -137,6 +140,8 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         size=model.size,
         last_used=time_or_none(model.last_used),
         last_error=model.last_error.to_json() if model.last_error else None,
+        memory=UNSET if need is None else need.to_json(),
+        pinned=True if model.config.pinned else UNSET,
     )
 
 

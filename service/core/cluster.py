@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.core import events as ev
+from service.core.decision import Append, Decision
 from service.core.placement import NodeBudget
 from service.core.state import ModelState, RouterState, evolve
 
@@ -106,3 +107,15 @@ def endpoint_of(state: RouterState, model: ModelState, node: str | None) -> tupl
     if inst.node is None or inst.node == node or inst.node not in state.nodes:
         return inst.endpoint, None
     return state.nodes[inst.node].url, inst.node
+
+
+def decide_node_lost(state: RouterState, node: str, incarnation: str, detected_by: str) -> Decision[bool]:
+    """What ``detected_by`` appends on finding ``node``'s lock free: the closings of
+    :func:`on_node_lost`, each with its deterministic id; answers whether there were any."""
+    closings = on_node_lost(state, node, incarnation, detected_by)
+    return Decision(bool(closings), tuple(Append(c.event, c.model, c.event_id) for c in closings))
+
+
+def lost_to_check(state: RouterState, node: str | None) -> list[tuple[str, str]]:
+    """The other nodes whose current incarnation is not known lost: ``(name, incarnation)``."""
+    return [(n.name, n.incarnation) for n in state.nodes.values() if n.name != node and not n.lost]
