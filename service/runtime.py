@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from service.catalogue.sources import Catalogue
+from service.cluster.membership import Membership
 from service.event_store.async_store import AsyncEventStore
 from service.live_state import LiveState
 from service.metrics import RouterMetrics
@@ -45,4 +46,5 @@ class Runtime:
     """The supervisors' clock: the API's "now" agrees with theirs."""
     background: BackgroundTasks = field(default_factory=set)
     catalogue: Catalogue | None = None  # set once the sources were read at start-up
+    membership: Membership | None = None  # a cluster node's lock and watch (``--node``)
     warnings: list[str] = field(default_factory=list)  # shown on /health (e.g. an open bind without a key)

@@ -23,6 +23,7 @@ from litestar import Request, Response
 from litestar.response import Stream
 
 from service.api.problems import Problem, llama_error_type, problem_response
+from service.cluster.forwarding import forward_headers
 from service.core import events as ev
 from service.core.decision import Append
 from service.core.instance_lifecycle import crash_rejection
@@ -139,9 +140,9 @@ async def proxy_request(
     auto = fwd.autoload if autoload is None else autoload
     path = request.url.path
     target = path + (f"?{request.url.query}" if request.url.query else "")
-    headers = {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
     lease = await _enter_unless_disconnected(request, fwd.instances.acquire(name, autoload=auto))
     model, endpoint = lease.model, lease.endpoint
+    headers = forward_headers(request.headers, _FORWARD_HEADERS, lease.node)  # another node: its API key too
     fwd.metrics.observe_queue_wait(fwd.clock.monotonic() - started)
     instance = fwd.live.state.models[model].instance  # the one the lease holds: not stopped while leased
     instance_id = instance.instance_id if instance is not None else ""

@@ -33,6 +33,7 @@ from service.api.schemas._control import (
     UnloadAnswer,
 )
 from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHistoryView
+from service.api.schemas._nodes import NodeList, NodeView
 from service.api.schemas._openai import (
     ApplyTemplateRequest,
     ChatRequest,
@@ -81,6 +82,8 @@ __all__ = [
     "ModelParam",
     "ModelRequest",
     "ModelStatusView",
+    "NodeList",
+    "NodeView",
     "ProblemDetails",
     "ProgressView",
     "ReloadAnswer",
