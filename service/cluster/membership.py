@@ -36,6 +36,10 @@ _log = structlog.get_logger(__name__)
 WATCH_SECONDS = 1.0
 """How often the other nodes' locks are tried: a kill -9 is recorded within ~1 s plus the time
 PostgreSQL takes to notice the dead connection (immediate for a closed socket)."""
+RECONNECT_GRACE = 10.0
+"""After this node's connection came back (a database restart, a partition), seconds it waits before
+trying the others' locks: every node lost its lock with the database, and must get the time to take
+it again before its free lock means it is gone."""
 
 
 def lock_key(node: str) -> int:
@@ -65,22 +69,44 @@ class Membership:
         self._live = live
         self._interpreter = interpreter
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._checks_from = 0.0  # loop time before which the others are not checked (after a reconnect)
+        self._resuming = False  # the first check after a reconnect is logged (node_watch_resumed)
 
     async def join(self, joined: ev.NodeJoined, timeout: float = 30.0) -> None:
         """Take this node's lock (waiting while a previous incarnation's connection lingers), then
         append ``node_joined``."""
+        await self._lock(timeout)
+        await self._interpreter.record([Append(joined)])
+
+    async def _lock(self, timeout: float) -> None:
         self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
         try:
             await asyncio.wait_for(self._conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(self.node),)), timeout)
         except TimeoutError:
             msg = f"node {self.node!r} is already running (its advisory lock is held)"
             raise RuntimeError(msg) from None
-        await self._interpreter.record([Append(joined)])
+
+    async def _reconnect(self) -> None:
+        """A new connection holding this node's lock again, retried until the database answers."""
+        await self.close()
+        while True:
+            try:
+                await self._lock(timeout=60.0)
+            except (psycopg.Error, OSError) as exc:
+                _log.warning("node_lock_reconnect_failed", error=str(exc))
+                await asyncio.sleep(WATCH_SECONDS)
+                continue
+            self._checks_from = asyncio.get_running_loop().time() + RECONNECT_GRACE
+            self._resuming = True
+            _log.info("node_lock_reconnected", node=self.node)
+            return
 
     async def check(self) -> list[str]:
         """One pass over the other nodes: those whose lock could be taken are recorded lost."""
         assert self._conn is not None
-        lost = []
+        lost: list[str] = []
+        if asyncio.get_running_loop().time() < self._checks_from:
+            return lost  # the others may not have their locks back yet
         for name, incarnation in cluster.lost_to_check(self._live.state, self.node):
             cur = await self._conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(name),))
             row = await cur.fetchone()
@@ -95,15 +121,21 @@ class Membership:
             if applied.answer:
                 lost.append(name)
                 _log.warning("node_lost", node=name, incarnation=incarnation)
+        if self._resuming:
+            self._resuming = False
+            _log.info("node_watch_resumed", node=self.node, lost=lost)
         return lost
 
     async def watch(self) -> None:
-        """:meth:`check` every :data:`WATCH_SECONDS` until cancelled; a database error is logged and retried."""
+        """:meth:`check` every :data:`WATCH_SECONDS` until cancelled; a database error is logged and
+        retried, and a lost connection re-established with this node's lock."""
         while True:
             try:
                 await self.check()
             except psycopg.Error as exc:
                 _log.warning("node_watch_failed", error=str(exc))
+                if self._conn is None or self._conn.closed or self._conn.broken:
+                    await self._reconnect()  # the lock went with the connection: take it again
             await asyncio.sleep(WATCH_SECONDS)
 
     async def close(self) -> None:

@@ -21,8 +21,10 @@ import httpx
 import openai
 import pytest
 
+from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
+from service.cluster.membership import RECONNECT_GRACE
 from service.supervision.ports import free_port
 from tests.eventually import eventually
 
@@ -44,7 +46,7 @@ def _node(root: Path, name: str, url: str, models: tuple[str, ...], memory: int)
 
 @pytest.fixture(scope="module")
 def cluster(
-    pg_server: Any, tmp_path_factory: pytest.TempPathFactory
+    pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServiceProcess, ServiceProcess]]:
     root = tmp_path_factory.mktemp("cluster")
     url = pg_server.create_database("cluster_two_nodes", template="modelrouter_template")
@@ -79,7 +81,9 @@ def _chat(svc: ServiceProcess, model: str) -> httpx.Response:
 
 
 @pytest.mark.timeout(300)
-def test_two_nodes_place_forward_and_survive_a_kill(cluster: tuple[ServiceProcess, ServiceProcess]) -> None:
+def test_two_nodes_place_forward_and_survive_a_kill(
+    cluster: tuple[ServiceProcess, ServiceProcess], pg_server: PostgresServer
+) -> None:
     a, b = cluster
     nodes = eventually(lambda: (n := _get(a, "/nodes")["data"]) and len(n) == 2 and n, "both nodes joined")
     assert [(n["name"], n["state"]) for n in nodes] == [("a", "up"), ("b", "up")]
@@ -117,6 +121,23 @@ def test_two_nodes_place_forward_and_survive_a_kill(cluster: tuple[ServiceProces
     assert statuses == [200] * 6
     started = _events(a, type="instance_requested", model="tiny-s")
     assert [e["data"]["node"] for e in started] == ["b"], started
+
+    # The database restarts under the cluster: b keeps serving its loaded model meanwhile; afterwards
+    # both nodes take their locks again, nobody is recorded lost, and forwarding works again.
+    pg_server.stop("immediate")
+    try:
+        during = _chat(b, "tiny-s")
+    finally:
+        pg_server.start()
+    assert during.status_code == 200, during.text
+    for svc in (a, b):
+        eventually(lambda s=svc: httpx.get(f"{s.url}/health", timeout=5).status_code == 200, "healthy", timeout=60)
+    assert _chat(a, "tiny-s").status_code == 200
+    for svc in (a, b):  # each node's first pass over the others' locks after its grace (RECONNECT_GRACE)
+        eventually(
+            lambda s=svc: "node_watch_resumed" in s.log_text(), "the watch resumed", timeout=RECONNECT_GRACE + 60
+        )
+    assert _events(a, type="node_lost") == [] and [n["state"] for n in _get(b, "/nodes")["data"]] == ["up", "up"]
 
     # kill -9 of b: a records node_lost and the lost instances within 10 s, then serves tiny-s itself.
     lost_instance = _entry(a, "tiny-s")["status"]["instance"]["instance_id"]
