@@ -52,6 +52,9 @@ class Forwarding:
 def _record_completion(
     fwd: Forwarding, model: str, instance_id: str, route: str, status: int, stream: bool, started: float
 ) -> None:
+    inst = fwd.live.state.models[model].instance
+    if inst is not None and inst.instance_id == instance_id and inst.node not in (None, fwd.instances.settings.node):
+        return  # forwarded to another node: that node served it and records it
     event = ev.RequestCompleted(
         instance_id=instance_id,
         route=route,
