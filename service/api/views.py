@@ -142,6 +142,7 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         last_error=model.last_error.to_json() if model.last_error else None,
         memory=UNSET if need is None else need.to_json(),
         pinned=True if model.config.pinned else UNSET,
+        held_by=sorted(model.holders) if model.holders else UNSET,
     )
 
 

@@ -101,6 +101,7 @@ def test_two_nodes_place_forward_and_survive_a_kill(
     requested = _events(a, type="instance_requested", model="tiny-b")
     assert [(e["data"]["node"], e["source"]["node"]) for e in requested] == [("b", "a")]
     assert _entry(a, "tiny-b")["status"]["node"] == "b" and _entry(b, "tiny-b")["status"]["node"] == "b"
+    assert _entry(a, "tiny-s")["held_by"] == ["a", "b"] and _entry(a, "tiny-a")["held_by"] == ["a"]
     client = openai.OpenAI(base_url=f"{a.url}/v1", api_key=KEY)
     stream = client.chat.completions.create(model="tiny-b", stream=True, **CHAT)  # type: ignore[call-overload]
     chunks = list(stream)

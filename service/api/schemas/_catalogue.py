@@ -99,6 +99,8 @@ class ModelEntry(msgspec.Struct, frozen=True):
     """Ours: the estimated need once loaded (``total_bytes`` and its parts), once the header was read."""
     pinned: bool | msgspec.UnsetType = msgspec.UNSET
     """Ours: the preset's ``pin = true`` (never evicted); absent when false."""
+    held_by: list[str] | msgspec.UnsetType = msgspec.UNSET
+    """Ours, in a cluster: the nodes that hold the model's files (``status.node`` says where it runs)."""
 
 
 class ModelList(msgspec.Struct, frozen=True):
