@@ -41,6 +41,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from devtools import llama_build
 from service.supervision.ports import free_port
 
 PROMPT = "Once upon a time, in a quiet village by the sea, there lived"
@@ -192,7 +193,9 @@ def _load_once(target: Target, model: Path) -> float:
 def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--model", type=Path, help="GGUF file (default: Gemma 3 270M Q4_K_M from the bench extra)")
-    p.add_argument("--llama-server", help="llama-server binary built from the llama.cpp llama-cpp-python vendors")
+    p.add_argument("--llama-server", default="auto",
+                   help="llama-server binary; 'auto' (default): build it from the llama.cpp llama-cpp-python vendors "
+                        "with the same flags as our wheel (devtools/llama_build.py, cached); 'none': leave it out")  # fmt: skip
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.8)
@@ -238,8 +241,11 @@ def _serving_rounds(
 def main() -> None:
     args = _parse_args()
     targets = [_worker(t) for t in ("batch", "legacy") if t in args.targets.split(",")]
-    if args.llama_server and "llama-server" in args.targets:
+    if args.llama_server == "auto":
+        args.llama_server = str(llama_build.llama_server())
+    if args.llama_server != "none" and "llama-server" in args.targets:
         targets.append(_llama_server(args.llama_server))
+    _describe_machine()
     bias = _eog_bias(args.model) if args.ban_eog else {}
     busy: list[float] = []
     samples = _serving_rounds(targets, args, bias, busy)
@@ -249,6 +255,15 @@ def main() -> None:
             samples[target.name].setdefault("load_s", []).append(_load_once(target, args.model))
     _report(samples, args)
     print(f"CPU busy (all tenants) before each measurement: median {statistics.median(busy):.0%}, max {max(busy):.0%}")
+
+
+def _describe_machine() -> None:
+    """What the figures depend on: the CPU, its flags, both builds' flags, the load."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())  # fmt: skip
+    print(f"CPU: {cpu}; {os.cpu_count()} cores; load average {os.getloadavg()}")
+    print(f"both builds (llama-cpp-python and llama-server): {' '.join(llama_build.cmake_args())}")
+    print(f"llama-cpp-python reports: {llama_build.system_info().strip()}")
 
 
 def _report(samples: Samples, args: argparse.Namespace) -> None:

@@ -326,3 +326,35 @@ def test_every_any_in_the_core_says_why() -> None:
             if "#" not in here and not above.lstrip().startswith("#"):
                 bad.append(f"{path.relative_to(ROOT)}:{line}: {here.strip()}")
     assert not bad, "\n".join(bad)
+
+
+# Imports that would make a core test something other than a pure function's test.
+_IMPURE_IN_CORE_TESTS = ("devtools", "httpx", "subprocess", "psutil", "tests.conftest_hub", "tests.service_probes")
+
+
+def _fixture_arguments(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """A test's arguments that only a pytest fixture could fill (not hypothesis, not parametrize)."""
+    decorators = " ".join(ast.unparse(d) for d in node.decorator_list)
+    if "given(" in decorators or "parametrize(" in decorators:
+        return []
+    return [a.arg for a in node.args.args if a.arg != "self"]
+
+
+def test_core_tests_use_no_fixture_process_or_network() -> None:
+    """``tests/core`` tests the pure core: no conftest, no fixture, no process, no HTTP."""
+    core_tests = ROOT / "tests" / "core"
+    bad = [str(p.relative_to(ROOT)) for p in core_tests.rglob("conftest.py")]
+    for path in sorted(core_tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+                bad += [f"{path.name}:{node.name} takes fixture {arg}" for arg in _fixture_arguments(node)]
+        imported = [target for _, target in _imports(_module_name(path), path)]
+        bad += [f"{path.name} imports {m}" for m in imported if m.startswith(_IMPURE_IN_CORE_TESTS)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_fixture_check_tells_a_fixture_from_a_generated_argument() -> None:
+    source = "def test_a(tmp_path): ...\n@given(st.integers())\ndef test_b(n): ...\n"
+    first, second = ast.parse(source).body
+    assert isinstance(first, ast.FunctionDef) and isinstance(second, ast.FunctionDef)
+    assert (_fixture_arguments(first), _fixture_arguments(second)) == (["tmp_path"], [])

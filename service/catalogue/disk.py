@@ -110,18 +110,27 @@ def scan_cache(cache_dir: Path) -> tuple[list[CachedRepo], list[Refusal]]:
         if not _inside(real, cache_root) or real == cache_root:
             refused.append(Refusal(str(repo_dir), f"it is a link that leads out of the cache {cache_dir} (to {real})"))
             continue
-        commit = _cached_ref(repo_dir)
-        snapshot = repo_dir / "snapshots" / commit
-        if not commit or not snapshot.is_dir():
-            continue
-        files = []
-        for entry in sorted(snapshot.rglob("*")):
-            if entry.is_symlink() or entry.is_file():
-                found = _cached_file(entry, snapshot, repo_dir, refused)
-                if found is not None:
-                    files.append(found)
-        repos.append(CachedRepo(repo, commit, tuple(files)))
+        try:
+            found = _cached_repo(repo, repo_dir, refused)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed (or published) while we read it: the next reading sees it whole
+        if found is not None:
+            repos.append(found)
     return repos, refused
+
+
+def _cached_repo(repo: str, repo_dir: Path, refused: list[Refusal]) -> CachedRepo | None:
+    commit = _cached_ref(repo_dir)
+    snapshot = repo_dir / "snapshots" / commit
+    if not commit or not snapshot.is_dir():
+        return None
+    files = []
+    for entry in sorted(snapshot.rglob("*")):
+        if entry.is_symlink() or entry.is_file():
+            found = _cached_file(entry, snapshot, repo_dir, refused)
+            if found is not None:
+                files.append(found)
+    return CachedRepo(repo, commit, tuple(files))
 
 
 def _is_companion(name: str) -> bool:

@@ -64,6 +64,14 @@ def _file_record(path: Path) -> FileRef:
     return FileRef(path=str(path), size=path.stat().st_size)
 
 
+def _records(paths: list[Path]) -> tuple[FileRef, ...] | None:
+    """The model's files, or None when one vanished while we read the dir (the next reading sees)."""
+    try:
+        return tuple(_file_record(p) for p in paths)
+    except FileNotFoundError:
+        return None
+
+
 def _preset_files(preset: Preset) -> dict[str, tuple[FileRef, ...]]:
     """Each ``model =`` path a preset names -> its files (with its ``mmproj``); a path
     that cannot be used is a start-up error naming it."""
@@ -79,7 +87,11 @@ def _preset_files(preset: Preset) -> dict[str, tuple[FileRef, ...]]:
                 if path is None:
                     msg = f"{preset.origin}: [{section.name}] {key} = {options[key]}: {reason}"
                     raise PresetError(msg)
-                found.append(_file_record(path))
+                try:
+                    found.append(_file_record(path))
+                except OSError as exc:  # removed since local_file looked
+                    msg = f"{preset.origin}: [{section.name}] {key} = {options[key]}: {exc.strerror}"
+                    raise PresetError(msg) from None
         files[options["model"]] = tuple(found)
     return files
 
@@ -109,7 +121,8 @@ def read_sources(
     local: dict[str, tuple[FileRef, ...]] = {}
     if settings.models_dir is not None:
         found, bad = scan_models_dir(settings.models_dir)
-        local = {name: tuple(_file_record(p) for p in files) for name, files in found.items()}
+        records = {name: _records(files) for name, files in found.items()}
+        local = {name: files for name, files in records.items() if files is not None}
         refused += bad
     presets = [read_preset(settings.presets)] if settings.presets is not None else []
     if remote is not None:

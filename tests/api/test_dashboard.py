@@ -185,22 +185,32 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
 
 @pytest.mark.timeout(240)
 def test_a_crashed_models_failed_badge_opens_its_reason_and_stderr(browser: WebDriver, tmp_path: Path) -> None:
+    """For each way llama.cpp workers die (SIGSEGV, SIGILL, SIGKILL), the badge unfolds the reason."""
     models = tmp_path / "models"
     models.mkdir()
     write_tiny_gguf(models / "tiny.gguf")
     svc = ServiceProcess(tmp_path / "home", args=["--models-dir", str(models)]).start()
+    meanings = {
+        signal.SIGSEGV: ("built for another CPU", "rebuild llama-cpp-python"),
+        signal.SIGILL: ("instruction this CPU cannot run", "rebuild llama-cpp-python"),
+        signal.SIGKILL: ("out-of-memory killer", "smaller quantization"),
+    }
     try:
-        httpx.post(f"{svc.url}/models/load", json={"model": "tiny"}, timeout=30).raise_for_status()
         browser.get(svc.url)
-        until(browser, lambda d: model_status(d, "tiny") == "loaded", "the model loaded")
-        pid = next(m for m in httpx.get(f"{svc.url}/models", timeout=10).json()["data"] if m["id"] == "tiny")
-        os.kill(pid["status"]["instance"]["pid"], signal.SIGSEGV)
-        until(browser, lambda d: model_status(d, "tiny") == "failed", "the failed badge")
-        css(browser, '#models tr[data-model="tiny"] details.why summary').click()
-        reason = until(browser, lambda d: (e := css(d, "details.why[open] .reason")) and e.text, "the reason shown")
-        assert "killed by SIGSEGV" in reason and "built for another CPU" in reason
-        assert "rebuild llama-cpp-python" in css(browser, "details.why .hint").text
-        assert css(browser, "details.why pre.stderr").text.strip()  # the worker's last lines
+        for sig, (meaning, hint) in meanings.items():
+            httpx.post(f"{svc.url}/models/load", json={"model": "tiny"}, timeout=30).raise_for_status()
+            until(browser, lambda d: model_status(d, "tiny") == "loaded", "the model loaded")
+            entry = next(m for m in httpx.get(f"{svc.url}/models", timeout=10).json()["data"] if m["id"] == "tiny")
+            os.kill(entry["status"]["instance"]["pid"], sig)
+            until(browser, lambda d: model_status(d, "tiny") == "failed", f"the failed badge after {sig.name}")
+            if css(browser, "details.why[open]") is None:
+                css(browser, '#models tr[data-model="tiny"] details.why summary').click()
+            shown = f"killed by {sig.name}"
+            reason = until(browser, lambda d, want=shown: (e := css(d, "details.why[open] .reason")) and want in e.text
+                           and e.text, f"the {sig.name} reason shown")  # fmt: skip
+            assert meaning in reason
+            assert hint in css(browser, "details.why .hint").text
+            assert css(browser, "details.why pre.stderr").text.strip()  # the worker's last lines
         # The page re-renders the models on every event; the open reason stays open.
         httpx.post(f"{svc.url}/models/reload", timeout=30).raise_for_status()
         until(browser, lambda d: "models_reloaded" in feed_types(d), "an event after the crash")

@@ -23,7 +23,8 @@ from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from service.api.controllers import GET_ROUTES, POST_ROUTES
 from tests.conftest_hub import unique_repo
-from tests.supervision.conftest import events, models_dir, wait_for_event
+from tests.e2e.conftest import models_dir
+from tests.service_probes import events, wait_for_event
 
 __all__ = ["models_dir"]  # the session fixture, used by svc below
 

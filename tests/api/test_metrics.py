@@ -17,7 +17,7 @@ from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from tests.conftest_hub import unique_repo
-from tests.supervision.conftest import models_dir
+from tests.e2e.conftest import models_dir
 
 __all__ = ["models_dir"]
 KEY = "sk-metrics-test-0123456789"

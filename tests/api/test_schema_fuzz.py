@@ -38,7 +38,7 @@ from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from service.api.controllers import POST_ROUTES
 from service.api.schemas import ApplyTemplateRequest, ChatRequest
-from tests.supervision.conftest import models_dir
+from tests.e2e.conftest import models_dir
 
 __all__ = ["models_dir"]  # the session fixture of tiny GGUFs
 

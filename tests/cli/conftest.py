@@ -15,7 +15,7 @@ from devtools.hub_repos import make_repo
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from tests.conftest_hub import REPO_ROOT, unique_repo
-from tests.supervision.conftest import events, wait_for_event
+from tests.service_probes import events, wait_for_event
 
 __all__ = ["events", "wait_for_event"]  # the CLI tests import them from here
 

@@ -10,7 +10,7 @@ from huggingface_hub import hf_hub_download
 
 from devtools.hub_server import HubServer
 from tests.dropin.conftest import Serve, chat, gguf_repo, models, wait_until
-from tests.supervision.conftest import events
+from tests.service_probes import events
 
 KB = 1024
 

@@ -19,7 +19,7 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from tests.conftest_hub import unique_repo
 from tests.dropin.conftest import Serve, chat, gguf_repo, models, split_repo, wait_until
-from tests.supervision.conftest import events, wait_for_event
+from tests.service_probes import events, wait_for_event
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLIT_FILES = ["split-Q4_K_M-00001-of-00002.gguf", "split-Q4_K_M-00002-of-00002.gguf", "mmproj-F16.gguf"]

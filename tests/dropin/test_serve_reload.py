@@ -11,7 +11,7 @@ from huggingface_hub import hf_hub_download
 
 from devtools.hub_server import HubServer
 from tests.dropin.conftest import Serve, chat, gguf_repo, models
-from tests.supervision.conftest import events, wait_for_event
+from tests.service_probes import events, wait_for_event
 
 
 @pytest.mark.timeout(180)

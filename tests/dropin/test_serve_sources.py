@@ -14,7 +14,7 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from tests.conftest_hub import unique_repo
 from tests.dropin.conftest import CHAT, Serve, chat, gguf_repo, models
-from tests.supervision.conftest import events, wait_for_event
+from tests.service_probes import events, wait_for_event
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_NOT_LOADED = {"code": 400, "message": "model is not loaded", "type": "invalid_request_error"}

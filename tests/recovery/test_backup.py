@@ -16,7 +16,8 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from service.recovery.verify import verify
-from tests.supervision.conftest import events, model_entry, models_dir, wait_for_event
+from tests.e2e.conftest import models_dir
+from tests.service_probes import events, model_entry, wait_for_event
 
 __all__ = ["models_dir"]
 CHAT = {"model": "tiny-a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}

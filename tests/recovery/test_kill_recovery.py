@@ -21,7 +21,7 @@ from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from tests.conftest_hub import unique_repo
-from tests.supervision.conftest import events, inference_children, model_entry, still_running, wait_for_event
+from tests.service_probes import events, inference_children, model_entry, still_running, wait_for_event
 
 MB = 1024 * 1024
 

@@ -17,7 +17,7 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from tests.conftest_hub import unique_repo
-from tests.supervision.conftest import events, still_running
+from tests.service_probes import events, still_running
 
 MB = 1024 * 1024
 

@@ -8,7 +8,7 @@ import httpx
 
 from devtools.service_process import ServiceProcess
 from service.event_store import SyncEventStore, new_event
-from tests.supervision.conftest import events
+from tests.service_probes import events
 
 
 def test_restart_starts_from_the_snapshot_taken_at_shutdown(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from tests.conftest_hub import unique_repo
-from tests.supervision.conftest import events, model_entry, still_running, wait_for_event
+from tests.service_probes import events, model_entry, still_running, wait_for_event
 
 MB = 1024 * 1024
 

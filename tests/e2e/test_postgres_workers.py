@@ -15,7 +15,7 @@ import pytest
 
 from devtools.postgres_server import PASSWORD
 from devtools.service_process import ServiceProcess
-from tests.supervision.conftest import inference_children, model_entry, wait_for_event
+from tests.service_probes import inference_children, model_entry, wait_for_event
 
 
 @pytest.mark.timeout(180)

@@ -18,7 +18,8 @@ from service.api.schemas import EngineStatsView, InstanceView
 from service.api.views import models_view
 from service.core import events as ev
 from service.core.fold import replay
-from tests.supervision.conftest import StartService, events, model_entry
+from tests.e2e.conftest import StartService
+from tests.service_probes import events, model_entry
 
 _FIELDS = ("slots_total", "slots_busy", "queue_depth", "prefill_tokens_per_s", "decode_tokens_per_s",
            "requests_finished")  # fmt: skip

@@ -23,7 +23,7 @@ from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from tests.conftest_hub import unique_repo
 from tests.eventually import eventually
-from tests.supervision.conftest import events, model_entry
+from tests.service_probes import events, model_entry
 
 pytestmark = pytest.mark.timeout(240)
 

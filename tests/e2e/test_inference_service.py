@@ -13,14 +13,8 @@ import openai
 import psutil
 import pytest
 
-from tests.supervision.conftest import (
-    StartService,
-    events,
-    inference_children,
-    model_entry,
-    still_running,
-    wait_for_event,
-)
+from tests.e2e.conftest import StartService
+from tests.service_probes import events, inference_children, model_entry, still_running, wait_for_event
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 

@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from devtools.service_process import ServiceProcess
+from tests.e2e.conftest import StartService
 from tests.eventually import eventually
-from tests.supervision.conftest import StartService, model_entry, wait_for_event
+from tests.service_probes import model_entry, wait_for_event
 
 LONG = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 3000, "temperature": 0}
 

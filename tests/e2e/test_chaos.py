@@ -236,6 +236,12 @@ def _check_live_equals_replay(svc: ServiceProcess) -> None:
     assert msgspec.to_builtins(models_view(replay(events))) == live, "the live state differs from a replay of the log"
 
 
+def _bugs(svc: ServiceProcess) -> list[str]:
+    """The service log's unhandled exceptions, tracebacks included: what a 500 was."""
+    lines = svc.log_path.read_text(errors="replace").splitlines() if svc.log_path.exists() else []
+    return [line[:4000] for line in lines if '"unhandled_exception"' in line or '"http_exception"' in line][:5]
+
+
 def _check_log(svc: ServiceProcess) -> dict[str, int]:
     store = SyncEventStore(svc.home / "modelrouter.db", source={"kind": "test"})
     try:
@@ -325,7 +331,7 @@ def _verify(home: Path) -> None:
 
 
 def _check_run(svc: ServiceProcess, hub: HubServer, tally: Tally) -> dict[str, int]:
-    assert tally.bad == [], tally.bad[:10]
+    assert tally.bad == [], (tally.bad[:10], _bugs(svc))
     assert tally.health_failures == [], tally.health_failures[:10]
     assert tally.peak_workers <= MODELS_MAX, f"{tally.peak_workers} inference workers alive at once"
     _quiesce(svc, hub)
@@ -371,7 +377,7 @@ def test_chaos_then_kill9(hub: HubServer, tmp_path: Path) -> None:
     time.sleep(rng.uniform(RUN2_SECONDS / 4, RUN2_SECONDS))
     svc.kill9()
     chaos.finish()
-    assert tally.bad == [], tally.bad[:10]
+    assert tally.bad == [], (tally.bad[:10], _bugs(svc))
     assert _no_orphans(home) == []
     svc = ServiceProcess(home, port=svc.port, env=env).start()
     tally = Tally()  # only the checks after the restart

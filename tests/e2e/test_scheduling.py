@@ -16,8 +16,9 @@ import httpx
 import pytest
 
 from devtools.service_process import ServiceProcess
+from tests.e2e.conftest import StartService
 from tests.eventually import eventually
-from tests.supervision.conftest import StartService, events, model_entry, wait_for_event
+from tests.service_probes import events, model_entry, wait_for_event
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 
@@ -159,6 +160,6 @@ def test_load_timeout_kills_a_worker_that_never_gets_ready(start_service: StartS
     failed = wait_for_event(svc, "instance_load_failed", model="hangs")
     assert failed["data"]["reason"] == "load_timeout" and failed["source"]["kind"] == "router"
     assert model_entry(svc, "hangs")["status"]["value"] == "failed"
-    from tests.supervision.conftest import inference_children, still_running
+    from tests.service_probes import inference_children, still_running
 
     assert still_running(inference_children(svc), 30) == []
