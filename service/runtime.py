@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from service.catalogue.sources import Catalogue
-from service.cluster.membership import Membership
 from service.event_store.async_store import AsyncEventStore
 from service.live_state import LiveState
 from service.metrics import RouterMetrics
@@ -23,6 +22,9 @@ from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
 from service.world import SystemClock
+
+if TYPE_CHECKING:
+    from service.cluster.membership import Membership  # psycopg: only a cluster loads it
 
 IdSource = Callable[[], str]
 """Makes a fresh id each call; injected, so the API never calls ``uuid4`` itself."""

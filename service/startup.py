@@ -23,7 +23,6 @@ import structlog
 from service import __version__
 from service.catalogue.hf_source import HfSourceError
 from service.catalogue.sources import Catalogue, command_line_model
-from service.cluster.membership import Membership, joined_event
 from service.cluster.remote import RemoteDecisions
 from service.core import events as ev
 from service.core.cluster import own_view
@@ -151,6 +150,8 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
 async def _join(runtime: Runtime, node: str) -> None:
     """Take this node's lock, append ``node_joined`` with what it holds, watch the other nodes,
     and carry out what they decide for this one (docs/cluster.md)."""
+    from service.cluster.membership import Membership, joined_event  # psycopg: only a cluster loads it
+
     membership = Membership(runtime.settings, runtime.live, runtime.instances.interpreter)
     held = tuple(sorted(m.name for m in own_view(runtime.live.state, node).models.values() if m.available))
     incarnation = runtime.instances.new_id()
