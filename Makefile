@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_BUILD := $(BIN)/python -m devtools.llama_build
 PIP_INSTALL = $(BIN)/pip install --find-links "$$($(LLAMA_BUILD) wheel)"
 
-.PHONY: install run migrate lint test browser postgres wheel-check bench demo verify clean llama-wheel llama-server
+.PHONY: install run migrate lint test browser postgres wheel-check bench demo cluster-demo verify clean llama-wheel llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,11 @@ $(VENV)/.demo-installed: $(VENV)/.installed
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/python -m devtools.demo
+
+# Two nodes on one PostgreSQL log (docs/cluster.md): a model placed on one, forwarded, then
+# re-placed on the other after a kill -9.
+cluster-demo: install
+	$(BIN)/python -m devtools.cluster_demo
 
 verify: install
 	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/modelrouter verify --deep

@@ -42,6 +42,9 @@ def serve_settings(args: argparse.Namespace, environ: dict[str, str]) -> tuple[S
         home=args.home,
         database_url=args.database_url,
         hub_cache=args.hub_cache,
+        models_memory_margin=args.models_memory_margin,
+        node=args.node,
+        advertise_url=args.advertise_url,
         llama_cache=llama_cache_dir(environ),
         **overrides,
     )
@@ -151,6 +154,13 @@ def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
         help="download cache, HF layout (MODELROUTER_HUB_CACHE; default LLAMA_CACHE, else <home>/hub)",
     )
     ours.add_argument("--presets", type=Path, help="same as --models-preset (MODELROUTER_PRESETS)")  # fmt: skip
+    ours.add_argument("--node", help="join a cluster as this node (needs a postgresql:// URL; MODELROUTER_NODE)")
+    ours.add_argument("--advertise-url", help="this node's API for the other nodes (MODELROUTER_ADVERTISE_URL)")
+    ours.add_argument(
+        "--models-memory-margin",
+        help="memory kept free of models: bytes (2G, 512M) or a share (10%%, the default); a load that "
+        "cannot fit even after evicting every unpinned model is refused with 507 (MODELROUTER_MODELS_MEMORY_MARGIN)",
+    )
     serve.set_defaults(func=_serve)
 
 

@@ -32,7 +32,7 @@ from service.core.fold import fold
 from service.core.state import RouterState
 from service.event_store import statements, wakeup
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.codec import NewEvent, to_recorded
+from service.event_store.codec import NewEvent, from_append, to_recorded
 from service.event_store.rows import ConcurrencyConflict, StoreUnavailable
 from service.event_store.statements import EventFilter
 
@@ -296,7 +296,7 @@ class LiveState:
             made = decision(state)
             if not made.events:
                 return made, state
-            batch = [NewEvent(a.event, model=a.model) for a in made.events]
+            batch = [from_append(a) for a in made.events]
             expect = {new.model: state.position for new in batch if new.model is not None}
             try:
                 return made, (await self.record(batch, expect))[1]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -24,6 +24,9 @@ from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
 from service.world import SystemClock
+
+if TYPE_CHECKING:
+    from service.cluster.membership import Membership  # psycopg: only a cluster loads it
 
 IdSource = Callable[[], str]
 """Makes a fresh id each call; injected, so the API never calls ``uuid4`` itself."""
@@ -47,6 +50,7 @@ class Runtime:
     """The supervisors' clock: the API's "now" agrees with theirs."""
     background: BackgroundTasks = field(default_factory=set)
     catalogue: Catalogue | None = None  # set once the sources were read at start-up
+    membership: Membership | None = None  # a cluster node's lock and watch (``--node``)
     warnings: list[str] = field(default_factory=list)  # shown on /health (e.g. an open bind without a key)
     mode: ServerMode = ROUTER  # single-model mode once -m / -hf resolved to one model (start-up)
     snapshots: SleepSnapshots | None = None  # sleeping models' last /props and /metrics

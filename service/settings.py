@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from service.core.flags import parse_bool
+from service.core.memory import parse_margin
 from service.event_store.urls import check_url, is_postgres, redacted, sqlite_path, without_password
 
 
@@ -93,6 +94,19 @@ class Settings:
     disk_reserve_bytes: int = 1024 * 1024 * 1024
     """Free bytes a download must leave in the cache dir (MODELROUTER_DISK_RESERVE_BYTES); a
     download that would leave less is refused (507) before it starts."""
+    models_memory_margin: str = "10%"
+    """Memory kept free of models (--models-memory-margin, MODELROUTER_MODELS_MEMORY_MARGIN): bytes
+    (``2G``, ``512M``) or a share of the memory (``10%``). Ours: models are evicted, or a load refused
+    with 507, by their estimated need against the memory less this margin."""
+    memory_bytes: int = 0
+    node: str | None = None
+    """This service's node in a cluster (--node, MODELROUTER_NODE): several services on one PostgreSQL
+    log, each supervising its own workers (docs/cluster.md). None: a service alone."""
+    advertise_url: str | None = None
+    """Where the other nodes reach this one's API (--advertise-url, MODELROUTER_ADVERTISE_URL); required
+    with ``node``."""
+    """The memory models are budgeted against (MODELROUTER_MEMORY_BYTES); 0: the machine's RAM, or its
+    cgroup's limit when lower (a container's)."""
     # --- llama-server's router options (see service/llamacpp and docs/llama-cpp-compat.md) ---
     metrics: bool = False
     """``GET /metrics`` answers (--metrics, LLAMA_ARG_ENDPOINT_METRICS, MODELROUTER_METRICS); else 501, as
@@ -152,13 +166,17 @@ class Settings:
         if self.max_downloads < 0:
             msg = "max_downloads must be >= 0"
             raise ValueError(msg)
-        for name in ("models_max", "max_streams", "disk_reserve_bytes"):
+        for name in ("models_max", "max_streams", "disk_reserve_bytes", "memory_bytes"):
             if getattr(self, name) < 0:
                 msg = f"{name} must be >= 0"
                 raise ValueError(msg)
         if not self.hosts:
             msg = "--host requires at least one address"
             raise ValueError(msg)
+        if self.node is not None and not (self.postgres and self.advertise_url):
+            msg = "--node needs a postgresql:// --database-url (the shared log) and an --advertise-url"
+            raise ValueError(msg)
+        parse_margin(self.models_memory_margin, 1)  # a bad margin fails at start, naming it
         for name in ("max_body_bytes", "max_control_body_bytes"):
             if getattr(self, name) < 1:
                 msg = f"{name} must be >= 1"
@@ -194,7 +212,8 @@ class Settings:
 
     def worker_environment(self, **extra: str) -> dict[str, str]:
         """A worker's environment: the service's own, its SQLite durability, and ``extra``."""
-        return {**self.environment, "MODELROUTER_SYNCHRONOUS": self.synchronous, **extra}
+        node = {"MODELROUTER_NODE": self.node} if self.node else {}  # workers stamp it in each event's source
+        return {**self.environment, "MODELROUTER_SYNCHRONOUS": self.synchronous, **node, **extra}
 
     @property
     def db_path(self) -> Path:
@@ -247,6 +266,10 @@ class Settings:
             "max_streams": ("MODELROUTER_MAX_STREAMS", int),
             "disk_reserve_bytes": ("MODELROUTER_DISK_RESERVE_BYTES", int),
             "metrics": ("MODELROUTER_METRICS", _bool),
+            "models_memory_margin": ("MODELROUTER_MODELS_MEMORY_MARGIN", str),
+            "memory_bytes": ("MODELROUTER_MEMORY_BYTES", int),
+            "node": ("MODELROUTER_NODE", str),
+            "advertise_url": ("MODELROUTER_ADVERTISE_URL", lambda s: s.rstrip("/")),
         }
         for name, (var, convert) in spec.items():
             if env.get(var):

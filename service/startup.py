@@ -23,7 +23,9 @@ import structlog
 from service import __version__
 from service.catalogue.hf_source import HfSourceError
 from service.catalogue.sources import Catalogue, command_line_model
+from service.cluster.remote import RemoteDecisions
 from service.core import events as ev
+from service.core.cluster import own_view
 from service.core.server_mode import decide_mode
 from service.core.state import DownloadJob
 from service.downloads.resolution import warm_up
@@ -71,7 +73,8 @@ async def _open_store(settings: Settings) -> AsyncEventStore:
     else:
         await asyncio.to_thread(upgrade, settings.db_path)
     await asyncio.to_thread(_quick_check, settings)
-    return AsyncEventStore(settings.store_location, source={"kind": "router"}, synchronous=settings.synchronous)
+    source = {"kind": "router", **({"node": settings.node} if settings.node else {})}
+    return AsyncEventStore(settings.store_location, source=source, synchronous=settings.synchronous)
 
 
 async def start(settings: Settings) -> Runtime:
@@ -96,12 +99,14 @@ async def start(settings: Settings) -> Runtime:
     if warning is not None:
         runtime.warnings.append(warning)
         _log.warning("insecure_binding", detail=warning)
-    plan = await asyncio.to_thread(plan_reconcile, live.state, settings.cache_dir)
+    plan = await asyncio.to_thread(plan_reconcile, own_view(live.state, settings.node), settings.cache_dir)
     if plan.events:
         await live.record(plan.events)  # first: no instance of the last run is left when models go
     runtime.catalogue = await _catalogue(settings, live, runtime.instances)
     single = runtime.catalogue.single
     runtime.mode = decide_mode(single.name if single is not None else None)
+    if settings.node is not None:
+        await _join(runtime, settings.node)
     resumed = await _resume_and_load(runtime, plan.interrupted)
     completed = ev.RecoveryCompleted(
         interrupted_downloads=len(plan.interrupted),
@@ -147,6 +152,21 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
         clock=instances.fx.clock,
         snapshots=snapshots,
     )
+
+
+async def _join(runtime: Runtime, node: str) -> None:
+    """Take this node's lock, append ``node_joined`` with what it holds, watch the other nodes,
+    and carry out what they decide for this one (docs/cluster.md)."""
+    from service.cluster.membership import Membership, joined_event  # psycopg: only a cluster loads it
+
+    membership = Membership(runtime.settings, runtime.live, runtime.instances.interpreter)
+    held = tuple(sorted(m.name for m in own_view(runtime.live.state, node).models.values() if m.available))
+    incarnation = runtime.instances.new_id()
+    await membership.join(joined_event(runtime.settings, incarnation, runtime.instances.memory, held))
+    runtime.membership = membership
+    runtime.live.add_listener(RemoteDecisions(node, runtime.instances).on_event)
+    watch = asyncio.create_task(membership.watch(), name="node-watch")
+    runtime.background.add(watch)
 
 
 async def _resume_and_load(runtime: Runtime, interrupted: Sequence[DownloadJob]) -> int:
@@ -224,5 +244,7 @@ async def stop(runtime: Runtime) -> None:
     await runtime.snapshotter.close()
     await runtime.http.aclose()
     await runtime.live.stop()
+    if runtime.membership is not None:
+        await runtime.membership.close()
     await runtime.store.close()
     _log.info("router_stopped")

@@ -30,6 +30,9 @@ Moment = Annotated[
     str | None, Parameter(min_length=1, max_length=64, description="ISO-8601 date or date-time (UTC if no zone)")
 ]
 ModelFilter = Annotated[str | None, Parameter(min_length=1, max_length=512, description="Only this model's events")]
+NodeFilter = Annotated[
+    str | None, Parameter(min_length=1, max_length=512, description="Only events a cluster node wrote (source.node)")
+]
 TypeFilter = Annotated[
     list[str] | None,
     Parameter(
@@ -87,9 +90,11 @@ def event_filter(  # one argument per declared query parameter
     after: int | None,
     before: int | None,
     limit: int,
+    node: str | None = None,
 ) -> EventFilter:
     """The store's filter for validated parameters."""
     return EventFilter(
+        node=node,
         after=after,
         before=before,
         model=model,

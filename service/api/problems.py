@@ -37,6 +37,7 @@ _STATUS_BY_CODE = {
     "model_missing": 400,  # llama.cpp's router: 400 "model name is missing from the request"
     "model_failed": 503,
     "capacity": 503,
+    "insufficient_memory": 507,  # ours: the model's estimated need exceeds the memory models may use
 }
 
 # llama.cpp's own wording for the same refusal, for clients that match on error.message

@@ -24,6 +24,7 @@ from litestar import Request, Response
 from litestar.response import Stream
 
 from service.api.problems import Problem, llama_error_type, problem_response
+from service.cluster.forwarding import forward_headers
 from service.core import events as ev
 from service.core.decision import Append
 from service.core.instance_lifecycle import crash_rejection
@@ -56,6 +57,9 @@ class Forwarding:
 def _record_completion(
     fwd: Forwarding, model: str, instance_id: str, route: str, status: int, stream: bool, started: float
 ) -> None:
+    inst = fwd.live.state.models[model].instance
+    if inst is not None and inst.instance_id == instance_id and inst.node not in (None, fwd.instances.settings.node):
+        return  # forwarded to another node: that node served it and records it
     event = ev.RequestCompleted(
         instance_id=instance_id,
         route=route,
@@ -149,11 +153,25 @@ def _answer(request: Request[Any, Any, Any], model: str, status: int, content: b
     return Response(content=content, status_code=status, media_type=media_type)
 
 
-def _forwarded(request: Request[Any, Any, Any]) -> tuple[str, str, dict[str, str]]:
-    """The path (for ``request_completed``), the target with its query, and the headers passed on."""
+def _forwarded(request: Request[Any, Any, Any]) -> tuple[str, str]:
+    """The path (for ``request_completed``) and the target with its query."""
     path = request.url.path
-    target = path + (f"?{request.url.query}" if request.url.query else "")
-    return path, target, {k: v for k, v in request.headers.items() if k in _FORWARD_HEADERS}
+    return path, path + (f"?{request.url.query}" if request.url.query else "")
+
+
+async def _send(fwd: Forwarding, outgoing: httpx.Request, lease: Lease, instance_id: str) -> httpx.Response:
+    """Send to the worker; a worker that fails to answer releases the lease and says why."""
+    try:
+        return await fwd.http.send(outgoing, stream=True)
+    except httpx.HTTPError as exc:
+        try:
+            failure = await _worker_failed(fwd.live, lease.model, instance_id, exc)
+        finally:
+            lease.release()
+        raise failure from None
+    except BaseException:
+        lease.release()
+        raise
 
 
 async def proxy_request(
@@ -165,27 +183,18 @@ async def proxy_request(
     started = fwd.clock.monotonic()
     raw = await request.body() if request.method == "POST" else b""
     auto = fwd.autoload if autoload is None else autoload
-    path, target, headers = _forwarded(request)
+    path, target = _forwarded(request)
     lease = await _enter_unless_disconnected(request, fwd.instances.acquire(name, autoload=auto))
     if lease is None:
         _log.info("client_disconnected", model=name, route=path, waited_s=round(fwd.clock.monotonic() - started, 3))
         return Response(content=b"", status_code=CLIENT_CLOSED)
     model, endpoint = lease.model, lease.endpoint
+    headers = forward_headers(request.headers, _FORWARD_HEADERS, lease.node)  # another node: its API key too
     fwd.metrics.observe_queue_wait(fwd.clock.monotonic() - started)
     instance = fwd.live.state.models[model].instance  # the one the lease holds: not stopped while leased
     instance_id = instance.instance_id if instance is not None else ""
-    try:
-        outgoing = fwd.http.build_request(request.method, endpoint + target, content=raw, headers=headers)
-        upstream = await fwd.http.send(outgoing, stream=True)
-    except httpx.HTTPError as exc:
-        try:
-            failure = await _worker_failed(fwd.live, model, instance_id, exc)
-        finally:
-            lease.release()
-        raise failure from None
-    except BaseException:
-        lease.release()
-        raise
+    outgoing = fwd.http.build_request(request.method, endpoint + target, content=raw, headers=headers)
+    upstream = await _send(fwd, outgoing, lease, instance_id)
     media_type = upstream.headers.get("content-type", "application/json")
     if not media_type.startswith("text/event-stream"):
         try:

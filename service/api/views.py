@@ -20,6 +20,7 @@ from service.api.schemas import (
 )
 from service.core.events import FileRef
 from service.core.fold_support import projector_path
+from service.core.memory import estimate
 from service.core.server_mode import ROUTER, ServerMode, listed
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
@@ -122,11 +123,13 @@ def _status(model: ModelState, state: RouterState) -> ModelStatusView:
         failed=True if model.failed else UNSET,
         error=UNSET if error is None else error,
         exit_code=UNSET if exit_code is None else int(exit_code),
+        node=UNSET if model.instance is None or model.instance.node is None else model.instance.node,
     )
 
 
 def model_view(model: ModelState, state: RouterState) -> ModelEntry:
-    """One entry of ``GET /models``: llama.cpp's shape plus progress and errors."""
+    """One entry of ``GET /models``: llama.cpp's shape plus progress, errors and the memory need."""
+    need = None if model.shape is None else estimate(model.shape, model.config.params, model.config.args)
     return ModelEntry(
         id=model.name,
         aliases=list(model.config.aliases),
@@ -142,6 +145,9 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         size=model.size,
         last_used=time_or_none(model.last_used),
         last_error=model.last_error.to_json() if model.last_error else None,
+        memory=UNSET if need is None else need.to_json(),
+        pinned=True if model.config.pinned else UNSET,
+        held_by=sorted(model.holders) if model.holders else UNSET,
     )
 
 

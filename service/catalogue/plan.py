@@ -53,6 +53,7 @@ def configured(name: str, config: ModelConfig) -> NewEvent:
         stop_timeout=config.stop_timeout,
         hidden=config.hidden,
         sleep_idle_seconds=config.sleep_idle_seconds,
+        pinned=config.pinned,
     )
     return NewEvent(event, model=name)
 

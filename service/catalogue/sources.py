@@ -27,6 +27,7 @@ from service.catalogue.disk import CachedRepo, Refusal, local_file, scan_cache, 
 from service.catalogue.hf_source import HfSourceError, RemotePreset, resolve_hf
 from service.catalogue.plan import CataloguePlan, configured, plan_catalogue
 from service.core import events as ev
+from service.core.cluster import own_view
 from service.core.decision import Append, Decision, nothing
 from service.core.errors import CommandRejected
 from service.core.events import FileRef
@@ -207,7 +208,14 @@ class Catalogue:
         async with self._lock:
             read = await asyncio.to_thread(read_sources, self.settings, self.live.state, self.remote, self.single)
             self._report(read)
-            first = plan_catalogue(self.live.state, read.desired, read.base, read.present, exclusive=read.exclusive)
+            # A node plans over what it holds: models only other nodes hold are theirs to list or remove.
+            first = plan_catalogue(
+                own_view(self.live.state, self.settings.node),
+                read.desired,
+                read.base,
+                read.present,
+                exclusive=read.exclusive,
+            )
             async with contextlib.AsyncExitStack() as stack:
                 for name in first.removed:
                     await stack.enter_async_context(self.instances.holding(name))  # no autoload meanwhile
@@ -223,7 +231,9 @@ class Catalogue:
         worker's event about one of these models in between makes it plan anew."""
 
         def decide(state: RouterState) -> Decision[CataloguePlan]:
-            plan = plan_catalogue(state, read.desired, read.base, read.present, exclusive=read.exclusive)
+            plan = plan_catalogue(
+                own_view(state, self.settings.node), read.desired, read.base, read.present, exclusive=read.exclusive
+            )
             batch = [Append(e.event, e.model) for e in plan.events]
             if reload:
                 reloaded = ev.ModelsReloaded(

@@ -53,7 +53,7 @@ def _events_params(args: argparse.Namespace) -> dict[str, Any]:
             "after": args.after, "before": args.before, "limit": args.limit}  # fmt: skip
 
 
-CLIENT_COMMANDS = ("pull", "ls", "ps", "load", "unload", "rm", "cancel", "run", "history", "events")
+CLIENT_COMMANDS = ("pull", "ls", "ps", "load", "unload", "rm", "cancel", "run", "history", "events", "nodes")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -92,6 +92,8 @@ def add_client_commands(sub: Sub) -> None:
              "  modelrouter ls", lambda c, con, a: tables.ls(c, con))  # fmt: skip
     _command(sub, "ps", "list running models (pid, uptime, memory, requests in flight, last used)",
              "  modelrouter ps", lambda c, con, a: tables.ps(c, con))  # fmt: skip
+    _command(sub, "nodes", "list a cluster's nodes (state, memory, what each runs and holds)",
+             "  modelrouter nodes", lambda c, con, a: tables.nodes(c, con))  # fmt: skip
 
     p = _command(sub, "load", "load a model and wait until it is ready",
                  "  modelrouter load ggml-org/gemma-3-270m-GGUF\n  modelrouter load my-alias --no-wait",

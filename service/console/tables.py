@@ -182,3 +182,17 @@ def events(client: Client, console: Console, params: Mapping[str, Any], *, follo
     if page["next_after"] is not None and not as_json:
         console.print(f"[dim]more: --after {page['next_after']}[/]")
     return 0
+
+
+def nodes(client: Client, console: Console) -> int:
+    """The cluster's nodes (``GET /nodes``): state, memory for models and in use, what each runs and holds."""
+    answer = client.get("/nodes")
+    table = _table("NODE", "STATE", "URL", "CPUS", "MEMORY", "USED", "LOADED", "HOLDS")
+    for n in answer["data"]:
+        here = " (this)" if n["name"] == answer.get("node") else ""
+        table.add_row(
+            n["name"] + here, n["state"], n["url"], str(n["cpus"]), size(n["memory_bytes"]),
+            size(n["memory_used_bytes"]), ", ".join(n["loaded"]) or "-", ", ".join(n["holds"]) or "-",
+        )  # fmt: skip
+    console.print(table if answer["data"] else "not a cluster: start `modelrouter serve` with --node (docs/cluster.md)")
+    return 0

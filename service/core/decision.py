@@ -25,10 +25,12 @@ B = TypeVar("B")
 
 @dataclass(frozen=True, slots=True)
 class Append:
-    """An event to append, about ``model`` (None: a router-level event)."""
+    """An event to append, about ``model`` (None: a router-level event). ``event_id``: a
+    deterministic id for a fact several writers may state (the log keeps it once); None: a fresh one."""
 
     event: Event
     model: str | None = None
+    event_id: str | None = None
 
 
 class Effect:

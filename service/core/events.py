@@ -27,6 +27,9 @@ from service.core.event_base import FileRef as FileRef
 from service.core.event_base import Recorded as Recorded
 from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
+from service.core.node_events import ModelMeasured as ModelMeasured
+from service.core.node_events import NodeJoined as NodeJoined
+from service.core.node_events import NodeLost as NodeLost
 
 # --- router-level -------------------------------------------------------------
 
@@ -118,6 +121,7 @@ class ModelConfigured(Event):
     stop_timeout: float | None = None
     hidden: bool = False
     sleep_idle_seconds: float | None = None
+    pinned: bool = False  # the preset's ``pin = true`` (ours): never evicted by LRU or memory pressure
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,13 +251,15 @@ class DownloadResumed(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceRequested(Event):
-    """The service decided to start an inference worker (load, autoload, restart, startup)."""
+    """The service decided to start an inference worker (load, autoload, restart, startup); in a
+    cluster, on ``node`` (its supervisor spawns it; ``port`` 0: that node picks one)."""
 
     TYPE: ClassVar[str] = "instance_requested"
     instance_id: str
     reason: str = "load"
     port: int
     params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    node: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -383,7 +389,8 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         DownloadFinished, DownloadFailed, DownloadCancelRequested, DownloadCancelled, DownloadInterrupted,
         DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,
         InstanceLoadFailed, InstanceStopRequested, InstanceStopped, InstanceCrashed, InstanceLost, SleepEnded,
-        RequestCompleted
+        RequestCompleted,
+        NodeJoined, NodeLost, ModelMeasured,
     )
 }  # fmt: skip
 """Registry: stable type string -> current event class."""

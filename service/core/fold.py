@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from enum import Enum
 
 from service.core import events as ev
-from service.core import fold_catalogue, fold_downloads, fold_instances
+from service.core import fold_catalogue, fold_downloads, fold_instances, fold_nodes
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
 from service.core.fold_support import HANDLERS, job_of, model_of
 from service.core.instance_lifecycle import INSTANCE_LIFECYCLE
@@ -38,6 +38,7 @@ def fold(state: RouterState, recorded: ev.Recorded) -> RouterState:
     if verdict is None:
         handler = HANDLERS.get(type(recorded.event))
         new = handler(state, recorded) if handler is not None else state
+        new = fold_nodes.after(state, new, recorded)
     elif verdict == _LATE:
         new = state
     else:
@@ -93,4 +94,4 @@ def replay(events: Iterable[ev.Recorded], state: RouterState | None = None) -> R
 
 
 # The handler modules register themselves in HANDLERS when imported (above).
-_REGISTERED = (fold_catalogue, fold_downloads, fold_instances)
+_REGISTERED = (fold_catalogue, fold_downloads, fold_instances, fold_nodes)

@@ -70,6 +70,7 @@ def _configured(state: RouterState, rec: ev.Recorded) -> RouterState:
         stop_timeout=e.stop_timeout,
         hidden=e.hidden,
         sleep_idle_seconds=e.sleep_idle_seconds,
+        pinned=e.pinned,
     )
     model = ensure_model(state, rec)
     return state if model is None else put_model(state, model.replace(config=config))

@@ -35,7 +35,12 @@ def _instance_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
     if model is None:
         return state
     instance = Instance(
-        instance_id=e.instance_id, reason=e.reason, port=e.port, params=dict(e.params), requested_at=rec.recorded_at
+        instance_id=e.instance_id,
+        reason=e.reason,
+        port=e.port,
+        params=dict(e.params),
+        requested_at=rec.recorded_at,
+        node=e.node,
     )
     # Any new instance ends a sleep: a wake (reason "wake"), a load, a restart.
     return put_model(state, model.replace(instance=instance, failed=False, asleep_since=None, asleep_n_ctx=None))

@@ -19,12 +19,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from service.core import cluster, placement, scheduling
 from service.core import events as ev
 from service.core import instance_lifecycle as lifecycle
-from service.core import scheduling
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.demand_queue import Demanded, Dropped, Queue, QueueEdit, RestartArmed, Started, Waiting, edit
 from service.core.errors import CommandRejected
+from service.core.instance_exits import ArmRestart as ArmRestart
+from service.core.instance_exits import Warn as Warn
+from service.core.instance_exits import decide_closed as decide_closed
+from service.core.instance_exits import decide_exit as decide_exit
+from service.core.instance_exits import decide_spawn_failed as decide_spawn_failed
+from service.core.instance_exits import restart_timer as restart_timer
+from service.core.placement import NodeBudget
 from service.core.state import FailureKind, Instance, InstanceStatus, ModelState, ModelStatus, RouterState
 
 # --- the effects ----------------------------------------------------------------------
@@ -62,27 +69,12 @@ class Kill(Effect):
 
 
 @dataclass(frozen=True, slots=True)
-class ArmRestart(Effect):
-    """Once the crash is folded, arm ``model``'s restart timer (:func:`~service.core.instance_exits.restart_timer`)."""
-
-    model: str
-
-
-@dataclass(frozen=True, slots=True)
 class FetchFiles(Effect):
     """Download ``model``'s files from its hf-repo first (a regular download job); with a
     ``then_load`` reason, load it once they are there."""
 
     model: str
     then_load: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Warn(Effect):
-    """A warning for the log: something an operator should see that changes no state."""
-
-    event: str
-    fields: Mapping[str, object] = field(default_factory=dict)
 
 
 # --- the facts ------------------------------------------------------------------------
@@ -107,6 +99,12 @@ class Facts:
     mono: float  # monotonic seconds: queue timeouts and restart timers
     busy: Mapping[str, int] = field(default_factory=dict)  # requests in flight per model
     processes: frozenset[str] = frozenset()  # instance ids whose worker process is not reaped yet
+    node: str | None = None  # the deciding service's node (None: a service without --node)
+    memory: int | None = None  # bytes this node's models may use (RAM less the margin); None: not limited
+
+    def mine(self, inst: Instance | None) -> bool:
+        """Whether ``inst`` runs on this node (its supervisor acts on it)."""
+        return inst is not None and (inst.node is None or inst.node == self.node)
 
 
 class Fresh(Protocol):
@@ -123,6 +121,7 @@ class Acquired:
 
     model: str
     endpoint: str
+    node: str | None = None  # another node's service (forwarded there), None: this node's worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +134,18 @@ class Wait:
 def _slot_facts(state: RouterState, facts: Facts) -> scheduling.SlotFacts:
     live = {m.instance.instance_id for m in state.models.values() if m.instance is not None}
     exiting = sum(1 for iid in facts.processes if iid not in live)
-    return scheduling.SlotFacts(models_max=facts.limits.models_max, busy=dict(facts.busy), exiting=exiting)
+    local = NodeBudget(facts.node, facts.limits.models_max, facts.memory)
+    return scheduling.SlotFacts(
+        models_max=facts.limits.models_max, busy=dict(facts.busy), exiting=exiting,
+        nodes=cluster.budgets(state, facts.node, local),
+    )  # fmt: skip
+
+
+def _refuse_unfit(state: RouterState, model: ModelState, facts: Facts) -> None:
+    """507 ``insufficient_memory`` at once for a model no node could ever hold."""
+    slot_facts = _slot_facts(state, facts)
+    budgets = slot_facts.budgets()
+    placement.insufficient_memory(model, budgets, placement.loads(state, budgets, slot_facts.exiting))
 
 
 def _edits(queue: Queue, edits: tuple[QueueEdit, ...]) -> Queue:
@@ -189,13 +199,16 @@ def decide_plan(state: RouterState, queue: Queue, facts: Facts, fresh: Fresh) ->
     effects: list[Effect] = list(dropped)
     for victim in plan.evict:
         inst = state.models[victim].instance
-        assert inst is not None  # choose_victim returns ready instances only
+        assert inst is not None  # placement evicts ready instances only
         events += about(victim, lifecycle.stop(inst, "evicted"))
-        effects.append(Stop(inst.instance_id))
+        effects += [Stop(inst.instance_id)] if facts.mine(inst) else []  # else its own node's supervisor stops it
     for wanted in plan.start:
-        request = lifecycle.request(fresh.new_id(), fresh.free_port(), state.models[wanted.model], wanted.reason)
+        node = plan.where.get(wanted.model)
+        here = node is None or node == facts.node
+        model = state.models[wanted.model]
+        request = lifecycle.request(fresh.new_id(), fresh.free_port() if here else 0, model, wanted.reason, node)
         events.append(Append(request, wanted.model))
-        effects += [Started(wanted.model, request.instance_id), Spawn(wanted.model, request)]
+        effects += [Started(wanted.model, request.instance_id)] + ([Spawn(wanted.model, request)] if here else [])
     return Decision(None, tuple(events), tuple(effects))
 
 
@@ -207,6 +220,7 @@ def decide_load(state: RouterState, queue: Queue, name: str, reason: str, facts:
     _refuse_held(queue, model.name)
     if model.instance is not None:
         return nothing(model.name)
+    _refuse_unfit(state, model, facts)
     if queue.get(model.name) is None and not scheduling.can_ever_start(state, model.name, _slot_facts(state, facts)):
         raise CommandRejected(
             "capacity",
@@ -263,7 +277,7 @@ def decide_acquire(
     _refuse_held(queue, model.name)
     inst = model.instance
     if inst is not None and inst.status is InstanceStatus.READY:
-        return nothing(Acquired(model.name, inst.endpoint))
+        return nothing(Acquired(model.name, *cluster.endpoint_of(state, model, facts.node)))
     asleep = inst is None and model.status is ModelStatus.SLEEPING
     if inst is None:
         _raise_if_failed(model, mine)
@@ -275,6 +289,7 @@ def decide_acquire(
                 model=model.name,
             )
         scheduling.require_loadable(state, model.name)
+        _refuse_unfit(state, model, facts)
     effects: tuple[Effect, ...] = ()
     if mine is None:
         limit = facts.limits.max_queued_requests
@@ -311,9 +326,12 @@ def unload_target(state: RouterState, name: str) -> UnloadTarget:
     return UnloadTarget(model.name, model.active_job)
 
 
-def decide_unload(state: RouterState, queue: Queue, name: str, reason: str) -> Decision[Instance | None]:
-    """``-> stopping`` (the caller then waits for the worker to be gone); answers the instance. A
-    sleeping model has no worker left: its sleep ends (``sleep_ended``), answering None."""
+def decide_unload(
+    state: RouterState, queue: Queue, name: str, reason: str, node: str | None = None
+) -> Decision[Instance | None]:
+    """``-> stopping`` (the caller then waits for the worker to be gone); answers the instance. In a
+    cluster any node may decide it; the node that runs the worker stops it. A sleeping model has no
+    worker left: its sleep ends (``sleep_ended``), answering None."""
     model = _found(state, name)
     inst = model.instance
     if inst is None and model.status is ModelStatus.SLEEPING:
@@ -322,12 +340,13 @@ def decide_unload(state: RouterState, queue: Queue, name: str, reason: str) -> D
         raise CommandRejected("not_running", f"model {model.name!r} is not running", model=model.name)
     entry = queue.get(model.name)
     drop: tuple[Effect, ...] = (Dropped(model.name),) if entry is not None and entry.waiters == 0 else ()
-    return Decision(inst, about(model.name, lifecycle.stop(inst, reason)), (*drop, Stop(inst.instance_id)))
+    stop = (Stop(inst.instance_id),) if inst.node is None or inst.node == node else ()  # else its node stops it
+    return Decision(inst, about(model.name, lifecycle.stop(inst, reason)), (*drop, *stop))
 
 
-def decide_shutdown(state: RouterState) -> Decision[tuple[str, ...]]:
-    """Every live instance ``-> stopping`` (reason ``shutdown``); answers their ids (to wait for)."""
-    live = [(m.name, m.instance) for m in state.models.values() if m.instance is not None]
+def decide_shutdown(state: RouterState, node: str | None = None) -> Decision[tuple[str, ...]]:
+    """Every live instance of this node ``-> stopping`` (reason ``shutdown``); answers their ids (to wait for)."""
+    live = [(m.name, m.instance) for m in cluster.own_view(state, node).models.values() if m.instance is not None]
     events = tuple(a for name, inst in live for a in about(name, lifecycle.stop(inst, "shutdown")))
     return Decision(tuple(inst.instance_id for _, inst in live), events, tuple(Stop(i.instance_id) for _, i in live))
 
@@ -340,6 +359,7 @@ def decide_timers(state: RouterState, queue: Queue, facts: Facts) -> Decision[No
     (``-> stopping``, reason ``sleep``) and restart timers that are due (an explicit entry for the model)."""
     events: list[Append] = []
     effects: list[Effect] = []
+    state = cluster.own_view(state, facts.node)  # each node times its own instances
     for model in state.models.values():
         inst = model.instance
         if inst is None:

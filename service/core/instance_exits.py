@@ -1,23 +1,38 @@
-"""The instance supervisor's decisions once a worker process ended, as values.
-
-What to record once a worker was reaped (a stop, a crash), whether a crashed
-model restarts and when, a spawn that failed, a stop for a worker that never
-ran. Split from :mod:`service.core.instance_decisions` (the effects they ask
-for are declared there); ``service/supervision/instances.py`` feeds them the
-observed exits and hands them to the interpreter.
+"""The instance supervisor's decisions about process ends: a reaped worker, a failed spawn, a
+restart timer (re-exported by :mod:`service.core.instance_decisions`).
 
 Pure module: stdlib only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 from service.core import events as ev
 from service.core import instance_lifecycle as lifecycle
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.demand_queue import RestartArmed
-from service.core.instance_decisions import ArmRestart, Warn
 from service.core.processes import ProcessExit
 from service.core.state import RouterState
+
+
+@dataclass(frozen=True, slots=True)
+class Warn(Effect):
+    """A warning for the log: something an operator should see that changes no state."""
+
+    event: str
+    fields: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ArmRestart(Effect):
+    """Once the crash is folded, arm ``model``'s restart timer (:func:`restart_timer`)."""
+
+    model: str
+
+
+# --- process ends -------------------------------------------------------------------------------
 
 
 def decide_exit(state: RouterState, model: str, instance_id: str, exit: ProcessExit, in_flight: int) -> Decision[bool]:

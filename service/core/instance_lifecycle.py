@@ -138,6 +138,14 @@ def current_instance(state: RouterState, model: str, instance_id: str) -> Instan
     return inst if inst is not None and inst.instance_id == instance_id else None
 
 
+def find_instance(state: RouterState, instance_id: str) -> tuple[str, Instance] | None:
+    """``(model, instance)`` of the live instance ``instance_id``, wherever it is."""
+    for model in state.models.values():
+        if model.instance is not None and model.instance.instance_id == instance_id:
+            return model.name, model.instance
+    return None
+
+
 def on_process_exit(
     state: RouterState, model: str, instance_id: str, exit: ProcessExit, in_flight: int = 0
 ) -> list[ev.Event]:
@@ -209,9 +217,12 @@ def restart_delay(model: ModelState, jitter: float) -> float | None:
     return retry_delay(crashes, base=1.0, cap=60.0, jitter=jitter)
 
 
-def request(instance_id: str, port: int, model: ModelState, reason: str) -> ev.InstanceRequested:
-    """``[*] -> starting``: the event that takes a slot for ``model``."""
-    return ev.InstanceRequested(instance_id=instance_id, reason=reason, port=port, params=dict(model.config.params))
+def request(
+    instance_id: str, port: int, model: ModelState, reason: str, node: str | None = None
+) -> ev.InstanceRequested:
+    """``[*] -> starting``: the event that takes a slot for ``model`` (on ``node``, in a cluster)."""
+    params = dict(model.config.params)
+    return ev.InstanceRequested(instance_id=instance_id, reason=reason, port=port, params=params, node=node)
 
 
 def stop(inst: Instance, reason: str) -> list[ev.Event]:

@@ -21,13 +21,13 @@ llama.cpp's ``server_lru_sched``, with its races fixed:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 
+from service.core import placement
 from service.core.errors import CommandRejected
+from service.core.placement import NodeBudget, Verdict
 from service.core.state import Instance, InstanceStatus, ModelState, ModelStatus, RouterState
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,19 +46,27 @@ class Demand:
 @dataclass(frozen=True, slots=True)
 class SlotFacts:
     """What the fold does not hold: requests in flight per model, worker
-    processes not reaped yet, and the limit (0 = unlimited)."""
+    processes not reaped yet, and the limit (0 = unlimited). ``nodes``: each node's
+    budget (slots and memory, :mod:`service.core.placement`); empty: one node with
+    ``models_max`` slots and no memory limit."""
 
     models_max: int
     busy: Mapping[str, int]
     exiting: int = 0
+    nodes: tuple[NodeBudget, ...] = ()
+
+    def budgets(self) -> tuple[NodeBudget, ...]:
+        return self.nodes or (NodeBudget(None, self.models_max),)
 
 
 @dataclass(frozen=True, slots=True)
 class SlotPlan:
-    """Demands to start now, and models to evict (``ready -> stopping``) for the others."""
+    """Demands to start now (``where``: the node of each, by model), and models to evict
+    (``ready -> stopping``) for the others."""
 
     start: tuple[Demand, ...] = ()
     evict: tuple[str, ...] = ()
+    where: Mapping[str, str | None] = field(default_factory=dict)
 
 
 def running_count(state: RouterState) -> int:
@@ -89,62 +97,58 @@ def require_loadable(state: RouterState, name: str) -> ModelState:
     return model
 
 
-def choose_victim(state: RouterState, busy: Mapping[str, int], protected: frozenset[str]) -> ModelState | None:
-    """The least recently used *idle ready* model outside ``protected``, or None."""
-    idle = [
-        m
-        for m in state.models.values()
-        if m.instance is not None
-        and m.instance.status is InstanceStatus.READY
-        and busy.get(m.name, 0) == 0
-        and m.name not in protected
-    ]
-    if not idle:
-        return None
-    return min(idle, key=lambda m: (m.last_used or _EPOCH, m.name))
-
-
 def plan_slots(state: RouterState, demands: Sequence[Demand], facts: SlotFacts) -> SlotPlan:
-    """Start what fits, evict for what does not, oldest demand first (see module doc)."""
-    limit = facts.models_max
-    used = running_count(state) + facts.exiting
-    freeing = facts.exiting + sum(
-        1 for m in state.models.values() if m.instance is not None and m.instance.status is InstanceStatus.STOPPING
-    )
+    """Start what fits, evict for what does not, oldest demand first (see module doc); each
+    demand goes where :mod:`service.core.placement` puts it. A demand no node can ever take
+    (its memory need) is skipped: its requesters are refused, it blocks nobody."""
+    budgets = facts.budgets()
+    tally = placement.loads(state, budgets, facts.exiting)
     protected = {d.model for d in demands} | {name for name, n in facts.busy.items() if n > 0}
     start: list[Demand] = []
     evict: list[str] = []
+    where: dict[str, str | None] = {}
     for demand in demands:
         model = state.models.get(demand.model)
         if not demand.start or demand.started is not None or model is None or model.instance is not None:
             continue
         if not loadable(model):
             continue
-        if limit == 0 or used < limit:
+        shield = frozenset(protected | set(evict))
+        nodes = placement.candidates(model, budgets)
+        choice = placement.best([placement.judge(model, b, tally[b.name], facts.busy, shield) for b in nodes])
+        if choice is None:
+            continue
+        if choice.verdict is Verdict.BLOCKED:
+            break  # FIFO: nobody behind may overtake
+        load, need = tally[choice.node], placement.model_need(model)
+        if choice.verdict is Verdict.FITS:
             start.append(demand)
-            used += 1
-        elif freeing > 0:
-            freeing -= 1  # a slot is on its way: it is this demand's
-        else:
-            victim = choose_victim(state, facts.busy, frozenset(protected | set(evict)))
-            if victim is None:
-                break  # FIFO: nobody behind may overtake
-            evict.append(victim.name)
-    return SlotPlan(start=tuple(start), evict=tuple(evict))
+            where[demand.model] = choice.node
+            load.slots += 1
+            load.memory += need
+            continue
+        for victim in choice.evict:
+            evict.append(victim)
+            load.freeing_slots += 1
+            load.freeing_memory += placement.model_need(state.models[victim])
+        # What is being freed (already, or by these evictions) is this demand's: not the next one's.
+        load.freeing_slots = max(0, load.freeing_slots - 1)
+        load.freeing_memory = max(0, load.freeing_memory - need)
+    return SlotPlan(start=tuple(start), evict=tuple(evict), where=where)
 
 
 def can_ever_start(state: RouterState, model: str, facts: SlotFacts) -> bool:
     """Whether a load of ``model`` could get a slot without waiting for a request
-    to finish: a free slot, one being freed, or an idle model to evict."""
-    if facts.models_max == 0:
+    to finish: a free slot, one being freed, or an idle model to evict, on some node."""
+    found = state.models.get(model)
+    if found is None:
         return True
-    plan = plan_slots(state, [Demand(model, "load")], facts)
-    if plan.start or plan.evict:
-        return True
-    return (
-        any(m.instance is not None and m.instance.status is InstanceStatus.STOPPING for m in state.models.values())
-        or facts.exiting > 0
-    )
+    budgets = facts.budgets()
+    tally = placement.loads(state, budgets, facts.exiting)
+    busy = frozenset(name for name, n in facts.busy.items() if n > 0) | {model}
+    nodes = placement.candidates(found, budgets)
+    choice = placement.best([placement.judge(found, b, tally[b.name], facts.busy, busy) for b in nodes])
+    return choice is not None and choice.verdict is not Verdict.BLOCKED
 
 
 def idle_limit(model: ModelState) -> float | None:

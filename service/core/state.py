@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from service.core.errors import CommandRejected
 from service.core.events import JSON, FileRef
+from service.core.node_state import Holding, ModelShape, NodeState
 
 _T = TypeVar("_T")
 
@@ -147,6 +148,7 @@ class DownloadJob:
     finished_at: datetime | None = None
     error: Failure | None = None
     discard_requested: bool = False
+    node: str | None = None  # in a cluster: the node whose worker moves the bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +186,7 @@ class Instance:
     stats: EngineStats | None = None
     requests_done: int = 0  # request_completed events of this instance
     keep_alive: float | None = None  # the last Ollama keep_alive (s, <0: never); overrides the model's TTL
+    node: str | None = None  # in a cluster: the node whose supervisor runs its worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +205,7 @@ class ModelConfig:
     stop_timeout: float | None = None
     hidden: bool = False  # a cache entry deduplicated by a preset: usable, not listed
     sleep_idle_seconds: float | None = None  # --sleep-idle-seconds: idle this long, the model sleeps
+    pinned: bool = False  # never evicted by LRU or memory pressure (preset ``pin = true``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +229,8 @@ class ModelState:
     config: ModelConfig = field(default_factory=ModelConfig)
     asleep_since: datetime | None = None  # stopped for sleep (instance_stopped, reason "sleep"), not woken since
     asleep_n_ctx: int | None = None  # the context of the instance that went to sleep, for /props meanwhile
+    holders: Mapping[str, Holding] = field(default_factory=dict)  # cluster: node -> its files of the model
+    shape: ModelShape | None = None  # the GGUF header's facts for the memory estimate (model_measured)
 
     @property
     def status(self) -> ModelStatus:
@@ -270,6 +276,7 @@ class RouterState:
     partial_files: Mapping[str, int] = field(default_factory=dict)
     anomalies: int = 0  # impossible transitions the fold refused to apply (bugs to look at)
     last_anomaly: str | None = None
+    nodes: Mapping[str, NodeState] = field(default_factory=dict)  # cluster: the last incarnation of each node
 
     def job(self, job_id: str) -> DownloadJob | None:
         """Look a download job up by id."""

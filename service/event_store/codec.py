@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
+from service.core.decision import Append
 from service.core.errors import InvalidEvent, UnknownEventType
 from service.core.events import EVENT_TYPES, Event, Recorded
 from service.core.upcasting import decode
@@ -24,6 +25,13 @@ class NewEvent:
     event: Event
     model: str | None = None
     event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+
+def from_append(append: Append) -> NewEvent:
+    """A decision's :class:`~service.core.decision.Append` as a ``NewEvent`` (its own id, if it has one)."""
+    if append.event_id is None:
+        return NewEvent(append.event, model=append.model)
+    return NewEvent(append.event, model=append.model, event_id=append.event_id)
 
 
 def new_event(type_: str, data: Mapping[str, Any], model: str | None = None, event_id: str | None = None) -> NewEvent:

@@ -102,6 +102,7 @@ class EventFilter:
     since: datetime | None = None
     until: datetime | None = None
     limit: int = 100
+    node: str | None = None  # ``source.node``: the cluster node that wrote it
 
 
 def _escape_like(text: str) -> str:
@@ -146,6 +147,7 @@ def _is_plain_page(flt: EventFilter) -> bool:
         and not flt.types
         and flt.since is None
         and flt.until is None
+        and flt.node is None
         and flt.limit >= 0
     )
 
@@ -176,6 +178,8 @@ def select_events(conn: Connection, flt: EventFilter) -> list[Sequence[Any]]:
         conditions.append(events.c.recorded_at >= format_time(flt.since))
     if flt.until is not None:
         conditions.append(events.c.recorded_at <= format_time(flt.until))
+    if flt.node is not None:
+        conditions.append(events.c.source["node"].as_string() == flt.node)
     query = select(*COLUMNS).where(and_(True, *conditions)).order_by(events.c.position).limit(flt.limit)
     return [tuple(row) for row in conn.execute(query)]
 

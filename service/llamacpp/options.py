@@ -22,7 +22,7 @@ from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, TRUTHY, handling, is_f
 Options = Mapping[str, str]
 """llama-server options by canonical key (``ctx-size``), values as written."""
 
-OUR_KEYS = frozenset({"ttl", "restart", "aliases"})
+OUR_KEYS = frozenset({"ttl", "restart", "aliases", "pin"})
 """modelrouter's own preset keys."""
 LEGACY_PARAMS: Mapping[str, type] = {
     "n_ctx": int, "n_threads": int, "n_threads_batch": int, "n_batch": int, "n_parallel": int,
@@ -279,6 +279,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         hf_file=(options.get("hf-file") or "").strip() or None,
         stop_timeout=_stop_timeout(stop),
         sleep_idle_seconds=_sleep(options.get("sleep-idle-seconds")),
+        pinned=extras.get("pin", "").strip().lower() in TRUTHY,  # ours: never evicted (docs/llama-cpp-compat.md)
     )
     return ModelSettings(
         config=config,

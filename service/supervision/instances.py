@@ -34,11 +34,12 @@ from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Wai
 from service.core.errors import CommandRejected
 from service.core.fold_support import projector_path
 from service.core.processes import ProcessExit
-from service.core.state import Instance, InstanceStatus, ModelState, RouterState
+from service.core.state import InstanceStatus, ModelState, RouterState
 from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.effects import Effects
 from service.supervision.interpreter import Interpreter
+from service.supervision.measure import Measurer, memory_budget
 from service.supervision.on_demand import OnDemandFiles
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.worker_args import inference_argv, store_env
@@ -61,6 +62,7 @@ class Lease:
     endpoint: str
     _supervisor: InstanceSupervisor
     _released: bool = False
+    node: str | None = None  # the node whose service ``endpoint`` is (forwarded there), None: a local worker
 
     def release(self) -> None:
         """Give the model back (idempotent): it may be evicted or stopped for idleness again."""
@@ -102,6 +104,7 @@ class InstanceSupervisor:
         self.snapshots = snapshots  # what sleeping models' workers answered last (/props, /metrics)
         self.interpreter = interpreter or Interpreter(live)
         self._register(self.interpreter)
+        self._measurer, self.memory = Measurer(live, self.interpreter, settings.node), memory_budget(settings)
         live.add_listener(self._on_event)
 
     def _register(self, it: Interpreter) -> None:
@@ -142,6 +145,8 @@ class InstanceSupervisor:
             mono=clock.monotonic(),
             busy=dict(self.busy),
             processes=frozenset(self._pool.active()),
+            memory=self.memory,
+            node=self.settings.node,
         )
 
     def new_id(self) -> str:
@@ -170,6 +175,7 @@ class InstanceSupervisor:
         if self._needs_files(name):
             await self._fetch_then(name, reason)
             return self.live.state.models[self._resolved(name)]
+        await self._measurer.ensure(name)  # its memory need, before it is placed
         async with self._lock:
             applied = await self.interpreter.apply(
                 lambda s: decide.decide_load(s, self.queue, name, reason, self._facts(), self)
@@ -180,7 +186,9 @@ class InstanceSupervisor:
         """``-> stopping``, then wait until the worker is gone (stdin line, SIGTERM,
         SIGKILL after ``stop_timeout``)."""
         async with self._lock:
-            applied = await self.interpreter.apply(lambda s: decide.decide_unload(s, self.queue, name, reason))
+            applied = await self.interpreter.apply(
+                lambda s: decide.decide_unload(s, self.queue, name, reason, self.settings.node)
+            )
         await applied.settled()
 
     @asynccontextmanager
@@ -213,8 +221,9 @@ class InstanceSupervisor:
             await self._fetch_then(name, None)
             assert self.files is not None
             await self.files.ready(self._resolved(name))
-        model, endpoint = await self._wait_ready(name, autoload)
-        held = Lease(model, endpoint, self)
+        await self._measurer.ensure(name)
+        model, endpoint, node = await self._wait_ready(name, autoload)
+        held = Lease(model, endpoint, self, node=node)
         if self.settings.fake_timing:
             try:
                 await self.fx.clock.sleep(2.0)  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: busy, not yet proxied
@@ -223,7 +232,7 @@ class InstanceSupervisor:
                 raise
         return held
 
-    async def _wait_ready(self, name: str, autoload: bool) -> tuple[str, str]:
+    async def _wait_ready(self, name: str, autoload: bool) -> tuple[str, str, str | None]:
         deadline = self.fx.clock.monotonic() + self.settings.queue_timeout
         mine: Waiting | None = None
         try:
@@ -239,7 +248,7 @@ class InstanceSupervisor:
                 if isinstance(answer, decide.Acquired):
                     # Counted busy in the same step as the check: no eviction can come between.
                     self.busy[answer.model] = self.busy.get(answer.model, 0) + 1
-                    return answer.model, answer.endpoint
+                    return answer.model, answer.endpoint, answer.node
                 self.interpreter.perform(made.effects)  # joins the model's entry: no append, no await
                 if mine is None:
                     mine = self.queue.get(answer.model)
@@ -327,7 +336,7 @@ class InstanceSupervisor:
             self._pool.kill(request.instance_id)  # its load deadline passed while it was spawning
 
     async def _stop_process(self, instance_id: str) -> None:
-        found = self._find(instance_id)
+        found = lifecycle.find_instance(self.live.state, instance_id)
         reason = found[1].stop_reason if found is not None and found[1].stop_reason else "unload"
         # The model's own stop-timeout (a preset key, as in llama.cpp), else the global one.
         model = self.live.state.models.get(found[0]) if found is not None else None
@@ -344,12 +353,6 @@ class InstanceSupervisor:
         if self.snapshots is not None:
             await self.snapshots.take(effect.model, effect.endpoint)  # before it stops: served while it sleeps
         await self._stop_process(effect.instance_id)
-
-    def _find(self, instance_id: str) -> tuple[str, Instance] | None:
-        for model in self.live.state.models.values():
-            if model.instance is not None and model.instance.instance_id == instance_id:
-                return model.name, model.instance
-        return None
 
     async def _on_exit(self, instance_id: str, exit_: ProcessExit) -> None:
         model = self._models.pop(instance_id, None)
@@ -392,5 +395,5 @@ class InstanceSupervisor:
             await self.files.close()
         async with self._lock:
             self.interpreter.perform([Cleared()])
-            applied = await self.interpreter.apply(decide.decide_shutdown)
+            applied = await self.interpreter.apply(lambda s: decide.decide_shutdown(s, self.settings.node))
         await applied.settled()

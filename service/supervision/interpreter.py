@@ -28,7 +28,7 @@ import structlog
 
 from service.core.decision import Append, Decision, Effect
 from service.core.state import RouterState
-from service.event_store.codec import NewEvent
+from service.event_store.codec import from_append
 from service.live_state import LiveState
 
 A = TypeVar("A")
@@ -84,12 +84,12 @@ class Interpreter:
 
     async def record(self, appends: Sequence[Append]) -> RouterState:
         """Append facts that no decision weighs (a finished request, removed files); the state after."""
-        _, state = await self.live.record([NewEvent(a.event, model=a.model) for a in appends])
+        _, state = await self.live.record([from_append(a) for a in appends])
         return state
 
     def record_later(self, appends: Sequence[Append]) -> None:
         """:meth:`record` off the caller's path (a response must not wait for this fsync)."""
-        task = asyncio.ensure_future(self.live.store.append([NewEvent(a.event, model=a.model) for a in appends]))
+        task = asyncio.ensure_future(self.live.store.append([from_append(a) for a in appends]))
         self.background.add(task)
         task.add_done_callback(self._done)
 

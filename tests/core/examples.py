@@ -57,6 +57,22 @@ EXAMPLE_VALUES: dict[str, Any] = {
     "stderr_tail": "",
     "total_bytes": 100,
     "version": "0.1.0",
+    "node": "node-a",
+    "incarnation": "node-a-1",
+    "url": "http://127.0.0.1:8081",
+    "cpus": 2,
+    "ram_bytes": 8 * 1024**3,
+    "memory_bytes": 7 * 1024**3,
+    "models_max": 4,
+    "detected_by": "node-b",
+    "weights_bytes": 100,
+    "n_layer": 2,
+    "n_embd": 64,
+    "n_head_kv": 2,
+    "n_embd_head_k": 16,
+    "n_embd_head_v": 16,
+    "n_vocab": 300,
+    "n_ctx_train": 2048,
 }
 """Field name -> value; one table for every event type that has the field."""
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from service.core import events as ev
 from service.core import fold as fold_module
-from service.core import fold_catalogue, fold_downloads, fold_instances, fold_support
+from service.core import fold_catalogue, fold_downloads, fold_instances, fold_nodes, fold_support
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
 from service.core.events import FileRef
 from service.core.fold import replay
@@ -135,7 +135,8 @@ PINNED_TYPES = frozenset(
 # v2: transitions checked against the lifecycle tables, anomalies counted, progress_at.
 # v3: ModelConfig carries llama.cpp's options (args, ignored, hf_repo, hidden...); models_reloaded.
 # v4: Instance.stats from instance_stats (the batch engine's load, for GET /models).
-FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances)
+# v7: nodes (node_joined/node_lost), holders per node, a model's shape, instances and jobs by node, pin.
+FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances, fold_nodes)
 FINGERPRINTS = {
     1: ("be17643e0302114b", "14a3bc5f8b098e9b"),
     2: ("2f871af48b68cdf2", "4e44e93998e30512"),
@@ -149,6 +150,8 @@ FINGERPRINTS = {
     7: ("58eb0b80853bed40", "8bf44c6ee8566124"),  # Instance.keep_alive (Ollama's per-request idle limit)
     # 7 on another branch: ("3866472c1a1ca1f4", "18189863a8592433"), sleep (asleep_since, sleep_idle_seconds)
     8: ("c83db6cc07060c74", "34c120b2f5b7f538"),  # keep_alive and sleep (projector_path: a helper, same behaviour)
+    # 7 on the cluster branch: ("5a09f659afeaa49b", "6cadef7995c8accf"), nodes, holders, shapes, pinned
+    9: ("6ebb41060c960b4f", "68f8c330635cc932"),  # keep_alive, sleep and the cluster
 }
 
 

@@ -74,6 +74,13 @@ INFERENCE_WORKER = WorkerKind(
 WORKER_KINDS = (DOWNLOAD_WORKER, INFERENCE_WORKER)
 
 
+def _node() -> dict[str, str]:
+    """``{"node": NAME}`` for a worker of a cluster node (the service sets ``MODELROUTER_NODE``): the
+    fold learns from it which node holds a download's files."""
+    node = os.environ.get("MODELROUTER_NODE")
+    return {"node": node} if node else {}
+
+
 def worker_secrets(environ: Mapping[str, str] = os.environ) -> tuple[str | None, ...]:
     """Values no worker log line may carry: the Hub token and the database password a worker
     inherits from the service."""
@@ -102,7 +109,7 @@ class WorkerRuntime:
         ``private_stdout``: JSON lines to stdout go to a ``dup`` of fd 1, for a
         worker whose libraries redirect fd 1 (llama-cpp-python silences it while
         loading, which would swallow ``loading_progress`` lines)."""
-        source = {"kind": kind.name, kind.owner_field: owner_id, "pid": os.getpid()}
+        source = {"kind": kind.name, kind.owner_field: owner_id, "pid": os.getpid(), **_node()}
         stdout_fd = os.dup(1) if private_stdout and not db and events in (None, "-") else 1
         sink = open_sink(db, source=source, events_path=events, stdout_fd=stdout_fd)
         log = WorkerLog.to_stderr(level=log_level, secrets=worker_secrets(), pid=os.getpid(), model=model,
@@ -112,7 +119,7 @@ class WorkerRuntime:
     @property
     def source(self) -> dict[str, Any]:
         """What the event store records as each event's ``source``."""
-        return {"kind": self.kind.name, self.kind.owner_field: self.owner_id, "pid": self.pid}
+        return {"kind": self.kind.name, self.kind.owner_field: self.owner_id, "pid": self.pid, **_node()}
 
     def emit(self, event: ev.Event) -> None:
         """Record ``event`` for this worker's model; durable when it returns, raises otherwise."""

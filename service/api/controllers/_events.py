@@ -24,6 +24,7 @@ from service.api.event_query import (
     Limit,
     ModelFilter,
     Moment,
+    NodeFilter,
     Position,
     TypeFilter,
     check_single,
@@ -71,11 +72,14 @@ class EventsController(Controller):
         after: Position = None,
         before: Position = None,
         limit: Limit = 100,
+        node: NodeFilter = None,
     ) -> EventPage:
         """Filters: model, type (repeatable, trailing * = prefix), since/until
-        (ISO-8601), after/before (positions), limit (1..1000, default 100)."""
+        (ISO-8601), after/before (positions), limit (1..1000, default 100), node (``source.node``)."""
         check_single(request)
-        flt = event_filter(model=model, types=types, since=since, until=until, after=after, before=before, limit=limit)
+        flt = event_filter(
+            model=model, types=types, since=since, until=until, after=after, before=before, limit=limit, node=node
+        )
         page = await store.read(flt)
         next_after = page[-1].position if len(page) == flt.limit else None
         return EventPage(events=[EventView(**to_wire(r)) for r in page], next_after=next_after)

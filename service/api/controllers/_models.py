@@ -46,7 +46,7 @@ async def list_models_openai(live: LiveState, mode: ServerMode) -> ModelList:
     operation_id="loadModel",
     tags=["models"],
     status_code=HTTP_200_OK,
-    responses=problems(400, 404, 409, 413, 503),
+    responses=problems(400, 404, 409, 413, 503, 507),
 )
 async def load_model(data: ModelCommand, instances: InstanceSupervisor) -> LoadAnswer:
     """Start the model's worker and return at once; readiness arrives as events

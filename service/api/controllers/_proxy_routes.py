@@ -41,7 +41,7 @@ Autoload = Annotated[
     bool | None,
     Parameter(description="Load the model if it is not loaded (default: MODELROUTER_AUTOLOAD); false: 400 instead"),
 ]
-_PROXIED = problems(400, 404, 409, 413, 503)
+_PROXIED = problems(400, 404, 409, 413, 503, 507)
 _ANSWER = {
     200: ResponseSpec(
         data_container=dict[str, Any],

@@ -20,6 +20,7 @@ from service.api.controllers._health import health, health_v1
 from service.api.controllers._history import model_history_endpoint
 from service.api.controllers._metrics import get_metrics
 from service.api.controllers._models import list_models, list_models_openai, load_model, remove_model, unload_model
+from service.api.controllers._nodes import list_nodes
 from service.api.controllers._options import options_handlers
 from service.api.controllers._proxy_routes import proxy_routes
 from service.api.controllers._reload import reload_models
@@ -61,4 +62,5 @@ def route_handlers(*, control_body_limit: int, single: bool = False) -> list[Con
         EventsController,
         models_sse,
         reload_models,
+        list_nodes,
     ]

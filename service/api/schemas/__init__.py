@@ -34,6 +34,7 @@ from service.api.schemas._control import (
 )
 from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHistoryView
 from service.api.schemas._modes import model_optional
+from service.api.schemas._nodes import NodeList, NodeView
 from service.api.schemas._openai import (
     ApplyTemplateRequest,
     ChatRequest,
@@ -85,6 +86,8 @@ __all__ = [
     "ModelParam",
     "ModelRequest",
     "ModelStatusView",
+    "NodeList",
+    "NodeView",
     "PredictRequest",
     "ProblemDetails",
     "ProgressView",

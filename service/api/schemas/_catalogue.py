@@ -66,6 +66,8 @@ class ModelStatusView(msgspec.Struct, frozen=True):
     failed: bool | UnsetType = UNSET
     error: dict[str, Any] | UnsetType = UNSET
     exit_code: int | UnsetType = UNSET
+    node: str | UnsetType = UNSET
+    """Ours, in a cluster: the node whose worker runs it."""
 
 
 class ModelArchitecture(msgspec.Struct, frozen=True):
@@ -93,6 +95,12 @@ class ModelEntry(msgspec.Struct, frozen=True):
     size: int
     last_used: str | None
     last_error: dict[str, Any] | None
+    memory: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    """Ours: the estimated need once loaded (``total_bytes`` and its parts), once the header was read."""
+    pinned: bool | msgspec.UnsetType = msgspec.UNSET
+    """Ours: the preset's ``pin = true`` (never evicted); absent when false."""
+    held_by: list[str] | msgspec.UnsetType = msgspec.UNSET
+    """Ours, in a cluster: the nodes that hold the model's files (``status.node`` says where it runs)."""
 
 
 class ModelList(msgspec.Struct, frozen=True):

@@ -98,7 +98,7 @@ _WHY = {
     501: "Not supported: llama-server's answer for an endpoint it has off (`/metrics` without --metrics)",
     424: "The Hub could not be reached (an upstream failure)",
     503: "Unavailable: no slot, a failed model, too many streams, or the live state is behind (`Retry-After`)",
-    507: "Not enough disk space left for the download",
+    507: "Not enough storage: disk for a download, or memory for a model (`insufficient_memory`, its need named)",
 }
 
 

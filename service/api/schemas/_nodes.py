@@ -1,0 +1,32 @@
+"""``GET /nodes``: the cluster's nodes, each with its state, load and models."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class NodeView(msgspec.Struct, frozen=True):
+    """One node's last incarnation, as the log says."""
+
+    name: str
+    state: str  # "up" or "lost"
+    url: str
+    incarnation: str
+    pid: int
+    cpus: int
+    ram_bytes: int
+    memory_bytes: int  # what its models may use (RAM less --models-memory-margin)
+    models_max: int
+    joined_at: str | None
+    lost_at: str | None
+    lost_by: str | None
+    loaded: list[str]  # models whose instance runs there
+    memory_used_bytes: int  # their estimated need
+    holds: list[str]  # models whose files it has
+
+
+class NodeList(msgspec.Struct, frozen=True):
+    """``GET /nodes``; ``self`` is the node that answered (null: a service without ``--node``)."""
+
+    data: list[NodeView]
+    node: str | None

@@ -1,0 +1,1 @@
+"""Several services on one PostgreSQL log: membership and liveness (docs/cluster.md)."""

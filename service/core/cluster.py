@@ -1,0 +1,121 @@
+"""Several nodes on one log: what each node sees as its own, and what a lost node leaves behind.
+
+Every node folds the whole log; each supervises only its own processes. These
+pure functions draw the line: :func:`own_view` is the fold as one node's
+reconcile and catalogue must see it (its instances, its download jobs, its
+files), :func:`budgets` the nodes placement may use, and :func:`on_node_lost`
+the events that close what a dead incarnation left running. A service without
+``--node`` is the node ``None``: every view of it is the whole fold.
+
+Pure module: stdlib only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core import events as ev
+from service.core.decision import Append, Decision
+from service.core.placement import NodeBudget
+from service.core.state import ModelState, RouterState, evolve
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """An event that closes what a lost node left, with its deterministic id (any node may
+    detect the loss; the log keeps it once)."""
+
+    event: ev.Event
+    model: str | None
+    event_id: str
+
+
+def _mine(owner: str | None, node: str | None) -> bool:
+    # Written by a service without --node: every node treats it as its own (a cluster grown from one).
+    return owner is None or owner == node
+
+
+def _own_model(model: ModelState, node: str) -> ModelState:
+    changes: dict[str, object] = {}
+    if model.instance is not None and not _mine(model.instance.node, node):
+        changes["instance"] = None
+    if model.active_job is not None:
+        job = model.jobs.get(model.active_job)
+        if job is not None and not _mine(job.node, node):
+            changes["active_job"] = None
+    if model.holders:
+        held = model.holders.get(node)
+        if held is None:
+            changes.update(available=False, path=None, files=(), size=0)
+        else:
+            changes.update(available=True, path=held.path, files=held.files, size=held.size)
+    return model.replace(**changes) if changes else model
+
+
+def own_view(state: RouterState, node: str | None) -> RouterState:
+    """The fold as ``node`` acts on it alone: other nodes' instances and jobs left out, and each
+    model's files as this node holds them (a model only others hold has none here)."""
+    if node is None:
+        return state
+    return evolve(state, models={name: _own_model(m, node) for name, m in state.models.items()})
+
+
+def alive(state: RouterState) -> list[str]:
+    """The nodes whose current incarnation is not lost, by name."""
+    return sorted(name for name, n in state.nodes.items() if not n.lost)
+
+
+def budgets(state: RouterState, node: str | None, local: NodeBudget) -> tuple[NodeBudget, ...]:
+    """The nodes placement may use: without a cluster the local budget alone; in one, every live
+    node as its ``node_joined`` declared it (the local one with what only it knows)."""
+    if node is None:
+        return (local,)
+    out = [local]
+    for name in alive(state):
+        if name != node:
+            joined = state.nodes[name]
+            out.append(NodeBudget(name, joined.models_max, joined.memory_bytes or None, local=False))
+    return tuple(out)
+
+
+def on_node_lost(state: RouterState, node: str, incarnation: str, detected_by: str) -> list[Closing]:
+    """``node_lost`` for that incarnation, then ``instance_lost`` for each instance it ran and
+    ``download_interrupted`` for each job its worker moved (resumed when the node comes back)."""
+    current = state.nodes.get(node)
+    if current is None or current.incarnation != incarnation or current.lost:
+        return []
+    out = [Closing(ev.NodeLost(node=node, incarnation=incarnation, detected_by=detected_by), None,
+                   f"node_lost:{incarnation}")]  # fmt: skip
+    for model in state.models.values():
+        inst = model.instance
+        if inst is not None and inst.node == node:
+            lost = ev.InstanceLost(instance_id=inst.instance_id, reason="node_lost")
+            out.append(Closing(lost, model.name, f"instance_lost:{inst.instance_id}"))
+        job = model.jobs.get(model.active_job) if model.active_job is not None else None
+        if job is not None and job.node == node:
+            stopped = ev.DownloadInterrupted(job_id=job.job_id, bytes_on_disk=job.bytes_done, reason="node_lost")
+            out.append(Closing(stopped, model.name, f"download_interrupted:{job.job_id}:{incarnation}"))
+    return out
+
+
+def endpoint_of(state: RouterState, model: ModelState, node: str | None) -> tuple[str, str | None]:
+    """Where a request for ready ``model`` goes, seen from ``node``: its worker when it runs here,
+    else the service of the node that runs it (workers listen on loopback). Answers ``(url, node)``,
+    the node None when the worker is local."""
+    inst = model.instance
+    assert inst is not None
+    if inst.node is None or inst.node == node or inst.node not in state.nodes:
+        return inst.endpoint, None
+    return state.nodes[inst.node].url, inst.node
+
+
+def decide_node_lost(state: RouterState, node: str, incarnation: str, detected_by: str) -> Decision[bool]:
+    """What ``detected_by`` appends on finding ``node``'s lock free: the closings of
+    :func:`on_node_lost`, each with its deterministic id; answers whether there were any."""
+    closings = on_node_lost(state, node, incarnation, detected_by)
+    return Decision(bool(closings), tuple(Append(c.event, c.model, c.event_id) for c in closings))
+
+
+def lost_to_check(state: RouterState, node: str | None) -> list[tuple[str, str]]:
+    """The other nodes whose current incarnation is not known lost: ``(name, incarnation)``."""
+    return [(n.name, n.incarnation) for n in state.nodes.values() if n.name != node and not n.lost]

@@ -1,0 +1,98 @@
+"""The fold's handlers of the cluster's events, and where a model's files are, node by node.
+
+``node_joined`` and ``node_lost`` keep :attr:`RouterState.nodes`;
+``model_measured`` a model's shape. :func:`after` runs after every handler:
+an event whose ``source`` names a node (every writer of a ``--node`` service
+stamps it) also says which node holds a model's files (``model_discovered``,
+``download_finished``: that node's cache) or no longer does
+(``model_removed``: a model another node still holds stays available). A log
+without nodes folds exactly as before.
+
+Pure module: stdlib only.
+"""
+
+from __future__ import annotations
+
+from service.core import events as ev
+from service.core.fold_support import ensure_model, model_of, on, primary_path, put_model
+from service.core.node_state import Holding, ModelShape, NodeState
+from service.core.state import RouterState, evolve
+
+
+@on(ev.NodeJoined)
+def _node_joined(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.NodeJoined)
+    node = NodeState(
+        name=e.node, incarnation=e.incarnation, url=e.url, pid=e.pid, cpus=e.cpus, ram_bytes=e.ram_bytes,
+        memory_bytes=e.memory_bytes, models_max=e.models_max, gpus=tuple(e.gpus), joined_at=rec.recorded_at,
+    )  # fmt: skip
+    return evolve(state, nodes={**state.nodes, e.node: node})
+
+
+@on(ev.NodeLost)
+def _node_lost(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.NodeLost)
+    node = state.nodes.get(e.node)
+    if node is None or node.incarnation != e.incarnation or node.lost:
+        return state  # an older incarnation's loss, or told twice: nothing changes
+    lost = evolve(node, lost=True, lost_at=rec.recorded_at, lost_by=e.detected_by)
+    return evolve(state, nodes={**state.nodes, e.node: lost})
+
+
+@on(ev.ModelMeasured)
+def _model_measured(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.ModelMeasured)
+    model = ensure_model(state, rec)
+    if model is None:
+        return state
+    shape = ModelShape(
+        path=e.path, weights_bytes=e.weights_bytes, n_layer=e.n_layer, n_embd=e.n_embd, n_head_kv=e.n_head_kv,
+        n_embd_head_k=e.n_embd_head_k, n_embd_head_v=e.n_embd_head_v, n_vocab=e.n_vocab,
+        n_ctx_train=e.n_ctx_train, sliding_window=e.sliding_window, swa_layers=e.swa_layers,
+    )  # fmt: skip
+    return put_model(state, model.replace(shape=shape))
+
+
+def source_node(rec: ev.Recorded) -> str | None:
+    """The node that wrote ``rec`` (None: a service without ``--node``)."""
+    node = rec.source.get("node")
+    return node if isinstance(node, str) and node else None
+
+
+def after(before: RouterState, state: RouterState, rec: ev.Recorded) -> RouterState:
+    """What an event's node adds to its handler's result (see the module doc)."""
+    node = source_node(rec)
+    e = rec.event
+    if node is None or not isinstance(e, (ev.ModelDiscovered, ev.DownloadFinished, ev.ModelRemoved,
+                                          ev.DownloadRequested)):  # fmt: skip
+        return state
+    model = model_of(state, rec)
+    if model is None:
+        return state
+    if isinstance(e, ev.DownloadRequested):
+        job = model.jobs.get(e.job_id)
+        if job is None:
+            return state
+        return put_model(state, model.replace(jobs={**model.jobs, e.job_id: evolve(job, node=node)}))
+    if isinstance(e, ev.ModelRemoved):
+        return _removed_on(before, state, rec, node)
+    path = e.path if isinstance(e, ev.ModelDiscovered) else primary_path(e.files)
+    holding = Holding(path=path, files=tuple(e.files), size=sum(f.size for f in e.files))
+    return put_model(state, model.replace(holders={**model.holders, node: holding}))
+
+
+def _removed_on(before: RouterState, state: RouterState, rec: ev.Recorded, node: str) -> RouterState:
+    model = model_of(state, rec)
+    previous = model_of(before, rec)
+    if model is None or previous is None:
+        return state
+    holders = {name: h for name, h in previous.holders.items() if name != node}
+    if not holders or model.instance is not None:
+        return put_model(state, model.replace(holders=holders))
+    # Another node still holds the files: the model stays available, with that node's copy.
+    _, other = sorted(holders.items())[0]
+    kept = previous.replace(holders=holders, path=other.path, files=other.files, size=other.size)
+    return put_model(state, kept)

@@ -1,0 +1,58 @@
+"""The cluster's part of the fold: nodes, which node holds a model's files, a model's shape.
+
+Values only (see :mod:`service.core.state`, which uses them); the handlers are
+:mod:`service.core.fold_nodes`. Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from service.core.event_base import FileRef
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One incarnation of a node, as its ``node_joined`` said; ``lost`` once another node found
+    its lock free (``node_lost``)."""
+
+    name: str
+    incarnation: str
+    url: str
+    pid: int = 0
+    cpus: int = 0
+    ram_bytes: int = 0
+    memory_bytes: int = 0
+    models_max: int = 0
+    gpus: tuple[str, ...] = ()
+    joined_at: datetime | None = None
+    lost: bool = False
+    lost_at: datetime | None = None
+    lost_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """A model's files on one node (its own cache or models dir)."""
+
+    path: str | None
+    files: tuple[FileRef, ...] = ()
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The GGUF header facts a memory estimate needs (``model_measured``)."""
+
+    path: str
+    weights_bytes: int
+    n_layer: int
+    n_embd: int
+    n_head_kv: int
+    n_embd_head_k: int
+    n_embd_head_v: int
+    n_vocab: int
+    n_ctx_train: int
+    sliding_window: int = 0
+    swa_layers: int = 0

@@ -1,0 +1,69 @@
+"""Reading a model's GGUF header before its first placement, and this node's memory budget.
+
+Both are observations the core cannot make: the header (file I/O, in a
+thread) becomes ``model_measured`` through the interpreter, so placement
+reads the need from the fold; the budget (the machine's RAM, or a
+container's cgroup limit, less ``--models-memory-margin``) is read once at
+start and handed to every decision as a fact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import structlog
+
+from service.core.cluster import own_view
+from service.core.measuring import decide_measured, to_measure
+from service.core.memory import parse_margin
+from service.live_state import LiveState
+from service.llamacpp.gguf_shape import NotMeasurable, measure
+from service.settings import Settings
+from service.supervision.interpreter import Interpreter
+
+_log = structlog.get_logger(__name__)
+_CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
+_READ_TIMEOUT = 10.0  # a header read that takes longer (a hung network mount) is given up: placed by count
+
+
+def machine_memory(cgroup_limit: Path = _CGROUP_LIMIT) -> int:
+    """The RAM this process may use: the machine's, or its cgroup v2 limit when lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        text = cgroup_limit.read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(text)) if text.isdigit() else total  # "max": no limit
+
+
+def memory_budget(settings: Settings) -> int:
+    """The bytes this node's models may use: its memory less the margin."""
+    total = settings.memory_bytes or machine_memory()
+    return max(total - parse_margin(settings.models_memory_margin, total), 0)
+
+
+class Measurer:
+    """Reads each model file's header once; a file that cannot be read is placed by count alone."""
+
+    def __init__(self, live: LiveState, interpreter: Interpreter, node: str | None = None) -> None:
+        self._live = live
+        self._node = node  # in a cluster, only the files this node holds can be read here
+        self._interpreter = interpreter
+        self._unreadable: set[str] = set()
+
+    async def ensure(self, name: str) -> None:
+        """Record ``name``'s shape in the log unless it is there already."""
+        wanted = to_measure(own_view(self._live.state, self._node), name)
+        if wanted is None or wanted.path in self._unreadable:
+            return
+        try:
+            measured = await asyncio.wait_for(
+                asyncio.to_thread(measure, Path(wanted.path), wanted.weights_bytes), _READ_TIMEOUT
+            )
+        except (NotMeasurable, TimeoutError) as exc:
+            self._unreadable.add(wanted.path)
+            _log.warning("model_not_measured", model=wanted.model, path=wanted.path, reason=str(exc) or "timed out")
+            return
+        await self._interpreter.apply(lambda s: decide_measured(own_view(s, self._node), measured, wanted.model))

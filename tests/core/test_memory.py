@@ -1,0 +1,63 @@
+"""A model's memory need from its GGUF header's facts: weights, KV cache, compute buffer, overhead."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.core.memory import WORKER_OVERHEAD, estimate, need_bytes, parse_margin
+from service.core.node_state import ModelShape
+
+# A Llama-3-8B-like header: 32 layers, 8 KV heads of 128, 128256 tokens, 8192 trained context.
+LLAMA = ModelShape(path="m.gguf", weights_bytes=4_920_000_000, n_layer=32, n_embd=4096, n_head_kv=8,
+                   n_embd_head_k=128, n_embd_head_v=128, n_vocab=128256, n_ctx_train=8192)  # fmt: skip
+
+
+def test_the_kv_cache_is_every_slot_times_the_context_times_each_layers_keys_and_values() -> None:
+    need = estimate(LLAMA, {"n_ctx": 4096, "n_parallel": 4})
+    assert need.kv_cache == 4 * 4096 * 32 * 8 * (128 + 128) * 2  # f16: 2 bytes, 2 GiB in all
+    assert need.weights == LLAMA.weights_bytes and need.overhead == WORKER_OVERHEAD
+    assert need.compute == 4 * 512 * (128256 + 4 * 4096 + 4096)
+    assert need.total == need.weights + need.kv_cache + need.compute + need.overhead
+
+
+def test_the_worker_defaults_apply_and_the_context_is_capped_to_the_trained_one() -> None:
+    assert estimate(LLAMA, {}).kv_cache == estimate(LLAMA, {"n_ctx": 4096, "n_parallel": 4}).kv_cache
+    assert (
+        estimate(LLAMA, {"n_ctx": 0, "n_parallel": 1}).kv_cache
+        == estimate(LLAMA, {"n_ctx": 8192, "n_parallel": 1}).kv_cache
+    )
+    assert estimate(LLAMA, {"n_ctx": 100_000, "n_parallel": 1}).kv_cache == 8192 * 32 * 8 * 256 * 2
+
+
+def test_an_embedding_worker_runs_one_slot() -> None:
+    assert estimate(LLAMA, {"embedding": True}).kv_cache == estimate(LLAMA, {"n_parallel": 1}).kv_cache
+
+
+def test_quantized_cache_types_shrink_the_kv_cache() -> None:
+    f16 = estimate(LLAMA, {"n_parallel": 1}).kv_cache
+    q8 = estimate(LLAMA, {"n_parallel": 1}, {"cache-type-k": "q8_0", "cache-type-v": "q8_0"}).kv_cache
+    assert q8 == int(f16 * (34 / 32) / 2)
+
+
+def test_sliding_window_layers_keep_only_their_window_and_one_batch() -> None:
+    gemma = ModelShape(path="g.gguf", weights_bytes=1, n_layer=6, n_embd=640, n_head_kv=1, n_embd_head_k=256,
+                       n_embd_head_v=256, n_vocab=262144, n_ctx_train=32768, sliding_window=512, swa_layers=5)  # fmt: skip
+    per_cell = 1 * (256 + 256) * 2
+    assert estimate(gemma, {"n_ctx": 8192, "n_parallel": 1}).kv_cache == (1 * 8192 + 5 * (512 + 512)) * per_cell
+
+
+def test_a_model_not_measured_needs_nothing_known() -> None:
+    assert need_bytes(None, {}) == 0
+
+
+@pytest.mark.parametrize(("text", "total", "expected"), [
+    ("10%", 1000, 100), ("0%", 1000, 0), ("2G", 0, 2 * 1024**3), ("512M", 0, 512 * 1024**2), ("1234", 0, 1234),
+])  # fmt: skip
+def test_a_margin_is_bytes_or_a_share_of_the_memory(text: str, total: int, expected: int) -> None:
+    assert parse_margin(text, total) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "150%", "-1G", ""])
+def test_a_bad_margin_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_margin(text, 1000)

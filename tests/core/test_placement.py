@@ -1,0 +1,222 @@
+"""Placement: where (and whether) a model runs, by count and by memory, on one node and on many.
+
+Given events (with the node that wrote them), when the planner decides, then
+these starts, evictions and refusals. No fixtures: the fold of a short log.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from service.core import cluster, placement
+from service.core import events as ev
+from service.core import instance_decisions as decide
+from service.core.demand_queue import Demanded, Queue, edit
+from service.core.errors import CommandRejected
+from service.core.fold import replay
+from service.core.placement import NodeBudget
+from service.core.scheduling import Demand, SlotFacts, plan_slots
+from service.core.state import RouterState
+from tests.core.examples import example
+from tests.core.test_lifecycles import T0
+
+GiB = 1024**3
+Entry = tuple[ev.Event, str | None, str | None]  # event, model, node that wrote it
+
+
+def recorded(*entries: Entry, after: RouterState | None = None) -> list[ev.Recorded]:
+    """Recorded events one second apart, positioned after ``after``'s last one."""
+    out = []
+    first = 1 if after is None else after.position + 1
+    for i, (event, model, node) in enumerate(entries, start=first):
+        source = {"kind": "router", "node": node} if node else {"kind": "router"}
+        out.append(ev.Recorded(i, f"e{i}", model, event, source, T0 + timedelta(seconds=i)))
+    return out
+
+
+def held(name: str, node: str | None = None, *, layers: int = 4, pinned: bool = False) -> list[Entry]:
+    """``name`` on disk (on ``node``), measured: ``layers`` makes its KV cache, hence its need, grow."""
+    files = ({"path": f"/m/{name}.gguf", "size": GiB},)
+    shape = example(ev.ModelMeasured, path=f"/m/{name}.gguf", weights_bytes=GiB, n_layer=layers, n_head_kv=8,
+                    n_embd_head_k=128, n_embd_head_v=128, n_ctx_train=8192)  # fmt: skip
+    out: list[Entry] = [(ev.ModelDiscovered(source="models_dir", path=f"/m/{name}.gguf", files=files, size=GiB),
+                         name, node), (shape, name, node)]  # fmt: skip
+    if pinned:
+        out.append((ev.ModelConfigured(pinned=True), name, node))
+    return out
+
+
+def ready(name: str, node: str | None = None) -> list[Entry]:
+    iid = f"i-{name}"
+    return [
+        (example(ev.InstanceRequested, instance_id=iid, node=node), name, node),
+        (example(ev.InstanceLoading, instance_id=iid), name, node),
+        (example(ev.InstanceReady, instance_id=iid, endpoint=f"http://worker-{name}"), name, node),
+    ]
+
+
+def joined(node: str, memory: int, models_max: int = 4) -> list[Entry]:
+    event = example(ev.NodeJoined, node=node, incarnation=f"{node}-1", url=f"http://{node}:8080",
+                    memory_bytes=memory, models_max=models_max)  # fmt: skip
+    return [(event, None, node)]
+
+
+def world(*groups: list[Entry]) -> RouterState:
+    return replay(recorded(*(e for group in groups for e in group)))
+
+
+def need(state: RouterState, name: str) -> int:
+    return placement.model_need(state.models[name])
+
+
+def one_node(memory: int | None, models_max: int = 4, busy: dict[str, int] | None = None) -> SlotFacts:
+    return SlotFacts(models_max=models_max, busy=busy or {}, nodes=(NodeBudget(None, models_max, memory),))
+
+
+class TestOneNodeByMemory:
+    def test_a_model_that_fits_the_free_memory_starts(self) -> None:
+        state = world(held("a"), held("b"), ready("a"))
+        plan = plan_slots(state, [Demand("b")], one_node(need(state, "a") + need(state, "b")))
+        assert [d.model for d in plan.start] == ["b"] and plan.evict == ()
+
+    def test_a_free_slot_is_not_enough_when_memory_is_short_the_lru_model_is_evicted(self) -> None:
+        state = world(held("a"), held("b"), held("c"), ready("a"), ready("b"))
+        memory = need(state, "a") + need(state, "b")  # full: two slots of four used
+        plan = plan_slots(state, [Demand("c")], one_node(memory))
+        assert plan.start == () and plan.evict == ("a",)  # a is the least recently used
+
+    def test_only_as_many_models_are_evicted_as_the_need_takes_oldest_first(self) -> None:
+        state = world(held("a"), held("b"), held("c"), held("big", layers=64), ready("a"), ready("b"), ready("c"))
+        memory = need(state, "a") + need(state, "big")  # one small one evicted is not enough, two are
+        plan = plan_slots(state, [Demand("big")], one_node(memory))
+        assert plan.evict == ("a", "b")  # ...two are, and the newest stays
+
+    def test_a_pinned_model_is_never_evicted_the_next_oldest_goes(self) -> None:
+        state = world(held("a", pinned=True), held("b"), held("c"), ready("a"), ready("b"))
+        plan = plan_slots(state, [Demand("c")], one_node(need(state, "a") + need(state, "b")))
+        assert plan.evict == ("b",)
+
+    def test_a_busy_model_is_not_evicted_the_demand_waits_in_order(self) -> None:
+        state = world(held("a"), held("b"), held("c"), ready("a"))
+        facts = one_node(need(state, "a"), busy={"a": 1})
+        assert plan_slots(state, [Demand("b"), Demand("c")], facts) == plan_slots(state, [], facts)
+
+    def test_a_model_not_measured_yet_is_placed_by_count_alone(self) -> None:
+        state = world(held("a"), ready("a"))
+        found = ev.ModelDiscovered(
+            source="models_dir", path="/m/x.gguf", files=({"path": "/m/x.gguf", "size": 1},), size=1
+        )
+        state = replay(recorded((found, "x", None), after=state), state)
+        assert placement.model_need(state.models["x"]) == 0
+        plan = plan_slots(state, [Demand("x")], one_node(need(state, "a")))
+        assert [d.model for d in plan.start] == ["x"]
+
+
+class TestRefusedAtOnce:
+    def _facts(self, memory: int) -> decide.Facts:
+        limits = decide.Limits(models_max=4, queue_timeout=60, max_queued_requests=0, load_timeout=300)
+        return decide.Facts(limits=limits, now=T0, mono=0.0, memory=memory)
+
+    def test_a_load_that_cannot_fit_even_after_evicting_everything_is_refused_naming_need_and_free(self) -> None:
+        state = world(held("a", pinned=True), held("big", layers=64), ready("a"))
+        memory = need(state, "a") + need(state, "big") - 1  # fits only if the pinned model went
+        with pytest.raises(CommandRejected) as refused:
+            decide.decide_load(state, Queue(), "big", "load", self._facts(memory), _Fresh())
+        assert refused.value.code == "insufficient_memory"
+        assert refused.value.extra["need_bytes"] == need(state, "big")
+        assert refused.value.extra["free_bytes"] == memory - need(state, "a")
+        assert str(need(state, "big")) in refused.value.message
+
+    def test_a_request_is_refused_the_same_way_instead_of_waiting(self) -> None:
+        state = world(held("big", layers=64))
+        with pytest.raises(CommandRejected, match="needs") as refused:
+            decide.decide_acquire(state, Queue(), "big", autoload=True, mine=None,
+                                  facts=self._facts(need(state, "big") - 1), deadline=60)  # fmt: skip
+        assert refused.value.code == "insufficient_memory"
+
+    def test_one_that_fits_after_evicting_unpinned_models_is_not_refused(self) -> None:
+        state = world(held("a"), held("b"), ready("a"))
+        made = decide.decide_load(state, Queue(), "b", "load", self._facts(need(state, "b")), _Fresh())
+        stops = [a.event for a in made.events if isinstance(a.event, ev.InstanceStopRequested)]
+        assert [s.instance_id for s in stops] == ["i-a"]
+
+
+class _Fresh:
+    def new_id(self) -> str:
+        return "i-new"
+
+    def free_port(self) -> int:
+        return 9999
+
+
+class TestManyNodes:
+    def _facts(self, node: str, memory: int) -> decide.Facts:
+        limits = decide.Limits(models_max=4, queue_timeout=60, max_queued_requests=0, load_timeout=300)
+        return decide.Facts(limits=limits, now=T0, mono=0.0, node=node, memory=memory)
+
+    def test_a_model_only_another_node_holds_is_requested_on_that_node_without_a_local_spawn(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "b"))
+        queue = edit(Queue(), Demanded("m", "autoload", 0.0, waiter=True, autoload=True))
+        made = decide.decide_plan(state, queue, self._facts("a", 8 * GiB), _Fresh())
+        requested = [a.event for a in made.events if isinstance(a.event, ev.InstanceRequested)]
+        assert [(r.node, r.port) for r in requested] == [("b", 0)]  # b picks its own port
+        assert not any(isinstance(e, decide.Spawn) for e in made.effects)  # b's supervisor spawns it
+
+    def test_the_node_that_holds_the_files_comes_first_even_with_less_free_memory(self) -> None:
+        state = world(joined("a", 64 * GiB), joined("b", 8 * GiB), held("m", "b"))
+        plan = plan_slots(state, [Demand("m")], _cluster_facts(state, "a", 64 * GiB))
+        assert plan.where == {"m": "b"}
+
+    def test_among_holders_one_that_fits_beats_one_that_must_evict(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("x", "a"), held("m", "a"), held("m", "b"),
+                      ready("x", "a"))  # fmt: skip
+        tight = need(state, "x") + need(state, "m") - 1
+        plan = plan_slots(state, [Demand("m")], _cluster_facts(state, "a", tight))
+        assert plan.where == {"m": "b"} and plan.evict == ()
+
+    def test_a_lost_node_is_not_used_and_its_instances_are_closed_once(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "a"), held("m", "b"), ready("m", "b"))
+        closing = cluster.on_node_lost(state, "b", "b-1", detected_by="a")
+        assert [(type(c.event).__name__, c.event_id) for c in closing] == [
+            ("NodeLost", "node_lost:b-1"), ("InstanceLost", "instance_lost:i-m")]  # fmt: skip
+        state = replay(recorded(*[(c.event, c.model, "a") for c in closing], after=state), state)
+        assert state.nodes["b"].lost and state.models["m"].instance is None
+        assert cluster.on_node_lost(state, "b", "b-1", detected_by="a") == []  # told once
+        plan = plan_slots(state, [Demand("m")], _cluster_facts(state, "a", 8 * GiB))
+        assert plan.where == {"m": "a"}
+
+    def test_two_nodes_deciding_on_the_same_state_request_one_instance(self) -> None:
+        """The second decision is taken again on the state after the first (LiveState.decide):
+        the model then has an instance, and nothing more is requested anywhere."""
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "a"), held("m", "b"))
+        queue = edit(Queue(), Demanded("m", "autoload", 0.0, waiter=True, autoload=True))
+        first = decide.decide_plan(state, queue, self._facts("a", 8 * GiB), _Fresh())
+        state = replay(recorded(*[(a.event, a.model, "a") for a in first.events], after=state), state)
+        second = decide.decide_plan(state, queue, self._facts("b", 8 * GiB), _Fresh())
+        assert len(first.events) == 1 and second.events == ()
+
+    def test_each_node_sees_only_its_own_instances_and_files(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "a"), held("n", "b"), ready("n", "b"))
+        mine = cluster.own_view(state, "a")
+        assert mine.models["n"].instance is None and not mine.models["n"].available
+        assert mine.models["m"].available and mine.models["m"].path == "/m/m.gguf"
+        assert cluster.own_view(state, None) is state
+
+
+def _cluster_facts(state: RouterState, node: str, memory: int) -> SlotFacts:
+    budgets = cluster.budgets(state, node, NodeBudget(node, 4, memory))
+    return SlotFacts(models_max=4, busy={}, nodes=budgets)
+
+
+class TestHoldersInTheFold:
+    def test_a_model_removed_on_one_node_stays_available_with_the_other_nodes_copy(self) -> None:
+        state = world(held("m", "a"), held("m", "b"))
+        assert set(state.models["m"].holders) == {"a", "b"}
+        state = replay(recorded((ev.ModelRemoved(files=("/m/m.gguf",)), "m", "b"), after=state), state)
+        assert set(state.models["m"].holders) == {"a"} and state.models["m"].available
+
+    def test_without_nodes_nothing_is_recorded_per_node(self) -> None:
+        state = world(held("m"))
+        assert state.models["m"].holders == {} and state.models["m"].available

@@ -1,0 +1,156 @@
+"""Two ``modelrouter serve --node`` processes on 127.0.0.1, two homes and model dirs, one PostgreSQL log.
+
+Node ``a`` holds ``tiny-a`` and ``tiny-s``; node ``b`` holds ``tiny-b`` and ``tiny-s`` and has more
+memory, so ``tiny-s`` goes to ``b`` first. Every request goes through node ``a`` with the API key:
+what ``b`` serves is forwarded there (streaming too). Then ``b`` is killed with SIGKILL: ``a``
+records ``node_lost`` and the lost instance within 10 s and places ``tiny-s`` again, on itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from devtools.postgres_server import PostgresServer
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
+from service.cluster.membership import RECONNECT_GRACE
+from service.supervision.ports import free_port
+from tests.eventually import eventually
+
+KEY = "cluster-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+GiB = 1024**3
+CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
+
+
+def _node(root: Path, name: str, url: str, models: tuple[str, ...], memory: int) -> ServiceProcess:
+    folder = root / f"models-{name}"
+    for i, model in enumerate(models):
+        write_tiny_gguf(folder / f"{model}.gguf", seed=i)
+    port = int(url.rsplit(":", 1)[1])
+    env = {"MODELROUTER_MODELS_DIR": str(folder), "MODELROUTER_MEMORY_BYTES": str(memory),
+           "MODELROUTER_MODELS_MEMORY_MARGIN": "0"}  # fmt: skip
+    return ServiceProcess(root / f"home-{name}", port=port, env=env, args=["--api-key", KEY])
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServiceProcess, ServiceProcess]]:
+    root = tmp_path_factory.mktemp("cluster")
+    url = pg_server.create_database("cluster_two_nodes", template="modelrouter_template")
+    a_url, b_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    a = _node(root, "a", a_url, ("tiny-a", "tiny-s"), 4 * GiB)
+    b = _node(root, "b", b_url, ("tiny-b", "tiny-s"), 8 * GiB)
+    for proc, name, advertised in ((a, "a", a_url), (b, "b", b_url)):
+        proc.args += ["--database-url", url, "--node", name, "--advertise-url", advertised]
+    a.start(timeout=60)
+    b.start(timeout=60)
+    try:
+        yield a, b
+    finally:
+        b.stop()
+        a.stop()
+
+
+def _get(svc: ServiceProcess, path: str, **params: Any) -> Any:
+    return httpx.get(f"{svc.url}{path}", params=params, headers=AUTH, timeout=30).json()
+
+
+def _events(svc: ServiceProcess, **params: Any) -> list[dict[str, Any]]:
+    return list(_get(svc, "/events", limit=1000, **params)["events"])
+
+
+def _entry(svc: ServiceProcess, model: str) -> dict[str, Any]:
+    return next(m for m in _get(svc, "/models")["data"] if m["id"] == model)
+
+
+def _chat(svc: ServiceProcess, model: str) -> httpx.Response:
+    return httpx.post(f"{svc.url}/v1/chat/completions", json={"model": model, **CHAT}, headers=AUTH, timeout=90)
+
+
+@pytest.mark.timeout(300)
+def test_two_nodes_place_forward_and_survive_a_kill(
+    cluster: tuple[ServiceProcess, ServiceProcess], pg_server: PostgresServer
+) -> None:
+    a, b = cluster
+    nodes = eventually(lambda: (n := _get(a, "/nodes")["data"]) and len(n) == 2 and n, "both nodes joined")
+    assert [(n["name"], n["state"]) for n in nodes] == [("a", "up"), ("b", "up")]
+    assert {n["name"]: n["holds"] for n in nodes} == {"a": ["tiny-a", "tiny-s"], "b": ["tiny-b", "tiny-s"]}
+    assert _get(b, "/nodes")["node"] == "b" and len(_get(b, "/nodes")["data"]) == 2, "any node answers for all"
+    assert {e["source"]["node"] for e in _events(a, node="b")} == {"b"}
+    env = {**os.environ, "MODELROUTER_URL": a.url, "MODELROUTER_API_KEY": KEY, "COLUMNS": "200"}
+    printed = subprocess.run([sys.executable, "-m", "service.cli", "nodes"], env=env, capture_output=True,
+                             text=True, timeout=60, check=True).stdout  # fmt: skip
+    rows = {line.split()[0]: line.split() for line in printed.splitlines()[1:] if line.strip()}
+    assert rows["a"][1:3] == ["(this)", "up"] and rows["b"][1] == "up", printed
+
+    # A model only b holds, asked of a: placed on b (an event b acts on), then forwarded, key included.
+    assert _chat(a, "tiny-b").status_code == 200
+    requested = _events(a, type="instance_requested", model="tiny-b")
+    assert [(e["data"]["node"], e["source"]["node"]) for e in requested] == [("b", "a")]
+    assert _entry(a, "tiny-b")["status"]["node"] == "b" and _entry(b, "tiny-b")["status"]["node"] == "b"
+    assert _entry(a, "tiny-s")["held_by"] == ["a", "b"] and _entry(a, "tiny-a")["held_by"] == ["a"]
+    client = openai.OpenAI(base_url=f"{a.url}/v1", api_key=KEY)
+    stream = client.chat.completions.create(model="tiny-b", stream=True, **CHAT)  # type: ignore[call-overload]
+    chunks = list(stream)
+    assert len(chunks) >= 2 and chunks[-1].choices[0].finish_reason is not None
+    served = _events(b, type="request_completed", model="tiny-b")
+    assert any(e["data"]["stream"] for e in served), "b streamed it"
+    assert {e["source"]["node"] for e in served} == {"b"} and len(served) == 2, "recorded once, by the node serving it"
+    unauthorised = httpx.post(f"{a.url}/v1/chat/completions", json={"model": "tiny-b", **CHAT}, timeout=30)
+    assert unauthorised.status_code == 401
+
+    # Both nodes get the same burst for tiny-s at once: one decision wins, one worker, on b (more memory).
+    statuses: list[int] = []
+    burst = [threading.Thread(target=lambda s=s: statuses.append(_chat(s, "tiny-s").status_code))
+             for s in (a, b, a, b, a, b)]  # fmt: skip
+    for t in burst:
+        t.start()
+    for t in burst:
+        t.join()
+    assert statuses == [200] * 6
+    started = _events(a, type="instance_requested", model="tiny-s")
+    assert [e["data"]["node"] for e in started] == ["b"], started
+
+    # The database restarts under the cluster: b keeps serving its loaded model meanwhile; afterwards
+    # both nodes take their locks again, nobody is recorded lost, and forwarding works again.
+    pg_server.stop("immediate")
+    try:
+        during = _chat(b, "tiny-s")
+    finally:
+        pg_server.start()
+    assert during.status_code == 200, during.text
+    for svc in (a, b):
+        eventually(lambda s=svc: httpx.get(f"{s.url}/health", timeout=5).status_code == 200, "healthy", timeout=60)
+    assert _chat(a, "tiny-s").status_code == 200
+    for svc in (a, b):  # each node's first pass over the others' locks after its grace (RECONNECT_GRACE)
+        eventually(
+            lambda s=svc: "node_watch_resumed" in s.log_text(), "the watch resumed", timeout=RECONNECT_GRACE + 60
+        )
+    assert _events(a, type="node_lost") == [] and [n["state"] for n in _get(b, "/nodes")["data"]] == ["up", "up"]
+
+    # kill -9 of b: a records node_lost and the lost instances within 10 s, then serves tiny-s itself.
+    lost_instance = _entry(a, "tiny-s")["status"]["instance"]["instance_id"]
+    b.kill9()
+    killed = time.monotonic()
+    lost = eventually(lambda: _events(a, type="node_lost"), "node_lost", timeout=10, interval=0.1)
+    assert time.monotonic() - killed < 10
+    assert lost[0]["data"]["node"] == "b" and lost[0]["data"]["detected_by"] == "a"
+    ended = _events(a, type="instance_lost", model="tiny-s")
+    assert [e["data"]["instance_id"] for e in ended] == [lost_instance] and ended[0]["data"]["reason"] == "node_lost"
+    assert [n["state"] for n in _get(a, "/nodes")["data"]] == ["up", "lost"]
+    assert _chat(a, "tiny-s").status_code == 200
+    assert _entry(a, "tiny-s")["status"]["node"] == "a"
+    assert [e["data"]["node"] for e in _events(a, type="instance_requested", model="tiny-s")] == ["b", "a"]
