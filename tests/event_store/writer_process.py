@@ -32,6 +32,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--synchronous", default="FULL")
     parser.add_argument("--seconds", type=float, default=None, help="stop after this long instead of --batches")
+    parser.add_argument("--min-batches", type=int, default=0, help="with --seconds: at least this many, however slow")
     parser.add_argument("--writer-kind", choices=("store", "worker"), default="store")
     args = parser.parse_args()
     source = {"kind": "test_writer", "writer": args.writer}
@@ -42,7 +43,7 @@ def main() -> int:
     locked = 0
     deadline = None if args.seconds is None else time.monotonic() + args.seconds
     for batch in range(args.batches):
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and batch >= args.min_batches and time.monotonic() > deadline:
             break
         job = f"w{args.writer}-b{batch}"
         events = [
