@@ -18,7 +18,7 @@ from service.api.schemas import (
     ProgressView,
 )
 from service.core.events import FileRef
-from service.core.fold_support import projector_path
+from service.core.model_spec import projector_path
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
 from service.llamacpp.options import command_line, model_tags, preset_ini
