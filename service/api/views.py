@@ -19,8 +19,8 @@ from service.api.schemas import (
     ProgressView,
 )
 from service.core.events import FileRef
-from service.core.fold_support import projector_path
 from service.core.memory import estimate
+from service.core.model_spec import projector_path
 from service.core.server_mode import ROUTER, ServerMode, listed
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time

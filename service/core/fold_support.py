@@ -76,12 +76,6 @@ def failure(kind: FailureKind, reason: str, message: str, at: datetime, **extra:
     return Failure(kind=kind, reason=reason, message=message, at=at, **extra)
 
 
-def projector_path(files: Iterable[ev.FileRef]) -> str | None:
-    """The model's multimodal projector (an ``mmproj*.gguf`` among its files), if it has one."""
-    paths = sorted(f.local_path for f in files if f.path.endswith(".gguf") and "mmproj" in f.path.lower())
-    return paths[0] if paths else None
-
-
 def primary_path(files: Iterable[ev.FileRef]) -> str | None:
     # The first non-mmproj GGUF (for split models, part 1 sorts first).
     paths = sorted(f.local_path for f in files if f.path.endswith(".gguf") and "mmproj" not in f.path.lower())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 DEFAULT_QUANTS: tuple[str, ...] = ("Q4_K_M", "Q8_0")
 
@@ -333,3 +334,19 @@ def _best_mmproj(listing: Sequence[FileEntry], model_path: str, quant: str | Non
         if best is None or rank > best[0]:
             best = (rank, f)
     return best[1] if best else None
+
+
+class _LocalFile(Protocol):
+    @property
+    def path(self) -> str: ...
+    @property
+    def local_path(self) -> str: ...
+
+
+def projector_path(files: Iterable[_LocalFile]) -> str | None:
+    """The model's multimodal projector (an ``mmproj*.gguf`` among its files), if it has one.
+
+    Not in ``fold_support`` with ``primary_path``: the fold does not use it (GET /models and
+    the worker's ``--mmproj`` do), and the fold's code is fingerprinted (FOLD_VERSION)."""
+    paths = sorted(f.local_path for f in files if f.path.endswith(".gguf") and "mmproj" in f.path.lower())
+    return paths[0] if paths else None

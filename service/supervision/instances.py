@@ -32,7 +32,7 @@ from service.core import instance_lifecycle as lifecycle
 from service.core import scheduling
 from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Waiting, edit
 from service.core.errors import CommandRejected
-from service.core.fold_support import projector_path
+from service.core.model_spec import projector_path
 from service.core.processes import ProcessExit
 from service.core.state import InstanceStatus, ModelState, RouterState
 from service.live_state import LiveState
