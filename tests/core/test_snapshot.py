@@ -151,7 +151,7 @@ FINGERPRINTS = {
     # 7 on another branch: ("3866472c1a1ca1f4", "18189863a8592433"), sleep (asleep_since, sleep_idle_seconds)
     8: ("c83db6cc07060c74", "34c120b2f5b7f538"),  # keep_alive and sleep (projector_path: a helper, same behaviour)
     # 7 on the cluster branch: ("5a09f659afeaa49b", "6cadef7995c8accf"), nodes, holders, shapes, pinned
-    9: ("6ebb41060c960b4f", "68f8c330635cc932"),  # keep_alive, sleep and the cluster
+    9: ("6ebb41060c960b4f", "cc0b98b1d095647f"),  # keep_alive, sleep and the cluster
 }
 
 
