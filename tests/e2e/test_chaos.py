@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -339,8 +339,22 @@ def _check_run(svc: ServiceProcess, hub: HubServer, tally: Tally) -> dict[str, i
     return _check_log(svc)
 
 
+@pytest.fixture
+def services() -> Iterator[list[ServiceProcess]]:
+    """The services a test started: stopped at its end even when an assertion failed midway."""
+    started: list[ServiceProcess] = []
+    yield started
+    for svc in started:
+        svc.stop()
+
+
+def _up(services: list[ServiceProcess], svc: ServiceProcess) -> ServiceProcess:
+    services.append(svc)
+    return svc.start()
+
+
 @pytest.mark.timeout(int(RUN1_SECONDS * 2 + 600))
-def test_chaos_then_kill9(hub: HubServer, tmp_path: Path) -> None:
+def test_chaos_then_kill9(hub: HubServer, tmp_path: Path, services: list[ServiceProcess]) -> None:
     print(f"\nchaos seed {SEED} (replay with MODELROUTER_CHAOS_SEED={SEED})")
     rng = random.Random(SEED)
     repos = []
@@ -355,7 +369,7 @@ def test_chaos_then_kill9(hub: HubServer, tmp_path: Path) -> None:
     home = tmp_path / "home"
 
     # Run 1: chaos, then the invariants.
-    svc = ServiceProcess(home, env=env).start()
+    svc = _up(services, ServiceProcess(home, env=env))
     tally = Tally()
     chaos = Chaos(svc, hub, repos, rng, tally)
     chaos.start()
@@ -370,7 +384,7 @@ def test_chaos_then_kill9(hub: HubServer, tmp_path: Path) -> None:
     _verify(home)
 
     # Run 2: chaos again, the service killed -9 at a random moment, restarted.
-    svc = ServiceProcess(home, port=svc.port, env=env).start()
+    svc = _up(services, ServiceProcess(home, port=svc.port, env=env))
     tally = Tally()
     chaos = Chaos(svc, hub, repos, rng, tally)
     chaos.start()
@@ -379,7 +393,7 @@ def test_chaos_then_kill9(hub: HubServer, tmp_path: Path) -> None:
     chaos.finish()
     assert tally.bad == [], (tally.bad[:10], _bugs(svc))
     assert _no_orphans(home) == []
-    svc = ServiceProcess(home, port=svc.port, env=env).start()
+    svc = _up(services, ServiceProcess(home, port=svc.port, env=env))
     tally = Tally()  # only the checks after the restart
     counts = _check_run(svc, hub, tally)
     print(f"run 2 after kill -9: {counts}")
