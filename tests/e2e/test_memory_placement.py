@@ -20,7 +20,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from service.core.memory import estimate
 from service.core.node_state import ModelShape
 from service.llamacpp.gguf_shape import measure
-from tests.supervision.conftest import events, model_entry, wait_for_event
+from tests.service_probes import events, model_entry, wait_for_event
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
 HUGE_PARALLEL = 4096  # KV cache for 4096 slots: far more than the budget
