@@ -26,7 +26,7 @@ from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
 
 KEY = "sk-chat-test"
-CTX = 1024
+CTX = 1024  # with -np 1 one slot holds it all (llama-server shares -c out among the slots)
 WEATHER = {
     "type": "function",
     "function": {
@@ -54,7 +54,7 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     tiny = write_tiny_gguf(models / "vision" / "vision.gguf", n_ctx=CTX)
     (models / "vision" / "mmproj-F16.gguf").write_bytes(tiny.read_bytes())
     with ServiceProcess(
-        root / "home", args=["--models-dir", str(models), "--jinja", "--api-key", KEY, "-c", str(CTX)]
+        root / "home", args=["--models-dir", str(models), "--jinja", "--api-key", KEY, "-c", str(CTX), "-np", "1"]
     ) as proc:
         yield proc
 
