@@ -130,7 +130,8 @@ def test_health_says_loading_model_until_the_single_model_is_ready(hub: HubServe
     "Loading model", "type": "unavailable_error"}}`` until its model is loaded (server-context.cpp),
     then 200. The download is held up at the Hub to see it."""
     repo = gguf_repo(hub, tiny, "slow")
-    hub.set_faults({"kind": "stall", "repo": repo, "path": "slow-Q8_0.gguf", "at_fraction": 0.5, "seconds": 6})
+    # Held until the test saw the 503 (hub.reset() releases it): a slow start-up cannot miss the window.
+    hub.set_faults({"kind": "stall", "repo": repo, "path": "slow-Q8_0.gguf", "at_fraction": 0.5, "seconds": 300})
     svc = ServiceProcess(tmp_path / "home", args=["-hf", repo], env={"HF_ENDPOINT": hub.url})
     starting = threading.Thread(target=svc.start, kwargs={"timeout": 120}, daemon=True)
     starting.start()
@@ -144,6 +145,7 @@ def test_health_says_loading_model_until_the_single_model_is_ready(hub: HubServe
 
         wait_until(loading, "/health answering 503 while the model downloads", timeout=60)
         assert seen[-1].json()["error"] == {"code": 503, "message": "Loading model", "type": "unavailable_error"}
+        hub.reset()  # the download goes on
         starting.join(120)  # start() returns once /health answers 200: the model is loaded
         assert httpx.get(f"{svc.url}/health", timeout=10).status_code == 200
         assert _status(svc.url, f"{repo}:Q8_0") == "loaded"
