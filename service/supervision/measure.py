@@ -52,16 +52,9 @@ class Measurer:
         self._node = node  # in a cluster, only the files this node holds can be read here
         self._interpreter = interpreter
         self._unreadable: set[str] = set()
-        # One at a time, first come first served (asyncio's lock is FIFO): a request joins the queue as
-        # soon as its ensure returns, so requests keep their arrival order however long a read takes.
-        self._order = asyncio.Lock()
 
     async def ensure(self, name: str) -> None:
         """Record ``name``'s shape in the log unless it is there already."""
-        async with self._order:
-            await self._ensure(name)
-
-    async def _ensure(self, name: str) -> None:
         wanted = to_measure(own_view(self._live.state, self._node), name)
         if wanted is None or wanted.path in self._unreadable:
             return
