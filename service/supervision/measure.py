@@ -58,6 +58,10 @@ class Measurer:
         wanted = to_measure(own_view(self._live.state, self._node), name)
         if wanted is None or wanted.path in self._unreadable:
             return
+        if not Path(wanted.path).is_file():  # decided at once, with no await: the request keeps its place
+            self._unreadable.add(wanted.path)
+            _log.warning("model_not_measured", model=wanted.model, path=wanted.path, reason="not a regular file")
+            return
         try:
             measured = await asyncio.wait_for(
                 asyncio.to_thread(measure, Path(wanted.path), wanted.weights_bytes), _READ_TIMEOUT
