@@ -7,7 +7,6 @@ get it could not append ``instance_ready``, and the service's NOTIFY tail would 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 
 from devtools.postgres_server import PASSWORD
 from devtools.service_process import ServiceProcess
+from tests.eventually import eventually
 from tests.service_probes import inference_children, model_entry, wait_for_event
 
 
@@ -28,10 +28,8 @@ def test_a_worker_appends_to_the_postgresql_log_with_the_password_kept_off_its_c
         assert httpx.post(f"{svc.url}/models/load", json={"model": "tiny-a"}, timeout=30).status_code == 200
         ready = wait_for_event(svc, "instance_ready", timeout=90)
         assert ready["source"]["kind"] == "inference_worker", ready
-        deadline = time.monotonic() + 30  # the event is in the log: now the service's tail folds it
-        while model_entry(svc, "tiny-a")["status"]["value"] != "loaded":
-            assert time.monotonic() < deadline, model_entry(svc, "tiny-a")
-            time.sleep(0.05)
+        # The event is in the log: now the service's tail folds it.
+        eventually(lambda: model_entry(svc, "tiny-a")["status"]["value"] == "loaded", "tiny-a loaded", timeout=30)
         (worker,) = inference_children(svc)
         argv = worker.cmdline()
         assert "--database-url" in argv and "--db" not in argv

@@ -4,23 +4,13 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-
-def _wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.eventually import eventually
 
 
 def _events(raw: bytes) -> list[Any]:
@@ -46,7 +36,7 @@ def test_a_stream_outlives_its_client_and_replays(spawn_worker: Any, tiny_gguf: 
         found = httpx.post(url + "/v1/streams/lookup", json={"conversation_ids": ["c1"]}, timeout=30).json()
         return found[0] if found and found[0]["is_done"] else None
 
-    done = _wait_for(finished, "the generation to finish without its client")
+    done = eventually(finished, "the generation to finish without its client")
     whole = httpx.get(url + "/v1/stream", params={"conv_id": "c1", "from": 0}, timeout=60)
     assert whole.status_code == 200 and whole.headers["content-type"] == "text/event-stream"
     assert whole.content.startswith(head) and len(whole.content) == done["total_bytes"]
@@ -71,7 +61,7 @@ def test_delete_stops_the_generation_and_a_new_stream_replaces_the_old(spawn_wor
     busy = httpx.get(url + "/slots", timeout=30).json()[0]
     assert busy["is_processing"], "still generating after its client left"
     assert httpx.delete(url + "/v1/stream", params={"conv_id": "long"}, timeout=30).status_code == 204
-    _wait_for(lambda: not httpx.get(url + "/slots", timeout=30).json()[0]["is_processing"], "the slot to be freed")
+    eventually(lambda: not httpx.get(url + "/slots", timeout=30).json()[0]["is_processing"], "the slot to be freed")
     assert httpx.get(url + "/slots", timeout=30).json()[0]["next_token"][0]["n_decoded"] < 3000
     bad = httpx.get(url + "/v1/stream", params={"conv_id": "long", "from": "x"}, timeout=30)
     assert bad.status_code == 404, "deleted streams are forgotten"
