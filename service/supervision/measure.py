@@ -15,8 +15,9 @@ from pathlib import Path
 
 import structlog
 
+from service.core import events as ev
 from service.core.cluster import own_view
-from service.core.measuring import decide_measured, to_measure
+from service.core.measuring import ToMeasure, decide_measured, to_measure
 from service.core.memory import parse_margin
 from service.live_state import LiveState
 from service.llamacpp.gguf_shape import NotMeasurable, measure
@@ -45,13 +46,17 @@ def memory_budget(settings: Settings) -> int:
 
 
 class Measurer:
-    """Reads each model file's header once; a file that cannot be read is placed by count alone."""
+    """Reads each model file's header once; a file that cannot be read is placed by count alone.
+
+    Reads run in threads, side by side, but each caller gets its answer in arrival order: a request
+    whose header read finished first must not join the queue ahead of one that arrived before it."""
 
     def __init__(self, live: LiveState, interpreter: Interpreter, node: str | None = None) -> None:
         self._live = live
         self._node = node  # in a cluster, only the files this node holds can be read here
         self._interpreter = interpreter
         self._unreadable: set[str] = set()
+        self._last_turn: asyncio.Future[None] | None = None  # the latest caller still reading
 
     async def ensure(self, name: str) -> None:
         """Record ``name``'s shape in the log unless it is there already."""
@@ -62,12 +67,35 @@ class Measurer:
             self._unreadable.add(wanted.path)
             _log.warning("model_not_measured", model=wanted.model, path=wanted.path, reason="not a regular file")
             return
+        earlier, mine = self._last_turn, asyncio.get_running_loop().create_future()
+        self._last_turn = mine
         try:
-            measured = await asyncio.wait_for(
+            measured = await self._read(wanted)
+            if earlier is not None:
+                await asyncio.shield(earlier)  # the callers before this one answer first
+            if measured is not None:
+                await self._interpreter.apply(
+                    lambda s: decide_measured(own_view(s, self._node), measured, wanted.model)
+                )
+        finally:
+            _end_turn(mine, earlier)
+            if self._last_turn is mine:
+                self._last_turn = None
+
+    async def _read(self, wanted: ToMeasure) -> ev.ModelMeasured | None:
+        try:
+            return await asyncio.wait_for(
                 asyncio.to_thread(measure, Path(wanted.path), wanted.weights_bytes), _READ_TIMEOUT
             )
         except (NotMeasurable, TimeoutError) as exc:
             self._unreadable.add(wanted.path)
             _log.warning("model_not_measured", model=wanted.model, path=wanted.path, reason=str(exc) or "timed out")
-            return
-        await self._interpreter.apply(lambda s: decide_measured(own_view(s, self._node), measured, wanted.model))
+            return None
+
+
+def _end_turn(mine: asyncio.Future[None], earlier: asyncio.Future[None] | None) -> None:
+    """Let the next caller go, but never before the earlier ones (a cancelled caller keeps the chain)."""
+    if earlier is None or earlier.done():
+        mine.set_result(None)
+    else:
+        earlier.add_done_callback(lambda _: _end_turn(mine, None) if not mine.done() else None)

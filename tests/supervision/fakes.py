@@ -163,8 +163,11 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0, what: str =
 
 
 @asynccontextmanager
-async def rig(tmp_path: Path, models: Sequence[str] = ("a", "b", "c"), **settings: object) -> AsyncIterator[Rig]:
-    """Models on disk (``model_discovered``), a supervisor, its run loop."""
+async def rig(
+    tmp_path: Path, models: Sequence[str] = ("a", "b", "c"), files: Mapping[str, Path] | None = None, **settings: object
+) -> AsyncIterator[Rig]:
+    """Models on disk (``model_discovered``), a supervisor, its run loop. A model named in ``files`` is that
+    real file (its header is read before its first placement); the others are paths that do not exist."""
     db = tmp_path / "log.db"
     upgrade(db)
     store = AsyncEventStore(db, source={"kind": "router"}, synchronous="NORMAL")
@@ -181,8 +184,10 @@ async def rig(tmp_path: Path, models: Sequence[str] = ("a", "b", "c"), **setting
     )  # fmt: skip
     the_rig = Rig(sup, live, clock, spawner)
     live.add_listener(lambda r, _s: the_rig.log.append((r.type, r.model)))
+    paths = {m: str((files or {}).get(m, f"/m/{m}.gguf")) for m in models}
+    sizes = {m: Path(paths[m]).stat().st_size if m in (files or {}) else 1 for m in models}
     await live.record([
-        NewEvent(ev.ModelDiscovered(source="models_dir", path=f"/m/{m}.gguf", files=({"path": f"/m/{m}.gguf", "size": 1},), size=1), model=m) for m in models
+        NewEvent(ev.ModelDiscovered(source="models_dir", path=paths[m], files=({"path": paths[m], "size": sizes[m]},), size=sizes[m]), model=m) for m in models
     ])  # fmt: skip
     runner = asyncio.create_task(sup.run())
     try:

