@@ -51,6 +51,9 @@ class LoadError(Exception):
         self.message = message
 
 
+_installed: Any = None  # the ctypes callback llama.cpp holds now (see LlamaLog.install)
+
+
 class LlamaLog:
     """Receives llama.cpp's log through ``llama_log_set``.
 
@@ -65,7 +68,6 @@ class LlamaLog:
         self._lines: collections.deque[tuple[int, str]] = collections.deque(maxlen=keep)
         self._lock = threading.Lock()
         self._last_level = LOG_INFO
-        self._c_callback: Any = None  # must stay referenced while installed
 
     def install(self) -> None:
         llama_cpp = lowlevel()
@@ -74,7 +76,11 @@ class LlamaLog:
         def _callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
             self._on_log(level, text.decode("utf-8", errors="replace") if text else "")
 
-        self._c_callback = _callback
+        # llama_log_set is process-wide and outlives this object: if the callback were collected while
+        # installed, llama.cpp's next log line (a model's free, say) would jump into freed memory (a
+        # SIGSEGV seen in the suite when a test dropped its LlamaLog). So the module keeps it.
+        global _installed
+        _installed = _callback
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
 
     def _on_log(self, level: int, text: str) -> None:
