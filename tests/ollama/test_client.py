@@ -305,6 +305,9 @@ def test_copy_gives_a_model_a_second_name_until_that_name_is_deleted(
     assert client.generate(model="my-chat", prompt="hello", options=GREEDY).done
     assert httpx.post(f"{svc.url}/models/reload", timeout=30).status_code == 200
     assert _aliases_in_models(svc, "chat") == ["my-chat"]  # a reload re-reads the sources, not the log's names
+    svc.stop()
+    svc.start()  # the same home: its log is replayed, and the name with it
+    assert client.show("my-chat").template == CHATML_TEMPLATE and _aliases_in_models(svc, "chat") == ["my-chat"]
     assert client.delete("my-chat").status == "success"  # that name only
     assert [e["data"] for e in events(svc, type="model_alias_removed", model="chat")] == [{"alias": "my-chat"}]
     names = {m.model for m in client.list().models}
