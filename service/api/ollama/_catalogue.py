@@ -24,6 +24,7 @@ OLLAMA_VERSION = "0.33.0"
 """The Ollama release whose ``docs/api.md`` and ``api/types.go`` these routes follow; clients
 that check for a minimum version see that they may use what it documents."""
 _TAGS = ["ollama"]
+_DONE = "Done: an empty body, as Ollama answers (its clients read the status only)"
 
 
 def find_model(state: RouterState, name: str) -> ModelState:
@@ -74,6 +75,8 @@ async def show(data: o.ModelBody, live: LiveState) -> o.Shown:
     operation_id="ollamaDelete",
     tags=_TAGS,
     status_code=HTTP_200_OK,
+    media_type=MediaType.TEXT,
+    response_description=_DONE,
     responses=ollama_errors(400, 401, 404, 409, 503),
 )
 async def delete_model(
@@ -91,7 +94,13 @@ async def delete_model(
 
 
 @post(
-    "/copy", operation_id="ollamaCopy", tags=_TAGS, status_code=HTTP_200_OK, responses=ollama_errors(400, 401, 404, 409)
+    "/copy",
+    operation_id="ollamaCopy",
+    tags=_TAGS,
+    status_code=HTTP_200_OK,
+    media_type=MediaType.TEXT,
+    response_description=_DONE,
+    responses=ollama_errors(400, 401, 404, 409),
 )
 async def copy(data: o.CopyBody, instances: InstanceSupervisor) -> Response[bytes]:
     """Ollama's copy: ``destination`` becomes another name of the ``source`` model (``model_aliased``),
