@@ -109,6 +109,7 @@ def write_tiny_gguf(
     split_max_tensors: int = 0,
     fim: bool = False,
     chat_template: str | None = CHATML_TEMPLATE,
+    reply: str | None = None,
 ) -> Path:
     """Write a tiny random-weight llama-layout GGUF and return its path.
 
@@ -120,7 +121,8 @@ def write_tiny_gguf(
     ``split_max_tensors`` > 0 writes llama.cpp's split layout instead (see
     :func:`write_split_tiny_gguf`). ``fim=True`` adds the three FIM control
     tokens (:data:`FIM_TOKENS`) and names them in the ``fim_*_token_id`` keys.
-    ``chat_template`` None writes none (llama-server then uses ChatML).
+    ``chat_template`` None writes none (llama-server then uses ChatML). ``reply`` forces the
+    answer: see :func:`_force_reply`.
     """
     if n_embd % n_head:
         raise ValueError("n_embd must be divisible by n_head")
@@ -151,6 +153,10 @@ def write_tiny_gguf(
         w.add_uint32(gguf.Keys.Tokenizer.FIM_PRE_ID, FIM_PRE_ID)
         w.add_uint32(gguf.Keys.Tokenizer.FIM_SUF_ID, FIM_SUF_ID)
         w.add_uint32(gguf.Keys.Tokenizer.FIM_MID_ID, FIM_MID_ID)
+    if reply is not None:
+        tokens.append(reply)
+        scores.append(0.0)
+        types.append(int(gguf.TokenType.USER_DEFINED))  # detokenized as written, spaces and all
     n_vocab = len(tokens)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
@@ -171,27 +177,57 @@ def write_tiny_gguf(
     def norm() -> np.ndarray:
         return np.ones(n_embd, dtype=np.float32)
 
+    def into_residual(rows: int, cols: int) -> np.ndarray:
+        # A layer's output projections; zero with a forced reply (see _force_reply).
+        weights = mat(rows, cols)
+        return np.zeros_like(weights) if reply is not None else weights
+
     # numpy shape is (rows, cols) = ggml ne reversed: (out_features, in_features).
-    w.add_tensor("token_embd.weight", mat(n_vocab, n_embd))
+    embd, output = mat(n_vocab, n_embd), mat(n_vocab, n_embd)
+    if reply is not None:
+        _force_reply(embd, output, n_vocab - 1)
+    w.add_tensor("token_embd.weight", embd)
     w.add_tensor("output_norm.weight", norm())
-    w.add_tensor("output.weight", mat(n_vocab, n_embd))
+    w.add_tensor("output.weight", output)
     for i in range(n_layer):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", norm())
         w.add_tensor(p + "attn_q.weight", mat(n_embd, n_embd))
         w.add_tensor(p + "attn_k.weight", mat(n_embd, n_embd))
         w.add_tensor(p + "attn_v.weight", mat(n_embd, n_embd))
-        w.add_tensor(p + "attn_output.weight", mat(n_embd, n_embd))
+        w.add_tensor(p + "attn_output.weight", into_residual(n_embd, n_embd))
         w.add_tensor(p + "ffn_norm.weight", norm())
         w.add_tensor(p + "ffn_gate.weight", mat(n_ff, n_embd))
         w.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
-        w.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
+        w.add_tensor(p + "ffn_down.weight", into_residual(n_embd, n_ff))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+NEWLINE_ID = len(_SPECIAL) + ord("\n")
+
+
+def _force_reply(embd: np.ndarray, output: np.ndarray, reply_id: int) -> None:
+    """Make the model answer the ``reply`` token after a newline, then ``<|im_end|>``, whatever came
+    before: with the attention and feed-forward outputs zeroed (the caller does), each next token
+    depends on the last one only, through its embedding and the output matrix. The newline and the
+    reply token get orthogonal unit embeddings, and the output rows of their successors point along
+    them: a logit of 32 (RMS norm scales a unit vector by sqrt(64) = 8, times 4) against the random
+    rows' ~0.5, so greedy and sampled answers alike are the reply. A ChatML generation prompt ends
+    with a newline (``<|im_start|>assistant\n``), so any chat is answered with the reply: a tool
+    call written in the chat template's syntax is one the worker's parser reads every time."""
+    embd[NEWLINE_ID] = 0
+    embd[NEWLINE_ID, 0] = 1
+    embd[reply_id] = 0
+    embd[reply_id, 1] = 1
+    output[reply_id] = 0
+    output[reply_id, 0] = 4
+    output[IM_END_ID] = 0
+    output[IM_END_ID, 1] = 4
 
 
 # WordPiece (llama.cpp's "bert" tokenizer): "\u2581x" starts a word, "x" continues one.

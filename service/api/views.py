@@ -132,7 +132,7 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
     need = None if model.shape is None else estimate(model.shape, model.config.params, model.config.args)
     return ModelEntry(
         id=model.name,
-        aliases=list(model.config.aliases),
+        aliases=list(model.aliases),
         tags=model_tags(model.config.args),
         object="model",
         owned_by="modelrouter",

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from service.core.alias_events import ModelAliased as ModelAliased
+from service.core.alias_events import ModelAliasRemoved as ModelAliasRemoved
 from service.core.event_base import JSON as JSON
 from service.core.event_base import Event as Event
 from service.core.event_base import FileRef as FileRef
@@ -390,7 +392,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,
         InstanceLoadFailed, InstanceStopRequested, InstanceStopped, InstanceCrashed, InstanceLost, SleepEnded,
         RequestCompleted,
-        NodeJoined, NodeLost, ModelMeasured,
+        NodeJoined, NodeLost, ModelMeasured, ModelAliased, ModelAliasRemoved,
     )
 }  # fmt: skip
 """Registry: stable type string -> current event class."""

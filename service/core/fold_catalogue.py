@@ -89,6 +89,28 @@ def _removed(state: RouterState, rec: ev.Recorded) -> RouterState:
             anomalies=state.anomalies + 1,
             last_anomaly=f"#{rec.position}: model_removed for {model.name!r} with a live instance",
         )
-    return put_model(
-        state, model.replace(available=False, files=(), path=None, size=0, failed=False, asleep_since=None)
+    # Its files are gone, and so are the names Ollama's copy gave it (a copy has no files of its own).
+    gone = model.replace(
+        available=False, files=(), path=None, size=0, failed=False, asleep_since=None, added_aliases=()
     )
+    return put_model(state, gone)
+
+
+@on(ev.ModelAliased)
+def _aliased(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.ModelAliased)
+    model = model_of(state, rec)
+    if model is None or e.alias in model.added_aliases:
+        return state
+    return put_model(state, model.replace(added_aliases=(*model.added_aliases, e.alias)))
+
+
+@on(ev.ModelAliasRemoved)
+def _alias_removed(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.ModelAliasRemoved)
+    model = model_of(state, rec)
+    if model is None or e.alias not in model.added_aliases:
+        return state
+    return put_model(state, model.replace(added_aliases=tuple(a for a in model.added_aliases if a != e.alias)))

@@ -231,6 +231,7 @@ class ModelState:
     asleep_n_ctx: int | None = None  # the context of the instance that went to sleep, for /props meanwhile
     holders: Mapping[str, Holding] = field(default_factory=dict)  # cluster: node -> its files of the model
     shape: ModelShape | None = None  # the GGUF header's facts for the memory estimate (model_measured)
+    added_aliases: tuple[str, ...] = ()  # names given by model_aliased (Ollama's copy); the presets' are config's
 
     @property
     def status(self) -> ModelStatus:
@@ -246,6 +247,11 @@ class ModelState:
         # A preset model with an hf-repo is loadable before its files exist: the
         # first load downloads them (llama.cpp #19351).
         return ModelStatus.UNLOADED if self.available or self.config.hf_repo else ModelStatus.ABSENT
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """Every other name of the model: its presets' aliases, then those added at run time."""
+        return self.config.aliases + self.added_aliases if self.added_aliases else self.config.aliases
 
     @property
     def listed(self) -> bool:
@@ -289,15 +295,18 @@ class RouterState:
         return sorted(jobs, key=lambda j: (j.requested_at is None, j.requested_at or datetime.min, j.job_id))
 
     def resolve(self, name_or_alias: str) -> ModelState | None:
-        """Find a model by canonical name, alias (from ``model_configured``), or
-        ``user/repo`` without its tag when exactly one listed ``user/repo:TAG``
-        exists. Several tags make the short name ambiguous: ``CommandRejected``
+        """Find a model by canonical name, alias (a preset's, from ``model_configured``, or one
+        added by ``model_aliased``), or ``user/repo`` without its tag when exactly one listed
+        ``user/repo:TAG`` exists. Several tags make the short name ambiguous: ``CommandRejected``
         (``conflict``, 409) listing them, never a guess."""
         found = self.models.get(name_or_alias)
         if found is not None:
             return found
         for model in self.models.values():
             if name_or_alias in model.config.aliases:
+                return model
+        for model in self.models.values():  # after the presets': a reload cannot make a name mean two models
+            if name_or_alias in model.added_aliases:
                 return model
         if ":" in name_or_alias or name_or_alias.count("/") != 1:
             return None

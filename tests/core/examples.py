@@ -16,6 +16,7 @@ from service.core import events as ev
 FILES = ({"path": "m-Q4_K_M.gguf", "size": 100, "sha256": "ab" * 32},)
 
 EXAMPLE_VALUES: dict[str, Any] = {
+    "alias": "mine",
     "architecture": "llama",
     "bytes": 100,
     "bytes_done": 50,

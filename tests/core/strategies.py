@@ -27,6 +27,7 @@ _KEY_FIELDS = {
     "exit_code": st.one_of(st.none(), st.integers(-9, 3)),
     "signal": st.one_of(st.none(), st.just(9)),
     "progress": st.floats(0, 1),
+    "alias": st.sampled_from(["fast", "mine"]),
     "aliases": st.lists(st.sampled_from(["fast", "small"]), max_size=2).map(tuple),
 }
 

@@ -81,7 +81,7 @@ def test_round_trip_covers_every_field_with_non_default_values() -> None:
         active_job="j1", last_job="j1", jobs={"j1": job}, instance=instance, failed=True,
         last_error=Failure(kind=FailureKind.CRASH, reason="crashed", message="m", at=T, signal=9, status_code=137,
                            first_request=True, stderr_tail="boom"),
-        crash_count=2, first_request_crashes=1, last_used=T,
+        crash_count=2, first_request_crashes=1, last_used=T, added_aliases=("mine",),
         config=ModelConfig(aliases=("fast", "small"), params={"temp": 0.5}, ttl_seconds=60.0, restart="on_failure",
                            load_on_startup=True),
     )  # fmt: skip
@@ -128,13 +128,15 @@ PINNED_TYPES = frozenset(
         "download_finished", "download_failed", "download_cancel_requested", "download_cancelled",
         "download_interrupted", "instance_requested", "instance_loading", "loading_progress", "instance_ready",
         "instance_load_failed", "instance_stop_requested", "instance_stopped", "instance_crashed", "instance_lost",
-        "request_completed", "models_reloaded", "instance_stats",
+        "request_completed", "models_reloaded", "instance_stats", "model_aliased", "model_alias_removed",
     }
 )  # fmt: skip
 # v1 re-pinned without a bump: shared stopped/lost handler, evolve(), import style (same behaviour).
 # v2: transitions checked against the lifecycle tables, anomalies counted, progress_at.
 # v3: ModelConfig carries llama.cpp's options (args, ignored, hf_repo, hidden...); models_reloaded.
 # v4: Instance.stats from instance_stats (the batch engine's load, for GET /models).
+# v10: ModelState.added_aliases (model_aliased, model_alias_removed; model_removed drops them); the
+# alias types are pinned from v10 on.
 # v7: nodes (node_joined/node_lost), holders per node, a model's shape, instances and jobs by node, pin.
 FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances, fold_nodes)
 FINGERPRINTS = {
@@ -152,6 +154,7 @@ FINGERPRINTS = {
     8: ("c83db6cc07060c74", "34c120b2f5b7f538"),  # keep_alive and sleep (projector_path: a helper, same behaviour)
     # 7 on the cluster branch: ("5a09f659afeaa49b", "6cadef7995c8accf"), nodes, holders, shapes, pinned
     9: ("6ebb41060c960b4f", "cc0b98b1d095647f"),  # keep_alive, sleep and the cluster
+    10: ("842816effcb47a78", "8e7ab6ad199a22b3"),  # names added by Ollama's copy (added_aliases)
 }
 
 

@@ -13,10 +13,13 @@ import pytest
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
-from devtools.tiny_gguf import write_tiny_gguf
+from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
 from tests.conftest_hub import hub_server, unique_repo
 
 __all__ = ["hub_server"]
+
+WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+"""What the ``tools`` model answers to any chat: a tool call in its (Hermes) template's syntax."""
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +28,8 @@ def ollama_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_tiny_gguf(root / "chat.gguf", seed=3)
     write_tiny_gguf(root / "spare.gguf", seed=4)
     write_tiny_gguf(root / "fim.gguf", seed=5, fim=True)  # FIM tokens: generate with a suffix
+    # A template that writes tools, and weights that answer every chat with a call (room for the tools' prompt).
+    write_tiny_gguf(root / "tools.gguf", seed=6, chat_template=TOOLS_TEMPLATE, n_ctx=1024, reply=WEATHER_CALL)
     return root
 
 

@@ -192,11 +192,13 @@ def test_pull_streams_progress_then_the_model_chats_and_deletes(client: ollama.C
     assert layers[-1].digest == f"sha256:{digest}" and layers[-1].status == f"pulling {digest[:12]}"
     reply = client.chat(model=f"hf.co/{name}", messages=HI, options={"num_predict": 2}, stream=False)
     assert reply.eval_count is not None and reply.eval_count >= 1
-    assert client.delete(name).status == "success"
-    assert name not in {m.model for m in client.list().models}
-    with pytest.raises(ollama.ResponseError) as gone:
-        client.delete(name)
-    assert gone.value.status_code == 404
+    assert client.copy(name, "pulled-copy").status == "success"
+    assert client.delete(name).status == "success"  # the model: its copies' names go with it
+    assert not {name, "pulled-copy"} & {m.model for m in client.list().models}
+    for gone_name in (name, "pulled-copy"):
+        with pytest.raises(ollama.ResponseError) as gone:
+            client.delete(gone_name)
+        assert gone.value.status_code == 404
 
 
 def _published(client: ollama.Client, name: str) -> tuple[int, str]:
@@ -280,3 +282,86 @@ def test_images_without_a_projector_are_refused_by_the_worker(client: ollama.Cli
     with pytest.raises(ollama.ResponseError) as refused:
         client.chat(model="chat", messages=[{"role": "user", "content": "what is it?", "images": [png]}])
     assert refused.value.status_code == 400 and refused.value.error
+
+
+def _aliases_in_models(svc: ServiceProcess, model: str) -> list[str]:
+    listed = httpx.get(f"{svc.url}/v1/models", timeout=10).json()["data"]
+    return next(m["aliases"] for m in listed if m["id"] == model)
+
+
+def test_copy_gives_a_model_a_second_name_until_that_name_is_deleted(
+    client: ollama.Client, svc: ServiceProcess
+) -> None:
+    assert client.copy("chat", "my-chat:latest").status == "success"  # Ollama's default tag: the same name
+    again = httpx.post(f"{svc.url}/api/copy", json={"source": "chat", "destination": "my-chat"}, timeout=10)
+    assert (again.status_code, again.content) == (200, b"")  # Ollama's status-only answer; and no second event
+    assert [e["data"] for e in events(svc, type="model_aliased", model="chat")] == [{"alias": "my-chat"}]
+    listed = {m.model: m for m in client.list().models}
+    assert (listed["my-chat"].digest, listed["my-chat"].size) == (listed["chat"].digest, listed["chat"].size)
+    assert _aliases_in_models(svc, "chat") == ["my-chat"]  # as a preset's alias shows
+    assert client.show("my-chat").template == CHATML_TEMPLATE
+    by_alias = client.chat(model="my-chat:latest", messages=HI, options=GREEDY, stream=False)
+    assert by_alias.message.content == client.chat(model="chat", messages=HI, options=GREEDY).message.content
+    assert client.generate(model="my-chat", prompt="hello", options=GREEDY).done
+    assert httpx.post(f"{svc.url}/models/reload", timeout=30).status_code == 200
+    assert _aliases_in_models(svc, "chat") == ["my-chat"]  # a reload re-reads the sources, not the log's names
+    svc.stop()
+    svc.start()  # the same home: its log is replayed, and the name with it
+    assert client.show("my-chat").template == CHATML_TEMPLATE and _aliases_in_models(svc, "chat") == ["my-chat"]
+    assert client.delete("my-chat").status == "success"  # that name only
+    assert [e["data"] for e in events(svc, type="model_alias_removed", model="chat")] == [{"alias": "my-chat"}]
+    names = {m.model for m in client.list().models}
+    assert "chat" in names and "my-chat" not in names and _aliases_in_models(svc, "chat") == []
+    with pytest.raises(ollama.ResponseError) as gone:
+        client.chat(model="my-chat", messages=HI)
+    assert gone.value.status_code == 404
+
+
+def test_copy_refuses_a_taken_name_and_an_unknown_source(client: ollama.Client) -> None:
+    client.copy("spare", "spare-copy")
+    for source, taken in (("chat", "spare"), ("chat", "spare-copy"), ("spare", "chat")):
+        with pytest.raises(ollama.ResponseError) as refused:
+            client.copy(source, taken)
+        assert refused.value.status_code == 409 and "already names model" in refused.value.error
+    with pytest.raises(ollama.ResponseError) as missing:
+        client.copy("nope", "anything")
+    assert missing.value.status_code == 404 and missing.value.error == 'model "nope" not found, try pulling it first'
+    assert client.delete("spare-copy").status == "success"
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+ASK = [{"role": "user", "content": "weather in Paris?"}]
+CALL = {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+
+
+def _calls(message: ollama.Message) -> list[dict[str, Any]]:
+    return [
+        {"function": {"name": c.function.name, "arguments": dict(c.function.arguments)}}
+        for c in message.tool_calls or []
+    ]
+
+
+def test_tool_calls_through_chat_streamed_and_not(client: ollama.Client) -> None:
+    """The ``tools`` model answers every chat with ``WEATHER_CALL`` (devtools.tiny_gguf's forced reply),
+    in its Hermes template's syntax, which the worker parses into OpenAI's tool call."""
+    whole = client.chat(model="tools", messages=ASK, tools=[WEATHER], stream=False)
+    assert _calls(whole.message) == [CALL] and whole.message.content == "" and whole.done_reason == "stop"
+    parts = list(client.chat(model="tools", messages=ASK, tools=[WEATHER], stream=True))
+    assert [c for p in parts for c in _calls(p.message)] == [CALL]
+    assert parts[-1].done and not any(p.done for p in parts[:-1]) and parts[-1].eval_count == whole.eval_count
+    answer = {"role": "tool", "content": "sunny, 21 degrees", "tool_name": "get_weather"}
+    follow = client.chat(model="tools", messages=[*ASK, whole.message, answer], tools=[WEATHER], stream=False)
+    assert follow.done and _calls(follow.message) == [CALL]  # accepted, rendered, answered (the model knows one reply)
+
+
+def test_show_says_tools_only_for_a_template_that_knows_them(client: ollama.Client) -> None:
+    tools = client.show("tools").capabilities or []
+    assert "tools" in tools and "completion" in tools
+    assert "tools" not in (client.show("chat").capabilities or [])

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 
 from devtools.hub_server import HubServer
@@ -71,10 +70,14 @@ def _post(svc: ServiceProcess, path: str, body: dict[str, Any]) -> Any:
     return answer.json()
 
 
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
 def _answers(svc: ServiceProcess, repo: str) -> dict[str, Any]:
     chat = {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "options": GREEDY}
     generate = {"model": "chat", "prompt": "hi", "options": GREEDY}
     chat_lines, generate_lines = _lines(svc, "/api/chat", chat), _lines(svc, "/api/generate", generate)
+    calling = _lines(svc, "/api/chat", {**chat, "model": "tools", "tools": [WEATHER]})  # it always calls (conftest)
     pull = _lines(svc, "/api/pull", {"model": f"hf.co/{repo}:Q8_0"})
     return {
         "version": httpx.get(svc.url + "/api/version", timeout=10).json(),
@@ -82,6 +85,7 @@ def _answers(svc: ServiceProcess, repo: str) -> dict[str, Any]:
         "show": _post(svc, "/api/show", {"model": "chat"}),
         "chat_chunk": chat_lines[0],
         "chat_final": chat_lines[-1],
+        "chat_tool_call_chunk": next(line for line in calling if "tool_calls" in line["message"]),
         "chat_no_stream": _post(svc, "/api/chat", {**chat, "stream": False}),
         "generate_chunk": generate_lines[0],
         "generate_final": generate_lines[-1],
@@ -104,9 +108,9 @@ def answers(svc: ServiceProcess, hub_server: HubServer, tmp_path_factory: pytest
     return _answers(svc, publish_tiny(hub_server, tmp_path_factory.mktemp("contract")))
 
 
-LIVE = ["version", "tags", "show", "chat_chunk", "chat_final", "chat_no_stream", "generate_chunk", "generate_final",
-        "generate_no_stream", "ps", "embed", "embeddings", "pull_manifest", "pull_layer", "generate_load",
-        "chat_load", "generate_unload", "chat_unload"]  # fmt: skip
+LIVE = ["version", "tags", "show", "chat_chunk", "chat_final", "chat_tool_call_chunk", "chat_no_stream",
+        "generate_chunk", "generate_final", "generate_no_stream", "ps", "embed", "embeddings", "pull_manifest",
+        "pull_layer", "generate_load", "chat_load", "generate_unload", "chat_unload"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", LIVE)
@@ -120,21 +124,33 @@ def test_the_pull_ends_as_documented(answers: dict[str, Any]) -> None:
     assert ours == [s for s in documented if s != "removing any unused layers"]
 
 
-def test_a_tool_call_chunk_has_the_documented_shape() -> None:
-    """The tiny test models call no tools, so this renders a worker's OpenAI tool call through
-    the same translation the stream uses."""
-    from service.api.ollama._translate import chat_line, tool_calls_in  # the unit itself
+def test_a_tool_call_chunk_has_the_documented_shape(answers: dict[str, Any]) -> None:
+    """A live worker's call (the ``tools`` model's forced reply), not only the translation of one."""
+    documented = _fixture("chat_tool_call_chunk")["message"]["tool_calls"]
+    ours = answers["chat_tool_call_chunk"]["message"]["tool_calls"]
+    assert ours == [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]
+    assert [set(c["function"]) for c in ours] == [set(c["function"]) for c in documented]
 
-    calls = tool_calls_in([{"index": 0, "function": {"name": "get_weather", "arguments": '{"city": "Tokyo"}'}}])
-    ours = json.loads(msgspec.json.encode(chat_line("llama3.2", "2025-07-07T20:22:19Z", "", False, tool_calls=calls)))
-    documented = _fixture("chat_tool_call_chunk")
-    assert _missing(documented, ours) == []
-    assert ours["message"]["tool_calls"] == documented["message"]["tool_calls"]
+
+def test_copy_and_delete_answer_the_documented_status_only(svc: ServiceProcess) -> None:
+    """Ollama documents these by status: 200 (its server writes no body: an empty one), or 404 for
+    an unknown source or model."""
+    copied = httpx.post(f"{svc.url}/api/copy", json={"source": "chat", "destination": "contract-copy"}, timeout=10)
+    assert (copied.status_code, copied.content) == (200, b"")
+    deleted = httpx.request("DELETE", f"{svc.url}/api/delete", json={"model": "contract-copy"}, timeout=10)
+    assert (deleted.status_code, deleted.content) == (200, b"")
+    for method, path, body in (
+        ("POST", "/api/copy", {"source": "nope", "destination": "other"}),
+        ("DELETE", "/api/delete", {"model": "contract-copy"}),
+    ):
+        missing = httpx.request(method, svc.url + path, json=body, timeout=10)
+        assert missing.status_code == 404 and set(missing.json()) == {"error"}
 
 
 def test_every_route_has_a_fixture_or_a_reason() -> None:
     """A new route without a documented example to compare with fails here."""
     paths = {path for handler in OLLAMA_HANDLERS for path in handler.paths}
-    no_example = {"/delete", "/copy", "/create", "/push"}  # Ollama documents a status code only
+    status_only = {"/delete", "/copy"}  # Ollama documents a status code only: compared above
+    refused = {"/create", "/push"}  # no Modelfiles, no registry: test_client's errors test
     compared = {"/version", "/tags", "/show", "/chat", "/generate", "/ps", "/embed", "/embeddings", "/pull"}
-    assert paths == compared | no_example
+    assert paths == compared | status_only | refused

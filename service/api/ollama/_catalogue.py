@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, delete, get, head, post
+from litestar import MediaType, Request, Response, delete, get, head, post
 from litestar.params import Body, SkipValidation
 from litestar.status_codes import HTTP_200_OK
 
@@ -12,16 +12,19 @@ from service.api.ollama import _schemas as o
 from service.api.ollama._errors import ollama_errors
 from service.api.ollama._views import ps_view, show_view, tags_view
 from service.api.problems import Problem
+from service.core.aliases import add_alias, alias_owner, remove_alias
 from service.core.ollama import model_name
 from service.core.state import ModelState, RouterState
 from service.live_state import LiveState
 from service.supervision.effects import Clock
+from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
 
 OLLAMA_VERSION = "0.33.0"
 """The Ollama release whose ``docs/api.md`` and ``api/types.go`` these routes follow; clients
 that check for a minimum version see that they may use what it documents."""
 _TAGS = ["ollama"]
+_DONE = "Done: an empty body, as Ollama answers (its clients read the status only)"
 
 
 def find_model(state: RouterState, name: str) -> ModelState:
@@ -72,26 +75,44 @@ async def show(data: o.ModelBody, live: LiveState) -> o.Shown:
     operation_id="ollamaDelete",
     tags=_TAGS,
     status_code=HTTP_200_OK,
+    media_type=MediaType.TEXT,
+    response_description=_DONE,
     responses=ollama_errors(400, 401, 404, 409, 503),
 )
-async def delete_model(data: Annotated[o.ModelBody, Body()], live: LiveState, remover: ModelRemover) -> o.Empty:
-    """Delete a downloaded model's files (``DELETE /models``), stopping its worker first as Ollama does."""
-    found = find_model(live.state, data.named())
-    await remover.remove(found.name, force=True)
-    return o.Empty()
+async def delete_model(
+    data: Annotated[o.ModelBody, Body()], live: LiveState, remover: ModelRemover, instances: InstanceSupervisor
+) -> Response[bytes]:
+    """Delete a name. A name ``/api/copy`` gave: that name only (``model_alias_removed``), as Ollama's
+    delete of a copy; else the model's files (``DELETE /models``), stopping its worker first as
+    Ollama does, and with them the names copies gave it. Answers 200 with an empty body, as Ollama."""
+    name = model_name(data.named())
+    if alias_owner(live.state, name) is not None:
+        await instances.interpreter.apply(lambda state: remove_alias(state, name))
+    else:
+        await remover.remove(find_model(live.state, data.named()).name, force=True)
+    return _status_only()
 
 
-@post("/copy", operation_id="ollamaCopy", tags=_TAGS, status_code=HTTP_200_OK, responses=ollama_errors(400, 401, 404))
-async def copy(data: o.CopyBody, live: LiveState) -> o.Empty:
-    """Ollama copies a model under a new name; here a model has one name and its aliases come from
-    presets, so a copy of an existing model is refused with the way to get the same."""
-    found = find_model(live.state, data.source)
-    raise Problem(
-        400,
-        "not_supported",
-        f"modelrouter does not copy models: give {found.name!r} the alias {data.destination!r} "
-        "with `alias = ...` in its preset section instead",
-    )
+@post(
+    "/copy",
+    operation_id="ollamaCopy",
+    tags=_TAGS,
+    status_code=HTTP_200_OK,
+    media_type=MediaType.TEXT,
+    response_description=_DONE,
+    responses=ollama_errors(400, 401, 404, 409),
+)
+async def copy(data: o.CopyBody, instances: InstanceSupervisor) -> Response[bytes]:
+    """Ollama's copy: ``destination`` becomes another name of the ``source`` model (``model_aliased``),
+    listed, loaded, shown and deleted by that name. Answers 200 with an empty body, as Ollama."""
+    source, alias = model_name(data.source), model_name(data.destination)
+    await instances.interpreter.apply(lambda state: add_alias(state, source, alias))
+    return _status_only()
+
+
+def _status_only() -> Response[bytes]:
+    """Ollama's answer to a copy or a delete: 200 and nothing else (its clients read the status)."""
+    return Response(b"", status_code=HTTP_200_OK, media_type=MediaType.TEXT)
 
 
 def _hub_only(request: Request[Any, Any, Any]) -> Problem:

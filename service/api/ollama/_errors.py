@@ -18,7 +18,7 @@ _WHY = {
     400: "Invalid request (a field, an option, a duration)",
     401: "Missing or wrong API key",
     404: "No such model (or not on the Hub)",
-    409: "The model is busy being removed, loaded or downloaded, or the name is ambiguous",
+    409: "The model is busy being removed, loaded or downloaded, or the name is ambiguous or taken",
     413: "Request body too large",
     424: "The Hub could not be reached",
     503: "No model slot, the model failed, or the log is unavailable: retry later",

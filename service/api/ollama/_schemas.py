@@ -130,7 +130,7 @@ class RunningList(msgspec.Struct, frozen=True):
 
 
 class Empty(msgspec.Struct, frozen=True):
-    """``{}``: what a delete answers (Ollama's clients read only the status)."""
+    """``{}``: the declared answer of the routes that always refuse (``create``, ``push``)."""
 
 
 class Version(msgspec.Struct, frozen=True):

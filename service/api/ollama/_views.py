@@ -55,20 +55,18 @@ def on_disk(state: RouterState) -> list[ModelState]:
 
 
 def tags_view(state: RouterState) -> o.TagList:
-    """``GET /api/tags``."""
+    """``GET /api/tags``: one entry per name, as Ollama lists a copy beside its source: a model's own
+    name, then its aliases (its presets', then those ``/api/copy`` gave), the same file behind each."""
     models = []
     for m in on_disk(state):
         facts = gguf_facts(m.path)
-        models.append(
-            o.ListedModel(
-                name=m.name,
-                model=m.name,
-                modified_at=_modified(m),
-                size=m.size,
-                digest=digest(m),
-                details=details(m, facts),
+        shown = details(m, facts)
+        for name in (m.name, *m.aliases):
+            models.append(
+                o.ListedModel(
+                    name=name, model=name, modified_at=_modified(m), size=m.size, digest=digest(m), details=shown
+                )
             )
-        )
     return o.TagList(models=models)
 
 

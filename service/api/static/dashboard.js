@@ -9,7 +9,8 @@ const EVENT_TYPES = [
   "download_interrupted", "download_progress", "download_requested", "download_resumed",
   "download_started", "instance_crashed", "instance_load_failed", "instance_loading", "instance_lost",
   "instance_ready", "instance_requested", "instance_stats", "instance_stop_requested", "instance_stopped",
-  "loading_progress", "model_configured", "model_discovered", "model_measured", "model_removed", "models_reloaded",
+  "loading_progress", "model_alias_removed", "model_aliased", "model_configured", "model_discovered",
+  "model_measured", "model_removed", "models_reloaded",
   "node_joined", "node_lost", "partial_file_found", "partial_file_removed", "recovery_completed", "request_completed",
   "router_started", "router_stopped", "sleep_ended",
 ];
