@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, EmbedRequest
 from workers.inference.engine._errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
+from workers.inference.engine._media import decode_media, keep_whole_media, media_at, pos_delta, text_end
 from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
 from workers.inference.engine._protocol import FrontFactory, JobRunner
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
@@ -197,6 +198,8 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
         assert batch is not None and self.llm is not None
         if self.embedding_enabled:
             self.llm.set_embeddings(False)  # logits for the generating slots
+        if self.llm.projector is not None:
+            self._decode_media()
         batch.n = 0
         gen, chunks = self._fill(batch)
         if batch.n == 0:
@@ -243,13 +246,14 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
     def _launch(self, slot: Slot, req: Request, n_keep: int, now: float) -> None:
         """Start ``req`` in ``slot``, keeping the first ``n_keep`` cached tokens (prefix reuse)."""
         assert self.llm is not None
+        n_keep = keep_whole_media(req, n_keep)
         if n_keep < len(slot.cache) and not self.llm.seq_rm(slot.id, n_keep, -1):
             n_keep = 0
         if not self.llm.can_continue(slot.id, n_keep):
             n_keep = 0  # the sliding window before n_keep is gone: evaluate it all again
         if n_keep == 0:
             self.llm.seq_rm(slot.id, 0, -1)
-        slot.begin(req, n_keep, now)
+        slot.begin(req, n_keep, now, pos_delta(req, n_keep))
         self.metrics.on_admit(n_keep)
 
     def _release(self, slot: Slot, now: float, *, keep_cache: bool) -> None:
@@ -297,7 +301,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
                 s.truncated = True
                 self._finish(s, "length", now)  # the context is full (--context-shift makes room instead)
                 continue
-            s.batch_index = batch.add([s.pending], len(s.cache), s.id, True)
+            s.batch_index = batch.add([s.pending], len(s.cache) + s.pos_delta, s.id, True)
             gen.append(s)
         chunks: list[tuple[Slot, list[int]]] = []
         budget = min(self._budget, batch.capacity - batch.n)
@@ -305,13 +309,23 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
             if budget <= 0 or s.request is None:
                 break
             prompt, done = s.request.prompt, s.n_prompt_done
-            part = prompt[done : done + budget]
+            part = prompt[done : text_end(s.request, done, budget)]
+            if not part:
+                continue  # an image comes next: decoded at the start of the next step
             last = done + len(part) == len(prompt)
-            row = batch.add(part, done, s.id, last)
+            row = batch.add(part, done + s.pos_delta, s.id, last)
             s.batch_index = row if last else -1
             chunks.append((s, part))
             budget -= len(part)
         return gen, chunks
+
+    def _decode_media(self) -> None:
+        """Decode the image each prefilling slot has reached, before the step's text batch (engine._media)."""
+        for s in self.slots:
+            chunk = media_at(s) if s.state is SlotState.PROMPT else None
+            if chunk is not None and s.request is not None and (ret := decode_media(self.llm, s, chunk)) != 0:
+                self._reject(s.request, EngineFailed(f"llama_decode failed on an image ({ret})"))
+                self._release(s, time.monotonic(), keep_cache=False)
 
     def _commit(self, gen: list[Slot], chunks: list[tuple[Slot, list[int]]], now: float) -> None:
         assert self.llm is not None

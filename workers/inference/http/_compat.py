@@ -28,9 +28,10 @@ _CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-def compat_request(kind: str, body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
-    """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body."""
-    return chat_request(_CONVERT[kind](body), model_name)
+def compat_request(kind: str, body: dict[str, Any], model_name: str, *, media: bool = False) -> tuple[dict[str, Any], bool]:
+    """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body (``media``: as
+    :func:`~workers.inference.http._requests.chat_request`)."""
+    return chat_request(_CONVERT[kind](body), model_name, media=media)
 
 
 def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, result: dict[str, Any]) -> Any:

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +36,9 @@ from workers.inference.engine import (
 )
 from workers.inference.http._chat_template import TemplateOptions
 from workers.inference.http._errors import ApiError
+from workers.inference.http._requests import MediaInput
 from workers.inference.http._shapes import CompletionShaper
-from workers.inference.llama import LlamaModel, Tokenizer, TokenizingCancelled
+from workers.inference.llama import LlamaModel, MediaError, MediaPrompt, Tokenizer, TokenizingCancelled
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
 # The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
@@ -212,6 +213,24 @@ class CompletionFront:
             raise _too_long(f"{len(tokens)} tokens", limit, self.llm.n_ctx, len(tokens))
         return tokens
 
+    def media_prompt(self, prompt: str, files: Sequence[tuple[str, bytes]], *, add_bos: bool) -> MediaPrompt:
+        """A rendered chat with media markers, tokenized and its images encoded by the projector
+        (on this HTTP thread: see :mod:`workers.inference.llama._mtmd`); llama-server's errors as 400s."""
+        projector = self.llm.projector
+        for kind, _ in files:
+            if projector is None or not {"image": projector.vision, "audio": projector.audio}.get(kind, False):
+                raise MediaInput(kind)
+        try:
+            media: MediaPrompt = projector.prompt(prompt, [data for _, data in files], add_special=add_bos)
+        except MediaError as exc:
+            raise ApiError(400, str(exc)) from None
+        if len(media.tokens) > self.max_prompt_tokens:
+            n = len(media.tokens)
+            raise _too_long(f"{n} tokens", self.max_prompt_tokens, self.llm.n_ctx, n)
+        if media.tokens and media.tokens[-1] < 0:  # the engine samples after text, never after an image
+            raise ApiError(400, "the prompt must end with text after its last image")
+        return media
+
     def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
         return b"".join(self.llm.piece(t) for t in tokens)
 
@@ -250,10 +269,12 @@ class CompletionFront:
         mirostat_eta: float = 0.1,
         grammar: Any = None,
         logit_bias: dict[Any, float] | list[tuple[int | str, float]] | None = None,
+        media: MediaPrompt | None = None,
         **_ignored: Any,  # model, tfs_z, logits_processor, stopping_criteria: see docs/api.md
     ) -> Any:
-        """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming."""
-        tokens = self._prompt_tokens(prompt)
+        """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming
+        (``media``: the prompt's images, whose ``tokens`` are then the prompt: see :meth:`media_prompt`)."""
+        tokens = media.tokens if media is not None else self._prompt_tokens(prompt)
         params = SamplingParams(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
@@ -262,7 +283,7 @@ class CompletionFront:
             grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs),
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        req = self._submit(tokens, params, max_tokens or 0, stops)
+        req = self._submit(tokens, params, max_tokens or 0, stops, media)
         self._ctx().result.update(
             params={**params.to_json(), "n_predict": max_tokens or -1, "stop": list(stops)},
             prompt=prompt if isinstance(prompt, str) else "",
@@ -314,13 +335,15 @@ class CompletionFront:
             return [self.llm.bos]
         return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
 
-    def _submit(self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...]) -> Request:
+    def _submit(
+        self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...], media: Any = None
+    ) -> Request:
         try:
             chain = build_chain(self.llm.lc, self.llm.vocab, self.llm.n_vocab, params, self.default_seed)
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
         ctx = self._ctx()
-        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain)
+        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain, media)
         try:
             self.engine.enqueue(req)
         except EngineError:

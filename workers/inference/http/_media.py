@@ -1,0 +1,84 @@
+"""Media parts of a chat (``image_url``, ``input_audio``, ``video_url``) as llama-server reads them.
+
+llama-server's ``oaicompat_content_load_media`` and ``handle_media``
+(``tools/server/server-common.cpp``), in the same order and with the same words:
+
+* ``data:<image|audio|video>/...;base64,<data>``: decoded; another media type is
+  "Invalid uri format: ...", a URI that is not base64 "uri must be base64 encoded";
+* ``http://`` / ``https://``: downloaded (at most 10 MB, 10 s), as llama-server does,
+  else "Failed to download image";
+* ``file://``: refused ("file:// URLs are not allowed unless --media-path is
+  specified"; modelrouter has no ``--media-path``);
+* anything else is raw base64, and decoding to nothing is "Invalid base64 value".
+
+Base64 is decoded as llama-server's ``base64_decode`` does: up to the first
+character outside the alphabet (or ``=``). Bytes that are not an image or audio
+file llama.cpp reads are found later, by the projector ("Failed to load image or
+audio file"). Every refusal is a 400 here; llama-server answers some of them (a
+failed download, bad raw base64) with a 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import urllib.error
+import urllib.request
+from typing import Any
+
+from workers.inference.http._errors import ApiError
+
+MAX_DOWNLOAD = 10 * 1024 * 1024  # llama-server's common_remote_params.max_size for media
+DOWNLOAD_TIMEOUT_S = 10.0
+MEDIA_PARTS = {"image_url": "image", "input_audio": "audio", "video_url": "video", "input_video": "video"}
+_B64 = re.compile(r"[A-Za-z0-9+/]*")
+
+
+def lenient_b64decode(text: str) -> bytes:
+    """llama-server's ``base64_decode``: the characters up to the first one outside the alphabet."""
+    body = _B64.match(text)
+    chars = body.group(0) if body else ""
+    if len(chars) % 4 == 1:
+        chars = chars[:-1]  # one character carries no whole byte
+    return base64.b64decode(chars + "=" * (-len(chars) % 4))
+
+
+def _download(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:  # noqa: S310  # llama-server fetches http(s) media too
+            data: bytes = resp.read(MAX_DOWNLOAD + 1)
+    except (urllib.error.URLError, OSError, ValueError):
+        raise ApiError(400, "Failed to download image") from None
+    if len(data) > MAX_DOWNLOAD:
+        raise ApiError(400, "Failed to download image")
+    return data
+
+
+def load_media(url: str) -> bytes:
+    """The file a media part's URL names (see the module docstring)."""
+    if url.startswith("http"):
+        return _download(url)
+    if url.startswith("file://"):
+        raise ApiError(400, "file:// URLs are not allowed unless --media-path is specified")
+    if url.startswith("data:"):
+        parts = url.split(",")
+        if len(parts) != 2:
+            raise ApiError(400, "Invalid uri-encoded base64 value")
+        if not parts[0].startswith(("data:image/", "data:video/", "data:audio/")):
+            raise ApiError(400, f"Invalid uri format: {parts[0]}")
+        if not parts[0].endswith("base64"):
+            raise ApiError(400, "uri must be base64 encoded")
+        return lenient_b64decode(parts[1])
+    data = lenient_b64decode(url)
+    if not data:
+        raise ApiError(400, "Invalid base64 value")
+    return data
+
+
+def part_url(part: dict[str, Any]) -> str:
+    """The URL (or data) of a media part, where llama-server looks for it."""
+    kind = part.get("type")
+    inner = part.get(str(kind))
+    inner = inner if isinstance(inner, dict) else {}
+    found = inner.get("url") if kind == "image_url" else inner.get("data", inner.get("url"))
+    return found if isinstance(found, str) else ""
