@@ -23,7 +23,7 @@ def keep_whole_media(req: Request, n_keep: int) -> int:
         return n_keep
     for start, chunk in req.media.media.items():
         if start < n_keep < start + chunk.n_tokens:
-            return start
+            return int(start)
     return n_keep
 
 

@@ -28,7 +28,9 @@ _CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-def compat_request(kind: str, body: dict[str, Any], model_name: str, *, media: bool = False) -> tuple[dict[str, Any], bool]:
+def compat_request(
+    kind: str, body: dict[str, Any], model_name: str, *, media: bool = False
+) -> tuple[dict[str, Any], bool]:
     """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body (``media``: as
     :func:`~workers.inference.http._requests.chat_request`)."""
     return chat_request(_CONVERT[kind](body), model_name, media=media)

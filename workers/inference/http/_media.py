@@ -45,7 +45,7 @@ def lenient_b64decode(text: str) -> bytes:
 
 def _download(url: str) -> bytes:
     try:
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:  # noqa: S310  # llama-server fetches http(s) media too
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:  # llama-server fetches http(s) media too
             data: bytes = resp.read(MAX_DOWNLOAD + 1)
     except (urllib.error.URLError, OSError, ValueError):
         raise ApiError(400, "Failed to download image") from None

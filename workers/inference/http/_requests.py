@@ -164,8 +164,10 @@ def normalize_message(i: int, msg: Any, media: Media | None = None) -> dict[str,
     content = msg.get("content")
     if content is None and role == "assistant":
         out["content"] = ""  # chat formatters index "content" and join strings
-    if isinstance(content, list) and media is not None and any(
-        isinstance(p, dict) and p.get("type") in _MEDIA for p in content
+    if (
+        isinstance(content, list)
+        and media is not None
+        and any(isinstance(p, dict) and p.get("type") in _MEDIA for p in content)
     ):
         out["content"] = _media_content(i, content, media)
     elif isinstance(content, list):

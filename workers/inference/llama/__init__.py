@@ -28,8 +28,8 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
     from workers.inference.llama._load import Loaded, LoadedLlama, load_llama
     from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
     from workers.inference.llama._lora import LoraError, LoraSet, parse_specs
-    from workers.inference.llama._mtmd import MEDIA_MARKER, MediaError, MediaPrompt, Projector
     from workers.inference.llama._model import MAX_SLOTS, POOLING, Batch, ContextConfig, LlamaModel
+    from workers.inference.llama._mtmd import MEDIA_MARKER, MediaError, MediaPrompt, Projector
     from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
 
 __all__ = [

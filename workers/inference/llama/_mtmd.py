@@ -182,8 +182,11 @@ class Projector:
         returns llama_decode's result (0: done)."""
         new_pos = self.lc.llama_pos(pos)
         no_callback = self.mt.mtmd_helper_post_decode_callback()  # a NULL function pointer
-        return int(self.mt.mtmd_helper_decode_image_chunk(self.ctx, llama_ctx, media.chunk, media.embd, pos, seq,
-                                                          self.n_batch, ctypes.byref(new_pos), no_callback, None))  # fmt: skip
+        mt, out = self.mt, ctypes.byref(new_pos)
+        ret = mt.mtmd_helper_decode_image_chunk(
+            self.ctx, llama_ctx, media.chunk, media.embd, pos, seq, self.n_batch, out, no_callback, None
+        )
+        return int(ret)
 
     def close(self) -> None:
         if self.ctx:
