@@ -14,6 +14,7 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
+from devtools.tiny_mmproj import write_tiny_mmproj
 from tests.conftest_hub import hub_server, unique_repo
 
 __all__ = ["hub_server"]
@@ -25,6 +26,8 @@ def ollama_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_tiny_gguf(root / "chat.gguf", seed=3)
     write_tiny_gguf(root / "spare.gguf", seed=4)
     write_tiny_gguf(root / "fim.gguf", seed=5, fim=True)  # FIM tokens: generate with a suffix
+    write_tiny_gguf(root / "vision" / "vision.gguf", seed=6)  # with its projector beside it: images
+    write_tiny_mmproj(root / "vision" / "mmproj-F16.gguf")
     return root
 
 
