@@ -12,9 +12,11 @@ stops inside one: a half image cannot be resumed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from workers.inference.engine._slots import Request, Slot
+from workers.inference.engine._errors import EngineError, EngineFailed
+from workers.inference.engine._slots import Request, Slot, SlotState
 
 
 def keep_whole_media(req: Request, n_keep: int) -> int:
@@ -67,3 +69,12 @@ def decode_media(llm: Any, slot: Slot, chunk: Any) -> int:
     slot.timings.prompt_n += chunk.n_tokens
     slot.pos_delta += chunk.n_pos - chunk.n_tokens
     return 0
+
+
+def decode_reached_media(llm: Any, slots: list[Slot], fail: Callable[[Slot, EngineError], None]) -> None:
+    """Decode the image each prefilling slot has reached (before the step's text batch); a decode
+    that fails ends that slot's request with ``fail``."""
+    for s in slots:
+        chunk = media_at(s) if s.state is SlotState.PROMPT else None
+        if chunk is not None and (ret := decode_media(llm, s, chunk)) != 0:
+            fail(s, EngineFailed(f"llama_decode failed on an image ({ret})"))

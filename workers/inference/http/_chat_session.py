@@ -238,7 +238,9 @@ class ChatRun:
         self.logprobs: list[dict[str, Any]] = []
         rendered, media = plan.rendered, None
         if plan.media:  # the projector splits the prompt at its markers and encodes each image
-            media = front.media_prompt(rendered.prompt, plan.media, add_bos=rendered.add_special)
+            from workers.inference.http._media import media_prompt
+
+            media = media_prompt(front, rendered.prompt, plan.media, add_bos=rendered.add_special)
             tokens = media.tokens
         else:
             tokens = front.tokenize(rendered.prompt.encode(), add_bos=rendered.add_special, special=True)

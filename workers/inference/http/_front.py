@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,9 +36,8 @@ from workers.inference.engine import (
 )
 from workers.inference.http._chat_template import TemplateOptions
 from workers.inference.http._errors import ApiError
-from workers.inference.http._requests import MediaInput
 from workers.inference.http._shapes import CompletionShaper
-from workers.inference.llama import LlamaModel, MediaError, MediaPrompt, Tokenizer, TokenizingCancelled
+from workers.inference.llama import LlamaModel, MediaPrompt, Tokenizer, TokenizingCancelled
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
 # The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
@@ -199,7 +198,7 @@ class CompletionFront:
         if len(text) > 4 * limit and len(text) > self.tokenizer.max_prompt_bytes(limit):
             # Not tokenized: n_prompt_tokens is the least it could be (bytes / longest token's bytes).
             least = len(text) * limit // self.tokenizer.max_prompt_bytes(limit)
-            raise _too_long(f"{len(text)} bytes", limit, self.llm.n_ctx, max(least, limit + 1))
+            raise too_long(f"{len(text)} bytes", limit, self.llm.n_ctx, max(least, limit + 1))
         try:
             tokens = self.tokenizer.tokenize(
                 text.decode("utf-8", errors="replace"),
@@ -210,26 +209,8 @@ class CompletionFront:
         except TokenizingCancelled:
             raise ApiError(499, "client disconnected while the prompt was tokenized", "cancelled") from None
         if len(tokens) > limit:
-            raise _too_long(f"{len(tokens)} tokens", limit, self.llm.n_ctx, len(tokens))
+            raise too_long(f"{len(tokens)} tokens", limit, self.llm.n_ctx, len(tokens))
         return tokens
-
-    def media_prompt(self, prompt: str, files: Sequence[tuple[str, bytes]], *, add_bos: bool) -> MediaPrompt:
-        """A rendered chat with media markers, tokenized and its images encoded by the projector
-        (on this HTTP thread: see :mod:`workers.inference.llama._mtmd`); llama-server's errors as 400s."""
-        projector = self.llm.projector
-        for kind, _ in files:
-            if projector is None or not {"image": projector.vision, "audio": projector.audio}.get(kind, False):
-                raise MediaInput(kind)
-        try:
-            media: MediaPrompt = projector.prompt(prompt, [data for _, data in files], add_special=add_bos)
-        except MediaError as exc:
-            raise ApiError(400, str(exc)) from None
-        if len(media.tokens) > self.max_prompt_tokens:
-            n = len(media.tokens)
-            raise _too_long(f"{n} tokens", self.max_prompt_tokens, self.llm.n_ctx, n)
-        if media.tokens and media.tokens[-1] < 0:  # the engine samples after text, never after an image
-            raise ApiError(400, "the prompt must end with text after its last image")
-        return media
 
     def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
         return b"".join(self.llm.piece(t) for t in tokens)
@@ -273,7 +254,7 @@ class CompletionFront:
         **_ignored: Any,  # model, tfs_z, logits_processor, stopping_criteria: see docs/api.md
     ) -> Any:
         """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming
-        (``media``: the prompt's images, whose ``tokens`` are then the prompt: see :meth:`media_prompt`)."""
+        (``media``: the prompt's images, whose ``tokens`` are then the prompt: ``_media.media_prompt``)."""
         tokens = media.tokens if media is not None else self._prompt_tokens(prompt)
         params = SamplingParams(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
@@ -327,7 +308,7 @@ class CompletionFront:
         if isinstance(prompt, list):
             ids = [int(t) for t in prompt]
             if len(ids) > self.max_prompt_tokens:
-                raise _too_long(f"{len(ids)} tokens", self.max_prompt_tokens, self.llm.n_ctx, len(ids))
+                raise too_long(f"{len(ids)} tokens", self.max_prompt_tokens, self.llm.n_ctx, len(ids))
             if any(not 0 <= t < self.llm.n_vocab for t in ids):
                 raise ApiError(400, f"prompt token ids must be in [0, {self.llm.n_vocab})")
             return ids
@@ -384,7 +365,7 @@ def _gbnf(grammar: Any) -> str | None:
     return strict_json_strings(text) if text else None
 
 
-def _too_long(size: str, limit: int, n_ctx: int, n_prompt: int) -> ApiError:
+def too_long(size: str, limit: int, n_ctx: int, n_prompt: int) -> ApiError:
     msg = (
         f"the prompt is {size}, over this model's limit of {limit} prompt tokens "
         f"(max_prompt_tokens; the context holds {n_ctx} tokens)"

@@ -24,9 +24,11 @@ import base64
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from workers.inference.http._errors import ApiError
+from workers.inference.llama import MediaError, MediaPrompt
 
 MAX_DOWNLOAD = 10 * 1024 * 1024  # llama-server's common_remote_params.max_size for media
 DOWNLOAD_TIMEOUT_S = 10.0
@@ -82,3 +84,25 @@ def part_url(part: dict[str, Any]) -> str:
     inner = inner if isinstance(inner, dict) else {}
     found = inner.get("url") if kind == "image_url" else inner.get("data", inner.get("url"))
     return found if isinstance(found, str) else ""
+
+
+def media_prompt(front: Any, prompt: str, files: Sequence[tuple[str, bytes]], *, add_bos: bool) -> MediaPrompt:
+    """A rendered chat with media markers, tokenized and its images encoded by the model's projector (on
+    the request's HTTP thread: see :mod:`workers.inference.llama._mtmd`); llama-server's errors as 400s."""
+    from workers.inference.http._front import too_long
+    from workers.inference.http._requests import MediaInput
+
+    projector = front.llm.projector
+    for kind, _ in files:
+        if projector is None or not {"image": projector.vision, "audio": projector.audio}.get(kind, False):
+            raise MediaInput(kind)
+    try:
+        media: MediaPrompt = projector.prompt(prompt, [data for _, data in files], add_special=add_bos)
+    except MediaError as exc:
+        raise ApiError(400, str(exc)) from None
+    if len(media.tokens) > front.max_prompt_tokens:
+        n = len(media.tokens)
+        raise too_long(f"{n} tokens", front.max_prompt_tokens, front.llm.n_ctx, n)
+    if media.tokens and media.tokens[-1] < 0:  # the engine samples after text, never after an image
+        raise ApiError(400, "the prompt must end with text after its last image")
+    return media
