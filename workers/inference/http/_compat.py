@@ -55,9 +55,15 @@ def count_tokens(kind: str) -> Any:
     """The handler of ``kind``'s token count: ``{"input_tokens": N}`` (plus ``object`` for OpenAI's)."""
 
     def handle(front: Any, body: dict[str, Any]) -> dict[str, Any]:
-        kwargs, _ = compat_request(kind, body, front.model_name)
+        kwargs, _ = compat_request(kind, body, front.model_name, media=front.llm.projector is not None)
         plan = front.plan_chat(kwargs)
-        n = len(front.tokenize(plan.rendered.prompt.encode(), add_bos=plan.rendered.add_special, special=True))
+        rendered = plan.rendered
+        if plan.media:  # images count their tokens, as the projector splits the prompt
+            from workers.inference.http._media import media_prompt
+
+            n = len(media_prompt(front, rendered.prompt, plan.media, add_bos=rendered.add_special).tokens)
+        else:
+            n = len(front.tokenize(rendered.prompt.encode(), add_bos=rendered.add_special, special=True))
         return {"input_tokens": n} if kind == "messages" else {"input_tokens": n, "object": "response.input_tokens"}
 
     return handle

@@ -178,7 +178,8 @@ def test_an_image_chat_runs_while_another_slot_streams_text(worker: WorkerProc) 
 
 
 def test_anthropic_image_blocks_are_evaluated(worker: WorkerProc) -> None:
-    """``/v1/messages`` image blocks (base64 sources) reach the projector: more input tokens."""
+    """``/v1/messages`` image blocks (base64 sources) reach the projector: more input tokens, which
+    ``count_tokens`` counts too."""
     url = worker.endpoint
 
     def tokens(*blocks: dict[str, Any]) -> int:
@@ -190,6 +191,11 @@ def test_anthropic_image_blocks_are_evaluated(worker: WorkerProc) -> None:
 
     source = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(RED).decode()}
     assert tokens({"type": "image", "source": source}) == tokens() + N_IMAGE
+    content = [{"type": "text", "text": "hi"}, {"type": "image", "source": source}]
+    counted = httpx.post(url + "/v1/messages/count_tokens", json={"messages": [{"role": "user", "content": content}]},
+                         timeout=60)  # fmt: skip
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["input_tokens"] == tokens({"type": "image", "source": source})
 
 
 def test_a_projector_that_does_not_load_fails_the_worker(spawn_worker: Any, tiny_gguf: Path) -> None:
