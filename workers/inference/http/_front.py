@@ -251,10 +251,15 @@ class CompletionFront:
         grammar: Any = None,
         logit_bias: dict[Any, float] | list[tuple[int | str, float]] | None = None,
         media: MediaPrompt | None = None,
+        media_files: list[tuple[str, bytes]] | None = None,
         **_ignored: Any,  # model, tfs_z, logits_processor, stopping_criteria: see docs/api.md
     ) -> Any:
         """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming
         (``media``: the prompt's images, whose ``tokens`` are then the prompt: ``_media.media_prompt``)."""
+        if media_files and isinstance(prompt, str):  # /completion's multimodal_data
+            from workers.inference.http._media import media_prompt
+
+            media = media_prompt(self, prompt, media_files, add_bos=True)
         tokens = media.tokens if media is not None else self._prompt_tokens(prompt)
         params = SamplingParams(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,

@@ -34,7 +34,7 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
         kwargs, stream = compat_request(COMPAT_KINDS[route], body, name, media=media)
         return Job(COMPAT_KINDS[route], kwargs, stream=stream, options=request_options(body))
     if route == "/completions":
-        kwargs, stream = completion_request(body, name)
+        kwargs, stream = completion_request(body, name, media=media)
         return Job("completion", kwargs, stream=stream, options=request_options(body))
     if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
         from workers.inference.http._infill import infill_tokens
@@ -43,7 +43,7 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
         route = "/completion"
     if route == "/completion":  # llama-server's own shape
         front(route)
-        kwargs, stream = completion_request(llama_server.native_completion_body(body), name)
+        kwargs, stream = completion_request(llama_server.native_completion_body(body), name, media=media)
         return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
     if route in ("/rerank", "/reranking"):
         raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)",

@@ -30,6 +30,7 @@ from typing import Any
 from workers.inference.engine import SamplingParams
 from workers.inference.http._errors import ApiError
 from workers.inference.http._requests import normalize_message
+from workers.inference.llama import MEDIA_MARKER
 
 
 @functools.cache
@@ -150,6 +151,7 @@ def props(front: Any, total_slots: int, model_name: str, endpoint_props: bool = 
         "model_alias": model_name,
         "model_path": llm.path,
         "modalities": _modalities(llm),
+        "media_marker": MEDIA_MARKER,
         "endpoint_slots": True,
         "endpoint_props": endpoint_props,
         "endpoint_metrics": True,

@@ -94,7 +94,8 @@ def media_prompt(front: Any, prompt: str, files: Sequence[tuple[str, bytes]], *,
 
     projector = front.llm.projector
     for kind, _ in files:
-        if projector is None or not {"image": projector.vision, "audio": projector.audio}.get(kind, False):
+        kinds = {"image": projector.vision, "audio": projector.audio, "media": True} if projector else {}
+        if not kinds.get(kind, False):  # "media": /completion's files, which libmtmd tells apart itself
             raise MediaInput(kind)
     try:
         media: MediaPrompt = projector.prompt(prompt, [data for _, data in files], add_special=add_bos)

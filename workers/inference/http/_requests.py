@@ -248,14 +248,22 @@ def _grammar(body: dict[str, Any]) -> Any:
         raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
 
 
-def _prompt(prompt: Any) -> str | list[int | str]:
+def _prompt(prompt: Any, media: Media | None = None) -> str | list[int | str]:
     """One completion prompt in llama-server's forms: a string, token ids, strings mixed with
-    ids, or ``{"prompt_string": ..., "multimodal_data": [...]}`` (text only: no projector here)."""
+    ids, or ``{"prompt_string": ..., "multimodal_data": [base64, ...]}`` (the files go to ``media``
+    for a model with a projector; the string holds one ``/props`` ``media_marker`` per file)."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, dict)):
         prompt = prompt[0]
     if isinstance(prompt, dict):
-        if prompt.get("multimodal_data"):
+        files = prompt.get("multimodal_data")
+        if files and media is None:
             raise ApiError(400, "Multimodal data provided, but model does not support multimodal requests.")
+        if files and media is not None:
+            from workers.inference.http._media import lenient_b64decode
+
+            if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+                raise ApiError(400, "'multimodal_data' must be a list of base64 strings")
+            media.extend(("media", lenient_b64decode(f)) for f in files)
         prompt = prompt.get("prompt_string")
     if isinstance(prompt, str):
         return prompt
@@ -270,9 +278,14 @@ def _is_token(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
-    """kwargs for ``Llama.create_completion`` and the stream flag."""
-    prompt = _prompt(body.get("prompt"))
+def completion_request(body: dict[str, Any], model_name: str, *, media: bool = False) -> tuple[dict[str, Any], bool]:
+    """kwargs for ``Llama.create_completion`` and the stream flag (``media``: as :func:`chat_request`)."""
+    files: Media | None = [] if media else None
+    prompt = _prompt(body.get("prompt"), files)
+    if files:
+        if not isinstance(prompt, str):
+            raise ApiError(400, "'multimodal_data' needs a 'prompt_string'")
+        body = {**body, "media_files": files}
     kwargs = _sampling_kwargs(body)
     kwargs["prompt"] = prompt
     if body.get("suffix") is not None:
@@ -286,6 +299,8 @@ def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str,
         if not isinstance(body["logprobs"], int) or isinstance(body["logprobs"], bool):
             raise ApiError(400, "'logprobs' must be an integer for completions")
         kwargs["logprobs"] = body["logprobs"]
+    if body.get("media_files"):
+        kwargs["media_files"] = body["media_files"]
     stream = _stream_flag(body)
     kwargs["stream"] = stream
     kwargs["model"] = model_name

@@ -89,6 +89,29 @@ def test_an_image_is_evaluated_and_counted_as_llama_server_counts_it(worker: Wor
                                                                           "audio": False}  # fmt: skip
 
 
+def test_completion_multimodal_data_with_the_props_marker(worker: WorkerProc) -> None:
+    """llama-server's native ``/completion`` prompt ``{"prompt_string", "multimodal_data"}``: one
+    ``media_marker`` (from ``/props``) per base64 file; a count that does not match is its 400."""
+    url = worker.endpoint
+    marker = httpx.get(url + "/props", timeout=30).json()["media_marker"]
+    assert marker.startswith("<__media_") and marker.endswith("__>")
+
+    def complete(text: str, *files: bytes, status: int = 200) -> dict[str, Any]:
+        prompt = {"prompt_string": text, "multimodal_data": [base64.b64encode(f).decode() for f in files]}
+        answer = httpx.post(url + "/completion", json={"prompt": prompt, "n_predict": 2, "cache_prompt": False},
+                            timeout=60)  # fmt: skip
+        assert answer.status_code == status, answer.text
+        result: dict[str, Any] = answer.json()
+        return result
+
+    plain = complete("look: <|im_end|>")  # a control token after the image: no space marker added
+    seen = complete(f"look: {marker}<|im_end|>", RED)
+    assert seen["timings"]["prompt_n"] == plain["timings"]["prompt_n"] + N_IMAGE
+    assert complete("look: now", RED, status=400)["error"]["message"] == "Failed to tokenize prompt"
+    ends = complete(f"look: {marker}", RED, status=400)["error"]["message"]
+    assert ends == "the prompt must end with text after its last image"
+
+
 def test_the_cache_keeps_an_image_only_for_the_same_picture(worker: WorkerProc) -> None:
     """The same picture again reuses the whole prompt but its last token (llama-server's rule);
     another picture reuses the text before it and nothing from the image on."""
