@@ -166,6 +166,8 @@ class Slot:
 
     def end(self, now: float) -> None:
         """Back to idle; the request stays as ``last_request`` for ``/slots`` (its cells are the engine's to drop)."""
+        if self.request is not None:
+            self.request.media = None  # its images (pixels, embeddings) go now, not with the slot's next request
         self.state, self.request, self.chain, self.last_request = SlotState.IDLE, None, None, self.request
         self.last_used, self.batch_index = now, -1
 
