@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 from collections.abc import Callable
 
 from workers.inference.engine import BatchEngine, Engine, LegacyEngine
@@ -61,7 +62,9 @@ def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float],
         llm = loaded.llm
         llm.lora.load(llm.lc, llm.model, llm.ctx, args.lora_specs)  # a bad adapter fails the load, as llama-server
         if args.mmproj:
+            t0 = time.monotonic()
             llm.projector = load_projector(args.mmproj, llm, log, args.n_threads_batch)
+            loaded.phases["projector_ms"] = round((time.monotonic() - t0) * 1000.0, 3)  # logged with instance_ready
         return loaded
     return load_model(
         args.model_path,
