@@ -42,7 +42,8 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProc]:
     # A 2048-token context per slot: room for a text stream long enough to overlap an image chat.
     model, projector = write_tiny_gguf(tmp / "tiny.gguf", n_ctx=4096), write_tiny_mmproj(tmp / "mmproj.gguf")
     events, stderr_path = tmp / "events.jsonl", tmp / "stderr.log"
-    extra = ["--mmproj", str(projector), "--n-parallel", "2", "--seed", "7"]
+    (tmp / "slots").mkdir()
+    extra = ["--mmproj", str(projector), "--n-parallel", "2", "--seed", "7", "--slot-save-path", str(tmp / "slots")]
     with stderr_path.open("wb") as err:
         proc = subprocess.Popen(worker_command(model, instance_id="images", events=events, extra=extra),
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO_ROOT,
@@ -91,7 +92,8 @@ def test_an_image_is_evaluated_and_counted_as_llama_server_counts_it(worker: Wor
 
 def test_completion_multimodal_data_with_the_props_marker(worker: WorkerProc) -> None:
     """llama-server's native ``/completion`` prompt ``{"prompt_string", "multimodal_data"}``: one
-    ``media_marker`` (from ``/props``) per base64 file; a count that does not match is its 400."""
+    ``media_marker`` (from ``/props``) per base64 file; a count that does not match is its 400. The
+    slot that holds the image cannot be saved to a file (its stand-in tokens mean nothing elsewhere)."""
     url = worker.endpoint
     marker = httpx.get(url + "/props", timeout=30).json()["media_marker"]
     assert marker.startswith("<__media_") and marker.endswith("__>")
@@ -107,6 +109,8 @@ def test_completion_multimodal_data_with_the_props_marker(worker: WorkerProc) ->
     plain = complete("look: <|im_end|>")  # a control token after the image: no space marker added
     seen = complete(f"look: {marker}<|im_end|>", RED)
     assert seen["timings"]["prompt_n"] == plain["timings"]["prompt_n"] + N_IMAGE
+    saved = httpx.post(f"{url}/slots/{seen['id_slot']}?action=save", json={"filename": "img.bin"}, timeout=30)
+    assert saved.status_code == 400 and "image tokens" in saved.json()["error"]["message"], saved.text
     assert complete("look: now", RED, status=400)["error"]["message"] == "Failed to tokenize prompt"
     ends = complete(f"look: {marker}", RED, status=400)["error"]["message"]
     assert ends == "the prompt must end with text after its last image"
