@@ -132,6 +132,8 @@ class Settings:
     """--hf-file: the file of --hf-repo to serve."""
     model_file: Path | None = None
     """-m FILE: a local GGUF served and loaded at start (llama-server's single-model mode)."""
+    mmproj_file: Path | None = None
+    """--mmproj FILE: the -m model's multimodal projector (its worker evaluates images with it)."""
     aliases: tuple[str, ...] = ()
     """--alias: aliases of the -hf / -m model."""
     model_args: Mapping[str, str] = dataclasses.field(default_factory=dict)

@@ -155,6 +155,21 @@ def _single_source(settings: Settings, single: SingleModel, present: frozenset[s
     return SourcesRead(desired, base_config(listing), listing, present, (), tuple(warnings), exclusive=False)
 
 
+def _projector(settings: Settings) -> tuple[FileRef, ...]:
+    """``--mmproj FILE`` beside ``-m``: the projector among the model's files (named ``mmproj*.gguf``,
+    as llama.cpp names them: that is how a model's files tell it from the model)."""
+    if settings.mmproj_file is None:
+        return ()
+    path, reason = local_file(str(settings.mmproj_file))
+    if path is None:
+        msg = f"--mmproj {settings.mmproj_file}: {reason}"
+        raise HfSourceError(msg)
+    if "mmproj" not in path.name.lower():
+        msg = f"--mmproj {settings.mmproj_file}: name the projector mmproj*.gguf (as llama.cpp's files are named)"
+        raise HfSourceError(msg)
+    return (_file_record(path),)
+
+
 def command_line_model(settings: Settings) -> tuple[RemotePreset | None, SingleModel | None]:
     """What ``-hf`` / ``-m`` ask for, resolved before anything runs (blocking: network).
     Raises :class:`HfSourceError` for a repo or file that cannot be served."""
@@ -167,7 +182,9 @@ def command_line_model(settings: Settings) -> tuple[RemotePreset | None, SingleM
             msg = f"-m {settings.model_file}: {reason}"
             raise HfSourceError(msg)
         name = path.name[: -len(".gguf")] if path.name.lower().endswith(".gguf") else path.name
-        return None, SingleModel(name, "preset", (_file_record(path),), aliases=settings.aliases)
+        return None, SingleModel(name, "preset", (_file_record(path), *_projector(settings)), aliases=settings.aliases)
+    if settings.mmproj_file is not None:
+        _log.warning("option_ignored", detail="--mmproj names the -m model's projector (with -hf: the repo's)")
     if not settings.hf_repo:
         if settings.aliases or settings.hf_file:
             _log.warning("option_ignored", detail="--alias and --hf-file name the -hf / -m model; there is none")

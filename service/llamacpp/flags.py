@@ -112,7 +112,7 @@ _SOURCE: Mapping[str, tuple[bool, str]] = {
                 "(downloaded on first use)"),
     "hf-file": (True, "the file of --hf-repo to use"),
     "alias": (True, "aliases of the single model (command line) or of the preset's model"),
-    "mmproj": (True, "the model's multimodal projector (with its files; GET /models lists it as image input)"),
+    "mmproj": (True, "the model's multimodal projector: its worker evaluates images (GET /models lists image input)"),
     "model-url": (False, "downloads come from the Hub only (-hf / hf-repo)"),
     "docker-repo": (False, "downloads come from the Hub only (-hf / hf-repo)"),
 }  # fmt: skip

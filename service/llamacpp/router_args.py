@@ -97,6 +97,7 @@ _SETTINGS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "hf-repo": ("hf_repo", str.strip),
     "hf-file": ("hf_file", str.strip),
     "model": ("model_file", lambda v: Path(v).expanduser()),
+    "mmproj": ("mmproj_file", lambda v: Path(v).expanduser()),
     "alias": ("aliases", lambda v: tuple(a.strip() for a in v.split(",") if a.strip())),
     "cors-origins": ("cors_origins", str.strip),
     "cors-methods": ("cors_methods", str.strip),

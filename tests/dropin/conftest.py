@@ -14,6 +14,7 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_split_tiny_gguf, write_tiny_gguf
+from devtools.tiny_mmproj import tiny_mmproj_bytes
 from tests.conftest_hub import unique_repo
 from tests.eventually import eventually
 
@@ -74,7 +75,7 @@ def split_repo(hub: HubServer, tiny: bytes, split_parts: tuple[bytes, bytes], pr
     repo = unique_repo(prefix)
     make_repo(hub.root, repo, {f"{prefix}-Q4_K_M-00001-of-00002.gguf": split_parts[0],
                                f"{prefix}-Q4_K_M-00002-of-00002.gguf": split_parts[1],
-                               f"{prefix}-Q8_0.gguf": tiny, "mmproj-F16.gguf": 16 * 1024,
+                               f"{prefix}-Q8_0.gguf": tiny, "mmproj-F16.gguf": tiny_mmproj_bytes(),
                                "README.md": b"# model card\n"})  # fmt: skip
     return repo
 

@@ -12,6 +12,7 @@ are random, so answers are checked for shape, and tool calls are forced with
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
+from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 
 KEY = "sk-chat-test"
 CTX = 1024  # with -np 1 one slot holds it all (llama-server shares -c out among the slots)
@@ -51,8 +53,8 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     # Byte-level tokens: a prompt with tools is ~500 tokens.
     write_tiny_gguf(models / "tools.gguf", chat_template=TOOLS_TEMPLATE, n_ctx=CTX)
     write_tiny_gguf(models / "plain.gguf", chat_template=None, n_ctx=CTX)
-    tiny = write_tiny_gguf(models / "vision" / "vision.gguf", n_ctx=CTX)
-    (models / "vision" / "mmproj-F16.gguf").write_bytes(tiny.read_bytes())
+    write_tiny_gguf(models / "vision" / "vision.gguf", n_ctx=CTX)
+    write_tiny_mmproj(models / "vision" / "mmproj-F16.gguf")
     with ServiceProcess(
         root / "home", args=["--models-dir", str(models), "--jinja", "--api-key", KEY, "-c", str(CTX), "-np", "1"]
     ) as proc:
@@ -257,15 +259,24 @@ def test_models_list_image_input_for_a_projector(svc: ServiceProcess) -> None:
     assert modalities["plain"] == modalities["tools"] == ["text"]
 
 
-def test_images_need_a_projector(svc: ServiceProcess) -> None:
-    """Without one, llama-server's 400; with one, 501: the worker cannot evaluate images yet
-    (docs/llama-cpp-compat.md says why)."""
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+def test_images_need_a_projector_and_are_evaluated_with_one(svc: ServiceProcess, oai: openai.OpenAI) -> None:
+    """Without one, llama-server's 400; with one (routed to the model's worker with ``--mmproj``) the
+    image is evaluated: an OpenAI client's prompt counts its tokens, and a corrupt one is the 400
+    llama-server gives."""
+    png = base64.b64encode(png_bytes(24, 24, (0, 128, 255))).decode()
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}
     messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]}]
     error = _post(svc, "/v1/chat/completions", {"model": "plain", "messages": messages}, status=400)["error"]
     assert error["message"].startswith("image input is not supported")
-    error = _post(svc, "/v1/chat/completions", {"model": "vision", "messages": messages}, status=501)["error"]
-    assert error["type"] == "not_supported_error"
+    text = oai.chat.completions.create(model="vision", max_tokens=2, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "what is this?"}]}])  # fmt: skip
+    seen = oai.chat.completions.create(model="vision", max_tokens=2, messages=messages)
+    assert text.usage is not None and seen.usage is not None
+    assert seen.usage.prompt_tokens == text.usage.prompt_tokens + image_tokens()
+    corrupt = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    bad = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, corrupt]}]
+    error = _post(svc, "/v1/chat/completions", {"model": "vision", "messages": bad}, status=400)["error"]
+    assert error["message"] == "Failed to load image or audio file"
 
 
 def test_chat_template_file_and_server_kwargs(tmp_path: Path) -> None:

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from service.catalogue.hf_source import HfSourceError
+from service.catalogue.sources import command_line_model
 from service.cli import build_parser, serve_settings
+from service.core.model_spec import projector_path
 from service.llamacpp.cli import normalize_argv
 from service.llamacpp.router_args import UsageError, llama_cache_dir
 from service.settings import Settings
@@ -33,6 +36,21 @@ class TestRouterOptions:
         settings, _ = _settings(["-hf", "ggml-org/gemma-GGUF:Q4_K_M", "--hf-file", "x.gguf", "--alias", "a, b"])
         assert (settings.hf_repo, settings.hf_file, settings.aliases) == ("ggml-org/gemma-GGUF:Q4_K_M", "x.gguf",
                                                                            ("a", "b"))  # fmt: skip
+
+    def test_a_projector_beside_the_single_model(self, tmp_path: Path) -> None:
+        """``-m FILE --mmproj P``: P is among the model's files (its worker gets ``--mmproj``); a projector
+        not named ``mmproj*`` (how a model's files tell it from the model) is refused at start. (The test's
+        name avoids "mmproj": ``projector_path`` and the fold's ``primary_path`` look at the whole path.)"""
+        (tmp_path / "m.gguf").write_bytes(b"GGUF")
+        (tmp_path / "mmproj-m.gguf").write_bytes(b"GGUF")
+        (tmp_path / "vision.gguf").write_bytes(b"GGUF")
+        settings, warnings = _settings(["-m", str(tmp_path / "m.gguf"), "--mmproj", str(tmp_path / "mmproj-m.gguf")])
+        assert settings.mmproj_file == tmp_path / "mmproj-m.gguf" and not warnings
+        _, single = command_line_model(settings)
+        assert single is not None and projector_path(single.files) == str(tmp_path / "mmproj-m.gguf")
+        settings, _ = _settings(["-m", str(tmp_path / "m.gguf"), "--mmproj", str(tmp_path / "vision.gguf")])
+        with pytest.raises(HfSourceError, match="mmproj"):
+            command_line_model(settings)
 
     def test_api_keys_add_up_from_flags_file_and_environment(self, tmp_path: Path) -> None:
         keys = tmp_path / "keys"

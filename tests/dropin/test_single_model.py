@@ -3,6 +3,7 @@ llama-server's server-level switches (``--metrics``, ``--no-slots``, ``--sleep-i
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
+from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 from tests.dropin.conftest import CHAT, Serve, gguf_repo, models, wait_until
 from tests.service_probes import events, wait_for_event
 
@@ -35,12 +37,14 @@ def models_at(url: str) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.timeout(240)
-def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, models_dir: Path) -> None:
-    """``llama-server -m tiny-a.gguf --metrics --no-slots``: an OpenAI client's ``gpt-3.5-turbo`` and a
-    request naming no model both reach it; ``/v1/models`` lists it alone; ``/props`` is its own (no
-    ``?model=``); ``/slots`` is llama-server's 501; ``/metrics`` its ``llamacpp:*`` series."""
+def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, models_dir: Path, tmp_path: Path) -> None:
+    """``llama-server -m tiny-a.gguf --mmproj P --metrics --no-slots``: an OpenAI client's ``gpt-3.5-turbo``
+    and a request naming no model both reach it, images too (the projector evaluates them);
+    ``/v1/models`` lists it alone, with image input; ``/props`` is its own (no ``?model=``);
+    ``/slots`` is llama-server's 501; ``/metrics`` its ``llamacpp:*`` series."""
     path = models_dir / "tiny-a.gguf"
-    svc = serve("-m", str(path), "--metrics", "--no-slots", "--models-dir", str(models_dir))
+    projector = write_tiny_mmproj(tmp_path / "projector" / "mmproj-tiny.gguf")
+    svc = serve("-m", str(path), "--mmproj", str(projector), "--metrics", "--no-slots", "--models-dir", str(models_dir))
     wait_for_event(svc, "instance_ready", model="tiny-a", timeout=90)
 
     client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused", max_retries=0)
@@ -51,9 +55,16 @@ def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, mode
     assert httpx.post(f"{svc.url}/completion", json={"prompt": "a", "n_predict": 2}, timeout=120).status_code == 200
     assert [m.id for m in client.models.list()] == ["tiny-a"], "-m lists its model, not --models-dir's"
     assert list(models(svc)) == ["tiny-a"]
+    assert models(svc)["tiny-a"]["architecture"]["input_modalities"] == ["text", "image"]
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(
+        png_bytes(16, 16, (200, 30, 30))).decode()}}  # fmt: skip
+    seen = client.chat.completions.create(model="any", max_tokens=2, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "hi"}, image]}])  # type: ignore[list-item]  # fmt: skip
+    assert seen.usage is not None and seen.usage.prompt_tokens == answer.usage.prompt_tokens + image_tokens()
 
     props = httpx.get(f"{svc.url}/props", timeout=30).json()
     assert props["model_path"] == str(path) and props["is_sleeping"] is False
+    assert props["modalities"]["vision"] is True
     assert props["default_generation_settings"]["n_ctx"] > 0 and props["endpoint_slots"] is False
     slots = httpx.get(f"{svc.url}/slots", timeout=30)
     assert slots.status_code == 501 and slots.json()["error"] == {"code": 501, "message": NO_SLOTS,

@@ -14,6 +14,7 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
+from devtools.tiny_mmproj import write_tiny_mmproj
 from tests.conftest_hub import hub_server, unique_repo
 
 __all__ = ["hub_server"]
@@ -30,6 +31,8 @@ def ollama_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_tiny_gguf(root / "fim.gguf", seed=5, fim=True)  # FIM tokens: generate with a suffix
     # A template that writes tools, and weights that answer every chat with a call (room for the tools' prompt).
     write_tiny_gguf(root / "tools.gguf", seed=6, chat_template=TOOLS_TEMPLATE, n_ctx=1024, reply=WEATHER_CALL)
+    write_tiny_gguf(root / "vision" / "vision.gguf", seed=6)  # with its projector beside it: images
+    write_tiny_mmproj(root / "vision" / "mmproj-F16.gguf")
     return root
 
 

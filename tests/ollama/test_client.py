@@ -19,6 +19,7 @@ import pytest
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import CHATML_TEMPLATE
+from devtools.tiny_mmproj import image_tokens, png_bytes
 from tests.eventually import eventually
 from tests.ollama.conftest import client, hub_repo, hub_server, ollama_models, publish_tiny, svc
 from tests.service_probes import events
@@ -275,6 +276,23 @@ def test_hanging_up_a_pull_leaves_its_job_running(svc: ServiceProcess, hub_serve
         hub_server.reset()
     assert len(job) == 1 and job[0]["bytes_done"] == (tmp_path / "tiny-Q8_0.gguf").stat().st_size
     assert not [e for e in events(svc, model=name) if e["type"].startswith("download_cancel")]
+
+
+def test_images_reach_a_model_with_a_projector(client: ollama.Client) -> None:
+    """``/api/chat`` with ``images`` (the official client base64-encodes the bytes): the model's projector
+    evaluates them, so the answer depends on the picture, and each image adds its tokens to what is
+    evaluated (``prompt_eval_count``; the text before the images comes from the cache in both)."""
+    assert "vision" in (client.show("vision").capabilities or [])
+
+    def ask(*images: bytes) -> ollama.ChatResponse:
+        turn = {"role": "user", "content": "what is it?", "images": list(images)}
+        return client.chat(model="vision", messages=[turn], options={**GREEDY, "num_predict": 4})
+
+    ask()  # the text before the images, cached
+    red, blue = ask(png_bytes(20, 20, (255, 0, 0))), ask(png_bytes(20, 20, (0, 0, 255)))
+    assert red.message.content != blue.message.content, "another picture, another greedy answer"
+    two = ask(png_bytes(20, 20, (0, 255, 0)), png_bytes(20, 20, (255, 255, 0)))
+    assert two.prompt_eval_count == (red.prompt_eval_count or 0) + image_tokens()
 
 
 def test_images_without_a_projector_are_refused_by_the_worker(client: ollama.Client) -> None:

@@ -11,10 +11,22 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 from collections.abc import Callable
 
 from workers.inference.engine import BatchEngine, Engine, LegacyEngine
-from workers.inference.llama import POOLING, ContextConfig, LlamaLog, Loaded, complete_import, load_llama, load_model
+from workers.inference.llama import (
+    POOLING,
+    ContextConfig,
+    LlamaLog,
+    LlamaModel,
+    Loaded,
+    LoadError,
+    Projector,
+    complete_import,
+    load_llama,
+    load_model,
+)
 
 
 def build_engine(args: argparse.Namespace) -> Engine:
@@ -23,6 +35,18 @@ def build_engine(args: argparse.Namespace) -> Engine:
     return BatchEngine(
         args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding), context_shift=args.context_shift
     )
+
+
+def load_projector(path: str, llm: LlamaModel, log: LlamaLog, n_threads: int) -> Projector:
+    """``--mmproj``: the projector on the model's weights; one that does not load fails the worker's
+    load (llama-server refuses to start too), with libmtmd's own words."""
+    log.install_mtmd()
+    log.mark()
+    try:
+        return Projector(path, llm.model, n_threads=n_threads, n_batch=llm.n_batch)
+    except RuntimeError as exc:
+        why = "; ".join(log.errors()[-3:])
+        raise LoadError("load_error", f"{exc}: {why}" if why else str(exc)) from None
 
 
 def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:
@@ -37,6 +61,10 @@ def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float],
         loaded = load_llama(args.model_path, cfg, log=log, on_progress=on_progress)
         llm = loaded.llm
         llm.lora.load(llm.lc, llm.model, llm.ctx, args.lora_specs)  # a bad adapter fails the load, as llama-server
+        if args.mmproj:
+            t0 = time.monotonic()
+            llm.projector = load_projector(args.mmproj, llm, log, args.n_threads_batch)
+            loaded.phases["projector_ms"] = round((time.monotonic() - t0) * 1000.0, 3)  # logged with instance_ready
         return loaded
     return load_model(
         args.model_path,

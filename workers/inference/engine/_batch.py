@@ -8,19 +8,17 @@ once per step). Each step, on the single engine thread:
 2. admit queued requests into idle slots, reusing the longest cached prefix;
 3. build one batch: the pending token of every generating slot, then prompt
    chunks of prefilling slots up to ``n_batch`` tokens in all (chunked
-   prefill: a long prompt takes several steps and never stalls the others);
+   prefill: a long prompt takes several steps and never stalls the others;
+   an image in a prompt is decoded by itself first, :mod:`~workers.inference.engine._media`);
 4. ``llama_decode``; then sample each row that has logits with the request's
    sampler chain and hand the text to the request's queue.
 
-A request that arrives while a step runs joins at the next one (continuous
-batching). Python work per step is a few list operations per slot; sampling
-runs in C. HTTP threads only enqueue :class:`~workers.inference.engine.Request` objects
-and read their queues (:mod:`workers.inference.http._front`).
+A request that arrives while a step runs joins at the next one (continuous batching). Python work per
+step is a few list operations per slot; sampling runs in C. HTTP threads only enqueue
+:class:`~workers.inference.engine.Request` objects and read their queues (:mod:`workers.inference.http._front`).
 
-KV cells: each slot owns one KV stream of ``n_ctx`` cells (see
-:func:`workers.inference.llama._load._context_params`). An idle slot keeps its last
-prompt and reply there for reuse; a cancelled request's cells are dropped at
-once.
+KV cells: each slot owns one KV stream of ``n_ctx`` cells (see :func:`workers.inference.llama._load._context_params`).
+An idle slot keeps its last prompt and reply there for reuse; a cancelled request's cells are dropped at once.
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, EmbedRequest
 from workers.inference.engine._errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
+from workers.inference.engine._media import decode_reached_media, keep_whole_media, pos_delta, text_end
 from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
 from workers.inference.engine._protocol import FrontFactory, JobRunner
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
@@ -65,8 +64,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
         self.front: JobRunner | None = None  # the request front, set once loaded
         self._cv = threading.Condition()
         self._pending: deque[Request] = deque()
-        self._accepting = False
-        self._drained = False
+        self._accepting = self._drained = False
         self._idle = threading.Event()
         self._idle.set()
         self._batch: Batch | None = None
@@ -197,6 +195,8 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
         assert batch is not None and self.llm is not None
         if self.embedding_enabled:
             self.llm.set_embeddings(False)  # logits for the generating slots
+        if self.llm.projector is not None:  # images first, each decoded by itself (engine._media)
+            decode_reached_media(self.llm, self.slots, self._fail)
         batch.n = 0
         gen, chunks = self._fill(batch)
         if batch.n == 0:
@@ -243,13 +243,14 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
     def _launch(self, slot: Slot, req: Request, n_keep: int, now: float) -> None:
         """Start ``req`` in ``slot``, keeping the first ``n_keep`` cached tokens (prefix reuse)."""
         assert self.llm is not None
+        n_keep = keep_whole_media(req, n_keep)
         if n_keep < len(slot.cache) and not self.llm.seq_rm(slot.id, n_keep, -1):
             n_keep = 0
         if not self.llm.can_continue(slot.id, n_keep):
             n_keep = 0  # the sliding window before n_keep is gone: evaluate it all again
         if n_keep == 0:
             self.llm.seq_rm(slot.id, 0, -1)
-        slot.begin(req, n_keep, now)
+        slot.begin(req, n_keep, now, pos_delta(req, n_keep))
         self.metrics.on_admit(n_keep)
 
     def _release(self, slot: Slot, now: float, *, keep_cache: bool) -> None:
@@ -277,11 +278,14 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
         req.out.put(("e", err))
 
     def _fail_active(self, err: EngineError) -> None:
-        now = time.monotonic()
         for s in self.slots:
-            if s.request is not None:
-                self._reject(s.request, err)
-                self._release(s, now, keep_cache=False)
+            self._fail(s, err)
+
+    def _fail(self, s: Slot, err: EngineError) -> None:
+        """End the slot's request with ``err`` and drop its cells."""
+        if s.request is not None:
+            self._reject(s.request, err)
+            self._release(s, time.monotonic(), keep_cache=False)
 
     # -- one step ---------------------------------------------------------------------
 
@@ -297,17 +301,20 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
                 s.truncated = True
                 self._finish(s, "length", now)  # the context is full (--context-shift makes room instead)
                 continue
-            s.batch_index = batch.add([s.pending], len(s.cache), s.id, True)
+            s.batch_index = batch.add([s.pending], len(s.cache) + s.pos_delta, s.id, True)
             gen.append(s)
         chunks: list[tuple[Slot, list[int]]] = []
         budget = min(self._budget, batch.capacity - batch.n)
-        for s in sorted((s for s in self.slots if s.state is SlotState.PROMPT), key=_arrival):
+        prefilling = [s for s in self.slots if s.state is SlotState.PROMPT]
+        for s in sorted(prefilling, key=lambda s: s.request.id if s.request else 0):
             if budget <= 0 or s.request is None:
                 break
             prompt, done = s.request.prompt, s.n_prompt_done
-            part = prompt[done : done + budget]
+            part = prompt[done : text_end(s.request, done, budget)]
+            if not part:
+                continue  # an image comes next: decoded at the start of the next step
             last = done + len(part) == len(prompt)
-            row = batch.add(part, done, s.id, last)
+            row = batch.add(part, done + s.pos_delta, s.id, last)
             s.batch_index = row if last else -1
             chunks.append((s, part))
             budget -= len(part)
@@ -379,21 +386,14 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
     def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
         """``1``: no room in the KV cache (nothing was decoded): shrink prompt chunks, or end the
         longest generation; anything else is an error for every request in the batch."""
-        now = time.monotonic()
         for s in self.slots:
             s.batch_index = -1
         if ret == 1 and chunks and self._budget > 1:
             self._budget //= 2  # restored after the next successful step
             return
         if ret == 1 and gen:
-            self._finish(max(gen, key=lambda s: len(s.cache)), "length", now)
+            self._finish(max(gen, key=lambda s: len(s.cache)), "length", time.monotonic())
             return
         err = EngineFailed(f"llama_decode failed ({ret})")
         for s in {*gen, *(c[0] for c in chunks)}:
-            if s.request is not None:
-                self._reject(s.request, err)
-                self._release(s, now, keep_cache=False)
-
-
-def _arrival(slot: Slot) -> int:
-    return slot.request.id if slot.request is not None else 0
+            self._fail(s, err)

@@ -40,6 +40,8 @@ class SlotAction:
 
 
 def _save(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
+    if any(t < 0 for t in slot.cache):  # an image's stand-in tokens mean nothing in another process
+        raise RequestRejected("Unable to save slot: it holds image tokens, which a slot file cannot carry")
     t0 = time.perf_counter()
     tokens = (llm.lc.llama_token * max(1, len(slot.cache)))(*slot.cache)
     n = int(llm.lc.llama_state_seq_save_file(llm.ctx, act.path.encode(), slot.id, tokens, len(slot.cache)))

@@ -44,6 +44,7 @@ class Request:
     cache_prompt: bool = True
     n_keep: int = 0  # prompt tokens a context shift keeps (-1: all of them)
     chain: Any = None  # its sampler chain, built on the HTTP thread; freed by the engine
+    media: Any = None  # the prompt's images (a llama._mtmd.MediaPrompt), or None: see engine._media
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -146,14 +147,16 @@ class Slot:
     has_new_line: bool = False
     last_request: Request | None = None
     truncated: bool = False  # this request's context filled up (shifted, or stopped short), as llama-server
+    pos_delta: int = 0  # a token's position minus its cell index (M-RoPE images take fewer positions)
 
     @property
     def is_processing(self) -> bool:
         return self.state is not SlotState.IDLE
 
-    def begin(self, req: Request, n_keep: int, now: float) -> None:
+    def begin(self, req: Request, n_keep: int, now: float, pos_delta: int = 0) -> None:
         """Start ``req`` here, its first ``n_keep`` prompt tokens already cached (the engine kept their cells)."""
         del self.cache[n_keep:]
+        self.pos_delta = pos_delta
         self.state, self.request, self.chain = SlotState.PROMPT, req, req.chain
         self.n_prompt_done, self.pending, self.n_decoded, self.has_new_line = n_keep, -1, 0, False
         self.truncated = False
@@ -163,6 +166,8 @@ class Slot:
 
     def end(self, now: float) -> None:
         """Back to idle; the request stays as ``last_request`` for ``/slots`` (its cells are the engine's to drop)."""
+        if self.request is not None:
+            self.request.media = None  # its images (pixels, embeddings) go now, not with the slot's next request
         self.state, self.request, self.chain, self.last_request = SlotState.IDLE, None, None, self.request
         self.last_used, self.batch_index = now, -1
 
@@ -231,10 +236,11 @@ def pick_slot(slots: list[Slot], prompt: list[int], similarity: float = 0.1) -> 
 
 def shift_context(llm: Any, slot: Slot) -> bool:
     """llama-server's context shift: keep the first ``n_keep`` tokens (BOS too), drop half of the
-    rest, and slide what follows down; False where the KV cache cannot shift (no memory, SWA, M-RoPE)."""
+    rest, and slide what follows down; False where the KV cache cannot shift (no memory, SWA, M-RoPE),
+    or the prompt holds images."""
     req = slot.request
-    if req is None or not llm.mem or not llm.lc.llama_memory_can_shift(llm.mem):
-        return False
+    if req is None or req.media is not None or not llm.mem or not llm.lc.llama_memory_can_shift(llm.mem):
+        return False  # an image cannot be cut in two (llama-server does not shift multimodal prompts either)
     n_keep = len(req.prompt) if req.n_keep < 0 else req.n_keep
     n_keep = min(llm.n_ctx - 4, n_keep + (1 if llm.add_bos else 0))
     n_past = len(slot.cache)

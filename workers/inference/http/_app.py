@@ -48,7 +48,7 @@ class FrontOptions:
     jinja: bool = True
     chat_template_kwargs: str | None = None  # a JSON object's text
     reasoning_format: str = "auto"
-    mmproj: str | None = None  # --mmproj: the model's projector (media input answers 501, see _server)
+    mmproj: str | None = None  # --mmproj: the model's projector (chats may carry images, see _jobs)
 
 
 @dataclass

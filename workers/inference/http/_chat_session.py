@@ -35,7 +35,7 @@ from workers.inference.http._errors import ApiError
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 _CHAT_ONLY = ("messages", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs", "functions",
               "function_call", "parallel_tool_calls", "chat_template_kwargs", "reasoning_format",
-              "add_generation_prompt")  # fmt: skip
+              "add_generation_prompt", "media")  # fmt: skip
 _GENERIC_PROMPT = (
     "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "
     "reply to the user's request"
@@ -53,6 +53,7 @@ class ChatPlan:
     reasoning_format: str
     logprobs: int | None  # top logprobs per token, None: none asked for
     sampling: dict[str, Any] = field(default_factory=dict)  # Any: create_completion's keyword values
+    media: tuple[tuple[str, bytes], ...] = ()  # the chat's media files (kind, bytes), one marker each in the prompt
 
 
 def _tool_functions(tools: Any) -> list[dict[str, Any]]:
@@ -207,6 +208,7 @@ def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], r
         reasoning_format="deepseek" if fmt == "auto" else fmt,
         logprobs=(top or 0) if kwargs.get("logprobs") else None,
         sampling=sampling,
+        media=tuple(kwargs.get("media") or ()),
     )
 
 
@@ -234,11 +236,18 @@ class ChatRun:
         self.text = ""
         self.finish_reason = "stop"
         self.logprobs: list[dict[str, Any]] = []
-        tokens = front.tokenize(plan.rendered.prompt.encode(), add_bos=plan.rendered.add_special, special=True)
+        rendered, media = plan.rendered, None
+        if plan.media:  # the projector splits the prompt at its markers and encodes each image
+            from workers.inference.http._media import media_prompt
+
+            media = media_prompt(front, rendered.prompt, plan.media, add_bos=rendered.add_special)
+            tokens = media.tokens
+        else:
+            tokens = front.tokenize(rendered.prompt.encode(), add_bos=rendered.add_special, special=True)
         self.n_prompt = len(tokens)
         grammar = LlamaGrammar.from_string(plan.grammar, verbose=False) if plan.grammar else None
         self._chunks = front.create_completion(
-            tokens, stream=True, grammar=grammar, logprobs=plan.logprobs, **plan.sampling
+            tokens, stream=True, grammar=grammar, logprobs=plan.logprobs, media=media, **plan.sampling
         )
         self._ids = uuid.uuid4().hex[:12]
 

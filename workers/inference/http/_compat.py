@@ -28,9 +28,12 @@ _CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-def compat_request(kind: str, body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
-    """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body."""
-    return chat_request(_CONVERT[kind](body), model_name)
+def compat_request(
+    kind: str, body: dict[str, Any], model_name: str, *, media: bool = False
+) -> tuple[dict[str, Any], bool]:
+    """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body (``media``: as
+    :func:`~workers.inference.http._requests.chat_request`)."""
+    return chat_request(_CONVERT[kind](body), model_name, media=media)
 
 
 def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, result: dict[str, Any]) -> Any:
@@ -52,9 +55,15 @@ def count_tokens(kind: str) -> Any:
     """The handler of ``kind``'s token count: ``{"input_tokens": N}`` (plus ``object`` for OpenAI's)."""
 
     def handle(front: Any, body: dict[str, Any]) -> dict[str, Any]:
-        kwargs, _ = compat_request(kind, body, front.model_name)
+        kwargs, _ = compat_request(kind, body, front.model_name, media=front.llm.projector is not None)
         plan = front.plan_chat(kwargs)
-        n = len(front.tokenize(plan.rendered.prompt.encode(), add_bos=plan.rendered.add_special, special=True))
+        rendered = plan.rendered
+        if plan.media:  # images count their tokens, as the projector splits the prompt
+            from workers.inference.http._media import media_prompt
+
+            n = len(media_prompt(front, rendered.prompt, plan.media, add_bos=rendered.add_special).tokens)
+        else:
+            n = len(front.tokenize(rendered.prompt.encode(), add_bos=rendered.add_special, special=True))
         return {"input_tokens": n} if kind == "messages" else {"input_tokens": n, "object": "response.input_tokens"}
 
     return handle

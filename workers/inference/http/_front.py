@@ -37,7 +37,7 @@ from workers.inference.engine import (
 from workers.inference.http._chat_template import TemplateOptions
 from workers.inference.http._errors import ApiError
 from workers.inference.http._shapes import CompletionShaper
-from workers.inference.llama import LlamaModel, Tokenizer, TokenizingCancelled
+from workers.inference.llama import LlamaModel, MediaPrompt, Tokenizer, TokenizingCancelled
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
 # The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
@@ -198,7 +198,7 @@ class CompletionFront:
         if len(text) > 4 * limit and len(text) > self.tokenizer.max_prompt_bytes(limit):
             # Not tokenized: n_prompt_tokens is the least it could be (bytes / longest token's bytes).
             least = len(text) * limit // self.tokenizer.max_prompt_bytes(limit)
-            raise _too_long(f"{len(text)} bytes", limit, self.llm.n_ctx, max(least, limit + 1))
+            raise too_long(f"{len(text)} bytes", limit, self.llm.n_ctx, max(least, limit + 1))
         try:
             tokens = self.tokenizer.tokenize(
                 text.decode("utf-8", errors="replace"),
@@ -209,7 +209,7 @@ class CompletionFront:
         except TokenizingCancelled:
             raise ApiError(499, "client disconnected while the prompt was tokenized", "cancelled") from None
         if len(tokens) > limit:
-            raise _too_long(f"{len(tokens)} tokens", limit, self.llm.n_ctx, len(tokens))
+            raise too_long(f"{len(tokens)} tokens", limit, self.llm.n_ctx, len(tokens))
         return tokens
 
     def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
@@ -250,10 +250,17 @@ class CompletionFront:
         mirostat_eta: float = 0.1,
         grammar: Any = None,
         logit_bias: dict[Any, float] | list[tuple[int | str, float]] | None = None,
+        media: MediaPrompt | None = None,
+        media_files: list[tuple[str, bytes]] | None = None,
         **_ignored: Any,  # model, tfs_z, logits_processor, stopping_criteria: see docs/api.md
     ) -> Any:
-        """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming."""
-        tokens = self._prompt_tokens(prompt)
+        """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming
+        (``media``: the prompt's images, whose ``tokens`` are then the prompt: ``_media.media_prompt``)."""
+        if media_files and isinstance(prompt, str):  # /completion's multimodal_data
+            from workers.inference.http._media import media_prompt
+
+            media = media_prompt(self, prompt, media_files, add_bos=True)
+        tokens = media.tokens if media is not None else self._prompt_tokens(prompt)
         params = SamplingParams(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
@@ -262,7 +269,7 @@ class CompletionFront:
             grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs),
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        req = self._submit(tokens, params, max_tokens or 0, stops)
+        req = self._submit(tokens, params, max_tokens or 0, stops, media)
         self._ctx().result.update(
             params={**params.to_json(), "n_predict": max_tokens or -1, "stop": list(stops)},
             prompt=prompt if isinstance(prompt, str) else "",
@@ -306,7 +313,7 @@ class CompletionFront:
         if isinstance(prompt, list):
             ids = [int(t) for t in prompt]
             if len(ids) > self.max_prompt_tokens:
-                raise _too_long(f"{len(ids)} tokens", self.max_prompt_tokens, self.llm.n_ctx, len(ids))
+                raise too_long(f"{len(ids)} tokens", self.max_prompt_tokens, self.llm.n_ctx, len(ids))
             if any(not 0 <= t < self.llm.n_vocab for t in ids):
                 raise ApiError(400, f"prompt token ids must be in [0, {self.llm.n_vocab})")
             return ids
@@ -314,13 +321,15 @@ class CompletionFront:
             return [self.llm.bos]
         return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
 
-    def _submit(self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...]) -> Request:
+    def _submit(
+        self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...], media: Any = None
+    ) -> Request:
         try:
             chain = build_chain(self.llm.lc, self.llm.vocab, self.llm.n_vocab, params, self.default_seed)
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
         ctx = self._ctx()
-        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain)
+        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain, media)
         try:
             self.engine.enqueue(req)
         except EngineError:
@@ -361,7 +370,7 @@ def _gbnf(grammar: Any) -> str | None:
     return strict_json_strings(text) if text else None
 
 
-def _too_long(size: str, limit: int, n_ctx: int, n_prompt: int) -> ApiError:
+def too_long(size: str, limit: int, n_ctx: int, n_prompt: int) -> ApiError:
     msg = (
         f"the prompt is {size}, over this model's limit of {limit} prompt tokens "
         f"(max_prompt_tokens; the context holds {n_ctx} tokens)"

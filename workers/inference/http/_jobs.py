@@ -25,15 +25,16 @@ COMPAT_KINDS = {"/messages": "messages", "/responses": "responses"}  # Anthropic
 def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: dict[str, Any]) -> Job:
     """The engine job of a completion, chat, infill or embedding request (``front(route)``: 501/503 checks)."""
     name = app.model_name
+    media = takes_media(app)
     if route == "/chat/completions":
-        kwargs, stream = chat_request(body, name)
+        kwargs, stream = chat_request(body, name, media=media)
         return Job("chat", kwargs, stream=stream, options=request_options(body))
     if route in COMPAT_KINDS:
         front(route)
-        kwargs, stream = compat_request(COMPAT_KINDS[route], body, name)
+        kwargs, stream = compat_request(COMPAT_KINDS[route], body, name, media=media)
         return Job(COMPAT_KINDS[route], kwargs, stream=stream, options=request_options(body))
     if route == "/completions":
-        kwargs, stream = completion_request(body, name)
+        kwargs, stream = completion_request(body, name, media=media)
         return Job("completion", kwargs, stream=stream, options=request_options(body))
     if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
         from workers.inference.http._infill import infill_tokens
@@ -42,7 +43,7 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
         route = "/completion"
     if route == "/completion":  # llama-server's own shape
         front(route)
-        kwargs, stream = completion_request(llama_server.native_completion_body(body), name)
+        kwargs, stream = completion_request(llama_server.native_completion_body(body), name, media=media)
         return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
     if route in ("/rerank", "/reranking"):
         raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)",
@@ -54,9 +55,15 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
     return Job("embedding", {"input": inputs, "encoding_format": fmt})
 
 
-def media_error(err: MediaInput, mmproj: str | None) -> ApiError:
-    """Image or audio input: a 400 for a model without a projector, else 501 (not evaluated yet)."""
-    if mmproj is None:
+def takes_media(app: InferenceApp) -> bool:
+    """Whether chats may carry media parts: a projector (``--mmproj``) on the batch engine."""
+    return app.front_options.mmproj is not None and app.engine.has_front
+
+
+def media_error(err: MediaInput, app: InferenceApp) -> ApiError:
+    """Media input the model cannot take: llama-server's 400, or 501 where the projector is there but
+    the engine cannot evaluate it (``--engine legacy``)."""
+    if app.front_options.mmproj is None or app.engine.has_front:
         return err
-    return ApiError(501, f"{err.kind} input is not supported by modelrouter's worker yet: the projector "
-                    "(--mmproj) is listed but not evaluated", _NOT_SUPPORTED)  # fmt: skip
+    return ApiError(501, f"{err.kind} input needs the batch engine (this worker runs --engine legacy)",
+                    _NOT_SUPPORTED)  # fmt: skip

@@ -30,6 +30,7 @@ from typing import Any
 from workers.inference.engine import SamplingParams
 from workers.inference.http._errors import ApiError
 from workers.inference.http._requests import normalize_message
+from workers.inference.llama import MEDIA_MARKER
 
 
 @functools.cache
@@ -127,9 +128,17 @@ def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' is required and must be a non-empty list")
-    kwargs: dict[str, Any] = {"messages": [normalize_message(i, m) for i, m in enumerate(messages)]}
+    media: list[tuple[str, bytes]] | None = [] if getattr(front.llm, "projector", None) is not None else None
+    kwargs: dict[str, Any] = {"messages": [normalize_message(i, m, media) for i, m in enumerate(messages)]}
     kwargs.update({key: body[key] for key in _TEMPLATE_KEYS if body.get(key) is not None})
     return {"prompt": front.plan_chat(kwargs).rendered.prompt}
+
+
+def _modalities(llm: Any) -> dict[str, bool]:
+    """What the projector takes (llama-server: ``mtmd_support_vision``/``_audio``; no video here)."""
+    projector = getattr(llm, "projector", None)
+    vision, audio = (projector.vision, projector.audio) if projector is not None else (False, False)
+    return {"vision": vision, "video": False, "audio": audio}
 
 
 def props(front: Any, total_slots: int, model_name: str, endpoint_props: bool = False) -> dict[str, Any]:
@@ -141,7 +150,8 @@ def props(front: Any, total_slots: int, model_name: str, endpoint_props: bool = 
         "total_slots": total_slots,
         "model_alias": model_name,
         "model_path": llm.path,
-        "modalities": {"vision": False, "video": False, "audio": False},
+        "modalities": _modalities(llm),
+        "media_marker": MEDIA_MARKER,
         "endpoint_slots": True,
         "endpoint_props": endpoint_props,
         "endpoint_metrics": True,

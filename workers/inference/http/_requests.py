@@ -111,12 +111,14 @@ def _stream_flag(body: dict[str, Any]) -> bool:
     return stream
 
 
-_MEDIA = {"image_url": "image", "input_audio": "audio", "video_url": "video"}
+_MEDIA = {"image_url": "image", "input_audio": "audio", "video_url": "video", "input_video": "video"}
+Media = list[tuple[str, bytes]]
+"""A chat's media files in order, with their kind (``image``, ``audio``, ``video``)."""
 
 
 class MediaInput(ApiError):
-    """An image, audio or video part: llama-server's answer when the model has no projector;
-    the worker answers 501 instead when it has one (it cannot feed media to the model yet)."""
+    """An image, audio or video part the model cannot take: llama-server's answer when it has no
+    projector (or one without that modality); the legacy engine answers 501 instead."""
 
     def __init__(self, kind: str) -> None:
         super().__init__(
@@ -125,7 +127,30 @@ class MediaInput(ApiError):
         self.kind = kind
 
 
-def normalize_message(i: int, msg: Any) -> dict[str, Any]:
+def _media_content(i: int, content: list[Any], media: Media) -> str:
+    """Parts with media as one string, as llama-server joins them: each media part becomes the
+    marker (its file goes to ``media``), text parts are joined by newlines but none is put next
+    to a marker (``common_chat_msg::to_json_oaicompat``)."""
+    from workers.inference.http._media import load_media, part_url
+    from workers.inference.llama import MEDIA_MARKER
+
+    text, after_marker = "", False
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in _MEDIA:
+            media.append((_MEDIA[kind], load_media(part_url(part))))
+            text, after_marker = text + MEDIA_MARKER, True
+        elif kind == "text" and isinstance(part.get("text"), str):
+            text += ("\n" if text and not after_marker else "") + part["text"]
+            after_marker = False
+        else:
+            raise ApiError(400, f"messages[{i}].content: unsupported content[].type")
+    return text
+
+
+def normalize_message(i: int, msg: Any, media: Media | None = None) -> dict[str, Any]:
+    """One chat message, validated; media parts need ``media`` (a model with a projector: their files
+    are appended to it and the content carries markers), else they are refused (:class:`MediaInput`)."""
     if not isinstance(msg, dict):
         raise ApiError(400, f"messages[{i}] must be an object")
     role = msg.get("role")
@@ -139,7 +164,13 @@ def normalize_message(i: int, msg: Any) -> dict[str, Any]:
     content = msg.get("content")
     if content is None and role == "assistant":
         out["content"] = ""  # chat formatters index "content" and join strings
-    if isinstance(content, list):
+    if (
+        isinstance(content, list)
+        and media is not None
+        and any(isinstance(p, dict) and p.get("type") in _MEDIA for p in content)
+    ):
+        out["content"] = _media_content(i, content, media)
+    elif isinstance(content, list):
         # Multi-part content: text parts are joined; media parts need a projector (see MediaInput).
         texts = []
         for part in content:
@@ -154,13 +185,17 @@ def normalize_message(i: int, msg: Any) -> dict[str, Any]:
     return out
 
 
-def chat_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
-    """kwargs for ``Llama.create_chat_completion`` and the stream flag."""
+def chat_request(body: dict[str, Any], model_name: str, *, media: bool = False) -> tuple[dict[str, Any], bool]:
+    """kwargs for ``Llama.create_chat_completion`` and the stream flag; ``media``: the model takes
+    media parts (its files go to ``kwargs["media"]``)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     kwargs = _sampling_kwargs(body)
-    kwargs["messages"] = [normalize_message(i, m) for i, m in enumerate(messages)]
+    files: Media | None = [] if media else None
+    kwargs["messages"] = [normalize_message(i, m, files) for i, m in enumerate(messages)]
+    if files:
+        kwargs["media"] = files
     for key in ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_format",
                 "add_generation_prompt"):  # fmt: skip
         if body.get(key) is not None:
@@ -213,14 +248,22 @@ def _grammar(body: dict[str, Any]) -> Any:
         raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
 
 
-def _prompt(prompt: Any) -> str | list[int | str]:
+def _prompt(prompt: Any, media: Media | None = None) -> str | list[int | str]:
     """One completion prompt in llama-server's forms: a string, token ids, strings mixed with
-    ids, or ``{"prompt_string": ..., "multimodal_data": [...]}`` (text only: no projector here)."""
+    ids, or ``{"prompt_string": ..., "multimodal_data": [base64, ...]}`` (the files go to ``media``
+    for a model with a projector; the string holds one ``/props`` ``media_marker`` per file)."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, dict)):
         prompt = prompt[0]
     if isinstance(prompt, dict):
-        if prompt.get("multimodal_data"):
+        files = prompt.get("multimodal_data")
+        if files and media is None:
             raise ApiError(400, "Multimodal data provided, but model does not support multimodal requests.")
+        if files and media is not None:
+            from workers.inference.http._media import lenient_b64decode
+
+            if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+                raise ApiError(400, "'multimodal_data' must be a list of base64 strings")
+            media.extend(("media", lenient_b64decode(f)) for f in files)
         prompt = prompt.get("prompt_string")
     if isinstance(prompt, str):
         return prompt
@@ -235,9 +278,14 @@ def _is_token(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str, Any], bool]:
-    """kwargs for ``Llama.create_completion`` and the stream flag."""
-    prompt = _prompt(body.get("prompt"))
+def completion_request(body: dict[str, Any], model_name: str, *, media: bool = False) -> tuple[dict[str, Any], bool]:
+    """kwargs for ``Llama.create_completion`` and the stream flag (``media``: as :func:`chat_request`)."""
+    files: Media | None = [] if media else None
+    prompt = _prompt(body.get("prompt"), files)
+    if files:
+        if not isinstance(prompt, str):
+            raise ApiError(400, "'multimodal_data' needs a 'prompt_string'")
+        body = {**body, "media_files": files}
     kwargs = _sampling_kwargs(body)
     kwargs["prompt"] = prompt
     if body.get("suffix") is not None:
@@ -251,6 +299,8 @@ def completion_request(body: dict[str, Any], model_name: str) -> tuple[dict[str,
         if not isinstance(body["logprobs"], int) or isinstance(body["logprobs"], bool):
             raise ApiError(400, "'logprobs' must be an integer for completions")
         kwargs["logprobs"] = body["logprobs"]
+    if body.get("media_files"):
+        kwargs["media_files"] = body["media_files"]
     stream = _stream_flag(body)
     kwargs["stream"] = stream
     kwargs["model"] = model_name

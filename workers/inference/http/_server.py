@@ -240,7 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
             job.client_gone = self._client_gone if session is None else session.is_cancelled
             self.app.engine.submit(job)
         except MediaInput as err:
-            self._send_api_error(media_error(err, self.app.front_options.mmproj))
+            self._send_api_error(media_error(err, self.app))
             return
         except (ApiError, EngineError) as err:
             if session is not None:  # as llama-server: a request that never streamed leaves no session

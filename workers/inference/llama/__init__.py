@@ -8,6 +8,8 @@
 * ``_log``: :class:`LlamaLog`, llama.cpp's log captured; failures classified (:class:`LoadError`).
 * ``_gguf_check``: :func:`inspect_gguf`, a structural check of the file's header.
 * ``_tokenize``: :class:`Tokenizer`, linear-time tokenizing of long prompts.
+* ``_mtmd``: :class:`Projector`, a multimodal projector (``--mmproj``) through ``libmtmd``:
+  prompts with images (:class:`MediaPrompt`) and their decode into a slot's sequence.
 
 Exports load lazily: the GGUF check brings ``gguf`` and numpy (~60 ms), needed only
 after a failed load, and the tokenizer only once the model has loaded; the path to
@@ -27,10 +29,12 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
     from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
     from workers.inference.llama._lora import LoraError, LoraSet, parse_specs
     from workers.inference.llama._model import MAX_SLOTS, POOLING, Batch, ContextConfig, LlamaModel
+    from workers.inference.llama._mtmd import MEDIA_MARKER, MediaError, MediaPrompt, Projector
     from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
 
 __all__ = [
     "MAX_SLOTS",
+    "MEDIA_MARKER",
     "POOLING",
     "Batch",
     "ContextConfig",
@@ -44,6 +48,9 @@ __all__ = [
     "LoadedModel",
     "LoraError",
     "LoraSet",
+    "MediaError",
+    "MediaPrompt",
+    "Projector",
     "Tokenizer",
     "TokenizingCancelled",
     "classify_llama_errors",
@@ -73,6 +80,10 @@ _HOMES = {
     "LlamaLog": "workers.inference.llama._log",
     "LoadError": "workers.inference.llama._log",
     "classify_llama_errors": "workers.inference.llama._log",
+    "MEDIA_MARKER": "workers.inference.llama._mtmd",
+    "MediaError": "workers.inference.llama._mtmd",
+    "MediaPrompt": "workers.inference.llama._mtmd",
+    "Projector": "workers.inference.llama._mtmd",
     "MAX_SLOTS": "workers.inference.llama._model",
     "POOLING": "workers.inference.llama._model",
     "Batch": "workers.inference.llama._model",

@@ -83,6 +83,13 @@ class LlamaLog:
         _installed = _callback
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
 
+    def install_mtmd(self) -> None:
+        """Route libmtmd's log (the projector's) here too; call after :meth:`install`."""
+        from llama_cpp import mtmd_cpp
+
+        if self._c_callback is not None:
+            mtmd_cpp.mtmd_helper_log_set(self._c_callback, ctypes.c_void_p(0))
+
     def _on_log(self, level: int, text: str) -> None:
         with self._lock:
             if level == LOG_CONT:

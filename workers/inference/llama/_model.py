@@ -81,6 +81,7 @@ class LlamaModel:
         self.architecture = self.meta("general.architecture") or ""
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self.lora = LoraSet()  # --lora adapters, loaded after the context (engine_setup.load)
+        self.projector: Any = None  # --mmproj: a llama._mtmd.Projector, attached after the context (engine_setup.load)
         self._eog: dict[int, bool] = {}
         self._eog_all: list[int] | None = None
         self._buf = ctypes.create_string_buffer(256)
@@ -202,6 +203,9 @@ class LlamaModel:
         return LlamaModel(self.lc, self.model, ctx, cfg, self.path, owns_model=False)
 
     def close(self) -> None:
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         if self.ctx:
             self.lc.llama_free(self.ctx)
             self.ctx = None
