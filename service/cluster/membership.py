@@ -10,6 +10,11 @@ ids: two nodes detecting it at once store it once), and lets go of the lock
 again so that the node may come back. A slow node that still holds its
 connection is never lost. The lock is taken before ``node_joined`` is
 appended, so a joined incarnation whose lock is free is really gone.
+
+**A clean stop is not a loss.** A stopping node appends ``node_left`` (with its
+``router_stopped``) before it closes the lock's connection, and a node that
+finds a lock free first folds everything committed so far: a node that left
+is then seen as left, never recorded lost.
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ def lock_key(node: str) -> int:
     return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 
+def lock_application_name(node: str) -> str:
+    """The ``application_name`` of ``node``'s lock connection (``pg_stat_activity``)."""
+    return f"modelrouter-node:{node}"
+
+
 def joined_event(settings: Settings, incarnation: str, memory: int, models: tuple[str, ...]) -> ev.NodeJoined:
     """``node_joined`` for this process."""
     assert settings.node is not None and settings.advertise_url is not None
@@ -69,6 +79,7 @@ class Membership:
         self._live = live
         self._interpreter = interpreter
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self.incarnation: str | None = None  # this process's current incarnation, once joined
         self._checks_from = 0.0  # loop time before which the others are not checked (after a reconnect)
         self._resuming = False  # the first check after a reconnect is logged (node_watch_resumed)
 
@@ -77,9 +88,18 @@ class Membership:
         append ``node_joined``."""
         await self._lock(timeout)
         await self._interpreter.record([Append(joined)])
+        self.incarnation = joined.incarnation
+
+    def leaving(self) -> Append | None:
+        """``node_left`` for this incarnation, to append with the shutdown's last events while the
+        lock is still held (None: never joined)."""
+        return cluster.on_leaving(self.node, self.incarnation) if self.incarnation is not None else None
 
     async def _lock(self, timeout: float) -> None:
-        self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        # Named, so that an operator (or a test) can find this node's lock connection in pg_stat_activity.
+        self._conn = await psycopg.AsyncConnection.connect(
+            self._url, autocommit=True, application_name=lock_application_name(self.node)
+        )
         try:
             await asyncio.wait_for(self._conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(self.node),)), timeout)
         except TimeoutError:
@@ -113,6 +133,7 @@ class Membership:
             if not (row and row[0]):
                 continue  # held: that node lives, however slow
             try:
+                await self._live.sync()  # its node_left, committed before it let go, is then seen
                 decide = functools.partial(cluster.decide_node_lost, node=name, incarnation=incarnation,
                                            detected_by=self.node)  # fmt: skip
                 applied = await self._interpreter.apply(decide)

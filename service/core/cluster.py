@@ -5,7 +5,8 @@ pure functions draw the line: :func:`own_view` is the fold as one node's
 reconcile and catalogue must see it (its instances, its download jobs, its
 files), :func:`budgets` the nodes placement may use, and :func:`on_node_lost`
 the events that close what a dead incarnation left running. A service without
-``--node`` is the node ``None``: every view of it is the whole fold.
+``--node`` is the node ``None``: every view of it is the whole fold. A node that stops cleanly says so
+(:func:`on_leaving`), so the others never take it for lost.
 
 Pure module: stdlib only.
 """
@@ -61,8 +62,8 @@ def own_view(state: RouterState, node: str | None) -> RouterState:
 
 
 def alive(state: RouterState) -> list[str]:
-    """The nodes whose current incarnation is not lost, by name."""
-    return sorted(name for name, n in state.nodes.items() if not n.lost)
+    """The nodes whose current incarnation is neither lost nor left, by name."""
+    return sorted(name for name, n in state.nodes.items() if not n.gone)
 
 
 def budgets(state: RouterState, node: str | None, local: NodeBudget) -> tuple[NodeBudget, ...]:
@@ -82,7 +83,7 @@ def on_node_lost(state: RouterState, node: str, incarnation: str, detected_by: s
     """``node_lost`` for that incarnation, then ``instance_lost`` for each instance it ran and
     ``download_interrupted`` for each job its worker moved (resumed when the node comes back)."""
     current = state.nodes.get(node)
-    if current is None or current.incarnation != incarnation or current.lost:
+    if current is None or current.incarnation != incarnation or current.gone:
         return []
     out = [Closing(ev.NodeLost(node=node, incarnation=incarnation, detected_by=detected_by), None,
                    f"node_lost:{incarnation}")]  # fmt: skip
@@ -117,5 +118,11 @@ def decide_node_lost(state: RouterState, node: str, incarnation: str, detected_b
 
 
 def lost_to_check(state: RouterState, node: str | None) -> list[tuple[str, str]]:
-    """The other nodes whose current incarnation is not known lost: ``(name, incarnation)``."""
-    return [(n.name, n.incarnation) for n in state.nodes.values() if n.name != node and not n.lost]
+    """The other nodes whose current incarnation is not known lost or left: ``(name, incarnation)``."""
+    return [(n.name, n.incarnation) for n in state.nodes.values() if n.name != node and not n.gone]
+
+
+def on_leaving(node: str, incarnation: str) -> Append:
+    """``node_left`` for a cleanly stopping incarnation, with its deterministic id (a retried
+    shutdown append stores it once)."""
+    return Append(ev.NodeLeft(node=node, incarnation=incarnation), None, f"node_left:{incarnation}")

@@ -29,6 +29,7 @@ from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
 from service.core.node_events import ModelMeasured as ModelMeasured
 from service.core.node_events import NodeJoined as NodeJoined
+from service.core.node_events import NodeLeft as NodeLeft
 from service.core.node_events import NodeLost as NodeLost
 
 # --- router-level -------------------------------------------------------------
@@ -390,7 +391,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,
         InstanceLoadFailed, InstanceStopRequested, InstanceStopped, InstanceCrashed, InstanceLost, SleepEnded,
         RequestCompleted,
-        NodeJoined, NodeLost, ModelMeasured,
+        NodeJoined, NodeLost, NodeLeft, ModelMeasured,
     )
 }  # fmt: skip
 """Registry: stable type string -> current event class."""

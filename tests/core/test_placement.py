@@ -187,6 +187,29 @@ class TestManyNodes:
         plan = plan_slots(state, [Demand("m")], _cluster_facts(state, "a", 8 * GiB))
         assert plan.where == {"m": "a"}
 
+    def test_a_node_that_left_is_not_used_not_watched_and_never_recorded_lost(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "a"), held("m", "b"))
+        leaving = cluster.on_leaving("b", "b-1")
+        assert leaving.event_id == "node_left:b-1"
+        state = replay(recorded((leaving.event, None, "b"), after=state), state)
+        assert state.nodes["b"].left and not state.nodes["b"].lost and state.nodes["b"].left_at is not None
+        assert cluster.alive(state) == ["a"] and cluster.lost_to_check(state, "a") == []
+        assert cluster.on_node_lost(state, "b", "b-1", detected_by="a") == [], "left, not lost"
+        late = ev.NodeLost(node="b", incarnation="b-1", detected_by="a")  # a watcher that had not folded it yet
+        assert replay(recorded((late, None, "a"), after=state), state).nodes["b"] == state.nodes["b"]
+        plan = plan_slots(state, [Demand("m")], _cluster_facts(state, "a", 8 * GiB))
+        assert plan.where == {"m": "a"}
+        again = example(ev.NodeJoined, node="b", incarnation="b-2", url="http://b:8080", memory_bytes=8 * GiB)
+        state = replay(recorded((again, None, "b"), after=state), state)
+        assert not state.nodes["b"].gone and cluster.alive(state) == ["a", "b"], "a new incarnation is up"
+
+    def test_a_lost_incarnation_does_not_become_left(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB))
+        lost = ev.NodeLost(node="b", incarnation="b-1", detected_by="a")
+        left = cluster.on_leaving("b", "b-1").event
+        state = replay(recorded((lost, None, "a"), (left, None, "b"), after=state), state)
+        assert state.nodes["b"].lost and not state.nodes["b"].left
+
     def test_two_nodes_deciding_on_the_same_state_request_one_instance(self) -> None:
         """The second decision is taken again on the state after the first (LiveState.decide):
         the model then has an instance, and nothing more is requested anywhere."""

@@ -152,6 +152,7 @@ FINGERPRINTS = {
     8: ("c83db6cc07060c74", "34c120b2f5b7f538"),  # keep_alive and sleep (projector_path: a helper, same behaviour)
     # 7 on the cluster branch: ("5a09f659afeaa49b", "6cadef7995c8accf"), nodes, holders, shapes, pinned
     9: ("6ebb41060c960b4f", "cc0b98b1d095647f"),  # keep_alive, sleep and the cluster
+    10: ("cc565846feff9ce4", "5848a40f4d61d3dc"),  # node_left (NodeState.left, left_at)
 }
 
 

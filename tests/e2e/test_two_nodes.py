@@ -154,3 +154,27 @@ def test_two_nodes_place_forward_and_survive_a_kill(
     assert _chat(a, "tiny-s").status_code == 200
     assert _entry(a, "tiny-s")["status"]["node"] == "a"
     assert [e["data"]["node"] for e in _events(a, type="instance_requested", model="tiny-s")] == ["b", "a"]
+
+
+def _nodes(svc: ServiceProcess) -> dict[str, dict[str, Any]]:
+    return {n["name"]: n for n in _get(svc, "/nodes")["data"]}
+
+
+@pytest.mark.timeout(240)
+def test_a_node_stopped_cleanly_is_recorded_left_not_lost(cluster: tuple[ServiceProcess, ServiceProcess]) -> None:
+    a, b = cluster
+    if b.proc is None or b.proc.poll() is not None:
+        b.start(timeout=60)  # killed by the test above: b comes back as a new incarnation
+    up = eventually(lambda: (n := _nodes(a)) and n["b"]["state"] == "up" and n["b"], "b up again")
+    lost_before = _events(a, type="node_lost")
+
+    # SIGTERM: b stops its workers, appends node_left with router_stopped, then lets go of its lock.
+    b.stop()
+    gone = eventually(lambda: (n := _nodes(a)) and n["b"]["state"] != "up" and n["b"], "a sees b gone", timeout=30)
+    assert gone["state"] == "left" and gone["left_at"] and gone["lost_at"] is None
+    assert gone["incarnation"] == up["incarnation"]
+    left = _events(a, type="node_left")
+    assert [(e["data"]["node"], e["data"]["incarnation"], e["source"]["node"]) for e in left] == [
+        ("b", up["incarnation"], "b")]  # fmt: skip
+    assert _events(a, type="node_lost") == lost_before, "a left node is not recorded lost"
+    assert _get(a, "/nodes")["data"][0]["state"] == "up" and _chat(a, "tiny-s").status_code == 200
