@@ -157,12 +157,10 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
 async def _join(runtime: Runtime, node: str) -> None:
     """Take this node's lock, append ``node_joined`` with what it holds, watch the other nodes,
     and carry out what they decide for this one (docs/cluster.md)."""
-    from service.cluster.membership import Membership, joined_event  # psycopg: only a cluster loads it
+    from service.cluster.membership import Membership  # psycopg: only a cluster loads it
 
-    membership = Membership(runtime.settings, runtime.live, runtime.instances.interpreter)
-    held = tuple(sorted(m.name for m in own_view(runtime.live.state, node).models.values() if m.available))
-    incarnation = runtime.instances.new_id()
-    await membership.join(joined_event(runtime.settings, incarnation, runtime.instances.memory, held))
+    membership = Membership(runtime.settings, runtime.live, runtime.instances)
+    await membership.join()
     runtime.membership = membership
     runtime.live.add_listener(RemoteDecisions(node, runtime.instances).on_event)
     watch = asyncio.create_task(membership.watch(), name="node-watch")

@@ -13,10 +13,11 @@ Pure module: stdlib only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from service.core import events as ev
-from service.core.decision import Append, Decision
+from service.core.decision import Append, Decision, Effect
 from service.core.placement import NodeBudget
 from service.core.state import ModelState, RouterState, evolve
 
@@ -120,6 +121,26 @@ def decide_node_lost(state: RouterState, node: str, incarnation: str, detected_b
 def lost_to_check(state: RouterState, node: str | None) -> list[tuple[str, str]]:
     """The other nodes whose current incarnation is not known lost or left: ``(name, incarnation)``."""
     return [(n.name, n.incarnation) for n in state.nodes.values() if n.name != node and not n.gone]
+
+
+def recorded_lost(state: RouterState, node: str, incarnation: str) -> bool:
+    """Whether the log says ``node``'s ``incarnation`` is lost: another node found its lock free
+    (a cut connection) while it may well be alive, and closed what it ran."""
+    current = state.nodes.get(node)
+    return current is not None and current.incarnation == incarnation and current.lost
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonEnded(Effect):
+    """Stop, without a word (stdin EOF: they record nothing), this node's workers whose instance the
+    log ended while they ran: the node was recorded lost, and its instances with it (:func:`ended`)."""
+
+
+def ended(state: RouterState, running: Mapping[str, str]) -> list[str]:
+    """Of the worker processes running here (instance id -> model), those whose instance the log
+    no longer has (ended: ``instance_lost`` when this node was recorded lost)."""
+    return sorted(iid for iid, name in running.items() if (m := state.models.get(name)) is None
+                  or m.instance is None or m.instance.instance_id != iid)  # fmt: skip
 
 
 def on_leaving(node: str, incarnation: str) -> Append:

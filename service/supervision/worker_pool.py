@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 import structlog
 
@@ -20,6 +20,8 @@ from service.core.processes import ProcessExit
 from service.supervision.effects import Child, Spawner
 
 OnExit = Callable[[str, ProcessExit], Awaitable[None]]
+ABANDON_GRACE_SECONDS = 5.0
+"""How long an abandoned worker (stdin EOF: it stops at once) may take before SIGKILL."""
 _log = structlog.get_logger(__name__)
 
 
@@ -102,6 +104,19 @@ class WorkerPool:
                 child.signal_group(signal.SIGKILL)
         await self.reaped(key)
         return True
+
+    async def abandon(self, keys: Collection[str], grace: float = ABANDON_GRACE_SECONDS) -> list[str]:
+        """Stdin EOF to each of ``keys`` ("the service is going away": stop at once, record nothing),
+        SIGKILL after ``grace``; returns ``keys`` once every exit has been handled."""
+        children = [c for c in (self._children.get(k) for k in keys) if c is not None]
+        for child in children:
+            child.close_stdin()
+        if not all([await self._exited_within(c, grace) for c in children]):
+            for key in keys:
+                self.kill(key)
+        for key in keys:
+            await self.reaped(key)
+        return list(keys)
 
     def kill(self, key: str) -> None:
         """SIGKILL at once (a load deadline passed): nothing to save."""

@@ -210,6 +210,16 @@ class TestManyNodes:
         state = replay(recorded((lost, None, "a"), (left, None, "b"), after=state), state)
         assert state.nodes["b"].lost and not state.nodes["b"].left
 
+    def test_a_node_recorded_lost_finds_itself_lost_and_the_workers_whose_instances_ended(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "b"), held("n", "b"), ready("m", "b"))
+        assert not cluster.recorded_lost(state, "b", "b-1")
+        running = {"i-m": "m", "i-old": "n"}  # i-old: a worker whose instance had already ended
+        assert cluster.ended(state, running) == ["i-old"]
+        closing = cluster.on_node_lost(state, "b", "b-1", detected_by="a")
+        state = replay(recorded(*[(c.event, c.model, "a") for c in closing], after=state), state)
+        assert cluster.recorded_lost(state, "b", "b-1") and not cluster.recorded_lost(state, "b", "b-0")
+        assert cluster.ended(state, running) == ["i-m", "i-old"]
+
     def test_two_nodes_deciding_on_the_same_state_request_one_instance(self) -> None:
         """The second decision is taken again on the state after the first (LiveState.decide):
         the model then has an instance, and nothing more is requested anywhere."""

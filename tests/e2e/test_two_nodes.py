@@ -4,11 +4,15 @@ Node ``a`` holds ``tiny-a`` and ``tiny-s``; node ``b`` holds ``tiny-b`` and ``ti
 memory, so ``tiny-s`` goes to ``b`` first. Every request goes through node ``a`` with the API key:
 what ``b`` serves is forwarded there (streaming too). Then ``b`` is killed with SIGKILL: ``a``
 records ``node_lost`` and the lost instance within 10 s and places ``tiny-s`` again, on itself.
+The second test (after the first: it restarts ``b``) cuts ``b``'s lock connection while ``b`` is
+paused, so that ``a`` records it lost while it is alive: ``b`` re-joins and stops its worker; then
+``b`` stops cleanly and is recorded as left.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -19,12 +23,14 @@ from typing import Any
 
 import httpx
 import openai
+import psutil
+import psycopg
 import pytest
 
 from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
-from service.cluster.membership import RECONNECT_GRACE
+from service.cluster.membership import RECONNECT_GRACE, lock_application_name
 from service.supervision.ports import free_port
 from tests.eventually import eventually
 
@@ -160,21 +166,58 @@ def _nodes(svc: ServiceProcess) -> dict[str, dict[str, Any]]:
     return {n["name"]: n for n in _get(svc, "/nodes")["data"]}
 
 
-@pytest.mark.timeout(240)
-def test_a_node_stopped_cleanly_is_recorded_left_not_lost(cluster: tuple[ServiceProcess, ServiceProcess]) -> None:
+def _terminate_lock_connection(svc: ServiceProcess, node: str) -> int:
+    """What a partition between ``node`` and the database looks like to the database: its lock
+    connection ends (the other connections, and the node itself, are untouched)."""
+    url = svc.args[svc.args.index("--database-url") + 1]
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                            (lock_application_name(node),)).fetchall()  # fmt: skip
+    return sum(1 for (done,) in rows if done)
+
+
+@pytest.mark.timeout(300)
+def test_a_node_recorded_lost_while_alive_rejoins_and_a_clean_stop_is_left_not_lost(
+    cluster: tuple[ServiceProcess, ServiceProcess],
+) -> None:
     a, b = cluster
     if b.proc is None or b.proc.poll() is not None:
         b.start(timeout=60)  # killed by the test above: b comes back as a new incarnation
-    up = eventually(lambda: (n := _nodes(a)) and n["b"]["state"] == "up" and n["b"], "b up again")
-    lost_before = _events(a, type="node_lost")
+    first = eventually(lambda: (n := _nodes(a)) and n["b"]["state"] == "up" and n["b"], "b up again")
+    assert _chat(a, "tiny-b").status_code == 200  # placed on b, the only node that holds it
+    running = _entry(a, "tiny-b")["status"]["instance"]["instance_id"]
+    loading = [e for e in _events(a, type="instance_loading", model="tiny-b") if e["data"]["instance_id"] == running]
+    worker = psutil.Process(loading[0]["data"]["pid"])
+    lost_before = len(_events(a, type="node_lost"))
+
+    # b's lock connection is cut while b is paused: a finds the lock free and records b lost, with
+    # its instance. Then b runs again and finds itself lost in the log, with its worker still running.
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        assert _terminate_lock_connection(a, "b") == 1
+        lost = eventually(lambda: _events(a, type="node_lost")[lost_before:], "b recorded lost", timeout=30)
+        assert [(e["data"]["node"], e["data"]["incarnation"]) for e in lost] == [("b", first["incarnation"])]
+        closed = [e["data"] for e in _events(a, type="instance_lost", model="tiny-b")]
+        assert {"instance_id": running, "reason": "node_lost"}.items() <= closed[-1].items()
+        assert worker.is_running(), "alive, yet lost in the log"
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    again = eventually(lambda: (n := _nodes(a)) and n["b"]["incarnation"] != first["incarnation"] and n["b"],
+                       "b joined again as a new incarnation", timeout=30)  # fmt: skip
+    assert again["state"] == "up"
+    eventually(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE, "b's ended worker stopped")
+    assert "node_recorded_lost_while_alive" in b.log_text()
+    after_lost = [e for e in _events(a, model="tiny-b") if e["data"].get("instance_id") == running]
+    assert after_lost[-1]["type"] == "instance_lost", "the stopped worker recorded nothing more"
+    assert _chat(a, "tiny-b").status_code == 200 and _entry(a, "tiny-b")["status"]["node"] == "b"
 
     # SIGTERM: b stops its workers, appends node_left with router_stopped, then lets go of its lock.
     b.stop()
     gone = eventually(lambda: (n := _nodes(a)) and n["b"]["state"] != "up" and n["b"], "a sees b gone", timeout=30)
     assert gone["state"] == "left" and gone["left_at"] and gone["lost_at"] is None
-    assert gone["incarnation"] == up["incarnation"]
+    assert gone["incarnation"] == again["incarnation"]
     left = _events(a, type="node_left")
     assert [(e["data"]["node"], e["data"]["incarnation"], e["source"]["node"]) for e in left] == [
-        ("b", up["incarnation"], "b")]  # fmt: skip
-    assert _events(a, type="node_lost") == lost_before, "a left node is not recorded lost"
-    assert _get(a, "/nodes")["data"][0]["state"] == "up" and _chat(a, "tiny-s").status_code == 200
+        ("b", again["incarnation"], "b")]  # fmt: skip
+    assert len(_events(a, type="node_lost")) == lost_before + 1, "a node that left is not recorded lost"
+    assert _nodes(a)["a"]["state"] == "up" and _chat(a, "tiny-s").status_code == 200
