@@ -159,7 +159,7 @@ async def _join(runtime: Runtime, node: str) -> None:
     and carry out what they decide for this one (docs/cluster.md)."""
     from service.cluster.membership import Membership  # psycopg: only a cluster loads it
 
-    membership = Membership(runtime.settings, runtime.live, runtime.instances)
+    membership = Membership(runtime.settings, runtime.live, runtime.instances, runtime.downloads)
     await membership.join()
     runtime.membership = membership
     runtime.live.add_listener(RemoteDecisions(node, runtime.instances).on_event)

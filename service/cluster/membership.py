@@ -22,7 +22,9 @@ still reach the database is recorded lost by them, with its instances. When it
 sees that ``node_lost`` for its own incarnation in its tail (it holds its lock
 again by then: taking it back waited for the node that recorded the loss to let
 go), it stops the workers whose instances the log ended, without a word (stdin
-EOF: they record nothing more), and joins again as a new incarnation.
+EOF: they record nothing more), joins again as a new incarnation, and takes
+back the downloads the log interrupted (their workers stopped the same way,
+keeping their partials; the jobs resumed as a restart resumes them).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from service.event_store.rows import StoreUnavailable
 from service.event_store.urls import libpq_url
 from service.live_state import LiveState, StateUnavailable
 from service.settings import Settings
+from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
 
 _log = structlog.get_logger(__name__)
@@ -81,13 +84,16 @@ def joined_event(settings: Settings, incarnation: str, memory: int, models: tupl
 class Membership:
     """Holds this node's lock and watches the others' (one dedicated connection)."""
 
-    def __init__(self, settings: Settings, live: LiveState, instances: InstanceSupervisor) -> None:
+    def __init__(
+        self, settings: Settings, live: LiveState, instances: InstanceSupervisor, downloads: DownloadSupervisor
+    ) -> None:
         assert settings.node is not None
         self.node = settings.node
         self._settings = settings
         self._url = libpq_url(settings.database_url)
         self._live = live
         self._instances = instances
+        self._downloads = downloads
         self._interpreter = instances.interpreter
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self.incarnation: str | None = None  # this process's current incarnation, once joined
@@ -155,8 +161,9 @@ class Membership:
         await self._ensure_locked()  # before node_joined: a joined incarnation whose lock is free is gone
         done = await asyncio.gather(*self._interpreter.perform([cluster.AbandonEnded()]))
         stopped = [instance for ids in done for instance in ids]
+        resumed = await self._downloads.take_back()
         await self._append_joined()
-        _log.warning("node_rejoined", node=self.node, incarnation=self.incarnation, stopped=stopped)
+        _log.warning("node_rejoined", node=self.node, incarnation=self.incarnation, stopped=stopped, resumed=resumed)
         return True
 
     async def check(self) -> list[str]:
@@ -199,6 +206,8 @@ class Membership:
                     await self._reconnect()  # the lock went with the connection: take it again
             except (StateUnavailable, StoreUnavailable) as exc:  # the tail or the log is down: next pass
                 _log.warning("node_watch_failed", error=str(exc))
+            except Exception:  # a bug must not end the watch: a node that watches no more records no loss
+                _log.exception("node_watch_failed")
             await asyncio.sleep(WATCH_SECONDS)
 
     async def close(self) -> None:

@@ -13,13 +13,14 @@ Pure module: stdlib only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import uuid
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from service.core import events as ev
 from service.core.decision import Append, Decision, Effect
 from service.core.placement import NodeBudget
-from service.core.state import ModelState, RouterState, evolve
+from service.core.state import DownloadJob, JobStatus, ModelState, RouterState, evolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,16 @@ class Closing:
     event: ev.Event
     model: str | None
     event_id: str
+
+
+_CLOSINGS = uuid.UUID("6d6f6465-6c72-7472-2d6e-6f64652d6c6f")
+"""The namespace of :func:`_closing_id`'s name-based UUIDs (fixed: every node derives the same id)."""
+
+
+def _closing_id(name: str) -> str:
+    """A deterministic event id for ``name`` that fits the log's 36-character ``event_id`` (a UUID5):
+    a download job's id is a UUID already, so ``download_interrupted:<job>:<incarnation>`` would not."""
+    return str(uuid.uuid5(_CLOSINGS, name))
 
 
 def _mine(owner: str | None, node: str | None) -> bool:
@@ -96,7 +107,7 @@ def on_node_lost(state: RouterState, node: str, incarnation: str, detected_by: s
         job = model.jobs.get(model.active_job) if model.active_job is not None else None
         if job is not None and job.node == node:
             stopped = ev.DownloadInterrupted(job_id=job.job_id, bytes_on_disk=job.bytes_done, reason="node_lost")
-            out.append(Closing(stopped, model.name, f"download_interrupted:{job.job_id}:{incarnation}"))
+            out.append(Closing(stopped, model.name, _closing_id(f"download_interrupted:{job.job_id}:{incarnation}")))
     return out
 
 
@@ -141,6 +152,13 @@ def ended(state: RouterState, running: Mapping[str, str]) -> list[str]:
     no longer has (ended: ``instance_lost`` when this node was recorded lost)."""
     return sorted(iid for iid, name in running.items() if (m := state.models.get(name)) is None
                   or m.instance is None or m.instance.instance_id != iid)  # fmt: skip
+
+
+def interrupted_here(state: RouterState, running: Collection[str]) -> list[DownloadJob]:
+    """Of the download jobs whose worker runs here, those the log interrupted (``download_interrupted``
+    when this node was recorded lost): their workers are stopped and the jobs resumed."""
+    jobs = (state.job(job_id) for job_id in sorted(running))
+    return [job for job in jobs if job is not None and job.status is JobStatus.INTERRUPTED]
 
 
 def on_leaving(node: str, incarnation: str) -> Append:

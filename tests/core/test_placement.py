@@ -187,6 +187,22 @@ class TestManyNodes:
         plan = plan_slots(state, [Demand("m")], _cluster_facts(state, "a", 8 * GiB))
         assert plan.where == {"m": "a"}
 
+    def test_a_lost_nodes_download_is_interrupted_under_an_id_that_fits_the_log(self) -> None:
+        """The log's ``event_id`` is 36 characters (a UUID; PostgreSQL refuses longer, and a refused
+        ``node_lost`` batch left the node unrecorded); a job id is a UUID already."""
+        job = "0f0e0d0c-0b0a-4908-8706-050403020100"
+        requested = example(ev.DownloadRequested, job_id=job)
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "b"), ready("m", "b"),
+                      [(requested, "org/r:Q4", "b")])  # fmt: skip
+        closing = cluster.on_node_lost(state, "b", "b-1", detected_by="a")
+        kinds = [type(c.event).__name__ for c in closing]
+        assert kinds == ["NodeLost", "InstanceLost", "DownloadInterrupted"]
+        assert all(len(c.event_id) <= 36 for c in closing), [c.event_id for c in closing]
+        other = cluster.on_node_lost(state, "b", "b-1", detected_by="c")
+        assert [c.event_id for c in other] == [c.event_id for c in closing], "any node: the same ids"
+        state = replay(recorded(*[(c.event, c.model, "a") for c in closing], after=state), state)
+        assert state.job(job) is not None and state.job(job).status.value == "interrupted"
+
     def test_a_node_that_left_is_not_used_not_watched_and_never_recorded_lost(self) -> None:
         state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "a"), held("m", "b"))
         leaving = cluster.on_leaving("b", "b-1")
