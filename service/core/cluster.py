@@ -4,9 +4,11 @@ Every node folds the whole log; each supervises only its own processes. These
 pure functions draw the line: :func:`own_view` is the fold as one node's
 reconcile and catalogue must see it (its instances, its download jobs, its
 files), :func:`budgets` the nodes placement may use, and :func:`on_node_lost`
-the events that close what a dead incarnation left running. A service without
-``--node`` is the node ``None``: every view of it is the whole fold. A node that stops cleanly says so
-(:func:`on_leaving`), so the others never take it for lost.
+the events that close what a dead incarnation left running. A node that stops
+cleanly says so (:func:`on_leaving`), so the others never take it for lost; one
+recorded lost while alive finds it out (:func:`recorded_lost`) and stops what the
+log ended (:func:`ended`, :func:`interrupted_here`). A service without
+``--node`` is the node ``None``: every view of it is the whole fold.
 
 Pure module: stdlib only.
 """

@@ -107,12 +107,15 @@ class WorkerPool:
 
     async def abandon(self, keys: Collection[str], grace: float = ABANDON_GRACE_SECONDS) -> list[str]:
         """Stdin EOF to each of ``keys`` ("the service is going away": stop at once, record nothing),
-        SIGKILL after ``grace``; returns ``keys`` once every exit has been handled."""
-        children = [c for c in (self._children.get(k) for k in keys) if c is not None]
-        for child in children:
+        SIGKILL for those still running ``grace`` seconds later; returns ``keys`` once every exit
+        has been handled."""
+        children = {key: child for key in keys if (child := self._children.get(key)) is not None}
+        for child in children.values():
             child.close_stdin()
-        if not all([await self._exited_within(c, grace) for c in children]):
-            for key in keys:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        for key, child in children.items():
+            if not await self._exited_within(child, deadline - loop.time()):
                 self.kill(key)
         for key in keys:
             await self.reaped(key)
