@@ -17,7 +17,9 @@ stall appends; the advisory lock conflicts with nothing but other appends.
 once the lock is held: each append's time is then at least its predecessor's commit time, so
 time follows position across every writer whatever their own clocks say (as long as the
 server's clock does not step back). ``now()`` would not do: it is the transaction's start,
-taken before waiting for the lock.
+taken before waiting for the lock. It costs no round trip of its own (the lock's statement
+answers it): 6 alternating rounds of 300 single-event psycopg appends in one run gave medians of
+1,821 appends/s with it and 1,791 with the bare lock (noise on a shared 2-core machine).
 
 The lock and the reads of MAX are separate statements on purpose: under READ COMMITTED each
 statement takes its snapshot when it starts, so a MAX computed in the statement that waits
