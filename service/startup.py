@@ -30,7 +30,7 @@ from service.core.server_mode import decide_mode
 from service.core.state import DownloadJob
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.codec import NewEvent
+from service.event_store.codec import NewEvent, from_append
 from service.event_store.rows import StoreUnavailable
 from service.live_state import LiveState
 from service.metrics import Gauges, RouterMetrics
@@ -157,12 +157,10 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
 async def _join(runtime: Runtime, node: str) -> None:
     """Take this node's lock, append ``node_joined`` with what it holds, watch the other nodes,
     and carry out what they decide for this one (docs/cluster.md)."""
-    from service.cluster.membership import Membership, joined_event  # psycopg: only a cluster loads it
+    from service.cluster.membership import Membership  # psycopg: only a cluster loads it
 
-    membership = Membership(runtime.settings, runtime.live, runtime.instances.interpreter)
-    held = tuple(sorted(m.name for m in own_view(runtime.live.state, node).models.values() if m.available))
-    incarnation = runtime.instances.new_id()
-    await membership.join(joined_event(runtime.settings, incarnation, runtime.instances.memory, held))
+    membership = Membership(runtime.settings, runtime.live, runtime.instances, runtime.downloads)
+    await membership.join()
     runtime.membership = membership
     runtime.live.add_listener(RemoteDecisions(node, runtime.instances).on_event)
     watch = asyncio.create_task(membership.watch(), name="node-watch")
@@ -235,9 +233,14 @@ async def stop(runtime: Runtime) -> None:
         task.cancel()
     await asyncio.gather(*runtime.background, return_exceptions=True)
     # Appended without waiting for the tail: nothing reads it back, and a shutdown
-    # must record it even while the tail is down.
+    # must record it even while the tail is down. A node says it left in the same append, while its
+    # lock is still held: the others then never record it lost (docs/cluster.md).
+    last = [NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))]
+    leaving = runtime.membership.leaving() if runtime.membership is not None else None
+    if leaving is not None:
+        last.append(from_append(leaving))
     try:
-        await runtime.store.append([NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))])
+        await runtime.store.append(last)
     except StoreUnavailable as exc:  # PostgreSQL down: shut down all the same; the next start reconciles
         _log.error("router_stopped_not_recorded", error=str(exc))
     await runtime.snapshotter.snapshot_now(runtime.live.state)

@@ -10,6 +10,21 @@ ids: two nodes detecting it at once store it once), and lets go of the lock
 again so that the node may come back. A slow node that still holds its
 connection is never lost. The lock is taken before ``node_joined`` is
 appended, so a joined incarnation whose lock is free is really gone.
+
+**A clean stop is not a loss.** A stopping node appends ``node_left`` (with its
+``router_stopped``) before it closes the lock's connection, and a node that
+finds a lock free first folds everything committed so far: a node that left
+is then seen as left, never recorded lost.
+
+**Recorded lost, yet alive.** A node whose lock connection was cut (a partition
+between it and the database, ``pg_terminate_backend``) while the others could
+still reach the database is recorded lost by them, with its instances. When it
+sees that ``node_lost`` for its own incarnation in its tail (it holds its lock
+again by then: taking it back waited for the node that recorded the loss to let
+go), it stops the workers whose instances the log ended, without a word (stdin
+EOF: they record nothing more), joins again as a new incarnation, and takes
+back the downloads the log interrupted (their workers stopped the same way,
+keeping their partials; the jobs resumed as a restart resumes them).
 """
 
 from __future__ import annotations
@@ -27,10 +42,12 @@ import structlog
 from service.core import cluster
 from service.core import events as ev
 from service.core.decision import Append
+from service.event_store.rows import StoreUnavailable
 from service.event_store.urls import libpq_url
-from service.live_state import LiveState
+from service.live_state import LiveState, StateUnavailable
 from service.settings import Settings
-from service.supervision.interpreter import Interpreter
+from service.supervision.downloads import DownloadSupervisor
+from service.supervision.instances import InstanceSupervisor
 
 _log = structlog.get_logger(__name__)
 WATCH_SECONDS = 1.0
@@ -48,6 +65,11 @@ def lock_key(node: str) -> int:
     return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 
+def lock_application_name(node: str) -> str:
+    """The ``application_name`` of ``node``'s lock connection (``pg_stat_activity``)."""
+    return f"modelrouter-node:{node}"
+
+
 def joined_event(settings: Settings, incarnation: str, memory: int, models: tuple[str, ...]) -> ev.NodeJoined:
     """``node_joined`` for this process."""
     assert settings.node is not None and settings.advertise_url is not None
@@ -62,24 +84,45 @@ def joined_event(settings: Settings, incarnation: str, memory: int, models: tupl
 class Membership:
     """Holds this node's lock and watches the others' (one dedicated connection)."""
 
-    def __init__(self, settings: Settings, live: LiveState, interpreter: Interpreter) -> None:
+    def __init__(
+        self, settings: Settings, live: LiveState, instances: InstanceSupervisor, downloads: DownloadSupervisor
+    ) -> None:
         assert settings.node is not None
         self.node = settings.node
+        self._settings = settings
         self._url = libpq_url(settings.database_url)
         self._live = live
-        self._interpreter = interpreter
+        self._instances = instances
+        self._downloads = downloads
+        self._interpreter = instances.interpreter
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self.incarnation: str | None = None  # this process's current incarnation, once joined
         self._checks_from = 0.0  # loop time before which the others are not checked (after a reconnect)
         self._resuming = False  # the first check after a reconnect is logged (node_watch_resumed)
 
-    async def join(self, joined: ev.NodeJoined, timeout: float = 30.0) -> None:
+    async def join(self, timeout: float = 30.0) -> None:
         """Take this node's lock (waiting while a previous incarnation's connection lingers), then
-        append ``node_joined``."""
+        append ``node_joined`` as a new incarnation."""
         await self._lock(timeout)
+        await self._append_joined()
+
+    async def _append_joined(self) -> None:
+        view = cluster.own_view(self._live.state, self.node)
+        held = tuple(sorted(m.name for m in view.models.values() if m.available))
+        joined = joined_event(self._settings, self._instances.new_id(), self._instances.memory, held)
         await self._interpreter.record([Append(joined)])
+        self.incarnation = joined.incarnation
+
+    def leaving(self) -> Append | None:
+        """``node_left`` for this incarnation, to append with the shutdown's last events while the
+        lock is still held (None: never joined)."""
+        return cluster.on_leaving(self.node, self.incarnation) if self.incarnation is not None else None
 
     async def _lock(self, timeout: float) -> None:
-        self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        # Named, so that an operator (or a test) can find this node's lock connection in pg_stat_activity.
+        self._conn = await psycopg.AsyncConnection.connect(
+            self._url, autocommit=True, application_name=lock_application_name(self.node)
+        )
         try:
             await asyncio.wait_for(self._conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(self.node),)), timeout)
         except TimeoutError:
@@ -101,6 +144,28 @@ class Membership:
             _log.info("node_lock_reconnected", node=self.node)
             return
 
+    async def _ensure_locked(self) -> None:
+        """Prove the lock's connection works (a live session still holds its lock), else take it anew."""
+        try:
+            assert self._conn is not None
+            await self._conn.execute("SELECT 1")
+        except (psycopg.Error, AssertionError):
+            await self._reconnect()
+
+    async def rejoin_if_lost(self) -> bool:
+        """When the log says this incarnation is lost (the others found its lock free), stop the
+        workers of the instances it ended and join again as a new incarnation; answers whether."""
+        if self.incarnation is None or not cluster.recorded_lost(self._live.state, self.node, self.incarnation):
+            return False
+        _log.warning("node_recorded_lost_while_alive", node=self.node, incarnation=self.incarnation)
+        await self._ensure_locked()  # before node_joined: a joined incarnation whose lock is free is gone
+        done = await asyncio.gather(*self._interpreter.perform([cluster.AbandonEnded()]))
+        stopped = [instance for ids in done for instance in ids]
+        resumed = await self._downloads.take_back()
+        await self._append_joined()
+        _log.warning("node_rejoined", node=self.node, incarnation=self.incarnation, stopped=stopped, resumed=resumed)
+        return True
+
     async def check(self) -> list[str]:
         """One pass over the other nodes: those whose lock could be taken are recorded lost."""
         assert self._conn is not None
@@ -113,6 +178,7 @@ class Membership:
             if not (row and row[0]):
                 continue  # held: that node lives, however slow
             try:
+                await self._live.sync()  # its node_left, committed before it let go, is then seen
                 decide = functools.partial(cluster.decide_node_lost, node=name, incarnation=incarnation,
                                            detected_by=self.node)  # fmt: skip
                 applied = await self._interpreter.apply(decide)
@@ -127,15 +193,21 @@ class Membership:
         return lost
 
     async def watch(self) -> None:
-        """:meth:`check` every :data:`WATCH_SECONDS` until cancelled; a database error is logged and
-        retried, and a lost connection re-established with this node's lock."""
+        """Every :data:`WATCH_SECONDS` until cancelled: re-join if this node was recorded lost, then
+        :meth:`check` the others. A database error is logged and retried, and a lost connection
+        re-established with this node's lock."""
         while True:
             try:
+                await self.rejoin_if_lost()
                 await self.check()
             except psycopg.Error as exc:
                 _log.warning("node_watch_failed", error=str(exc))
                 if self._conn is None or self._conn.closed or self._conn.broken:
                     await self._reconnect()  # the lock went with the connection: take it again
+            except (StateUnavailable, StoreUnavailable) as exc:  # the tail or the log is down: next pass
+                _log.warning("node_watch_failed", error=str(exc))
+            except Exception:  # a bug must not end the watch: a node that watches no more records no loss
+                _log.exception("node_watch_failed")
             await asyncio.sleep(WATCH_SECONDS)
 
     async def close(self) -> None:

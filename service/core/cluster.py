@@ -4,7 +4,10 @@ Every node folds the whole log; each supervises only its own processes. These
 pure functions draw the line: :func:`own_view` is the fold as one node's
 reconcile and catalogue must see it (its instances, its download jobs, its
 files), :func:`budgets` the nodes placement may use, and :func:`on_node_lost`
-the events that close what a dead incarnation left running. A service without
+the events that close what a dead incarnation left running. A node that stops
+cleanly says so (:func:`on_leaving`), so the others never take it for lost; one
+recorded lost while alive finds it out (:func:`recorded_lost`) and stops what the
+log ended (:func:`ended`, :func:`interrupted_here`). A service without
 ``--node`` is the node ``None``: every view of it is the whole fold.
 
 Pure module: stdlib only.
@@ -12,12 +15,14 @@ Pure module: stdlib only.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from service.core import events as ev
-from service.core.decision import Append, Decision
+from service.core.decision import Append, Decision, Effect
 from service.core.placement import NodeBudget
-from service.core.state import ModelState, RouterState, evolve
+from service.core.state import DownloadJob, JobStatus, ModelState, RouterState, evolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,16 @@ class Closing:
     event: ev.Event
     model: str | None
     event_id: str
+
+
+_CLOSINGS = uuid.UUID("6d6f6465-6c72-7472-2d6e-6f64652d6c6f")
+"""The namespace of :func:`_closing_id`'s name-based UUIDs (fixed: every node derives the same id)."""
+
+
+def _closing_id(name: str) -> str:
+    """A deterministic event id for ``name`` that fits the log's 36-character ``event_id`` (a UUID5):
+    a download job's id is a UUID already, so ``download_interrupted:<job>:<incarnation>`` would not."""
+    return str(uuid.uuid5(_CLOSINGS, name))
 
 
 def _mine(owner: str | None, node: str | None) -> bool:
@@ -61,8 +76,8 @@ def own_view(state: RouterState, node: str | None) -> RouterState:
 
 
 def alive(state: RouterState) -> list[str]:
-    """The nodes whose current incarnation is not lost, by name."""
-    return sorted(name for name, n in state.nodes.items() if not n.lost)
+    """The nodes whose current incarnation is neither lost nor left, by name."""
+    return sorted(name for name, n in state.nodes.items() if not n.gone)
 
 
 def budgets(state: RouterState, node: str | None, local: NodeBudget) -> tuple[NodeBudget, ...]:
@@ -82,7 +97,7 @@ def on_node_lost(state: RouterState, node: str, incarnation: str, detected_by: s
     """``node_lost`` for that incarnation, then ``instance_lost`` for each instance it ran and
     ``download_interrupted`` for each job its worker moved (resumed when the node comes back)."""
     current = state.nodes.get(node)
-    if current is None or current.incarnation != incarnation or current.lost:
+    if current is None or current.incarnation != incarnation or current.gone:
         return []
     out = [Closing(ev.NodeLost(node=node, incarnation=incarnation, detected_by=detected_by), None,
                    f"node_lost:{incarnation}")]  # fmt: skip
@@ -94,7 +109,7 @@ def on_node_lost(state: RouterState, node: str, incarnation: str, detected_by: s
         job = model.jobs.get(model.active_job) if model.active_job is not None else None
         if job is not None and job.node == node:
             stopped = ev.DownloadInterrupted(job_id=job.job_id, bytes_on_disk=job.bytes_done, reason="node_lost")
-            out.append(Closing(stopped, model.name, f"download_interrupted:{job.job_id}:{incarnation}"))
+            out.append(Closing(stopped, model.name, _closing_id(f"download_interrupted:{job.job_id}:{incarnation}")))
     return out
 
 
@@ -117,5 +132,38 @@ def decide_node_lost(state: RouterState, node: str, incarnation: str, detected_b
 
 
 def lost_to_check(state: RouterState, node: str | None) -> list[tuple[str, str]]:
-    """The other nodes whose current incarnation is not known lost: ``(name, incarnation)``."""
-    return [(n.name, n.incarnation) for n in state.nodes.values() if n.name != node and not n.lost]
+    """The other nodes whose current incarnation is not known lost or left: ``(name, incarnation)``."""
+    return [(n.name, n.incarnation) for n in state.nodes.values() if n.name != node and not n.gone]
+
+
+def recorded_lost(state: RouterState, node: str, incarnation: str) -> bool:
+    """Whether the log says ``node``'s ``incarnation`` is lost: another node found its lock free
+    (a cut connection) while it may well be alive, and closed what it ran."""
+    current = state.nodes.get(node)
+    return current is not None and current.incarnation == incarnation and current.lost
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonEnded(Effect):
+    """Stop, without a word (stdin EOF: they record nothing), this node's workers whose instance the
+    log ended while they ran: the node was recorded lost, and its instances with it (:func:`ended`)."""
+
+
+def ended(state: RouterState, running: Mapping[str, str]) -> list[str]:
+    """Of the worker processes running here (instance id -> model), those whose instance the log
+    no longer has (ended: ``instance_lost`` when this node was recorded lost)."""
+    return sorted(iid for iid, name in running.items() if (m := state.models.get(name)) is None
+                  or m.instance is None or m.instance.instance_id != iid)  # fmt: skip
+
+
+def interrupted_here(state: RouterState, running: Collection[str]) -> list[DownloadJob]:
+    """Of the download jobs whose worker runs here, those the log interrupted (``download_interrupted``
+    when this node was recorded lost): their workers are stopped and the jobs resumed."""
+    jobs = (state.job(job_id) for job_id in sorted(running))
+    return [job for job in jobs if job is not None and job.status is JobStatus.INTERRUPTED]
+
+
+def on_leaving(node: str, incarnation: str) -> Append:
+    """``node_left`` for a cleanly stopping incarnation, with its deterministic id (a retried
+    shutdown append stores it once)."""
+    return Append(ev.NodeLeft(node=node, incarnation=incarnation), None, f"node_left:{incarnation}")

@@ -31,6 +31,7 @@ from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
 from service.core.node_events import ModelMeasured as ModelMeasured
 from service.core.node_events import NodeJoined as NodeJoined
+from service.core.node_events import NodeLeft as NodeLeft
 from service.core.node_events import NodeLost as NodeLost
 
 # --- router-level -------------------------------------------------------------
@@ -392,7 +393,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,
         InstanceLoadFailed, InstanceStopRequested, InstanceStopped, InstanceCrashed, InstanceLost, SleepEnded,
         RequestCompleted,
-        NodeJoined, NodeLost, ModelMeasured, ModelAliased, ModelAliasRemoved,
+        NodeJoined, NodeLost, NodeLeft, ModelMeasured, ModelAliased, ModelAliasRemoved,
     )
 }  # fmt: skip
 """Registry: stable type string -> current event class."""

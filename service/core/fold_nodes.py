@@ -1,6 +1,6 @@
 """The fold's handlers of the cluster's events, and where a model's files are, node by node.
 
-``node_joined`` and ``node_lost`` keep :attr:`RouterState.nodes`;
+``node_joined``, ``node_left`` and ``node_lost`` keep :attr:`RouterState.nodes`;
 ``model_measured`` a model's shape. :func:`after` runs after every handler:
 an event whose ``source`` names a node (every writer of a ``--node`` service
 stamps it) also says which node holds a model's files (``model_discovered``,
@@ -35,10 +35,20 @@ def _node_lost(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.NodeLost)
     node = state.nodes.get(e.node)
-    if node is None or node.incarnation != e.incarnation or node.lost:
-        return state  # an older incarnation's loss, or told twice: nothing changes
+    if node is None or node.incarnation != e.incarnation or node.gone:
+        return state  # an older incarnation's loss, told twice, or a node that had left: nothing changes
     lost = evolve(node, lost=True, lost_at=rec.recorded_at, lost_by=e.detected_by)
     return evolve(state, nodes={**state.nodes, e.node: lost})
+
+
+@on(ev.NodeLeft)
+def _node_left(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.NodeLeft)
+    node = state.nodes.get(e.node)
+    if node is None or node.incarnation != e.incarnation or node.gone:
+        return state  # an older incarnation, or one already recorded lost: the first word stands
+    return evolve(state, nodes={**state.nodes, e.node: evolve(node, left=True, left_at=rec.recorded_at)})
 
 
 @on(ev.ModelMeasured)

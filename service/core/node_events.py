@@ -1,4 +1,4 @@
-"""The cluster's events (nodes joining and lost) and a model's measured shape.
+"""The cluster's events (nodes joining, leaving and lost) and a model's measured shape.
 
 Kept beside :mod:`service.core.events`, which re-exports them and lists them in
 its registry; the catalogue is ``docs/event-catalogue.md``. Pure: stdlib only.
@@ -41,6 +41,18 @@ class NodeLost(Event):
     incarnation: str
     detected_by: str
     reason: str = "connection_lost"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeLeft(Event):
+    """``node`` stopped cleanly (SIGTERM, Ctrl-C): appended with its ``router_stopped``, after its
+    workers stopped and before its advisory lock is let go, so the others find a left node and
+    record no ``node_lost``. Stored once per incarnation (a deterministic event id)."""
+
+    TYPE: ClassVar[str] = "node_left"
+    node: str
+    incarnation: str
+    reason: str = "shutdown"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

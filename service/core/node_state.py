@@ -15,7 +15,7 @@ from service.core.event_base import FileRef
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """One incarnation of a node, as its ``node_joined`` said; ``lost`` once another node found
-    its lock free (``node_lost``)."""
+    its lock free (``node_lost``), ``left`` once it said it stopped cleanly (``node_left``)."""
 
     name: str
     incarnation: str
@@ -30,6 +30,13 @@ class NodeState:
     lost: bool = False
     lost_at: datetime | None = None
     lost_by: str | None = None
+    left: bool = False
+    left_at: datetime | None = None
+
+    @property
+    def gone(self) -> bool:
+        """Lost or left: no longer a node to place on, nor to watch."""
+        return self.lost or self.left
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,12 +5,13 @@ writers (stdlib sqlite3, or psycopg) all call :func:`insert_rows` inside their
 own transaction (``BEGIN IMMEDIATE`` on SQLite), so there is one append path
 whichever process writes and whichever database holds the log. What differs per
 database is only the statements' text (:class:`AppendSQL`): PostgreSQL takes an
-advisory lock first, and its insert also signals a NOTIFY (``postgres/sql.py``).
+advisory lock first, which also reads the database's clock for ``recorded_at``, and
+its insert also signals a NOTIFY (``postgres/sql.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,9 +37,17 @@ class AppendSQL:
     lock: str | None = None
     """Run first: every later statement of the append happens under it (None: the caller's
     ``BEGIN IMMEDIATE`` already holds SQLite's write lock)."""
+    clock: bool = False
+    """Whether ``lock`` answers one row, the database's time once the lock is held, in
+    :func:`~service.event_store.codec.format_time`'s text: then that is ``recorded_at``, not the
+    writer's clock (PostgreSQL, where writers on several machines share one log)."""
 
 
 SQLITE = AppendSQL(INSERT_SQL, EXISTING_SQL, LAST_OF_MODEL_SQL)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 class StoreUnavailable(RuntimeError):
@@ -64,23 +73,29 @@ def insert_rows(
     source: dict[str, Any],
     expect: Mapping[str, int] | None = None,
     sql: AppendSQL = SQLITE,
+    now: Callable[[], datetime] = _utc_now,
 ) -> list[int]:
     """Insert ``batch`` with the write lock already held; one position per event
-    (an ``event_id`` already stored gives its original position).
+    (an ``event_id`` already stored gives its original position). ``now``: the writer's clock,
+    for ``recorded_at`` where the database gives none (:attr:`AppendSQL.clock`).
 
     ``expect`` (model -> position) is optimistic concurrency per model: when an
     event about a model was stored after that position, raise
     :class:`ConcurrencyConflict` before inserting anything (the caller rolls back)."""
+    database_time: str | None = None
     if sql.lock is not None:
         cursor.execute(sql.lock)
+        if sql.clock:
+            database_time = str(cursor.fetchone()[0])
     for model, position in (expect or {}).items():
         cursor.execute(sql.last_of_model, (model,))
         found = cursor.fetchone()[0] or 0
         if found > position:
             raise ConcurrencyConflict(model, position, int(found))
     source_json = dumps(source)
-    # Stamped after taking the write lock, so recorded_at follows position order.
-    recorded_at = format_time(datetime.now(UTC))
+    # Stamped after taking the write lock, so recorded_at follows position order: on PostgreSQL by the
+    # database's one clock (writers' clocks may differ), on SQLite (one machine) by the writer's.
+    recorded_at = database_time if database_time is not None else format_time(now())
     positions: list[int] = []
     for new in batch:
         cursor.execute(sql.insert, encode(new, source_json, recorded_at))

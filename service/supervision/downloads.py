@@ -13,6 +13,7 @@ import asyncio
 
 import structlog
 
+from service.core import cluster
 from service.core import download_lifecycle as lifecycle
 from service.core.cache_layout import CachePaths
 from service.core.contracts import DownloadSpec
@@ -77,6 +78,17 @@ class DownloadSupervisor:
             on_disk = self._bytes_on_disk(job)
             await self.interpreter.apply(lambda _s: lifecycle.decide_resume(job, on_disk))
             await self._start_queued_locked()
+
+    async def take_back(self) -> list[str]:
+        """After this node was recorded lost while alive: stop the workers of the jobs the log
+        interrupted (stdin EOF: they keep their partials and record nothing), then resume those jobs
+        as a restart does (unless told not to resume). Returns their job ids."""
+        jobs = cluster.interrupted_here(self.live.state, self._pool.active())
+        await self._pool.abandon([job.job_id for job in jobs])
+        if self.settings.resume_downloads_on_start:
+            for job in jobs:
+                await self.resume(job, self.settings.hf_endpoint)
+        return [job.job_id for job in jobs]
 
     async def _start_queued_locked(self) -> None:
         applied = await self.interpreter.apply(

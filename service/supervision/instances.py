@@ -25,11 +25,11 @@ from typing import Any
 
 import structlog
 
+from service.core import cluster, scheduling
 from service.core import events as ev
 from service.core import instance_decisions as decide
 from service.core import instance_exits as exits
 from service.core import instance_lifecycle as lifecycle
-from service.core import scheduling
 from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Waiting, edit
 from service.core.errors import CommandRejected
 from service.core.model_spec import projector_path
@@ -113,6 +113,7 @@ class InstanceSupervisor:
         it.register(decide.Stop, lambda e: self._stop_process(e.instance_id))
         it.register(decide.Sleep, self._sleep)
         it.register(decide.Kill, lambda e: self._pool.kill(e.instance_id))
+        it.register(cluster.AbandonEnded, lambda _: self._pool.abandon(cluster.ended(self.live.state, self._models)))
         it.register(decide.ArmRestart, self._arm_restart)
         it.register(decide.Warn, lambda e: _log.warning(e.event, **e.fields))
         it.register(decide.FetchFiles, self._fetch_files)

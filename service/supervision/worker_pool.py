@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 import structlog
 
@@ -20,6 +20,8 @@ from service.core.processes import ProcessExit
 from service.supervision.effects import Child, Spawner
 
 OnExit = Callable[[str, ProcessExit], Awaitable[None]]
+ABANDON_GRACE_SECONDS = 5.0
+"""How long an abandoned worker (stdin EOF: it stops at once) may take before SIGKILL."""
 _log = structlog.get_logger(__name__)
 
 
@@ -102,6 +104,22 @@ class WorkerPool:
                 child.signal_group(signal.SIGKILL)
         await self.reaped(key)
         return True
+
+    async def abandon(self, keys: Collection[str], grace: float = ABANDON_GRACE_SECONDS) -> list[str]:
+        """Stdin EOF to each of ``keys`` ("the service is going away": stop at once, record nothing),
+        SIGKILL for those still running ``grace`` seconds later; returns ``keys`` once every exit
+        has been handled."""
+        children = {key: child for key in keys if (child := self._children.get(key)) is not None}
+        for child in children.values():
+            child.close_stdin()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        for key, child in children.items():
+            if not await self._exited_within(child, deadline - loop.time()):
+                self.kill(key)
+        for key in keys:
+            await self.reaped(key)
+        return list(keys)
 
     def kill(self, key: str) -> None:
         """SIGKILL at once (a load deadline passed): nothing to save."""

@@ -187,6 +187,55 @@ class TestManyNodes:
         plan = plan_slots(state, [Demand("m")], _cluster_facts(state, "a", 8 * GiB))
         assert plan.where == {"m": "a"}
 
+    def test_a_lost_nodes_download_is_interrupted_under_an_id_that_fits_the_log(self) -> None:
+        """The log's ``event_id`` is 36 characters (a UUID; PostgreSQL refuses longer, and a refused
+        ``node_lost`` batch left the node unrecorded); a job id is a UUID already."""
+        job = "0f0e0d0c-0b0a-4908-8706-050403020100"
+        requested = example(ev.DownloadRequested, job_id=job)
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "b"), ready("m", "b"),
+                      [(requested, "org/r:Q4", "b")])  # fmt: skip
+        closing = cluster.on_node_lost(state, "b", "b-1", detected_by="a")
+        kinds = [type(c.event).__name__ for c in closing]
+        assert kinds == ["NodeLost", "InstanceLost", "DownloadInterrupted"]
+        assert all(len(c.event_id) <= 36 for c in closing), [c.event_id for c in closing]
+        other = cluster.on_node_lost(state, "b", "b-1", detected_by="c")
+        assert [c.event_id for c in other] == [c.event_id for c in closing], "any node: the same ids"
+        state = replay(recorded(*[(c.event, c.model, "a") for c in closing], after=state), state)
+        assert state.job(job) is not None and state.job(job).status.value == "interrupted"
+
+    def test_a_node_that_left_is_not_used_not_watched_and_never_recorded_lost(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "a"), held("m", "b"))
+        leaving = cluster.on_leaving("b", "b-1")
+        assert leaving.event_id == "node_left:b-1"
+        state = replay(recorded((leaving.event, None, "b"), after=state), state)
+        assert state.nodes["b"].left and not state.nodes["b"].lost and state.nodes["b"].left_at is not None
+        assert cluster.alive(state) == ["a"] and cluster.lost_to_check(state, "a") == []
+        assert cluster.on_node_lost(state, "b", "b-1", detected_by="a") == [], "left, not lost"
+        late = ev.NodeLost(node="b", incarnation="b-1", detected_by="a")  # a watcher that had not folded it yet
+        assert replay(recorded((late, None, "a"), after=state), state).nodes["b"] == state.nodes["b"]
+        plan = plan_slots(state, [Demand("m")], _cluster_facts(state, "a", 8 * GiB))
+        assert plan.where == {"m": "a"}
+        again = example(ev.NodeJoined, node="b", incarnation="b-2", url="http://b:8080", memory_bytes=8 * GiB)
+        state = replay(recorded((again, None, "b"), after=state), state)
+        assert not state.nodes["b"].gone and cluster.alive(state) == ["a", "b"], "a new incarnation is up"
+
+    def test_a_lost_incarnation_does_not_become_left(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB))
+        lost = ev.NodeLost(node="b", incarnation="b-1", detected_by="a")
+        left = cluster.on_leaving("b", "b-1").event
+        state = replay(recorded((lost, None, "a"), (left, None, "b"), after=state), state)
+        assert state.nodes["b"].lost and not state.nodes["b"].left
+
+    def test_a_node_recorded_lost_finds_itself_lost_and_the_workers_whose_instances_ended(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "b"), held("n", "b"), ready("m", "b"))
+        assert not cluster.recorded_lost(state, "b", "b-1")
+        running = {"i-m": "m", "i-old": "n"}  # i-old: a worker whose instance had already ended
+        assert cluster.ended(state, running) == ["i-old"]
+        closing = cluster.on_node_lost(state, "b", "b-1", detected_by="a")
+        state = replay(recorded(*[(c.event, c.model, "a") for c in closing], after=state), state)
+        assert cluster.recorded_lost(state, "b", "b-1") and not cluster.recorded_lost(state, "b", "b-0")
+        assert cluster.ended(state, running) == ["i-m", "i-old"]
+
     def test_two_nodes_deciding_on_the_same_state_request_one_instance(self) -> None:
         """The second decision is taken again on the state after the first (LiveState.decide):
         the model then has an instance, and nothing more is requested anywhere."""

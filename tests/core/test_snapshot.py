@@ -137,6 +137,7 @@ PINNED_TYPES = frozenset(
 # v4: Instance.stats from instance_stats (the batch engine's load, for GET /models).
 # v10: ModelState.added_aliases (model_aliased, model_alias_removed; model_removed drops them); the
 # alias types are pinned from v10 on.
+# v11: v10 and, from the cluster branch, node_left (NodeState.left, left_at).
 # v7: nodes (node_joined/node_lost), holders per node, a model's shape, instances and jobs by node, pin.
 FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances, fold_nodes)
 FINGERPRINTS = {
@@ -155,6 +156,8 @@ FINGERPRINTS = {
     # 7 on the cluster branch: ("5a09f659afeaa49b", "6cadef7995c8accf"), nodes, holders, shapes, pinned
     9: ("6ebb41060c960b4f", "cc0b98b1d095647f"),  # keep_alive, sleep and the cluster
     10: ("842816effcb47a78", "8e7ab6ad199a22b3"),  # names added by Ollama's copy (added_aliases)
+    # 10 on the cluster2 branch: ("cc565846feff9ce4", "5848a40f4d61d3dc"), node_left (NodeState.left, left_at)
+    11: ("11d5f000864449ef", "8143aadef85be542"),  # copies' names and node_left
 }
 
 

@@ -4,11 +4,16 @@ Node ``a`` holds ``tiny-a`` and ``tiny-s``; node ``b`` holds ``tiny-b`` and ``ti
 memory, so ``tiny-s`` goes to ``b`` first. Every request goes through node ``a`` with the API key:
 what ``b`` serves is forwarded there (streaming too). Then ``b`` is killed with SIGKILL: ``a``
 records ``node_lost`` and the lost instance within 10 s and places ``tiny-s`` again, on itself.
+The second test (after the first: it restarts ``b``) cuts ``b``'s lock connection while ``b`` is
+paused, so that ``a`` records it lost while it is alive: ``b`` re-joins, stops its inference worker,
+and takes its interrupted download back; then
+``b`` stops cleanly and is recorded as left.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -19,40 +24,46 @@ from typing import Any
 
 import httpx
 import openai
+import psutil
+import psycopg
 import pytest
 
+from devtools.hub_repos import make_repo
+from devtools.hub_server import HubServer
 from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
-from service.cluster.membership import RECONNECT_GRACE
+from service.cluster.membership import RECONNECT_GRACE, lock_application_name
 from service.supervision.ports import free_port
+from tests.conftest_hub import unique_repo
 from tests.eventually import eventually
 
 KEY = "cluster-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 GiB = 1024**3
+MiB = 1024**2
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 
 
-def _node(root: Path, name: str, url: str, models: tuple[str, ...], memory: int) -> ServiceProcess:
+def _node(root: Path, name: str, url: str, models: tuple[str, ...], memory: int, hub: str) -> ServiceProcess:
     folder = root / f"models-{name}"
     for i, model in enumerate(models):
         write_tiny_gguf(folder / f"{model}.gguf", seed=i)
     port = int(url.rsplit(":", 1)[1])
     env = {"MODELROUTER_MODELS_DIR": str(folder), "MODELROUTER_MEMORY_BYTES": str(memory),
-           "MODELROUTER_MODELS_MEMORY_MARGIN": "0"}  # fmt: skip
+           "MODELROUTER_MODELS_MEMORY_MARGIN": "0", "HF_ENDPOINT": hub}  # fmt: skip
     return ServiceProcess(root / f"home-{name}", port=port, env=env, args=["--api-key", KEY])
 
 
 @pytest.fixture(scope="module")
 def cluster(
-    pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+    pg_server: PostgresServer, hub_server: HubServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServiceProcess, ServiceProcess]]:
     root = tmp_path_factory.mktemp("cluster")
     url = pg_server.create_database("cluster_two_nodes", template="modelrouter_template")
     a_url, b_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
-    a = _node(root, "a", a_url, ("tiny-a", "tiny-s"), 4 * GiB)
-    b = _node(root, "b", b_url, ("tiny-b", "tiny-s"), 8 * GiB)
+    a = _node(root, "a", a_url, ("tiny-a", "tiny-s"), 4 * GiB, hub_server.url)
+    b = _node(root, "b", b_url, ("tiny-b", "tiny-s"), 8 * GiB, hub_server.url)
     for proc, name, advertised in ((a, "a", a_url), (b, "b", b_url)):
         proc.args += ["--database-url", url, "--node", name, "--advertise-url", advertised]
     a.start(timeout=60)
@@ -154,3 +165,79 @@ def test_two_nodes_place_forward_and_survive_a_kill(
     assert _chat(a, "tiny-s").status_code == 200
     assert _entry(a, "tiny-s")["status"]["node"] == "a"
     assert [e["data"]["node"] for e in _events(a, type="instance_requested", model="tiny-s")] == ["b", "a"]
+
+
+def _nodes(svc: ServiceProcess) -> dict[str, dict[str, Any]]:
+    return {n["name"]: n for n in _get(svc, "/nodes")["data"]}
+
+
+def _terminate_lock_connection(svc: ServiceProcess, node: str) -> int:
+    """What a partition between ``node`` and the database looks like to the database: its lock
+    connection ends (the other connections, and the node itself, are untouched)."""
+    url = svc.args[svc.args.index("--database-url") + 1]
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                            (lock_application_name(node),)).fetchall()  # fmt: skip
+    return sum(1 for (done,) in rows if done)
+
+
+@pytest.mark.timeout(300)
+def test_a_node_recorded_lost_while_alive_rejoins_and_a_clean_stop_is_left_not_lost(
+    cluster: tuple[ServiceProcess, ServiceProcess], hub: HubServer
+) -> None:
+    a, b = cluster
+    if b.proc is None or b.proc.poll() is not None:
+        b.start(timeout=60)  # killed by the test above: b comes back as a new incarnation
+    first = eventually(lambda: (n := _nodes(a)) and n["b"]["state"] == "up" and n["b"], "b up again")
+    assert _chat(a, "tiny-b").status_code == 200  # placed on b, the only node that holds it
+    running = _entry(a, "tiny-b")["status"]["instance"]["instance_id"]
+    loading = [e for e in _events(a, type="instance_loading", model="tiny-b") if e["data"]["instance_id"] == running]
+    worker = psutil.Process(loading[0]["data"]["pid"])
+    # ... and a download, held at half way by the hub (once: a resumed request gets the rest).
+    repo = unique_repo("cut")
+    make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 8 * MiB})
+    hub.set_faults({"kind": "throttle", "repo": repo, "rate": 4 * MiB, "times": 1},
+                   {"kind": "stall", "repo": repo, "at_fraction": 0.5})  # fmt: skip
+    job_id = httpx.post(f"{b.url}/models", json={"model": repo}, headers=AUTH, timeout=30).json()["job_id"]
+    job = eventually(lambda: (j := _get(b, f"/downloads/{job_id}"))["bytes_done"] >= 2 * MiB and j, "b downloads")
+    fetcher = psutil.Process(job["pid"])
+    lost_before = len(_events(a, type="node_lost"))
+
+    # b's lock connection is cut while b is paused: a finds the lock free and records b lost, with
+    # its instance. Then b runs again and finds itself lost in the log, with its worker still running.
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        assert _terminate_lock_connection(a, "b") == 1
+        lost = eventually(lambda: _events(a, type="node_lost")[lost_before:], "b recorded lost", timeout=30)
+        assert [(e["data"]["node"], e["data"]["incarnation"]) for e in lost] == [("b", first["incarnation"])]
+        closed = [e["data"] for e in _events(a, type="instance_lost", model="tiny-b")]
+        assert {"instance_id": running, "reason": "node_lost"}.items() <= closed[-1].items()
+        interrupted = [e["data"] for e in _events(a, type="download_interrupted") if e["data"]["job_id"] == job_id]
+        assert [e["reason"] for e in interrupted] == ["node_lost"]
+        assert worker.is_running() and fetcher.is_running(), "alive, yet lost in the log"
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    again = eventually(lambda: (n := _nodes(a)) and n["b"]["incarnation"] != first["incarnation"] and n["b"],
+                       "b joined again as a new incarnation", timeout=30)  # fmt: skip
+    assert again["state"] == "up"
+    eventually(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE, "b's ended worker stopped")
+    assert "node_recorded_lost_while_alive" in b.log_text()
+    # b's download worker was stopped (keeping its partial) and the job resumed by b, to the end.
+    done = eventually(lambda: (j := _get(a, f"/downloads/{job_id}"))["status"] == "finished" and j, "resumed job done")
+    assert not fetcher.is_running() or fetcher.status() == psutil.STATUS_ZOMBIE
+    resumed = [e for e in _events(a, type="download_resumed") if e["data"]["job_id"] == job_id]
+    assert [e["source"]["node"] for e in resumed] == ["b"] and resumed[0]["data"]["bytes_on_disk"] >= 2 * MiB, done
+    after_lost = [e for e in _events(a, model="tiny-b") if e["data"].get("instance_id") == running]
+    assert after_lost[-1]["type"] == "instance_lost", "the stopped worker recorded nothing more"
+    assert _chat(a, "tiny-b").status_code == 200 and _entry(a, "tiny-b")["status"]["node"] == "b"
+
+    # SIGTERM: b stops its workers, appends node_left with router_stopped, then lets go of its lock.
+    b.stop()
+    gone = eventually(lambda: (n := _nodes(a)) and n["b"]["state"] != "up" and n["b"], "a sees b gone", timeout=30)
+    assert gone["state"] == "left" and gone["left_at"] and gone["lost_at"] is None
+    assert gone["incarnation"] == again["incarnation"]
+    left = _events(a, type="node_left")
+    assert [(e["data"]["node"], e["data"]["incarnation"], e["source"]["node"]) for e in left] == [
+        ("b", again["incarnation"], "b")]  # fmt: skip
+    assert len(_events(a, type="node_lost")) == lost_before + 1, "a node that left is not recorded lost"
+    assert _nodes(a)["a"]["state"] == "up" and _chat(a, "tiny-s").status_code == 200

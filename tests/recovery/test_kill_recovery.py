@@ -1,4 +1,5 @@
-"""Kill -9 the real service at awkward moments, restart it, lose nothing."""
+"""Kill -9 the real service at awkward moments, restart it, lose nothing. The tests of what a restart
+reconciles (instances, downloads) run on SQLite and on PostgreSQL (``log_backend``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from tests.conftest_hub import unique_repo
+from tests.recovery.conftest import LogBackend
 from tests.service_probes import events, inference_children, model_entry, still_running, wait_for_event
 
 MB = 1024 * 1024
@@ -103,7 +105,7 @@ def test_kill9_during_a_download_ten_times_then_it_completes(hub: HubServer, tmp
 
 
 @pytest.mark.timeout(120)
-def test_kill9_with_models_loaded_and_loading(tmp_path: Path) -> None:
+def test_kill9_with_models_loaded_and_loading(tmp_path: Path, log_backend: LogBackend) -> None:
     models = tmp_path / "models"
     models.mkdir()
     write_tiny_gguf(models / "tiny-a.gguf", seed=1)
@@ -112,7 +114,7 @@ def test_kill9_with_models_loaded_and_loading(tmp_path: Path) -> None:
     presets.write_text("[tiny-b]\nload-on-startup = true\n")
     env = {"MODELROUTER_MODELS_DIR": str(models), "MODELROUTER_PRESETS": str(presets)}
     home = tmp_path / "home"
-    svc = ServiceProcess(home, env=env).start()
+    svc = ServiceProcess(home, env=env, args=log_backend.args).start()
     wait_for_event(svc, "instance_ready", model="tiny-b")
     chat = {"model": "tiny-a", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
     assert httpx.post(f"{svc.url}/v1/chat/completions", json=chat, timeout=30).status_code == 200
@@ -120,7 +122,7 @@ def test_kill9_with_models_loaded_and_loading(tmp_path: Path) -> None:
     assert len(workers) == 2
     svc.kill9()
     assert still_running(workers, 30) == [], "orphaned inference workers"
-    svc = ServiceProcess(home, env=env, port=svc.port).start()
+    svc = ServiceProcess(home, env=env, port=svc.port, args=log_backend.args).start()
     try:
         lost = {e["model"]: e for e in events(svc, type="instance_lost")}
         assert set(lost) == {"tiny-a", "tiny-b"} and lost["tiny-a"]["data"]["reason"] == "router_restart"
@@ -185,7 +187,7 @@ def test_kill9_during_appends_from_three_workers_and_the_service(tmp_path: Path)
 
 
 @pytest.mark.timeout(120)
-def test_state_after_restart_equals_state_before_kill(hub: HubServer, tmp_path: Path) -> None:
+def test_state_after_restart_equals_state_before_kill(hub: HubServer, tmp_path: Path, log_backend: LogBackend) -> None:
     good, bad, slow = unique_repo("good"), unique_repo("bad"), unique_repo("slow")
     make_repo(hub.root, good, {"m-Q4_K_M.gguf": 2 * MB})
     make_repo(hub.root, bad, {"m-Q4_K_M.gguf": 2 * MB})
@@ -202,7 +204,7 @@ def test_state_after_restart_equals_state_before_kill(hub: HubServer, tmp_path: 
     )
     home = tmp_path / "home"
     env = {"HF_ENDPOINT": hub.url, "MODELROUTER_RESUME_DOWNLOADS_ON_START": "false"}
-    svc = ServiceProcess(home, env=env).start()
+    svc = ServiceProcess(home, env=env, args=log_backend.args).start()
     jobs = [httpx.post(f"{svc.url}/models", json={"model": r}, timeout=30).json()["job_id"] for r in (good, bad, slow)]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -216,7 +218,7 @@ def test_state_after_restart_equals_state_before_kill(hub: HubServer, tmp_path: 
     before_models = httpx.get(f"{svc.url}/models").json()["data"]
     before_jobs = httpx.get(f"{svc.url}/downloads").json()["downloads"]
     svc.kill9()
-    svc = ServiceProcess(home, env=env, port=svc.port).start()
+    svc = ServiceProcess(home, env=env, port=svc.port, args=log_backend.args).start()
     try:
         assert httpx.get(f"{svc.url}/models").json()["data"] == before_models
         assert _stable(httpx.get(f"{svc.url}/downloads").json()["downloads"], live) == _stable(before_jobs, live)

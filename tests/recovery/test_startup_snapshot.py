@@ -1,4 +1,4 @@
-"""The running service snapshots its fold and starts from the snapshot."""
+"""The running service snapshots its fold and starts from the snapshot (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import httpx
 
 from devtools.service_process import ServiceProcess
 from service.event_store import SyncEventStore, new_event
+from tests.recovery.conftest import LogBackend
 from tests.service_probes import events
 
 
-def test_restart_starts_from_the_snapshot_taken_at_shutdown(tmp_path: Path) -> None:
+def test_restart_starts_from_the_snapshot_taken_at_shutdown(tmp_path: Path, log_backend: LogBackend) -> None:
     home = tmp_path / "home"
-    with ServiceProcess(home, env={"MODELROUTER_SNAPSHOT_EVERY": "100"}) as svc:
-        store = SyncEventStore(home / "modelrouter.db", source={"kind": "test"})
+    with ServiceProcess(home, env={"MODELROUTER_SNAPSHOT_EVERY": "100"}, args=log_backend.args) as svc:
+        store = SyncEventStore(log_backend.location(home), source={"kind": "test"})
         for i in range(3):
             store.append(
                 [
@@ -49,7 +50,7 @@ def test_restart_starts_from_the_snapshot_taken_at_shutdown(tmp_path: Path) -> N
         while svc.wait_healthy()["position"] < head:
             pass
         before = httpx.get(f"{svc.url}/downloads").json(), httpx.get(f"{svc.url}/models").json()
-    with ServiceProcess(home, port=svc.port) as svc:
+    with ServiceProcess(home, port=svc.port, args=log_backend.args) as svc:
         completed = events(svc, type="recovery_completed")[-1]["data"]
         assert completed["snapshot_position"] >= head
         assert completed["events_replayed"] < 5, completed

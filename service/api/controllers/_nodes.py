@@ -5,11 +5,16 @@ from __future__ import annotations
 from litestar import get
 
 from service.api.schemas import NodeList, NodeView, problems
+from service.core.node_state import NodeState
 from service.core.placement import model_need, node_of
 from service.core.state import RouterState
 from service.event_store.codec import format_time
 from service.live_state import LiveState
 from service.settings import Settings
+
+
+def _state(node: NodeState) -> str:
+    return "left" if node.left else "lost" if node.lost else "up"
 
 
 def nodes_view(state: RouterState, node: str | None) -> NodeList:
@@ -20,10 +25,11 @@ def nodes_view(state: RouterState, node: str | None) -> NodeList:
         used = sum(model_need(state.models[m]) for m in loaded)
         holds = sorted(m.name for m in state.models.values() if name in m.holders)
         data.append(NodeView(
-            name=name, state="lost" if n.lost else "up", url=n.url, incarnation=n.incarnation, pid=n.pid,
+            name=name, state=_state(n), url=n.url, incarnation=n.incarnation, pid=n.pid,
             cpus=n.cpus, ram_bytes=n.ram_bytes, memory_bytes=n.memory_bytes, models_max=n.models_max,
             joined_at=format_time(n.joined_at) if n.joined_at else None,
             lost_at=format_time(n.lost_at) if n.lost_at else None, lost_by=n.lost_by,
+            left_at=format_time(n.left_at) if n.left_at else None,
             loaded=loaded, memory_used_bytes=used, holds=holds,
         ))  # fmt: skip
     return NodeList(data=data, node=node)
@@ -31,5 +37,5 @@ def nodes_view(state: RouterState, node: str | None) -> NodeList:
 
 @get("/nodes", operation_id="listNodes", tags=["cluster"], responses=problems(400))
 async def list_nodes(live: LiveState, settings: Settings) -> NodeList:
-    """The cluster's nodes (empty without ``--node``): state (up, lost), load and models."""
+    """The cluster's nodes (empty without ``--node``): state (up, left, lost), load and models."""
     return nodes_view(live.state, settings.node)

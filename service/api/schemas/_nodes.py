@@ -9,7 +9,7 @@ class NodeView(msgspec.Struct, frozen=True):
     """One node's last incarnation, as the log says."""
 
     name: str
-    state: str  # "up" or "lost"
+    state: str  # "up", "left" (stopped cleanly: node_left) or "lost" (node_lost)
     url: str
     incarnation: str
     pid: int
@@ -20,6 +20,7 @@ class NodeView(msgspec.Struct, frozen=True):
     joined_at: str | None
     lost_at: str | None
     lost_by: str | None
+    left_at: str | None
     loaded: list[str]  # models whose instance runs there
     memory_used_bytes: int  # their estimated need
     holds: list[str]  # models whose files it has

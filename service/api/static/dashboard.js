@@ -11,8 +11,8 @@ const EVENT_TYPES = [
   "instance_ready", "instance_requested", "instance_stats", "instance_stop_requested", "instance_stopped",
   "loading_progress", "model_alias_removed", "model_aliased", "model_configured", "model_discovered",
   "model_measured", "model_removed", "models_reloaded",
-  "node_joined", "node_lost", "partial_file_found", "partial_file_removed", "recovery_completed", "request_completed",
-  "router_started", "router_stopped", "sleep_ended",
+  "node_joined", "node_left", "node_lost", "partial_file_found", "partial_file_removed", "recovery_completed",
+  "request_completed", "router_started", "router_stopped", "sleep_ended",
 ];
 const NOISY = new Set(["download_progress", "loading_progress", "instance_stats"]); // they move bars and gauges, not the feed
 const FEED_BACKLOG = 50; // events shown from before the page opened

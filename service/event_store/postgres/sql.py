@@ -13,6 +13,14 @@ pyeventsourcing does) serialises as well, but it also conflicts with autovacuum'
 ANALYZE's SHARE UPDATE EXCLUSIVE lock, so an append-only table's routine autoanalyze would
 stall appends; the advisory lock conflicts with nothing but other appends.
 
+**Time.** ``recorded_at`` is the database's ``clock_timestamp()`` read in the lock's statement,
+once the lock is held: each append's time is then at least its predecessor's commit time, so
+time follows position across every writer whatever their own clocks say (as long as the
+server's clock does not step back). ``now()`` would not do: it is the transaction's start,
+taken before waiting for the lock. It costs no round trip of its own (the lock's statement
+answers it): 6 alternating rounds of 300 single-event psycopg appends in one run gave medians of
+1,821 appends/s with it and 1,791 with the bare lock (noise on a shared 2-core machine).
+
 The lock and the reads of MAX are separate statements on purpose: under READ COMMITTED each
 statement takes its snapshot when it starts, so a MAX computed in the statement that waits
 for the lock would be read from before the previous holder's commit.
@@ -37,7 +45,12 @@ _INSERT = (
     "VALUES ((SELECT COALESCE(MAX(position), 0) + 1 FROM events), ?, ?, ?, ?, ?, ?, ?) "
     f"ON CONFLICT (event_id) DO NOTHING RETURNING position, pg_notify('{CHANNEL}', '')"
 )
-_LOCK = f"SELECT pg_advisory_xact_lock({APPEND_LOCK})"
+# The lock, then the database's clock read once it is held (the subquery runs first: OFFSET 0 keeps
+# the planner from flattening it), in codec.format_time's text: one recorded_at for the batch.
+_LOCK = (
+    "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+    f"FROM (SELECT pg_advisory_xact_lock({APPEND_LOCK}) OFFSET 0) AS locked"
+)
 
 PAGE_SQL = (
     "SELECT position, event_id, type, schema_version, model, data::text, source::text, recorded_at "
@@ -60,7 +73,7 @@ def dollar_style(sql: str) -> str:
 
 
 def _append_sql(fn: Callable[[str], str]) -> AppendSQL:
-    return AppendSQL(fn(_INSERT), fn(EXISTING_SQL), fn(LAST_OF_MODEL_SQL), lock=_LOCK)
+    return AppendSQL(fn(_INSERT), fn(EXISTING_SQL), fn(LAST_OF_MODEL_SQL), lock=_LOCK, clock=True)
 
 
 PSYCOPG = _append_sql(format_style)
