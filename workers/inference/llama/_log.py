@@ -87,8 +87,8 @@ class LlamaLog:
         """Route libmtmd's log (the projector's) here too; call after :meth:`install`."""
         from llama_cpp import mtmd_cpp
 
-        if self._c_callback is not None:
-            mtmd_cpp.mtmd_helper_log_set(self._c_callback, ctypes.c_void_p(0))
+        if _installed is not None:
+            mtmd_cpp.mtmd_helper_log_set(_installed, ctypes.c_void_p(0))
 
     def _on_log(self, level: int, text: str) -> None:
         with self._lock:
