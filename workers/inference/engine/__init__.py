@@ -27,7 +27,7 @@ from workers.inference.engine._errors import (
     RequestCancelled,
     RequestRejected,
 )
-from workers.inference.engine._job import Job
+from workers.inference.engine._job import IDLE, Job, RequesterLeft, Watched
 from workers.inference.engine._legacy import LegacyEngine
 from workers.inference.engine._protocol import Engine, EngineMonitor, FrontFactory, JobRunner, RequestQueue
 from workers.inference.engine._sampling import SamplerError, SamplingParams, build_chain, strict_json_strings
@@ -35,6 +35,7 @@ from workers.inference.engine._slot_files import SlotAction
 from workers.inference.engine._slots import Request
 
 __all__ = [
+    "IDLE",
     "BatchEngine",
     "EmbedRequest",
     "Engine",
@@ -51,9 +52,11 @@ __all__ = [
     "RequestCancelled",
     "RequestQueue",
     "RequestRejected",
+    "RequesterLeft",
     "SamplerError",
     "SamplingParams",
     "SlotAction",
+    "Watched",
     "build_chain",
     "strict_json_strings",
     "wait_embeddings",

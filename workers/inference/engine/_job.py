@@ -17,6 +17,39 @@ from workers.inference.engine._errors import RequestCancelled
 
 END = object()
 """Put on a job's ``out`` queue after its last result (the legacy engine's way of saying done)."""
+IDLE = object()
+"""What :meth:`Watched.get` gives when no result came within its interval."""
+
+
+class RequesterLeft(Exception):
+    """The client hung up (or, for a resumable stream, ``DELETE /v1/stream`` ended it)."""
+
+
+class Watched:
+    """A result queue read with an eye on whether its requester left.
+
+    ``gone`` is asked at once when no result came within ``every`` seconds, and at most every
+    ``every`` seconds while results flow. Why both: a stream whose tokens never pause (a tiny model,
+    a context that shifts) never left its queue empty, so a check made only when idle never ran and a
+    hang-up or a ``DELETE /v1/stream`` went unnoticed until the generation ended by itself; asking on
+    every token would cost a syscall each.
+    """
+
+    def __init__(self, out: queue.SimpleQueue[Any], gone: Callable[[], bool] | None, every: float) -> None:
+        self._out, self._gone, self._every = out, gone, every
+        self._due = time.monotonic() + every
+
+    def get(self) -> Any:
+        """The next result, or :data:`IDLE`; raises :class:`RequesterLeft` once the requester left."""
+        try:
+            item = self._out.get(timeout=self._every)
+        except queue.Empty:
+            item = IDLE
+        if self._gone is not None and (item is IDLE or time.monotonic() >= self._due):
+            self._due = time.monotonic() + self._every
+            if self._gone():
+                raise RequesterLeft
+        return item
 
 
 class Job:
@@ -25,8 +58,8 @@ class Job:
     The legacy engine feeds ``out`` (response dicts, an exception, then
     ``END``); the batch engine's front instead attaches an iterator that
     it runs on the HTTP thread itself. Either way :meth:`results` yields
-    dicts, and while it waits it checks ``client_gone`` every ``POLL_S``
-    so a hung-up client cancels its work, even before the first token.
+    dicts, and it checks ``client_gone`` every ``POLL_S`` (:class:`Watched`)
+    so a hung-up client cancels its work, before the first token or mid-stream.
     """
 
     POLL_S = 0.05
@@ -58,13 +91,14 @@ class Job:
                 if close is not None:
                     close()  # an abandoned stream cancels its engine request
             return
+        watched = Watched(self.out, self.client_gone, self.POLL_S)
         while True:
             try:
-                item = self.out.get(timeout=self.POLL_S)
-            except queue.Empty:
-                if self.client_gone is not None and self.client_gone():
-                    self.cancel()
-                    raise RequestCancelled("client disconnected") from None
+                item = watched.get()
+            except RequesterLeft:
+                self.cancel()
+                raise RequestCancelled("client disconnected") from None
+            if item is IDLE:
                 continue
             if item is END:
                 return

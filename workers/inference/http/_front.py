@@ -16,7 +16,6 @@ check, ``cache_prompt``) travel in a thread-local :class:`_RequestContext`.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import uuid
@@ -25,12 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.inference.engine import (
+    IDLE,
     EngineError,
     Job,
     Request,
+    RequesterLeft,
     RequestQueue,
     SamplerError,
     SamplingParams,
+    Watched,
     build_chain,
     strict_json_strings,
 )
@@ -345,12 +347,13 @@ class CompletionFront:
         """
         done = False
         try:
+            watched = Watched(req.out, gone, POLL_S)
             while True:
                 try:
-                    item = req.out.get(timeout=POLL_S)
-                except queue.Empty:
-                    if gone is not None and gone():
-                        raise ApiError(499, "client disconnected", "cancelled") from None
+                    item = watched.get()
+                except RequesterLeft:
+                    raise ApiError(499, "client disconnected", "cancelled") from None
+                if item is IDLE:
                     continue
                 if item[0] == "e":
                     done = True
