@@ -78,12 +78,13 @@ def listed(mode: ServerMode, name: str) -> bool:
 def not_serving(mode: ServerMode, state: RouterState) -> str | None:
     """Why ``/health`` answers 503 in single-model mode, or None: llama-server's "Loading model" while
     its model downloads or loads, the reason when it failed. A model that is loaded, asleep (the next
-    request wakes it), stopping or unloaded (the next request loads it) is served."""
+    request wakes it), stopping or unloaded (the next request loads it) is served; one whose files are
+    not here yet is not (``-hf`` before its start-up download is recorded: a 200 then was a lie)."""
     if mode.single_model is None:
         return None
     model = state.models.get(mode.single_model)
-    if model is None or model.status not in _NOT_SERVING:
-        return None if model is not None else LOADING
+    if model is None:
+        return LOADING
     if model.status is ModelStatus.FAILED and model.last_error is not None:
         return f"model {model.name!r} failed: {model.last_error.message}"
-    return LOADING
+    return LOADING if model.status in _NOT_SERVING or not model.available else None

@@ -101,3 +101,6 @@ class TestServerMode:
         assert not_serving(single, _state(AVAILABLE, ev.InstanceRequested(instance_id="i1", port=1))) == LOADING
         assert not_serving(single, _state(*READY)) is None
         assert not_serving(single, _state(*ASLEEP)) is None, "asleep: the next request wakes it"
+        from_hub = example(ev.ModelConfigured, hf_repo="me/tiny-GGUF")
+        assert _state(from_hub).models[M].status is ModelStatus.UNLOADED  # the next request would download it
+        assert not_serving(single, _state(from_hub)) == LOADING, "-hf before its start-up download: not served"

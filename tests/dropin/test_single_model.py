@@ -135,7 +135,7 @@ def test_an_idle_model_sleeps_and_the_next_request_wakes_it(serve: Serve, models
     wait_until(lambda: len(events(svc, type="instance_stopped", model="tiny-a")) == 2, "asleep again", timeout=90)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_health_says_loading_model_until_the_single_model_is_ready(hub: HubServer, tiny: bytes, tmp_path: Path) -> None:
     """``llama-server -hf user/repo`` answers ``/health`` 503 ``{"error": {"code": 503, "message":
     "Loading model", "type": "unavailable_error"}}`` until its model is loaded (server-context.cpp),
@@ -144,7 +144,7 @@ def test_health_says_loading_model_until_the_single_model_is_ready(hub: HubServe
     # Held until the test saw the 503 (hub.reset() releases it): a slow start-up cannot miss the window.
     hub.set_faults({"kind": "stall", "repo": repo, "path": "slow-Q8_0.gguf", "at_fraction": 0.5, "seconds": 300})
     svc = ServiceProcess(tmp_path / "home", args=["-hf", repo], env={"HF_ENDPOINT": hub.url})
-    starting = threading.Thread(target=svc.start, kwargs={"timeout": 120}, daemon=True)
+    starting = threading.Thread(target=svc.start, kwargs={"timeout": 220}, daemon=True)
     starting.start()
     try:
         seen: list[httpx.Response] = []
@@ -157,7 +157,8 @@ def test_health_says_loading_model_until_the_single_model_is_ready(hub: HubServe
         wait_until(loading, "/health answering 503 while the model downloads", timeout=60)
         assert seen[-1].json()["error"] == {"code": 503, "message": "Loading model", "type": "unavailable_error"}
         hub.reset()  # the download goes on
-        starting.join(120)  # start() returns once /health answers 200: the model is loaded
+        starting.join(200)  # start() returns once /health answers 200: the model is loaded
+        assert not starting.is_alive(), "the model was not loaded 200 s after its download went on"
         assert httpx.get(f"{svc.url}/health", timeout=10).status_code == 200
         assert _status(svc.url, f"{repo}:Q8_0") == "loaded"
     finally:
