@@ -51,6 +51,9 @@ class LoadError(Exception):
         self.message = message
 
 
+_INSTALLED: list[Any] = []  # the callback llama.cpp holds, one per process (see LlamaLog.install)
+
+
 class LlamaLog:
     """Receives llama.cpp's log through ``llama_log_set``.
 
@@ -75,6 +78,10 @@ class LlamaLog:
             self._on_log(level, text.decode("utf-8", errors="replace") if text else "")
 
         self._c_callback = _callback
+        # llama.cpp calls the last installed callback until another replaces it, so it must outlive
+        # this object: a log dropped after a load (tests do) left a dangling pointer that crashed a
+        # later llama_free.
+        _INSTALLED[:] = [_callback]
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
 
     def _on_log(self, level: int, text: str) -> None:
