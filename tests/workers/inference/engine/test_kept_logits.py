@@ -27,7 +27,9 @@ SETTINGS = {
     "greedy": SamplingParams(temperature=0.0),
     "default chain": SamplingParams(temperature=0.8, seed=11),
     "narrow": SamplingParams(temperature=1.5, top_k=5, top_p=0.5, min_p=0.0, typical_p=0.9, seed=3),
-    "penalties": SamplingParams(temperature=1.0, repeat_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.3, seed=5),
+    "penalties": SamplingParams(
+        temperature=1.0, repeat_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.3, seed=5
+    ),
     "logit bias": SamplingParams(temperature=1.0, seed=9, logit_bias=((6 + ord("a"), 5.0), (6 + ord("b"), -100.0))),
     "grammar": SamplingParams(temperature=1.0, seed=2, grammar='root ::= [a-c]+ "."'),
     "mirostat 2": SamplingParams(temperature=1.0, mirostat_mode=2, seed=4),
