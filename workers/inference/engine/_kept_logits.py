@@ -11,7 +11,7 @@ its slot's cached tokens samples its first token from the kept row and goes
 on decoding from there.
 
 Cost: one copy of ``n_vocab`` floats per finished request (1 MiB for Gemma's
-262,144 entries, ~0.1 ms), one row per slot kept. Sampling replays
+262,144 entries, ~0.1 ms), one row per slot kept, :data:`MAX_ROWS` at most. Sampling replays
 ``llama_sampler_sample``'s CPU path on the kept row: every token in
 vocabulary order with its logit and ``p`` 0, the request's chain applied, the
 selected candidate accepted. So the token is the one the chain picks from
@@ -39,32 +39,44 @@ def logits_row(lc: Any, ctx: Any, index: int, n_vocab: int) -> Row:
     return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
 
 
+MAX_ROWS = 8
+"""Rows kept at most, whatever ``--n-parallel`` is (8 MiB for Gemma's vocabulary); the slot whose
+request ended longest ago gives its row up first."""
+
+
 class KeptLogits:
     """Per slot: the tokens it held when its last request ended, and the logits after them."""
 
     def __init__(self, lc: Any = None, n_vocab: int = 0) -> None:
         self.lc = lc  # both set once the model has loaded
         self.n_vocab = n_vocab
-        self._rows: dict[int, tuple[list[int], Row]] = {}
-        self._spare: dict[int, Row] = {}  # a forgotten slot's buffer, reused by its next keep
+        self._rows: dict[int, tuple[list[int], Row]] = {}  # oldest first
+        self._free: list[Row] = []  # buffers of forgotten rows, reused
         self._candidates: Any = None  # llama_token_data[n_vocab] as a numpy record array, made once
 
     def keep(self, slot_id: int, ctx: Any, index: int, tokens: list[int]) -> None:
         """Copy batch row ``index`` (the logits after ``tokens``) before the next decode overwrites it."""
+        row = self._buffer(slot_id)
+        row[:] = logits_row(self.lc, ctx, index, self.n_vocab)
+        self._rows[slot_id] = (list(tokens), row)
+
+    def _buffer(self, slot_id: int) -> Row:
         import numpy as np
 
         old = self._rows.pop(slot_id, None)
-        row = old[1] if old is not None else self._spare.pop(slot_id, None)
-        if row is None:
-            row = np.empty(self.n_vocab, dtype=np.float32)
-        row[:] = logits_row(self.lc, ctx, index, self.n_vocab)
-        self._rows[slot_id] = (list(tokens), row)
+        if old is not None:
+            return old[1]
+        if self._free:
+            return self._free.pop()
+        if len(self._rows) < MAX_ROWS:
+            return np.empty(self.n_vocab, dtype=np.float32)
+        return self._rows.pop(next(iter(self._rows)))[1]
 
     def forget(self, slot_id: int) -> None:
         """The slot's cells changed outside a request (dropped, restored, new LoRA scales)."""
         old = self._rows.pop(slot_id, None)
         if old is not None:
-            self._spare[slot_id] = old[1]
+            self._free.append(old[1])
 
     def take(self, slot_id: int, prompt: list[int], cache: list[int]) -> Row | None:
         """Forget the slot's row (a request starts there, its cells change), returning it if the
@@ -72,13 +84,13 @@ class KeptLogits:
         kept = self._rows.pop(slot_id, None)
         if kept is None:
             return None
-        self._spare[slot_id] = kept[1]
+        self._free.append(kept[1])
         same = len(kept[0]) == len(prompt) == len(cache) and kept[0] == prompt == cache
         return kept[1] if same else None
 
     def put_back(self, slot_id: int, tokens: list[int], row: Row) -> None:
         """Keep ``row`` again: the request that took it ended at its first token, nothing changed."""
-        self._spare.pop(slot_id, None)
+        self._free = [r for r in self._free if r is not row]
         self._rows[slot_id] = (list(tokens), row)
 
     def sample(self, chain: Any, row: Row) -> int:

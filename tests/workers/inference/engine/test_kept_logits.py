@@ -18,7 +18,7 @@ import pytest
 
 from tests.workers.conftest import WorkerProc
 from workers.inference.engine import SamplingParams, build_chain
-from workers.inference.engine._kept_logits import KeptLogits
+from workers.inference.engine._kept_logits import MAX_ROWS, KeptLogits
 from workers.inference.llama import Batch, ContextConfig, LlamaLog, LlamaModel, load_llama
 
 pytest.importorskip("llama_cpp")
@@ -79,6 +79,26 @@ def test_kept_row_sampling_picks_what_llama_sampler_sample_picks(tiny_llm: Llama
     finally:
         lc.llama_sampler_free(native)
         lc.llama_sampler_free(ours)
+        batch.free()
+
+
+def test_at_most_max_rows_are_kept_and_the_oldest_goes_first(tiny_llm: LlamaModel) -> None:
+    llm, batch = tiny_llm, Batch(tiny_llm.lc, 8)
+    kept = KeptLogits(llm.lc, llm.n_vocab)
+    tokens = llm.tokenize_whole(b"ab", add_special=True, parse_special=False)
+    try:
+        llm.seq_rm(0, 0, -1)
+        row = batch.add(tokens, 0, 0, True)
+        assert batch.decode(llm.ctx) == 0
+        for slot in range(MAX_ROWS + 1):
+            kept.keep(slot, llm.ctx, row, tokens)
+        assert kept.take(0, tokens, tokens) is None  # evicted for the ninth
+        rows = [kept.take(slot, tokens, tokens) for slot in range(1, MAX_ROWS + 1)]
+        assert all(r is not None for r in rows) and len({id(r) for r in rows}) == MAX_ROWS
+        kept.keep(MAX_ROWS + 1, llm.ctx, row, tokens)  # reuses a freed buffer
+        again = kept.take(MAX_ROWS + 1, tokens, tokens)
+        assert again is not None and any(again is r for r in rows)
+    finally:
         batch.free()
 
 
