@@ -55,14 +55,18 @@ def _start(name: str, tree: Path, models: Path, home: Path, env: dict[str, str])
     os.chdir(tree)
     svc = ServiceProcess(home / name, env={"MODELROUTER_MODELS_DIR": str(models), "PYTHONPATH": str(tree), **env})
     svc.start()
-    httpx.post(f"{svc.url}/models/load", json={"model": MODEL}, timeout=60).raise_for_status()
-    while True:
-        entry = next(m for m in httpx.get(f"{svc.url}/models").json()["data"] if m["id"] == MODEL)
-        if entry["status"]["value"] == "loaded":
-            return svc
-        if entry["status"]["value"] == "failed":
-            raise RuntimeError(entry)
-        time.sleep(0.05)
+    try:
+        httpx.post(f"{svc.url}/models/load", json={"model": MODEL}, timeout=60).raise_for_status()
+        while True:
+            entry = next(m for m in httpx.get(f"{svc.url}/models").json()["data"] if m["id"] == MODEL)
+            if entry["status"]["value"] == "loaded":
+                return svc
+            if entry["status"]["value"] == "failed":
+                raise RuntimeError(entry)
+            time.sleep(0.05)
+    except BaseException:
+        svc.stop()  # never leave a service (and its worker) behind
+        raise
 
 
 def _place(model: Path, dest: Path) -> None:
