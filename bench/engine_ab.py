@@ -155,8 +155,10 @@ def main() -> None:
         models = Path(tmp) / "models"
         models.mkdir()
         _place(args.model, models / f"{MODEL}.gguf")
-        services = {n: _start(n, trees[n], models, Path(tmp), envs[n]) for n in names}
+        services: dict[str, ServiceProcess] = {}
         try:
+            for n in names:
+                services[n] = _start(n, trees[n], models, Path(tmp), envs[n])
             for svc in services.values():
                 _stream(svc.url, 999, 8)  # warm the HTTP path, the sampler and the proxy's pool
             for r in range(args.rounds):
