@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -126,7 +127,11 @@ def main() -> None:
             source = Path(assemble())
         else:
             source = args.model or write_tiny_gguf(Path(tmp) / "tiny.gguf")
-        (models / "bench-model.gguf").symlink_to(source.resolve())
+        # A hard link (or a copy): the service refuses symlinks that lead out of its models dir.
+        try:
+            os.link(source.resolve(), models / "bench-model.gguf")
+        except OSError:
+            shutil.copyfile(source.resolve(), models / "bench-model.gguf")
         threads = len(os.sched_getaffinity(0))
         with ServiceProcess(Path(tmp) / "home", env={"MODELROUTER_MODELS_DIR": str(models)}) as svc:
             t0 = time.perf_counter()

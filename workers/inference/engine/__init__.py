@@ -10,6 +10,8 @@
 * ``_job``: :class:`Job`, one HTTP request as an engine receives it.
 * ``_slots``: :class:`Request` and the slots that run requests; ``_sampling``:
   llama.cpp's sampler chain per request; ``_metrics``: llama-server's counters.
+* ``_tokens``: what becomes of a sampled token; ``_kept_logits``: the logits a
+  slot keeps when a request ends, so an exact repeat of its prompt needs no decode.
 * ``_errors``: what goes wrong in an engine (:class:`EngineError` and its kinds);
   the HTTP front turns each into an answer.
 """

@@ -31,11 +31,13 @@ from typing import TYPE_CHECKING
 
 from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, EmbedRequest
 from workers.inference.engine._errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
+from workers.inference.engine._kept_logits import KeptLogits
 from workers.inference.engine._media import decode_reached_media, keep_whole_media, pos_delta, text_end
 from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
 from workers.inference.engine._protocol import FrontFactory, JobRunner
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
 from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot, shift_context
+from workers.inference.engine._tokens import TokenMixin
 from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from workers.inference.llama import Loaded
 
 
-class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
+class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMixin):
     """Loads the model on its own thread, then runs the step loop until drained (an
     :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
@@ -69,6 +71,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
         self._idle.set()
         self._batch: Batch | None = None
         self._budget = 0  # prompt tokens per step; halved while the KV cache cannot take a batch
+        self.kept = KeptLogits()  # per slot, the logits after its cached tokens (exact repeats)
         self.step_log = StepLog()  # GET /engine/steps
 
     # -- capabilities -------------------------------------------------------------
@@ -124,6 +127,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
         self.slots = [Slot(id=i, n_ctx=llm.n_ctx) for i in range(min(self.n_parallel, MAX_SLOTS))]
         self._batch = Batch(llm.lc, llm.n_batch)
         self._budget = llm.cfg.n_batch
+        self.kept.lc, self.kept.n_vocab = llm.lc, llm.n_vocab
 
     def submit(self, job: Job) -> None:
         """Run an HTTP job through the request front (raises :class:`EngineNotReady` before load and once draining)."""
@@ -238,11 +242,15 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
                     return
                 slot, n_common = picked
                 self._pending.popleft()
-                self._launch(slot, req, min(n_common, len(req.prompt) - 1) if req.cache_prompt else 0, now)
+                self._launch(slot, req, n_common if req.cache_prompt else 0, now)
 
-    def _launch(self, slot: Slot, req: Request, n_keep: int, now: float) -> None:
-        """Start ``req`` in ``slot``, keeping the first ``n_keep`` cached tokens (prefix reuse)."""
+    def _launch(self, slot: Slot, req: Request, n_common: int, now: float) -> None:
+        """Start ``req`` in ``slot``, keeping the first ``n_common`` cached tokens (prefix reuse): all of
+        them if the slot kept the logits after exactly this prompt, else at most all but the last,
+        which is evaluated again for its logits."""
         assert self.llm is not None
+        row = self.kept.take(slot.id, req.prompt, slot.cache)
+        n_keep = n_common if row is not None and req.chain is not None else min(n_common, len(req.prompt) - 1)
         n_keep = keep_whole_media(req, n_keep)
         if n_keep < len(slot.cache) and not self.llm.seq_rm(slot.id, n_keep, -1):
             n_keep = 0
@@ -252,6 +260,11 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
             self.llm.seq_rm(slot.id, 0, -1)
         slot.begin(req, n_keep, now, pos_delta(req, n_keep))
         self.metrics.on_admit(n_keep)
+        if row is not None and slot.chain is not None and n_keep == len(req.prompt):  # sample the kept row
+            slot.state, slot.timings.t_prompt_done = SlotState.GENERATING, now
+            self._on_token(slot, self.kept.sample(slot.chain, row), now, row)
+            if not slot.is_processing:  # it ended at that token: the slot's cells are unchanged
+                self.kept.put_back(slot.id, req.prompt, row)
 
     def _release(self, slot: Slot, now: float, *, keep_cache: bool) -> None:
         assert self.llm is not None
@@ -269,6 +282,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
     def _drop_cache(self, slot: Slot) -> None:
         assert self.llm is not None
         self.llm.seq_rm(slot.id, 0, -1)
+        self.kept.forget(slot.id)
         slot.cache.clear()
 
     def _reject(self, req: Request, err: EngineError) -> None:
@@ -332,56 +346,14 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin):
             if s.batch_index >= 0:
                 s.state, s.timings.t_prompt_done = SlotState.GENERATING, now
         sample = self.llm.lc.llama_sampler_sample
-        ctx = self.llm.ctx
+        ctx, kept = self.llm.ctx, self.kept
         for s in self.slots:
             if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None:
-                self._on_token(s, int(sample(s.chain, ctx, s.batch_index)), now)
+                index = s.batch_index
+                self._on_token(s, int(sample(s.chain, ctx, index)), now)
+                if not s.is_processing:  # it ended here: keep the logits after what the slot holds
+                    kept.keep(s.id, ctx, index, s.cache)
             s.batch_index = -1
-
-    def _on_token(self, s: Slot, token: int, now: float) -> None:
-        llm, req, text = self.llm, s.request, s.text
-        assert llm is not None and req is not None and text is not None
-        if llm.is_eog(token):
-            self._finish(s, "stop", now)
-            return
-        s.n_decoded += 1
-        s.timings.predicted_n += 1
-        self.metrics.tokens_predicted += 1
-        lp = None
-        if req.params.n_probs >= 0:
-            from workers.inference.engine._sampling import token_logprobs
-
-            chosen, top, top_lp = token_logprobs(llm.lc, llm.ctx, s.batch_index, llm.n_vocab, token, req.params.n_probs)
-            lp = (token, chosen, top, top_lp)
-        out = text.feed(llm.piece(token))
-        s.has_new_line = "\n" in out
-        if out or lp is not None:
-            req.out.put(("t", out, lp))
-        if text.stopped_by is not None:
-            self._finish(s, "stop", now)
-        elif 0 < req.max_tokens <= s.n_decoded:
-            self._finish(s, "length", now)
-        elif len(s.cache) + 1 >= llm.n_ctx and not self.context_shift:
-            s.truncated = True  # llama-server marks a reply the context cut short as truncated
-            self._finish(s, "length", now)
-        else:
-            s.pending = token
-
-    def _finish(self, s: Slot, reason: str, now: float) -> None:
-        req, text = s.request, s.text
-        assert req is not None and text is not None
-        rest = text.flush()
-        if rest:
-            req.out.put(("t", rest, None))
-        s.timings.t_end = now
-        if not s.timings.t_prompt_done:
-            s.timings.t_prompt_done = now
-        self.metrics.on_finish(s.timings, max(len(x.cache) for x in self.slots))
-        timings = s.timings.to_json()
-        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or "",
-                "truncated": s.truncated}  # fmt: skip
-        self._release(s, now, keep_cache=True)  # before the reply ends: /slots never lags behind it
-        req.out.put(("d", reason, timings, info))
 
     def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
         """``1``: no room in the KV cache (nothing was decoded): shrink prompt chunks, or end the

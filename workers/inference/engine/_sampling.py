@@ -15,7 +15,6 @@ llama-cpp-python reports them, computed only for requests that ask.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import re
 from dataclasses import dataclass
@@ -139,18 +138,15 @@ def _final_samplers(lc: Any, n_vocab: int, p: SamplingParams, seed: int) -> list
     ]
 
 
-def token_logprobs(
-    lc: Any, ctx: Any, index: int, n_vocab: int, token: int, top_n: int
-) -> tuple[float, list[int], list[float]]:
-    """The sampled token's logprob and the ``top_n`` best (token, logprob) from batch row ``index``.
+def token_logprobs(logits: Any, token: int, top_n: int) -> tuple[float, list[int], list[float]]:
+    """The sampled token's logprob and the ``top_n`` best (token, logprob) from one row of logits.
 
-    Only for requests that ask for logprobs: a zero-copy numpy view of the
-    logits, one log-softmax, one partial sort.
+    Only for requests that ask for logprobs: ``logits`` is a numpy view of the
+    batch row (or a slot's kept row), one log-softmax, one partial sort.
     """
     import numpy as np
 
-    ptr = lc.llama_get_logits_ith(ctx, index)
-    logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
+    n_vocab = len(logits)
     peak = float(logits.max())
     lse = peak + math.log(float(np.exp(logits - peak).sum()))
     chosen = float(logits[token]) - lse

@@ -23,6 +23,7 @@ from workers.inference.engine._errors import EngineNotReady, RequestRejected
 from workers.inference.engine._slots import Slot
 
 if TYPE_CHECKING:
+    from workers.inference.engine._kept_logits import KeptLogits
     from workers.inference.llama import LlamaModel
 
 
@@ -103,6 +104,7 @@ class SlotActionsMixin:
     _idle: threading.Event
     _accepting: bool
     _actions: deque[SlotAction]
+    kept: KeptLogits
 
     def run_slot_action(self, act: SlotAction, timeout: float = 300.0) -> dict[str, Any]:
         """Run ``act`` on the engine thread and return llama-server's answer (raises its error)."""
@@ -136,6 +138,8 @@ class SlotActionsMixin:
                 with self._cv:
                     self._actions.append(act)
                 continue
+            for s in busy:
+                self.kept.forget(s.id)  # every action changes the slot's cells
             try:
                 if act.action == "lora":
                     act.out.put(_set_lora(self.llm, self.slots, act))

@@ -5,18 +5,35 @@ Why import only ``llama_cpp.llama_cpp`` (see :func:`lowlevel`): the package's
 ~0.3 s of CPU on the path to ready that the decode loop never uses. Chat
 formatting needs them; :func:`complete_import` runs the deferred ``__init__``
 on a helper thread while llama.cpp loads the model (the C call releases the GIL).
+
+Why :data:`OMP_SPIN` (set before llama.cpp, and with it libgomp, loads): ggml
+computes a token in a few hundred steps with an OpenMP barrier after each,
+and libgomp's default is to spin up to 300,000 pauses (milliseconds) at a
+barrier before it sleeps. When another process holds the core the partner
+thread needs, both threads burn their time slices spinning: on the shared
+2-core VM a 128-token stream fell to 2-5 tokens/s where bounded spinning
+kept 15-50 (docs/benchmarks.md, "Where a token's time goes"). An
+``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` of the user's wins.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import threading
 from typing import Any
 
 _DEFERRED = "_modelrouter_deferred_init"
 _import_lock = threading.Lock()
+OMP_SPIN = "1000"  # GOMP_SPINCOUNT: pauses at an OpenMP barrier before sleeping (libgomp's default: 300,000)
+
+
+def bound_omp_spin(environ: dict[str, str] | os._Environ[str]) -> None:
+    """Bound libgomp's spinning unless the environment already chose a wait policy (see the module docstring)."""
+    if "OMP_WAIT_POLICY" not in environ and "GOMP_SPINCOUNT" not in environ:
+        environ["GOMP_SPINCOUNT"] = OMP_SPIN
 
 
 def lowlevel() -> Any:
@@ -33,6 +50,7 @@ def lowlevel() -> Any:
         return mod
     with _import_lock:
         if "llama_cpp" not in sys.modules:
+            bound_omp_spin(os.environ)  # read by libgomp once, when llama.cpp's libraries load below
             spec = importlib.util.find_spec("llama_cpp")
             if spec is None or spec.loader is None:
                 raise ImportError("llama-cpp-python is not installed")

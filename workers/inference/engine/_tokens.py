@@ -1,0 +1,77 @@
+"""What becomes of a sampled token: text for its request, or the request's end.
+
+Kept apart from the step loop (:mod:`workers.inference.engine._batch`) because
+two paths sample: a decoded batch row, and a slot's kept row of logits
+(:mod:`workers.inference.engine._kept_logits`) when a prompt needs no decode.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from workers.inference.engine._kept_logits import logits_row
+from workers.inference.engine._metrics import EngineMetrics
+from workers.inference.engine._slots import Slot
+
+if TYPE_CHECKING:
+    from workers.inference.engine._kept_logits import Row
+    from workers.inference.llama import LlamaModel
+
+
+class TokenMixin:
+    """The batch engine's handling of one sampled token (on the engine thread)."""
+
+    llm: LlamaModel | None
+    slots: list[Slot]
+    metrics: EngineMetrics
+    context_shift: bool
+
+    def _release(self, slot: Slot, now: float, *, keep_cache: bool) -> None:
+        raise NotImplementedError  # the engine's
+
+    def _on_token(self, s: Slot, token: int, now: float, kept: Row | None = None) -> None:
+        """A sampled token: text to the request, or its end; ``kept``: it came from a kept row."""
+        llm, req, text = self.llm, s.request, s.text
+        assert llm is not None and req is not None and text is not None
+        if llm.is_eog(token):
+            self._finish(s, "stop", now)
+            return
+        s.n_decoded += 1
+        s.timings.predicted_n += 1
+        self.metrics.tokens_predicted += 1
+        lp = None
+        if req.params.n_probs >= 0:
+            from workers.inference.engine._sampling import token_logprobs
+
+            row = kept if kept is not None else logits_row(llm.lc, llm.ctx, s.batch_index, llm.n_vocab)
+            chosen, top, top_lp = token_logprobs(row, token, req.params.n_probs)
+            lp = (token, chosen, top, top_lp)
+        out = text.feed(llm.piece(token))
+        s.has_new_line = "\n" in out
+        if out or lp is not None:
+            req.out.put(("t", out, lp))
+        if text.stopped_by is not None:
+            self._finish(s, "stop", now)
+        elif 0 < req.max_tokens <= s.n_decoded:
+            self._finish(s, "length", now)
+        elif len(s.cache) + 1 >= llm.n_ctx and not self.context_shift:
+            s.truncated = True  # llama-server marks a reply the context cut short as truncated
+            self._finish(s, "length", now)
+        else:
+            s.pending = token
+
+    def _finish(self, s: Slot, reason: str, now: float) -> None:
+        req, text = s.request, s.text
+        assert req is not None and text is not None
+        rest = text.flush()
+        if rest:
+            req.out.put(("t", rest, None))
+        s.timings.t_end = now
+        if not s.timings.t_prompt_done:
+            s.timings.t_prompt_done = now
+        self.metrics.on_finish(s.timings, max(len(x.cache) for x in self.slots))
+        timings = s.timings.to_json()
+        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or "",
+                "truncated": s.truncated}  # fmt: skip
+        self._release(s, now, keep_cache=True)  # before the reply ends: /slots never lags behind it
+        req.out.put(("d", reason, timings, info))
