@@ -55,9 +55,20 @@ def cli(svc: ServiceProcess | str, *args: str, timeout: float = 90, input: str =
     )  # fmt: skip
 
 
+# A child inherits its parent's ignored signals and blocked-signal mask across exec, and by the time
+# the CLI tests run, the suite's own process may have either for SIGINT (a Ctrl-C test once saw the
+# CLI ignore it: no cancel, exit 0). A person's terminal gives the CLI SIGINT at its default and
+# unblocked; so does this trampoline, before it becomes the CLI.
+_AS_FROM_A_TERMINAL = (
+    "import os, signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
 def start_cli(svc: ServiceProcess, *args: str) -> subprocess.Popen[str]:
+    """The CLI running in the background, with SIGINT as a terminal gives it (for Ctrl-C tests)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "service.cli", *args],
+        [sys.executable, "-c", _AS_FROM_A_TERMINAL, "-m", "service.cli", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=cli_env(svc),
         stdin=subprocess.DEVNULL,
     )  # fmt: skip

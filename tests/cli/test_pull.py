@@ -38,7 +38,8 @@ def test_ctrl_c_cancels_keeping_the_partial_and_pull_again_resumes(svc: ServiceP
         out, err = pull.communicate(timeout=60)
     finally:
         pull.kill()
-    assert pull.returncode == 130, err
+    own = f"(this process: SIGINT handler {signal.getsignal(signal.SIGINT)!r}, blocked {signal.pthread_sigmask(signal.SIG_BLOCK, [])})"
+    assert pull.returncode == 130, f"{err} {own}"
     assert "Traceback" not in err
     (cancelled,) = events(svc, type="download_cancelled", model=model)
     kept = cancelled["data"]["bytes_on_disk"]
