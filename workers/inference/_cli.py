@@ -113,6 +113,11 @@ def _template_args(p: argparse.ArgumentParser) -> None:
                    help="llama.cpp's built-in templates (C API) instead of Jinja")  # fmt: skip
     p.add_argument("--chat-template-kwargs", default=None, help="JSON object of extra template variables")
     p.add_argument("--reasoning-format", default="auto", choices=["none", "auto", "deepseek", "deepseek-legacy"])
+    p.add_argument(
+        "--sampling-defaults",
+        default=None,
+        help="JSON object of request fields every request defaults to (llama-server's --temp, -n, ...)",
+    )
     p.add_argument("--mmproj", default=None, help="the model's multimodal projector: chats may carry images")
 
 

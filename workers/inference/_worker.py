@@ -14,6 +14,7 @@ thread, so they are plain attributes plus a wake-up pipe for the main thread
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import os
 import signal
@@ -29,6 +30,7 @@ from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
 from workers.inference.engine import EngineMonitor
 from workers.inference.http import FrontOptions, InferenceApp, bind_server
+from workers.inference.http import _server_defaults as server_defaults
 from workers.inference.llama import LlamaLog, Loaded, LoadError
 from workers.runtime import INFERENCE_WORKER, Parent, Wakeup, WorkerRuntime
 
@@ -147,6 +149,11 @@ class Worker:
             return bind_server(self.app, host=a.host, port=0)
 
     def _load(self) -> Loaded:
+        try:  # --grammar-file / --json-schema-file are read now: a bad one fails the load, as llama-server's start
+            defaults = server_defaults.load(self.args.sampling_defaults)
+            self.app.front_options = dataclasses.replace(self.app.front_options, sampling_defaults=defaults)
+        except (OSError, ValueError) as exc:
+            raise LoadError("bad_sampling_default", f"sampling defaults: {exc}") from None
         return load(self.args, self._llama_log, self._on_progress)
 
     def _on_loaded(self, loaded: Loaded) -> bool:

@@ -184,6 +184,11 @@ class LegacyEngine:
             job.out.put(_encode_embeddings(result, fmt))
             return
         kwargs = dict(job.kwargs)
+        if kwargs.pop("llama_sampling", None):  # DRY, XTC, sampler order...: the batch engine's chain only
+            raise RequestRejected(
+                "llama.cpp's extra samplers (DRY, XTC, top-n-sigma, dynamic temperature, "
+                "samplers, repeat_last_n) need the batch engine (this worker runs --engine legacy)"
+            )
         kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([self._cancel_processor(job)])
         try:
             create = llm.create_chat_completion if job.kind == "chat" else llm.create_completion

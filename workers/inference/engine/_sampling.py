@@ -6,21 +6,49 @@ no vocabulary-sized Python allocation (Gemma's vocabulary is 262,144 entries;
 a float32 copy per token is 1 MiB). ``llama_sampler_sample`` also accepts the
 sampled token (penalties, grammar state), so callers never accept twice.
 
-The chain mirrors ``llama_cpp.Llama._init_sampler`` so results match the
-high-level path: logit bias, penalties, grammar, then greedy (temperature 0),
-plain distribution (negative), mirostat, or top-k → typical → top-p → min-p →
-temperature → distribution. Logprobs are the model's raw log-softmax, as
-llama-cpp-python reports them, computed only for requests that ask.
+The chain follows llama.cpp's ``common_sampler_init``: logit bias, penalties,
+grammar, then greedy (temperature 0), plain distribution (negative), mirostat,
+or the ``samplers`` order (llama-server's default: dry → top-n-sigma → top-k →
+typical → top-p → min-p → xtc → temperature) and the distribution (or
+adaptive-p when listed). Samplers that would change nothing (DRY at multiplier
+0, XTC at probability 0, top-n-sigma ≤ 0) are left out, so the default chain
+is the one llama-cpp-python's ``Llama`` builds. Logprobs are the model's raw
+log-softmax, as llama-cpp-python reports them, computed only for requests that ask.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp picks a random seed
+DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
+# llama.cpp's names (common_sampler_types_from_names, with its aliases) and --sampler-seq letters
+SAMPLER_NAMES = {
+    "dry": "dry", "top_k": "top_k", "top_p": "top_p", "nucleus": "top_p", "top_n_sigma": "top_n_sigma",
+    "typ_p": "typ_p", "typical_p": "typ_p", "typ": "typ_p", "typical": "typ_p", "min_p": "min_p",
+    "temperature": "temperature", "temp": "temperature", "xtc": "xtc", "infill": "infill",
+    "penalties": "penalties", "adaptive_p": "adaptive_p",
+}  # fmt: skip
+SAMPLER_LETTERS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
+                   "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}  # fmt: skip
+
+
+def sampler_order(value: Any) -> tuple[str, ...] | None:
+    """llama-server's ``samplers``: a list of names (``top-k`` and ``topk`` spellings too, unknown
+    ones skipped as llama.cpp skips them) or a string of ``--sampler-seq`` letters; None if neither."""
+    if isinstance(value, str):
+        return tuple(SAMPLER_LETTERS[c] for c in value if c in SAMPLER_LETTERS)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        canon = {k.replace("_", ""): v for k, v in SAMPLER_NAMES.items()}
+        names = (v.strip().lower().replace("-", "_") for v in value)
+        return tuple(SAMPLER_NAMES.get(n) or canon[n.replace("_", "")] for n in names
+                     if n in SAMPLER_NAMES or n.replace("_", "") in canon)  # fmt: skip
+    return None
 
 
 @dataclass(frozen=True)
@@ -43,6 +71,20 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     grammar: str | None = None  # GBNF text, root rule "root"
     n_probs: int = -1  # -1: no logprobs; 0: the sampled token's; N: also the N most likely
+    # llama.cpp's samplers beyond llama-cpp-python's (llama-server's request fields and defaults)
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_sequence_breakers: tuple[str, ...] = DEFAULT_DRY_BREAKERS
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    top_n_sigma: float = -1.0
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    adaptive_target: float = -1.0
+    adaptive_decay: float = 0.9
+    samplers: tuple[str, ...] = DEFAULT_SAMPLERS
 
     def to_json(self) -> dict[str, Any]:
         """The ``params`` object of ``/slots`` (llama-server's names where they exist)."""
@@ -62,6 +104,19 @@ class SamplingParams:
             "seed": self.seed if self.seed is not None else LLAMA_DEFAULT_SEED,
             "n_probs": max(self.n_probs, 0),
             "grammar": self.grammar or "",
+            "dry_multiplier": self.dry_multiplier,
+            "dry_base": self.dry_base,
+            "dry_allowed_length": self.dry_allowed_length,
+            "dry_penalty_last_n": self.dry_penalty_last_n,
+            "dry_sequence_breakers": list(self.dry_sequence_breakers),
+            "xtc_probability": self.xtc_probability,
+            "xtc_threshold": self.xtc_threshold,
+            "top_n_sigma": self.top_n_sigma,
+            "dynatemp_range": self.dynatemp_range,
+            "dynatemp_exponent": self.dynatemp_exponent,
+            "adaptive_target": self.adaptive_target,
+            "adaptive_decay": self.adaptive_decay,
+            "samplers": list(self.samplers),
         }
 
 
@@ -81,8 +136,13 @@ class SamplerError(ValueError):
     """The request's sampling settings cannot be built (bad grammar, token id out of range)."""
 
 
-def build_chain(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, default_seed: int | None) -> Any:
-    """A new sampler chain for one request; the caller frees it with ``llama_sampler_free``."""
+def build_chain(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, default_seed: int | None, n_ctx: int = 0) -> Any:
+    """A new sampler chain for one request; the caller frees it with ``llama_sampler_free``.
+    ``n_ctx``: what a ``-1`` look-back (``repeat_last_n``, ``dry_penalty_last_n``) means, as in llama-server."""
+    if p.penalty_last_n == -1 or p.dry_penalty_last_n == -1:
+        whole = max(n_ctx, 0)
+        p = replace(p, penalty_last_n=whole if p.penalty_last_n == -1 else p.penalty_last_n,
+                    dry_penalty_last_n=whole if p.dry_penalty_last_n == -1 else p.dry_penalty_last_n)  # fmt: skip
     seed = p.seed if p.seed is not None else default_seed
     seed = LLAMA_DEFAULT_SEED if seed is None else seed & 0xFFFFFFFF
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
@@ -102,7 +162,8 @@ def _samplers(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, seed: int) -
             raise SamplerError(f"logit_bias: token ids must be in [0, {n_vocab})")
         arr = (lc.llama_logit_bias * len(p.logit_bias))(*[lc.llama_logit_bias(t, b) for t, b in p.logit_bias])
         out.append(lc.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr))
-    if p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+    penalised = p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+    if penalised and "penalties" in p.samplers:
         out.append(
             lc.llama_sampler_init_penalties(
                 n_vocab, p.penalty_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
@@ -115,11 +176,16 @@ def _samplers(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, seed: int) -
                 lc.llama_sampler_free(s)
             raise SamplerError("the grammar could not be parsed")
         out.append(grammar)
-    out.extend(_final_samplers(lc, n_vocab, p, seed))
+    try:
+        out.extend(_final_samplers(lc, vocab, n_vocab, p, seed))
+    except BaseException:
+        for s in out:
+            lc.llama_sampler_free(s)
+        raise
     return out
 
 
-def _final_samplers(lc: Any, n_vocab: int, p: SamplingParams, seed: int) -> list[Any]:
+def _final_samplers(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, seed: int) -> list[Any]:
     if p.temperature == 0.0:
         return [lc.llama_sampler_init_greedy()]
     if p.temperature < 0.0:
@@ -128,14 +194,40 @@ def _final_samplers(lc: Any, n_vocab: int, p: SamplingParams, seed: int) -> list
         return [lc.llama_sampler_init_mirostat(n_vocab, seed, p.mirostat_tau, p.mirostat_eta, 100)]
     if p.mirostat_mode == 2:
         return [lc.llama_sampler_init_mirostat_v2(seed, p.mirostat_tau, p.mirostat_eta)]
-    return [
-        lc.llama_sampler_init_top_k(p.top_k),
-        lc.llama_sampler_init_typical(p.typical_p, 1),
-        lc.llama_sampler_init_top_p(p.top_p, 1),
-        lc.llama_sampler_init_min_p(p.min_p, 1),
-        lc.llama_sampler_init_temp(p.temperature),
-        lc.llama_sampler_init_dist(seed),
-    ]
+    out = [s for name in p.samplers if (s := _ordered(lc, vocab, p, name, seed)) is not None]
+    if "adaptive_p" in p.samplers:  # like dist, it picks the token: last (llama.cpp)
+        out.append(lc.llama_sampler_init_adaptive_p(p.adaptive_target, p.adaptive_decay, seed))
+    else:
+        out.append(lc.llama_sampler_init_dist(seed))
+    return out
+
+
+def _ordered(lc: Any, vocab: Any, p: SamplingParams, name: str, seed: int) -> Any:
+    """One sampler of the ``samplers`` order, or None where it would change nothing."""
+    if name == "dry" and p.dry_multiplier > 0.0:
+        breakers = [b.encode("utf-8") for b in p.dry_sequence_breakers]
+        arr = (ctypes.c_char_p * max(len(breakers), 1))(*breakers)
+        return lc.llama_sampler_init_dry(vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length,
+                                         p.dry_penalty_last_n, arr, len(breakers))  # fmt: skip
+    if name == "top_n_sigma" and p.top_n_sigma > 0.0:
+        return lc.llama_sampler_init_top_n_sigma(p.top_n_sigma)
+    if name == "top_k":
+        return lc.llama_sampler_init_top_k(p.top_k)
+    if name == "typ_p":
+        return lc.llama_sampler_init_typical(p.typical_p, 1)
+    if name == "top_p":
+        return lc.llama_sampler_init_top_p(p.top_p, 1)
+    if name == "min_p":
+        return lc.llama_sampler_init_min_p(p.min_p, 1)
+    if name == "xtc" and p.xtc_probability > 0.0:
+        return lc.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, 1, seed)
+    if name == "temperature":
+        if p.dynatemp_range > 0.0:
+            return lc.llama_sampler_init_temp_ext(p.temperature, p.dynatemp_range, p.dynatemp_exponent)
+        return lc.llama_sampler_init_temp(p.temperature)
+    if name == "infill":
+        return lc.llama_sampler_init_infill(vocab)
+    return None  # penalties come first (above); adaptive_p last
 
 
 def token_logprobs(logits: Any, token: int, top_n: int) -> tuple[float, list[int], list[float]]:

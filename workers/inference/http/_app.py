@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +49,8 @@ class FrontOptions:
     chat_template_kwargs: str | None = None  # a JSON object's text
     reasoning_format: str = "auto"
     mmproj: str | None = None  # --mmproj: the model's projector (chats may carry images, see _jobs)
+    # llama-server's sampling options (--temp, -n, --grammar-file...): every request's defaults (_server_defaults)
+    sampling_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -180,6 +180,8 @@ def chat_prompt(
 def _response_grammar(fmt: dict[str, Any] | None) -> str | None:
     if not fmt or fmt.get("type") == "text":
         return None
+    if fmt.get("type") == "gbnf":  # llama-server's own ``grammar`` field on a chat (_requests.chat_request)
+        return str(fmt["grammar"])
     from llama_cpp.llama_grammar import JSON_GBNF
 
     schema = fmt.get("schema")

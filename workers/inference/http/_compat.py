@@ -9,12 +9,13 @@ limits) holds for all of them, and shapes the chat's result its own way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from workers.inference.http import _anthropic, _responses
 from workers.inference.http._chat_session import ChatRun
 from workers.inference.http._requests import chat_request
+from workers.inference.http._server_defaults import with_defaults
 
 
 def _same(body: dict[str, Any]) -> dict[str, Any]:
@@ -29,11 +30,12 @@ _CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 
 def compat_request(
-    kind: str, body: dict[str, Any], model_name: str, *, media: bool = False
+    kind: str, body: dict[str, Any], model_name: str, *, media: bool = False, defaults: Mapping[str, Any] = {}
 ) -> tuple[dict[str, Any], bool]:
     """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body (``media``: as
-    :func:`~workers.inference.http._requests.chat_request`)."""
-    return chat_request(_CONVERT[kind](body), model_name, media=media)
+    :func:`~workers.inference.http._requests.chat_request`; ``defaults``: the server's sampling defaults,
+    merged under the converted chat, whose own length field then counts)."""
+    return chat_request(with_defaults(_CONVERT[kind](body), defaults, "/chat/completions"), model_name, media=media)
 
 
 def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, result: dict[str, Any]) -> Any:

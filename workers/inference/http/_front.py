@@ -254,6 +254,7 @@ class CompletionFront:
         logit_bias: dict[Any, float] | list[tuple[int | str, float]] | None = None,
         media: MediaPrompt | None = None,
         media_files: list[tuple[str, bytes]] | None = None,
+        llama_sampling: dict[str, Any] | None = None,
         **_ignored: Any,  # model, tfs_z, logits_processor, stopping_criteria: see docs/api.md
     ) -> Any:
         """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming
@@ -268,7 +269,7 @@ class CompletionFront:
             repeat_penalty=repeat_penalty, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
             mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=seed,
             logit_bias=self._bias(logit_bias),
-            grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs),
+            grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs), **(llama_sampling or {}),
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         req = self._submit(tokens, params, max_tokens or 0, stops, media)
@@ -327,7 +328,9 @@ class CompletionFront:
         self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...], media: Any = None
     ) -> Request:
         try:
-            chain = build_chain(self.llm.lc, self.llm.vocab, self.llm.n_vocab, params, self.default_seed)
+            chain = build_chain(
+                self.llm.lc, self.llm.vocab, self.llm.n_vocab, params, self.default_seed, self.llm.n_ctx
+            )
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
         ctx = self._ctx()

@@ -17,6 +17,7 @@ from workers.inference.http._requests import (
     embedding_request,
     request_options,
 )
+from workers.inference.http._server_defaults import with_defaults
 
 _NOT_SUPPORTED = "not_supported_error"
 COMPAT_KINDS = {"/messages": "messages", "/responses": "responses"}  # Anthropic's and OpenAI's, over chats
@@ -26,13 +27,17 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
     """The engine job of a completion, chat, infill or embedding request (``front(route)``: 501/503 checks)."""
     name = app.model_name
     media = takes_media(app)
+    defaults = app.front_options.sampling_defaults  # llama-server's sampling options, under every request
+    if route in COMPAT_KINDS:
+        front(route)
+        kwargs, stream = compat_request(COMPAT_KINDS[route], body, name, media=media, defaults=defaults)
+        return Job(
+            COMPAT_KINDS[route], kwargs, stream=stream, options=request_options(with_defaults(body, defaults, route))
+        )
+    body = with_defaults(body, defaults, route)
     if route == "/chat/completions":
         kwargs, stream = chat_request(body, name, media=media)
         return Job("chat", kwargs, stream=stream, options=request_options(body))
-    if route in COMPAT_KINDS:
-        front(route)
-        kwargs, stream = compat_request(COMPAT_KINDS[route], body, name, media=media)
-        return Job(COMPAT_KINDS[route], kwargs, stream=stream, options=request_options(body))
     if route == "/completions":
         kwargs, stream = completion_request(body, name, media=media)
         return Job("completion", kwargs, stream=stream, options=request_options(body))

@@ -24,7 +24,7 @@ Everything runs on the HTTP thread: the vocabulary is read-only after load.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from workers.inference.engine import SamplingParams
@@ -141,10 +141,15 @@ def _modalities(llm: Any) -> dict[str, bool]:
     return {"vision": vision, "video": False, "audio": audio}
 
 
-def props(front: Any, total_slots: int, model_name: str, endpoint_props: bool = False) -> dict[str, Any]:
-    """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies."""
+def props(
+    front: Any, total_slots: int, model_name: str, endpoint_props: bool = False, defaults: Mapping[str, Any] = {}
+) -> dict[str, Any]:
+    """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies
+    (``defaults``: the server's sampling options, shown in ``default_generation_settings``)."""
+    from workers.inference.http._server_defaults import shown
+
     llm = front.llm
-    params = {**SamplingParams().to_json(), "n_predict": -1, "stop": []}
+    params = {**SamplingParams().to_json(), "n_predict": -1, "stop": [], **shown(defaults)}
     return {
         "default_generation_settings": {"params": params, "n_ctx": llm.n_ctx},
         "total_slots": total_slots,

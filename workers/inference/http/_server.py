@@ -146,7 +146,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if route == "/lora-adapters":
                     self._send_json(200, front.llm.lora.to_json())
                 else:
-                    answer = llama_server.props(front, app.engine.slot_count, app.model_name, opts.endpoint_props)
+                    answer = llama_server.props(front, app.engine.slot_count, app.model_name, opts.endpoint_props,
+                                                opts.sampling_defaults)  # fmt: skip
                     self._send_json(200, {**answer, "endpoint_slots": opts.endpoint_slots,
                                           "endpoint_metrics": opts.endpoint_metrics})  # fmt: skip
             except ApiError as err:

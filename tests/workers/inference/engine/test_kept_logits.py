@@ -34,6 +34,12 @@ SETTINGS = {
     "grammar": SamplingParams(temperature=1.0, seed=2, grammar='root ::= [a-c]+ "."'),
     "mirostat 2": SamplingParams(temperature=1.0, mirostat_mode=2, seed=4),
     "plain distribution": SamplingParams(temperature=-1.0, seed=8),
+    # llama.cpp's samplers beyond llama-cpp-python's (llama-server's request fields)
+    "dry": SamplingParams(temperature=1.0, seed=12, dry_multiplier=0.8, dry_allowed_length=1),
+    "xtc": SamplingParams(temperature=1.0, seed=13, xtc_probability=0.5, xtc_threshold=0.01),
+    "top-n-sigma": SamplingParams(temperature=1.0, seed=14, top_n_sigma=1.0),
+    "dynamic temperature": SamplingParams(temperature=1.0, seed=15, dynatemp_range=0.5, dynatemp_exponent=2.0),
+    "samplers order": SamplingParams(temperature=1.0, seed=16, samplers=("temperature", "min_p", "top_k")),
 }
 
 
