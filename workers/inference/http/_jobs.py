@@ -55,6 +55,19 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
     return Job("embedding", {"input": inputs, "encoding_format": fmt})
 
 
+def transcription_job(app: InferenceApp, front: Callable[[str], Any], content_type: str, raw: bytes) -> Job:
+    """The chat job of OpenAI's ``/v1/audio/transcriptions`` form (:mod:`._transcriptions`); llama-server's
+    501 when the model's projector takes no audio."""
+    from workers.inference.http._transcriptions import NO_AUDIO, parse_form, to_chat
+
+    projector = getattr(front("/audio/transcriptions").llm, "projector", None)
+    if projector is None or not projector.audio:
+        raise ApiError(501, NO_AUDIO, _NOT_SUPPORTED)
+    body = to_chat(*parse_form(content_type, raw))
+    kwargs, stream = chat_request(body, app.model_name, media=True)
+    return Job("transcription", kwargs, stream=stream, options=request_options(body))
+
+
 def takes_media(app: InferenceApp) -> bool:
     """Whether chats may carry media parts: a projector (``--mmproj``) on the batch engine."""
     return app.front_options.mmproj is not None and app.engine.has_front

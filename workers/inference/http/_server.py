@@ -13,7 +13,8 @@ Routes (``/v1`` prefix optional): ``GET /health``, ``GET /v1/models``,
 ``GET /slots`` and ``GET /metrics`` (batch engine, llama-server's shapes),
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``;
 llama-server's own (batch engine, :mod:`workers.inference.http._llama_server`): ``GET /props``,
-``POST /tokenize``, ``/detokenize``, ``/apply-template`` and ``/completion``.
+``POST /tokenize``, ``/detokenize``, ``/apply-template`` and ``/completion``; OpenAI's
+``POST /v1/audio/transcriptions`` (a multipart form, :mod:`workers.inference.http._transcriptions`).
 llama-server's other routes answer 501 (``_UNSUPPORTED``).
 
 A request whose client hangs up is cancelled: handlers waiting for results
@@ -38,7 +39,7 @@ from workers.inference.http import _streams as streams
 from workers.inference.http._app import InferenceApp
 from workers.inference.http._compat import count_tokens
 from workers.inference.http._errors import ApiError, answer_for
-from workers.inference.http._jobs import COMPAT_KINDS, make_job, media_error
+from workers.inference.http._jobs import COMPAT_KINDS, make_job, media_error, transcription_job
 from workers.inference.http._predict import predict
 from workers.inference.http._requests import (
     MediaInput,
@@ -226,7 +227,9 @@ class _Handler(BaseHTTPRequestHandler):
             if route in _UNSUPPORTED:
                 raise ApiError(501, f"POST {route} is not supported by modelrouter's worker{_UNSUPPORTED[route]}",
                                _NOT_SUPPORTED)  # fmt: skip
-            if route not in (
+            if route == "/audio/transcriptions":  # OpenAI's multipart form, not JSON
+                job = transcription_job(self.app, self._front, self.headers.get("Content-Type", ""), raw)
+            elif route not in (
                 "/chat/completions",
                 "/completions",
                 "/completion",
@@ -235,7 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
                 *COMPAT_KINDS,
             ):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
-            job = make_job(self.app, self._front, route, parse_json_object(raw))
+            else:
+                job = make_job(self.app, self._front, route, parse_json_object(raw))
             session = self.app.streams.open(self.headers) if job.stream else None
             job.client_gone = self._client_gone if session is None else session.is_cancelled
             self.app.engine.submit(job)
@@ -356,7 +360,7 @@ class _Handler(BaseHTTPRequestHandler):
                     break
             else:
                 # llama-server ends its own /completion, Anthropic's and Responses' streams without it
-                if not job.options.get("native") and job.kind in ("chat", "completion"):
+                if not job.options.get("native") and job.kind in ("chat", "completion", "transcription"):
                     emit(b"data: [DONE]\n\n")
             if not self._gone:
                 self.wfile.write(b"0\r\n\r\n")
