@@ -25,8 +25,8 @@ import openai
 import pytest
 
 from devtools.service_process import ServiceProcess
-from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
 from devtools.tiny_audio_mmproj import audio_tokens, wav_bytes, write_tiny_audio_mmproj
+from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 
 KEY = "sk-chat-test"

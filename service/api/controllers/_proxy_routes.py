@@ -19,11 +19,21 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import (
+    OpenAPIFormat,
+    OpenAPIMediaType,
+    OpenAPIType,
+    Operation,
+    Reference,
+    RequestBody,
+    Schema,
+)
 from litestar.params import Parameter, SkipValidation
 from litestar.status_codes import HTTP_200_OK
 
@@ -290,8 +300,31 @@ async def _form_model(request: Request[Any, Any, Any]) -> str | None:
         except ValueError:
             raise Problem(400, "invalid_request", "request body is not valid JSON") from None
         return _named(body.get("model")) if isinstance(body, dict) else None
-    form = await request.form()  # parsed from the cached body, which is forwarded as received
+    await request.body()  # read (and kept) first: form() then parses the kept body, which is forwarded
+    form = await request.form()
     return _named(form.get("model"))
+
+
+def _form_operation(single: bool) -> type[Operation]:
+    """An OpenAPI operation whose body is OpenAI's transcription form (the handler reads the raw body,
+    so Litestar cannot derive it)."""
+    text = Schema(type=OpenAPIType.STRING)
+    fields: dict[str, Schema | Reference] = {
+        "file": Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="the sound (WAV, MP3, FLAC)"),
+        "model": text, "prompt": text, "language": text,
+        "response_format": Schema(type=OpenAPIType.STRING, enum=["json"]),
+        "stream": Schema(type=OpenAPIType.STRING, enum=["true", "false"]),
+        "max_tokens": text, "temperature": text,
+    }  # fmt: skip
+    form = Schema(type=OpenAPIType.OBJECT, properties=fields, required=["file"] if single else ["file", "model"])
+
+    @dataclass
+    class FormOperation(Operation):
+        def __post_init__(self) -> None:
+            self.request_body = RequestBody(content={"multipart/form-data": OpenAPIMediaType(schema=form)},
+                                            required=True)  # fmt: skip
+
+    return FormOperation
 
 
 def _transcription_route(path: str, single: bool) -> Any:
@@ -299,7 +332,8 @@ def _transcription_route(path: str, single: bool) -> Any:
     description += "forwarded unchanged to the one model." if single else "forwarded unchanged to the form's `model`."
 
     @post(path, operation_id=_operation_id("post", path), tags=["inference"], status_code=HTTP_200_OK,
-          description=description, responses={**_ANSWER, **_PROXIED})  # fmt: skip
+          description=description, responses={**_ANSWER, **_PROXIED},
+          operation_class=_form_operation(single))  # fmt: skip
     async def handler(
         request: Request[Any, Any, Any], forwarding: Forwarding, autoload: Autoload = None
     ) -> Response[Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import email.parser
 import email.policy
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,8 +29,10 @@ NO_AUDIO = "The current model does not support audio input."
 
 
 def parse_form(content_type: str, raw: bytes) -> tuple[dict[str, str], dict[str, bytes]]:
-    """A request body's text fields and files: a ``multipart/form-data`` form, or a JSON object's
-    members (which carry no file), as llama-server reads either."""
+    """A request body's text fields and files: a ``multipart/form-data`` form, or an urlencoded
+    form's or a JSON object's members (which carry no file)."""
+    if content_type.lower().startswith("application/x-www-form-urlencoded"):
+        return dict(urllib.parse.parse_qsl(raw.decode("utf-8", "replace"))), {}
     if not content_type.lower().startswith("multipart/form-data"):
         body = parse_json_object(raw or b"{}")
         return {k: v if isinstance(v, str) else str(v) for k, v in body.items()}, {}

@@ -163,7 +163,7 @@ def test_a_streamed_transcription_sends_deltas_then_the_whole_text(worker: Worke
                       data={"stream": "true", "max_tokens": "3", "temperature": "0"},
                       files={"file": ("a.wav", TONE, "audio/wav")}) as answer:  # fmt: skip
         assert answer.status_code == 200 and answer.headers["content-type"] == "text/event-stream"
-        lines = [line[len("data: "):] for line in answer.iter_lines() if line.startswith("data: ")]
+        lines = [line[len("data: ") :] for line in answer.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "[DONE]"
     events = [json.loads(line) for line in lines[:-1]]
     assert [e["type"] for e in events[:-1]] == ["transcript.text.delta"] * (len(events) - 1)
@@ -181,4 +181,3 @@ def test_transcription_refusals_are_llama_servers(worker: WorkerProc) -> None:
     assert text["message"] == "Only 'json' response_format is supported for transcription"
     as_json = httpx.post(url + "/v1/audio/transcriptions", json={"model": "x"}, timeout=30)
     assert as_json.status_code == 400 and as_json.json()["error"]["message"] == missing["message"]
-
