@@ -15,6 +15,7 @@ from workers.inference.http._requests import (
     chat_request,
     completion_request,
     embedding_request,
+    parse_json_object,
     request_options,
 )
 
@@ -53,6 +54,13 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
         raise ApiError(501, msg, _NOT_SUPPORTED)
     inputs, fmt = embedding_request(body)
     return Job("embedding", {"input": inputs, "encoding_format": fmt})
+
+
+def job_for(app: InferenceApp, front: Callable[[str], Any], route: str, content_type: str, raw: bytes) -> Job:
+    """The job of a POST body: OpenAI's transcription form (multipart), else a JSON object (:func:`make_job`)."""
+    if route == "/audio/transcriptions":
+        return transcription_job(app, front, content_type, raw)
+    return make_job(app, front, route, parse_json_object(raw))
 
 
 def transcription_job(app: InferenceApp, front: Callable[[str], Any], content_type: str, raw: bytes) -> Job:
