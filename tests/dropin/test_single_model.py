@@ -83,8 +83,9 @@ def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, mode
 @pytest.mark.timeout(240)
 def test_an_audio_projector_serves_audio_and_transcriptions(serve: Serve, models_dir: Path, tmp_path: Path) -> None:
     """``llama-server -m tiny-a.gguf --mmproj AUDIO``: listed with audio input, ``/props`` says
-    ``modalities.audio``; an ``input_audio`` part is evaluated and a transcription naming no model
-    (or any) reaches it, as llama-server serves them; a video part is its 400."""
+    ``modalities.audio``; an ``input_audio`` part and ``/completion``'s ``multimodal_data`` are
+    evaluated, and a transcription naming no model (or any) reaches it, as llama-server serves them;
+    a video part is its 400."""
     projector = write_tiny_audio_mmproj(tmp_path / "projector" / "mmproj-voice.gguf")
     svc = serve("-m", str(models_dir / "tiny-a.gguf"), "--mmproj", str(projector))
     wait_for_event(svc, "instance_ready", model="tiny-a", timeout=90)
@@ -96,6 +97,10 @@ def test_an_audio_projector_serves_audio_and_transcriptions(serve: Serve, models
     heard = httpx.post(f"{svc.url}/v1/chat/completions", timeout=120, json={
         "max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]})  # fmt: skip
     assert heard.status_code == 200 and heard.json()["usage"]["prompt_tokens"] > audio_tokens(0.5), heard.text
+    marker = httpx.get(f"{svc.url}/props", timeout=30).json()["media_marker"]
+    prompt = {"prompt_string": f"hear: {marker}<|im_end|>", "multimodal_data": [base64.b64encode(wav).decode()]}
+    native = httpx.post(f"{svc.url}/completion", json={"prompt": prompt, "n_predict": 2}, timeout=120)
+    assert native.status_code == 200 and native.json()["tokens_evaluated"] > audio_tokens(0.5), native.text
     video = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}
     refused = httpx.post(f"{svc.url}/v1/chat/completions", timeout=120, json={
         "max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, video]}]})  # fmt: skip
