@@ -1,9 +1,11 @@
-"""Pure rendering of the fold into wire types (llama.cpp router shapes where they exist)."""
+"""Pure rendering of the fold into wire types (llama.cpp router shapes where they exist).
+
+One read beside the fold: a projector's modalities come from its file's header (cached)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from msgspec import UNSET, UnsetType
 
@@ -25,10 +27,22 @@ from service.core.server_mode import ROUTER, ServerMode, listed
 from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
 from service.llamacpp.options import command_line, model_tags, preset_ini
+from service.llamacpp.projector_caps import projector_caps
 
 TEXT_ONLY = ModelArchitecture(input_modalities=["text"], output_modalities=["text"])
-# A model with a multimodal projector (llama.cpp's router: ``input_modalities`` from its mmproj).
-VISION = ModelArchitecture(input_modalities=["text", "image"], output_modalities=["text"])
+
+
+def architecture(files: Any) -> ModelArchitecture:
+    """llama.cpp's router: ``input_modalities`` from the model's mmproj (images, audio or both);
+    the projector's header is read once per file version (:mod:`service.llamacpp.projector_caps`)."""
+    path = projector_path(files)
+    if path is None:
+        return TEXT_ONLY
+    caps = projector_caps(path)
+    inputs: list[Literal["text", "image", "audio"]] = ["text"]
+    inputs += ["image"] if caps.vision else []
+    inputs += ["audio"] if caps.audio else []
+    return ModelArchitecture(input_modalities=inputs, output_modalities=["text"])
 
 
 def time_or_none(moment: datetime | None) -> str | None:
@@ -138,7 +152,7 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         owned_by="modelrouter",
         created=int(model.created_at.timestamp()) if model.created_at else 0,
         status=_status(model, state),
-        architecture=VISION if projector_path(model.files) else TEXT_ONLY,
+        architecture=architecture(model.files),
         source=model.source,
         can_remove=model.source == "cache" and model.available,
         path=model.path,

@@ -21,6 +21,7 @@ async def _schema(client: AsyncTestClient) -> dict[str, Any]:
 
 # llama.cpp's reload takes no body (whatever is sent is ignored); /cors-proxy and /tools answer their 403 unread.
 BODYLESS_POSTS = {"/models/reload", "/cors-proxy", "/tools"}
+TRANSCRIPTIONS = {"/v1/audio/transcriptions", "/audio/transcriptions"}
 
 
 async def test_every_post_declares_its_body_and_every_error_is_a_problem(client: AsyncTestClient) -> None:
@@ -29,6 +30,9 @@ async def test_every_post_declares_its_body_and_every_error_is_a_problem(client:
         for method, operation in item.items():
             if method == "post" and path in BODYLESS_POSTS:
                 assert "requestBody" not in operation, f"POST {path}: declares a body it does not read"
+            elif method == "post" and path in TRANSCRIPTIONS:  # OpenAI's multipart form, forwarded unread
+                form = operation["requestBody"]["content"]["multipart/form-data"]["schema"]
+                assert form["required"] == ["file", "model"] and form["properties"]["file"]["format"] == "binary"
             elif method == "post":
                 body = operation["requestBody"]["content"]["application/json"]["schema"]
                 declared = body if body.get("type") != "array" else body["items"]  # POST /lora-adapters
@@ -48,7 +52,7 @@ async def test_every_post_declares_its_body_and_every_error_is_a_problem(client:
 
 async def test_every_routed_endpoint_and_llama_path_is_described(client: AsyncTestClient) -> None:
     paths = (await _schema(client))["paths"]
-    for path in POST_ROUTES:
+    for path in (*POST_ROUTES, *TRANSCRIPTIONS):
         assert "post" in paths[path], path
     for path in GET_ROUTES:
         params = {p["name"]: p for p in paths[path]["get"]["parameters"]}

@@ -3,7 +3,8 @@
 One ``modelrouter serve --models-dir DIR --jinja --api-key KEY`` over tiny real GGUFs:
 ``tools`` has a Hermes-style template that writes tools and opens ``<think>`` when
 asked (``devtools.tiny_gguf.TOOLS_TEMPLATE``), ``plain`` has no template (ChatML, as
-llama-server falls back), ``vision`` has a multimodal projector beside it. The weights
+llama-server falls back), ``vision`` has a multimodal projector beside it, ``audio``
+an audio projector (``devtools.tiny_audio_mmproj``). The weights
 are random, so answers are checked for shape, and tool calls are forced with
 ``tool_choice`` (the grammar makes them well-formed). Shapes follow llama.cpp's
 ``tools/server/tests/unit/test_tool_call.py``, ``test_template.py``,
@@ -24,6 +25,7 @@ import openai
 import pytest
 
 from devtools.service_process import ServiceProcess
+from devtools.tiny_audio_mmproj import audio_tokens, wav_bytes, write_tiny_audio_mmproj
 from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 
@@ -55,6 +57,8 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     write_tiny_gguf(models / "plain.gguf", chat_template=None, n_ctx=CTX)
     write_tiny_gguf(models / "vision" / "vision.gguf", n_ctx=CTX)
     write_tiny_mmproj(models / "vision" / "mmproj-F16.gguf")
+    write_tiny_gguf(models / "audio" / "audio.gguf", n_ctx=CTX)
+    write_tiny_audio_mmproj(models / "audio" / "mmproj-F16.gguf")
     with ServiceProcess(
         root / "home", args=["--models-dir", str(models), "--jinja", "--api-key", KEY, "-c", str(CTX), "-np", "1"]
     ) as proc:
@@ -256,6 +260,7 @@ def test_models_list_image_input_for_a_projector(svc: ServiceProcess) -> None:
     answer = httpx.get(f"{svc.url}/v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).json()
     modalities = {m["id"]: m["architecture"]["input_modalities"] for m in answer["data"]}
     assert modalities["vision"] == ["text", "image"]
+    assert modalities["audio"] == ["text", "audio"], "from the projector's header, as llama.cpp's router"
     assert modalities["plain"] == modalities["tools"] == ["text"]
 
 
@@ -324,3 +329,41 @@ def test_inline_chat_template(tmp_path: Path) -> None:
         chat = httpx.post(f"{proc.url}/v1/chat/completions", json={"model": "tiny", "messages": ASK, "max_tokens": 2},
                           timeout=120)  # fmt: skip
         assert chat.status_code == 200, chat.text
+
+
+def test_audio_parts_are_routed_to_an_audio_projector(svc: ServiceProcess, oai: openai.OpenAI) -> None:
+    """An OpenAI client's ``input_audio`` part: evaluated by the audio model's projector (its tokens
+    counted), llama-server's 400 from a model without one and from the vision-only projector."""
+    wav = base64.b64encode(wav_bytes(0.5)).decode()
+    part = {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]}]
+    for model in ("plain", "vision"):
+        error = _post(svc, "/v1/chat/completions", {"model": model, "messages": messages}, status=400)["error"]
+        assert error["message"].startswith("audio input is not supported"), model
+    text = oai.chat.completions.create(model="audio", max_tokens=2, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "what is this?"}]}])  # fmt: skip
+    heard = oai.chat.completions.create(model="audio", max_tokens=2, messages=messages)  # type: ignore[arg-type]
+    assert text.usage is not None and heard.usage is not None
+    assert heard.usage.prompt_tokens == text.usage.prompt_tokens + audio_tokens(0.5)
+
+
+def test_transcriptions_are_routed_by_the_forms_model(svc: ServiceProcess, oai: openai.OpenAI) -> None:
+    """``POST /v1/audio/transcriptions`` through the router: the multipart form's ``model`` field
+    picks the worker and the body passes unchanged; the OpenAI client reads the text. A form naming
+    no model is the router's 400; a model without an audio projector llama-server's 501."""
+    wav = wav_bytes(0.5)
+    heard = oai.audio.transcriptions.create(model="audio", file=("a.wav", wav, "audio/wav"))
+    assert isinstance(heard.text, str)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    raw = httpx.post(f"{svc.url}/audio/transcriptions", data={"model": "audio", "max_tokens": "2"},
+                     files={"file": ("a.wav", wav, "audio/wav")}, headers=auth, timeout=120)  # fmt: skip
+    assert raw.status_code == 200 and raw.json()["type"] == "transcript.text.done", raw.text
+    assert raw.json()["usage"]["input_tokens"] > audio_tokens(0.5)
+    nameless = httpx.post(f"{svc.url}/v1/audio/transcriptions", files={"file": ("a.wav", wav, "audio/wav")},
+                          headers=auth, timeout=120)  # fmt: skip
+    assert nameless.status_code == 400, nameless.text
+    with pytest.raises(openai.APIStatusError) as refused:
+        oai.audio.transcriptions.create(model="plain", file=("a.wav", wav, "audio/wav"))
+    assert refused.value.status_code == 501
+    assert refused.value.body == {"code": 501, "message": "The current model does not support audio input.",
+                                  "type": "not_supported_error"}  # fmt: skip

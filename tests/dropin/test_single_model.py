@@ -15,6 +15,7 @@ import pytest
 
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
+from devtools.tiny_audio_mmproj import audio_tokens, wav_bytes, write_tiny_audio_mmproj
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 from tests.dropin.conftest import CHAT, Serve, gguf_repo, models, wait_until
 from tests.service_probes import events, wait_for_event
@@ -77,6 +78,39 @@ def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, mode
 
     schema = httpx.get(f"{svc.url}/schema/openapi.json", timeout=30).json()["components"]["schemas"]
     assert "model" not in schema["ChatRequest"].get("required", []), "single-model mode: model is optional"
+
+
+@pytest.mark.timeout(240)
+def test_an_audio_projector_serves_audio_and_transcriptions(serve: Serve, models_dir: Path, tmp_path: Path) -> None:
+    """``llama-server -m tiny-a.gguf --mmproj AUDIO``: listed with audio input, ``/props`` says
+    ``modalities.audio``; an ``input_audio`` part and ``/completion``'s ``multimodal_data`` are
+    evaluated, and a transcription naming no model (or any) reaches it, as llama-server serves them;
+    a video part is its 400."""
+    projector = write_tiny_audio_mmproj(tmp_path / "projector" / "mmproj-voice.gguf")
+    svc = serve("-m", str(models_dir / "tiny-a.gguf"), "--mmproj", str(projector))
+    wait_for_event(svc, "instance_ready", model="tiny-a", timeout=90)
+    assert models(svc)["tiny-a"]["architecture"]["input_modalities"] == ["text", "audio"]
+    assert httpx.get(f"{svc.url}/props", timeout=30).json()["modalities"] == {"vision": False, "video": False,
+                                                                              "audio": True}  # fmt: skip
+    wav = wav_bytes(0.5)
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}
+    heard = httpx.post(f"{svc.url}/v1/chat/completions", timeout=120, json={
+        "max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]})  # fmt: skip
+    assert heard.status_code == 200 and heard.json()["usage"]["prompt_tokens"] > audio_tokens(0.5), heard.text
+    marker = httpx.get(f"{svc.url}/props", timeout=30).json()["media_marker"]
+    prompt = {"prompt_string": f"hear: {marker}<|im_end|>", "multimodal_data": [base64.b64encode(wav).decode()]}
+    native = httpx.post(f"{svc.url}/completion", json={"prompt": prompt, "n_predict": 2}, timeout=120)
+    assert native.status_code == 200 and native.json()["tokens_evaluated"] > audio_tokens(0.5), native.text
+    video = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}
+    refused = httpx.post(f"{svc.url}/v1/chat/completions", timeout=120, json={
+        "max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, video]}]})  # fmt: skip
+    assert refused.status_code == 400 and refused.json()["error"]["message"].startswith("video input is not supported")
+    client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused", max_retries=0)
+    said = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", wav, "audio/wav"))
+    assert isinstance(said.text, str)
+    nameless = httpx.post(f"{svc.url}/audio/transcriptions", files={"file": ("a.wav", wav, "audio/wav")},
+                          data={"max_tokens": "2"}, timeout=120)  # fmt: skip
+    assert nameless.status_code == 200 and nameless.json()["type"] == "transcript.text.done", nameless.text
 
 
 @pytest.mark.timeout(240)

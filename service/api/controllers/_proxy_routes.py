@@ -5,8 +5,9 @@ POST routes name the model in the body's ``model``, GET routes in ``?model=``.
 Each route declares its body type (``service.api.schemas``), so a malformed
 request is a 400 here, before it can take a model slot or reach a worker.
 The worker answers what it serves and 404/501 for what it does not (yet).
-(Not routed: ``/v1/audio/transcriptions``, whose multipart body would need
-rebuilding, and the conversation-stream routes ``/v1/stream*``.)
+OpenAI's ``/v1/audio/transcriptions`` is a multipart form: the router reads its
+``model`` field and forwards the body unchanged. (Not routed: the
+conversation-stream routes ``/v1/stream*``.)
 
 In single-model mode (``-m``/``-hf``, :mod:`service.core.server_mode`) the
 same routes go to the one model whatever they name, so their declared bodies
@@ -16,12 +17,23 @@ handlers for the mode, and ``/schema`` says what each mode accepts).
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import (
+    OpenAPIFormat,
+    OpenAPIMediaType,
+    OpenAPIType,
+    Operation,
+    Reference,
+    RequestBody,
+    Schema,
+)
 from litestar.params import Parameter, SkipValidation
 from litestar.status_codes import HTTP_200_OK
 
@@ -276,12 +288,67 @@ def _post_slot(single: bool) -> Any:
     return post_slot
 
 
+TRANSCRIPTION_ROUTES = ("/v1/audio/transcriptions", "/audio/transcriptions")
+
+
+async def _form_model(request: Request[Any, Any, Any]) -> str | None:
+    """The ``model`` a transcription names: a form field (OpenAI's multipart shape), or a JSON
+    member, as llama.cpp's router reads the form's fields as a JSON body."""
+    if request.content_type[0] == "application/json":
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            raise Problem(400, "invalid_request", "request body is not valid JSON") from None
+        return _named(body.get("model")) if isinstance(body, dict) else None
+    await request.body()  # read (and kept) first: form() then parses the kept body, which is forwarded
+    form = await request.form()
+    return _named(form.get("model"))
+
+
+def _form_operation(single: bool) -> type[Operation]:
+    """An OpenAPI operation whose body is OpenAI's transcription form (the handler reads the raw body,
+    so Litestar cannot derive it)."""
+    text = Schema(type=OpenAPIType.STRING)
+    fields: dict[str, Schema | Reference] = {
+        "file": Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="the sound (WAV, MP3, FLAC)"),
+        "model": text, "prompt": text, "language": text,
+        "response_format": Schema(type=OpenAPIType.STRING, enum=["json"]),
+        "stream": Schema(type=OpenAPIType.STRING, enum=["true", "false"]),
+        "max_tokens": text, "temperature": text,
+    }  # fmt: skip
+    form = Schema(type=OpenAPIType.OBJECT, properties=fields, required=["file"] if single else ["file", "model"])
+
+    @dataclass
+    class FormOperation(Operation):
+        def __post_init__(self) -> None:
+            self.request_body = RequestBody(content={"multipart/form-data": OpenAPIMediaType(schema=form)},
+                                            required=True)  # fmt: skip
+
+    return FormOperation
+
+
+def _transcription_route(path: str, single: bool) -> Any:
+    description = "OpenAI's audio transcription (a multipart form: `file`, `model`, `prompt`, `language`, ...), "
+    description += "forwarded unchanged to the one model." if single else "forwarded unchanged to the form's `model`."
+
+    @post(path, operation_id=_operation_id("post", path), tags=["inference"], status_code=HTTP_200_OK,
+          description=description, responses={**_ANSWER, **_PROXIED},
+          operation_class=_form_operation(single))  # fmt: skip
+    async def handler(
+        request: Request[Any, Any, Any], forwarding: Forwarding, autoload: Autoload = None
+    ) -> Response[Any]:
+        return await proxy_request(request, forwarding, await _form_model(request), autoload)
+
+    return handler
+
+
 def proxy_routes(*, single: bool) -> list[Any]:
     """Every routed handler, for the route collection (``service.api.controllers.route_handlers``);
     ``single``: as single-model mode declares them (``model`` optional)."""
     return [
         *(_post_route(path, body, single) for path, body in POST_ROUTES.items()),
         *(_get_route(path, single) for path in GET_ROUTES),
+        *(_transcription_route(path, single) for path in TRANSCRIPTION_ROUTES),
         _props_route(single),
         _post_slot(single),
         post_lora_adapters,

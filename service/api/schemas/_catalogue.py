@@ -71,8 +71,8 @@ class ModelStatusView(msgspec.Struct, frozen=True):
 
 
 class ModelArchitecture(msgspec.Struct, frozen=True):
-    """llama.cpp's ``architecture``: what the model takes and gives (the inference
-    worker is text-only, so a projector does not add ``image``)."""
+    """llama.cpp's ``architecture``: what the model takes and gives (a projector adds
+    ``image`` and/or ``audio``, as its header says)."""
 
     input_modalities: list[Literal["text", "image", "audio"]]
     output_modalities: list[Literal["text"]]

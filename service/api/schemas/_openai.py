@@ -38,20 +38,33 @@ class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image_url"):
     image_url: ImageUrl
 
 
-class InputAudio(msgspec.Struct, frozen=True):
-    data: str
-    format: str
+class InputMedia(msgspec.Struct, frozen=True):
+    """llama-server reads ``data`` (base64), else ``url``, and does not check ``format``."""
+
+    data: str | UnsetType = UNSET
+    url: str | UnsetType = UNSET
+    format: str | UnsetType = UNSET
 
 
 class AudioPart(msgspec.Struct, frozen=True, tag_field="type", tag="input_audio"):
-    input_audio: InputAudio
+    input_audio: InputMedia
+
+
+class VideoUrlPart(msgspec.Struct, frozen=True, tag_field="type", tag="video_url"):
+    """Passed on for the worker to refuse in llama-server's words (it takes no video)."""
+
+    video_url: InputMedia
+
+
+class VideoPart(msgspec.Struct, frozen=True, tag_field="type", tag="input_video"):
+    input_video: InputMedia
 
 
 class FilePart(msgspec.Struct, frozen=True, tag_field="type", tag="file"):
     file: dict[str, Any]
 
 
-ContentPart = TextPart | ImagePart | AudioPart | FilePart
+ContentPart = TextPart | ImagePart | AudioPart | VideoUrlPart | VideoPart | FilePart
 TextContent = str | list[TextPart]
 
 

@@ -1,4 +1,5 @@
-"""The other APIs over the chat path: Anthropic's Messages and OpenAI's Responses, and the
+"""The other APIs over the chat path: Anthropic's Messages, OpenAI's Responses and audio
+transcriptions (:mod:`._transcriptions`), and the
 ``input_tokens`` counts (llama-server's ``handle_count_tokens``).
 
 Each converts its request to an OpenAI chat request (``_anthropic.to_chat``,
@@ -16,6 +17,7 @@ from workers.inference.http import _anthropic, _responses
 from workers.inference.http._chat_session import ChatRun
 from workers.inference.http._requests import chat_request
 from workers.inference.http._server_defaults import with_defaults
+from workers.inference.http._transcriptions import Transcription
 
 
 def _same(body: dict[str, Any]) -> dict[str, Any]:
@@ -44,8 +46,12 @@ def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, resu
 
     kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
     run = ChatRun(front, front.plan_chat({**CHAT_DEFAULTS, **kwargs}), result)
-    shaper: Any = _anthropic.AnthropicMessage(run, front.model_name) if kind == "messages" else None
-    if shaper is None:
+    shaper: Any
+    if kind == "messages":
+        shaper = _anthropic.AnthropicMessage(run, front.model_name)
+    elif kind == "transcription":
+        shaper = Transcription(run)
+    else:
         shaper = _responses.Response(run, front.model_name)
     if not stream:
         return shaper.whole()

@@ -127,7 +127,7 @@ class CompletionFront:
 
     def run_job(self, job: Job) -> None:
         """Run a chat or completion job on this (HTTP) thread; attaches the result or stream to ``job``."""
-        if job.kind not in ("chat", "completion", "messages", "responses"):
+        if job.kind not in ("chat", "completion", "messages", "responses", "transcription"):
             raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
         opts = job.options
         if opts.get("n_cmpl", 1) > 1:
@@ -148,7 +148,7 @@ class CompletionFront:
             if job.kind == "chat":
                 include_usage = bool(opts.get("include_usage"))
                 result = self.create_chat_completion(**job.kwargs, include_usage=include_usage)
-            elif job.kind in ("messages", "responses"):
+            elif job.kind in ("messages", "responses", "transcription"):
                 from workers.inference.http._compat import run_compat
 
                 result = run_compat(self, job.kind, job.kwargs, job.stream, ctx.result)

@@ -15,6 +15,7 @@ from workers.inference.http._requests import (
     chat_request,
     completion_request,
     embedding_request,
+    parse_json_object,
     request_options,
 )
 from workers.inference.http._server_defaults import with_defaults
@@ -58,6 +59,26 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
         raise ApiError(501, msg, _NOT_SUPPORTED)
     inputs, fmt = embedding_request(body)
     return Job("embedding", {"input": inputs, "encoding_format": fmt})
+
+
+def job_for(app: InferenceApp, front: Callable[[str], Any], route: str, content_type: str, raw: bytes) -> Job:
+    """The job of a POST body: OpenAI's transcription form (multipart), else a JSON object (:func:`make_job`)."""
+    if route == "/audio/transcriptions":
+        return transcription_job(app, front, content_type, raw)
+    return make_job(app, front, route, parse_json_object(raw))
+
+
+def transcription_job(app: InferenceApp, front: Callable[[str], Any], content_type: str, raw: bytes) -> Job:
+    """The chat job of OpenAI's ``/v1/audio/transcriptions`` form (:mod:`._transcriptions`); llama-server's
+    501 when the model's projector takes no audio."""
+    from workers.inference.http._transcriptions import NO_AUDIO, parse_form, to_chat
+
+    projector = getattr(front("/audio/transcriptions").llm, "projector", None)
+    if projector is None or not projector.audio:
+        raise ApiError(501, NO_AUDIO, _NOT_SUPPORTED)
+    body = to_chat(*parse_form(content_type, raw))
+    kwargs, stream = chat_request(body, app.model_name, media=True)
+    return Job("transcription", kwargs, stream=stream, options=request_options(body))
 
 
 def takes_media(app: InferenceApp) -> bool:

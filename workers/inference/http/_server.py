@@ -12,9 +12,8 @@ connection survives them; every SSE event is flushed as its own chunk.
 Routes (``/v1`` prefix optional): ``GET /health``, ``GET /v1/models``,
 ``GET /slots`` and ``GET /metrics`` (batch engine, llama-server's shapes),
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``;
-llama-server's own (batch engine, :mod:`workers.inference.http._llama_server`): ``GET /props``,
-``POST /tokenize``, ``/detokenize``, ``/apply-template`` and ``/completion``.
-llama-server's other routes answer 501 (``_UNSUPPORTED``).
+llama-server's own (batch engine, :mod:`workers.inference.http._llama_server`): ``GET /props``, ``POST
+/tokenize``, ``/detokenize``, ``/apply-template``, ``/completion``, ``/v1/audio/transcriptions``; others: 501.
 
 A request whose client hangs up is cancelled: handlers waiting for results
 poll the socket (``_client_gone``), so this holds during prompt processing
@@ -38,7 +37,7 @@ from workers.inference.http import _streams as streams
 from workers.inference.http._app import InferenceApp
 from workers.inference.http._compat import count_tokens
 from workers.inference.http._errors import ApiError, answer_for
-from workers.inference.http._jobs import COMPAT_KINDS, make_job, media_error
+from workers.inference.http._jobs import COMPAT_KINDS, job_for, make_job, media_error
 from workers.inference.http._predict import predict
 from workers.inference.http._requests import (
     MediaInput,
@@ -229,6 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
                                _NOT_SUPPORTED)  # fmt: skip
             if route not in (
                 "/chat/completions",
+                "/audio/transcriptions",
                 "/completions",
                 "/completion",
                 "/infill",
@@ -236,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
                 *COMPAT_KINDS,
             ):
                 raise ApiError(404, f"no route POST {route}", "not_found_error")
-            job = make_job(self.app, self._front, route, parse_json_object(raw))
+            job = job_for(self.app, self._front, route, self.headers.get("Content-Type", ""), raw)
             session = self.app.streams.open(self.headers) if job.stream else None
             job.client_gone = self._client_gone if session is None else session.is_cancelled
             self.app.engine.submit(job)
@@ -357,7 +357,7 @@ class _Handler(BaseHTTPRequestHandler):
                     break
             else:
                 # llama-server ends its own /completion, Anthropic's and Responses' streams without it
-                if not job.options.get("native") and job.kind in ("chat", "completion"):
+                if not job.options.get("native") and job.kind in ("chat", "completion", "transcription"):
                     emit(b"data: [DONE]\n\n")
             if not self._gone:
                 self.wfile.write(b"0\r\n\r\n")
