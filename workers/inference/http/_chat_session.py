@@ -28,7 +28,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.inference.http._chat_parse import ChatMessage, Delta, diff, parse, syntax_of, template_knows_tools
+from workers.inference.http._chat_grammar import tool_grammar as family_grammar
+from workers.inference.http._chat_parse import (
+    ChatMessage,
+    Delta,
+    diff,
+    parse,
+    syntax_of,
+    template_knows_tools,
+    thinking_prompt,
+)
 from workers.inference.http._chat_template import Message, Rendered, message_text
 from workers.inference.http._errors import ApiError
 
@@ -48,6 +57,8 @@ class ChatPlan:
 
     rendered: Rendered
     syntax: str | None  # tool-call syntax to parse, None: no tools
+    family: str  # the template's family (its reasoning tags, GPT-OSS's channels)
+    types: dict[str, Any]  # Any: each tool's parameters schema, by name (XML parameters' JSON types)
     grammar: str | None  # GBNF constraining the output
     thinking: bool  # the prompt already opened <think>
     reasoning_format: str
@@ -110,8 +121,11 @@ def _gbnf(schema: dict[str, Any], rule: str) -> str:
     return re.sub(r"^root ::=", f"{rule} ::=", text, flags=re.MULTILINE)
 
 
-def tool_grammar(syntax: str, fns: list[dict[str, Any]], names: list[str], *, parallel: bool, free: bool) -> str:
-    """GBNF for tool calls in ``syntax``; ``free`` (generic syntax only): a plain answer is allowed too."""
+def tool_grammar(
+    syntax: str, fns: list[dict[str, Any]], names: list[str], *, parallel: bool, free: bool, template: str = ""
+) -> str | None:
+    """GBNF for tool calls in ``syntax``; ``free`` (generic syntax only): a plain answer is allowed too.
+    None: the family has no grammar here (LFM2), the output is parsed without one."""
     if syntax == "generic":
         call = _call_schema(fns, names, "arguments")
         calls = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
@@ -120,15 +134,7 @@ def tool_grammar(syntax: str, fns: list[dict[str, Any]], names: list[str], *, pa
             answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
             schema = {"anyOf": [schema, answer]}
         return _gbnf(schema, "root")
-    call_rule = _gbnf(_call_schema(fns, names, "parameters" if syntax == "llama3" else "arguments"), "tool-call")
-    if syntax == "hermes":
-        one = '"<tool_call>\\n" tool-call "\\n</tool_call>"'
-        root = f"root ::= {one}" + (f' ("\\n" {one})*' if parallel else "")
-    elif syntax == "mistral":
-        root = 'root ::= "[TOOL_CALLS][" tool-call' + (' ("," tool-call)*' if parallel else "") + ' "]"'
-    else:
-        root = "root ::= tool-call"
-    return root + "\n" + call_rule
+    return family_grammar(syntax, fns, names, parallel=parallel, template=template)
 
 
 def _generic_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Message]:
@@ -168,7 +174,7 @@ def chat_prompt(
             syntax = syntax_of(source) if native else "generic"
             parallel = bool(body.get("parallel_tool_calls"))
             if mode == "required" or syntax == "generic":
-                grammar = tool_grammar(syntax, fns, names, parallel=parallel, free=mode != "required")
+                grammar = tool_grammar(syntax, fns, names, parallel=parallel, free=mode != "required", template=source)
         if not native:
             messages = _generic_system(messages, fns)
             tools = None
@@ -200,11 +206,16 @@ def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], r
     sampling = {k: v for k, v in kwargs.items() if k not in _CHAT_ONLY}
     if rendered.stops:
         sampling["stop"] = [*sampling.get("stop", []), *rendered.stops]
+    family = syntax_of(getattr(renderer, "source", "") or "")
+    tools = kwargs.get("tools") if syntax is not None else None
+    types = {fn["name"]: fn.get("parameters") or {} for fn in _tool_functions(tools)} if tools else {}
     return ChatPlan(
         rendered=rendered,
         syntax=syntax,
+        family=family,
+        types=types,
         grammar=grammar,
-        thinking=rendered.prompt.rstrip().endswith("<think>"),
+        thinking=thinking_prompt(rendered.prompt, family),
         reasoning_format="deepseek" if fmt == "auto" else fmt,
         logprobs=(top or 0) if kwargs.get("logprobs") else None,
         sampling=sampling,
@@ -254,7 +265,7 @@ class ChatRun:
     def _parse(self, final: bool) -> ChatMessage:
         p = self.plan
         return parse(self.text, syntax=p.syntax, reasoning_format=p.reasoning_format, thinking=p.thinking,
-                     final=final, ids=lambda i: f"call_{self._ids}{i}")  # fmt: skip
+                     final=final, ids=lambda i: f"call_{self._ids}{i}", family=p.family, types=p.types)  # fmt: skip
 
     def deltas(self) -> Iterator[tuple[list[Delta], list[dict[str, Any]]]]:
         """Each step's deltas (and its logprobs entries), until the output ends; then :attr:`message` is whole."""

@@ -1,0 +1,269 @@
+"""The template families llama.cpp handles (``workers.inference.http._chat_formats``): each one is
+recognised from its real template (``chat_templates/``, llama.cpp's own test data), renders the
+request's tools, and its output -- plain text, a call, parallel calls, nested JSON arguments,
+reasoning then a call -- reads as llama-server reads it (``common/chat.cpp``'s parsers), whole and
+token by token. The tool-call grammars of ``tool_choice: required`` are built and compiled here;
+one of them drives a real (tiny) model in tests/dropin/test_chat_apis.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.inference.http._chat_grammar import GRAMMAR_SYNTAXES, tool_grammar
+from workers.inference.http._chat_parse import ChatMessage, Delta, diff, parse, syntax_of, thinking_prompt
+
+TEMPLATES = Path(__file__).parent / "chat_templates"
+FAMILY_OF_FILE = {
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": "deepseek",
+    "deepseek-ai-DeepSeek-V3.1": "deepseek",
+    "Qwen3-Coder": "qwen3-coder",
+    "openai-gpt-oss-120b": "gpt-oss",
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": "command-r7b",
+    "fireworks-ai-llama-3-firefunction-v2": "firefunction-v2",
+    "meetkai-functionary-medium-v3.1": "functionary-v3.1",
+    "meetkai-functionary-medium-v3.2": "functionary-v3.2",
+    "ibm-granite-granite-3.3-2B-Instruct": "granite",
+    "ibm-granite-granite-4.0": "hermes",
+    "moonshotai-Kimi-K2": "kimi-k2",
+    "GLM-4.6": "glm",
+    "Apertus-8B-Instruct": "apertus",
+    "LFM2-8B-A1B": "lfm2",
+    "ByteDance-Seed-OSS": "seed-oss",
+    "MiniMax-M2": "minimax-m2",
+    "NVIDIA-Nemotron-Nano-v2": "nemotron-v2",
+    "mistralai-Ministral-3-14B-Reasoning-2512": "mistral",  # Magistral's [THINK] and name[ARGS] calls
+    "mistralai-Mistral-Nemo-Instruct-2407": "mistral",
+    "unsloth-Apriel-1.5": "apriel",
+    "Qwen-Qwen2.5-7B-Instruct": "hermes",
+    "meta-llama-Llama-3.1-8B-Instruct": "llama3",
+}
+WEATHER = {"city": "Paris"}
+PLAN = {"steps": [{"do": "pack", "with": ["map", "tea"]}, {"do": "go", "at": {"h": 9, "tz": "CET"}}], "dry": False}
+TYPES = {"plan": {"type": "object", "properties": {"steps": {"type": "array"}, "dry": {"type": "boolean"}}},
+         "get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
+DS_CALL, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>"  # noqa: RUF001 (DeepSeek's full-width bars)
+DS_END, DS_CALLS, DS_CALLS_END = "<｜tool▁call▁end｜>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"  # noqa: RUF001
+
+
+def _j(value: object) -> str:
+    return json.dumps(value)
+
+
+def _xml_qwen(name: str, args: dict[str, Any]) -> str:
+    params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else _j(v)}\n</parameter>\n" for k, v in args.items())
+    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
+
+def _xml_seed(name: str, args: dict[str, Any]) -> str:
+    params = "".join(f"<parameter={k}>{v if isinstance(v, str) else _j(v)}</parameter>\n" for k, v in args.items())
+    return f"<seed:tool_call>\n<function={name}>\n{params}</function>\n</seed:tool_call>"
+
+
+def _glm(name: str, args: dict[str, Any]) -> str:
+    params = "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v if isinstance(v, str) else _j(v)}</arg_value>\n"
+                     for k, v in args.items())  # fmt: skip
+    return f"<tool_call>{name}\n{params}</tool_call>"
+
+
+def _minimax(calls: list[tuple[str, dict[str, Any]]]) -> str:
+    invokes = "".join(
+        f'<invoke name="{n}">\n'
+        + "".join(f'<parameter name="{k}">{v if isinstance(v, str) else _j(v)}</parameter>\n' for k, v in a.items())
+        + "</invoke>\n"
+        for n, a in calls
+    )
+    return f"<minimax:tool_call>\n{invokes}</minimax:tool_call>"
+
+
+def _ds(name: str, args: dict[str, Any]) -> str:
+    return f"{DS_CALL}{name}{DS_SEP}{_j(args)}{DS_END}"
+
+
+def _ds_r1(name: str, args: dict[str, Any]) -> str:
+    return f"{DS_CALL}function{DS_SEP}{name}\n```json\n{_j(args)}\n```{DS_END}"
+
+
+def _kimi(i: int, name: str, args: dict[str, Any]) -> str:
+    return f"<|tool_call_begin|>functions.{name}:{i}<|tool_call_argument_begin|>{_j(args)}<|tool_call_end|>"
+
+
+def _harmony(name: str, args: dict[str, Any]) -> str:
+    return f"<|start|>assistant<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{_j(args)}<|call|>"
+
+
+# (family, output, parse keywords, reasoning, content, calls): what llama.cpp's tests of each
+# family check (tests/test-chat.cpp), in our own cases.
+CASES: list[tuple[str, str, dict[str, Any], str, str, list[tuple[str, Any]]]] = [
+    # DeepSeek V3.1: a prompt that opened <think>; content between the reasoning and the calls
+    ("deepseek", f"Weighing it.</think>Checking.{DS_CALLS}{_ds('get_weather', WEATHER)}{_ds('plan', PLAN)}{DS_CALLS_END}",
+     {"thinking": True}, "Weighing it.", "Checking.", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("deepseek", "Plain answer.", {}, "", "Plain answer.", []),
+    # DeepSeek R1 (and its distills): "function" then the name, a ```json fence
+    ("deepseek", f"Hm.</think>{DS_CALLS}{_ds_r1('plan', PLAN)}{DS_CALLS_END}", {"thinking": True}, "Hm.", "",
+     [("plan", PLAN)]),  # fmt: skip
+    ("qwen3-coder", "Let me call it.\n" + _xml_qwen("get_weather", WEATHER) + "\n" + _xml_qwen("plan", PLAN),
+     {"types": TYPES}, "", "Let me call it.\n", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    # Qwen3-Coder models sometimes leave out the first <tool_call>
+    ("qwen3-coder", "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+     {}, "", "", [("get_weather", WEATHER)]),  # fmt: skip
+    # a string parameter holding code keeps its quotes and inner newlines
+    ("qwen3-coder", _xml_qwen("get_weather", {"city": 'say "hi"\n\nthen'}), {"types": TYPES}, "", "",
+     [("get_weather", {"city": 'say "hi"\n\nthen'})]),  # fmt: skip
+    ("seed-oss", "<seed:think>Which city?</seed:think>\n" + _xml_seed("get_weather", WEATHER) + "\n"
+     + _xml_seed("plan", PLAN), {"types": TYPES}, "Which city?", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("glm", "<think>Let me see.</think>\n" + _glm("get_weather", WEATHER) + _glm("plan", PLAN), {"types": TYPES},
+     "Let me see.", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("minimax-m2", "I'm\nthinking\n</think>\n\n" + _minimax([("get_weather", WEATHER), ("plan", PLAN)]),
+     {"thinking": True, "types": TYPES}, "I'm\nthinking", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("gpt-oss", "<|channel|>analysis<|message|>Need the weather.<|end|>" + _harmony("get_weather", WEATHER), {},
+     "Need the weather.", "", [("get_weather", WEATHER)]),  # fmt: skip
+    ("gpt-oss", "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Sunny.",
+     {}, "Easy.", "Sunny.", []),  # fmt: skip
+    ("gpt-oss", "<|channel|>commentary to=functions.plan <|constrain|>json<|message|>" + _j(PLAN), {}, "", "",
+     [("plan", PLAN)]),  # fmt: skip
+    ("command-r7b", "<|START_THINKING|>Look it up.<|END_THINKING|><|START_ACTION|>[\n"
+     f'    {{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {_j(WEATHER)}}},\n'
+     f'    {{"tool_call_id": "1", "tool_name": "plan", "parameters": {_j(PLAN)}}}\n]<|END_ACTION|>', {},
+     "Look it up.", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("command-r7b", "<|START_RESPONSE|>Sunny in Paris.<|END_RESPONSE|>", {}, "", "Sunny in Paris.", []),
+    ("firefunction-v2", f' functools[{{"name": "get_weather", "arguments": {_j(WEATHER)}}}, '
+     f'{{"name": "plan", "arguments": {_j(PLAN)}}}]', {}, "", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("functionary-v3.1", f"Sure.<function=get_weather>{_j(WEATHER)}</function><function=plan>{_j(PLAN)}</function>",
+     {}, "", "Sure.", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("functionary-v3.2", f"all\nOne moment.>>>get_weather\n{_j(WEATHER)}>>>plan\n{_j(PLAN)}", {}, "", "One moment.",
+     [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("functionary-v3.2", "all\nHello, world!\nWhat's up?", {}, "", "Hello, world!\nWhat's up?", []),
+    ("granite", f'<think>Hm.</think><|tool_call|>[{{"name": "plan", "arguments": {_j(PLAN)}}}]', {}, "Hm.", "",
+     [("plan", PLAN)]),  # fmt: skip
+    ("kimi-k2", f"<think>ok</think>Calling.<|tool_calls_section_begin|>{_kimi(0, 'get_weather', WEATHER)}"
+     f"{_kimi(1, 'plan', PLAN)}<|tool_calls_section_end|>", {}, "ok", "Calling.",
+     [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("apertus", f'<|inner_prefix|>Think.<|inner_suffix|><|tools_prefix|>[{{"get_weather": {_j(WEATHER)}}}, '
+     f'{{"plan": {_j(PLAN)}}}]<|tools_suffix|>', {}, "Think.", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("lfm2", '<think>Hm.</think>Checking.<|tool_call_start|>[get_weather(city="Paris"), plan(steps=[{"do": "pack", '
+     '"with": ["map", "tea"]}, {"do": "go", "at": {"h": 9, "tz": "CET"}}], dry=False)]<|tool_call_end|>', {}, "Hm.",
+     "Checking.", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("nemotron-v2", f'Hm.\n</think>\n<TOOLCALL>[{{"name": "get_weather", "arguments": {_j(WEATHER)}}}]</TOOLCALL>',
+     {"thinking": True}, "Hm.", "", [("get_weather", WEATHER)]),  # fmt: skip
+    ("apriel", f'<tool_calls>[{{"name": "plan", "arguments": {_j(PLAN)}}}]</tool_calls>', {}, "", "",
+     [("plan", PLAN)]),  # fmt: skip
+    # Magistral / Ministral 3: [THINK] and name[ARGS]; Mistral Small 3.2 adds [CALL_ID]
+    ("mistral", f"[THINK]Paris?[/THINK][TOOL_CALLS]get_weather[ARGS]{_j(WEATHER)}"
+     f"[TOOL_CALLS]plan[CALL_ID]123456789[ARGS]{_j(PLAN)}", {}, "Paris?", "",
+     [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    ("hermes", f'<think>ok</think>Sure.<tool_call>\n{{"name": "plan", "arguments": {_j(PLAN)}}}\n</tool_call>', {},
+     "ok", "Sure.", [("plan", PLAN)]),  # fmt: skip
+]
+
+
+def _calls(msg: ChatMessage) -> list[tuple[str, Any]]:
+    return [(c.name, json.loads(c.arguments)) for c in msg.tool_calls]
+
+
+@pytest.mark.parametrize(("file", "family"), sorted(FAMILY_OF_FILE.items()))
+def test_each_real_template_is_recognised(file: str, family: str) -> None:
+    assert syntax_of((TEMPLATES / f"{file}.jinja").read_text()) == family
+
+
+@pytest.mark.parametrize(("family", "text", "kw", "reasoning", "content", "calls"), CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])  # fmt: skip
+def test_whole_outputs(family: str, text: str, kw: dict[str, Any], reasoning: str, content: str,
+                       calls: list[tuple[str, Any]]) -> None:  # fmt: skip
+    msg = parse(text, syntax=family, **kw)
+    assert (msg.reasoning_content, msg.content, _calls(msg)) == (reasoning, content, calls)
+    assert len({c.id for c in msg.tool_calls}) == len(calls)
+
+
+@pytest.mark.parametrize(("family", "text", "kw", "reasoning", "content", "calls"), CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])  # fmt: skip
+def test_streamed_prefixes_give_consistent_deltas(family: str, text: str, kw: dict[str, Any], reasoning: str,
+                                                 content: str, calls: list[tuple[str, Any]]) -> None:  # fmt: skip
+    """Re-parsing after every character (a worst case of tokens): content and reasoning only grow,
+    a call's name never changes once sent and its arguments only grow, no markup leaks, and the
+    deltas add up to the whole parse."""
+    before, deltas = ChatMessage(), list[Delta]()
+    for end in range(1, len(text) + 1):
+        now = parse(text[:end], syntax=family, final=end == len(text), **kw)
+        assert now.content.startswith(before.content), text[:end]
+        assert now.reasoning_content.startswith(before.reasoning_content), text[:end]
+        assert len(now.tool_calls) >= len(before.tool_calls)
+        for old, new in zip(before.tool_calls, now.tool_calls, strict=False):
+            assert (old.name, old.id) == (new.name, new.id) and new.arguments.startswith(old.arguments), text[:end]
+        deltas += diff(before, now)
+        before = now
+    assert "".join(d.reasoning_content for d in deltas) == reasoning
+    assert "".join(d.content for d in deltas) == content
+    for i, (name, args) in enumerate(calls):
+        mine = [d for d in deltas if d.tool_index == i]
+        assert [d.tool_name for d in mine if d.tool_name] == [name]
+        assert json.loads("".join(d.tool_arguments for d in mine)) == args
+    assert not any(m in d.content for d in deltas for m in ("<tool", "<|", "[TOOL", "functools", ">>>", "<func"))
+
+
+def test_reasoning_tags_per_family() -> None:
+    """``none`` leaves each family's reasoning in content; a generation prompt that opened the
+    family's own tag starts the output inside it."""
+    assert parse("<seed:think>a</seed:think>b", syntax=None, family="seed-oss", reasoning_format="none").content == (
+        "<seed:think>a</seed:think>b"
+    )
+    assert thinking_prompt("<|im_start|>assistant\n<seed:think>\n", "seed-oss")
+    assert thinking_prompt("[THINK]", "mistral") and not thinking_prompt("<think></think>", "deepseek")
+    harmony = "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>b"
+    assert parse(harmony, syntax=None, family="gpt-oss", reasoning_format="none").content == harmony
+    # tools not asked for: the markup is content, the reasoning still moves
+    coder = parse("<think>a</think>" + _xml_qwen("get_weather", WEATHER), syntax=None, family="qwen3-coder")
+    assert (coder.reasoning_content, coder.tool_calls) == ("a", []) and coder.content.startswith("<tool_call>")
+
+
+def test_xml_parameters_take_their_schema_types() -> None:
+    """A parameter the schema calls a string stays text even when it looks like JSON; others are JSON."""
+    text = _xml_qwen("f", {"zip": "75001", "n": 3, "flags": [1, 2]})
+    types = {"f": {"properties": {"zip": {"type": "string"}, "n": {"type": "integer"}}}}
+    assert _calls(parse(text, syntax="qwen3-coder", types=types)) == [("f", {"zip": "75001", "n": 3, "flags": [1, 2]})]
+    assert _calls(parse(text, syntax="qwen3-coder")) == [("f", {"zip": 75001, "n": 3, "flags": [1, 2]})]
+
+
+def test_a_half_written_call_waits_for_its_name() -> None:
+    partial = parse("Sure.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_wea", syntax="kimi-k2",
+                    final=False)  # fmt: skip
+    assert (partial.content, partial.tool_calls) == ("Sure.", [])
+    started = parse(f"{DS_CALLS}{DS_CALL}plan{DS_SEP}" + '{"steps": [{"do"', syntax="deepseek", final=False)
+    assert [(c.name, c.arguments) for c in started.tool_calls] == [("plan", '{"steps": [{"do"')]
+
+
+# -- grammars ------------------------------------------------------------------------------------
+
+TOOLS = [
+    {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string",
+     "enum": ["Paris", "Rome"]}}, "required": ["city"]}},  # fmt: skip
+    {"name": "plan", "parameters": {"type": "object", "properties": {
+        "steps": {"type": "array", "items": {"type": "object"}}, "note": {"type": "string"}}, "required": ["steps"]}},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("family", sorted(GRAMMAR_SYNTAXES))
+@pytest.mark.parametrize("parallel", [False, True])
+def test_required_grammars_compile_with_the_familys_markers(family: str, parallel: bool) -> None:
+    """``tool_choice: required`` gets a grammar in the family's own syntax that llama.cpp's GBNF
+    parser accepts, naming each tool (a named ``tool_choice`` only that one)."""
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    template = {"deepseek": "```json", "mistral": "[ARGS]"}.get(family, "")
+    gbnf = tool_grammar(family, TOOLS, ["get_weather", "plan"], parallel=parallel, template=template)
+    assert gbnf is not None
+    LlamaGrammar.from_string(gbnf, verbose=False)
+    assert "get_weather" in gbnf and "plan" in gbnf
+    named = tool_grammar(family, TOOLS, ["plan"], parallel=parallel, template=template)
+    assert named is not None and "get_weather" not in named
+    marker = {"qwen3-coder": "<function=", "glm": "<arg_key>", "minimax-m2": "<invoke name=", "deepseek": "```json",
+              "kimi-k2": "<|tool_call_argument_begin|>", "gpt-oss": "<|constrain|>json", "mistral": "[ARGS]",
+              "command-r7b": "<|START_ACTION|>", "apertus": "<|tools_prefix|>"}.get(family)  # fmt: skip
+    assert marker is None or marker in gbnf
+
+
+def test_lfm2_has_no_grammar() -> None:
+    assert tool_grammar("lfm2", TOOLS, ["plan"], parallel=False) is None
