@@ -34,6 +34,8 @@ Types = Mapping[str, Mapping[str, Any]]  # tool name -> its parameters' schemas 
 Reader = Callable[[str, bool, Types], "tuple[str, list[Call]] | None"]
 
 THINK = ("<think>", "</think>")
+# A template that adds the ``functions`` variable to its text (FireFunction v2) rather than reading ``tools``.
+WRITES_FUNCTIONS = "+ functions"
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from workers.inference.http._chat_formats import (
     FAMILIES,
     HARMONY_MARKERS,
     THINK,
+    WRITES_FUNCTIONS,
     Family,
     Types,
     calls_in,
@@ -86,8 +87,9 @@ def syntax_of(template: str) -> str:
 
 
 def template_knows_tools(template: str) -> bool:
-    """Whether a template writes the request's ``tools`` itself (else the generic system prompt does)."""
-    return "tools" in template
+    """Whether a template writes the request's ``tools`` itself (else a system message does);
+    FireFunction v2's writes them as its ``functions`` variable."""
+    return "tools" in template or WRITES_FUNCTIONS in template
 
 
 def thinking_prompt(prompt: str, family: str) -> bool:

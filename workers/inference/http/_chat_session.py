@@ -5,12 +5,14 @@
 ``input_tokens`` count call it, so what ``/apply-template`` shows is what is
 evaluated. Tools (llama-server's ``common_chat_templates_apply_jinja``):
 
-* a template that writes ``tools`` itself gets them; one that does not gets
+* a template that writes ``tools`` itself gets them; one of a known family
+  that writes calls but not the tools (DeepSeek R1/V3.1) gets them in a
+  system message and is read in its family's syntax; any other gets
   llama.cpp's generic system prompt describing them, and its output is
   constrained to the generic JSON (a tool call, or ``{"response": ...}``);
 * ``tool_choice`` ``required`` (or a named function) constrains the output to
   tool calls in the template family's syntax with a grammar built from the
-  tools' JSON schemas (llama-cpp-python's ``json_schema_to_gbnf``), one call
+  tools' JSON schemas (:mod:`workers.inference.http._chat_grammar`), one call
   unless ``parallel_tool_calls``; ``auto`` lets the model choose and parses
   what it wrote; ``none`` parses no tool calls.
 
@@ -49,6 +51,9 @@ _GENERIC_PROMPT = (
     "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "
     "reply to the user's request"
 )
+
+
+_POLYFILL_PROMPT = "You can call any of the following tools to satisfy the user's requests: "
 
 
 @dataclass(frozen=True)
@@ -140,10 +145,23 @@ def tool_grammar(
 def _generic_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Message]:
     """llama.cpp's generic tool prompt, added to (or as) the system message."""
     text = f"{_GENERIC_PROMPT}\n\nAvailable tools:\n" + "\n".join(json.dumps(fn, ensure_ascii=False) for fn in fns)
+    return _with_system(messages, text)
+
+
+def _with_system(messages: list[Message], text: str) -> list[Message]:
+    """``text`` added to the system message (or as one)."""
     if messages and messages[0].get("role") == "system":
         first = {**messages[0], "content": message_text(messages[0].get("content")) + "\n\n" + text}
         return [first, *messages[1:]]
     return [{"role": "system", "content": text}, *messages]
+
+
+def _tools_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Message]:
+    """The tools, for a template that writes calls but not the tools (minja's polyfill, which
+    llama.cpp used before its autoparser; without it such a model cannot know what it may call)."""
+    text = _POLYFILL_PROMPT + json.dumps([{"type": "function", "function": fn} for fn in fns], indent=2,
+                                         ensure_ascii=False)  # fmt: skip
+    return _with_system(messages, text)
 
 
 def _kwargs(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -169,14 +187,18 @@ def chat_prompt(
         fns = _tool_functions(tools)
         mode, names = _choice(body.get("tool_choice"), [fn["name"] for fn in fns])
         source = getattr(renderer, "source", "")
+        family = syntax_of(source)
         native = template_knows_tools(source)
+        # a template that writes calls in a family's syntax without describing the tools (DeepSeek R1,
+        # V3.1): its calls are read in that syntax, as llama.cpp reads them
+        own = native or family not in ("generic", "llama3")
         if mode != "none":
-            syntax = syntax_of(source) if native else "generic"
+            syntax = family if own else "generic"
             parallel = bool(body.get("parallel_tool_calls"))
             if mode == "required" or syntax == "generic":
                 grammar = tool_grammar(syntax, fns, names, parallel=parallel, free=mode != "required", template=source)
         if not native:
-            messages = _generic_system(messages, fns)
+            messages = _tools_system(messages, fns) if own else _generic_system(messages, fns)
             tools = None
     rendered = renderer.render(messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
                                kwargs=kwargs)  # fmt: skip

@@ -8,13 +8,18 @@ one of them drives a real (tiny) model in tests/dropin/test_chat_apis.py."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devtools.tiny_gguf import N_VOCAB, write_tiny_gguf
 from workers.inference.http._chat_grammar import GRAMMAR_SYNTAXES, tool_grammar
+from workers.inference.http._chat_session import chat_prompt
+from workers.inference.http._chat_template import JinjaRenderer
 from workers.inference.http._chat_parse import ChatMessage, Delta, diff, parse, syntax_of, thinking_prompt
+from workers.inference.llama import ContextConfig, LlamaLog, LlamaModel, load_llama
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 FAMILY_OF_FILE = {
@@ -235,6 +240,35 @@ def test_a_half_written_call_waits_for_its_name() -> None:
     assert [(c.name, c.arguments) for c in started.tool_calls] == [("plan", '{"steps": [{"do"')]
 
 
+WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ASK = {"role": "user", "content": "What is the weather in Paris?"}
+CALLED = {"role": "assistant", "content": "", "tool_calls": [{"id": "abcDEF123", "type": "function",  # Nemo: 9 alnum
+          "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}  # fmt: skip
+WRITES_NO_PAST_CALLS = {"LFM2-8B-A1B", "ibm-granite-granite-3.3-2B-Instruct"}  # their templates drop them
+
+
+@pytest.mark.parametrize(("file", "family"), sorted(FAMILY_OF_FILE.items()))
+def test_the_template_renders_tools_and_its_own_calls_read_back(file: str, family: str) -> None:
+    """Through the product's one chat path (``chat_prompt``): the prompt describes the tool (the
+    template itself, or a system message where it does not), calls are read in the family's
+    syntax, and a past call as the template writes it parses back to that call -- the template's
+    own syntax is what the parser expects (llama.cpp's ``expect_reconstruction``)."""
+    renderer = JinjaRenderer((TEMPLATES / f"{file}.jinja").read_text(), bos="<s>", eos="</s>", add_bos=False,
+                             add_eos=False)  # fmt: skip
+    asked, syntax, grammar = chat_prompt(renderer, {"messages": [ASK], "tools": [WEATHER_TOOL]}, {})
+    assert "get_weather" in asked.prompt and syntax == family and grammar is None
+    if file in WRITES_NO_PAST_CALLS:
+        return
+    past, _, _ = chat_prompt(renderer, {"messages": [ASK, CALLED], "tools": [WEATHER_TOOL],
+                                        "add_generation_prompt": False}, {})  # fmt: skip
+    # what the assistant wrote: after the generation prompt, or after the question where the
+    # template renders a past turn differently (a reasoning model drops its thinking)
+    start = len(asked.prompt) if past.prompt.startswith(asked.prompt) else past.prompt.rindex(ASK["content"]) + len(ASK["content"])
+    wrote = parse(past.prompt[start:], syntax=syntax, family=family)
+    assert _calls(wrote) == [("get_weather", {"city": "Paris"})], past.prompt[start:]
+
+
 # -- grammars ------------------------------------------------------------------------------------
 
 TOOLS = [
@@ -267,3 +301,95 @@ def test_required_grammars_compile_with_the_familys_markers(family: str, paralle
 
 def test_lfm2_has_no_grammar() -> None:
     assert tool_grammar("lfm2", TOOLS, ["plan"], parallel=False) is None
+
+
+# What each family's grammar lets a model write: two calls (one for llama3 and gpt-oss, which call
+# one tool at a time), laid out as the family writes them; the parser must read them back.
+W, P = '{"city": "Paris"}', '{"steps": [{"do": "x"}]}'
+WROTE = {
+    "hermes": f'<tool_call>\n{{"name": "get_weather", "arguments": {W}}}\n</tool_call>\n'
+              f'<tool_call>\n{{"name": "plan", "arguments": {P}}}\n</tool_call>',
+    "mistral": f'[TOOL_CALLS][{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]',
+    "llama3": f'{{"name": "get_weather", "parameters": {W}}}',
+    "deepseek": f"{DS_CALLS}{DS_CALL}get_weather{DS_SEP}{W}{DS_END}{DS_CALL}plan{DS_SEP}{P}{DS_END}{DS_CALLS_END}",
+    "kimi-k2": f"<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{W}"
+               f"<|tool_call_end|><|tool_call_begin|>functions.plan:1<|tool_call_argument_begin|>{P}<|tool_call_end|>"
+               "<|tool_calls_section_end|>",
+    "functionary-v3.1": f"<function=get_weather>{W}</function><function=plan>{P}</function>",
+    "functionary-v3.2": f"get_weather\n{W}>>>plan\n{P}",
+    "nemotron-v2": f'<TOOLCALL>[{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]'
+                   "</TOOLCALL>",
+    "apriel": f'<tool_calls>[{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]'
+              "</tool_calls>",
+    "firefunction-v2": f' functools[{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]',
+    "granite": f'<|tool_call|>[{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]',
+    "command-r7b": f'<|START_ACTION|>[\n    {{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {W}}},\n'
+                   f'    {{"tool_call_id": "1", "tool_name": "plan", "parameters": {P}}}\n]<|END_ACTION|>',
+    "apertus": f'<|tools_prefix|>[{{"get_weather": {W}}}, {{"plan": {P}}}]<|tools_suffix|>',
+    "gpt-oss": f"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{W}",
+    "qwen3-coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+                   "</tool_call>\n<tool_call>\n<function=plan>\n<parameter=steps>\n[{\"do\": \"x\"}]\n</parameter>\n"
+                   "</function>\n</tool_call>",
+    "seed-oss": "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n"
+                "</seed:tool_call>\n<seed:tool_call>\n<function=plan>\n<parameter=steps>[{\"do\": \"x\"}]</parameter>\n"
+                "</function>\n</seed:tool_call>",
+    "glm": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>\n"
+           "<tool_call>plan\n<arg_key>steps</arg_key>\n<arg_value>[{\"do\": \"x\"}]</arg_value>\n</tool_call>",
+    "minimax-m2": '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                  '</invoke>\n<invoke name="plan">\n<parameter name="steps">[{"do": "x"}]</parameter>\n</invoke>\n'
+                  "</minimax:tool_call>",
+}  # fmt: skip
+WROTE_R1 = f"{DS_CALLS}{DS_CALL}function{DS_SEP}get_weather\n```json\n{W}```{DS_END}{DS_CALLS_END}"
+WROTE_MAGISTRAL = f"[TOOL_CALLS]get_weather[ARGS]{W}[TOOL_CALLS]plan[ARGS]{P}"
+
+
+@pytest.fixture(scope="module")
+def vocab_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaModel]:
+    """A tiny byte-level model: its vocabulary lets llama.cpp's grammar sampler read any text."""
+    log = LlamaLog(lambda level, text: None)
+    log.install()
+    path = write_tiny_gguf(tmp_path_factory.mktemp("vocab") / "tiny.gguf", chat_template=None)
+    llm = load_llama(str(path), ContextConfig(n_ctx=64, n_parallel=1, warmup=False), log=log,
+                     on_progress=lambda p: True).llm  # fmt: skip
+    yield llm
+    llm.close()
+
+
+def _accepts(llm: LlamaModel, gbnf: str, text: str) -> bool:
+    """Whether llama.cpp's grammar sampler lets a model write exactly ``text`` (token by token, then end)."""
+    import ctypes
+
+    lc = llm.lc
+    sampler = lc.llama_sampler_init_grammar(llm.vocab, gbnf.encode(), b"root")
+    assert sampler, "llama.cpp could not parse the grammar"
+    try:
+        tokens = [N_VOCAB - 256 + b for b in text.encode()]  # byte tokens (no SentencePiece space prefix)
+        for token in [*tokens, llm.eos]:
+            data = (lc.llama_token_data * 1)(lc.llama_token_data(token, 0.0, 0.0))
+            candidates = lc.llama_token_data_array(ctypes.cast(data, ctypes.POINTER(lc.llama_token_data)), 1, -1, False)
+            lc.llama_sampler_apply(sampler, ctypes.byref(candidates))
+            if data[0].logit == float("-inf"):
+                return False
+            if token != llm.eos:
+                lc.llama_sampler_accept(sampler, token)
+        return True
+    finally:
+        lc.llama_sampler_free(sampler)
+
+
+@pytest.mark.parametrize(("family", "template", "text"), [
+    *((f, "", t) for f, t in sorted(WROTE.items())), ("deepseek", "```json", WROTE_R1), ("mistral", "[ARGS]", WROTE_MAGISTRAL),
+])  # fmt: skip
+def test_what_the_grammar_allows_the_parser_reads(vocab_llm: LlamaModel, family: str, template: str,
+                                                   text: str) -> None:  # fmt: skip
+    """The family's grammar accepts its calls as the family writes them (llama.cpp's own grammar
+    sampler decides), refuses a tool that is not offered, and the parser reads the calls back."""
+    single = family in ("llama3", "gpt-oss") or text == WROTE_R1
+    gbnf = tool_grammar(family, TOOLS, ["get_weather", "plan"], parallel=not single, template=template)
+    assert gbnf is not None
+    assert _accepts(vocab_llm, gbnf, text)
+    assert not _accepts(vocab_llm, gbnf, text.replace("get_weather", "get_wether"))
+    one = tool_grammar(family, TOOLS, ["get_weather", "plan"], parallel=False, template=template)
+    assert one is not None and (single or not _accepts(vocab_llm, one, text))  # one call unless parallel
+    expected = [("get_weather", {"city": "Paris"})] + ([] if single else [("plan", {"steps": [{"do": "x"}]})])
+    assert _calls(parse(text, syntax=family, types={t["name"]: t["parameters"] for t in TOOLS})) == expected
