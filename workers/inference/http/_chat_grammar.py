@@ -19,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from workers.inference.http._chat_formats import DS_CALL, DS_CALL_END, DS_SECTION, DS_SECTION_END, DS_SEP
 from workers.inference.http._errors import ApiError
 
-_DS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>")  # noqa: RUF001
+NL = "\n"
 
 
 def lit(text: str) -> str:
@@ -51,12 +52,13 @@ def _json_call(name_key: str = "name", args_key: str = "arguments", extra: str =
 
 def _shapes(template: str) -> dict[str, _Shape]:
     json_call = _json_call()
-    r1 = "```json" in template
-    ds_call: Callable[[str, str], str] = (
-        (lambda n, a: f"{lit(_DS[1] + 'function' + _DS[2] + n + chr(10) + '```json' + chr(10))} {a} {lit('```' + _DS[3])}")
-        if r1
-        else (lambda n, a: f"{lit(_DS[1] + n + _DS[2])} {a} {lit(_DS[3])}")
-    )  # fmt: skip
+    r1 = "```json" in template  # R1 names the function on the line after "function", in a ```json fence
+
+    def ds_call(name: str, args: str) -> str:
+        if r1:
+            return f"{lit(f'{DS_CALL}function{DS_SEP}{name}' + NL + '```json' + NL)} {args} {lit('```' + DS_CALL_END)}"
+        return f"{lit(DS_CALL + name + DS_SEP)} {args} {lit(DS_CALL_END)}"
+
     mistral = (
         _Shape(lambda n, a: f"{lit('[TOOL_CALLS]' + n + '[ARGS]')} {a}")
         if "[ARGS]" in template
@@ -66,16 +68,18 @@ def _shapes(template: str) -> dict[str, _Shape]:
         "hermes": _Shape(lambda n, a: f'"<tool_call>\\n" {json_call(n, a)} "\\n</tool_call>"', sep="\n"),
         "mistral": mistral,
         "llama3": _Shape(_json_call(args_key="parameters")),
-        "deepseek": _Shape(ds_call, _DS[0], "", _DS[4]),
+        "deepseek": _Shape(ds_call, DS_SECTION, "", DS_SECTION_END),
         "kimi-k2": _Shape(
-            lambda n, a: f'{lit("<|tool_call_begin|>functions." + n + ":")} [0-9]+ "<|tool_call_argument_begin|>" {a} '
-            '"<|tool_call_end|>"',
+            lambda n, a: (
+                f'{lit("<|tool_call_begin|>functions." + n + ":")} [0-9]+ "<|tool_call_argument_begin|>" {a} '
+                '"<|tool_call_end|>"'
+            ),
             "<|tool_calls_section_begin|>",
             "",
             "<|tool_calls_section_end|>",
         ),
         "functionary-v3.1": _Shape(lambda n, a: f'{lit("<function=" + n + ">")} {a} "</function>"'),
-        "functionary-v3.2": _Shape(lambda n, a: f"{lit(n + chr(10))} {a}", sep=">>>"),
+        "functionary-v3.2": _Shape(lambda n, a: f"{lit(n + NL)} {a}", sep=">>>"),
         "nemotron-v2": _Shape(json_call, "<TOOLCALL>[", ", ", "]</TOOLCALL>"),
         "apriel": _Shape(json_call, "<tool_calls>[", ", ", "]</tool_calls>"),
         "firefunction-v2": _Shape(json_call, " functools[", ", ", "]"),
@@ -86,9 +90,12 @@ def _shapes(template: str) -> dict[str, _Shape]:
             ",\n    ",
             "\n]<|END_ACTION|>",
         ),
-        "apertus": _Shape(lambda n, a: f'"{{" {lit(json.dumps(n) + ": ")} {a} "}}"', "<|tools_prefix|>[", ", ",
-                          "]<|tools_suffix|>"),  # fmt: skip
-        "gpt-oss": _Shape(lambda n, a: f'{lit("<|channel|>commentary to=functions." + n + " <|constrain|>json<|message|>")} {a}'),
+        "apertus": _Shape(
+            lambda n, a: f'"{{" {lit(json.dumps(n) + ": ")} {a} "}}"', "<|tools_prefix|>[", ", ", "]<|tools_suffix|>"
+        ),
+        "gpt-oss": _Shape(
+            lambda n, a: f"{lit('<|channel|>commentary to=functions.' + n + ' <|constrain|>json<|message|>')} {a}"
+        ),
     }
 
 
@@ -104,25 +111,64 @@ class _XmlShape:
 
 
 _XML = {
-    "qwen3-coder": _XmlShape(lambda n: f"<tool_call>\n<function={n}>\n", "</function>\n</tool_call>",
-                             lambda k: f"<parameter={k}>\n", "\n</parameter>\n", sep="\n"),  # fmt: skip
-    "seed-oss": _XmlShape(lambda n: f"<seed:tool_call>\n<function={n}>\n", "</function>\n</seed:tool_call>",
-                          lambda k: f"<parameter={k}>", "</parameter>\n", sep="\n"),  # fmt: skip
-    "glm": _XmlShape(lambda n: f"<tool_call>{n}\n", "</tool_call>", lambda k: f"<arg_key>{k}</arg_key>\n<arg_value>",
-                     "</arg_value>\n", sep="\n"),  # fmt: skip
-    "minimax-m2": _XmlShape(lambda n: f'<invoke name="{n}">\n', "</invoke>\n", lambda k: f'<parameter name="{k}">',
-                            "</parameter>\n", "<minimax:tool_call>\n", "", "</minimax:tool_call>"),  # fmt: skip
+    "qwen3-coder": _XmlShape(
+        lambda n: f"<tool_call>\n<function={n}>\n",
+        "</function>\n</tool_call>",
+        lambda k: f"<parameter={k}>\n",
+        "\n</parameter>\n",
+        sep="\n",
+    ),
+    "seed-oss": _XmlShape(
+        lambda n: f"<seed:tool_call>\n<function={n}>\n",
+        "</function>\n</seed:tool_call>",
+        lambda k: f"<parameter={k}>",
+        "</parameter>\n",
+        sep="\n",
+    ),
+    "glm": _XmlShape(
+        lambda n: f"<tool_call>{n}\n",
+        "</tool_call>",
+        lambda k: f"<arg_key>{k}</arg_key>\n<arg_value>",
+        "</arg_value>\n",
+        sep="\n",
+    ),
+    "minimax-m2": _XmlShape(
+        lambda n: f'<invoke name="{n}">\n',
+        "</invoke>\n",
+        lambda k: f'<parameter name="{k}">',
+        "</parameter>\n",
+        "<minimax:tool_call>\n",
+        "",
+        "</minimax:tool_call>",
+    ),
 }
 
-GRAMMAR_SYNTAXES = frozenset({*_XML, "hermes", "mistral", "llama3", "deepseek", "kimi-k2", "functionary-v3.1",
-                              "functionary-v3.2", "nemotron-v2", "apriel", "firefunction-v2", "granite",
-                              "command-r7b", "apertus", "gpt-oss"})  # fmt: skip
+GRAMMAR_SYNTAXES = frozenset(
+    {
+        *_XML,
+        "hermes",
+        "mistral",
+        "llama3",
+        "deepseek",
+        "kimi-k2",
+        "functionary-v3.1",
+        "functionary-v3.2",
+        "nemotron-v2",
+        "apriel",
+        "firefunction-v2",
+        "granite",
+        "command-r7b",
+        "apertus",
+        "gpt-oss",
+    }
+)
 
 
 def _converter() -> Any:  # Any: llama-cpp-python's untyped SchemaConverter
-    from llama_cpp.llama_grammar import SchemaConverter
+    from llama_cpp import llama_grammar
 
-    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter: Any = llama_grammar.SchemaConverter  # Any: its __init__ is not annotated
+    return converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
 
 
 def _visit(conv: Any, schema: Any, name: str) -> str:  # Any: the converter and a JSON schema
@@ -151,8 +197,9 @@ def _xml_params(conv: Any, shape: _XmlShape, params: dict[str, Any], rule: str) 
     return " ".join(parts) if parts else '""'
 
 
-def tool_grammar(syntax: str, fns: list[dict[str, Any]], names: list[str], *, parallel: bool,
-                 template: str = "") -> str | None:  # fmt: skip
+def tool_grammar(
+    syntax: str, fns: list[dict[str, Any]], names: list[str], *, parallel: bool, template: str = ""
+) -> str | None:
     """GBNF that makes the output tool calls in ``syntax`` (None: no grammar for this family)."""
     conv = _converter()
     allowed = [fn for fn in fns if fn["name"] in names]
@@ -171,7 +218,11 @@ def tool_grammar(syntax: str, fns: list[dict[str, Any]], names: list[str], *, pa
             calls.append(shapes[syntax].call(fn["name"], args))
     conv._add_rule("tool-call", " | ".join(f"( {c} )" for c in calls))
     shape: _Shape | _XmlShape = xml if xml is not None else shapes[syntax]
-    more = f" ( {lit(shape.sep) if shape.sep else ''} tool-call )*" if parallel and syntax not in ("llama3", "gpt-oss") else ""
+    more = (
+        f" ( {lit(shape.sep) if shape.sep else ''} tool-call )*"
+        if parallel and syntax not in ("llama3", "gpt-oss")
+        else ""
+    )
     opening = f"{lit(shape.open)} " if shape.open else ""
     closing = f" {lit(shape.close)}" if shape.close else ""
     conv._add_rule("root", f"{opening}tool-call{more}{closing}")

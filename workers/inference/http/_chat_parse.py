@@ -38,18 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.inference.http._chat_formats import (
-    FAMILIES,
-    HARMONY_MARKERS,
-    THINK,
-    WRITES_FUNCTIONS,
-    Family,
-    Types,
-    calls_in,
-    family_of,
-    harmony,
-    held,
-)
+from workers.inference.http._chat_formats import FAMILIES, THINK, WRITES_FUNCTIONS, Family, family_of
+from workers.inference.http._chat_markup import HARMONY_MARKERS, Types, calls_in, harmony, held
 
 THINK_OPEN, THINK_CLOSE = THINK
 SYNTAXES = tuple(FAMILIES)
@@ -195,12 +185,10 @@ def parse(
         msg.content = _content(rest, fam, final, ())
         return msg
     tools = FAMILIES[syntax]
-    if syntax in ("llama3", "generic"):
-        section = _json_section(rest, syntax)
-    else:
-        section = tools.reader(rest, final, types or {})
+    bare_json = syntax in ("llama3", "generic")
+    section = _json_section(rest, syntax) if bare_json else tools.reader(rest, final, types or {})
     if section is None:
-        json_like = syntax in ("llama3", "generic") and rest.lstrip().startswith(("{", "<|python_tag|>"))
+        json_like = bare_json and rest.lstrip().startswith(("{", "<|python_tag|>"))
         if json_like and not final:
             return msg  # a tool call or an answer in JSON: decided when it is complete
         response = _generic_response(rest) if syntax == "generic" and final else None

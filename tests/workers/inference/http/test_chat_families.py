@@ -16,9 +16,9 @@ import pytest
 
 from devtools.tiny_gguf import N_VOCAB, write_tiny_gguf
 from workers.inference.http._chat_grammar import GRAMMAR_SYNTAXES, tool_grammar
+from workers.inference.http._chat_parse import ChatMessage, Delta, diff, parse, syntax_of, thinking_prompt
 from workers.inference.http._chat_session import chat_prompt
 from workers.inference.http._chat_template import JinjaRenderer
-from workers.inference.http._chat_parse import ChatMessage, Delta, diff, parse, syntax_of, thinking_prompt
 from workers.inference.llama import ContextConfig, LlamaLog, LlamaModel, load_llama
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
@@ -48,8 +48,10 @@ FAMILY_OF_FILE = {
 }
 WEATHER = {"city": "Paris"}
 PLAN = {"steps": [{"do": "pack", "with": ["map", "tea"]}, {"do": "go", "at": {"h": 9, "tz": "CET"}}], "dry": False}
-TYPES = {"plan": {"type": "object", "properties": {"steps": {"type": "array"}, "dry": {"type": "boolean"}}},
-         "get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
+TYPES = {
+    "plan": {"type": "object", "properties": {"steps": {"type": "array"}, "dry": {"type": "boolean"}}},
+    "get_weather": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 DS_CALL, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>"  # noqa: RUF001 (DeepSeek's full-width bars)
 DS_END, DS_CALLS, DS_CALLS_END = "<｜tool▁call▁end｜>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"  # noqa: RUF001
 
@@ -69,8 +71,10 @@ def _xml_seed(name: str, args: dict[str, Any]) -> str:
 
 
 def _glm(name: str, args: dict[str, Any]) -> str:
-    params = "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v if isinstance(v, str) else _j(v)}</arg_value>\n"
-                     for k, v in args.items())  # fmt: skip
+    params = "".join(
+        f"<arg_key>{k}</arg_key>\n<arg_value>{v if isinstance(v, str) else _j(v)}</arg_value>\n"
+        for k, v in args.items()
+    )
     return f"<tool_call>{name}\n{params}</tool_call>"
 
 
@@ -104,64 +108,204 @@ def _harmony(name: str, args: dict[str, Any]) -> str:
 # family check (tests/test-chat.cpp), in our own cases.
 CASES: list[tuple[str, str, dict[str, Any], str, str, list[tuple[str, Any]]]] = [
     # DeepSeek V3.1: a prompt that opened <think>; content between the reasoning and the calls
-    ("deepseek", f"Weighing it.</think>Checking.{DS_CALLS}{_ds('get_weather', WEATHER)}{_ds('plan', PLAN)}{DS_CALLS_END}",
-     {"thinking": True}, "Weighing it.", "Checking.", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    (
+        "deepseek",
+        f"Weighing it.</think>Checking.{DS_CALLS}{_ds('get_weather', WEATHER)}{_ds('plan', PLAN)}{DS_CALLS_END}",
+        {"thinking": True},
+        "Weighing it.",
+        "Checking.",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
     ("deepseek", "Plain answer.", {}, "", "Plain answer.", []),
     # DeepSeek R1 (and its distills): "function" then the name, a ```json fence
-    ("deepseek", f"Hm.</think>{DS_CALLS}{_ds_r1('plan', PLAN)}{DS_CALLS_END}", {"thinking": True}, "Hm.", "",
-     [("plan", PLAN)]),  # fmt: skip
-    ("qwen3-coder", "Let me call it.\n" + _xml_qwen("get_weather", WEATHER) + "\n" + _xml_qwen("plan", PLAN),
-     {"types": TYPES}, "", "Let me call it.\n", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    (
+        "deepseek",
+        f"Hm.</think>{DS_CALLS}{_ds_r1('plan', PLAN)}{DS_CALLS_END}",
+        {"thinking": True},
+        "Hm.",
+        "",
+        [("plan", PLAN)],
+    ),
+    (
+        "qwen3-coder",
+        "Let me call it.\n" + _xml_qwen("get_weather", WEATHER) + "\n" + _xml_qwen("plan", PLAN),
+        {"types": TYPES},
+        "",
+        "Let me call it.\n",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
     # Qwen3-Coder models sometimes leave out the first <tool_call>
-    ("qwen3-coder", "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
-     {}, "", "", [("get_weather", WEATHER)]),  # fmt: skip
+    (
+        "qwen3-coder",
+        "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+        {},
+        "",
+        "",
+        [("get_weather", WEATHER)],
+    ),
     # a string parameter holding code keeps its quotes and inner newlines
-    ("qwen3-coder", _xml_qwen("get_weather", {"city": 'say "hi"\n\nthen'}), {"types": TYPES}, "", "",
-     [("get_weather", {"city": 'say "hi"\n\nthen'})]),  # fmt: skip
-    ("seed-oss", "<seed:think>Which city?</seed:think>\n" + _xml_seed("get_weather", WEATHER) + "\n"
-     + _xml_seed("plan", PLAN), {"types": TYPES}, "Which city?", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
-    ("glm", "<think>Let me see.</think>\n" + _glm("get_weather", WEATHER) + _glm("plan", PLAN), {"types": TYPES},
-     "Let me see.", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
-    ("minimax-m2", "I'm\nthinking\n</think>\n\n" + _minimax([("get_weather", WEATHER), ("plan", PLAN)]),
-     {"thinking": True, "types": TYPES}, "I'm\nthinking", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
-    ("gpt-oss", "<|channel|>analysis<|message|>Need the weather.<|end|>" + _harmony("get_weather", WEATHER), {},
-     "Need the weather.", "", [("get_weather", WEATHER)]),  # fmt: skip
-    ("gpt-oss", "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Sunny.",
-     {}, "Easy.", "Sunny.", []),  # fmt: skip
-    ("gpt-oss", "<|channel|>commentary to=functions.plan <|constrain|>json<|message|>" + _j(PLAN), {}, "", "",
-     [("plan", PLAN)]),  # fmt: skip
-    ("command-r7b", "<|START_THINKING|>Look it up.<|END_THINKING|><|START_ACTION|>[\n"
-     f'    {{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {_j(WEATHER)}}},\n'
-     f'    {{"tool_call_id": "1", "tool_name": "plan", "parameters": {_j(PLAN)}}}\n]<|END_ACTION|>', {},
-     "Look it up.", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    (
+        "qwen3-coder",
+        _xml_qwen("get_weather", {"city": 'say "hi"\n\nthen'}),
+        {"types": TYPES},
+        "",
+        "",
+        [("get_weather", {"city": 'say "hi"\n\nthen'})],
+    ),
+    (
+        "seed-oss",
+        "<seed:think>Which city?</seed:think>\n" + _xml_seed("get_weather", WEATHER) + "\n" + _xml_seed("plan", PLAN),
+        {"types": TYPES},
+        "Which city?",
+        "",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "glm",
+        "<think>Let me see.</think>\n" + _glm("get_weather", WEATHER) + _glm("plan", PLAN),
+        {"types": TYPES},
+        "Let me see.",
+        "",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "minimax-m2",
+        "I'm\nthinking\n</think>\n\n" + _minimax([("get_weather", WEATHER), ("plan", PLAN)]),
+        {"thinking": True, "types": TYPES},
+        "I'm\nthinking",
+        "",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "gpt-oss",
+        "<|channel|>analysis<|message|>Need the weather.<|end|>" + _harmony("get_weather", WEATHER),
+        {},
+        "Need the weather.",
+        "",
+        [("get_weather", WEATHER)],
+    ),
+    (
+        "gpt-oss",
+        "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Sunny.",
+        {},
+        "Easy.",
+        "Sunny.",
+        [],
+    ),
+    (
+        "gpt-oss",
+        "<|channel|>commentary to=functions.plan <|constrain|>json<|message|>" + _j(PLAN),
+        {},
+        "",
+        "",
+        [("plan", PLAN)],
+    ),
+    (
+        "command-r7b",
+        "<|START_THINKING|>Look it up.<|END_THINKING|><|START_ACTION|>[\n"
+        f'    {{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {_j(WEATHER)}}},\n'
+        f'    {{"tool_call_id": "1", "tool_name": "plan", "parameters": {_j(PLAN)}}}\n]<|END_ACTION|>',
+        {},
+        "Look it up.",
+        "",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
     ("command-r7b", "<|START_RESPONSE|>Sunny in Paris.<|END_RESPONSE|>", {}, "", "Sunny in Paris.", []),
-    ("firefunction-v2", f' functools[{{"name": "get_weather", "arguments": {_j(WEATHER)}}}, '
-     f'{{"name": "plan", "arguments": {_j(PLAN)}}}]', {}, "", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
-    ("functionary-v3.1", f"Sure.<function=get_weather>{_j(WEATHER)}</function><function=plan>{_j(PLAN)}</function>",
-     {}, "", "Sure.", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
-    ("functionary-v3.2", f"all\nOne moment.>>>get_weather\n{_j(WEATHER)}>>>plan\n{_j(PLAN)}", {}, "", "One moment.",
-     [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
+    (
+        "firefunction-v2",
+        f' functools[{{"name": "get_weather", "arguments": {_j(WEATHER)}}}, '
+        f'{{"name": "plan", "arguments": {_j(PLAN)}}}]',
+        {},
+        "",
+        "",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "functionary-v3.1",
+        f"Sure.<function=get_weather>{_j(WEATHER)}</function><function=plan>{_j(PLAN)}</function>",
+        {},
+        "",
+        "Sure.",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "functionary-v3.2",
+        f"all\nOne moment.>>>get_weather\n{_j(WEATHER)}>>>plan\n{_j(PLAN)}",
+        {},
+        "",
+        "One moment.",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
     ("functionary-v3.2", "all\nHello, world!\nWhat's up?", {}, "", "Hello, world!\nWhat's up?", []),
-    ("granite", f'<think>Hm.</think><|tool_call|>[{{"name": "plan", "arguments": {_j(PLAN)}}}]', {}, "Hm.", "",
-     [("plan", PLAN)]),  # fmt: skip
-    ("kimi-k2", f"<think>ok</think>Calling.<|tool_calls_section_begin|>{_kimi(0, 'get_weather', WEATHER)}"
-     f"{_kimi(1, 'plan', PLAN)}<|tool_calls_section_end|>", {}, "ok", "Calling.",
-     [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
-    ("apertus", f'<|inner_prefix|>Think.<|inner_suffix|><|tools_prefix|>[{{"get_weather": {_j(WEATHER)}}}, '
-     f'{{"plan": {_j(PLAN)}}}]<|tools_suffix|>', {}, "Think.", "", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
-    ("lfm2", '<think>Hm.</think>Checking.<|tool_call_start|>[get_weather(city="Paris"), plan(steps=[{"do": "pack", '
-     '"with": ["map", "tea"]}, {"do": "go", "at": {"h": 9, "tz": "CET"}}], dry=False)]<|tool_call_end|>', {}, "Hm.",
-     "Checking.", [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
-    ("nemotron-v2", f'Hm.\n</think>\n<TOOLCALL>[{{"name": "get_weather", "arguments": {_j(WEATHER)}}}]</TOOLCALL>',
-     {"thinking": True}, "Hm.", "", [("get_weather", WEATHER)]),  # fmt: skip
-    ("apriel", f'<tool_calls>[{{"name": "plan", "arguments": {_j(PLAN)}}}]</tool_calls>', {}, "", "",
-     [("plan", PLAN)]),  # fmt: skip
+    (
+        "granite",
+        f'<think>Hm.</think><|tool_call|>[{{"name": "plan", "arguments": {_j(PLAN)}}}]',
+        {},
+        "Hm.",
+        "",
+        [("plan", PLAN)],
+    ),
+    (
+        "kimi-k2",
+        f"<think>ok</think>Calling.<|tool_calls_section_begin|>{_kimi(0, 'get_weather', WEATHER)}"
+        f"{_kimi(1, 'plan', PLAN)}<|tool_calls_section_end|>",
+        {},
+        "ok",
+        "Calling.",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "apertus",
+        f'<|inner_prefix|>Think.<|inner_suffix|><|tools_prefix|>[{{"get_weather": {_j(WEATHER)}}}, '
+        f'{{"plan": {_j(PLAN)}}}]<|tools_suffix|>',
+        {},
+        "Think.",
+        "",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "lfm2",
+        '<think>Hm.</think>Checking.<|tool_call_start|>[get_weather(city="Paris"), plan(steps=[{"do": "pack", '
+        '"with": ["map", "tea"]}, {"do": "go", "at": {"h": 9, "tz": "CET"}}], dry=False)]<|tool_call_end|>',
+        {},
+        "Hm.",
+        "Checking.",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "nemotron-v2",
+        f'Hm.\n</think>\n<TOOLCALL>[{{"name": "get_weather", "arguments": {_j(WEATHER)}}}]</TOOLCALL>',
+        {"thinking": True},
+        "Hm.",
+        "",
+        [("get_weather", WEATHER)],
+    ),
+    (
+        "apriel",
+        f'<tool_calls>[{{"name": "plan", "arguments": {_j(PLAN)}}}]</tool_calls>',
+        {},
+        "",
+        "",
+        [("plan", PLAN)],
+    ),
     # Magistral / Ministral 3: [THINK] and name[ARGS]; Mistral Small 3.2 adds [CALL_ID]
-    ("mistral", f"[THINK]Paris?[/THINK][TOOL_CALLS]get_weather[ARGS]{_j(WEATHER)}"
-     f"[TOOL_CALLS]plan[CALL_ID]123456789[ARGS]{_j(PLAN)}", {}, "Paris?", "",
-     [("get_weather", WEATHER), ("plan", PLAN)]),  # fmt: skip
-    ("hermes", f'<think>ok</think>Sure.<tool_call>\n{{"name": "plan", "arguments": {_j(PLAN)}}}\n</tool_call>', {},
-     "ok", "Sure.", [("plan", PLAN)]),  # fmt: skip
+    (
+        "mistral",
+        f"[THINK]Paris?[/THINK][TOOL_CALLS]get_weather[ARGS]{_j(WEATHER)}"
+        f"[TOOL_CALLS]plan[CALL_ID]123456789[ARGS]{_j(PLAN)}",
+        {},
+        "Paris?",
+        "",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "hermes",
+        f'<think>ok</think>Sure.<tool_call>\n{{"name": "plan", "arguments": {_j(PLAN)}}}\n</tool_call>',
+        {},
+        "ok",
+        "Sure.",
+        [("plan", PLAN)],
+    ),
 ]
 
 
@@ -174,19 +318,23 @@ def test_each_real_template_is_recognised(file: str, family: str) -> None:
     assert syntax_of((TEMPLATES / f"{file}.jinja").read_text()) == family
 
 
-@pytest.mark.parametrize(("family", "text", "kw", "reasoning", "content", "calls"), CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])  # fmt: skip
-def test_whole_outputs(family: str, text: str, kw: dict[str, Any], reasoning: str, content: str,
-                       calls: list[tuple[str, Any]]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("family", "text", "kw", "reasoning", "content", "calls"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
+def test_whole_outputs(
+    family: str, text: str, kw: dict[str, Any], reasoning: str, content: str, calls: list[tuple[str, Any]]
+) -> None:
     msg = parse(text, syntax=family, **kw)
     assert (msg.reasoning_content, msg.content, _calls(msg)) == (reasoning, content, calls)
     assert len({c.id for c in msg.tool_calls}) == len(calls)
 
 
-@pytest.mark.parametrize(("family", "text", "kw", "reasoning", "content", "calls"), CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])  # fmt: skip
-def test_streamed_prefixes_give_consistent_deltas(family: str, text: str, kw: dict[str, Any], reasoning: str,
-                                                 content: str, calls: list[tuple[str, Any]]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("family", "text", "kw", "reasoning", "content", "calls"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
+def test_streamed_prefixes_give_consistent_deltas(
+    family: str, text: str, kw: dict[str, Any], reasoning: str, content: str, calls: list[tuple[str, Any]]
+) -> None:
     """Re-parsing after every character (a worst case of tokens): content and reasoning only grow,
     a call's name never changes once sent and its arguments only grow, no markup leaks, and the
     deltas add up to the whole parse."""
@@ -233,18 +381,34 @@ def test_xml_parameters_take_their_schema_types() -> None:
 
 
 def test_a_half_written_call_waits_for_its_name() -> None:
-    partial = parse("Sure.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_wea", syntax="kimi-k2",
-                    final=False)  # fmt: skip
+    partial = parse(
+        "Sure.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_wea", syntax="kimi-k2", final=False
+    )
     assert (partial.content, partial.tool_calls) == ("Sure.", [])
     started = parse(f"{DS_CALLS}{DS_CALL}plan{DS_SEP}" + '{"steps": [{"do"', syntax="deepseek", final=False)
     assert [(c.name, c.arguments) for c in started.tool_calls] == [("plan", '{"steps": [{"do"')]
 
 
-WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "the weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 ASK = {"role": "user", "content": "What is the weather in Paris?"}
-CALLED = {"role": "assistant", "content": "", "tool_calls": [{"id": "abcDEF123", "type": "function",  # Nemo: 9 alnum
-          "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}  # fmt: skip
+CALLED = {
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [
+        {
+            "id": "abcDEF123",
+            "type": "function",  # Nemo: 9 alnum
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+        }
+    ],
+}
 WRITES_NO_PAST_CALLS = {"LFM2-8B-A1B", "ibm-granite-granite-3.3-2B-Instruct"}  # their templates drop them
 
 
@@ -254,17 +418,23 @@ def test_the_template_renders_tools_and_its_own_calls_read_back(file: str, famil
     template itself, or a system message where it does not), calls are read in the family's
     syntax, and a past call as the template writes it parses back to that call -- the template's
     own syntax is what the parser expects (llama.cpp's ``expect_reconstruction``)."""
-    renderer = JinjaRenderer((TEMPLATES / f"{file}.jinja").read_text(), bos="<s>", eos="</s>", add_bos=False,
-                             add_eos=False)  # fmt: skip
+    renderer = JinjaRenderer(
+        (TEMPLATES / f"{file}.jinja").read_text(), bos="<s>", eos="</s>", add_bos=False, add_eos=False
+    )
     asked, syntax, grammar = chat_prompt(renderer, {"messages": [ASK], "tools": [WEATHER_TOOL]}, {})
     assert "get_weather" in asked.prompt and syntax == family and grammar is None
     if file in WRITES_NO_PAST_CALLS:
         return
-    past, _, _ = chat_prompt(renderer, {"messages": [ASK, CALLED], "tools": [WEATHER_TOOL],
-                                        "add_generation_prompt": False}, {})  # fmt: skip
+    past, _, _ = chat_prompt(
+        renderer, {"messages": [ASK, CALLED], "tools": [WEATHER_TOOL], "add_generation_prompt": False}, {}
+    )
     # what the assistant wrote: after the generation prompt, or after the question where the
     # template renders a past turn differently (a reasoning model drops its thinking)
-    start = len(asked.prompt) if past.prompt.startswith(asked.prompt) else past.prompt.rindex(ASK["content"]) + len(ASK["content"])
+    start = (
+        len(asked.prompt)
+        if past.prompt.startswith(asked.prompt)
+        else past.prompt.rindex(ASK["content"]) + len(ASK["content"])
+    )
     wrote = parse(past.prompt[start:], syntax=syntax, family=family)
     assert _calls(wrote) == [("get_weather", {"city": "Paris"})], past.prompt[start:]
 
@@ -272,11 +442,23 @@ def test_the_template_renders_tools_and_its_own_calls_read_back(file: str, famil
 # -- grammars ------------------------------------------------------------------------------------
 
 TOOLS = [
-    {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string",
-     "enum": ["Paris", "Rome"]}}, "required": ["city"]}},  # fmt: skip
-    {"name": "plan", "parameters": {"type": "object", "properties": {
-        "steps": {"type": "array", "items": {"type": "object"}}, "note": {"type": "string"}}, "required": ["steps"]}},
-]  # fmt: skip
+    {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+            "required": ["city"],
+        },
+    },
+    {
+        "name": "plan",
+        "parameters": {
+            "type": "object",
+            "properties": {"steps": {"type": "array", "items": {"type": "object"}}, "note": {"type": "string"}},
+            "required": ["steps"],
+        },
+    },
+]
 
 
 @pytest.mark.parametrize("family", sorted(GRAMMAR_SYNTAXES))
@@ -293,9 +475,17 @@ def test_required_grammars_compile_with_the_familys_markers(family: str, paralle
     assert "get_weather" in gbnf and "plan" in gbnf
     named = tool_grammar(family, TOOLS, ["plan"], parallel=parallel, template=template)
     assert named is not None and "get_weather" not in named
-    marker = {"qwen3-coder": "<function=", "glm": "<arg_key>", "minimax-m2": "<invoke name=", "deepseek": "```json",
-              "kimi-k2": "<|tool_call_argument_begin|>", "gpt-oss": "<|constrain|>json", "mistral": "[ARGS]",
-              "command-r7b": "<|START_ACTION|>", "apertus": "<|tools_prefix|>"}.get(family)  # fmt: skip
+    marker = {
+        "qwen3-coder": "<function=",
+        "glm": "<arg_key>",
+        "minimax-m2": "<invoke name=",
+        "deepseek": "```json",
+        "kimi-k2": "<|tool_call_argument_begin|>",
+        "gpt-oss": "<|constrain|>json",
+        "mistral": "[ARGS]",
+        "command-r7b": "<|START_ACTION|>",
+        "apertus": "<|tools_prefix|>",
+    }.get(family)
     assert marker is None or marker in gbnf
 
 
@@ -308,37 +498,37 @@ def test_lfm2_has_no_grammar() -> None:
 W, P = '{"city": "Paris"}', '{"steps": [{"do": "x"}]}'
 WROTE = {
     "hermes": f'<tool_call>\n{{"name": "get_weather", "arguments": {W}}}\n</tool_call>\n'
-              f'<tool_call>\n{{"name": "plan", "arguments": {P}}}\n</tool_call>',
+    f'<tool_call>\n{{"name": "plan", "arguments": {P}}}\n</tool_call>',
     "mistral": f'[TOOL_CALLS][{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]',
     "llama3": f'{{"name": "get_weather", "parameters": {W}}}',
     "deepseek": f"{DS_CALLS}{DS_CALL}get_weather{DS_SEP}{W}{DS_END}{DS_CALL}plan{DS_SEP}{P}{DS_END}{DS_CALLS_END}",
     "kimi-k2": f"<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{W}"
-               f"<|tool_call_end|><|tool_call_begin|>functions.plan:1<|tool_call_argument_begin|>{P}<|tool_call_end|>"
-               "<|tool_calls_section_end|>",
+    f"<|tool_call_end|><|tool_call_begin|>functions.plan:1<|tool_call_argument_begin|>{P}<|tool_call_end|>"
+    "<|tool_calls_section_end|>",
     "functionary-v3.1": f"<function=get_weather>{W}</function><function=plan>{P}</function>",
     "functionary-v3.2": f"get_weather\n{W}>>>plan\n{P}",
     "nemotron-v2": f'<TOOLCALL>[{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]'
-                   "</TOOLCALL>",
+    "</TOOLCALL>",
     "apriel": f'<tool_calls>[{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]'
-              "</tool_calls>",
+    "</tool_calls>",
     "firefunction-v2": f' functools[{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]',
     "granite": f'<|tool_call|>[{{"name": "get_weather", "arguments": {W}}}, {{"name": "plan", "arguments": {P}}}]',
     "command-r7b": f'<|START_ACTION|>[\n    {{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {W}}},\n'
-                   f'    {{"tool_call_id": "1", "tool_name": "plan", "parameters": {P}}}\n]<|END_ACTION|>',
+    f'    {{"tool_call_id": "1", "tool_name": "plan", "parameters": {P}}}\n]<|END_ACTION|>',
     "apertus": f'<|tools_prefix|>[{{"get_weather": {W}}}, {{"plan": {P}}}]<|tools_suffix|>',
     "gpt-oss": f"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{W}",
     "qwen3-coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
-                   "</tool_call>\n<tool_call>\n<function=plan>\n<parameter=steps>\n[{\"do\": \"x\"}]\n</parameter>\n"
-                   "</function>\n</tool_call>",
+    '</tool_call>\n<tool_call>\n<function=plan>\n<parameter=steps>\n[{"do": "x"}]\n</parameter>\n'
+    "</function>\n</tool_call>",
     "seed-oss": "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n"
-                "</seed:tool_call>\n<seed:tool_call>\n<function=plan>\n<parameter=steps>[{\"do\": \"x\"}]</parameter>\n"
-                "</function>\n</seed:tool_call>",
+    '</seed:tool_call>\n<seed:tool_call>\n<function=plan>\n<parameter=steps>[{"do": "x"}]</parameter>\n'
+    "</function>\n</seed:tool_call>",
     "glm": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>\n"
-           "<tool_call>plan\n<arg_key>steps</arg_key>\n<arg_value>[{\"do\": \"x\"}]</arg_value>\n</tool_call>",
+    '<tool_call>plan\n<arg_key>steps</arg_key>\n<arg_value>[{"do": "x"}]</arg_value>\n</tool_call>',
     "minimax-m2": '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
-                  '</invoke>\n<invoke name="plan">\n<parameter name="steps">[{"do": "x"}]</parameter>\n</invoke>\n'
-                  "</minimax:tool_call>",
-}  # fmt: skip
+    '</invoke>\n<invoke name="plan">\n<parameter name="steps">[{"do": "x"}]</parameter>\n</invoke>\n'
+    "</minimax:tool_call>",
+}
 WROTE_R1 = f"{DS_CALLS}{DS_CALL}function{DS_SEP}get_weather\n```json\n{W}```{DS_END}{DS_CALLS_END}"
 WROTE_MAGISTRAL = f"[TOOL_CALLS]get_weather[ARGS]{W}[TOOL_CALLS]plan[ARGS]{P}"
 
@@ -349,8 +539,9 @@ def vocab_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaModel]:
     log = LlamaLog(lambda level, text: None)
     log.install()
     path = write_tiny_gguf(tmp_path_factory.mktemp("vocab") / "tiny.gguf", chat_template=None)
-    llm = load_llama(str(path), ContextConfig(n_ctx=64, n_parallel=1, warmup=False), log=log,
-                     on_progress=lambda p: True).llm  # fmt: skip
+    llm = load_llama(
+        str(path), ContextConfig(n_ctx=64, n_parallel=1, warmup=False), log=log, on_progress=lambda p: True
+    ).llm
     yield llm
     llm.close()
 
@@ -377,11 +568,15 @@ def _accepts(llm: LlamaModel, gbnf: str, text: str) -> bool:
         lc.llama_sampler_free(sampler)
 
 
-@pytest.mark.parametrize(("family", "template", "text"), [
-    *((f, "", t) for f, t in sorted(WROTE.items())), ("deepseek", "```json", WROTE_R1), ("mistral", "[ARGS]", WROTE_MAGISTRAL),
-])  # fmt: skip
-def test_what_the_grammar_allows_the_parser_reads(vocab_llm: LlamaModel, family: str, template: str,
-                                                   text: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("family", "template", "text"),
+    [
+        *((f, "", t) for f, t in sorted(WROTE.items())),
+        ("deepseek", "```json", WROTE_R1),
+        ("mistral", "[ARGS]", WROTE_MAGISTRAL),
+    ],
+)
+def test_what_the_grammar_allows_the_parser_reads(vocab_llm: LlamaModel, family: str, template: str, text: str) -> None:
     """The family's grammar accepts its calls as the family writes them (llama.cpp's own grammar
     sampler decides), refuses a tool that is not offered, and the parser reads the calls back."""
     single = family in ("llama3", "gpt-oss") or text == WROTE_R1
