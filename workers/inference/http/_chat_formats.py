@@ -16,8 +16,9 @@ when no tool call has started, else ``(content, calls)``: the text before the
 calls and each call's ``(name, arguments)`` so far. It is called again after
 every token, so an unfinished call's arguments must only ever grow: JSON
 arguments are cut where the model has written them, and XML parameters
-(Qwen3-Coder, GLM, MiniMax-M2, Seed-OSS) join the JSON object one whole
-parameter at a time; a call appears once its name is complete.
+(Qwen3-Coder, GLM, MiniMax-M2, Seed-OSS) join the JSON object as they are
+written when the tool's schema says they are strings, else once whole (their
+JSON type is known only then); a call appears once its name is complete.
 """
 
 from __future__ import annotations

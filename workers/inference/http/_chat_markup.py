@@ -129,19 +129,31 @@ def _typed(raw: str, schema: Any) -> Any:  # Any: a JSON value, from a JSON sche
         return raw
 
 
-def _xml_args(body: str, spec: _Xml, props: Mapping[str, Any], closed: bool) -> str:
-    """The JSON arguments of one call so far: every whole parameter, and ``}`` once the call is closed."""
+def _xml_args(body: str, spec: _Xml, props: Mapping[str, Any], closed: bool, final: bool) -> str:
+    """The JSON arguments of one call so far: every whole parameter, then the text so far of a
+    ``string`` one still being written (so long code streams as it is written; held back: what may
+    be the start of its closing tag, and with ``trim_newlines`` a trailing newline), and ``}`` once
+    the call is closed. Other parameters join when whole: their JSON type is known only then."""
     parts = []
     i = 0
     while (m := spec.param.search(body, i)) is not None:
+        key = json.dumps(m.group(1), ensure_ascii=False)
         end = body.find(spec.param_close, m.end())
         if end < 0:
+            schema = props.get(m.group(1))
+            if isinstance(schema, dict) and schema.get("type") == "string":
+                raw = body[m.end() :]
+                raw = raw[: len(raw) - (0 if final else held(raw, (spec.param_close,)))]
+                if spec.trim_newlines:
+                    raw = raw.removeprefix("\n") if len(raw) > 1 or final else ""
+                    raw = raw if final else raw.rstrip("\n")
+                parts.append(f"{key}: {json.dumps(raw, ensure_ascii=False)[:-1]}")
             break
         raw = body[m.end() : end]
         if spec.trim_newlines:
             raw = raw.removeprefix("\n").removesuffix("\n")
         value = _typed(raw, props.get(m.group(1)))
-        parts.append(f"{json.dumps(m.group(1), ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}")
+        parts.append(f"{key}: {json.dumps(value, ensure_ascii=False)}")
         i = end + len(spec.param_close)
     return "{" + ", ".join(parts) + ("}" if closed else "")
 
@@ -161,7 +173,7 @@ def xml_calls(spec: _Xml, content_ends: tuple[str, ...]) -> Reader:
             close = rest.find(spec.call_close, m.end())
             body = rest[m.end() : close if close >= 0 else len(rest)]
             props = (types.get(name) or {}).get("properties") or {}
-            calls.append((name, _xml_args(body, spec, props, close >= 0)))
+            calls.append((name, _xml_args(body, spec, props, close >= 0, final)))
             if close < 0:
                 break
             i = close + len(spec.call_close)

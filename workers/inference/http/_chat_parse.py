@@ -152,13 +152,16 @@ def _content(text: str, fam: Family, final: bool, markers: tuple[str, ...]) -> s
     return text if text.strip() else ""  # only whitespace so far: may be the space before a call
 
 
-def _parse_harmony(text: str, reasoning_format: str, final: bool, ids: Callable[[int], str]) -> ChatMessage:
+def _parse_harmony(
+    text: str, reasoning_format: str, final: bool, ids: Callable[[int], str], tools: bool
+) -> ChatMessage:  # fmt: skip
     if reasoning_format == "none":
         keep = 0 if final else held(text, HARMONY_MARKERS)
         return ChatMessage(content=text[: len(text) - keep])
     reasoning, content, calls = harmony(text, final)
     msg = ChatMessage(reasoning_content=reasoning, content=content)
-    msg.tool_calls = [ToolCall(name, args, ids(i)) for i, (name, args) in enumerate(calls)]
+    if tools:  # no tools asked for (or tool_choice none): a message to a function is not read as a call
+        msg.tool_calls = [ToolCall(name, args, ids(i)) for i, (name, args) in enumerate(calls)]
     return msg
 
 
@@ -175,7 +178,7 @@ def parse(
     """
     fam = FAMILIES[family or syntax or "generic"]
     if fam.name == "gpt-oss":
-        return _parse_harmony(text, reasoning_format, final, ids)
+        return _parse_harmony(text, reasoning_format, final, ids, syntax is not None)
     reasoning, rest = _split_reasoning(text, reasoning_format, thinking, final, fam)
     msg = ChatMessage(reasoning_content=reasoning)
     if reasoning_format == "deepseek-legacy" and (reasoning or thinking):

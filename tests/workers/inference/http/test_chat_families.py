@@ -588,3 +588,28 @@ def test_what_the_grammar_allows_the_parser_reads(vocab_llm: LlamaModel, family:
     assert one is not None and (single or not _accepts(vocab_llm, one, text))  # one call unless parallel
     expected = [("get_weather", {"city": "Paris"})] + ([] if single else [("plan", {"steps": [{"do": "x"}]})])
     assert _calls(parse(text, syntax=family, types={t["name"]: t["parameters"] for t in TOOLS})) == expected
+
+
+@pytest.mark.parametrize("family", ["qwen3-coder", "seed-oss", "glm", "minimax-m2"])
+def test_a_string_parameter_streams_as_it_is_written(family: str) -> None:
+    """Long text (code to write) reaches the client while the model writes it, not at its closing
+    tag, and still ends as the whole parse's value, quotes and newlines included."""
+    code = 'def f():\n    return "</par"\n\n'
+    text = {"qwen3-coder": _xml_qwen, "seed-oss": _xml_seed, "glm": _glm}.get(family, lambda n, a: _minimax([(n, a)]))(
+        "write", {"path": "a.py", "code": code}
+    )
+    types = {"write": {"properties": {"path": {"type": "string"}, "code": {"type": "string"}}}}
+    before, pieces = ChatMessage(), []
+    for end in range(1, len(text) + 1):
+        now = parse(text[:end], syntax=family, final=end == len(text), types=types)
+        pieces += [d.tool_arguments for d in diff(before, now) if d.tool_arguments]
+        before = now
+    expected = {"path": "a.py", "code": code}
+    assert json.loads("".join(pieces)) == expected == json.loads(before.tool_calls[0].arguments)
+    assert len(pieces) > len(code) // 2  # character by character, not one piece per parameter
+
+
+def test_gpt_oss_without_tools_reads_no_call() -> None:
+    text = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + _j(WEATHER)
+    assert parse(text, syntax=None, family="gpt-oss").tool_calls == []
+    assert _calls(parse(text, syntax="gpt-oss")) == [("get_weather", WEATHER)]
