@@ -3,7 +3,7 @@
 llama.cpp (``common/chat.cpp``) recognises a family from the text of the chat
 template -- a dedicated handler for templates it names
 (``common_chat_try_specialized_template``: GPT-OSS, Functionary v3.2, Kimi
-K2, LFM2, Qwen3-Coder, Ministral/Magistral, ...), and a "differential
+K2, LFM2, DeepSeek V3.2/V4, Qwen3-Coder, Ministral/Magistral, ...), and a "differential
 autoparser" for the rest, which renders the template with and without a tool
 call and reads the markers off the difference (DeepSeek R1/V3.1, Command R7B,
 FireFunction, Functionary v3.1, Granite, GLM, Apertus, Seed-OSS, MiniMax-M2,
@@ -16,7 +16,7 @@ when no tool call has started, else ``(content, calls)``: the text before the
 calls and each call's ``(name, arguments)`` so far. It is called again after
 every token, so an unfinished call's arguments must only ever grow: JSON
 arguments are cut where the model has written them, and XML parameters
-(Qwen3-Coder, GLM, MiniMax-M2, Seed-OSS) join the JSON object as they are
+(Qwen3-Coder, GLM, MiniMax-M2, Seed-OSS, DeepSeek's DSML) join the JSON object as they are
 written when the tool's schema says they are strings, else once whole (their
 JSON type is known only then); a call appears once its name is complete.
 """
@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.inference.http._chat_markup import (
+    DEEPSEEK_DSML,
+    DSML,
     GLM,
     MINIMAX,
     QWEN3_CODER,
@@ -244,6 +246,11 @@ FAMILIES: dict[str, Family] = {
             starts=("<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
         ),
         Family("lfm2", lfm2, starts=("<|tool_call_start|>",)),
+        Family(
+            "deepseek-dsml",
+            xml_calls(DEEPSEEK_DSML, (f"<{DSML}function_calls>", f"<{DSML}tool_calls>", f"<{DSML}invoke")),
+            starts=(f"<{DSML}function_calls>", f"<{DSML}tool_calls>", f"<{DSML}invoke"),
+        ),
         Family("deepseek", deepseek, starts=(DS_SECTION, DS_CALL)),
         Family(
             "minimax-m2",
@@ -289,6 +296,7 @@ def family_of(template: str) -> str:
         ("functionary-v3.2", ">>>all" in t),
         ("kimi-k2", "<|tool_calls_section_begin|>" in t and "<|tool_call_begin|>" in t),
         ("lfm2", "<|tool_list_start|>" in t or "List of tools: [" in t),
+        ("deepseek-dsml", "dsml_token" in t and "DSML" in t and ("function_calls" in t or "tool_calls" in t)),
         ("deepseek", DS_SECTION in t or DS_CALL in t),
         ("minimax-m2", "<minimax:tool_call>" in t or ("<invoke name=" in t and "]~b]" in t)),
         ("seed-oss", "<seed:tool_call>" in t),

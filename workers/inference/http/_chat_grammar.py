@@ -5,7 +5,8 @@ markers are literals, the function name a literal per allowed tool, and the
 arguments the tool's JSON schema through the JSON-schema converter
 (llama-cpp-python's :class:`~llama_cpp.llama_grammar.SchemaConverter`, one
 converter for every tool so shared rules are written once). Families that
-write parameters as XML (Qwen3-Coder, Seed-OSS, GLM, MiniMax-M2) get one
+write parameters as XML (Qwen3-Coder, Seed-OSS, GLM, MiniMax-M2, DeepSeek
+V3.2/V4's DSML) get one
 element per parameter: the required ones in the schema's order, then the
 optional ones; a ``string`` parameter is free text up to its closing tag,
 anything else JSON. LFM2 (Python-call syntax) has no grammar here: its
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.inference.http._chat_formats import DS_CALL, DS_CALL_END, DS_SECTION, DS_SECTION_END, DS_SEP
+from workers.inference.http._chat_markup import DSML
 from workers.inference.http._errors import ApiError
 
 NL = "\n"
@@ -103,39 +105,53 @@ def _shapes(template: str) -> dict[str, _Shape]:
 class _XmlShape:
     call_open: Callable[[str], str]  # the literal text before the parameters
     call_close: str
-    param_open: Callable[[str], str]
+    param_open: Callable[[str, bool], str]  # (key, whether its value is a string)
     param_close: str
     open: str = ""
     sep: str = ""
     close: str = ""
 
 
+def _xml_shapes(template: str) -> dict[str, _XmlShape]:
+    block = f"{DSML}function_calls" if "function_calls" in template else f"{DSML}tool_calls"  # V3.2, else V4
+    dsml = _XmlShape(
+        lambda n: f'<{DSML}invoke name="{n}">\n',
+        f"</{DSML}invoke>\n",
+        lambda k, string: f'<{DSML}parameter name="{k}" string="{"true" if string else "false"}">',
+        f"</{DSML}parameter>\n",
+        f"<{block}>\n",
+        "",
+        f"</{block}>",
+    )
+    return {**_XML, "deepseek-dsml": dsml}
+
+
 _XML = {
     "qwen3-coder": _XmlShape(
         lambda n: f"<tool_call>\n<function={n}>\n",
         "</function>\n</tool_call>",
-        lambda k: f"<parameter={k}>\n",
+        lambda k, _s: f"<parameter={k}>\n",
         "\n</parameter>\n",
         sep="\n",
     ),
     "seed-oss": _XmlShape(
         lambda n: f"<seed:tool_call>\n<function={n}>\n",
         "</function>\n</seed:tool_call>",
-        lambda k: f"<parameter={k}>",
+        lambda k, _s: f"<parameter={k}>",
         "</parameter>\n",
         sep="\n",
     ),
     "glm": _XmlShape(
         lambda n: f"<tool_call>{n}\n",
         "</tool_call>",
-        lambda k: f"<arg_key>{k}</arg_key>\n<arg_value>",
+        lambda k, _s: f"<arg_key>{k}</arg_key>\n<arg_value>",
         "</arg_value>\n",
         sep="\n",
     ),
     "minimax-m2": _XmlShape(
         lambda n: f'<invoke name="{n}">\n',
         "</invoke>\n",
-        lambda k: f'<parameter name="{k}">',
+        lambda k, _s: f'<parameter name="{k}">',
         "</parameter>\n",
         "<minimax:tool_call>\n",
         "",
@@ -146,6 +162,7 @@ _XML = {
 GRAMMAR_SYNTAXES = frozenset(
     {
         *_XML,
+        "deepseek-dsml",
         "hermes",
         "mistral",
         "llama3",
@@ -192,7 +209,8 @@ def _xml_params(conv: Any, shape: _XmlShape, params: dict[str, Any], rule: str) 
             value = f"{conv.not_literal(close.strip())}*"
         else:
             value = _visit(conv, schema if isinstance(schema, dict) else {}, f"{rule}-{key}")
-        element = f"{lit(shape.param_open(key))} {value} {lit(close)}"
+        is_string = isinstance(schema, dict) and schema.get("type") == "string"
+        element = f"{lit(shape.param_open(key, is_string))} {value} {lit(close)}"
         parts.append(element if key in required else f"( {element} )?")
     return " ".join(parts) if parts else '""'
 
@@ -204,7 +222,7 @@ def tool_grammar(
     conv = _converter()
     allowed = [fn for fn in fns if fn["name"] in names]
     calls = []
-    xml = _XML.get(syntax)
+    xml = _xml_shapes(template).get(syntax)
     shapes = _shapes(template)
     if xml is None and syntax not in shapes:
         return None

@@ -1,5 +1,6 @@
 """The building blocks of the tool-call syntaxes (pure functions): JSON cut where the model has
-written it, XML parameters, Python-call literals (LFM2) and GPT-OSS's harmony channels.
+written it, XML parameters (Qwen3-Coder, Seed-OSS, GLM, MiniMax-M2, DeepSeek's DSML), Python-call
+literals (LFM2) and GPT-OSS's harmony channels.
 
 Everything here reads a partial output as well as a whole one, so that its
 result only grows as tokens arrive (see :mod:`workers.inference.http._chat_formats`).
@@ -139,8 +140,10 @@ def _xml_args(body: str, spec: _Xml, props: Mapping[str, Any], closed: bool, fin
     while (m := spec.param.search(body, i)) is not None:
         key = json.dumps(m.group(1), ensure_ascii=False)
         end = body.find(spec.param_close, m.end())
+        schema = props.get(m.group(1))
+        if m.re.groups > 1 and m.group(2):  # DSML says it: string="true" is text, "false" JSON
+            schema = {"type": "string" if m.group(2) == "true" else "json"}
         if end < 0:
-            schema = props.get(m.group(1))
             if isinstance(schema, dict) and schema.get("type") == "string":
                 raw = body[m.end() :]
                 raw = raw[: len(raw) - (0 if final else held(raw, (spec.param_close,)))]
@@ -152,7 +155,7 @@ def _xml_args(body: str, spec: _Xml, props: Mapping[str, Any], closed: bool, fin
         raw = body[m.end() : end]
         if spec.trim_newlines:
             raw = raw.removeprefix("\n").removesuffix("\n")
-        value = _typed(raw, props.get(m.group(1)))
+        value = _typed(raw, schema)
         parts.append(f"{key}: {json.dumps(value, ensure_ascii=False)}")
         i = end + len(spec.param_close)
     return "{" + ", ".join(parts) + ("}" if closed else "")
@@ -202,6 +205,15 @@ MINIMAX = _Xml(
     "</invoke>",
     re.compile(r'<parameter name="([^"]+)">'),
     "</parameter>",
+    trim_newlines=False,
+)
+DSML = "｜DSML｜"  # noqa: RUF001 (DeepSeek V3.2/V4's full-width bars)
+# DeepSeek V3.2/V4: <DSML invoke name="N"><DSML parameter name="K" string="true|false">V</DSML parameter>...
+DEEPSEEK_DSML = _Xml(
+    re.compile(f'<{DSML}invoke name="([^"]+)">'),
+    f"</{DSML}invoke>",
+    re.compile(f'<{DSML}parameter name="([^"]+)"(?: string="(true|false)")?>'),
+    f"</{DSML}parameter>",
     trim_newlines=False,
 )
 

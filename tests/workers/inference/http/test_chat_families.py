@@ -25,6 +25,8 @@ TEMPLATES = Path(__file__).parent / "chat_templates"
 FAMILY_OF_FILE = {
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": "deepseek",
     "deepseek-ai-DeepSeek-V3.1": "deepseek",
+    "deepseek-ai-DeepSeek-V3.2": "deepseek-dsml",
+    "deepseek-ai-DeepSeek-V4": "deepseek-dsml",
     "Qwen3-Coder": "qwen3-coder",
     "openai-gpt-oss-120b": "gpt-oss",
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use": "command-r7b",
@@ -88,6 +90,23 @@ def _minimax(calls: list[tuple[str, dict[str, Any]]]) -> str:
     return f"<minimax:tool_call>\n{invokes}</minimax:tool_call>"
 
 
+DSML = "｜DSML｜"  # noqa: RUF001
+
+
+def _dsml(calls: list[tuple[str, dict[str, Any]]], block: str = "function_calls") -> str:
+    invokes = "".join(
+        f'<{DSML}invoke name="{n}">\n'
+        + "".join(
+            f'<{DSML}parameter name="{k}" string="{str(isinstance(v, str)).lower()}">'
+            f"{v if isinstance(v, str) else _j(v)}</{DSML}parameter>\n"
+            for k, v in a.items()
+        )
+        + f"</{DSML}invoke>\n"
+        for n, a in calls
+    )
+    return f"<{DSML}{block}>\n{invokes}</{DSML}{block}>"
+
+
 def _ds(name: str, args: dict[str, Any]) -> str:
     return f"{DS_CALL}{name}{DS_SEP}{_j(args)}{DS_END}"
 
@@ -107,6 +126,16 @@ def _harmony(name: str, args: dict[str, Any]) -> str:
 # (family, output, parse keywords, reasoning, content, calls): what llama.cpp's tests of each
 # family check (tests/test-chat.cpp), in our own cases.
 CASES: list[tuple[str, str, dict[str, Any], str, str, list[tuple[str, Any]]]] = [
+    # DeepSeek V3.2 (function_calls) and V4 (tool_calls): DSML, each parameter saying if it is a string
+    (
+        "deepseek-dsml",
+        "Both.</think>\n\n" + _dsml([("get_weather", {"city": "75001"}), ("plan", PLAN)]),
+        {"thinking": True},
+        "Both.",
+        "",
+        [("get_weather", {"city": "75001"}), ("plan", PLAN)],
+    ),
+    ("deepseek-dsml", "Sure.\n\n" + _dsml([("plan", PLAN)], "tool_calls"), {}, "", "Sure.\n\n", [("plan", PLAN)]),
     # DeepSeek V3.1: a prompt that opened <think>; content between the reasoning and the calls
     (
         "deepseek",
@@ -468,7 +497,7 @@ def test_required_grammars_compile_with_the_familys_markers(family: str, paralle
     parser accepts, naming each tool (a named ``tool_choice`` only that one)."""
     from llama_cpp.llama_grammar import LlamaGrammar
 
-    template = {"deepseek": "```json", "mistral": "[ARGS]"}.get(family, "")
+    template = {"deepseek": "```json", "mistral": "[ARGS]", "deepseek-dsml": "function_calls"}.get(family, "")
     gbnf = tool_grammar(family, TOOLS, ["get_weather", "plan"], parallel=parallel, template=template)
     assert gbnf is not None
     LlamaGrammar.from_string(gbnf, verbose=False)
@@ -529,6 +558,7 @@ WROTE = {
     '</invoke>\n<invoke name="plan">\n<parameter name="steps">[{"do": "x"}]</parameter>\n</invoke>\n'
     "</minimax:tool_call>",
 }
+WROTE["deepseek-dsml"] = _dsml([("get_weather", {"city": "Paris"}), ("plan", {"steps": [{"do": "x"}]})], "tool_calls")
 WROTE_R1 = f"{DS_CALLS}{DS_CALL}function{DS_SEP}get_weather\n```json\n{W}```{DS_END}{DS_CALLS_END}"
 WROTE_MAGISTRAL = f"[TOOL_CALLS]get_weather[ARGS]{W}[TOOL_CALLS]plan[ARGS]{P}"
 
