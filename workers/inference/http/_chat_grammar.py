@@ -9,8 +9,9 @@ write parameters as XML (Qwen3-Coder, Seed-OSS, GLM, MiniMax-M2, DeepSeek
 V3.2/V4's DSML) get one
 element per parameter: the required ones in the schema's order, then the
 optional ones; a ``string`` parameter is free text up to its closing tag,
-anything else JSON. LFM2 (Python-call syntax) has no grammar here: its
-``required`` is not enforced, and the output is still parsed.
+anything else JSON. LFM2 (Python-call syntax) and Gemma 4 (its own
+object syntax) have no grammar here: their ``required`` is not enforced, and
+the output is still parsed.
 """
 
 from __future__ import annotations

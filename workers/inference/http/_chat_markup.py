@@ -257,6 +257,68 @@ def lfm2(rest: str, final: bool, types: Types) -> tuple[str, list[Call]] | None:
     return rest[:at], calls
 
 
+# --- Gemma 4 ---------------------------------------------------------------------------------------------
+
+GEMMA_QUOTE = '<|"|>'  # Gemma 4 delimits strings with this token, and leaves keys bare
+_GEMMA_BARE = re.compile(r"[A-Za-z_][\w.-]*|-?[0-9][0-9eE.+-]*")
+
+
+def gemma_args(text: str, final: bool) -> tuple[str, bool]:
+    """Gemma 4's ``{key:<|"|>text<|"|>,n:3,list:[...]}`` as JSON text, as far as it is written
+    (a bare word or a quote token still being written is held back); and whether it closed."""
+    out: list[str] = []
+    depth, i, in_str = 0, 0, False
+    while i < len(text):
+        if text.startswith(GEMMA_QUOTE, i):
+            out.append('"')
+            in_str, i = not in_str, i + len(GEMMA_QUOTE)
+            continue
+        if not final and GEMMA_QUOTE.startswith(text[i:]):
+            break  # maybe the quote token, half-written
+        c = text[i]
+        if in_str:
+            out.append(json.dumps(c, ensure_ascii=False)[1:-1])
+            i += 1
+            continue
+        word = _GEMMA_BARE.match(text, i)
+        if word is not None:
+            end = word.end()
+            if end == len(text) and not final:
+                break  # the word may go on
+            token = word.group()
+            is_key = text.startswith(":", end)
+            out.append(json.dumps(token) if is_key else token)
+            i = end
+            continue
+        if c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+        if not c.isspace() or depth:
+            out.append(c)
+        i += 1
+        if depth == 0 and c == "}":
+            return "".join(out), True
+    return "".join(out), False
+
+
+def gemma4(rest: str, final: bool, types: Types) -> tuple[str, list[Call]] | None:
+    """``<|tool_call>call:NAME{...}<tool_call|>``, repeated (Gemma 4)."""
+    at = rest.find("<|tool_call>")
+    if at < 0:
+        return None
+    calls: list[Call] = []
+    for piece in rest[at:].split("<|tool_call>")[1:]:
+        head, brace, args = piece.removeprefix("call:").partition("{")
+        if not brace:
+            break  # the name is not complete yet
+        text, closed = gemma_args("{" + args.split("<tool_call|>", 1)[0], final)
+        calls.append((head.strip(), text))
+        if not closed:
+            break
+    return rest[:at], calls
+
+
 # --- GPT-OSS (harmony) --------------------------------------------------------------------------------
 
 _HARMONY_HEADER = re.compile(r"(?:<\|start\|>)?(?:assistant)?(.*?)<\|message\|>", re.DOTALL)

@@ -28,6 +28,7 @@ FAMILY_OF_FILE = {
     "deepseek-ai-DeepSeek-V3.2": "deepseek-dsml",
     "deepseek-ai-DeepSeek-V4": "deepseek-dsml",
     "Qwen3-Coder": "qwen3-coder",
+    "google-gemma-4-31B-it": "gemma4",
     "openai-gpt-oss-120b": "gpt-oss",
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use": "command-r7b",
     "fireworks-ai-llama-3-firefunction-v2": "firefunction-v2",
@@ -126,6 +127,26 @@ def _harmony(name: str, args: dict[str, Any]) -> str:
 # (family, output, parse keywords, reasoning, content, calls): what llama.cpp's tests of each
 # family check (tests/test-chat.cpp), in our own cases.
 CASES: list[tuple[str, str, dict[str, Any], str, str, list[tuple[str, Any]]]] = [
+    # Gemma 4: bare keys, <|"|> around strings, reasoning in a "thought" channel
+    (
+        "gemma4",
+        '<|channel>thought\nParis?<channel|>On it.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'
+        '<|tool_call>call:plan{steps:[{do:<|"|>pack<|"|>,with:[<|"|>map<|"|>,<|"|>tea<|"|>]},'
+        '{do:<|"|>go<|"|>,at:{h:9,tz:<|"|>CET<|"|>}}],dry:false}<tool_call|>',
+        {},
+        "Paris?",
+        "On it.",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    (
+        "gemma4",
+        '<|tool_call>call:get_weather{city:<|"|>a "quoted", {braced} <city><|"|>}<tool_call|>',
+        {},
+        "",
+        "",
+        [("get_weather", {"city": 'a "quoted", {braced} <city>'})],
+    ),
+    ("gemma4", "<|channel>thought<channel|>Hello, world!", {}, "", "Hello, world!", []),
     # DeepSeek V3.2 (function_calls) and V4 (tool_calls): DSML, each parameter saying if it is a string
     (
         "deepseek-dsml",
@@ -518,8 +539,9 @@ def test_required_grammars_compile_with_the_familys_markers(family: str, paralle
     assert marker is None or marker in gbnf
 
 
-def test_lfm2_has_no_grammar() -> None:
+def test_python_and_gemma_call_syntaxes_have_no_grammar() -> None:
     assert tool_grammar("lfm2", TOOLS, ["plan"], parallel=False) is None
+    assert tool_grammar("gemma4", TOOLS, ["plan"], parallel=False) is None
 
 
 # What each family's grammar lets a model write: two calls (one for llama3 and gpt-oss, which call
