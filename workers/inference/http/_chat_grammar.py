@@ -93,6 +93,7 @@ def _shapes(template: str) -> dict[str, _Shape]:
             ",\n    ",
             "\n]<|END_ACTION|>",
         ),
+        "command-r-plus": _Shape(_json_call("tool_name", "parameters"), "Action:\n```json\n[", ", ", "]\n```"),
         "apertus": _Shape(
             lambda n, a: f'"{{" {lit(json.dumps(n) + ": ")} {a} "}}"', "<|tools_prefix|>[", ", ", "]<|tools_suffix|>"
         ),
@@ -176,6 +177,7 @@ GRAMMAR_SYNTAXES = frozenset(
         "firefunction-v2",
         "granite",
         "command-r7b",
+        "command-r-plus",
         "apertus",
         "gpt-oss",
     }

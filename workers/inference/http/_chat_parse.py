@@ -19,7 +19,7 @@ list and each family's reader), among them:
 * ``generic`` (templates that know no tools): llama.cpp's generic JSON,
   ``{"tool_calls": [{"name": ..., "arguments": {...}}]}``, ``{"tool_call": {...}}`` or ``{"response": "..."}``;
 * DeepSeek R1/V3.1/V3.2/V4, Qwen3-Coder, GPT-OSS (harmony channels), Kimi K2, GLM,
-  MiniMax-M2, Seed-OSS, Command R7B, Apertus, LFM2, Gemma 4, Nemotron v2, Apriel,
+  MiniMax-M2, Seed-OSS, Command R7B, Command R+, Apertus, LFM2, Gemma 4, Nemotron v2, Apriel,
   FireFunction v2, Functionary v3.1/v3.2, Granite 3.
 
 Reasoning (``reasoning_format``): ``deepseek`` (llama-server's ``auto``) moves

@@ -31,6 +31,7 @@ FAMILY_OF_FILE = {
     "google-gemma-4-31B-it": "gemma4",
     "openai-gpt-oss-120b": "gpt-oss",
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use": "command-r7b",
+    "CohereForAI-c4ai-command-r-plus-tool_use": "command-r-plus",
     "fireworks-ai-llama-3-firefunction-v2": "firefunction-v2",
     "meetkai-functionary-medium-v3.1": "functionary-v3.1",
     "meetkai-functionary-medium-v3.2": "functionary-v3.2",
@@ -127,6 +128,17 @@ def _harmony(name: str, args: dict[str, Any]) -> str:
 # (family, output, parse keywords, reasoning, content, calls): what llama.cpp's tests of each
 # family check (tests/test-chat.cpp), in our own cases.
 CASES: list[tuple[str, str, dict[str, Any], str, str, list[tuple[str, Any]]]] = [
+    # Command R+: "Action:" then a ```json list of {"tool_name", "parameters"}
+    (
+        "command-r-plus",
+        'Looking.\nAction:\n```json\n[\n    {"tool_name": "get_weather", "parameters": {"city": "Paris"}},\n'
+        f'    {{"tool_name": "plan", "parameters": {_j(PLAN)}}}\n]\n```',
+        {},
+        "",
+        "Looking.\n",
+        [("get_weather", WEATHER), ("plan", PLAN)],
+    ),
+    ("command-r-plus", "<|CHATBOT_TOKEN|>Sunny.<|END_OF_TURN_TOKEN|>", {}, "", "Sunny.", []),
     # Gemma 4: bare keys, <|"|> around strings, reasoning in a "thought" channel
     (
         "gemma4",
@@ -444,7 +456,11 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "the weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "parameters": {  # Command R+'s template needs each parameter's description
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "the city"}},
+            "required": ["city"],
+        },
     },
 }
 ASK = {"role": "user", "content": "What is the weather in Paris?"}
@@ -581,6 +597,9 @@ WROTE = {
     "</minimax:tool_call>",
 }
 WROTE["deepseek-dsml"] = _dsml([("get_weather", {"city": "Paris"}), ("plan", {"steps": [{"do": "x"}]})], "tool_calls")
+WROTE["command-r-plus"] = (
+    f'Action:\n```json\n[{{"tool_name": "get_weather", "parameters": {W}}}, {{"tool_name": "plan", "parameters": {P}}}]\n```'
+)
 WROTE_R1 = f"{DS_CALLS}{DS_CALL}function{DS_SEP}get_weather\n```json\n{W}```{DS_END}{DS_CALLS_END}"
 WROTE_MAGISTRAL = f"[TOOL_CALLS]get_weather[ARGS]{W}[TOOL_CALLS]plan[ARGS]{P}"
 
