@@ -2,7 +2,8 @@
 
 One ``modelrouter serve --models-dir DIR --jinja --api-key KEY`` over tiny real GGUFs:
 ``tools`` has a Hermes-style template that writes tools and opens ``<think>`` when
-asked (``devtools.tiny_gguf.TOOLS_TEMPLATE``), ``plain`` has no template (ChatML, as
+asked (``devtools.tiny_gguf.TOOLS_TEMPLATE``), ``coder`` one of the Qwen3-Coder
+family (XML calls), ``plain`` has no template (ChatML, as
 llama-server falls back), ``vision`` has a multimodal projector beside it, ``audio``
 an audio projector (``devtools.tiny_audio_mmproj``). The weights
 are random, so answers are checked for shape, and tool calls are forced with
@@ -45,6 +46,15 @@ WEATHER = {
     },
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+# A short template of the Qwen3-Coder family (its markers are how llama.cpp and we recognise it):
+# calls are XML elements, one per parameter.
+CODER_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t.function.name }}\n{% endfor %}"
+    "Call: <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>"
+    "<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -55,6 +65,7 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     # Byte-level tokens: a prompt with tools is ~500 tokens.
     write_tiny_gguf(models / "tools.gguf", chat_template=TOOLS_TEMPLATE, n_ctx=CTX)
     write_tiny_gguf(models / "plain.gguf", chat_template=None, n_ctx=CTX)
+    write_tiny_gguf(models / "coder.gguf", chat_template=CODER_TEMPLATE, n_ctx=CTX)
     write_tiny_gguf(models / "vision" / "vision.gguf", n_ctx=CTX)
     write_tiny_mmproj(models / "vision" / "mmproj-F16.gguf")
     write_tiny_gguf(models / "audio" / "audio.gguf", n_ctx=CTX)
@@ -156,6 +167,25 @@ def test_streamed_tool_call_deltas_rebuild_the_call(oai: openai.OpenAI) -> None:
     assert finish == "tool_calls"
     assert len(ids) == 1 and names == ["get_weather"] and pieces > 1
     assert json.loads(args) == json.loads(whole[0].function.arguments)
+
+
+def test_a_qwen3_coder_family_call_is_xml_and_arrives_as_json(oai: openai.OpenAI) -> None:
+    """A template of another family than Hermes: the required call is written in its XML (the
+    grammar in that family's syntax), read back as OpenAI's JSON arguments, whole and streamed."""
+    kwargs: dict[str, Any] = {"model": "coder", "messages": ASK, "tools": [WEATHER], "tool_choice": "required",
+                              "max_tokens": 100, "temperature": 0}  # fmt: skip
+    choice = oai.chat.completions.create(**kwargs).choices[0]
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    calls = choice.message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)["city"] in ("Paris", "Rome")) for c in calls] == [
+        ("get_weather", True)
+    ]
+    names, args = [], ""
+    for chunk in oai.chat.completions.create(**kwargs, stream=True):
+        for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            names += [call.function.name] if call.function and call.function.name else []
+            args += call.function.arguments or "" if call.function else ""
+    assert names == ["get_weather"] and json.loads(args) == json.loads(calls[0].function.arguments)
 
 
 def test_a_tool_conversation_renders(svc: ServiceProcess) -> None:

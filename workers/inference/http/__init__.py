@@ -8,7 +8,10 @@
 * ``_front``: the batch engine's request front (``Llama``'s completion surface),
   ``_shapes``: its completion objects. Chats: ``_chat_template`` (the template, rendered
   as llama-server renders it), ``_chat_session`` (a request's prompt, grammar and run),
-  ``_chat_parse`` (output -> content, reasoning, tool calls; pure), ``_chat_openai``,
+  ``_chat_parse`` (output -> content, reasoning, tool calls; pure), ``_chat_formats`` (the
+  template families and their readers; pure) over ``_chat_markup`` (JSON, XML, Python-call
+  and harmony pieces; pure), ``_chat_grammar`` (each family's tool-call
+  grammar), ``_chat_openai``,
   ``_anthropic``, ``_responses`` (each API's shapes), ``_compat`` and ``_sse``. These load
   with the model, on the engine thread (:meth:`InferenceApp.make_front`), so this package
   does not export them.

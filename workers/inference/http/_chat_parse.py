@@ -8,35 +8,41 @@ construction. What is still ambiguous in a partial output (a trailing ``<``
 that may open ``</think>``, an unfinished tool call's JSON) is held back until
 the next token decides it.
 
-Tool-call syntaxes, chosen from the chat template's text as llama.cpp's
-autoparser recognises the families:
+Tool-call syntaxes, chosen from the chat template's text as llama.cpp
+recognises the families (:mod:`workers.inference.http._chat_formats` has the
+list and each family's reader), among them:
 
-* ``hermes`` (Qwen 2.5/3, Hermes, many fine-tunes):
+* ``hermes`` (Qwen 2.5/3, Hermes, Granite 4, many fine-tunes):
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, repeated for parallel calls;
-* ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``;
+* ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`` or ``[TOOL_CALLS]name[ARGS]{...}``;
 * ``llama3`` (Llama 3.x): a bare ``{"name": ..., "parameters": {...}}`` (after ``<|python_tag|>`` or not);
 * ``generic`` (templates that know no tools): llama.cpp's generic JSON,
-  ``{"tool_calls": [{"name": ..., "arguments": {...}}]}``, ``{"tool_call": {...}}`` or ``{"response": "..."}``.
+  ``{"tool_calls": [{"name": ..., "arguments": {...}}]}``, ``{"tool_call": {...}}`` or ``{"response": "..."}``;
+* DeepSeek R1/V3.1/V3.2/V4, Qwen3-Coder, GPT-OSS (harmony channels), Kimi K2, GLM,
+  MiniMax-M2, Seed-OSS, Command R7B, Command R+, Apertus, LFM2, Gemma 4, Nemotron v2, Apriel,
+  FireFunction v2, Functionary v3.1/v3.2, Granite 3.
 
 Reasoning (``reasoning_format``): ``deepseek`` (llama-server's ``auto``) moves
-``<think>...</think>`` to ``reasoning_content``; ``deepseek-legacy`` also
-keeps the tags in ``content``; ``none`` leaves everything in ``content``. A
-prompt that already opened ``<think>`` (a template's generation prompt) starts
-the output inside the reasoning.
+the family's reasoning (``<think>...</think>``, Seed-OSS's ``<seed:think>``,
+Command R7B's ``<|START_THINKING|>``, Magistral's ``[THINK]``, Apertus'
+``<|inner_prefix|>``, GPT-OSS's ``analysis`` channel) to
+``reasoning_content``; ``deepseek-legacy`` also keeps the tags in
+``content``; ``none`` leaves everything in ``content``. A prompt that already
+opened the reasoning (a template's generation prompt) starts the output inside it.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-SYNTAXES = ("hermes", "mistral", "llama3", "generic")
-_MARKERS = {"hermes": "<tool_call>", "mistral": "[TOOL_CALLS]"}
-_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+from workers.inference.http._chat_formats import FAMILIES, THINK, WRITES_FUNCTIONS, Family, family_of
+from workers.inference.http._chat_markup import HARMONY_MARKERS, Types, calls_in, harmony, held
+
+THINK_OPEN, THINK_CLOSE = THINK
+SYNTAXES = tuple(FAMILIES)
 
 
 @dataclass
@@ -66,137 +72,51 @@ class Delta:
 
 
 def syntax_of(template: str) -> str:
-    """The tool-call syntax a chat template's family uses."""
-    if "<tool_call>" in template:
-        return "hermes"
-    if "[TOOL_CALLS]" in template:
-        return "mistral"
-    if "<|python_tag|>" in template or "ipython" in template:
-        return "llama3"
-    return "generic"
+    """The tool-call syntax (the family) a chat template uses."""
+    return family_of(template)
 
 
 def template_knows_tools(template: str) -> bool:
-    """Whether a template writes the request's ``tools`` itself (else the generic system prompt does)."""
-    return "tools" in template
+    """Whether a template writes the request's ``tools`` itself (else a system message does);
+    FireFunction v2's writes them as its ``functions`` variable."""
+    return "tools" in template or WRITES_FUNCTIONS in template
 
 
-def _held(text: str, markers: tuple[str, ...]) -> int:
-    """How many trailing characters of ``text`` could be the start of a marker (kept back)."""
-    best = 0
-    for marker in markers:
-        for n in range(min(len(marker) - 1, len(text)), 0, -1):
-            if text.endswith(marker[:n]):
-                best = max(best, n)
-                break
-    return best
+def thinking_prompt(prompt: str, family: str) -> bool:
+    """Whether a rendered prompt ends inside the family's reasoning (its generation prompt opened it)."""
+    tail = prompt.rstrip()
+    return any(tail.endswith(open_) for open_, _ in FAMILIES[family].think)
 
 
-def _split_reasoning(text: str, fmt: str, thinking: bool, final: bool) -> tuple[str, str]:
+def _split_reasoning(text: str, fmt: str, thinking: bool, final: bool, fam: Family) -> tuple[str, str]:
     """``(reasoning, rest)`` of the output."""
-    if fmt == "none":
+    if fmt == "none" or not fam.think:
         return "", text
     stripped = text.lstrip()
-    if not thinking:
-        if stripped.startswith(THINK_OPEN):
-            text, thinking = stripped[len(THINK_OPEN) :], True
-        elif not final and THINK_OPEN.startswith(stripped) and stripped:
-            return "", ""  # maybe "<thi..." yet: decide at the next token
+    tags = fam.think[0]
+    if thinking:  # the prompt opened it: the first pair that closes in the output, else the family's own
+        tags = next(((o, c) for o, c in fam.think if c in text), tags)
+    else:
+        for open_, close in fam.think:
+            if stripped.startswith(open_):
+                text, thinking, tags = stripped[len(open_) :], True, (open_, close)
+                break
+            if not final and stripped and open_.startswith(stripped):
+                return "", ""  # maybe "<thi..." yet: decide at the next token
     if not thinking:
         return "", text
-    end = text.find(THINK_CLOSE)
+    end = text.find(tags[1])
     if end < 0:
-        keep = 0 if final else _held(text, (THINK_CLOSE,))
-        return text[: len(text) - keep], ""
-    return text[:end], text[end + len(THINK_CLOSE) :].lstrip("\n")
+        if final:
+            return text, ""
+        # trailing whitespace may be the end of the reasoning (trimmed at the close): held too
+        kept = text[: len(text) - held(text, (tags[1],))]
+        return kept.rstrip(), ""
+    return text[:end].rstrip(), text[end + len(tags[1]) :].lstrip("\n")
 
 
-def _scan_value(text: str, start: int) -> tuple[int, bool]:
-    """Where the JSON value at ``start`` ends (exclusive) and whether it is complete."""
-    depth, i, in_str = 0, start, False
-    while i < len(text):
-        c = text[i]
-        if in_str:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                in_str = False
-                if depth == 0:
-                    return i + 1, True
-        elif c == '"':
-            in_str = True
-        elif c in "{[":
-            depth += 1
-        elif c in "}]":
-            if depth == 0:
-                return i, True  # the end of the enclosing object: a scalar value ends here
-            depth -= 1
-            if depth == 0:
-                return i + 1, True
-        elif depth == 0 and c in ",\n":
-            return i, True
-        i += 1
-    return len(text), False
-
-
-def _object(text: str, arg_keys: tuple[str, ...]) -> tuple[str | None, str, bool, int]:
-    """One tool-call object at the start of ``text``: ``(name, arguments so far, complete, end)``."""
-    name_match = _NAME.search(text)
-    name = json.loads(f'"{name_match.group(1)}"') if name_match else None
-    args_at = -1
-    for key in arg_keys:
-        m = re.search(rf'"{key}"\s*:\s*', text)
-        if m:
-            args_at = m.end()
-            break
-    if args_at < 0 or args_at >= len(text):
-        end, done = _scan_value(text, 0)
-        return name, "", False, end
-    end, done = _scan_value(text, args_at)
-    args = text[args_at:end]
-    obj_end, obj_done = _scan_value(text, 0)
-    return name, args, done and obj_done, obj_end
-
-
-def _calls_in(body: str, arg_keys: tuple[str, ...]) -> tuple[list[tuple[str, str]], bool]:
-    """Tool calls ``(name, arguments)`` in a run of JSON objects (an array's items, or one object);
-    the second value: whether the last one is complete."""
-    calls: list[tuple[str, str]] = []
-    i = 0
-    complete = True
-    while i < len(body):
-        start = body.find("{", i)
-        if start < 0:
-            break
-        name, args, done, end = _object(body[start:], arg_keys)
-        if name is None:
-            complete = done
-            break
-        calls.append((name, args))
-        complete = done
-        i = start + end
-        if not done:
-            break
-    return calls, complete
-
-
-def _tool_section(rest: str, syntax: str) -> tuple[str, list[tuple[str, str]]] | None:
-    """``(content, calls)`` when ``rest`` holds (the start of) tool calls in ``syntax``; None if it does not."""
-    marker = _MARKERS.get(syntax)
-    if marker is not None:
-        at = rest.find(marker)
-        if at < 0:
-            return None
-        content = rest[:at]
-        if syntax == "mistral":
-            calls, _ = _calls_in(rest[at + len(marker) :], ("arguments",))
-            return content, calls
-        calls = []
-        for piece in rest[at:].split(marker)[1:]:
-            body = piece.split("</tool_call>", 1)[0]
-            found, _ = _calls_in(body, ("arguments", "parameters"))
-            calls += found[:1]
-        return content, calls
+def _json_section(rest: str, syntax: str) -> tuple[str, list[tuple[str, str]]] | None:
+    """Llama 3's and the generic syntax's calls: a bare JSON object that starts the answer."""
     head = rest.lstrip()
     if syntax == "llama3":
         head = head.removeprefix("<|python_tag|>").lstrip()
@@ -206,10 +126,10 @@ def _tool_section(rest: str, syntax: str) -> tuple[str, list[tuple[str, str]]] |
         for key, single in (('"tool_calls"', False), ('"tool_call"', True)):
             at = head.find(key)
             if 0 <= at < 8:
-                calls, _ = _calls_in(head[at + len(key) :], ("arguments",))
+                calls, _ = calls_in(head[at + len(key) :], ("arguments",))
                 return "", calls[:1] if single else calls
         return None
-    calls, _ = _calls_in(head, ("parameters", "arguments"))
+    calls, _ = calls_in(head, ("parameters", "arguments"))
     return ("", calls) if calls else None
 
 
@@ -222,30 +142,67 @@ def _generic_response(rest: str) -> str | None:
     return value["response"] if isinstance(value, dict) and isinstance(value.get("response"), str) else None
 
 
+def _content(text: str, fam: Family, final: bool, markers: tuple[str, ...]) -> str:
+    """Content as it may be sent now: the family's wrappers removed, a partial marker at the end held."""
+    for marker in fam.strip:
+        text = text.replace(marker, "")
+    if final:
+        return text
+    text = text[: len(text) - held(text, (*markers, *fam.strip))]
+    return text if text.strip() else ""  # only whitespace so far: may be the space before a call
+
+
+def _parse_harmony(
+    text: str, reasoning_format: str, final: bool, ids: Callable[[int], str], tools: bool
+) -> ChatMessage:  # fmt: skip
+    if reasoning_format == "none":
+        keep = 0 if final else held(text, HARMONY_MARKERS)
+        return ChatMessage(content=text[: len(text) - keep])
+    reasoning, content, calls = harmony(text, final)
+    msg = ChatMessage(reasoning_content=reasoning, content=content)
+    if tools:  # no tools asked for (or tool_choice none): a message to a function is not read as a call
+        msg.tool_calls = [ToolCall(name, args, ids(i)) for i, (name, args) in enumerate(calls)]
+    return msg
+
+
 def parse(
     text: str, *, syntax: str | None, reasoning_format: str = "deepseek", thinking: bool = False,
-    final: bool = True, ids: Callable[[int], str] = lambda i: f"call_{i}",
+    final: bool = True, ids: Callable[[int], str] = lambda i: f"call_{i}", family: str | None = None,
+    types: Types | None = None,
 ) -> ChatMessage:  # fmt: skip
-    """The message ``text`` (all of the output so far) means; ``syntax`` None: tools are not parsed."""
-    reasoning, rest = _split_reasoning(text, reasoning_format, thinking, final)
+    """The message ``text`` (all of the output so far) means.
+
+    ``syntax``: the tool-call syntax, None: tools are not parsed; ``family``: the template's family,
+    whose reasoning tags apply (default: ``syntax``'s); ``types``: each tool's parameters schema,
+    so XML-written parameters get their JSON types.
+    """
+    fam = FAMILIES[family or syntax or "generic"]
+    if fam.name == "gpt-oss":
+        return _parse_harmony(text, reasoning_format, final, ids, syntax is not None)
+    reasoning, rest = _split_reasoning(text, reasoning_format, thinking, final, fam)
     msg = ChatMessage(reasoning_content=reasoning)
     if reasoning_format == "deepseek-legacy" and (reasoning or thinking):
-        msg.content = text if not thinking else THINK_OPEN + text
+        msg.content = text if not thinking else fam.think[0][0] + text
         return msg
     if syntax is None:
-        msg.content = rest
+        msg.content = _content(rest, fam, final, ())
         return msg
-    section = _tool_section(rest, syntax)
+    tools = FAMILIES[syntax]
+    bare_json = syntax in ("llama3", "generic")
+    section = _json_section(rest, syntax) if bare_json else tools.reader(rest, final, types or {})
     if section is None:
-        json_like = syntax in ("llama3", "generic") and rest.lstrip().startswith(("{", "<|python_tag|>"))
+        json_like = bare_json and rest.lstrip().startswith(("{", "<|python_tag|>"))
         if json_like and not final:
             return msg  # a tool call or an answer in JSON: decided when it is complete
         response = _generic_response(rest) if syntax == "generic" and final else None
-        marker = _MARKERS.get(syntax)
-        keep = 0 if final or marker is None else _held(rest, (marker,))
-        msg.content = response if response is not None else rest[: len(rest) - keep]
+        if response is not None:
+            msg.content = response
+            return msg
+        body = tools.content(rest, final) if tools.content else rest
+        msg.content = _content(body, fam, final, tools.starts)
         return msg
-    msg.content, calls = section
+    content, calls = section
+    msg.content = _content(content, fam, True, ()) if content.strip() else ""
     msg.tool_calls = [ToolCall(name, args, ids(i)) for i, (name, args) in enumerate(calls)]
     return msg
 

@@ -5,12 +5,14 @@
 ``input_tokens`` count call it, so what ``/apply-template`` shows is what is
 evaluated. Tools (llama-server's ``common_chat_templates_apply_jinja``):
 
-* a template that writes ``tools`` itself gets them; one that does not gets
+* a template that writes ``tools`` itself gets them; one of a known family
+  that writes calls but not the tools (DeepSeek R1/V3.1) gets them in a
+  system message and is read in its family's syntax; any other gets
   llama.cpp's generic system prompt describing them, and its output is
   constrained to the generic JSON (a tool call, or ``{"response": ...}``);
 * ``tool_choice`` ``required`` (or a named function) constrains the output to
   tool calls in the template family's syntax with a grammar built from the
-  tools' JSON schemas (llama-cpp-python's ``json_schema_to_gbnf``), one call
+  tools' JSON schemas (:mod:`workers.inference.http._chat_grammar`), one call
   unless ``parallel_tool_calls``; ``auto`` lets the model choose and parses
   what it wrote; ``none`` parses no tool calls.
 
@@ -28,7 +30,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.inference.http._chat_parse import ChatMessage, Delta, diff, parse, syntax_of, template_knows_tools
+from workers.inference.http._chat_grammar import tool_grammar as family_grammar
+from workers.inference.http._chat_parse import (
+    ChatMessage,
+    Delta,
+    diff,
+    parse,
+    syntax_of,
+    template_knows_tools,
+    thinking_prompt,
+)
 from workers.inference.http._chat_template import Message, Rendered, message_text
 from workers.inference.http._errors import ApiError
 
@@ -42,12 +53,17 @@ _GENERIC_PROMPT = (
 )
 
 
+_POLYFILL_PROMPT = "You can call any of the following tools to satisfy the user's requests: "
+
+
 @dataclass(frozen=True)
 class ChatPlan:
     """What a chat request asks for, decided before anything runs."""
 
     rendered: Rendered
     syntax: str | None  # tool-call syntax to parse, None: no tools
+    family: str  # the template's family (its reasoning tags, GPT-OSS's channels)
+    types: dict[str, Any]  # Any: each tool's parameters schema, by name (XML parameters' JSON types)
     grammar: str | None  # GBNF constraining the output
     thinking: bool  # the prompt already opened <think>
     reasoning_format: str
@@ -110,8 +126,11 @@ def _gbnf(schema: dict[str, Any], rule: str) -> str:
     return re.sub(r"^root ::=", f"{rule} ::=", text, flags=re.MULTILINE)
 
 
-def tool_grammar(syntax: str, fns: list[dict[str, Any]], names: list[str], *, parallel: bool, free: bool) -> str:
-    """GBNF for tool calls in ``syntax``; ``free`` (generic syntax only): a plain answer is allowed too."""
+def tool_grammar(
+    syntax: str, fns: list[dict[str, Any]], names: list[str], *, parallel: bool, free: bool, template: str = ""
+) -> str | None:
+    """GBNF for tool calls in ``syntax``; ``free`` (generic syntax only): a plain answer is allowed too.
+    None: the family has no grammar here (LFM2), the output is parsed without one."""
     if syntax == "generic":
         call = _call_schema(fns, names, "arguments")
         calls = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
@@ -120,24 +139,29 @@ def tool_grammar(syntax: str, fns: list[dict[str, Any]], names: list[str], *, pa
             answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
             schema = {"anyOf": [schema, answer]}
         return _gbnf(schema, "root")
-    call_rule = _gbnf(_call_schema(fns, names, "parameters" if syntax == "llama3" else "arguments"), "tool-call")
-    if syntax == "hermes":
-        one = '"<tool_call>\\n" tool-call "\\n</tool_call>"'
-        root = f"root ::= {one}" + (f' ("\\n" {one})*' if parallel else "")
-    elif syntax == "mistral":
-        root = 'root ::= "[TOOL_CALLS][" tool-call' + (' ("," tool-call)*' if parallel else "") + ' "]"'
-    else:
-        root = "root ::= tool-call"
-    return root + "\n" + call_rule
+    return family_grammar(syntax, fns, names, parallel=parallel, template=template)
 
 
 def _generic_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Message]:
     """llama.cpp's generic tool prompt, added to (or as) the system message."""
     text = f"{_GENERIC_PROMPT}\n\nAvailable tools:\n" + "\n".join(json.dumps(fn, ensure_ascii=False) for fn in fns)
+    return _with_system(messages, text)
+
+
+def _with_system(messages: list[Message], text: str) -> list[Message]:
+    """``text`` added to the system message (or as one)."""
     if messages and messages[0].get("role") == "system":
         first = {**messages[0], "content": message_text(messages[0].get("content")) + "\n\n" + text}
         return [first, *messages[1:]]
     return [{"role": "system", "content": text}, *messages]
+
+
+def _tools_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Message]:
+    """The tools, for a template that writes calls but not the tools (minja's polyfill, which
+    llama.cpp used before its autoparser; without it such a model cannot know what it may call)."""
+    text = _POLYFILL_PROMPT + json.dumps([{"type": "function", "function": fn} for fn in fns], indent=2,
+                                         ensure_ascii=False)  # fmt: skip
+    return _with_system(messages, text)
 
 
 def _kwargs(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -163,14 +187,18 @@ def chat_prompt(
         fns = _tool_functions(tools)
         mode, names = _choice(body.get("tool_choice"), [fn["name"] for fn in fns])
         source = getattr(renderer, "source", "")
+        family = syntax_of(source)
         native = template_knows_tools(source)
+        # a template that writes calls in a family's syntax without describing the tools (DeepSeek R1,
+        # V3.1): its calls are read in that syntax, as llama.cpp reads them
+        own = native or family not in ("generic", "llama3")
         if mode != "none":
-            syntax = syntax_of(source) if native else "generic"
+            syntax = family if own else "generic"
             parallel = bool(body.get("parallel_tool_calls"))
             if mode == "required" or syntax == "generic":
-                grammar = tool_grammar(syntax, fns, names, parallel=parallel, free=mode != "required")
+                grammar = tool_grammar(syntax, fns, names, parallel=parallel, free=mode != "required", template=source)
         if not native:
-            messages = _generic_system(messages, fns)
+            messages = _tools_system(messages, fns) if own else _generic_system(messages, fns)
             tools = None
     rendered = renderer.render(messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
                                kwargs=kwargs)  # fmt: skip
@@ -202,11 +230,16 @@ def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], r
     sampling = {k: v for k, v in kwargs.items() if k not in _CHAT_ONLY}
     if rendered.stops:
         sampling["stop"] = [*sampling.get("stop", []), *rendered.stops]
+    family = syntax_of(getattr(renderer, "source", "") or "")
+    tools = kwargs.get("tools") if syntax is not None else None
+    types = {fn["name"]: fn.get("parameters") or {} for fn in _tool_functions(tools)} if tools else {}
     return ChatPlan(
         rendered=rendered,
         syntax=syntax,
+        family=family,
+        types=types,
         grammar=grammar,
-        thinking=rendered.prompt.rstrip().endswith("<think>"),
+        thinking=thinking_prompt(rendered.prompt, family),
         reasoning_format="deepseek" if fmt == "auto" else fmt,
         logprobs=(top or 0) if kwargs.get("logprobs") else None,
         sampling=sampling,
@@ -256,7 +289,7 @@ class ChatRun:
     def _parse(self, final: bool) -> ChatMessage:
         p = self.plan
         return parse(self.text, syntax=p.syntax, reasoning_format=p.reasoning_format, thinking=p.thinking,
-                     final=final, ids=lambda i: f"call_{self._ids}{i}")  # fmt: skip
+                     final=final, ids=lambda i: f"call_{self._ids}{i}", family=p.family, types=p.types)  # fmt: skip
 
     def deltas(self) -> Iterator[tuple[list[Delta], list[dict[str, Any]]]]:
         """Each step's deltas (and its logprobs entries), until the output ends; then :attr:`message` is whole."""

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.inference.http._chat_formats import WRITES_FUNCTIONS
 from workers.inference.http._errors import ApiError
 from workers.inference.llama import LlamaModel
 
@@ -77,13 +79,14 @@ def message_text(content: Any) -> str:
     return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
 
 
-def _template_message(msg: Message) -> Message:
+def _template_message(msg: Message, object_args: bool = True) -> Message:
     """A message as templates read it: string content, tool-call arguments as objects
-    (llama.cpp's ``func_args_not_string``: templates write them with ``| tojson``)."""
+    (llama.cpp's ``func_args_not_string``: templates write them with ``| tojson``) unless
+    ``object_args`` is false (a template that adds them to strings, as Functionary v3.2's does)."""
     out = dict(msg)
     out["content"] = message_text(msg.get("content"))
     calls = msg.get("tool_calls")
-    if isinstance(calls, list):
+    if isinstance(calls, list) and object_args:
         fixed = []
         for call in calls:
             fn = dict(call.get("function") or {}) if isinstance(call, dict) else {}
@@ -117,12 +120,23 @@ class JinjaRenderer:
         kwargs: dict[str, Any],
     ) -> Rendered:  # fmt: skip
         formatter = self._with_prompt if add_generation_prompt else self._without
-        context = {"enable_thinking": True, **kwargs}
+        now = datetime.datetime.now()
+        # llama.cpp's common_chat_extra_context: FireFunction's template writes today's date
+        context = {"enable_thinking": True, "datetime": now.strftime("%b %d %Y"),
+                   "date_string": now.strftime("%d %b %Y"), **kwargs}  # fmt: skip
         if tools:
             context["tools"] = tools
+        if WRITES_FUNCTIONS in self.source:  # FireFunction v2 reads the tools as JSON text, as llama.cpp gave them
+            context["functions"] = json.dumps(tools, indent=2) if tools else ""
         try:
-            msgs: Any = [_template_message(m) for m in messages]  # Any: llama-cpp-python types them as TypedDicts
-            prompt = formatter(messages=msgs, **context).prompt
+            try:
+                msgs: Any = [_template_message(m) for m in messages]  # Any: llama-cpp-python types them as TypedDicts
+                prompt = formatter(messages=msgs, **context).prompt
+            except TypeError:  # arguments as objects where the template adds strings: as the client sent them
+                if not any(m.get("tool_calls") for m in messages):
+                    raise
+                msgs = [_template_message(m, object_args=False) for m in messages]
+                prompt = formatter(messages=msgs, **context).prompt
         except ValueError:
             raise  # raise_exception() in the template: the client's chat is what it refuses
         except Exception as exc:  # an undefined variable, a type error inside the template
