@@ -39,7 +39,7 @@ from workers.inference.engine import (
 from workers.inference.http._chat_template import TemplateOptions
 from workers.inference.http._errors import ApiError
 from workers.inference.http._shapes import CompletionShaper
-from workers.inference.llama import LlamaModel, MediaPrompt, Tokenizer, TokenizingCancelled
+from workers.inference.llama import LlamaModel, LoraError, LoraKey, MediaPrompt, Tokenizer, TokenizingCancelled
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
 # The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
@@ -52,6 +52,7 @@ class _RequestContext:
     cache_prompt: bool = True
     ignore_eos: bool = False
     n_keep: int = 0
+    lora: LoraKey | None = None  # the request's own adapter set; None: the worker's
     result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
 
 
@@ -125,6 +126,15 @@ class CompletionFront:
 
     # -- the HTTP side ---------------------------------------------------------------
 
+    def _lora_of(self, lora: list[Any] | None) -> LoraKey | None:
+        """A request's ``lora`` as an adapter set (400 for an id no ``--lora`` adapter has)."""
+        if lora is None:
+            return None
+        try:
+            return self.llm.lora.request_key(lora)
+        except LoraError as exc:
+            raise ApiError(400, str(exc)) from None
+
     def run_job(self, job: Job) -> None:
         """Run a chat or completion job on this (HTTP) thread; attaches the result or stream to ``job``."""
         if job.kind not in ("chat", "completion", "messages", "responses"):
@@ -142,6 +152,7 @@ class CompletionFront:
             cache_prompt=opts.get("cache_prompt", True),
             ignore_eos=opts.get("ignore_eos", False),
             n_keep=opts.get("n_keep", 0),
+            lora=self._lora_of(opts.get("lora")),
         )
         self._local.ctx = ctx
         try:
@@ -331,7 +342,7 @@ class CompletionFront:
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
         ctx = self._ctx()
-        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain, media)
+        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain, media, ctx.lora)
         try:
             self.engine.enqueue(req)
         except EngineError:
