@@ -11,7 +11,9 @@ once per step). Each step, on the single engine thread:
    prefill: a long prompt takes several steps and never stalls the others;
    an image in a prompt is decoded by itself first, :mod:`~workers.inference.engine._media`);
 4. ``llama_decode``; then sample each row that has logits with the request's
-   sampler chain and hand the text to the request's queue.
+   sampler chain and hand the text to the request's queue. Slots whose LoRA
+   adapter sets differ (a request's own ``lora``) are never in one batch, as in
+   llama-server: 3 and 4 run once per set, each set applied just before.
 
 A request that arrives while a step runs joins at the next one (continuous batching). Python work per
 step is a few list operations per slot; sampling runs in C. HTTP threads only enqueue
@@ -201,18 +203,14 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
         self._admit(now)
         if self.embedding_enabled:
             self.llm.set_embeddings(False)  # logits for the generating slots
-        sets = lora_sets(self.slots) if lora.adapters else []
-        if len(sets) <= 1:  # the usual step: one adapter set (or none), one llama_decode
-            if sets:
-                lora.use(self.llm.lc, self.llm.ctx, sets[0])
-            logged = self._decode(None)
-        else:  # llama-server batches only slots with equal adapters: here, one decode per set
-            logged = ([], [])
-            for key in sets:
-                lora.use(self.llm.lc, self.llm.ctx, key)
-                decoded, prefilled = self._decode(key)
-                logged[0].extend(decoded)
-                logged[1].extend(prefilled)
+        sets: list[LoraKey | None] = [*lora_sets(self.slots)] if lora.adapters else []
+        logged: tuple[list[int], list[list[int]]] = ([], [])
+        for key in sets or [None]:  # one llama_decode per adapter set: one, usually
+            if key is not None:
+                lora.use(self.llm.lc, self.llm.ctx, key)  # nothing to do when the context has it already
+            decoded, prefilled = self._decode(key if len(sets) > 1 else None)
+            logged[0].extend(decoded)
+            logged[1].extend(prefilled)
         if logged[0] or logged[1]:
             with self._cv:  # steps_json copies the log from an HTTP thread
                 self.step_log.add(*logged)
