@@ -6,7 +6,8 @@ Each route declares its body type (``service.api.schemas``), so a malformed
 request is a 400 here, before it can take a model slot or reach a worker.
 The worker answers what it serves and 404/501 for what it does not (yet).
 (Not routed: ``/v1/audio/transcriptions``, whose multipart body would need
-rebuilding, and the conversation-stream routes ``/v1/stream*``.)
+rebuilding. The conversation-stream routes ``/v1/stream*`` go by conversation,
+not by model: :mod:`._stream_routes`.)
 
 In single-model mode (``-m``/``-hf``, :mod:`service.core.server_mode`) the
 same routes go to the one model whatever they name, so their declared bodies
