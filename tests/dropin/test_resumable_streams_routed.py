@@ -5,6 +5,7 @@ the conversation, in router mode with ``--api-key`` and in single-model mode (``
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,22 @@ def test_single_model_mode_routes_conversations_to_its_model(serve: Serve, model
     assert httpx.delete(f"{svc.url}/v1/stream", params={"conv_id": "solo"}, headers=AUTH, timeout=30).status_code == 204
     assert httpx.get(f"{svc.url}/v1/stream", params={"conv_id": "solo"}, headers=AUTH, timeout=30).status_code == 404
     assert _lookup(svc, "solo") == []
+
+
+@pytest.mark.timeout(240)
+def test_a_stop_cancels_a_request_still_waiting_for_its_model(serve: Serve, models_dir: Path) -> None:
+    """llama.cpp's ticket: ``DELETE /v1/stream`` of a conversation whose request waits for its model
+    (loading, then held 2 s by ``LLAMA_SERVER_DEBUG_FAKE_TIMING`` before it is sent) cancels it."""
+    svc = serve("--models-dir", str(models_dir), env={"LLAMA_SERVER_DEBUG_FAKE_TIMING": "1"})
+    body = {"model": "tiny-b", "prompt": "x", "n_predict": 2, "stream": True}
+    with ThreadPoolExecutor(1) as pool:
+        parked = pool.submit(httpx.post, f"{svc.url}/completion", json=body, timeout=120,
+                             headers={"X-Conversation-Id": "parked"})  # fmt: skip
+        wait_until(lambda: models(svc)["tiny-b"]["status"]["value"] in ("loading", "loaded"), "tiny-b to load")
+        stop = httpx.delete(f"{svc.url}/v1/stream", params={"conv_id": "parked"}, timeout=30)
+        assert stop.status_code == 204
+        answer = parked.result()
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["message"] == "request cancelled by a stop while the model was loading"
+    lookup = httpx.post(f"{svc.url}/v1/streams/lookup", json={"conversation_ids": ["parked"]}, timeout=30)
+    assert lookup.json() == [], "it never reached the worker"
