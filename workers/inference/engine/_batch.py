@@ -253,14 +253,13 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
 
     def _admit(self, now: float) -> None:
         assert self.llm is not None
-        own = self.llm.lora.key  # the worker's set, for requests without their own
         with self._cv:
             while self._pending:
                 req = self._pending[0]
                 if req.cancelled.is_set():
                     self._reject(self._pending.popleft(), RequestCancelled("request cancelled"))
                     continue
-                lora = own if req.lora is None else req.lora
+                lora = self.llm.lora.key if req.lora is None else req.lora  # None: the worker's own set
                 picked = pick_slot(self.slots, req.prompt if req.cache_prompt else [], lora=lora)
                 if picked is None:
                     return
