@@ -70,7 +70,9 @@ def test_a_request_brings_its_own_adapter_scales(spawn_worker: Any, tiny_gguf: P
         else:
             raise AssertionError(f"the stream ended after {len(pieces)} pieces, before the other request")
         steps = httpx.get(url + "/engine/steps", timeout=30).json()["steps"]  # while the stream still runs
+        slots = httpx.get(url + "/slots", timeout=30).json()
     assert any(len(step["decoded"]) == 2 for step in steps), "the two ran in the same steps"
+    assert sorted(str(s["params"]["lora"]) for s in slots) == ["[]", "[{'id': 0, 'scale': 1.0}]"], "/slots params.lora"
     assert other.result() == alone
     together = "".join(pieces)
     assert together == _with(url, 0.0, 2 * len(pieces) + 8)["content"][: len(together)]
