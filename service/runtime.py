@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from service.catalogue.sources import Catalogue
+from service.conversations import ConversationOwners
 from service.core.server_mode import ROUTER, ServerMode
 from service.event_store.async_store import AsyncEventStore
 from service.live_state import LiveState
@@ -54,3 +55,4 @@ class Runtime:
     warnings: list[str] = field(default_factory=list)  # shown on /health (e.g. an open bind without a key)
     mode: ServerMode = ROUTER  # single-model mode once -m / -hf resolved to one model (start-up)
     snapshots: SleepSnapshots | None = None  # sleeping models' last /props and /metrics
+    conversations: ConversationOwners = field(default_factory=ConversationOwners)  # X-Conversation-Id → model

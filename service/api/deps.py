@@ -106,6 +106,7 @@ def provide_forwarding(state: State) -> Forwarding:
         metrics=runtime.metrics,
         clock=runtime.clock,
         mode=runtime.mode,
+        conversations=runtime.conversations,
     )
 
 

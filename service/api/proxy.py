@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -25,8 +25,10 @@ from litestar.response import Stream
 
 from service.api.problems import Problem, llama_error_type, problem_response
 from service.cluster.forwarding import forward_headers
+from service.conversations import CONVERSATION_HEADER, ConversationOwners, conversation_id
 from service.core import events as ev
 from service.core.decision import Append
+from service.core.errors import CommandRejected
 from service.core.instance_lifecycle import crash_rejection
 from service.core.server_mode import ROUTER, ServerMode, target_model
 from service.core.state import RouterState
@@ -35,7 +37,7 @@ from service.metrics import RouterMetrics
 from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor, Lease
 
-_FORWARD_HEADERS = ("content-type", "accept")
+_FORWARD_HEADERS = ("content-type", "accept", CONVERSATION_HEADER)
 _log = structlog.get_logger(__name__)
 
 
@@ -52,6 +54,8 @@ class Forwarding:
     clock: Clock
     mode: ServerMode = ROUTER
     """Single-model mode sends every request to its one model, whatever it names."""
+    conversations: ConversationOwners = field(default_factory=ConversationOwners)
+    """Which model serves each ``X-Conversation-Id`` (the resumable streams' routing)."""
 
 
 def _record_completion(
@@ -82,10 +86,16 @@ CLIENT_CLOSED = 499
 waited for its model (nobody reads it; the log and ``request_completed`` say what happened)."""
 
 
-async def _enter_unless_disconnected(request: Request[Any, Any, Any], acquiring: Awaitable[Lease]) -> Lease | None:
+async def _enter_unless_disconnected(
+    request: Request[Any, Any, Any], acquiring: Awaitable[Lease], *, detached: bool = False
+) -> Lease | None:
     """Wait for a ready model (maybe queued, maybe loading), but give up the
     place in the queue as soon as the client disconnects (then None: an
-    ordinary outcome, not an exception for the ASGI server to log)."""
+    ordinary outcome, not an exception for the ASGI server to log). ``detached``:
+    a resumable stream's request waits whatever the client does (llama.cpp's router:
+    a page reload during the load must not lose the generation the session keeps)."""
+    if detached:
+        return await acquiring
     acquire = asyncio.ensure_future(acquiring)
     watch = asyncio.ensure_future(_until_disconnect(request))
     try:
@@ -153,6 +163,15 @@ def _answer(request: Request[Any, Any, Any], model: str, status: int, content: b
     return Response(content=content, status_code=status, media_type=media_type)
 
 
+def _canonical(live: LiveState, name: str) -> str:
+    """The model a name resolves to now (as given if it resolves to none: the acquire refuses it)."""
+    try:
+        found = live.state.resolve(name)
+    except CommandRejected:
+        return name
+    return found.name if found is not None else name
+
+
 def _forwarded(request: Request[Any, Any, Any]) -> tuple[str, str]:
     """The path (for ``request_completed``) and the target with its query."""
     path = request.url.path
@@ -184,10 +203,15 @@ async def proxy_request(
     raw = await request.body() if request.method == "POST" else b""
     auto = fwd.autoload if autoload is None else autoload
     path, target = _forwarded(request)
-    lease = await _enter_unless_disconnected(request, fwd.instances.acquire(name, autoload=auto))
+    conv = conversation_id(request.headers) if request.method == "POST" else ""
+    ticket = fwd.conversations.remember(conv, _canonical(fwd.live, name)) if conv else 0
+    lease = await _enter_unless_disconnected(request, fwd.instances.acquire(name, autoload=auto), detached=ticket > 0)
     if lease is None:
         _log.info("client_disconnected", model=name, route=path, waited_s=round(fwd.clock.monotonic() - started, 3))
         return Response(content=b"", status_code=CLIENT_CLOSED)
+    if ticket and not fwd.conversations.alive(conv, ticket):
+        lease.release()  # DELETE /v1/stream came while the model loaded: the stop wins, as in llama.cpp
+        raise Problem(400, "invalid_request", "request cancelled by a stop while the model was loading")
     model, endpoint = lease.model, lease.endpoint
     headers = forward_headers(request.headers, _FORWARD_HEADERS, lease.node)  # another node: its API key too
     fwd.metrics.observe_queue_wait(fwd.clock.monotonic() - started)

@@ -6,8 +6,8 @@ Each route declares its body type (``service.api.schemas``), so a malformed
 request is a 400 here, before it can take a model slot or reach a worker.
 The worker answers what it serves and 404/501 for what it does not (yet).
 OpenAI's ``/v1/audio/transcriptions`` is a multipart form: the router reads its
-``model`` field and forwards the body unchanged. (Not routed: the
-conversation-stream routes ``/v1/stream*``.)
+``model`` field and forwards the body unchanged. The conversation-stream routes
+``/v1/stream*`` go by conversation, not by model: :mod:`._stream_routes`.
 
 In single-model mode (``-m``/``-hf``, :mod:`service.core.server_mode`) the
 same routes go to the one model whatever they name, so their declared bodies

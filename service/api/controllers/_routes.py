@@ -24,6 +24,7 @@ from service.api.controllers._nodes import list_nodes
 from service.api.controllers._options import options_handlers
 from service.api.controllers._proxy_routes import proxy_routes
 from service.api.controllers._reload import reload_models
+from service.api.controllers._stream_routes import stream_routes
 
 CONTROL_HANDLERS = (
     list_models,
@@ -49,7 +50,7 @@ def route_handlers(*, control_body_limit: int, single: bool = False) -> list[Con
         route_handlers=[*options_handlers(CONTROL_HANDLERS), *CONTROL_HANDLERS],
         request_max_body_size=control_body_limit,
     )
-    routed = proxy_routes(single=single)
+    routed = [*proxy_routes(single=single), *stream_routes]
     return [
         *options_handlers([*routed, get_metrics, *disabled_routes, *dashboard_routes]),
         health,

@@ -47,6 +47,7 @@ from service.api.schemas._openai import (
     ModelRequest,
     PredictRequest,
     RerankRequest,
+    StreamsLookupRequest,
     TokenizeRequest,
 )
 from service.api.schemas._service import EventPage, EventView, GenerationSettings, HealthView, RouterProps, TailView
@@ -95,6 +96,7 @@ __all__ = [
     "RemoveAnswer",
     "RerankRequest",
     "RouterProps",
+    "StreamsLookupRequest",
     "TailView",
     "TokenizeRequest",
     "UnloadAnswer",

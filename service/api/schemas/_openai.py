@@ -228,6 +228,13 @@ class LoraScale(msgspec.Struct, frozen=True):
     scale: float = 0.0
 
 
+class StreamsLookupRequest(msgspec.Struct, frozen=True):
+    """``POST /v1/streams/lookup``: the conversations asked about. As llama-server, what is not
+    a list of non-empty strings asks about nothing (entries that are not are skipped)."""
+
+    conversation_ids: Any = None
+
+
 class PredictInstance(msgspec.Struct, frozen=True, rename={"request_format": "@requestFormat"}):
     """One Vertex AI instance: a routed body (its ``model`` names the worker) and the route."""
 

@@ -11,7 +11,9 @@ once per step). Each step, on the single engine thread:
    prefill: a long prompt takes several steps and never stalls the others;
    an image in a prompt is decoded by itself first, :mod:`~workers.inference.engine._media`);
 4. ``llama_decode``; then sample each row that has logits with the request's
-   sampler chain and hand the text to the request's queue.
+   sampler chain and hand the text to the request's queue. Slots whose LoRA
+   adapter sets differ (a request's own ``lora``) are never in one batch, as in
+   llama-server: 3 and 4 run once per set, each set applied just before.
 
 A request that arrives while a step runs joins at the next one (continuous batching). Python work per
 step is a few list operations per slot; sampling runs in C. HTTP threads only enqueue
@@ -36,9 +38,9 @@ from workers.inference.engine._media import decode_reached_media, keep_whole_med
 from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
 from workers.inference.engine._protocol import FrontFactory, JobRunner
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
-from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot, shift_context
+from workers.inference.engine._slots import Request, Slot, SlotState, lora_sets, pick_slot, shift_context
 from workers.inference.engine._tokens import TokenMixin
-from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel
+from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel, LoraKey
 
 if TYPE_CHECKING:
     from workers.inference.engine._job import Job
@@ -192,30 +194,49 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
         self._release_cancelled(now)
         if self._actions:
             self._run_slot_actions()
+        assert self.llm is not None
+        lora = self.llm.lora
         if self._embeds or (self._lane is not None and self._lane.pending):
+            if lora.adapters:
+                lora.use(self.llm.lc, self.llm.ctx, lora.key)  # embeddings decode with the worker's own set
             self._embed_step(now)
         self._admit(now)
-        batch = self._batch
-        assert batch is not None and self.llm is not None
         if self.embedding_enabled:
             self.llm.set_embeddings(False)  # logits for the generating slots
+        sets: list[LoraKey | None] = [*lora_sets(self.slots)] if lora.adapters else []
+        logged: tuple[list[int], list[list[int]]] = ([], [])
+        for key in sets or [None]:  # one llama_decode per adapter set: one, usually
+            if key is not None:
+                lora.use(self.llm.lc, self.llm.ctx, key)  # nothing to do when the context has it already
+            decoded, prefilled = self._decode(key if len(sets) > 1 else None)
+            logged[0].extend(decoded)
+            logged[1].extend(prefilled)
+        if logged[0] or logged[1]:
+            with self._cv:  # steps_json copies the log from an HTTP thread
+                self.step_log.add(*logged)
+
+    def _decode(self, lora: LoraKey | None) -> tuple[list[int], list[list[int]]]:
+        """One ``llama_decode`` of the slots with adapter set ``lora`` (None: every slot), then sampling;
+        answers what the step log records of it (request ids decoded, prompt chunks prefilled)."""
+        batch = self._batch
+        assert batch is not None and self.llm is not None
         if self.llm.projector is not None:  # images first, each decoded by itself (engine._media)
-            decode_reached_media(self.llm, self.slots, self._fail)
+            slots = self.slots if lora is None else [s for s in self.slots if s.lora == lora]
+            decode_reached_media(self.llm, slots, self._fail)
         batch.n = 0
-        gen, chunks = self._fill(batch)
+        gen, chunks = self._fill(batch, lora)
         if batch.n == 0:
-            return
+            return [], []
         ret = batch.decode(self.llm.ctx)
         if ret != 0:
             self._decode_failed(ret, gen, chunks)
-            return
+            return [], []
         self._budget = self.llm.cfg.n_batch
         self.metrics.on_decode(batch.n, sum(s.is_processing for s in self.slots))
         decoded = [s.request.id for s in gen if s.request is not None]  # read before _commit ends any
         prefilled = [[s.request.id, len(s.request.prompt), len(part)] for s, part in chunks if s.request]
         self._commit(gen, chunks, time.monotonic())
-        with self._cv:  # steps_json copies the log from an HTTP thread
-            self.step_log.add(decoded, prefilled)
+        return decoded, prefilled
 
     # -- admission and release ------------------------------------------------------
 
@@ -231,17 +252,22 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
                     self._reject(self._pending.popleft(), EngineStopping())
 
     def _admit(self, now: float) -> None:
+        assert self.llm is not None
         with self._cv:
             while self._pending:
                 req = self._pending[0]
                 if req.cancelled.is_set():
                     self._reject(self._pending.popleft(), RequestCancelled("request cancelled"))
                     continue
-                picked = pick_slot(self.slots, req.prompt if req.cache_prompt else [])
+                lora = self.llm.lora.key if req.lora is None else req.lora  # None: the worker's own set
+                picked = pick_slot(self.slots, req.prompt if req.cache_prompt else [], lora=lora)
                 if picked is None:
                     return
                 slot, n_common = picked
                 self._pending.popleft()
+                if slot.lora != lora:  # cells computed with other adapters are of no use
+                    self._drop_cache(slot)
+                    slot.lora = lora
                 self._launch(slot, req, n_common if req.cache_prompt else 0, now)
 
     def _launch(self, slot: Slot, req: Request, n_common: int, now: float) -> None:
@@ -303,13 +329,14 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
 
     # -- one step ---------------------------------------------------------------------
 
-    def _fill(self, batch: Batch) -> tuple[list[Slot], list[tuple[Slot, list[int]]]]:
-        """Generating slots' tokens first, then prompt chunks in arrival order, up to ``n_batch``."""
+    def _fill(self, batch: Batch, lora: LoraKey | None = None) -> tuple[list[Slot], list[tuple[Slot, list[int]]]]:
+        """Generating slots' tokens first, then prompt chunks in arrival order, up to ``n_batch``
+        (only the slots with adapter set ``lora`` unless it is None)."""
         assert self.llm is not None
         gen: list[Slot] = []
         now = time.monotonic()
         for s in self.slots:
-            if s.state is not SlotState.GENERATING:
+            if s.state is not SlotState.GENERATING or (lora is not None and s.lora != lora):
                 continue
             if len(s.cache) + 1 >= self.llm.n_ctx and not (self.context_shift and shift_context(self.llm, s)):
                 s.truncated = True
@@ -319,7 +346,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
             gen.append(s)
         chunks: list[tuple[Slot, list[int]]] = []
         budget = min(self._budget, batch.capacity - batch.n)
-        prefilling = [s for s in self.slots if s.state is SlotState.PROMPT]
+        prefilling = [s for s in self.slots if s.state is SlotState.PROMPT and (lora is None or s.lora == lora)]
         for s in sorted(prefilling, key=lambda s: s.request.id if s.request else 0):
             if budget <= 0 or s.request is None:
                 break

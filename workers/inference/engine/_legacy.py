@@ -104,6 +104,8 @@ class LegacyEngine:
         self._thread.start()
 
     def submit(self, job: Job) -> None:
+        if job.options.get("lora"):  # one Llama, one set of adapters: per-request sets are the batch engine's
+            raise RequestRejected("a per-request 'lora' needs the batch engine (not --engine legacy)")
         with self._lock:
             if not self._accepting:
                 raise EngineNotReady()

@@ -69,6 +69,7 @@ def _restore(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
         llm.seq_rm(slot.id, 0, -1)
         raise RequestRejected("Unable to restore slot: Invalid tokens in slot save file")
     slot.cache.extend(restored)
+    slot.lora = llm.lora.key  # a saved slot's adapters are unknown: taken as the worker's own
     ms = (time.perf_counter() - t0) * 1000.0
     return {"id_slot": slot.id, "filename": act.filename, "n_restored": len(restored), "n_read": n,
             "timings": {"restore_ms": round(ms, 3)}}  # fmt: skip
@@ -89,6 +90,7 @@ def _set_lora(llm: LlamaModel, slots: list[Slot], act: SlotAction) -> dict[str, 
     for s in slots:
         llm.seq_rm(s.id, 0, -1)
         s.cache.clear()
+        s.lora = llm.lora.key
     return {"success": True}
 
 

@@ -45,6 +45,7 @@ class Request:
     n_keep: int = 0  # prompt tokens a context shift keeps (-1: all of them)
     chain: Any = None  # its sampler chain, built on the HTTP thread; freed by the engine
     media: Any = None  # the prompt's images (a llama._mtmd.MediaPrompt), or None: see engine._media
+    lora: tuple[tuple[int, float], ...] | None = None  # its own adapter set (llama.LoraKey); None: the worker's
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -148,6 +149,7 @@ class Slot:
     last_request: Request | None = None
     truncated: bool = False  # this request's context filled up (shifted, or stopped short), as llama-server
     pos_delta: int = 0  # a token's position minus its cell index (M-RoPE images take fewer positions)
+    lora: tuple[tuple[int, float], ...] = ()  # the adapter set its cells were computed with (llama.LoraKey)
 
     @property
     def is_processing(self) -> bool:
@@ -189,7 +191,8 @@ class Slot:
         out["n_prompt_tokens"] = len(req.prompt)
         out["n_prompt_tokens_processed"] = self.timings.prompt_n
         out["n_prompt_tokens_cache"] = self.timings.cache_n
-        out["params"] = {**req.params.to_json(), "n_predict": req.max_tokens or -1, "stop": list(req.stop)}
+        out["params"] = {**req.params.to_json(), "n_predict": req.max_tokens or -1, "stop": list(req.stop),
+                         "lora": [{"id": i, "scale": scale} for i, scale in req.lora or ()]}  # fmt: skip
         out["next_token"] = [
             {
                 "has_next_token": self.is_processing,
@@ -213,25 +216,37 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def pick_slot(slots: list[Slot], prompt: list[int], similarity: float = 0.1) -> tuple[Slot, int] | None:
+def pick_slot(
+    slots: list[Slot], prompt: list[int], similarity: float = 0.1, lora: tuple[tuple[int, float], ...] = ()
+) -> tuple[Slot, int] | None:
     """The idle slot to run ``prompt`` in, and how many of its cached tokens match.
 
     Like llama-server: the idle slot sharing the longest prefix if that covers
     at least ``similarity`` of the prompt, else the least recently used one
-    (so other cached conversations survive).
+    (so other cached conversations survive). Only cells computed with the
+    request's adapter set ``lora`` match.
     """
     idle = [s for s in slots if s.state is SlotState.IDLE]
     if not idle:
         return None
     best, best_n = None, 0
     for s in idle:
-        n = common_prefix(s.cache, prompt)
+        n = common_prefix(s.cache, prompt) if s.lora == lora else 0
         if n > best_n:
             best, best_n = s, n
     if best is not None and best_n >= similarity * len(prompt):
         return best, best_n
     lru = min(idle, key=lambda s: (bool(s.cache), s.last_used))
-    return lru, common_prefix(lru.cache, prompt)
+    return lru, common_prefix(lru.cache, prompt) if lru.lora == lora else 0
+
+
+def lora_sets(slots: list[Slot]) -> list[tuple[tuple[int, float], ...]]:
+    """The distinct adapter sets of the processing slots, in slot order (one, usually)."""
+    sets: list[tuple[tuple[int, float], ...]] = []
+    for s in slots:
+        if s.state is not SlotState.IDLE and s.lora not in sets:
+            sets.append(s.lora)
+    return sets
 
 
 def shift_context(llm: Any, slot: Slot) -> bool:

@@ -11,7 +11,7 @@ HTTP thread (ctypes releases the GIL while llama.cpp tokenizes), so a long
 prompt never holds up the engine's step loop.
 
 Per-request extras that OpenAI's signature has no room for (the disconnect
-check, ``cache_prompt``) travel in a thread-local :class:`_RequestContext`.
+check, ``cache_prompt``, ``lora``) travel in a thread-local :class:`_RequestContext`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from workers.inference.engine import (
 from workers.inference.http._chat_template import TemplateOptions
 from workers.inference.http._errors import ApiError
 from workers.inference.http._shapes import CompletionShaper
-from workers.inference.llama import LlamaModel, MediaPrompt, Tokenizer, TokenizingCancelled
+from workers.inference.llama import LlamaModel, LoraKey, MediaPrompt, Tokenizer, TokenizingCancelled
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
 # The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
@@ -52,6 +52,7 @@ class _RequestContext:
     cache_prompt: bool = True
     ignore_eos: bool = False
     n_keep: int = 0
+    lora: LoraKey | None = None  # the request's own adapter set; None: the worker's
     result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
 
 
@@ -137,17 +138,16 @@ class CompletionFront:
                 raise ApiError(400, f"'n_cmpl' must be at most the number of slots ({self.engine.slot_count})")
             run_many(self, job, opts["n_cmpl"])
             return
-        ctx = _RequestContext(
-            client_gone=job.client_gone,
-            cache_prompt=opts.get("cache_prompt", True),
-            ignore_eos=opts.get("ignore_eos", False),
-            n_keep=opts.get("n_keep", 0),
-        )
-        self._local.ctx = ctx
-        try:
+        try:  # a ValueError (a bad template input, a LoraError) is the client's: 400
+            self._local.ctx = ctx = _RequestContext(
+                client_gone=job.client_gone,
+                cache_prompt=opts.get("cache_prompt", True),
+                ignore_eos=opts.get("ignore_eos", False),
+                n_keep=opts.get("n_keep", 0),
+                lora=self.llm.lora.request_key(opts["lora"]) if "lora" in opts else None,
+            )
             if job.kind == "chat":
-                include_usage = bool(opts.get("include_usage"))
-                result = self.create_chat_completion(**job.kwargs, include_usage=include_usage)
+                result = self.create_chat_completion(**job.kwargs, include_usage=bool(opts.get("include_usage")))
             elif job.kind in ("messages", "responses", "transcription"):
                 from workers.inference.http._compat import run_compat
 
@@ -334,7 +334,7 @@ class CompletionFront:
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
         ctx = self._ctx()
-        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain, media)
+        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain, media, ctx.lora)
         try:
             self.engine.enqueue(req)
         except EngineError:

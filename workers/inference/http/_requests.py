@@ -373,8 +373,12 @@ def request_options(body: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, bool):
                 raise ApiError(400, f"'{key}' must be a boolean")
             opts[key] = value
-    if body.get("lora"):  # the adapters are the context's: one set for every slot (llama/_lora.py)
-        raise ApiError(400, "a per-request 'lora' is not supported here; set the scales with POST /lora-adapters")
+    lora = body.get("lora")
+    if lora is not None:  # its own adapter set (checked against the adapters by the front)
+        if not isinstance(lora, list):
+            raise ApiError(400, "Error: 'lora' must be an array of objects with 'id' and 'scale' fields")
+        if lora:  # [] is the worker's own set, as in llama-server
+            opts["lora"] = lora
     n_cmpl = body.get("n_cmpl", body.get("n"))  # llama-server: "n" is n_cmpl's OpenAI alias
     if n_cmpl is not None:
         if not _is_token(n_cmpl) or n_cmpl < 1:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
     from workers.inference.llama._legacy_load import LoadedModel, load_model
     from workers.inference.llama._load import Loaded, LoadedLlama, load_llama
     from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
-    from workers.inference.llama._lora import LoraError, LoraSet, parse_specs
+    from workers.inference.llama._lora import LoraError, LoraKey, LoraSet, parse_specs
     from workers.inference.llama._model import MAX_SLOTS, POOLING, Batch, ContextConfig, LlamaModel
     from workers.inference.llama._mtmd import MEDIA_MARKER, MediaError, MediaPrompt, Projector
     from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
@@ -47,6 +47,7 @@ __all__ = [
     "LoadedLlama",
     "LoadedModel",
     "LoraError",
+    "LoraKey",
     "LoraSet",
     "MediaError",
     "MediaPrompt",
@@ -65,6 +66,7 @@ __all__ = [
 
 _HOMES = {
     "LoraError": "workers.inference.llama._lora",
+    "LoraKey": "workers.inference.llama._lora",
     "LoraSet": "workers.inference.llama._lora",
     "parse_specs": "workers.inference.llama._lora",
     "complete_import": "workers.inference.llama._bindings",

@@ -2,10 +2,13 @@
 
 llama.cpp loads each adapter file once for the model (``llama_adapter_lora_init``)
 and applies a list of them, each with its scale, to a context
-(``llama_set_adapters_lora``). The list is the context's, so it is global to
-the worker, as llama-server's ``POST /lora-adapters`` sets it: every slot
-decodes with the same adapters (llama-server's per-request ``lora`` member is
-refused, see docs/llama-cpp-compat.md).
+(``llama_set_adapters_lora``). The list is the context's: the worker's own
+scales (``--lora-scaled``, ``POST /lora-adapters``) unless a request names its
+own (llama-server's per-request ``lora``). A set is a :data:`LoraKey`, the
+adapters with a scale other than 0 (scale 0 is no adapter, as llama-server
+skips those), so equal sets compare equal; the engine decodes each set's slots
+in a ``llama_decode`` of their own (``engine._batch``), applying a set only when
+it differs from the context's (:meth:`LoraSet.use`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,14 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 from typing import Any
+
+LoraKey = tuple[tuple[int, float], ...]
+"""An adapter set: ``(adapter id, scale)`` for each adapter whose scale is not 0, by id."""
+BAD_REQUEST_LORA = "Error: 'lora' must be an array of objects with 'id' and 'scale' fields"  # server-schema.cpp
+
+
+def key_of(scales: list[float]) -> LoraKey:
+    return tuple((i, s) for i, s in enumerate(scales) if s != 0.0)
 
 
 class LoraError(ValueError):
@@ -45,6 +56,12 @@ class LoraSet:
 
     def __init__(self) -> None:
         self.adapters: list[Adapter] = []
+        self.applied: LoraKey = ()  # the set the context has now
+
+    @property
+    def key(self) -> LoraKey:
+        """The worker's own set (what a request without ``lora`` decodes with)."""
+        return key_of([a.scale for a in self.adapters])
 
     def load(self, lc: Any, model: Any, ctx: Any, specs: list[tuple[str, float]]) -> None:
         for path, scale in specs:
@@ -56,12 +73,25 @@ class LoraSet:
             self.apply(lc, ctx)
 
     def apply(self, lc: Any, ctx: Any) -> None:
-        """Give the context the adapters whose scale is not 0 (llama-server skips those too)."""
-        active = [a for a in self.adapters if a.scale != 0.0]
-        ptrs = (lc.llama_adapter_lora_p_ctypes * max(1, len(active)))(*[a.ptr for a in active])
-        scales = (ctypes.c_float * max(1, len(active)))(*[a.scale for a in active])
-        if int(lc.llama_set_adapters_lora(ctx, ptrs, len(active), scales)) != 0:
+        """Give the context the worker's own set."""
+        self.use(lc, ctx, self.key, force=True)
+
+    def use(self, lc: Any, ctx: Any, key: LoraKey, *, force: bool = False) -> None:
+        """Give the context the set ``key`` (nothing to do when it has it already)."""
+        if key == self.applied and not force:
+            return
+        n = len(key)
+        ptrs = (lc.llama_adapter_lora_p_ctypes * max(1, n))(*[self.adapters[i].ptr for i, _ in key])
+        scales = (ctypes.c_float * max(1, n))(*[scale for _, scale in key])
+        if int(lc.llama_set_adapters_lora(ctx, ptrs, n, scales)) != 0:
             raise LoraError("llama.cpp refused the LoRA adapters")
+        self.applied = key
+
+    def request_key(self, lora: Any) -> LoraKey:
+        """A request's own ``lora`` (``[{"id", "scale"}]``, adapters not named at 0) as a set."""
+        if not isinstance(lora, list):
+            raise LoraError(BAD_REQUEST_LORA)
+        return key_of(self.scales_for(lora))
 
     def scales_for(self, body: Any) -> list[float]:
         """llama-server's ``parse_lora_request``: ``[{"id", "scale"}]``; adapters not named get 0."""
