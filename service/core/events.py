@@ -153,6 +153,9 @@ class ModelsReloaded(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadRequested(Event):
+    """A download job was accepted; in a cluster, for ``node`` (its supervisor runs the worker,
+    into its own cache; None: the node that wrote it)."""
+
     TYPE: ClassVar[str] = "download_requested"
     job_id: str
     repo: str
@@ -161,6 +164,7 @@ class DownloadRequested(Event):
     quant: str | None = None
     files: tuple[FileRef, ...]
     total_bytes: int
+    node: str | None = None
 
     def __post_init__(self) -> None:
         coerce_files(self)

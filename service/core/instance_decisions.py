@@ -236,9 +236,21 @@ def decide_fetch(state: RouterState, name: str, then_load: str | None) -> Decisi
     """A model whose files come from the Hub on first use is downloaded before it loads
     (llama.cpp's router downloads it silently inside the child: #24822, #19351)."""
     model = _found(state, name)
-    if not scheduling.needs_files(model):
+    if not scheduling.needs_files(model, state):
         return nothing(model.name)
     return Decision(model.name, effects=(FetchFiles(model.name, then_load),))
+
+
+def download_node(state: RouterState, name: str, size: int, facts: Facts) -> str | None:
+    """The node that downloads ``name``'s files (``size`` bytes) for a load or a request: the one that
+    will serve it (:func:`placement.download_site`); None: the deciding node."""
+    model = state.resolve(name)
+    if model is None or facts.node is None:
+        return None
+    slot_facts = _slot_facts(state, facts)
+    budgets = slot_facts.budgets()
+    tally = placement.loads(state, budgets, slot_facts.exiting)
+    return placement.download_site(model, budgets, tally, facts.busy, size)
 
 
 # --- requests ------------------------------------------------------------------------------

@@ -79,10 +79,13 @@ def loadable(model: ModelState | None) -> bool:
     return model is not None and model.available and bool(model.path) and model.active_job is None
 
 
-def needs_files(model: ModelState | None) -> bool:
+def needs_files(model: ModelState | None, state: RouterState | None = None) -> bool:
     """A model with a Hub source (a preset's ``hf-repo``, the ``-hf`` model) whose files are not on
-    disk yet: its first load or request downloads them first."""
-    return model is not None and model.config.hf_repo is not None and not model.available
+    disk yet (given the ``state``, in a cluster: on no node that is up): its first load or request
+    downloads them first."""
+    if model is None or model.config.hf_repo is None:
+        return False
+    return not model.available or (state is not None and not placement.held_live(state, model))
 
 
 def require_loadable(state: RouterState, name: str) -> ModelState:

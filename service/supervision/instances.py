@@ -268,7 +268,8 @@ class InstanceSupervisor:
     # --- models whose files come on first use ------------------------------------------
 
     def _needs_files(self, name: str) -> bool:
-        return self.files is not None and scheduling.needs_files(self.live.state.resolve(name))
+        state = self.live.state
+        return self.files is not None and scheduling.needs_files(state.resolve(name), state)
 
     def _resolved(self, name: str) -> str:
         found = self.live.state.resolve(name)
@@ -282,7 +283,12 @@ class InstanceSupervisor:
 
     def _fetch_files(self, effect: decide.FetchFiles) -> Any:
         assert self.files is not None
-        return self.files.fetch(effect, self.load)
+
+        def place(state: RouterState, size: int) -> str | None:
+            # The node that will serve it downloads it (decided on the state the request lands on).
+            return decide.download_node(state, effect.model, size, self._facts())
+
+        return self.files.fetch(effect, self.load, place)
 
     # --- the planning pass ----------------------------------------------------------
 
