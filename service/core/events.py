@@ -153,9 +153,6 @@ class ModelsReloaded(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DownloadRequested(Event):
-    """A download job was accepted; in a cluster, for ``node`` (its supervisor runs the worker,
-    into its own cache; None: the node that wrote it)."""
-
     TYPE: ClassVar[str] = "download_requested"
     job_id: str
     repo: str
@@ -164,7 +161,7 @@ class DownloadRequested(Event):
     quant: str | None = None
     files: tuple[FileRef, ...]
     total_bytes: int
-    node: str | None = None
+    node: str | None = None  # a cluster: the node that downloads it (its supervisor); None: the writer
 
     def __post_init__(self) -> None:
         coerce_files(self)

@@ -140,6 +140,16 @@ def plan_slots(state: RouterState, demands: Sequence[Demand], facts: SlotFacts) 
     return SlotPlan(start=tuple(start), evict=tuple(evict), where=where)
 
 
+def download_node(state: RouterState, name: str, size: int, facts: SlotFacts) -> str | None:
+    """The node that downloads ``name``'s files (``size`` bytes) for a load or a request: the one that
+    will serve it (:func:`placement.download_site`); None: the deciding node."""
+    model = state.resolve(name)
+    if model is None:
+        return None
+    budgets = facts.budgets()
+    return placement.download_site(model, budgets, placement.loads(state, budgets, facts.exiting), facts.busy, size)
+
+
 def can_ever_start(state: RouterState, model: str, facts: SlotFacts) -> bool:
     """Whether a load of ``model`` could get a slot without waiting for a request
     to finish: a free slot, one being freed, or an idle model to evict, on some node."""

@@ -268,8 +268,7 @@ class InstanceSupervisor:
     # --- models whose files come on first use ------------------------------------------
 
     def _needs_files(self, name: str) -> bool:
-        state = self.live.state
-        return self.files is not None and scheduling.needs_files(state.resolve(name), state)
+        return self.files is not None and scheduling.needs_files(self.live.state.resolve(name), self.live.state)
 
     def _resolved(self, name: str) -> str:
         found = self.live.state.resolve(name)
@@ -283,12 +282,7 @@ class InstanceSupervisor:
 
     def _fetch_files(self, effect: decide.FetchFiles) -> Any:
         assert self.files is not None
-
-        def place(state: RouterState, size: int) -> str | None:
-            # The node that will serve it downloads it (decided on the state the request lands on).
-            return decide.download_node(state, effect.model, size, self._facts())
-
-        return self.files.fetch(effect, self.load, place)
+        return self.files.fetch(effect, self.load, lambda s: decide.slot_facts(s, self._facts()))
 
     # --- the planning pass ----------------------------------------------------------
 

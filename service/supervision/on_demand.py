@@ -16,7 +16,6 @@ there, and is forwarded.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,7 +24,8 @@ import structlog
 from service.core.errors import CommandRejected
 from service.core.instance_decisions import FetchFiles
 from service.core.placement import held_live
-from service.core.state import JobStatus, ModelState
+from service.core.scheduling import SlotFacts, download_node
+from service.core.state import JobStatus, ModelState, RouterState
 from service.downloads.resolution import ResolutionError, resolve
 from service.live_state import LiveState
 from service.settings import Settings
@@ -34,8 +34,8 @@ from service.supervision.downloads import DownloadSupervisor
 _log = structlog.get_logger(__name__)
 _POLL_SECONDS = 1.0  # a wait re-checks the state at least this often (changes wake it sooner)
 Load = Callable[..., Awaitable[Any]]
-Place = Callable[..., str | None]
-"""``place(state, size=...)``: the node that downloads a model whose files are ``size`` bytes."""
+Slots = Callable[[RouterState], SlotFacts]
+"""What placement needs beyond the fold (requests in flight, every node's budget), for a state."""
 
 __all__ = ["FetchFiles", "OnDemandFiles"]
 
@@ -49,20 +49,20 @@ class OnDemandFiles:
         self.downloads = downloads
         self._loads: set[asyncio.Task[Any]] = set()
 
-    async def fetch(self, effect: FetchFiles, load: Load, place: Place | None = None) -> str | None:
+    async def fetch(self, effect: FetchFiles, load: Load, slots: Slots | None = None) -> str | None:
         """Start (or join) the download; returns its job id. With ``then_load``, ``load`` the model
-        in the background once its files are there. ``place``: the node that downloads it, given the
-        state and the size of its files (in a cluster, the node that will serve it). Refusals
+        in the background once its files are there. ``slots``: what placement needs beyond a state, to
+        pick the node that downloads it (in a cluster, the one that will serve it). Refusals
         (offline, not on the Hub) raise."""
         model = self.live.state.models[effect.model]
-        job_id = await self._request(model, place)
+        job_id = await self._request(model, slots)
         if effect.then_load is not None:
             task = asyncio.ensure_future(self._load_when_ready(model.name, effect.then_load, load))
             self._loads.add(task)
             task.add_done_callback(self._loads.discard)
         return job_id
 
-    async def _request(self, model: ModelState, place: Place | None) -> str | None:
+    async def _request(self, model: ModelState, slots: Slots | None) -> str | None:
         if model.active_job is not None:
             return model.active_job
         hf_repo = model.config.hf_repo
@@ -83,7 +83,10 @@ class OnDemandFiles:
                 model=model.name, reason=exc.code,
             ) from None  # fmt: skip
         spec = resolution.to_spec()
-        site = None if place is None else functools.partial(place, size=spec.total_bytes)
+
+        def site(state: RouterState) -> str | None:  # decided on the state the request lands on
+            return None if slots is None else download_node(state, model.name, spec.total_bytes, slots(state))
+
         job_id, _, _ = await self.downloads.request(model.name, spec, site)
         return job_id
 

@@ -274,28 +274,31 @@ class TestDownloadsWhereTheModelWillRun:
         limits = decide.Limits(models_max=models_max, queue_timeout=60, max_queued_requests=0, load_timeout=300)
         return decide.Facts(limits=limits, now=T0, mono=0.0, node=node, memory=memory)
 
+    def _where(self, state: RouterState, size: int, facts: decide.Facts) -> str | None:
+        return scheduling.download_node(state, "m", size, decide.slot_facts(state, facts))
+
     def test_the_node_with_the_most_free_memory_downloads_it_whoever_was_asked(self) -> None:
         state = world(joined("a", 4 * GiB), joined("b", 8 * GiB), on_the_hub("m"))
-        assert decide.download_node(state, "m", GiB, self._facts("a", 4 * GiB)) == "b"
-        assert decide.download_node(state, "m", GiB, self._facts("b", 8 * GiB)) == "b"
+        assert self._where(state, GiB, self._facts("a", 4 * GiB)) == "b"
+        assert self._where(state, GiB, self._facts("b", 8 * GiB)) == "b"
 
     def test_a_node_with_a_free_slot_beats_one_that_must_evict_whatever_its_memory(self) -> None:
         state = world(joined("a", 64 * GiB, models_max=1), joined("b", 8 * GiB), held("x", "a"), ready("x", "a"),
                       on_the_hub("m"))  # fmt: skip
-        assert decide.download_node(state, "m", GiB, self._facts("a", 64 * GiB, models_max=1)) == "b"
+        assert self._where(state, GiB, self._facts("a", 64 * GiB, models_max=1)) == "b"
 
     def test_a_node_too_small_for_its_files_is_passed_over_even_for_one_that_must_evict(self) -> None:
         state = world(joined("a", 4 * GiB), joined("b", 8 * GiB, models_max=1), held("x", "b"), ready("x", "b"),
                       on_the_hub("m"))  # fmt: skip
-        assert decide.download_node(state, "m", GiB, self._facts("a", 4 * GiB)) == "a", "fits beats evicts"
-        assert decide.download_node(state, "m", 6 * GiB, self._facts("a", 4 * GiB)) == "b", "6 GiB never fit a"
+        assert self._where(state, GiB, self._facts("a", 4 * GiB)) == "a", "fits beats evicts"
+        assert self._where(state, 6 * GiB, self._facts("a", 4 * GiB)) == "b", "6 GiB never fit a"
 
     def test_alone_or_when_a_live_node_holds_it_nobody_is_named(self) -> None:
         state = world(joined("a", 4 * GiB), joined("b", 8 * GiB), on_the_hub("m"), held("m", "a"))
-        assert decide.download_node(state, "m", GiB, self._facts("a", 4 * GiB)) is None
+        assert self._where(state, GiB, self._facts("a", 4 * GiB)) is None
         single = world(on_the_hub("m"))
         facts = decide.Facts(limits=self._facts("a", 0).limits, now=T0, mono=0.0)
-        assert decide.download_node(single, "m", GiB, facts) is None
+        assert self._where(single, GiB, facts) is None
 
     def test_the_job_belongs_to_the_node_named_which_alone_starts_it_and_is_interrupted_if_it_is_lost(self) -> None:
         state = world(joined("a", 4 * GiB), joined("b", 8 * GiB), on_the_hub("m"))
@@ -319,7 +322,7 @@ class TestDownloadsWhereTheModelWillRun:
         state = replay(recorded((lost, None, "a"), after=state), state)
         assert state.models["m"].available and scheduling.needs_files(state.models["m"], state)
         assert decide.decide_fetch(state, "m", None).effects == (decide.FetchFiles("m", None),)
-        assert decide.download_node(state, "m", GiB, self._facts("a", 4 * GiB)) is None, "a, alone up, fetches it"
+        assert self._where(state, GiB, self._facts("a", 4 * GiB)) is None, "a, alone up, fetches it"
         assert not downloads.request_download(state, "m", "j", spec(GiB)).answer.already_downloaded
 
     def test_a_cancel_asked_of_another_node_leaves_the_end_to_the_node_running_the_job(self) -> None:
