@@ -48,6 +48,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 GiB = 1024**3
 MiB = 1024**2
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
+SLOW_REPO = unique_repo("slow")  # an hf-repo preset whose download the hub throttles, to be cancelled
 
 
 def _node(root: Path, name: str, url: str, models: tuple[str, ...], memory: int, hub: str) -> ServiceProcess:
@@ -71,7 +72,8 @@ def cluster(
     url = pg_server.create_database("cluster_two_nodes", template="modelrouter_template")
     repo = unique_repo("hub-only")
     make_repo(hub_server.root, repo, {"hub-only-Q8_0.gguf": write_tiny_gguf(root / "hub-only.gguf").read_bytes()})
-    (root / "presets.ini").write_text(f"[tiny-hub]\nhf-repo = {repo}:Q8_0\n")
+    make_repo(hub_server.root, SLOW_REPO, {"slow-Q4_K_M.gguf": 8 * MiB})
+    (root / "presets.ini").write_text(f"[tiny-hub]\nhf-repo = {repo}:Q8_0\n\n[slow]\nhf-repo = {SLOW_REPO}:Q4_K_M\n")
     a_url, b_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     a = _node(root, "a", a_url, ("tiny-a", "tiny-s"), 4 * GiB, hub_server.url)
     b = _node(root, "b", b_url, ("tiny-b", "tiny-s"), 8 * GiB, hub_server.url)
@@ -268,7 +270,7 @@ def _hub_only_files(home: Path) -> list[Path]:
 
 @pytest.mark.timeout(300)
 def test_a_model_no_node_holds_is_downloaded_by_the_node_that_will_serve_it(
-    cluster: tuple[ServiceProcess, ServiceProcess],
+    cluster: tuple[ServiceProcess, ServiceProcess], hub: HubServer
 ) -> None:
     a, b = cluster
     _up_again(a, b)
@@ -293,6 +295,19 @@ def test_a_model_no_node_holds_is_downloaded_by_the_node_that_will_serve_it(
     assert [(e["data"]["node"], e["data"]["reason"]) for e in started] == [("b", "autoload")]
     served = _events(a, type="request_completed", model="tiny-hub")
     assert [e["source"]["node"] for e in served] == ["b"], "served by b, forwarded by a"
+
+    # A cancel asked of a, for a download b runs: b stops its worker, which records the end.
+    hub.set_faults({"kind": "throttle", "repo": SLOW_REPO, "rate": MiB})
+    assert httpx.post(f"{a.url}/models/load", json={"model": "slow"}, headers=AUTH, timeout=60).status_code == 200
+    slow = _events(a, type="download_requested", model="slow")[0]["data"]
+    assert slow["node"] == "b"
+    running = eventually(lambda: (j := _get(a, f"/downloads/{slow['job_id']}"))["bytes_done"] > 0 and j, "b fetches")
+    fetcher = psutil.Process(running["pid"])
+    cancelled = httpx.delete(f"{a.url}/downloads/{slow['job_id']}", headers=AUTH, timeout=60)
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled", cancelled.text
+    ends = [e for e in _events(a, type="download_cancelled") if e["data"]["job_id"] == slow["job_id"]]
+    assert [e["source"]["node"] for e in ends] == ["b"], "recorded by b's worker (or b), once"
+    eventually(lambda: not fetcher.is_running() or fetcher.status() == psutil.STATUS_ZOMBIE, "b's worker stopped")
 
 
 def _sse_events(raw: bytes) -> list[dict[str, Any]]:
