@@ -9,9 +9,10 @@ paused, so that ``a`` records it lost while it is alive: ``b`` re-joins, stops i
 and takes its interrupted download back; then
 ``b`` stops cleanly and is recorded as left.
 The third (``b`` started again) asks ``a`` for ``tiny-hub``, an ``hf-repo`` preset no node holds: it
-is downloaded by ``b``, which has more room, into ``b``'s cache, then served there. The fourth kills
-``b`` while it streams a forwarded generation: the stream ends with an error event at once, and
-``a`` serves the model itself.
+is downloaded by ``b``, which has more room, into ``b``'s cache, then served there; a download that
+``b`` runs is cancelled through ``a``. The fourth kills ``b`` while it streams a forwarded
+generation: the stream ends with an error event at once, ``a`` serves the model itself, and
+downloads ``tiny-hub`` again (its one holder is lost).
 """
 
 from __future__ import annotations
