@@ -3,9 +3,9 @@ run the downloads it placed here and cancel those it asked to.
 
 Any node may take a placement decision; it is an event (``instance_requested``
 with ``node``, ``instance_stop_requested``, ``download_requested`` with
-``node``, ``download_cancel_requested``) and the node that runs the workers carries it out when its tail
-folds the event, through the same performers as its own decisions. Decisions
-this node took itself are already performed.
+``node``, ``download_cancel_requested``) and the node that runs the workers
+carries it out when its tail folds the event, through the same performers as
+its own decisions. Decisions this node took itself are already performed.
 """
 
 from __future__ import annotations

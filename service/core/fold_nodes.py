@@ -6,9 +6,9 @@ an event whose ``source`` names a node (every writer of a ``--node`` service
 stamps it) also says which node holds a model's files (``model_discovered``,
 ``download_finished``: that node's cache) or no longer does
 (``model_removed``: a model another node still holds stays available), and
-whose a download job is (``download_requested``: its ``node``, placed there by
-another node's decision, else the writer's). A log without nodes folds exactly
-as before.
+which node runs a download job (``download_requested``: its ``node``, placed
+there by another node's decision, else the writer). A log without nodes folds
+exactly as before.
 
 Pure module: stdlib only.
 """
