@@ -159,7 +159,7 @@ FINGERPRINTS = {
     10: ("842816effcb47a78", "8e7ab6ad199a22b3"),  # names added by Ollama's copy (added_aliases)
     # 10 on the cluster2 branch: ("cc565846feff9ce4", "5848a40f4d61d3dc"), node_left (NodeState.left, left_at)
     11: ("11d5f000864449ef", "8143aadef85be542"),  # copies' names and node_left
-    12: ("11d5f000864449ef", "e4e20bcc489a1bfd"),  # a download job's node from download_requested's node
+    12: ("11d5f000864449ef", "7a9a1038001fdb6a"),  # a download job's node from download_requested's node
 }
 
 
