@@ -162,7 +162,7 @@ async def _join(runtime: Runtime, node: str) -> None:
     membership = Membership(runtime.settings, runtime.live, runtime.instances, runtime.downloads)
     await membership.join()
     runtime.membership = membership
-    runtime.live.add_listener(RemoteDecisions(node, runtime.instances).on_event)
+    runtime.live.add_listener(RemoteDecisions(node, runtime.instances, runtime.downloads).on_event)
     watch = asyncio.create_task(membership.watch(), name="node-watch")
     runtime.background.add(watch)
 

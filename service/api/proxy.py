@@ -113,11 +113,15 @@ async def _enter_unless_disconnected(
 _CRASH_WAIT = 3.0  # seconds to wait for the supervisor to record how a worker that hung up ended
 
 
-async def _worker_failed(live: LiveState, model: str, instance_id: str, exc: httpx.HTTPError) -> Problem:
-    """The problem for a request whose worker stopped answering. A dropped connection usually means the
-    worker died: wait (holding the lease, so the crash counts this request as in flight) until the fold
-    has its end, and answer with the reason in words instead of the transport error's name."""
+async def _worker_failed(
+    live: LiveState, model: str, instance_id: str, exc: httpx.HTTPError, node: str | None = None
+) -> Problem:
+    """The problem for a request whose worker (or, forwarded, ``node``'s service) stopped answering.
+    A dropped connection usually means the worker or the node died: wait (holding the lease, so the
+    crash counts this request as in flight) until the fold has its end, and answer with the reason in
+    words instead of the transport error's name."""
     found = None
+    state: RouterState | None = None
     if not isinstance(exc, httpx.TimeoutException):
 
         def ended(state: RouterState) -> bool:
@@ -129,9 +133,12 @@ async def _worker_failed(live: LiveState, model: str, instance_id: str, exc: htt
     crashed = crash_rejection(found) if found is not None else None
     if crashed is not None:
         return Problem(503, crashed.code, crashed.message, **crashed.extra)
-    return Problem(
-        503, "model_failed", f"the worker of model {model!r} stopped answering: {type(exc).__name__}", model=model
-    )
+    serving = state.nodes.get(node) if state is not None and node is not None else None
+    if serving is not None and serving.lost:
+        message = f"node {node!r}, which served model {model!r}, was lost (recorded by {serving.lost_by!r})"
+        return Problem(503, "model_failed", message, model=model, node=node, reason="node_lost")
+    where = f"the worker of model {model!r}" if node is None else f"node {node!r} serving model {model!r}"
+    return Problem(503, "model_failed", f"{where} stopped answering: {type(exc).__name__}", model=model)
 
 
 def _stream_error(problem: Problem) -> bytes:
@@ -184,7 +191,7 @@ async def _send(fwd: Forwarding, outgoing: httpx.Request, lease: Lease, instance
         return await fwd.http.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
         try:
-            failure = await _worker_failed(fwd.live, lease.model, instance_id, exc)
+            failure = await _worker_failed(fwd.live, lease.model, instance_id, exc, lease.node)
         finally:
             lease.release()
         raise failure from None
@@ -224,7 +231,7 @@ async def proxy_request(
         try:
             content = await upstream.aread()
         except httpx.HTTPError as exc:
-            failure = await _worker_failed(fwd.live, model, instance_id, exc)
+            failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
             raise failure from None
         finally:
             await upstream.aclose()
@@ -238,7 +245,7 @@ async def proxy_request(
             async for chunk in upstream.aiter_raw():
                 yield chunk
         except httpx.HTTPError as exc:
-            failure = await _worker_failed(fwd.live, model, instance_id, exc)
+            failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
             status = failure.status
             yield _stream_error(failure)
         finally:

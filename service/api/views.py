@@ -74,6 +74,7 @@ def job_view(job: DownloadJob) -> JobView:
         started_at=time_or_none(job.started_at),
         finished_at=time_or_none(job.finished_at),
         error=job.error.to_json() if job.error else None,
+        node=UNSET if job.node is None else job.node,
     )
 
 

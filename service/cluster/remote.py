@@ -1,7 +1,9 @@
-"""What another node decided for this one: spawn the workers it placed here, stop those it evicted.
+"""What another node decided for this one: spawn the workers it placed here, stop those it evicted,
+run the downloads it placed here and cancel those it asked to.
 
 Any node may take a placement decision; it is an event (``instance_requested``
-with ``node``, ``instance_stop_requested``) and the node that runs the workers
+with ``node``, ``instance_stop_requested``, ``download_requested`` with
+``node``, ``download_cancel_requested``) and the node that runs the workers
 carries it out when its tail folds the event, through the same performers as
 its own decisions. Decisions this node took itself are already performed.
 """
@@ -10,19 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 
+from service.core import download_lifecycle
 from service.core import events as ev
 from service.core import instance_decisions as decide
 from service.core.fold_nodes import source_node
 from service.core.state import RouterState
+from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
 
 
 class RemoteDecisions:
     """A LiveState listener that performs, on this node, what other nodes decided for it."""
 
-    def __init__(self, node: str, instances: InstanceSupervisor) -> None:
+    def __init__(self, node: str, instances: InstanceSupervisor, downloads: DownloadSupervisor) -> None:
         self._node = node
         self._instances = instances
+        self._downloads = downloads
 
     def on_event(self, recorded: ev.Recorded, state: RouterState) -> None:
         """Perform ``recorded`` when another node wrote it about this node's workers."""
@@ -32,6 +37,12 @@ class RemoteDecisions:
         if isinstance(e, ev.InstanceRequested) and e.node == self._node:
             request = dataclasses.replace(e, port=e.port or self._instances.free_port())
             self._instances.interpreter.perform([decide.Spawn(recorded.model, request)])
+        elif isinstance(e, ev.DownloadRequested) and e.node == self._node:
+            self._downloads.interpreter.perform([download_lifecycle.TakePlaced(e.job_id)])
+        elif isinstance(e, ev.DownloadCancelRequested):
+            job = state.job(e.job_id)
+            if job is not None and job.node == self._node:
+                self._downloads.interpreter.perform([download_lifecycle.CancelPlaced(e.job_id, e.discard)])
         elif isinstance(e, ev.InstanceStopRequested):
             model = state.models.get(recorded.model)
             inst = model.instance if model is not None else None

@@ -22,6 +22,7 @@ from service.core import events as ev
 from service.core.contracts import DownloadSpec
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.errors import CommandRejected
+from service.core.placement import held_live
 from service.core.processes import ProcessExit
 from service.core.state import DownloadJob, JobStatus, ModelState, RouterState
 from service.core.transitions import Lifecycle, edges
@@ -67,13 +68,24 @@ class SpawnDownload(Effect):
     job_id: str
 
 
-def request_download(state: RouterState, model: str, job_id: str, spec: DownloadSpec) -> Decision[Requested]:
+@dataclass(frozen=True, slots=True)
+class TakePlaced(Effect):
+    """Run job ``job_id``, which another node placed on this one (``download_requested`` with ``node``)."""
+
+    job_id: str
+
+
+def request_download(
+    state: RouterState, model: str, job_id: str, spec: DownloadSpec, node: str | None = None
+) -> Decision[Requested]:
     """One download per model: a running job is joined; a model whose files for
-    this commit are present is not fetched again."""
+    this commit are present (in a cluster: on a node that is up) is not fetched again.
+    ``node``: the node that downloads it (in a cluster, the one that will serve it); None: the one
+    that records the request."""
     current = state.models.get(model)
     if current is not None and current.active_job is not None:
         return nothing(Requested(job_id=None, existing_job=current.active_job, already_downloaded=False))
-    if current is not None and current.available and _same_commit(current, spec.commit):
+    if current is not None and current.available and held_live(state, current) and _same_commit(current, spec.commit):
         return nothing(Requested(job_id=None, existing_job=None, already_downloaded=True))
     requested = ev.DownloadRequested(
         job_id=job_id,
@@ -83,6 +95,7 @@ def request_download(state: RouterState, model: str, job_id: str, spec: Download
         quant=spec.quant,
         files=spec.refs(),
         total_bytes=spec.total_bytes,
+        node=node,
     )
     return Decision(Requested(job_id=job_id, existing_job=None, already_downloaded=False), (Append(requested, model),))
 
@@ -106,14 +119,35 @@ def active_job(state: RouterState, job_id: str) -> DownloadJob:
     return job
 
 
-def cancel(state: RouterState, job_id: str, *, discard: bool, has_worker: bool, bytes_on_disk: int) -> list[ev.Event]:
+@dataclass(frozen=True, slots=True)
+class CancelPlaced(Effect):
+    """Another node asked to cancel job ``job_id``, which runs on this one: stop its worker (or, with
+    none yet, record the job cancelled)."""
+
+    job_id: str
+    discard: bool
+
+
+def runs_elsewhere(state: RouterState, job: DownloadJob, node: str | None) -> bool:
+    """In a cluster, whether ``job`` is another live node's: that node's worker moves its bytes, and
+    that node ends it."""
+    if node is None or job.node is None or job.node == node:
+        return False
+    other = state.nodes.get(job.node)
+    return other is not None and not other.gone
+
+
+def cancel(
+    state: RouterState, job_id: str, *, discard: bool, has_worker: bool, bytes_on_disk: int, node: str | None = None
+) -> list[ev.Event]:
     """``queued/running -> cancelling``; a job with no worker process (queued, or
-    its worker already gone) is cancelled at once by the service itself."""
+    its worker already gone) is cancelled at once by the service itself, unless it is another
+    live node's (``node`` decides): that node stops its worker, which records the end."""
     job = active_job(state, job_id)
     events: list[ev.Event] = []
     if job.status is not JobStatus.CANCELLING:
         events.append(ev.DownloadCancelRequested(job_id=job_id, discard=discard))
-    if not has_worker:
+    if not has_worker and not runs_elsewhere(state, job, node):
         events.append(ev.DownloadCancelled(job_id=job_id, discarded=discard, bytes_on_disk=bytes_on_disk))
     return events
 
@@ -140,11 +174,17 @@ def on_worker_exit(
 
 
 def decide_cancel(
-    state: RouterState, job_id: str, *, discard: bool, has_worker: bool, bytes_on_disk: int
+    state: RouterState,
+    job_id: str,
+    *,
+    discard: bool,
+    has_worker: bool,
+    bytes_on_disk: int,
+    node: str | None = None,
 ) -> Decision[DownloadJob]:
     """:func:`cancel` as a decision about the job's model; answers the job as it was."""
     job = active_job(state, job_id)
-    events = cancel(state, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=bytes_on_disk)
+    events = cancel(state, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=bytes_on_disk, node=node)
     return Decision(job, about(job.model, events))
 
 
@@ -174,15 +214,22 @@ def decide_resume(job: DownloadJob, bytes_on_disk: int) -> Decision[None]:
     return Decision(None, (Append(resumed, job.model),))
 
 
-def decide_starts(state: RouterState, running: Collection[str], max_running: int) -> Decision[None]:
+def decide_starts(
+    state: RouterState, running: Collection[str], max_running: int, node: str | None = None
+) -> Decision[None]:
     """Queued jobs that get a worker now (:func:`waiting_to_start`), as effects."""
-    return Decision(None, effects=tuple(SpawnDownload(j.job_id) for j in waiting_to_start(state, running, max_running)))
+    waiting = waiting_to_start(state, running, max_running, node)
+    return Decision(None, effects=tuple(SpawnDownload(j.job_id) for j in waiting))
 
 
-def waiting_to_start(state: RouterState, running: Collection[str], max_running: int) -> list[DownloadJob]:
-    """Queued jobs to give a worker now, oldest request first: all of them, or as
-    many as fit beside the ``running`` workers when ``max_running`` > 0."""
-    queued = [job for job in state.all_jobs() if job.status is JobStatus.QUEUED and job.job_id not in running]
+def waiting_to_start(
+    state: RouterState, running: Collection[str], max_running: int, node: str | None = None
+) -> list[DownloadJob]:
+    """Queued jobs of ``node`` (in a cluster: those placed on it, or recorded by a service without
+    ``--node``) to give a worker now, oldest request first: all of them, or as many as fit beside the
+    ``running`` workers when ``max_running`` > 0."""
+    queued = [job for job in state.all_jobs() if job.status is JobStatus.QUEUED and job.job_id not in running
+              and (node is None or job.node is None or job.node == node)]  # fmt: skip
     if max_running <= 0:
         return queued
     return queued[: max(0, max_running - len(running))]

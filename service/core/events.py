@@ -161,6 +161,7 @@ class DownloadRequested(Event):
     quant: str | None = None
     files: tuple[FileRef, ...]
     total_bytes: int
+    node: str | None = None  # a cluster: the node that downloads it (its supervisor); None: the writer
 
     def __post_init__(self) -> None:
         coerce_files(self)

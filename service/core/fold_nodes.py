@@ -5,8 +5,10 @@
 an event whose ``source`` names a node (every writer of a ``--node`` service
 stamps it) also says which node holds a model's files (``model_discovered``,
 ``download_finished``: that node's cache) or no longer does
-(``model_removed``: a model another node still holds stays available). A log
-without nodes folds exactly as before.
+(``model_removed``: a model another node still holds stays available), and
+which node runs a download job (``download_requested``: its ``node``, placed
+there by another node's decision, else the writer). A log without nodes folds
+exactly as before.
 
 Pure module: stdlib only.
 """
@@ -86,7 +88,9 @@ def after(before: RouterState, state: RouterState, rec: ev.Recorded) -> RouterSt
         job = model.jobs.get(e.job_id)
         if job is None:
             return state
-        return put_model(state, model.replace(jobs={**model.jobs, e.job_id: evolve(job, node=node)}))
+        # Placed by another node's decision (``node``), or the writer's own.
+        placed = evolve(job, node=e.node or node)
+        return put_model(state, model.replace(jobs={**model.jobs, e.job_id: placed}))
     if isinstance(e, ev.ModelRemoved):
         return _removed_on(before, state, rec, node)
     path = e.path if isinstance(e, ev.ModelDiscovered) else primary_path(e.files)

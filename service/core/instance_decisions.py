@@ -131,7 +131,8 @@ class Wait:
     model: str
 
 
-def _slot_facts(state: RouterState, facts: Facts) -> scheduling.SlotFacts:
+def slot_facts(state: RouterState, facts: Facts) -> scheduling.SlotFacts:
+    """What placement needs beyond the fold: requests in flight, workers exiting, every node's budget."""
     live = {m.instance.instance_id for m in state.models.values() if m.instance is not None}
     exiting = sum(1 for iid in facts.processes if iid not in live)
     local = NodeBudget(facts.node, facts.limits.models_max, facts.memory)
@@ -143,9 +144,9 @@ def _slot_facts(state: RouterState, facts: Facts) -> scheduling.SlotFacts:
 
 def _refuse_unfit(state: RouterState, model: ModelState, facts: Facts) -> None:
     """507 ``insufficient_memory`` at once for a model no node could ever hold."""
-    slot_facts = _slot_facts(state, facts)
-    budgets = slot_facts.budgets()
-    placement.insufficient_memory(model, budgets, placement.loads(state, budgets, slot_facts.exiting))
+    slots = slot_facts(state, facts)
+    budgets = slots.budgets()
+    placement.insufficient_memory(model, budgets, placement.loads(state, budgets, slots.exiting))
 
 
 def _edits(queue: Queue, edits: tuple[QueueEdit, ...]) -> Queue:
@@ -194,7 +195,7 @@ def decide_plan(state: RouterState, queue: Queue, facts: Facts, fresh: Fresh) ->
     """Who gets a model slot now (``scheduling.plan_slots``): evictions to stop, starts to spawn."""
     dropped = settled(state, queue, facts)
     queue = _edits(queue, tuple(e for e in dropped if isinstance(e, QueueEdit)))
-    plan = scheduling.plan_slots(state, queue.pending(), _slot_facts(state, facts))
+    plan = scheduling.plan_slots(state, queue.pending(), slot_facts(state, facts))
     events: list[Append] = []
     effects: list[Effect] = list(dropped)
     for victim in plan.evict:
@@ -221,7 +222,7 @@ def decide_load(state: RouterState, queue: Queue, name: str, reason: str, facts:
     if model.instance is not None:
         return nothing(model.name)
     _refuse_unfit(state, model, facts)
-    if queue.get(model.name) is None and not scheduling.can_ever_start(state, model.name, _slot_facts(state, facts)):
+    if queue.get(model.name) is None and not scheduling.can_ever_start(state, model.name, slot_facts(state, facts)):
         raise CommandRejected(
             "capacity",
             f"model limit reached ({facts.limits.models_max}) and every loaded model is busy "
@@ -236,7 +237,7 @@ def decide_fetch(state: RouterState, name: str, then_load: str | None) -> Decisi
     """A model whose files come from the Hub on first use is downloaded before it loads
     (llama.cpp's router downloads it silently inside the child: #24822, #19351)."""
     model = _found(state, name)
-    if not scheduling.needs_files(model):
+    if not scheduling.needs_files(model, state):
         return nothing(model.name)
     return Decision(model.name, effects=(FetchFiles(model.name, then_load),))
 

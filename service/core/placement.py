@@ -24,6 +24,9 @@ Across nodes: a node that holds the model's files first, then fits over
 waits over evictions (fewest first) over blocked, then the most free memory,
 then the name. A model impossible on every node is refused at once
 (``insufficient_memory``, 507) rather than loaded into an out-of-memory crash.
+A model that no live node holds is downloaded where it will be served: the
+node its load would pick by the same rules, judged by the size of its files
+(:func:`download_site`).
 
 Pure module: stdlib only.
 """
@@ -128,6 +131,15 @@ def holds(model: ModelState, node: str | None) -> bool:
     return node in model.holders
 
 
+def held_live(state: RouterState, model: ModelState) -> bool:
+    """Whether ``model``'s files are on a node that is up (without nodes: whether it has any). A
+    model that only lost or departed nodes hold is downloaded again to run; a holder not joined yet
+    (a node's catalogue is recorded before its ``node_joined``) counts as up."""
+    if not model.holders:
+        return model.available
+    return any((node := state.nodes.get(name)) is None or not node.gone for name in model.holders)
+
+
 def _evictable(load: NodeLoad, busy: Mapping[str, int], protected: frozenset[str], local: bool) -> list[ModelState]:
     def idle(m: ModelState) -> bool:
         inst = m.instance
@@ -141,10 +153,16 @@ def _evictable(load: NodeLoad, busy: Mapping[str, int], protected: frozenset[str
 
 
 def judge(
-    model: ModelState, budget: NodeBudget, load: NodeLoad, busy: Mapping[str, int], protected: frozenset[str]
+    model: ModelState,
+    budget: NodeBudget,
+    load: NodeLoad,
+    busy: Mapping[str, int],
+    protected: frozenset[str],
+    need: int | None = None,
 ) -> Choice:
-    """Rules 1-5 of the module doc for ``model`` on one node."""
-    need = model_need(model)
+    """Rules 1-5 of the module doc for ``model`` on one node; ``need`` overrides its measured need
+    (a model not downloaded yet is judged by the size of its files)."""
+    need = model_need(model) if need is None else need
     limit, memory = budget.models_max, budget.memory
     free = None if memory is None else memory - load.memory
     on = holds(model, budget.name)
@@ -180,6 +198,25 @@ def best(choices: Sequence[Choice]) -> Choice | None:
 def candidates(model: ModelState, budgets: Sequence[NodeBudget]) -> list[NodeBudget]:
     """The nodes that may run ``model``: those holding its files (a single node: itself)."""
     return [b for b in budgets if holds(model, b.name)]
+
+
+def download_site(
+    model: ModelState,
+    budgets: Sequence[NodeBudget],
+    tally: Mapping[str | None, NodeLoad],
+    busy: Mapping[str, int],
+    size: int,
+) -> str | None:
+    """Where ``model``'s files are downloaded when no live node holds them: on the node that will
+    serve it, chosen as its load would be (fits over waits over evictions, then the most free
+    memory, then the name), its need taken as at least the ``size`` of its files (its weights, before
+    the header is measured). None: the deciding node (alone, or nowhere fits even after evictions;
+    its load is then refused as such a load is)."""
+    if any(holds(model, b.name) for b in budgets if b.name is not None) or len(budgets) < 2:
+        return None
+    need = max(model_need(model), size)
+    choice = best([judge(model, b, tally[b.name], busy, frozenset(), need) for b in budgets])
+    return None if choice is None else choice.node
 
 
 def insufficient_memory(model: ModelState, budgets: Sequence[NodeBudget], tally: Mapping[str | None, NodeLoad]) -> None:

@@ -79,10 +79,13 @@ def loadable(model: ModelState | None) -> bool:
     return model is not None and model.available and bool(model.path) and model.active_job is None
 
 
-def needs_files(model: ModelState | None) -> bool:
+def needs_files(model: ModelState | None, state: RouterState | None = None) -> bool:
     """A model with a Hub source (a preset's ``hf-repo``, the ``-hf`` model) whose files are not on
-    disk yet: its first load or request downloads them first."""
-    return model is not None and model.config.hf_repo is not None and not model.available
+    disk yet (given the ``state``, in a cluster: on no node that is up): its first load or request
+    downloads them first."""
+    if model is None or model.config.hf_repo is None:
+        return False
+    return not model.available or (state is not None and not placement.held_live(state, model))
 
 
 def require_loadable(state: RouterState, name: str) -> ModelState:
@@ -135,6 +138,16 @@ def plan_slots(state: RouterState, demands: Sequence[Demand], facts: SlotFacts) 
         load.freeing_slots = max(0, load.freeing_slots - 1)
         load.freeing_memory = max(0, load.freeing_memory - need)
     return SlotPlan(start=tuple(start), evict=tuple(evict), where=where)
+
+
+def download_node(state: RouterState, name: str, size: int, facts: SlotFacts) -> str | None:
+    """The node that downloads ``name``'s files (``size`` bytes) for a load or a request: the one that
+    will serve it (:func:`placement.download_site`); None: the deciding node."""
+    model = state.resolve(name)
+    if model is None:
+        return None
+    budgets = facts.budgets()
+    return placement.download_site(model, budgets, placement.loads(state, budgets, facts.exiting), facts.busy, size)
 
 
 def can_ever_start(state: RouterState, model: str, facts: SlotFacts) -> bool:

@@ -10,6 +10,7 @@ serialised by one lock that is never held while waiting for a worker.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import structlog
 
@@ -18,7 +19,7 @@ from service.core import download_lifecycle as lifecycle
 from service.core.cache_layout import CachePaths
 from service.core.contracts import DownloadSpec
 from service.core.processes import ProcessExit
-from service.core.state import DownloadJob
+from service.core.state import DownloadJob, JobStatus, RouterState
 from service.downloads.cache_files import partial_bytes
 from service.downloads.resolution import worker_spec
 from service.live_state import LiveState
@@ -29,6 +30,8 @@ from service.supervision.worker_args import download_argv, store_env
 from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
+Site = Callable[[RouterState], str | None]
+"""The node a new download job goes to, decided on the state its request is decided on."""
 CANCEL_GRACE_SECONDS = 1.5  # then SIGKILL: a cancel takes effect within 2 s
 
 
@@ -52,13 +55,18 @@ class DownloadSupervisor:
         self._shutting_down = False
         self.interpreter = interpreter or Interpreter(live)
         self.interpreter.register(lifecycle.SpawnDownload, self._spawn)
+        self.interpreter.register(lifecycle.TakePlaced, lambda e: self.take_placed(e.job_id))
+        self.interpreter.register(lifecycle.CancelPlaced, lambda e: self.cancel_placed(e.job_id, discard=e.discard))
 
-    async def request(self, model: str, spec: DownloadSpec) -> tuple[str | None, bool, bool]:
-        """Start (or join) the download of ``model``. Returns
+    async def request(self, model: str, spec: DownloadSpec, site: Site | None = None) -> tuple[str | None, bool, bool]:
+        """Start (or join) the download of ``model``; ``site`` picks the node that downloads it from
+        the state the request is decided on (another node's supervisor then runs it). Returns
         ``(job_id, joined, already_downloaded)``."""
         async with self._lock:
             applied = await self.interpreter.apply(
-                lambda s: lifecycle.request_download(s, model, self.fx.new_job_id(), spec)
+                lambda s: lifecycle.request_download(
+                    s, model, self.fx.new_job_id(), spec, site(s) if site is not None else None
+                )
             )
             answer = applied.answer
             if answer.existing_job is not None:
@@ -79,6 +87,18 @@ class DownloadSupervisor:
             await self.interpreter.apply(lambda _s: lifecycle.decide_resume(job, on_disk))
             await self._start_queued_locked()
 
+    async def take_placed(self, job_id: str) -> None:
+        """Run a job another node placed here: its worker fetches the files the request resolved (its
+        ``download_requested``) into this node's cache, from this node's Hub endpoint."""
+        async with self._lock:
+            job = self.live.state.job(job_id)
+            if job is None or job.status is not JobStatus.QUEUED or job_id in self._pool:
+                return  # ended (cancelled) before this node got to it
+            self._specs[job_id] = worker_spec(
+                job.repo, job.revision, job.commit, job.quant, self.settings.hf_endpoint, job.files
+            )
+            await self._start_queued_locked()
+
     async def take_back(self) -> list[str]:
         """After this node was recorded lost while alive: stop the workers of the jobs the log
         interrupted (stdin EOF: they keep their partials and record nothing), then resume those jobs
@@ -92,7 +112,7 @@ class DownloadSupervisor:
 
     async def _start_queued_locked(self) -> None:
         applied = await self.interpreter.apply(
-            lambda s: lifecycle.decide_starts(s, self._pool.active(), self.settings.max_downloads)
+            lambda s: lifecycle.decide_starts(s, self._pool.active(), self.settings.max_downloads, self.settings.node)
         )
         await applied.settled()  # spawned in request order, before the next decision
 
@@ -142,28 +162,56 @@ class DownloadSupervisor:
     async def cancel(self, job_id: str, *, discard: bool) -> DownloadJob:
         """Ask the worker to stop over its stdin (``cancel`` keeps partials,
         ``cancel discard`` deletes them); a queued job without a worker is
-        cancelled at once. Returns the job once it has ended."""
+        cancelled at once. In a cluster, a job another live node runs is cancelled by that node
+        (it folds the ``download_cancel_requested``). Returns the job once it has ended."""
         async with self._lock:
             job = lifecycle.active_job(self.live.state, job_id)
+            elsewhere = lifecycle.runs_elsewhere(self.live.state, job, self.settings.node)
             has_worker = job_id in self._pool
-            if discard and not has_worker:
+            if discard and not has_worker and not elsewhere:
                 self._discard_partials(job)
-            on_disk = self._bytes_on_disk(job)
+            on_disk = job.bytes_done if elsewhere else self._bytes_on_disk(job)
             # Refuses a job that ended meanwhile (409).
             await self.interpreter.apply(
                 lambda s: lifecycle.decide_cancel(
-                    s, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=on_disk
+                    s, job_id, discard=discard, has_worker=has_worker, bytes_on_disk=on_disk, node=self.settings.node
                 )
             )
             self._specs.pop(job_id, None)
         if has_worker:
-            # The stdin line, not SIGTERM: SIGTERM is also what the worker gets
-            # when the service dies (PR_SET_PDEATHSIG), and must not read as a cancel.
-            line = "cancel discard" if discard else "cancel"
-            await self._pool.stop(job_id, line, grace=CANCEL_GRACE_SECONDS, timeout=0.5)
+            await self._stop_cancelled(job_id, discard)
+        if elsewhere:  # its node stops the worker (CancelPlaced), which records the end
+            await self.live.wait_until(_ended(job_id), CANCEL_GRACE_SECONDS + 5)
         ended = (await self.live.sync()).job(job_id)
         assert ended is not None
         return ended
+
+    async def cancel_placed(self, job_id: str, *, discard: bool) -> None:
+        """Carry out a cancel another node recorded for a job of this node: stop its worker, or
+        record a job with no worker yet cancelled."""
+        async with self._lock:
+            job = self.live.state.job(job_id)
+            if job is None or not job.status.active:
+                return
+            has_worker = job_id in self._pool
+            if not has_worker:
+                if discard:
+                    self._discard_partials(job)
+                on_disk = self._bytes_on_disk(job)
+                await self.interpreter.apply(
+                    lambda s: lifecycle.decide_cancel(
+                        s, job_id, discard=discard, has_worker=False, bytes_on_disk=on_disk
+                    )
+                )
+                self._specs.pop(job_id, None)
+        if has_worker:
+            await self._stop_cancelled(job_id, discard)
+
+    async def _stop_cancelled(self, job_id: str, discard: bool) -> None:
+        # The stdin line, not SIGTERM: SIGTERM is also what the worker gets
+        # when the service dies (PR_SET_PDEATHSIG), and must not read as a cancel.
+        line = "cancel discard" if discard else "cancel"
+        await self._pool.stop(job_id, line, grace=CANCEL_GRACE_SECONDS, timeout=0.5)
 
     async def shutdown(self) -> None:
         """Stop every worker, keeping partials; their jobs become ``interrupted``
@@ -173,6 +221,14 @@ class DownloadSupervisor:
         if not await self._pool.wait_all(CANCEL_GRACE_SECONDS + 3):
             self._pool.kill_all()
             await self._pool.wait_all(5)
+
+
+def _ended(job_id: str) -> Callable[[RouterState], bool]:
+    def ended(state: RouterState) -> bool:
+        job = state.job(job_id)
+        return job is None or not job.status.active
+
+    return ended
 
 
 def _worker_env(settings: Settings) -> dict[str, str]:

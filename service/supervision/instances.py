@@ -268,7 +268,7 @@ class InstanceSupervisor:
     # --- models whose files come on first use ------------------------------------------
 
     def _needs_files(self, name: str) -> bool:
-        return self.files is not None and scheduling.needs_files(self.live.state.resolve(name))
+        return self.files is not None and scheduling.needs_files(self.live.state.resolve(name), self.live.state)
 
     def _resolved(self, name: str) -> str:
         found = self.live.state.resolve(name)
@@ -282,7 +282,7 @@ class InstanceSupervisor:
 
     def _fetch_files(self, effect: decide.FetchFiles) -> Any:
         assert self.files is not None
-        return self.files.fetch(effect, self.load)
+        return self.files.fetch(effect, self.load, lambda s: decide.slot_facts(s, self._facts()))
 
     # --- the planning pass ----------------------------------------------------------
 

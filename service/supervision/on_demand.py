@@ -6,7 +6,11 @@ the child on first load (llama.cpp #24822, #19351). Here the core decides
 the files first, and :class:`OnDemandFiles` performs that effect: it starts a
 regular download job, with its progress and events, and the load or request
 waits for it; a failed download fails the load with its reason. Once the files
-are there, the model is an ordinary model.
+are there, the model is an ordinary model. In a cluster the job goes to the
+node that will serve the model (``download_requested`` with ``node``, decided
+by the instance supervisor's placement), whose supervisor runs it into its own
+cache; the request waits here for the files, then for the model to be ready
+there, and is forwarded.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import structlog
 
 from service.core.errors import CommandRejected
 from service.core.instance_decisions import FetchFiles
-from service.core.state import ModelState
+from service.core.placement import held_live
+from service.core.scheduling import SlotFacts, download_node
+from service.core.state import JobStatus, ModelState, RouterState
 from service.downloads.resolution import ResolutionError, resolve
 from service.live_state import LiveState
 from service.settings import Settings
@@ -28,6 +34,8 @@ from service.supervision.downloads import DownloadSupervisor
 _log = structlog.get_logger(__name__)
 _POLL_SECONDS = 1.0  # a wait re-checks the state at least this often (changes wake it sooner)
 Load = Callable[..., Awaitable[Any]]
+Slots = Callable[[RouterState], SlotFacts]
+"""What placement needs beyond the fold (requests in flight, every node's budget), for a state."""
 
 __all__ = ["FetchFiles", "OnDemandFiles"]
 
@@ -41,18 +49,20 @@ class OnDemandFiles:
         self.downloads = downloads
         self._loads: set[asyncio.Task[Any]] = set()
 
-    async def fetch(self, effect: FetchFiles, load: Load) -> str | None:
+    async def fetch(self, effect: FetchFiles, load: Load, slots: Slots | None = None) -> str | None:
         """Start (or join) the download; returns its job id. With ``then_load``, ``load`` the model
-        in the background once its files are there. Refusals (offline, not on the Hub) raise."""
+        in the background once its files are there. ``slots``: what placement needs beyond a state, to
+        pick the node that downloads it (in a cluster, the one that will serve it). Refusals
+        (offline, not on the Hub) raise."""
         model = self.live.state.models[effect.model]
-        job_id = await self._request(model)
+        job_id = await self._request(model, slots)
         if effect.then_load is not None:
             task = asyncio.ensure_future(self._load_when_ready(model.name, effect.then_load, load))
             self._loads.add(task)
             task.add_done_callback(self._loads.discard)
         return job_id
 
-    async def _request(self, model: ModelState) -> str | None:
+    async def _request(self, model: ModelState, slots: Slots | None) -> str | None:
         if model.active_job is not None:
             return model.active_job
         hf_repo = model.config.hf_repo
@@ -72,21 +82,31 @@ class OnDemandFiles:
                 "model_failed", f"cannot download model {model.name!r} from {hf_repo}: {exc.message}",
                 model=model.name, reason=exc.code,
             ) from None  # fmt: skip
-        job_id, _, _ = await self.downloads.request(model.name, resolution.to_spec())
+        spec = resolution.to_spec()
+
+        def site(state: RouterState) -> str | None:  # decided on the state the request lands on
+            return None if slots is None else download_node(state, model.name, spec.total_bytes, slots(state))
+
+        job_id, _, _ = await self.downloads.request(model.name, spec, site)
         return job_id
 
     async def ready(self, name: str) -> ModelState:
         """Wait until ``name`` has its files; a download that ended without them is a ``model_failed``."""
         while True:
-            model = self.live.state.models.get(name)
+            state = self.live.state
+            model = state.models.get(name)
             if model is None:
                 raise CommandRejected("model_not_found", f"model {name!r} is not found", model=name)
-            if model.available:
+            if model.available and held_live(state, model):
                 return model
             if model.active_job is None:
                 error = model.last_error
+                last = state.job(model.last_job) if model.last_job is not None else None
                 reason = error.reason if error is not None else "cancelled"
                 message = error.message if error is not None else "the download ended without the files"
+                if error is None and last is not None and last.status is JobStatus.INTERRUPTED:
+                    where = f" with node {last.node!r}" if last.node is not None else ""
+                    reason, message = "interrupted", f"the download stopped{where}; it resumes when that node is back"
                 raise CommandRejected(
                     "model_failed", f"model {name!r} could not be downloaded: {reason}: {message}", model=name
                 )

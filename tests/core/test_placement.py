@@ -10,9 +10,11 @@ from datetime import timedelta
 
 import pytest
 
-from service.core import cluster, placement
+from service.core import cluster, placement, scheduling
+from service.core import download_lifecycle as downloads
 from service.core import events as ev
 from service.core import instance_decisions as decide
+from service.core.contracts import DownloadSpec, SpecFile
 from service.core.demand_queue import Demanded, Queue, edit
 from service.core.errors import CommandRejected
 from service.core.fold import replay
@@ -252,6 +254,96 @@ class TestManyNodes:
         assert mine.models["n"].instance is None and not mine.models["n"].available
         assert mine.models["m"].available and mine.models["m"].path == "/m/m.gguf"
         assert cluster.own_view(state, None) is state
+
+
+def on_the_hub(name: str) -> list[Entry]:
+    """``name`` as an ``hf-repo`` preset lists it on every node: no node holds its files yet."""
+    return [(ev.ModelConfigured(hf_repo=f"org/{name}-GGUF:Q8_0"), name, "a")]
+
+
+def spec(size: int) -> DownloadSpec:
+    file = SpecFile(path="m-Q8_0.gguf", size=size, sha256="0" * 64)
+    return DownloadSpec("org/m-GGUF", "main", "c" * 40, "Q8_0", "http://hub", (file,))
+
+
+class TestDownloadsWhereTheModelWillRun:
+    """A model no live node holds is downloaded by the node that will serve it, chosen as its load
+    would be; the decision is an event (``download_requested`` with ``node``) that node acts on."""
+
+    def _facts(self, node: str, memory: int, models_max: int = 4) -> decide.Facts:
+        limits = decide.Limits(models_max=models_max, queue_timeout=60, max_queued_requests=0, load_timeout=300)
+        return decide.Facts(limits=limits, now=T0, mono=0.0, node=node, memory=memory)
+
+    def _where(self, state: RouterState, size: int, facts: decide.Facts) -> str | None:
+        return scheduling.download_node(state, "m", size, decide.slot_facts(state, facts))
+
+    def test_the_node_with_the_most_free_memory_downloads_it_whoever_was_asked(self) -> None:
+        state = world(joined("a", 4 * GiB), joined("b", 8 * GiB), on_the_hub("m"))
+        assert self._where(state, GiB, self._facts("a", 4 * GiB)) == "b"
+        assert self._where(state, GiB, self._facts("b", 8 * GiB)) == "b"
+
+    def test_a_node_with_a_free_slot_beats_one_that_must_evict_whatever_its_memory(self) -> None:
+        state = world(joined("a", 64 * GiB, models_max=1), joined("b", 8 * GiB), held("x", "a"), ready("x", "a"),
+                      on_the_hub("m"))  # fmt: skip
+        assert self._where(state, GiB, self._facts("a", 64 * GiB, models_max=1)) == "b"
+
+    def test_a_node_too_small_for_its_files_is_passed_over_even_for_one_that_must_evict(self) -> None:
+        state = world(joined("a", 4 * GiB), joined("b", 8 * GiB, models_max=1), held("x", "b"), ready("x", "b"),
+                      on_the_hub("m"))  # fmt: skip
+        assert self._where(state, GiB, self._facts("a", 4 * GiB)) == "a", "fits beats evicts"
+        assert self._where(state, 6 * GiB, self._facts("a", 4 * GiB)) == "b", "6 GiB never fit a"
+
+    def test_alone_or_when_a_live_node_holds_it_nobody_is_named(self) -> None:
+        state = world(joined("a", 4 * GiB), joined("b", 8 * GiB), on_the_hub("m"), held("m", "a"))
+        assert self._where(state, GiB, self._facts("a", 4 * GiB)) is None
+        single = world(on_the_hub("m"))
+        facts = decide.Facts(limits=self._facts("a", 0).limits, now=T0, mono=0.0)
+        assert self._where(single, GiB, facts) is None
+
+    def test_the_job_belongs_to_the_node_named_which_alone_starts_it_and_is_interrupted_if_it_is_lost(self) -> None:
+        state = world(joined("a", 4 * GiB), joined("b", 8 * GiB), on_the_hub("m"))
+        job = "0f0e0d0c-0b0a-4908-8706-050403020100"
+        made = downloads.request_download(state, "m", job, spec(GiB), node="b")
+        requested = made.events[0].event
+        assert isinstance(requested, ev.DownloadRequested) and requested.node == "b"
+        state = replay(recorded((requested, "m", "a"), after=state), state)  # written by a, for b
+        assert state.job(job) is not None and state.job(job).node == "b"
+        assert downloads.waiting_to_start(state, set(), 0, "a") == []
+        assert [j.job_id for j in downloads.waiting_to_start(state, set(), 0, "b")] == [job]
+        assert cluster.own_view(state, "a").models["m"].active_job is None
+        assert cluster.own_view(state, "b").models["m"].active_job == job
+        closing = cluster.on_node_lost(state, "b", "b-1", detected_by="a")
+        assert [type(c.event).__name__ for c in closing] == ["NodeLost", "DownloadInterrupted"]
+
+    def test_a_model_only_a_lost_node_holds_is_downloaded_again_on_a_node_that_is_up(self) -> None:
+        state = world(joined("a", 4 * GiB), joined("b", 8 * GiB), on_the_hub("m"), held("m", "b"))
+        assert not scheduling.needs_files(state.models["m"], state)
+        lost = ev.NodeLost(node="b", incarnation="b-1", detected_by="a")
+        state = replay(recorded((lost, None, "a"), after=state), state)
+        assert state.models["m"].available and scheduling.needs_files(state.models["m"], state)
+        assert decide.decide_fetch(state, "m", None).effects == (decide.FetchFiles("m", None),)
+        assert self._where(state, GiB, self._facts("a", 4 * GiB)) is None, "a, alone up, fetches it"
+        assert not downloads.request_download(state, "m", "j", spec(GiB)).answer.already_downloaded
+
+    def test_a_cancel_asked_of_another_node_leaves_the_end_to_the_node_running_the_job(self) -> None:
+        state = world(joined("a", 4 * GiB), joined("b", 8 * GiB), on_the_hub("m"))
+        job = "0f0e0d0c-0b0a-4908-8706-050403020100"
+        requested = downloads.request_download(state, "m", job, spec(GiB), node="b").events[0].event
+        state = replay(recorded((requested, "m", "a"), after=state), state)
+        asked = downloads.cancel(state, job, discard=False, has_worker=False, bytes_on_disk=0, node="a")
+        assert [type(e).__name__ for e in asked] == ["DownloadCancelRequested"], "b's worker records the end"
+        there = downloads.cancel(state, job, discard=False, has_worker=False, bytes_on_disk=0, node="b")
+        assert [type(e).__name__ for e in there] == ["DownloadCancelRequested", "DownloadCancelled"]
+        lost = ev.NodeLost(node="b", incarnation="b-1", detected_by="a")
+        gone = replay(recorded((lost, None, "a"), after=state), state)
+        assert not downloads.runs_elsewhere(gone, gone.job(job), "a"), "a lost node ends nothing"
+
+    def test_a_job_written_without_a_node_is_the_writers(self) -> None:
+        state = world(joined("a", 4 * GiB), on_the_hub("m"))
+        requested = downloads.request_download(state, "m", "j", spec(GiB)).events[0].event
+        assert isinstance(requested, ev.DownloadRequested) and requested.node is None
+        state = replay(recorded((requested, "m", "a"), after=state), state)
+        assert state.job("j") is not None and state.job("j").node == "a"
 
 
 def _cluster_facts(state: RouterState, node: str, memory: int) -> SlotFacts:

@@ -139,6 +139,7 @@ PINNED_TYPES = frozenset(
 # alias types are pinned from v10 on.
 # v11: v10 and, from the cluster branch, node_left (NodeState.left, left_at).
 # v7: nodes (node_joined/node_lost), holders per node, a model's shape, instances and jobs by node, pin.
+# v12: a download job's node from its download_requested's node (placed by another node), else its writer.
 FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances, fold_nodes)
 FINGERPRINTS = {
     1: ("be17643e0302114b", "14a3bc5f8b098e9b"),
@@ -158,6 +159,7 @@ FINGERPRINTS = {
     10: ("842816effcb47a78", "8e7ab6ad199a22b3"),  # names added by Ollama's copy (added_aliases)
     # 10 on the cluster2 branch: ("cc565846feff9ce4", "5848a40f4d61d3dc"), node_left (NodeState.left, left_at)
     11: ("11d5f000864449ef", "8143aadef85be542"),  # copies' names and node_left
+    12: ("11d5f000864449ef", "7a9a1038001fdb6a"),  # a download job's node from download_requested's node
 }
 
 

@@ -8,10 +8,16 @@ The second test (after the first: it restarts ``b``) cuts ``b``'s lock connectio
 paused, so that ``a`` records it lost while it is alive: ``b`` re-joins, stops its inference worker,
 and takes its interrupted download back; then
 ``b`` stops cleanly and is recorded as left.
+The third (``b`` started again) asks ``a`` for ``tiny-hub``, an ``hf-repo`` preset no node holds: it
+is downloaded by ``b``, which has more room, into ``b``'s cache, then served there; a download that
+``b`` runs is cancelled through ``a``. The fourth kills ``b`` while it streams a forwarded
+generation: the stream ends with an error event at once, ``a`` serves the model itself, and
+downloads ``tiny-hub`` again (its one holder is lost).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -43,6 +49,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 GiB = 1024**3
 MiB = 1024**2
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
+SLOW_REPO = unique_repo("slow")  # an hf-repo preset whose download the hub throttles, to be cancelled
 
 
 def _node(root: Path, name: str, url: str, models: tuple[str, ...], memory: int, hub: str) -> ServiceProcess:
@@ -52,7 +59,10 @@ def _node(root: Path, name: str, url: str, models: tuple[str, ...], memory: int,
     port = int(url.rsplit(":", 1)[1])
     env = {"MODELROUTER_MODELS_DIR": str(folder), "MODELROUTER_MEMORY_BYTES": str(memory),
            "MODELROUTER_MODELS_MEMORY_MARGIN": "0", "HF_ENDPOINT": hub}  # fmt: skip
-    return ServiceProcess(root / f"home-{name}", port=port, env=env, args=["--api-key", KEY])
+    # The same presets on every node (an hf-repo model nobody holds yet), and endless generations
+    # possible (a full context shifts) for the stream cut by a kill.
+    args = ["--api-key", KEY, "--models-preset", str(root / "presets.ini"), "--context-shift"]
+    return ServiceProcess(root / f"home-{name}", port=port, env=env, args=args)
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +71,10 @@ def cluster(
 ) -> Iterator[tuple[ServiceProcess, ServiceProcess]]:
     root = tmp_path_factory.mktemp("cluster")
     url = pg_server.create_database("cluster_two_nodes", template="modelrouter_template")
+    repo = unique_repo("hub-only")
+    make_repo(hub_server.root, repo, {"hub-only-Q8_0.gguf": write_tiny_gguf(root / "hub-only.gguf").read_bytes()})
+    make_repo(hub_server.root, SLOW_REPO, {"slow-Q4_K_M.gguf": 8 * MiB})
+    (root / "presets.ini").write_text(f"[tiny-hub]\nhf-repo = {repo}:Q8_0\n\n[slow]\nhf-repo = {SLOW_REPO}:Q4_K_M\n")
     a_url, b_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     a = _node(root, "a", a_url, ("tiny-a", "tiny-s"), 4 * GiB, hub_server.url)
     b = _node(root, "b", b_url, ("tiny-b", "tiny-s"), 8 * GiB, hub_server.url)
@@ -241,3 +255,109 @@ def test_a_node_recorded_lost_while_alive_rejoins_and_a_clean_stop_is_left_not_l
         ("b", again["incarnation"], "b")]  # fmt: skip
     assert len(_events(a, type="node_lost")) == lost_before + 1, "a node that left is not recorded lost"
     assert _nodes(a)["a"]["state"] == "up" and _chat(a, "tiny-s").status_code == 200
+
+
+def _up_again(a: ServiceProcess, b: ServiceProcess) -> dict[str, Any]:
+    """``b`` running and joined (the tests above kill or stop it)."""
+    if b.proc is None or b.proc.poll() is not None:
+        b.start(timeout=60)
+    return eventually(lambda: (n := _nodes(a)) and n["b"]["state"] == "up" and n["b"], "b up again", timeout=60)
+
+
+def _hub_only_files(home: Path) -> list[Path]:
+    """``tiny-hub``'s file in the cache under ``home`` (each node has its own)."""
+    return sorted(p for p in home.rglob("hub-only-Q8_0.gguf") if p.is_file())
+
+
+@pytest.mark.timeout(300)
+def test_a_model_no_node_holds_is_downloaded_by_the_node_that_will_serve_it(
+    cluster: tuple[ServiceProcess, ServiceProcess], hub: HubServer
+) -> None:
+    a, b = cluster
+    _up_again(a, b)
+    nodes = _nodes(a)
+    assert nodes["a"]["memory_bytes"] < nodes["b"]["memory_bytes"], "b has more room"
+    assert "held_by" not in _entry(a, "tiny-hub") and _hub_only_files(a.home) == _hub_only_files(b.home) == []
+
+    # Asked of a: the download is decided for b (an event b acts on), into b's cache; then the
+    # model is placed where its files are, and the request forwarded there.
+    answer = _chat(a, "tiny-hub")
+    assert answer.status_code == 200, answer.text
+    requested = _events(a, type="download_requested", model="tiny-hub")
+    assert [(e["data"]["node"], e["source"]["node"]) for e in requested] == [("b", "a")]
+    job_id = requested[0]["data"]["job_id"]
+    job_events = [e for e in _events(a, model="tiny-hub", type="download_*") if e["data"]["job_id"] == job_id]
+    assert [e["type"] for e in job_events][-1] == "download_finished"
+    assert {e["source"]["node"] for e in job_events[1:]} == {"b"}, "b's worker moved the bytes"
+    assert _get(a, f"/downloads/{job_id}")["node"] == "b"
+    assert len(_hub_only_files(b.home)) == 1 and _hub_only_files(a.home) == [], "in b's cache, not a's"
+    assert _entry(a, "tiny-hub")["held_by"] == ["b"] and _entry(a, "tiny-hub")["status"]["node"] == "b"
+    started = _events(a, type="instance_requested", model="tiny-hub")
+    assert [(e["data"]["node"], e["data"]["reason"]) for e in started] == [("b", "autoload")]
+    served = _events(a, type="request_completed", model="tiny-hub")
+    assert [e["source"]["node"] for e in served] == ["b"], "served by b, forwarded by a"
+
+    # A cancel asked of a, for a download b runs: b stops its worker, which records the end.
+    hub.set_faults({"kind": "throttle", "repo": SLOW_REPO, "rate": MiB})
+    assert httpx.post(f"{a.url}/models/load", json={"model": "slow"}, headers=AUTH, timeout=60).status_code == 200
+    slow = _events(a, type="download_requested", model="slow")[0]["data"]
+    assert slow["node"] == "b"
+    running = eventually(lambda: (j := _get(a, f"/downloads/{slow['job_id']}"))["bytes_done"] > 0 and j, "b fetches")
+    fetcher = psutil.Process(running["pid"])
+    cancelled = httpx.delete(f"{a.url}/downloads/{slow['job_id']}", headers=AUTH, timeout=60)
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled", cancelled.text
+    ends = [e for e in _events(a, type="download_cancelled") if e["data"]["job_id"] == slow["job_id"]]
+    assert [e["source"]["node"] for e in ends] == ["b"], "recorded by b's worker (or b), once"
+    eventually(lambda: not fetcher.is_running() or fetcher.status() == psutil.STATUS_ZOMBIE, "b's worker stopped")
+
+
+def _sse_events(raw: bytes) -> list[dict[str, Any]]:
+    lines = [line[6:] for line in raw.decode().split("\n") if line.startswith("data: ")]
+    return [json.loads(line) for line in lines if line != "[DONE]"]
+
+
+@pytest.mark.timeout(300)
+def test_a_stream_cut_by_the_kill_of_the_serving_node_ends_with_an_error_at_once(
+    cluster: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    a, b = cluster
+    _up_again(a, b)
+    if _entry(a, "tiny-s")["status"]["value"] != "unloaded":
+        httpx.post(f"{a.url}/models/unload", json={"model": "tiny-s"}, headers=AUTH, timeout=60).raise_for_status()
+    eventually(lambda: _entry(a, "tiny-s")["status"]["value"] == "unloaded", "tiny-s unloaded")
+    assert _chat(a, "tiny-s").status_code == 200
+    assert _entry(a, "tiny-s")["status"]["node"] == "b", "both hold it: b has more free memory"
+    lost_before = len(_events(a, type="node_lost"))
+
+    # An endless generation (no n_predict, no EOS, a full context shifts), forwarded by a to b.
+    body = {"model": "tiny-s", "prompt": "go", "n_predict": -1, "temperature": 0, "ignore_eos": True, "stream": True}
+    raw = b""
+    with httpx.stream("POST", f"{a.url}/completion", json=body, headers=AUTH, timeout=60) as stream:
+        assert stream.status_code == 200
+        parts = stream.iter_raw()
+        while raw.count(b"\n\n") < 3:
+            raw += next(parts)  # tokens are flowing
+        b.kill9()
+        killed = time.monotonic()
+        for part in parts:
+            raw += part
+        ended = time.monotonic() - killed
+    assert ended < 10, f"the stream ended {ended:.1f} s after the kill"
+    events = _sse_events(raw)
+    assert all("content" in e for e in events[:-1]) and len(events) >= 4
+    error = events[-1]["error"]
+    assert (error["code"], error["type"]) == (503, "unavailable_error"), events[-1]
+    assert "node 'b'" in error["message"] and "tiny-s" in error["message"], error
+
+    # a records b lost within 10 s, and serves tiny-s itself on the next request (autoload).
+    lost = eventually(lambda: _events(a, type="node_lost")[lost_before:], "node_lost", timeout=10, interval=0.1)
+    assert time.monotonic() - killed < 10 and lost[0]["data"]["node"] == "b"
+    assert _chat(a, "tiny-s").status_code == 200
+    assert _entry(a, "tiny-s")["status"]["node"] == "a"
+    # tiny-hub, which only b (lost) holds, is downloaded again by a, the one node up, and served there.
+    assert _entry(a, "tiny-hub")["held_by"] == ["b"]
+    assert _chat(a, "tiny-hub").status_code == 200
+    fetched = _events(a, type="download_requested", model="tiny-hub")
+    assert [(e["data"].get("node"), e["source"]["node"]) for e in fetched][-1] == (None, "a")
+    assert _entry(a, "tiny-hub")["held_by"] == ["a", "b"] and _entry(a, "tiny-hub")["status"]["node"] == "a"
+    assert len(_hub_only_files(a.home)) == 1

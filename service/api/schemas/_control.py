@@ -44,6 +44,8 @@ class JobView(msgspec.Struct, frozen=True):
     started_at: str | None
     finished_at: str | None
     error: dict[str, Any] | None
+    node: str | msgspec.UnsetType = msgspec.UNSET
+    """Ours, in a cluster: the node whose worker moves the bytes, into its own cache."""
 
 
 class JobList(msgspec.Struct, frozen=True):
