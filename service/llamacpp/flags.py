@@ -137,7 +137,11 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     ),
     "spm-infill": ("spm_infill", "/infill puts the suffix first"),
     "slot-save-path": ("slot_save_path", "directory of the files POST /slots/{id}?action=save and restore use"),
-    "lora": ("lora", "LoRA adapters (comma-separated), applied to every slot; GET/POST /lora-adapters"),
+    "lora": (
+        "lora",
+        "LoRA adapters (comma-separated), the worker's scales for requests without their own `lora`; "
+        "GET/POST /lora-adapters",
+    ),
     "lora-scaled": ("lora_scaled", "LoRA adapters with their scales (FNAME:SCALE,...)"),
     "lora-init-without-apply": (
         "lora_init_without_apply",

@@ -29,8 +29,7 @@ from workers.inference._cli import EXIT_ERROR, EXIT_LOAD_FAILED, EXIT_OK, EXIT_O
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
 from workers.inference.engine import EngineMonitor
-from workers.inference.http import FrontOptions, InferenceApp, bind_server
-from workers.inference.http import _server_defaults as server_defaults
+from workers.inference.http import FrontOptions, InferenceApp, bind_server, load_sampling_defaults
 from workers.inference.llama import LlamaLog, Loaded, LoadError
 from workers.runtime import INFERENCE_WORKER, Parent, Wakeup, WorkerRuntime
 
@@ -150,7 +149,7 @@ class Worker:
 
     def _load(self) -> Loaded:
         try:  # --grammar-file / --json-schema-file are read now: a bad one fails the load, as llama-server's start
-            defaults = server_defaults.load(self.args.sampling_defaults)
+            defaults = load_sampling_defaults(self.args.sampling_defaults)
             self.app.front_options = dataclasses.replace(self.app.front_options, sampling_defaults=defaults)
         except (OSError, ValueError) as exc:
             raise LoadError("bad_sampling_default", f"sampling defaults: {exc}") from None

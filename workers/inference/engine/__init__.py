@@ -32,7 +32,13 @@ from workers.inference.engine._errors import (
 from workers.inference.engine._job import IDLE, Job, RequesterLeft, Watched
 from workers.inference.engine._legacy import LegacyEngine
 from workers.inference.engine._protocol import Engine, EngineMonitor, FrontFactory, JobRunner, RequestQueue
-from workers.inference.engine._sampling import SamplerError, SamplingParams, build_chain, strict_json_strings
+from workers.inference.engine._sampling import (
+    SamplerError,
+    SamplingParams,
+    build_chain,
+    sampler_order,
+    strict_json_strings,
+)
 from workers.inference.engine._slot_files import SlotAction
 from workers.inference.engine._slots import Request
 
@@ -60,6 +66,7 @@ __all__ = [
     "SlotAction",
     "Watched",
     "build_chain",
+    "sampler_order",
     "strict_json_strings",
     "wait_embeddings",
 ]

@@ -1,14 +1,10 @@
 """The batch engine's request front: OpenAI completions and chats, on the HTTP threads.
 
-Why it looks like ``llama_cpp.Llama``: chat formatting stays exactly
-llama-cpp-python's. Its chat handlers (the GGUF's Jinja template through
-``Jinja2ChatFormatter``, or a registered format such as ``chatml``) render the
-messages, call ``llama.tokenize`` and ``llama.create_completion``, and turn the
-result into chat objects, tool calls included. :class:`CompletionFront`
-offers that much of ``Llama``'s interface, backed by the batch engine, so the
-handlers run unchanged. Rendering and tokenizing happen on the request's own
-HTTP thread (ctypes releases the GIL while llama.cpp tokenizes), so a long
-prompt never holds up the engine's step loop.
+It offers the part of ``llama_cpp.Llama``'s interface the handlers use (``tokenize``,
+``create_completion``, ``create_chat_completion``), backed by the batch engine; chats are
+rendered and read by ``_chat_session``. Rendering and tokenizing happen on the request's own
+HTTP thread (ctypes releases the GIL while llama.cpp tokenizes), so a long prompt never
+holds up the engine's step loop.
 
 Per-request extras that OpenAI's signature has no room for (the disconnect
 check, ``cache_prompt``, ``lora``) travel in a thread-local :class:`_RequestContext`.
@@ -327,10 +323,9 @@ class CompletionFront:
     def _submit(
         self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...], media: Any = None
     ) -> Request:
+        llm = self.llm
         try:
-            chain = build_chain(
-                self.llm.lc, self.llm.vocab, self.llm.n_vocab, params, self.default_seed, self.llm.n_ctx
-            )
+            chain = build_chain(llm.lc, llm.vocab, llm.n_vocab, params, self.default_seed, llm.n_ctx)
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
         ctx = self._ctx()

@@ -24,13 +24,16 @@ Everything runs on the HTTP thread: the vocabulary is read-only after load.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine import SamplingParams
 from workers.inference.http._errors import ApiError
 from workers.inference.http._requests import normalize_message
 from workers.inference.llama import MEDIA_MARKER
+
+if TYPE_CHECKING:
+    from workers.inference.http._app import FrontOptions
 
 
 @functools.cache
@@ -141,15 +144,13 @@ def _modalities(llm: Any) -> dict[str, bool]:
     return {"vision": vision, "video": False, "audio": audio}
 
 
-def props(
-    front: Any, total_slots: int, model_name: str, endpoint_props: bool = False, defaults: Mapping[str, Any] = {}
-) -> dict[str, Any]:
-    """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies
-    (``defaults``: the server's sampling options, shown in ``default_generation_settings``)."""
+def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> dict[str, Any]:
+    """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies (the
+    endpoint switches and the server's sampling defaults from ``opts``)."""
     from workers.inference.http._server_defaults import shown
 
     llm = front.llm
-    params = {**SamplingParams().to_json(), "n_predict": -1, "stop": [], **shown(defaults)}
+    params = {**SamplingParams().to_json(), "n_predict": -1, "stop": [], **shown(opts.sampling_defaults)}
     return {
         "default_generation_settings": {"params": params, "n_ctx": llm.n_ctx},
         "total_slots": total_slots,
@@ -157,9 +158,9 @@ def props(
         "model_path": llm.path,
         "modalities": _modalities(llm),
         "media_marker": MEDIA_MARKER,
-        "endpoint_slots": True,
-        "endpoint_props": endpoint_props,
-        "endpoint_metrics": True,
+        "endpoint_slots": opts.endpoint_slots,
+        "endpoint_props": opts.endpoint_props,
+        "endpoint_metrics": opts.endpoint_metrics,
         "chat_template": getattr(front.renderer(), "source", ""),
         "bos_token": llm.token_text(llm.bos) if llm.bos >= 0 else "",
         "eos_token": llm.token_text(llm.eos) if llm.eos >= 0 else "",

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._llama_sampling import llama_constraint, llama_sampling
 
 _FLOAT_PARAMS = (
     "temperature",
@@ -28,14 +29,6 @@ _FLOAT_PARAMS = (
     "mirostat_eta",
 )
 _INT_PARAMS = ("top_k", "seed", "mirostat_mode")
-# llama-server's sampling fields beyond llama-cpp-python's keywords -> SamplingParams fields
-_LLAMA_FLOATS = {
-    "dry_multiplier": "dry_multiplier", "dry_base": "dry_base", "xtc_probability": "xtc_probability",
-    "xtc_threshold": "xtc_threshold", "top_n_sigma": "top_n_sigma", "dynatemp_range": "dynatemp_range",
-    "dynatemp_exponent": "dynatemp_exponent", "adaptive_target": "adaptive_target", "adaptive_decay": "adaptive_decay",
-}  # fmt: skip
-_LLAMA_INTS = {"dry_allowed_length": "dry_allowed_length", "dry_penalty_last_n": "dry_penalty_last_n",
-               "repeat_last_n": "penalty_last_n"}  # fmt: skip
 _ROLES = {"system", "user", "assistant", "tool", "function", "developer"}
 
 
@@ -68,7 +61,7 @@ def _sampling_kwargs(body: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(body[key], int) or isinstance(body[key], bool):
                 raise ApiError(400, f"'{key}' must be an integer")
             out[key] = body[key]
-    llama = _llama_sampling(body)
+    llama = llama_sampling(body)
     if llama:
         out["llama_sampling"] = llama
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
@@ -86,35 +79,6 @@ def _sampling_kwargs(body: dict[str, Any]) -> dict[str, Any]:
     bias = body.get("logit_bias")
     if bias is not None:
         out["logit_bias"] = logit_bias(bias)
-    return out
-
-
-def _llama_sampling(body: dict[str, Any]) -> dict[str, Any]:
-    """llama.cpp's samplers that llama-cpp-python's keywords lack (DRY, XTC, top-n-sigma, dynamic
-    temperature, adaptive-p, ``repeat_last_n``, the ``samplers`` order), as SamplingParams fields."""
-    from workers.inference.engine._sampling import sampler_order
-
-    out: dict[str, Any] = {}
-    for key, field in _LLAMA_FLOATS.items():
-        if body.get(key) is not None:
-            if not _is_number(body[key]):
-                raise ApiError(400, f"'{key}' must be a number")
-            out[field] = float(body[key])
-    for key, field in _LLAMA_INTS.items():
-        if body.get(key) is not None:
-            if not isinstance(body[key], int) or isinstance(body[key], bool) or body[key] < -1:
-                raise ApiError(400, f"'{key}' must be an integer >= -1")
-            out[field] = body[key]
-    breakers = body.get("dry_sequence_breakers")
-    if breakers is not None:
-        if not isinstance(breakers, list) or not breakers or not all(isinstance(b, str) for b in breakers):
-            raise ApiError(400, "Error: dry_sequence_breakers must be a non-empty array of strings")
-        out["dry_sequence_breakers"] = tuple(breakers)
-    if body.get("samplers") is not None:
-        order = sampler_order(body["samplers"])
-        if order is None:
-            raise ApiError(400, "'samplers' must be a list of sampler names or a string of sampler letters")
-        out["samplers"] = order
     return out
 
 
@@ -250,7 +214,7 @@ def chat_request(body: dict[str, Any], model_name: str, *, media: bool = False) 
     if body.get("response_format") is not None:
         kwargs["response_format"] = _response_format(body["response_format"])
     elif body.get("grammar") is not None or body.get("json_schema") is not None:
-        kwargs["response_format"] = _llama_constraint(body)
+        kwargs["response_format"] = llama_constraint(body)
     if body.get("logprobs") is not None:
         kwargs["logprobs"] = bool(body["logprobs"])
     if body.get("top_logprobs") is not None:
@@ -271,17 +235,6 @@ def _response_format(fmt: Any) -> dict[str, Any]:
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
         raise ApiError(400, "'response_format.json_schema' must be an object with a 'schema' object")
     return {"type": "json_object", "schema": spec.get("schema", {})}
-
-
-def _llama_constraint(body: dict[str, Any]) -> dict[str, Any]:
-    """llama-server's ``grammar`` (GBNF) or ``json_schema`` on a chat, as a response format."""
-    if body.get("grammar") is not None:
-        if not isinstance(body["grammar"], str):
-            raise ApiError(400, "'grammar' must be a GBNF string")
-        return {"type": "gbnf", "grammar": body["grammar"]}
-    if not isinstance(body["json_schema"], dict):
-        raise ApiError(400, "'json_schema' must be an object")
-    return {"type": "json_object", "schema": body["json_schema"]}
 
 
 def _grammar(body: dict[str, Any]) -> Any:

@@ -145,10 +145,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if route == "/lora-adapters":
                     self._send_json(200, front.llm.lora.to_json())
                 else:
-                    answer = llama_server.props(front, app.engine.slot_count, app.model_name, opts.endpoint_props,
-                                                opts.sampling_defaults)  # fmt: skip
-                    self._send_json(200, {**answer, "endpoint_slots": opts.endpoint_slots,
-                                          "endpoint_metrics": opts.endpoint_metrics})  # fmt: skip
+                    self._send_json(200, llama_server.props(front, app.engine.slot_count, app.model_name, opts))
             except ApiError as err:
                 self._send_api_error(err)
         else:

@@ -69,7 +69,7 @@ def shown(defaults: Mapping[str, Any]) -> dict[str, Any]:
     """The defaults as ``/props``' ``default_generation_settings.params`` names them."""
     out = {k: v for k, v in defaults.items() if k not in ("json_schema", "logit_bias")}
     if isinstance(out.get("samplers"), str):  # --sampler-seq letters, shown as names as llama-server does
-        from workers.inference.engine._sampling import sampler_order
+        from workers.inference.engine import sampler_order
 
         out["samplers"] = list(sampler_order(out["samplers"]) or ())
     return out

@@ -1,0 +1,60 @@
+"""llama-server's request fields that llama-cpp-python's keywords lack: its extra samplers, and a
+chat's own ``grammar``/``json_schema`` (pure validation, as :mod:`._requests`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.inference.engine import sampler_order
+from workers.inference.http._errors import ApiError
+
+# llama-server's sampling fields beyond llama-cpp-python's keywords -> SamplingParams fields
+_LLAMA_FLOATS = {
+    "dry_multiplier": "dry_multiplier", "dry_base": "dry_base", "xtc_probability": "xtc_probability",
+    "xtc_threshold": "xtc_threshold", "top_n_sigma": "top_n_sigma", "dynatemp_range": "dynatemp_range",
+    "dynatemp_exponent": "dynatemp_exponent", "adaptive_target": "adaptive_target", "adaptive_decay": "adaptive_decay",
+}  # fmt: skip
+_LLAMA_INTS = {"dry_allowed_length": "dry_allowed_length", "dry_penalty_last_n": "dry_penalty_last_n",
+               "repeat_last_n": "penalty_last_n"}  # fmt: skip
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def llama_sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp's samplers that llama-cpp-python's keywords lack (DRY, XTC, top-n-sigma, dynamic
+    temperature, adaptive-p, ``repeat_last_n``, the ``samplers`` order), as SamplingParams fields."""
+    out: dict[str, Any] = {}
+    for key, field in _LLAMA_FLOATS.items():
+        if body.get(key) is not None:
+            if not _is_number(body[key]):
+                raise ApiError(400, f"'{key}' must be a number")
+            out[field] = float(body[key])
+    for key, field in _LLAMA_INTS.items():
+        if body.get(key) is not None:
+            if not isinstance(body[key], int) or isinstance(body[key], bool) or body[key] < -1:
+                raise ApiError(400, f"'{key}' must be an integer >= -1")
+            out[field] = body[key]
+    breakers = body.get("dry_sequence_breakers")
+    if breakers is not None:
+        if not isinstance(breakers, list) or not breakers or not all(isinstance(b, str) for b in breakers):
+            raise ApiError(400, "Error: dry_sequence_breakers must be a non-empty array of strings")
+        out["dry_sequence_breakers"] = tuple(breakers)
+    if body.get("samplers") is not None:
+        order = sampler_order(body["samplers"])
+        if order is None:
+            raise ApiError(400, "'samplers' must be a list of sampler names or a string of sampler letters")
+        out["samplers"] = order
+    return out
+
+
+def llama_constraint(body: dict[str, Any]) -> dict[str, Any]:
+    """llama-server's ``grammar`` (GBNF) or ``json_schema`` on a chat, as a response format."""
+    if body.get("grammar") is not None:
+        if not isinstance(body["grammar"], str):
+            raise ApiError(400, "'grammar' must be a GBNF string")
+        return {"type": "gbnf", "grammar": body["grammar"]}
+    if not isinstance(body["json_schema"], dict):
+        raise ApiError(400, "'json_schema' must be an object")
+    return {"type": "json_object", "schema": body["json_schema"]}
