@@ -85,8 +85,8 @@ class TestSettings:
 
     def test_options_the_worker_cannot_honour_are_recorded_as_ignored(self) -> None:
         config = _config("[m]\nngl = 99\ntemp = 0.1\nno-cont-batching = 1\nc = 64\n", "m")
-        assert config.params == {"n_ctx": 64}
-        assert config.ignored == ("cont-batching", "n-gpu-layers", "temperature")
+        assert config.params == {"n_ctx": 64, "sampling": {"temperature": 0.1}}  # every request's default
+        assert config.ignored == ("cont-batching", "n-gpu-layers")
         assert config.args["n-gpu-layers"] == "99", "the options in force are recorded as given"
 
     def test_chat_template_options_reach_the_worker(self) -> None:

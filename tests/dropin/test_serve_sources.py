@@ -23,7 +23,8 @@ LLAMA_NOT_LOADED = {"code": 400, "message": "model is not loaded", "type": "inva
 @pytest.mark.timeout(120)
 def test_models_dir_with_per_model_defaults(serve: Serve, models_dir: Path, tmp_path: Path) -> None:
     """``llama-server --models-dir ./models -c 200 -ngl 99 --temp 0.3``: every model gets the
-    defaults; what the worker cannot honour is warned about once and recorded as ignored."""
+    defaults (``--temp``: every request's); what the worker cannot honour is warned about once and
+    recorded as ignored."""
     outside = tmp_path / "private"
     outside.mkdir()
     (outside / "secret.gguf").write_bytes(b"GGUF")
@@ -32,8 +33,8 @@ def test_models_dir_with_per_model_defaults(serve: Serve, models_dir: Path, tmp_
     listed = models(svc)
     assert set(listed) == {"tiny-a", "tiny-b"} and listed["tiny-a"]["source"] == "models_dir"
     configured = events(svc, type="model_configured", model="tiny-a")[-1]["data"]
-    assert configured["params"] == {"n_ctx": 200}
-    assert configured["ignored"] == ["n-gpu-layers", "temperature"]
+    assert configured["params"] == {"n_ctx": 200, "sampling": {"temperature": 0.3}}
+    assert configured["ignored"] == ["n-gpu-layers"]
     assert configured["args"] == {"ctx-size": "200", "n-gpu-layers": "99", "temperature": "0.3"}
     assert listed["tiny-a"]["status"]["args"] == ["--ctx-size", "200", "--n-gpu-layers", "99", "--temperature", "0.3"]
     assert listed["tiny-a"]["status"]["preset"] == "[tiny-a]\nctx-size = 200\nn-gpu-layers = 99\ntemperature = 0.3\n\n"
@@ -90,7 +91,10 @@ def test_hf_of_a_preset_repo_runs_as_a_router_over_its_models(serve: Serve, hub:
     assert "only use presets you trust" in svc.log_text()
     assert chat(svc, "stories260K-test").status_code == 200
     configured = events(svc, type="model_configured", model="stories260K-test")[-1]["data"]
-    assert configured["hf_repo"] == f"{first}:Q8_0" and configured["params"] == {"n_batch": 64}
+    assert configured["hf_repo"] == f"{first}:Q8_0" and configured["params"] == {
+        "n_batch": 64,
+        "sampling": {"temperature": 0.0},
+    }
     stats = hub.stats()
     fetched = {r["file"] for r in stats["requests"] if r["repo"] == preset_repo and r.get("file")}
     assert fetched == {f"{preset_repo}/preset.ini"}, "only preset.ini is fetched from a preset repo"
