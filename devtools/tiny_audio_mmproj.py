@@ -32,6 +32,8 @@ from typing import Any
 import gguf
 import numpy as np
 
+from devtools.tiny_mmproj import Weights, encoder_blocks, finish
+
 N_MEL = 80  # Whisper's
 CHUNK_FRAMES = 3000  # mtmd's whisper preprocessor: 30 s of 10 ms frames per encoder pass
 STACK_FACTOR = 100
@@ -86,14 +88,8 @@ def write_tiny_audio_mmproj(
     w.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-5)
     w.add_uint32("clip.audio.projection_dim", n_embd_lm)
 
-    def mat(rows: int, cols: int, std: float = 0.1) -> np.ndarray:
-        # numpy (rows, cols) is ggml ne (cols, rows): (out_features, in_features)
-        return (rng.standard_normal((rows, cols)) * std).astype(np.float32)
-
-    def vec(n: int, value: float | None = None) -> np.ndarray:
-        if value is not None:
-            return np.full(n, value, dtype=np.float32)
-        return (rng.standard_normal(n) * 0.02).astype(np.float32)
+    r = Weights(rng)
+    mat, vec = r.mat, r.vec
 
     # Whisper's stem: conv1d kernels are ggml ne [3, in, out] in F16 (im2col's type, as the
     # converter writes them); the biases [1, out] so they broadcast over frames.
@@ -102,19 +98,7 @@ def write_tiny_audio_mmproj(
     w.add_tensor("a.conv1d.2.weight", (rng.standard_normal((n_embd, n_embd, 3)) * 0.1).astype(np.float16))
     w.add_tensor("a.conv1d.2.bias", vec(n_embd).reshape(n_embd, 1))
     w.add_tensor("a.position_embd.weight", mat(n_pos, n_embd, 0.02))
-    for i in range(n_layer):
-        p = f"a.blk.{i}."
-        for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            w.add_tensor(p + part + ".weight", mat(n_embd, n_embd))
-            if part != "attn_k":  # Whisper's key projection has no bias (whisper-enc.cpp asserts it)
-                w.add_tensor(p + part + ".bias", vec(n_embd))
-        for norm in ("ln1", "ln2"):
-            w.add_tensor(p + norm + ".weight", vec(n_embd, 1.0))
-            w.add_tensor(p + norm + ".bias", vec(n_embd, 0.0))
-        w.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
-        w.add_tensor(p + "ffn_up.bias", vec(n_ff))
-        w.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
-        w.add_tensor(p + "ffn_down.bias", vec(n_embd))
+    encoder_blocks(w, r, "a", n_layer, n_embd, n_ff, key_bias=False)
     w.add_tensor("a.post_ln.weight", vec(n_embd, 1.0))
     w.add_tensor("a.post_ln.bias", vec(n_embd, 0.0))
     # Ultravox's projector; SwiGLU halves mlp.1's output. Large enough outputs to move the logits.
@@ -122,11 +106,7 @@ def write_tiny_audio_mmproj(
     w.add_tensor("mm.a.mlp.1.weight", mat(2 * hidden, n_embd * stack_factor, 0.3))
     w.add_tensor("mm.a.norm_mid.weight", vec(hidden, 1.0))
     w.add_tensor("mm.a.mlp.2.weight", mat(n_embd_lm, hidden, 0.3))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return out
+    return finish(w, out)
 
 
 def tiny_audio_mmproj_bytes(**kwargs: Any) -> bytes:

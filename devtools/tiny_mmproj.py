@@ -41,6 +41,51 @@ def image_tokens(image_size: int = IMAGE_SIZE, patch_size: int = PATCH_SIZE) -> 
     return (image_size // patch_size) ** 2
 
 
+class Weights:
+    """Random tensors from one generator, as the tiny projectors draw them."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def mat(self, rows: int, cols: int, std: float = 0.1) -> np.ndarray:
+        # numpy (rows, cols) is ggml ne (cols, rows): (out_features, in_features)
+        return (self.rng.standard_normal((rows, cols)) * std).astype(np.float32)
+
+    def vec(self, n: int, value: float | None = None) -> np.ndarray:
+        if value is not None:
+            return np.full(n, value, dtype=np.float32)
+        return (self.rng.standard_normal(n) * 0.02).astype(np.float32)
+
+
+def encoder_blocks(
+    w: Any, r: Weights, prefix: str, n_layer: int, n_embd: int, n_ff: int, *, key_bias: bool = True
+) -> None:
+    """clip.cpp's transformer blocks (``{prefix}.blk.N.*``), shared by the vision and audio encoders;
+    ``key_bias=False``: Whisper's key projection has none (whisper-enc.cpp asserts it)."""
+    for i in range(n_layer):
+        p = f"{prefix}.blk.{i}."
+        for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            w.add_tensor(p + part + ".weight", r.mat(n_embd, n_embd))
+            if key_bias or part != "attn_k":
+                w.add_tensor(p + part + ".bias", r.vec(n_embd))
+        for norm in ("ln1", "ln2"):
+            w.add_tensor(p + norm + ".weight", r.vec(n_embd, 1.0))
+            w.add_tensor(p + norm + ".bias", r.vec(n_embd, 0.0))
+        w.add_tensor(p + "ffn_up.weight", r.mat(n_ff, n_embd))
+        w.add_tensor(p + "ffn_up.bias", r.vec(n_ff))
+        w.add_tensor(p + "ffn_down.weight", r.mat(n_embd, n_ff))
+        w.add_tensor(p + "ffn_down.bias", r.vec(n_embd))
+
+
+def finish(w: Any, out: Path) -> Path:
+    """Write the GGUF's header, keys and tensors, and close it."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
 def write_tiny_mmproj(
     path: str | os.PathLike[str],
     *,
@@ -84,14 +129,8 @@ def write_tiny_mmproj(
     w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
     w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
 
-    def mat(rows: int, cols: int, std: float = 0.1) -> np.ndarray:
-        # numpy (rows, cols) is ggml ne (cols, rows): (out_features, in_features)
-        return (rng.standard_normal((rows, cols)) * std).astype(np.float32)
-
-    def vec(n: int, value: float | None = None) -> np.ndarray:
-        if value is not None:
-            return np.full(n, value, dtype=np.float32)
-        return (rng.standard_normal(n) * 0.02).astype(np.float32)
+    r = Weights(rng)
+    mat, vec = r.mat, r.vec
 
     # The patch embedding is a convolution: ggml ne [patch, patch, 3, n_embd].
     w.add_tensor("v.patch_embd.weight", (rng.standard_normal((n_embd, 3, patch_size, patch_size)) * 0.1)
@@ -100,28 +139,13 @@ def write_tiny_mmproj(
     w.add_tensor("v.position_embd.weight", mat(n_pos, n_embd, 0.02))
     w.add_tensor("v.pre_ln.weight", vec(n_embd, 1.0))
     w.add_tensor("v.pre_ln.bias", vec(n_embd, 0.0))
-    for i in range(n_layer):
-        p = f"v.blk.{i}."
-        for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            w.add_tensor(p + part + ".weight", mat(n_embd, n_embd))
-            w.add_tensor(p + part + ".bias", vec(n_embd))
-        for norm in ("ln1", "ln2"):
-            w.add_tensor(p + norm + ".weight", vec(n_embd, 1.0))
-            w.add_tensor(p + norm + ".bias", vec(n_embd, 0.0))
-        w.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
-        w.add_tensor(p + "ffn_up.bias", vec(n_ff))
-        w.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
-        w.add_tensor(p + "ffn_down.bias", vec(n_embd))
+    encoder_blocks(w, r, "v", n_layer, n_embd, n_ff)
     # The projector: large enough outputs that an image moves the language model's logits.
     w.add_tensor("mm.0.weight", mat(hidden, n_embd, 0.3))
     w.add_tensor("mm.0.bias", vec(hidden))
     w.add_tensor("mm.2.weight", mat(n_embd_lm, hidden, 0.3))
     w.add_tensor("mm.2.bias", vec(n_embd_lm))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return out
+    return finish(w, out)
 
 
 def tiny_mmproj_bytes(**kwargs: Any) -> bytes:

@@ -9,7 +9,7 @@ false), which is the path every request took before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from tests.workers.conftest import WorkerProc
 from workers.inference.engine import SamplingParams, build_chain
 from workers.inference.engine._kept_logits import MAX_ROWS, KeptLogits
-from workers.inference.llama import Batch, ContextConfig, LlamaLog, LlamaModel, load_llama
+from workers.inference.llama import Batch, LlamaModel
 
 pytest.importorskip("llama_cpp")
 
@@ -41,16 +41,6 @@ SETTINGS = {
     "dynamic temperature": SamplingParams(temperature=1.0, seed=15, dynatemp_range=0.5, dynatemp_exponent=2.0),
     "samplers order": SamplingParams(temperature=1.0, seed=16, samplers=("temperature", "min_p", "top_k")),
 }
-
-
-@pytest.fixture(scope="module")
-def tiny_llm(tiny_gguf: Path) -> Iterator[LlamaModel]:
-    log = LlamaLog(lambda level, text: None)
-    log.install()
-    llm = load_llama(str(tiny_gguf), ContextConfig(n_ctx=128, n_parallel=1, warmup=False), log=log,
-                     on_progress=lambda p: True).llm  # fmt: skip
-    yield llm
-    llm.close()
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))

@@ -7,26 +7,13 @@ give the other answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from workers.inference.engine import SamplingParams, build_chain
 from workers.inference.engine._sampling import sampler_order
-from workers.inference.llama import Batch, ContextConfig, LlamaLog, LlamaModel, load_llama
+from workers.inference.llama import Batch, LlamaModel
 
 pytest.importorskip("llama_cpp")
-
-
-@pytest.fixture(scope="module")
-def tiny_llm(tiny_gguf: Path) -> Iterator[LlamaModel]:
-    log = LlamaLog(lambda level, text: None)
-    log.install()
-    llm = load_llama(str(tiny_gguf), ContextConfig(n_ctx=128, n_parallel=1, warmup=False), log=log,
-                     on_progress=lambda p: True).llm  # fmt: skip
-    yield llm
-    llm.close()
 
 
 def _generate(llm: LlamaModel, params: SamplingParams, n: int = 24) -> list[int]:
