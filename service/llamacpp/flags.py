@@ -124,8 +124,12 @@ _PRESET: Mapping[str, tuple[bool, str]] = {
 }
 _MODEL: Mapping[str, tuple[str, str]] = {
     "ctx-size": ("n_ctx", "context size"),
-    "threads": ("n_threads", "generation threads"),
-    "threads-batch": ("n_threads_batch", "prompt-processing threads"),
+    "threads": (
+        "n_threads",
+        "generation threads; default every core the worker may use (on 2 cores -t 1 measured 0.6-0.7x the "
+        "tokens/s of -t 2: docs/benchmarks.md, thread placement)",
+    ),
+    "threads-batch": ("n_threads_batch", "prompt-processing threads; default: -t"),
     "batch-size": ("n_batch", "logical batch size"),
     "seed": ("seed", "RNG seed"),
     "embeddings": ("embedding", "/embedding and /v1/embeddings pooled in the model's own context"),
