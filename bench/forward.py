@@ -6,7 +6,7 @@ forwarded there. Direct (to ``b``) and forwarded (through ``a``) requests
 alternate, so machine noise hits both alike; prints p50/p99 of each and the
 added p50 (target: at most 2 ms), and the ratio measured in this run.
 
-    python bench/forward.py [--requests 200]
+    python bench/forward.py [--requests 200] [--pause-ms 50]
 """
 
 from __future__ import annotations
@@ -47,14 +47,16 @@ def _node(root: Path, name: str, url: str, models: Path, database: str) -> Servi
     return ServiceProcess(root / f"home-{name}", port=port, env={"MODELROUTER_MODELS_DIR": str(models)}, args=args)
 
 
-def _measure(a_url: str, b_url: str, requests: int) -> tuple[list[float], list[float]]:
+def _measure(a_url: str, b_url: str, requests: int, pause: float) -> tuple[list[float], list[float]]:
     direct: list[float] = []
     forwarded: list[float] = []
     with httpx.Client(timeout=120) as client:
         for base in (a_url, b_url) * 5:
             _once(client, base)  # loads on b, warms both paths
         for _ in range(requests):
+            time.sleep(pause)
             direct.append(_once(client, b_url))
+            time.sleep(pause)
             forwarded.append(_once(client, a_url))
     return direct, forwarded
 
@@ -62,6 +64,9 @@ def _measure(a_url: str, b_url: str, requests: int) -> tuple[list[float], list[f
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--pause-ms", type=float, default=0.0,
+                        help="idle time before each request: every request appends an event that both nodes' "
+                             "tails then read and fold; back to back, that work overlaps the next request")  # fmt: skip
     args = parser.parse_args()
     pg = PostgresServer().start()
     try:
@@ -74,7 +79,7 @@ def main() -> None:
             write_tiny_gguf(held / "bench-model.gguf")
             a_url, b_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
             with _node(root, "a", a_url, empty, database), _node(root, "b", b_url, held, database):
-                direct, forwarded = _measure(a_url, b_url, args.requests)
+                direct, forwarded = _measure(a_url, b_url, args.requests, args.pause_ms / 1000)
     finally:
         pg.close()
     d50, f50 = _pct(direct, 0.5), _pct(forwarded, 0.5)
