@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -112,23 +113,31 @@ def spawn_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProc]]:
             w.proc.stdin.close()
 
 
-@pytest.fixture(scope="module")
-def ready_worker(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[WorkerProc]:
-    """One shared ready worker for the serving tests (spawning costs ~0.5 s)."""
-    tmp = tmp_path_factory.mktemp("worker")
+@contextlib.contextmanager
+def started_worker(tmp: Path, model: Path, instance_id: str, extra: list[str]) -> Iterator[WorkerProc]:
+    """A ready worker for ``model`` (events and stderr under ``tmp``), killed on exit: for module fixtures."""
     events, stderr_path = tmp / "events.jsonl", tmp / "stderr.log"
     with stderr_path.open("wb") as err:
         proc = subprocess.Popen(
-            worker_command(tiny_gguf, instance_id="shared", events=events, extra=["--seed", "7"]),
+            worker_command(model, instance_id=instance_id, events=events, extra=extra),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=err,
             cwd=REPO_ROOT,
             env=worker_env(),
         )
-    w = WorkerProc(proc, events, stderr_path, "shared")
-    w.wait_ready()
-    yield w
-    w.kill()
-    if proc.stdin:
-        proc.stdin.close()
+    w = WorkerProc(proc, events, stderr_path, instance_id)
+    try:
+        w.wait_ready()
+        yield w
+    finally:
+        w.kill()
+        if proc.stdin:
+            proc.stdin.close()
+
+
+@pytest.fixture(scope="module")
+def ready_worker(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[WorkerProc]:
+    """One shared ready worker for the serving tests (spawning costs ~0.5 s)."""
+    with started_worker(tmp_path_factory.mktemp("worker"), tiny_gguf, "shared", ["--seed", "7"]) as w:
+        yield w

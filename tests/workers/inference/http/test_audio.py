@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 from devtools.tiny_audio_mmproj import audio_tokens, wav_bytes, write_tiny_audio_mmproj
 from devtools.tiny_gguf import write_tiny_gguf
 from devtools.tiny_mmproj import png_bytes
-from tests.workers.conftest import REPO_ROOT, WorkerProc, worker_command, worker_env
+from tests.workers.conftest import WorkerProc, started_worker
 
 TONE, HIGH = wav_bytes(0.5, 440.0), wav_bytes(0.5, 1760.0)
 N_AUDIO = audio_tokens(0.5)
@@ -34,18 +33,9 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProc]:
     """A worker with the tiny model and its audio projector."""
     tmp = tmp_path_factory.mktemp("audio")
     model, projector = write_tiny_gguf(tmp / "tiny.gguf"), write_tiny_audio_mmproj(tmp / "mmproj.gguf")
-    events, stderr_path = tmp / "events.jsonl", tmp / "stderr.log"
     extra = ["--mmproj", str(projector), "--seed", "7"]
-    with stderr_path.open("wb") as err:
-        proc = subprocess.Popen(worker_command(model, instance_id="audio", events=events, extra=extra),
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO_ROOT,
-                                env=worker_env())  # fmt: skip
-    w = WorkerProc(proc, events, stderr_path, "audio")
-    w.wait_ready()
-    yield w
-    w.kill()
-    if proc.stdin:
-        proc.stdin.close()
+    with started_worker(tmp, model, "audio", extra) as w:
+        yield w
 
 
 def _audio(data: bytes, fmt: str = "wav") -> dict[str, Any]:

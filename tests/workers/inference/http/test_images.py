@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import functools
 import http.server
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import pytest
 from devtools.tiny_gguf import write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 from tests.eventually import eventually
-from tests.workers.conftest import REPO_ROOT, WorkerProc, worker_command, worker_env
+from tests.workers.conftest import WorkerProc, started_worker
 
 RED, BLUE = png_bytes(40, 30, (255, 0, 0)), png_bytes(40, 30, (0, 0, 255))
 N_IMAGE = image_tokens()
@@ -41,19 +40,10 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProc]:
     tmp = tmp_path_factory.mktemp("images")
     # A 2048-token context per slot: room for a text stream long enough to overlap an image chat.
     model, projector = write_tiny_gguf(tmp / "tiny.gguf", n_ctx=4096), write_tiny_mmproj(tmp / "mmproj.gguf")
-    events, stderr_path = tmp / "events.jsonl", tmp / "stderr.log"
     (tmp / "slots").mkdir()
     extra = ["--mmproj", str(projector), "--n-parallel", "2", "--seed", "7", "--slot-save-path", str(tmp / "slots")]
-    with stderr_path.open("wb") as err:
-        proc = subprocess.Popen(worker_command(model, instance_id="images", events=events, extra=extra),
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO_ROOT,
-                                env=worker_env())  # fmt: skip
-    w = WorkerProc(proc, events, stderr_path, "images")
-    w.wait_ready()
-    yield w
-    w.kill()
-    if proc.stdin:
-        proc.stdin.close()
+    with started_worker(tmp, model, "images", extra) as w:
+        yield w
 
 
 def _image(data: bytes) -> dict[str, Any]:
