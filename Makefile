@@ -62,8 +62,13 @@ postgres:
 			|| echo "could not install postgresql (offline?): the PostgreSQL tests will fail"; \
 	else echo "PostgreSQL server binaries missing and apt-get unavailable: the PostgreSQL tests will fail"; fi
 
+# Test files run in parallel, one more process than cores (most tests wait on the services and workers they
+# start); --dist loadfile keeps each file's module-scoped services in one process. Our modules are compiled
+# first: with PYTHONDONTWRITEBYTECODE set, every service and worker a test starts would compile them again.
+TEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: lint browser postgres
-	$(BIN)/python -m pytest tests -q --durations=15
+	$(BIN)/python -m compileall -q service workers migrations devtools
+	$(BIN)/python -m pytest tests -q -n $(TEST_JOBS) --dist loadfile --durations=15
 
 # The wheel in a scratch venv: `modelrouter serve` answers /health and migrates (also run by .ci/run).
 wheel-check:

@@ -15,6 +15,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "0")
 
 from devtools.postgres_server import PostgresServer, pg_bin_dir
 from devtools.service_process import ServiceProcess
+from devtools.shared_ssl import share_ssl_contexts
+
+share_ssl_contexts()  # every httpx.get of the suite made a new SSL context: ~50 ms of CPU each
 
 pytest_plugins = ["tests.conftest_hub"]
 from service.migrate import upgrade, upgrade_url  # noqa: E402

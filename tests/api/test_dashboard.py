@@ -85,12 +85,15 @@ def click_action(driver: WebDriver, model: str, action: str) -> None:
     until(driver, click, f"the {action} button")
 
 
+# The feed is read in one script: element by element, a redraw in between makes them stale.
 def feed_types(driver: WebDriver) -> list[str]:
-    return [li.get_attribute("data-type") for li in driver.find_elements(By.CSS_SELECTOR, "#feed li")]
+    return list(driver.execute_script("return [...document.querySelectorAll('#feed li')].map(li => li.dataset.type)"))
 
 
 def feed_positions(driver: WebDriver) -> list[int]:
-    return [int(li.get_attribute("value")) for li in driver.find_elements(By.CSS_SELECTOR, "#feed li")]
+    return [
+        int(v) for v in driver.execute_script("return [...document.querySelectorAll('#feed li')].map(li => li.value)")
+    ]
 
 
 def logged_positions(svc: ServiceProcess) -> list[int]:
@@ -127,7 +130,9 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
         part = '.job[data-status="running"]:not([data-fraction="0.0000"])'
         text = until(browser, lambda d: (e := css(d, part)) and e.text, "the bar partly filled")
         assert "ETA" in text and "/" in text
-        assert 0 < float(css(browser, ".job").get_attribute("data-fraction")) < 1  # stalled at half: cannot finish
+        # Read in one script: the list is redrawn on every event, so a found element can go stale.
+        fraction = browser.execute_script("return document.querySelector('.job').dataset.fraction")
+        assert 0 < float(fraction) < 1  # stalled at half: cannot finish
         browser.save_screenshot(str(tmp_path / "dashboard-downloading.png"))
         hub.reset()  # releases the stalled response
         until(browser, lambda d: css(d, '.job[data-status="finished"][data-fraction="1.0000"]'), "the bar full")

@@ -43,11 +43,11 @@ from tests.e2e.conftest import models_dir
 __all__ = ["models_dir"]  # the session fixture of tiny GGUFs
 
 STREAMS = {"/events/stream", "/models/sse"}
-EXAMPLES = {GenerationMode.POSITIVE: 20, GenerationMode.NEGATIVE: 8}
+EXAMPLES = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 5}
 # Chat messages are a tagged union of six shapes: generating one costs ~0.3 s, so
 # these operations (one body type under seven paths) get fewer examples each.
 HEAVY = {p for p, body in POST_ROUTES.items() if body in (ChatRequest, ApplyTemplateRequest)}
-HEAVY_EXAMPLES = {GenerationMode.POSITIVE: 8, GenerationMode.NEGATIVE: 4}
+HEAVY_EXAMPLES = {GenerationMode.POSITIVE: 5, GenerationMode.NEGATIVE: 3}
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -85,7 +85,7 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(svc: ServiceProcess) 
         f"statuses {dict(sorted(statuses.items()))}"
     )
     assert not failures, "\n".join(failures[:20])
-    assert total >= 1000
+    assert total >= 600
     assert not [s for s in statuses if s >= 500]
     assert {op.label for op in fuzzed} <= set(per_operation), "every operation was exercised"
     assert httpx.get(f"{svc.url}/health", timeout=10).status_code == 200

@@ -88,13 +88,13 @@ def fold_planned(events: list[ev.Recorded], state: RouterState | None = None) ->
     return current
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # long logs, 2 busy cores
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # long logs, 2 busy cores
 @given(progress_heavy)
 def test_folding_the_plan_equals_folding_everything(events: list[ev.Recorded]) -> None:
     assert fold_planned(events) == replay(events)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(progress_heavy, st.data())
 def test_the_plan_equals_folding_everything_from_any_state(events: list[ev.Recorded], data: st.DataObject) -> None:
     """Pages are planned one by one, each onto the state the previous pages left."""

@@ -97,7 +97,10 @@ def test_user_repo_and_aliases_name_a_model_on_every_endpoint(
     assert chat(svc, "fast").json()["model"] == "tiny-a"
     slots = httpx.get(f"{svc.url}/slots", params={"model": "fast"}, timeout=60)
     assert slots.status_code in (200, 404, 501) and slots.status_code != 400
-    assert any(e["data"]["route"] == "/slots" for e in events(svc, type="request_completed", model="tiny-a"))
+    wait_until(  # recorded once the answer has gone out: a signal to wait for
+        lambda: any(e["data"]["route"] == "/slots" for e in events(svc, type="request_completed", model="tiny-a")),
+        "the /slots request_completed of tiny-a",
+    )
     unloaded = httpx.post(f"{svc.url}/models/unload", json={"model": "fast"}, timeout=30)
     assert unloaded.status_code == 200 and unloaded.json() == {**unloaded.json(), "success": True, "model": "tiny-a"}
     wait_until(lambda: models(svc)["tiny-a"]["status"]["value"] == "unloaded", "tiny-a unloaded")

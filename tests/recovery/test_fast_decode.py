@@ -130,7 +130,7 @@ def test_select_events_plain_page_equals_filtered_query(db_path: Path) -> None:
         store.close()
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # 2 busy cores
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # 2 busy cores
 @given(progress_heavy, st.data())
 def test_fold_rows_equals_folding_every_decoded_row(events: list[ev.Recorded], data: st.DataObject) -> None:
     """The replay's fast path, page by page, gives the state of folding every row (some rows
