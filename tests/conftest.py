@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "0")
 
 from devtools.postgres_server import PostgresServer, pg_bin_dir
 from devtools.service_process import ServiceProcess
+from devtools.tiny_video import ffmpeg_missing
 
 pytest_plugins = ["tests.conftest_hub"]
 from service.migrate import upgrade, upgrade_url  # noqa: E402
@@ -45,6 +46,15 @@ def pg_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def ffmpeg() -> None:
+    """Debian's ffmpeg and ffprobe on ``PATH`` (videos are read with them, as llama-server reads them),
+    or the test fails saying so: never a silent skip."""
+    why = ffmpeg_missing()
+    if why:
+        pytest.fail(why)
 
 
 @pytest.fixture
