@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import functools
 import http.server
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,8 +65,6 @@ def paced(tmp_path_factory: pytest.TempPathFactory, ffmpeg: None) -> Iterator[tu
 
 
 def _wrapper(bin_dir: Path, name: str) -> None:
-    import shutil
-
     real = shutil.which(name)
     script = bin_dir / name
     script.write_text(f'#!/bin/sh\necho {name} >> "{bin_dir}/calls"\nexec "{real}" "$@"\n')
