@@ -31,6 +31,16 @@ def video_bytes(seconds: float = 1.0, rate: int = 4, size: int = 64) -> bytes:
         return out.read_bytes()
 
 
+def webp_bytes(width: int, height: int, color: str = "red") -> bytes:
+    """A one-colour WebP picture (stb_image cannot read WebP: libmtmd has ffmpeg decode it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "picture.webp"
+        source = f"color=c={color}:size={width}x{height}"
+        cmd = ["ffmpeg", "-v", "error", "-f", "lavfi", "-i", source, "-frames:v", "1", "-c:v", "libwebp", str(out)]
+        subprocess.run(cmd, check=True, timeout=60)
+        return out.read_bytes()
+
+
 def frames_at(data: bytes, fps: float) -> int:
     """How many frames ``ffmpeg -vf fps=<fps>`` makes of the video ``data``: its RGB output (the
     helper's command) divided by a frame's size, the size from ``ffprobe``."""

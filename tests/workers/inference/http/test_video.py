@@ -25,7 +25,7 @@ import pytest
 
 from devtools.tiny_gguf import write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
-from devtools.tiny_video import frames_at, video_bytes
+from devtools.tiny_video import frames_at, video_bytes, webp_bytes
 from tests.workers.conftest import WorkerProc, started_worker
 
 N_IMAGE = image_tokens()
@@ -130,13 +130,16 @@ def test_the_cache_keeps_a_video_only_for_the_same_video(worker: WorkerProc, cli
 
 def test_media_is_told_apart_by_its_bytes_as_llama_server_does(worker: WorkerProc, clip: bytes) -> None:
     """The part's type only says the model may take it: a video in an ``image_url`` part is read as a
-    video, a PNG in an ``input_video`` part as an image (libmtmd looks at the bytes)."""
+    video, a PNG in an ``input_video`` part as an image (libmtmd looks at the bytes); a WebP picture,
+    which stb_image cannot read, is one image too (libmtmd has ffmpeg decode its one frame)."""
     url = worker.endpoint
     text = _chat(url, cache_prompt=False)["usage"]["prompt_tokens"]
     as_image = _chat(url, _video(clip, "image_url", "image/png"), cache_prompt=False)["usage"]["prompt_tokens"]
     assert as_image == text + 4 * N_IMAGE + _n_text(url, "Video:", "[0m0.00s]")
     png = _chat(url, _video(png_bytes(40, 30, (0, 90, 0))), cache_prompt=False)["usage"]["prompt_tokens"]
     assert png == text + N_IMAGE
+    webp = _chat(url, _video(webp_bytes(40, 30), "image_url", "image/webp"), cache_prompt=False)
+    assert webp["usage"]["prompt_tokens"] == text + N_IMAGE
 
 
 def test_an_unreadable_video_gets_llama_servers_400(worker: WorkerProc, clip: bytes) -> None:
