@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_BUILD := $(BIN)/python -m devtools.llama_build
 PIP_INSTALL = $(BIN)/pip install --find-links "$$($(LLAMA_BUILD) wheel)"
 
-.PHONY: install run migrate lint test browser postgres wheel-check bench demo cluster-demo verify clean llama-wheel llama-server
+.PHONY: install run migrate lint test browser postgres ffmpeg wheel-check bench demo cluster-demo verify clean llama-wheel llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,11 +62,21 @@ postgres:
 			|| echo "could not install postgresql (offline?): the PostgreSQL tests will fail"; \
 	else echo "PostgreSQL server binaries missing and apt-get unavailable: the PostgreSQL tests will fail"; fi
 
+# The video tests read videos as llama-server does, through Debian's ffmpeg and ffprobe binaries (libmtmd's
+# helper runs them); the package is installed only when missing and apt-get can (root). Elsewhere install
+# `ffmpeg` yourself, or those tests fail and say so.
+ffmpeg:
+	@if command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y ffmpeg || { apt-get update && apt-get install -y ffmpeg; } \
+			|| echo "could not install ffmpeg (offline?): the video tests will fail"; \
+	else echo "ffmpeg/ffprobe missing and apt-get unavailable: the video tests will fail"; fi
+
 # Test files run in parallel, one more process than cores (most tests wait on the services and workers they
 # start); --dist loadfile keeps each file's module-scoped services in one process. Our modules are compiled
 # first: with PYTHONDONTWRITEBYTECODE set, every service and worker a test starts would compile them again.
 TEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
-test: lint browser postgres
+test: lint browser postgres ffmpeg
 	$(BIN)/python -m compileall -q service workers migrations devtools
 	$(BIN)/python -m pytest tests -q -n $(TEST_JOBS) --dist loadfile --durations=15
 

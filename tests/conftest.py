@@ -16,6 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "0")
 from devtools.postgres_server import PostgresServer, pg_bin_dir
 from devtools.service_process import ServiceProcess
 from devtools.shared_ssl import share_ssl_contexts
+from devtools.tiny_video import ffmpeg_missing
 
 share_ssl_contexts()  # every httpx.get of the suite made a new SSL context: ~50 ms of CPU each
 
@@ -48,6 +49,15 @@ def pg_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def ffmpeg() -> None:
+    """Debian's ffmpeg and ffprobe on ``PATH`` (videos are read with them, as llama-server reads them),
+    or the test fails saying so: never a silent skip."""
+    why = ffmpeg_missing()
+    if why:
+        pytest.fail(why)
 
 
 @pytest.fixture

@@ -113,7 +113,8 @@ _SOURCE: Mapping[str, tuple[bool, str]] = {
                 "(downloaded on first use)"),
     "hf-file": (True, "the file of --hf-repo to use"),
     "alias": (True, "aliases of the single model (command line) or of the preset's model"),
-    "mmproj": (True, "the model's multimodal projector: its worker evaluates images (GET /models lists image input)"),
+    "mmproj": (True, "the model's multimodal projector: its worker evaluates images, audio and video "
+               "(GET /models lists image and audio input, as llama.cpp's router)"),
     "model-url": (False, "downloads come from the Hub only (-hf / hf-repo)"),
     "docker-repo": (False, "downloads come from the Hub only (-hf / hf-repo)"),
 }  # fmt: skip
@@ -170,6 +171,12 @@ _MODEL: Mapping[str, tuple[str, str]] = {
         "GET /metrics answers (the router's series; the model's llamacpp:* ones); else 501, as llama-server",
     ),
     "slots": ("endpoint_slots", "GET /slots answers; --no-slots: 501, as llama-server"),
+    "video-fps": ("video_fps", "frames per second taken from a video (<= 0: all of its own); ffmpeg cuts them"),
+    "video-timestamp-interval": (
+        "video_timestamp_interval",
+        "milliseconds between the timestamp texts put between a video's frames (<= 0: none)",
+    ),
+    "video-ffmpeg-dir": ("video_ffmpeg_dir", "directory of the ffmpeg and ffprobe that read videos (default: PATH)"),
     "sleep-idle-seconds": (
         "",
         "idle this long, the model sleeps (its worker stops); the next request wakes it (GET /models: sleeping)",

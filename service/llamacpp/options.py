@@ -104,6 +104,18 @@ def _int(key: str, value: str) -> int:
         raise OptionError(msg) from None
 
 
+def _float(key: str, value: str) -> float:
+    try:
+        number = float(value.strip())
+    except ValueError:
+        msg = f"{key} = {value!r}: expected a number"
+        raise OptionError(msg) from None
+    if number != number or number in (float("inf"), float("-inf")):  # NaN, inf: no frame rate
+        msg = f"{key} = {value!r}: expected a finite number"
+        raise OptionError(msg)
+    return number
+
+
 def _json_object(key: str, value: str) -> str:
     """A JSON object's text, checked (llama-server refuses to start on a bad one)."""
     try:
@@ -177,6 +189,9 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "chat-template-kwargs": lambda k, v: {"chat_template_kwargs": _json_object(k, v)},
     "reasoning-format": lambda k, v: {"reasoning_format": _choice(k, v, REASONING_FORMATS)},
     "jinja": lambda _k, v: {"jinja": False} if is_falsey(v) else {},
+    "video-fps": lambda k, v: {"video_fps": _float(k, v)},
+    "video-timestamp-interval": lambda k, v: {"video_timestamp_interval": _int(k, v)},
+    "video-ffmpeg-dir": lambda _k, v: {"video_ffmpeg_dir": v.strip()} if v.strip() else {},
 }
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.
 _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {

@@ -44,6 +44,9 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "slot_save_path": "--slot-save-path",
     "lora": "--lora",
     "lora_scaled": "--lora-scaled",
+    "video_fps": "--video-fps",
+    "video_timestamp_interval": "--video-timestamp-interval",
+    "video_ffmpeg_dir": "--video-ffmpeg-dir",
 }
 _INFERENCE_SWITCHES = {"embedding": "--embedding", "kv_unified": "--kv-unified", "context_shift": "--context-shift",
                        "spm_infill": "--spm-infill", "endpoint_props": "--props",

@@ -29,6 +29,7 @@ from devtools.service_process import ServiceProcess
 from devtools.tiny_audio_mmproj import audio_tokens, wav_bytes, write_tiny_audio_mmproj
 from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
+from devtools.tiny_video import frames_at, video_bytes
 
 KEY = "sk-chat-test"
 CTX = 1024  # with -np 1 one slot holds it all (llama-server shares -c out among the slots)
@@ -70,9 +71,9 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     write_tiny_mmproj(models / "vision" / "mmproj-F16.gguf")
     write_tiny_gguf(models / "audio" / "audio.gguf", n_ctx=CTX)
     write_tiny_audio_mmproj(models / "audio" / "mmproj-F16.gguf")
-    with ServiceProcess(
-        root / "home", args=["--models-dir", str(models), "--jinja", "--api-key", KEY, "-c", str(CTX), "-np", "1"]
-    ) as proc:
+    args = ["--models-dir", str(models), "--jinja", "--api-key", KEY, "-c", str(CTX), "-np", "1"]
+    # llama.cpp's variables are every model's defaults, as its router passes them to each child
+    with ServiceProcess(root / "home", args=args, env={"LLAMA_ARG_VIDEO_FPS": "2"}) as proc:
         yield proc
 
 
@@ -314,6 +315,30 @@ def test_images_need_a_projector_and_are_evaluated_with_one(svc: ServiceProcess,
     bad = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, corrupt]}]
     error = _post(svc, "/v1/chat/completions", {"model": "vision", "messages": bad}, status=400)["error"]
     assert error["message"] == "Failed to load image or audio file"
+
+
+@pytest.mark.usefixtures("ffmpeg")
+def test_a_video_reaches_the_models_worker_with_the_routers_video_fps(svc: ServiceProcess, oai: openai.OpenAI) -> None:
+    """``LLAMA_ARG_VIDEO_FPS=2`` reaches each model's worker: a 1-second video at 4 fps, sent by an
+    OpenAI client to the vision model, costs "Video:", the 2 frames ffmpeg keeps at 2 fps and one
+    timestamp; ``/props?model=vision`` says video; the audio model refuses it in llama-server's words."""
+    clip = video_bytes(1.0, rate=4)
+    video = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(clip).decode()}}
+    content = [{"type": "text", "text": "what happens?"}]
+    text = oai.chat.completions.create(model="vision", max_tokens=2, messages=[{"role": "user", "content": content}])
+    seen = oai.chat.completions.create(model="vision", max_tokens=2, messages=[
+        {"role": "user", "content": [*content, video]}])  # type: ignore[list-item]  # fmt: skip
+    texts = sum(
+        len(_post(svc, "/tokenize", {"model": "vision", "content": t})["tokens"]) for t in ("Video:", "[0m0.00s]")
+    )
+    assert text.usage is not None and seen.usage is not None
+    assert seen.usage.prompt_tokens == text.usage.prompt_tokens + frames_at(clip, 2.0) * image_tokens() + texts
+    props = httpx.get(f"{svc.url}/props", params={"model": "vision"}, headers={"Authorization": f"Bearer {KEY}"},
+                      timeout=30).json()  # fmt: skip
+    assert props["modalities"] == {"vision": True, "video": True, "audio": False}
+    refused = [{"role": "user", "content": [*content, video]}]
+    error = _post(svc, "/v1/chat/completions", {"model": "audio", "messages": refused}, status=400)["error"]
+    assert error["message"].startswith("video input is not supported")
 
 
 def test_chat_template_file_and_server_kwargs(tmp_path: Path) -> None:

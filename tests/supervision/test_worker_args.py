@@ -60,6 +60,29 @@ def test_chat_template_options_and_the_projector_parse_as_the_worker_reads_them(
     assert args.mmproj == "/m/mmproj-F16.gguf"
 
 
+def test_video_options_reach_the_worker_as_it_reads_them(tmp_path: Path) -> None:
+    """llama-server's ``--video-fps``, ``--video-timestamp-interval`` and ``--video-ffmpeg-dir`` (a preset's
+    keys, or their ``LLAMA_ARG_*`` names) become the worker's own flags; a value llama-server's parser
+    refuses is refused naming the option; without them the worker has llama.cpp's defaults."""
+    from service.llamacpp.options import OptionError
+    from workers.inference._cli import parse_args
+
+    text = ("[tiny]\nmodel = /m/tiny.gguf\nvideo-fps = 1.5\nLLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL = 250\n"
+            "video-ffmpeg-dir = /opt/ffmpeg/bin\n")  # fmt: skip
+    [section] = parse_preset(text, "test.ini").sections
+    params = dict(model_settings(section.options, section.extras).config.params)
+    assert params == {"video_fps": 1.5, "video_timestamp_interval": 250, "video_ffmpeg_dir": "/opt/ffmpeg/bin"}
+    settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
+    args = parse_args(inference_argv(settings, "tiny", "/m/tiny.gguf", "tiny-1", 9000, params)[3:])
+    assert (args.video_fps, args.video_timestamp_interval, args.video_ffmpeg_dir) == (1.5, 250, "/opt/ffmpeg/bin")
+    plain = parse_args(inference_argv(settings, "t", "/m/t.gguf", "t-1", 9000, {})[3:])
+    assert (plain.video_fps, plain.video_timestamp_interval, plain.video_ffmpeg_dir) == (4.0, 5000, None)
+    for bad in ("video-fps = fast", "video-fps = nan", "video-timestamp-interval = 0.5"):
+        [section] = parse_preset(f"[m]\nmodel = /m/m.gguf\n{bad}\n", "test.ini").sections
+        with pytest.raises(OptionError, match=bad.split(" ")[0]):
+            model_settings(section.options, section.extras)
+
+
 def test_sampling_options_become_every_requests_defaults(tmp_path: Path) -> None:
     """llama-server's sampling options (``--temp``, ``-n``, ``--samplers``, ``-l``...) reach the worker as
     one JSON object of the request fields they default; a bad value is refused naming the option."""

@@ -119,6 +119,11 @@ def _template_args(p: argparse.ArgumentParser) -> None:
         help="JSON object of request fields every request defaults to (llama-server's --temp, -n, ...)",
     )
     p.add_argument("--mmproj", default=None, help="the model's multimodal projector: chats may carry images")
+    # llama-server's video options (common_params' defaults); videos are read by ffprobe and ffmpeg
+    p.add_argument("--video-fps", type=float, default=4.0, help="target video frame rate (<= 0: the video's own)")
+    p.add_argument("--video-timestamp-interval", type=int, default=5000,
+                   help="milliseconds between a video's timestamp texts (<= 0: none)")  # fmt: skip
+    p.add_argument("--video-ffmpeg-dir", default=None, help="directory of ffmpeg and ffprobe (default: PATH)")
 
 
 def _lora_specs(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, float]]:

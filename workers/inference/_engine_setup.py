@@ -23,6 +23,7 @@ from workers.inference.llama import (
     Loaded,
     LoadError,
     Projector,
+    VideoOptions,
     complete_import,
     load_llama,
     load_model,
@@ -37,13 +38,16 @@ def build_engine(args: argparse.Namespace) -> Engine:
     )
 
 
-def load_projector(path: str, llm: LlamaModel, log: LlamaLog, n_threads: int) -> Projector:
+def load_projector(
+    path: str, llm: LlamaModel, log: LlamaLog, n_threads: int, video: VideoOptions | None = None
+) -> Projector:
     """``--mmproj``: the projector on the model's weights; one that does not load fails the worker's
-    load (llama-server refuses to start too), with libmtmd's own words."""
+    load (llama-server refuses to start too), with libmtmd's own words. ``video``: how its videos
+    are read (``--video-*``)."""
     log.install_mtmd()
     log.mark()
     try:
-        return Projector(path, llm.model, n_threads=n_threads, n_batch=llm.n_batch)
+        return Projector(path, llm.model, n_threads=n_threads, n_batch=llm.n_batch, video=video)
     except RuntimeError as exc:
         why = "; ".join(log.errors()[-3:])
         raise LoadError("load_error", f"{exc}: {why}" if why else str(exc)) from None
@@ -63,7 +67,8 @@ def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float],
         llm.lora.load(llm.lc, llm.model, llm.ctx, args.lora_specs)  # a bad adapter fails the load, as llama-server
         if args.mmproj:
             t0 = time.monotonic()
-            llm.projector = load_projector(args.mmproj, llm, log, args.n_threads_batch)
+            video = VideoOptions(args.video_fps, args.video_timestamp_interval, args.video_ffmpeg_dir or None)
+            llm.projector = load_projector(args.mmproj, llm, log, args.n_threads_batch, video)
             loaded.phases["projector_ms"] = round((time.monotonic() - t0) * 1000.0, 3)  # logged with instance_ready
         return loaded
     return load_model(

@@ -51,7 +51,7 @@ class AudioPart(msgspec.Struct, frozen=True, tag_field="type", tag="input_audio"
 
 
 class VideoUrlPart(msgspec.Struct, frozen=True, tag_field="type", tag="video_url"):
-    """Passed on for the worker to refuse in llama-server's words (it takes no video)."""
+    """OpenAI's spelling of llama-server's ``input_video`` (the worker reads ``data``, else ``url``)."""
 
     video_url: InputMedia
 

@@ -138,10 +138,11 @@ def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _modalities(llm: Any) -> dict[str, bool]:
-    """What the projector takes (llama-server: ``mtmd_support_vision``/``_audio``; no video here)."""
+    """What the projector takes (llama-server: ``mtmd_support_vision``/``_audio``, ``mtmd_helper_support_video``)."""
     projector = getattr(llm, "projector", None)
-    vision, audio = (projector.vision, projector.audio) if projector is not None else (False, False)
-    return {"vision": vision, "video": False, "audio": audio}
+    if projector is None:
+        return {"vision": False, "video": False, "audio": False}
+    return {"vision": projector.vision, "video": projector.video, "audio": projector.audio}
 
 
 def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Media parts of a chat (``image_url``, ``input_audio``, ``video_url``) as llama-server reads them.
+"""Media parts of a chat (``image_url``, ``input_audio``, ``input_video``/``video_url``) as llama-server reads them.
 
 llama-server's ``oaicompat_content_load_media`` and ``handle_media``
 (``tools/server/server-common.cpp``), in the same order and with the same words:
@@ -12,10 +12,13 @@ llama-server's ``oaicompat_content_load_media`` and ``handle_media``
 * anything else is raw base64, and decoding to nothing is "Invalid base64 value".
 
 Base64 is decoded as llama-server's ``base64_decode`` does: up to the first
-character outside the alphabet (or ``=``). Bytes that are not an image or audio
-file llama.cpp reads are found later, by the projector ("Failed to load image or
-audio file"). Every refusal is a 400 here; llama-server answers some of them (a
-failed download, bad raw base64) with a 500.
+character outside the alphabet (or ``=``). Bytes that are not an image, audio or
+video file llama.cpp reads are found later, by the projector ("Failed to load
+image or audio file"; a video needs ``ffprobe`` and ``ffmpeg``, else the same words).
+As in llama-server, the part's type only decides whether the model may take it:
+libmtmd tells images, sounds and videos apart by their bytes. Every refusal is a
+400 here; llama-server answers some of them (a failed download, bad raw base64)
+with a 500.
 """
 
 from __future__ import annotations
@@ -86,6 +89,14 @@ def part_url(part: dict[str, Any]) -> str:
     return found if isinstance(found, str) else ""
 
 
+def _takes(projector: Any) -> dict[str, bool]:
+    """The kinds of media part ``projector`` takes (llama-server's ``allow_image``/``_audio``/``_video``);
+    "media": ``/completion``'s files, which libmtmd tells apart itself."""
+    if projector is None:
+        return {}
+    return {"image": projector.vision, "audio": projector.audio, "video": projector.video, "media": True}
+
+
 def media_prompt(front: Any, prompt: str, files: Sequence[tuple[str, bytes]], *, add_bos: bool) -> MediaPrompt:
     """A rendered chat with media markers, tokenized and its images encoded by the model's projector (on
     the request's HTTP thread: see :mod:`workers.inference.llama._mtmd`); llama-server's errors as 400s."""
@@ -93,9 +104,9 @@ def media_prompt(front: Any, prompt: str, files: Sequence[tuple[str, bytes]], *,
     from workers.inference.http._requests import MediaInput
 
     projector = front.llm.projector
+    takes = _takes(projector)
     for kind, _ in files:
-        kinds = {"image": projector.vision, "audio": projector.audio, "media": True} if projector else {}
-        if not kinds.get(kind, False):  # "media": /completion's files, which libmtmd tells apart itself
+        if not takes.get(kind, False):
             raise MediaInput(kind)
     try:
         media: MediaPrompt = projector.prompt(prompt, [data for _, data in files], add_special=add_bos)

@@ -9,7 +9,8 @@
 * ``_gguf_check``: :func:`inspect_gguf`, a structural check of the file's header.
 * ``_tokenize``: :class:`Tokenizer`, linear-time tokenizing of long prompts.
 * ``_mtmd``: :class:`Projector`, a multimodal projector (``--mmproj``) through ``libmtmd``:
-  prompts with images (:class:`MediaPrompt`) and their decode into a slot's sequence.
+  prompts with images, audio or video (:class:`MediaPrompt`, :class:`VideoOptions`) and their decode into a
+  slot's sequence.
 
 Exports load lazily: the GGUF check brings ``gguf`` and numpy (~60 ms), needed only
 after a failed load, and the tokenizer only once the model has loaded; the path to
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
     from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
     from workers.inference.llama._lora import LoraError, LoraKey, LoraSet, parse_specs
     from workers.inference.llama._model import MAX_SLOTS, POOLING, Batch, ContextConfig, LlamaModel
-    from workers.inference.llama._mtmd import MEDIA_MARKER, MediaError, MediaPrompt, Projector
+    from workers.inference.llama._mtmd import MEDIA_MARKER, MediaError, MediaPrompt, Projector, VideoOptions
     from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "Projector",
     "Tokenizer",
     "TokenizingCancelled",
+    "VideoOptions",
     "classify_llama_errors",
     "complete_import",
     "inspect_gguf",
@@ -86,6 +88,7 @@ _HOMES = {
     "MediaError": "workers.inference.llama._mtmd",
     "MediaPrompt": "workers.inference.llama._mtmd",
     "Projector": "workers.inference.llama._mtmd",
+    "VideoOptions": "workers.inference.llama._mtmd",
     "MAX_SLOTS": "workers.inference.llama._model",
     "POOLING": "workers.inference.llama._model",
     "Batch": "workers.inference.llama._model",

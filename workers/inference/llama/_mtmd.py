@@ -24,6 +24,15 @@ In the engine's token lists an image is a run of ``n_tokens`` copies of one
 negative number, the same for the same image bytes (:func:`media_token`), so
 prefix reuse (a plain list comparison) reuses an image only when it is the same
 picture, and stops at its start otherwise.
+
+Video, as llama-server takes it: bytes that are neither an image nor a sound
+are handed to libmtmd's video helper (``mtmd_helper_bitmap_init_from_buf`` falls
+through to ``mtmd_helper_video_init_from_buf``), which runs ``ffprobe`` and
+``ffmpeg`` (:class:`VideoOptions`: ``--video-fps``, ``--video-timestamp-interval``,
+``--video-ffmpeg-dir``) and returns a lazy bitmap; ``mtmd_tokenize`` expands it
+into "Video:", then one image chunk per frame (chunk id: the file's hash and the
+frame's number) with a timestamp text chunk ("[0m5.00s]") every interval. Each
+frame is then an image like any other here.
 """
 
 from __future__ import annotations
@@ -41,8 +50,19 @@ EMBEDDING_CACHE = 4  # images whose embeddings are kept (a 256-token image of a 
 _CHUNK_TEXT, _CHUNK_IMAGE, _CHUNK_AUDIO = 0, 1, 2
 
 
+@dataclass(frozen=True)
+class VideoOptions:
+    """llama-server's ``--video-fps`` (<= 0: the video's own rate), ``--video-timestamp-interval``
+    (milliseconds between timestamp texts; <= 0: none) and ``--video-ffmpeg-dir`` (None: ``PATH``),
+    with llama.cpp's defaults (``common_params``)."""
+
+    fps: float = 4.0
+    timestamp_interval_ms: int = 5000
+    ffmpeg_dir: str | None = None
+
+
 class MediaError(ValueError):
-    """A file that is not an image or audio llama.cpp can read, or a prompt it cannot split (a 400)."""
+    """A file that is not an image, audio or video llama.cpp can read, or a prompt it cannot split (a 400)."""
 
 
 _media_ids: dict[bytes, int] = {}
@@ -101,7 +121,16 @@ class MediaPrompt:
 class Projector:
     """An mtmd context on the model's weights (see the module docstring)."""
 
-    def __init__(self, path: str, model: Any, *, n_threads: int, n_batch: int, marker: str = MEDIA_MARKER) -> None:
+    def __init__(
+        self,
+        path: str,
+        model: Any,
+        *,
+        n_threads: int,
+        n_batch: int,
+        marker: str = MEDIA_MARKER,
+        video: VideoOptions | None = None,
+    ) -> None:
         from llama_cpp import mtmd_cpp
 
         self.mt = mtmd_cpp
@@ -115,6 +144,9 @@ class Projector:
             raise RuntimeError(f"failed to load the multimodal projector {path}")
         self.vision = bool(mtmd_cpp.mtmd_support_vision(self.ctx))
         self.audio = bool(mtmd_cpp.mtmd_support_audio(self.ctx))
+        # llama-server's allow_video: a vision projector in a build with MTMD_VIDEO (ffmpeg is looked for per video)
+        self.video = bool(mtmd_cpp.mtmd_helper_support_video(self.ctx))
+        self._init_opt = _init_opt(mtmd_cpp, video or VideoOptions())
         self.mrope = bool(mtmd_cpp.mtmd_decode_use_mrope(self.ctx))
         self.n_embd = int(self.lc.llama_model_n_embd_inp(model))
         self._lock = threading.Lock()
@@ -123,14 +155,16 @@ class Projector:
     def prompt(self, text: str, files: list[bytes], *, add_special: bool) -> MediaPrompt:
         """``text`` with one marker per file: tokenized, each image encoded (raises :class:`MediaError`)."""
         mt = self.mt
-        bitmaps = []
+        bitmaps, videos = [], []
         try:
             for data in files:
                 buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-                bitmap = mt.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
-                if not bitmap:
+                loaded = mt.mtmd_helper_bitmap_init_from_buf_wrapper(self.ctx, buf, len(data), False, self._init_opt)
+                if loaded.video_ctx:  # a video: its lazy bitmap reads frames from it while mtmd_tokenize runs
+                    videos.append(loaded.video_ctx)
+                if not loaded.bitmap:
                     raise MediaError("Failed to load image or audio file")
-                bitmaps.append(bitmap)
+                bitmaps.append(loaded.bitmap)
             chunks = mt.mtmd_input_chunks_init()
             out = MediaPrompt([], _chunks=chunks, _free=mt.mtmd_input_chunks_free)
             raw = text.encode()
@@ -141,6 +175,8 @@ class Projector:
         finally:
             for bitmap in bitmaps:
                 mt.mtmd_bitmap_free(bitmap)
+            for video in videos:  # stops its ffmpeg
+                mt.mtmd_helper_video_free(video)
         for i in range(int(mt.mtmd_input_chunks_size(chunks))):
             self._add_chunk(out, mt.mtmd_input_chunks_get(chunks, i))
         return out
@@ -192,3 +228,13 @@ class Projector:
         if self.ctx:
             self.mt.mtmd_free(self.ctx)
             self.ctx = None
+
+
+def _init_opt(mt: Any, video: VideoOptions) -> Any:
+    """The ``mtmd_helper_init_opt`` every file is read with (llama-server's ``init_opt``)."""
+    opt = mt.mtmd_helper_init_opt_default()
+    opt.video_params.fps_target = video.fps
+    opt.video_params.timestamp_interval_ms = video.timestamp_interval_ms
+    # NULL: ffmpeg and ffprobe from PATH; the structure keeps the bytes alive
+    opt.video_params.ffmpeg_bin_dir = video.ffmpeg_dir.encode() if video.ffmpeg_dir else None
+    return opt

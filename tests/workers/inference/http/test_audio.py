@@ -103,8 +103,9 @@ def test_completion_multimodal_data_takes_audio(worker: WorkerProc) -> None:
 
 
 def test_what_the_projector_cannot_take_gets_llama_servers_400(worker: WorkerProc) -> None:
-    """An image to an audio-only projector, any video (llama-server takes video only from a vision
-    projector, through ffmpeg), and bytes that are no sound: llama-server's words; it serves on."""
+    """An image to an audio-only projector, a video (llama-server takes video only with a vision
+    projector: ``mtmd_helper_support_video``), and bytes that are no sound: llama-server's words;
+    it serves on."""
     url = worker.endpoint
 
     def refused(part: dict[str, Any]) -> str:

@@ -76,7 +76,7 @@ def test_an_image_is_evaluated_and_counted_as_llama_server_counts_it(worker: Wor
     again = _chat(url, _image(RED), cache_prompt=False, logprobs=True, top_logprobs=3)
     assert again["choices"][0]["message"]["content"] == red["choices"][0]["message"]["content"]
     assert _first_logprobs(again) == _first_logprobs(red)
-    assert httpx.get(url + "/props", timeout=30).json()["modalities"] == {"vision": True, "video": False,
+    assert httpx.get(url + "/props", timeout=30).json()["modalities"] == {"vision": True, "video": True,
                                                                           "audio": False}  # fmt: skip
 
 
