@@ -145,6 +145,18 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str], bool]:
     return int(status), headers, keep_alive
 
 
+def _body_of(method: str, status: int, fields: Mapping[str, str], keep_alive: bool) -> _Body:
+    if method == "HEAD" or status in _NO_BODY_STATUSES:
+        return _Body(0, False, keep_alive)
+    chunked = "chunked" in fields.get("transfer-encoding", "").lower()
+    length = fields.get("content-length")
+    if chunked or length is None:
+        return _Body(None, chunked, keep_alive)
+    if not length.isdigit():
+        raise httpx.RemoteProtocolError(f"malformed answer from the node: content-length {length[:40]!r}")
+    return _Body(int(length), False, keep_alive)
+
+
 class NodeClient:
     """Forwarded requests to other nodes' services, on keep-alive connections pooled per node."""
 
@@ -166,20 +178,14 @@ class NodeClient:
         key = (host, port)
         conn = await self._connection(key)
         try:
-            conn.writer.write(_head(method, target, parts.netloc, headers, body) + body)
-            await conn.writer.drain()
-        except OSError as exc:
-            conn.close()
-            raise httpx.WriteError(str(exc) or type(exc).__name__) from None
-        try:
+            try:
+                conn.writer.write(_head(method, target, parts.netloc, headers, body) + body)
+                await conn.writer.drain()
+            except OSError as exc:
+                raise httpx.WriteError(str(exc) or type(exc).__name__) from None
             status, fields, keep_alive = await self._read_head(conn.reader)
-            length = fields.get("content-length")
-            chunked = "chunked" in fields.get("transfer-encoding", "").lower()
-            if method == "HEAD" or status in _NO_BODY_STATUSES:
-                body_of = _Body(0, False, keep_alive)
-            else:
-                body_of = _Body(None if chunked or length is None else int(length), chunked, keep_alive)
-        except BaseException:
+            body_of = _body_of(method, status, fields, keep_alive)
+        except BaseException:  # a failure, or the caller cancelled: a half-used connection is never reused
             conn.close()
             raise
         return NodeResponse(status, fields, conn, body_of, partial(self._give_back, key))

@@ -16,6 +16,7 @@ import pytest
 
 from service.cluster.node_client import NodeClient
 from service.supervision.ports import free_port
+from tests.eventually import eventually
 
 Answer = Callable[[socket.socket, bytes], bool]  # (connection, request head + body) -> keep the connection open
 
@@ -190,6 +191,24 @@ async def test_closing_an_answer_before_its_end_hangs_up_on_the_node(serve: Call
         assert chunk == b"token "
         break
     await answer.aclose()
+    assert await asyncio.to_thread(hung_up.wait, 15), "the node never saw the client go"
+
+
+async def test_a_request_cancelled_before_its_answer_hangs_up_on_the_node(serve: Callable[[Answer], Node]) -> None:
+    hung_up = threading.Event()
+
+    def silent(conn: socket.socket, _request: bytes) -> bool:
+        if conn.recv(1) == b"":  # still processing the prompt when the client goes
+            hung_up.set()
+        return False
+
+    node = serve(silent)
+    client = NodeClient()
+    sending = asyncio.ensure_future(client.send("POST", f"{node.url}/v1/completions", {}, b"{}"))
+    await asyncio.to_thread(lambda: eventually(lambda: node.requests, "the request arrived"))
+    sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
     assert await asyncio.to_thread(hung_up.wait, 15), "the node never saw the client go"
 
 
