@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from service.catalogue.sources import Catalogue
+from service.cluster.node_client import NodeClient
 from service.conversations import ConversationOwners
 from service.core.server_mode import ROUTER, ServerMode
 from service.event_store.async_store import AsyncEventStore
@@ -56,3 +57,4 @@ class Runtime:
     mode: ServerMode = ROUTER  # single-model mode once -m / -hf resolved to one model (start-up)
     snapshots: SleepSnapshots | None = None  # sleeping models' last /props and /metrics
     conversations: ConversationOwners = field(default_factory=ConversationOwners)  # X-Conversation-Id → model
+    nodes: NodeClient = field(default_factory=NodeClient)  # requests forwarded to other nodes' services

@@ -246,6 +246,7 @@ async def stop(runtime: Runtime) -> None:
     await runtime.snapshotter.snapshot_now(runtime.live.state)
     await runtime.snapshotter.close()
     await runtime.http.aclose()
+    await runtime.nodes.aclose()
     await runtime.live.stop()
     if runtime.membership is not None:
         await runtime.membership.close()

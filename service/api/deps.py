@@ -107,6 +107,7 @@ def provide_forwarding(state: State) -> Forwarding:
         clock=runtime.clock,
         mode=runtime.mode,
         conversations=runtime.conversations,
+        nodes=runtime.nodes,
     )
 
 

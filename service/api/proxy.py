@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import structlog
@@ -25,6 +25,7 @@ from litestar.response import Stream
 
 from service.api.problems import Problem, llama_error_type, problem_response
 from service.cluster.forwarding import forward_headers
+from service.cluster.node_client import NodeClient
 from service.conversations import CONVERSATION_HEADER, ConversationOwners, conversation_id
 from service.core import events as ev
 from service.core.decision import Append
@@ -56,6 +57,24 @@ class Forwarding:
     """Single-model mode sends every request to its one model, whatever it names."""
     conversations: ConversationOwners = field(default_factory=ConversationOwners)
     """Which model serves each ``X-Conversation-Id`` (the resumable streams' routing)."""
+    nodes: NodeClient = field(default_factory=NodeClient)
+    """The hop to another node's service (``service/cluster/node_client.py``); local workers go through ``http``."""
+
+
+class _Upstream(Protocol):
+    """What the proxy reads of an answer: an ``httpx.Response`` (a local worker) or a
+    :class:`~service.cluster.node_client.NodeResponse` (another node)."""
+
+    status_code: int
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+
+    async def aread(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
 
 
 def _record_completion(
@@ -185,9 +204,15 @@ def _forwarded(request: Request[Any, Any, Any]) -> tuple[str, str]:
     return path, path + (f"?{request.url.query}" if request.url.query else "")
 
 
-async def _send(fwd: Forwarding, outgoing: httpx.Request, lease: Lease, instance_id: str) -> httpx.Response:
-    """Send to the worker; a worker that fails to answer releases the lease and says why."""
+async def _send(
+    fwd: Forwarding, request: Request[Any, Any, Any], url: str, body: bytes, lease: Lease, instance_id: str
+) -> _Upstream:
+    """Send to the worker (or the node serving it); one that fails to answer releases the lease and says why."""
+    headers = forward_headers(request.headers, _FORWARD_HEADERS, lease.node)  # another node: its API key too
     try:
+        if lease.node is not None and fwd.nodes.handles(url):
+            return await fwd.nodes.send(request.method, url, headers, body)
+        outgoing = fwd.http.build_request(request.method, url, content=body, headers=headers)
         return await fwd.http.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
         try:
@@ -220,12 +245,10 @@ async def proxy_request(
         lease.release()  # DELETE /v1/stream came while the model loaded: the stop wins, as in llama.cpp
         raise Problem(400, "invalid_request", "request cancelled by a stop while the model was loading")
     model, endpoint = lease.model, lease.endpoint
-    headers = forward_headers(request.headers, _FORWARD_HEADERS, lease.node)  # another node: its API key too
     fwd.metrics.observe_queue_wait(fwd.clock.monotonic() - started)
     instance = fwd.live.state.models[model].instance  # the one the lease holds: not stopped while leased
     instance_id = instance.instance_id if instance is not None else ""
-    outgoing = fwd.http.build_request(request.method, endpoint + target, content=raw, headers=headers)
-    upstream = await _send(fwd, outgoing, lease, instance_id)
+    upstream = await _send(fwd, request, endpoint + target, raw, lease, instance_id)
     media_type = upstream.headers.get("content-type", "application/json")
     if not media_type.startswith("text/event-stream"):
         try:

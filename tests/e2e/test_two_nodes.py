@@ -101,6 +101,18 @@ def _entry(svc: ServiceProcess, model: str) -> dict[str, Any]:
     return next(m for m in _get(svc, "/models")["data"] if m["id"] == model)
 
 
+def _ports_to(port: int) -> set[int]:
+    """The client-side ports of every TCP connection on this machine to ``port``, in any state and
+    whichever side closed it (TIME_WAIT too)."""
+    found = set()
+    for c in psutil.net_connections(kind="tcp"):
+        if c.raddr and c.raddr.port == port:
+            found.add(c.laddr.port)
+        elif c.raddr and c.laddr.port == port:
+            found.add(c.raddr.port)
+    return found
+
+
 def _chat(svc: ServiceProcess, model: str) -> httpx.Response:
     return httpx.post(f"{svc.url}/v1/chat/completions", json={"model": model, **CHAT}, headers=AUTH, timeout=90)
 
@@ -136,6 +148,12 @@ def test_two_nodes_place_forward_and_survive_a_kill(
     assert {e["source"]["node"] for e in served} == {"b"} and len(served) == 2, "recorded once, by the node serving it"
     unauthorised = httpx.post(f"{a.url}/v1/chat/completions", json={"model": "tiny-b", **CHAT}, timeout=30)
     assert unauthorised.status_code == 401
+    # Forwarded requests one after another share a's pooled keep-alive connection to b: a connection
+    # per request (a new handshake each time, a socket left in TIME_WAIT) would show here as new ports.
+    before = _ports_to(b.port)
+    for _ in range(5):
+        assert _chat(a, "tiny-b").status_code == 200
+    assert len(_ports_to(b.port) - before) <= 1, "a opened a connection to b per forwarded request"
 
     # Both nodes get the same burst for tiny-s at once: one decision wins, one worker, on b (more memory).
     statuses: list[int] = []
