@@ -230,7 +230,8 @@ class LiveState:
                     _log.info("tail_recovered", down_ms=round((time.monotonic() - self._down_since) * 1000, 1))
                 self._down_since, self._failures_in_a_row = None, 0
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._kick.wait(), self.poll_interval)
+                    async with asyncio.timeout(self.poll_interval):  # not wait_for: see wait_until
+                        await self._kick.wait()
         except Exception:
             # A broken connection must not go back to the pool for the next attempt.
             with contextlib.suppress(Exception):
@@ -331,7 +332,10 @@ class LiveState:
         """The state once ``predicate`` holds for it (checked after every folded batch); None on timeout."""
         async with self._changed:
             try:
-                await asyncio.wait_for(self._changed.wait_for(lambda: predicate(self.state)), timeout)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that arrives
+                # as the wait ends (it returns the result instead), and the cancelled caller runs on.
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait_for(lambda: predicate(self.state))
             except TimeoutError:
                 return None
         return self.state
@@ -345,7 +349,8 @@ class LiveState:
 
         async with self._changed:
             try:
-                await asyncio.wait_for(self._changed.wait_for(reached), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: see wait_until
+                    await self._changed.wait_for(reached)
             except TimeoutError:
                 return False
         return self.position > position

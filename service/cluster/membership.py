@@ -124,7 +124,8 @@ class Membership:
             self._url, autocommit=True, application_name=lock_application_name(self.node)
         )
         try:
-            await asyncio.wait_for(self._conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(self.node),)), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancellation
+                await self._conn.execute("SELECT pg_advisory_lock(%s)", (lock_key(self.node),))
         except TimeoutError:
             msg = f"node {self.node!r} is already running (its advisory lock is held)"
             raise RuntimeError(msg) from None

@@ -211,7 +211,8 @@ class NodeClient:
                 return conn
             conn.close()
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(*key), self._connect_timeout)
+            async with asyncio.timeout(self._connect_timeout):  # not wait_for: on 3.11 it can swallow a cancellation
+                reader, writer = await asyncio.open_connection(*key)
         except TimeoutError:
             msg = f"no connection to {key[0]}:{key[1]} within {self._connect_timeout:g} s"
             raise httpx.ConnectTimeout(msg) from None

@@ -208,7 +208,8 @@ class ChildProcess:
         returncode = await self._reaped(loop)
         # Let the reader collect the last stderr bytes before anyone reports them.
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*self._readers), 1.0)
+            async with asyncio.timeout(1.0):  # not wait_for: on 3.11 it can swallow a cancellation
+                await asyncio.gather(*self._readers)
         if self._stdin is not None:
             self._stdin.close()
         kills = oom_kill_count()

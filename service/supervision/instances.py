@@ -129,8 +129,11 @@ class InstanceSupervisor:
         change.set()
 
     async def _wait_change(self, change: asyncio.Event, timeout: float) -> None:
+        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that arrives as the
+        # event is set (it returns the result), and a client that left would stay queued.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(change.wait(), max(timeout, 0.0))
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await change.wait()
 
     def _edit_queue(self, change: QueueEdit) -> None:
         self.queue = edit(self.queue, change)

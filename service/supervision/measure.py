@@ -84,9 +84,8 @@ class Measurer:
 
     async def _read(self, wanted: ToMeasure) -> ev.ModelMeasured | None:
         try:
-            return await asyncio.wait_for(
-                asyncio.to_thread(measure, Path(wanted.path), wanted.weights_bytes), _READ_TIMEOUT
-            )
+            async with asyncio.timeout(_READ_TIMEOUT):  # not wait_for: on 3.11 it can swallow a cancellation
+                return await asyncio.to_thread(measure, Path(wanted.path), wanted.weights_bytes)
         except (NotMeasurable, TimeoutError) as exc:
             self._unreadable.add(wanted.path)
             _log.warning("model_not_measured", model=wanted.model, path=wanted.path, reason=str(exc) or "timed out")

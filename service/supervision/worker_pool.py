@@ -137,7 +137,8 @@ class WorkerPool:
     @staticmethod
     async def _exited_within(child: Child, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(child.wait(), max(seconds, 0.0))
+            async with asyncio.timeout(max(seconds, 0.0)):  # not wait_for: on 3.11 it can swallow a cancellation
+                await child.wait()
             return True
         return False
 

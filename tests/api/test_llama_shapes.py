@@ -59,13 +59,20 @@ def _llama_error(answer: httpx.Response, status: int) -> dict[str, Any]:
     return error
 
 
-def _routed(svc: ServiceProcess, route: str, timeout: float = 30) -> dict[str, Any]:
-    """The request_completed event proving the request reached a worker."""
+def _head(svc: ServiceProcess) -> int:
+    return int(httpx.get(f"{svc.url}/health", timeout=10).json()["position"])
+
+
+def _routed(svc: ServiceProcess, route: str, after: int, timeout: float = 30) -> dict[str, Any]:
+    """The request_completed event proving the request reached a worker: the first for ``route``
+    after position ``after`` (an earlier request to the route, e.g. a POST, may also be there)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = [e for e in events(svc, type="request_completed") if e["data"]["route"] == route]
+        found = [
+            e for e in events(svc, type="request_completed") if e["data"]["route"] == route and e["position"] > after
+        ]
         if found:
-            return found[-1]
+            return found[0]
         time.sleep(0.05)
     msg = f"no request_completed for {route}"
     raise AssertionError(msg)
@@ -154,19 +161,21 @@ def test_every_post_route_reaches_the_worker(svc: ServiceProcess, path: str) -> 
     """The worker answers what it serves and 404/501 for the rest; either way the
     request was routed (a request_completed event), and an error is a problem."""
     body = {"model": "tiny-a", **CHAT, "prompt": "x", "input": "x", "content": "x", "tokens": [1], "query": "q"}
+    head = _head(svc)
     answer = httpx.post(f"{svc.url}{path}", json=body, timeout=60)
     assert answer.status_code in (200, 400, 404, 501), answer.text
     if answer.status_code != 200:
         _llama_error(answer, answer.status_code)
-    assert _routed(svc, path)["data"]["status_code"] == answer.status_code
+    assert _routed(svc, path, head)["data"]["status_code"] == answer.status_code
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("path", [*GET_ROUTES, "/props", "/metrics"])
 def test_every_get_route_with_model_reaches_the_worker(svc: ServiceProcess, path: str) -> None:
+    head = _head(svc)
     answer = httpx.get(f"{svc.url}{path}", params={"model": "tiny-a"}, timeout=60)
     assert answer.status_code in (200, 404, 501), answer.text
-    assert _routed(svc, path)["data"]["status_code"] == answer.status_code
+    assert _routed(svc, path, head)["data"]["status_code"] == answer.status_code
 
 
 @pytest.mark.timeout(60)
