@@ -19,8 +19,8 @@ embedding request (:meth:`~workers.inference.llama.LlamaModel.embedding_context`
 
 from __future__ import annotations
 
-import ctypes
 import itertools
+import math
 import queue
 import threading
 from collections import deque
@@ -54,20 +54,27 @@ class EmbedRequest:
 
 
 def normalize(vec: Any, norm: int) -> Any:
-    """``common_embd_normalize`` over a numpy vector (a copy)."""
+    """``common_embd_normalize`` over a float32 numpy vector, in its arithmetic: float products and
+    a sequential double sum, the scale rounded to float, float results. The vector is llama-server's
+    to the bit (a float64 pass differed in the last bit of ~1 value in 5)."""
     import numpy as np
 
-    v = np.asarray(vec, dtype=np.float64)
+    v = np.asarray(vec, dtype=np.float32)
     if norm < 0:
         total = 1.0
     elif norm == 0:
-        total = float(np.abs(v).max(initial=0.0)) / 32760.0
+        total = float(np.fmax.reduce(np.abs(v), initial=0.0)) / 32760.0  # fmax: NaN ignored, as C's `<`
     elif norm == 2:
-        total = float(np.sqrt((v * v).sum()))
+        total = math.sqrt(_sequential_sum(np, v * v))
     else:
-        total = float((np.abs(v) ** norm).sum() ** (1.0 / norm))
-    scale = 1.0 / total if total > 0.0 else 0.0
-    return (v * scale).astype(np.float32)
+        total = _sequential_sum(np, np.abs(v).astype(np.float64) ** norm) ** (1.0 / norm)
+    scale = np.float32(1.0 / total) if total > 0.0 else np.float32(0.0)
+    return v * scale
+
+
+def _sequential_sum(np: Any, values: Any) -> float:
+    """``sum += x`` over ``values`` in double, in order (numpy's ``sum`` adds pairwise)."""
+    return float(np.cumsum(values, dtype=np.float64)[-1]) if len(values) else 0.0
 
 
 class EmbeddingLane:
@@ -141,26 +148,22 @@ class EmbeddingLane:
         return [s.id for s in idle]
 
     def _vectors(self, req: EmbedRequest, seq: int, row: int) -> list[list[float]]:
-        import numpy as np
-
         lc, ctx, n = self.llm.lc, self.llm.ctx, self.llm.n_embd_out
-        if self.pooling == POOLING["none"]:
-            out = []
-            for i in range(row, row + len(req.tokens)):
-                ptr = lc.llama_get_embeddings_ith(ctx, i)
-                out.append(_as_array(np, ptr, n).tolist())
-            return out  # llama-server normalises only pooled vectors
+        if self.pooling == POOLING["none"]:  # llama-server normalises only pooled vectors
+            return [_floats(lc.llama_get_embeddings_ith(ctx, i), n) for i in range(row, row + len(req.tokens))]
         ptr = lc.llama_get_embeddings_seq(ctx, seq)
         if self.pooling == POOLING["rank"]:
-            width = max(1, int(lc.llama_model_n_cls_out(self.llm.model)))
-            return [_as_array(np, ptr, width).tolist()]
-        return [normalize(_as_array(np, ptr, n), req.normalize).tolist()]
+            return [_floats(ptr, max(1, int(lc.llama_model_n_cls_out(self.llm.model))))]
+        if not ptr:
+            return [[0.0] * n]
+        import numpy as np
+
+        return [normalize(np.ctypeslib.as_array(ptr, shape=(n,)), req.normalize).tolist()]
 
 
-def _as_array(np: Any, ptr: Any, n: int) -> Any:
-    if not ptr:
-        return np.zeros(n, dtype=np.float32)
-    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n,)).copy()
+def _floats(ptr: Any, n: int) -> list[float]:
+    """``n`` floats from llama.cpp's ``float *`` (zeros for a null one)."""
+    return ptr[:n] if ptr else [0.0] * n
 
 
 def wait_all(reqs: Sequence[EmbedRequest], gone: Any, poll_s: float = 0.05) -> list[tuple[list[list[float]], int]]:
