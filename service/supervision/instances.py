@@ -17,9 +17,8 @@ changes outside it, and stops and spawns run as their own tasks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,9 +128,7 @@ class InstanceSupervisor:
         change.set()
 
     async def _wait_change(self, change: asyncio.Event, timeout: float) -> None:
-        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that arrives as the
-        # event is set (it returns the result), and a client that left would stay queued.
-        with contextlib.suppress(TimeoutError):
+        with suppress(TimeoutError):  # not wait_for: on 3.11 it loses a cancel as the event is set
             async with asyncio.timeout(max(timeout, 0.0)):
                 await change.wait()
 
@@ -386,7 +383,7 @@ class InstanceSupervisor:
         for model in list(self.live.state.models.values()):
             wanted = model.available or self._needs_files(model.name)
             if model.config.load_on_startup and wanted and model.instance is None:
-                with contextlib.suppress(CommandRejected):
+                with suppress(CommandRejected):
                     await self.load(model.name, reason="startup")
                     started.append(model.name)
         return started
