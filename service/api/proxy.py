@@ -252,14 +252,17 @@ async def proxy_request(
     media_type = upstream.headers.get("content-type", "application/json")
     if not media_type.startswith("text/event-stream"):
         try:
-            content = await upstream.aread()
-        except httpx.HTTPError as exc:
-            failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
-            raise failure from None
+            try:
+                content = await upstream.aread()
+            except httpx.HTTPError as exc:
+                failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
+                raise failure from None
+            finally:
+                await upstream.aclose()
+            # Recorded before the release: the log shows the request served before the eviction it allows.
+            _record_completion(fwd, model, instance_id, path, upstream.status_code, False, started)
         finally:
-            await upstream.aclose()
             lease.release()
-        _record_completion(fwd, model, instance_id, path, upstream.status_code, False, started)
         return _answer(request, model, upstream.status_code, content, media_type)
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -273,8 +276,10 @@ async def proxy_request(
             yield _stream_error(failure)
         finally:
             await upstream.aclose()
-            lease.release()
-            _record_completion(fwd, model, instance_id, path, status, True, started)
+            try:
+                _record_completion(fwd, model, instance_id, path, status, True, started)  # before the release
+            finally:
+                lease.release()
 
     return Stream(
         chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}

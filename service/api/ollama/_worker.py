@@ -43,13 +43,12 @@ class Trip:
         return int((self.fwd.clock.monotonic() - self.started) * 1e9)
 
     async def end(self, status: int) -> None:
-        """Give the model back and record the request (once). With a ``keep_alive`` the answer waits
+        """Record the request and give the model back (once). With a ``keep_alive`` the answer waits
         until the fold has it, so ``/api/ps`` right after shows the new expiry (one fsync; without
         one, the record is off the response path, as the proxy's)."""
         if self._ended:
             return
         self._ended = True
-        self.lease.release()
         done = ev.RequestCompleted(
             instance_id=self.instance_id,
             route=self.route,
@@ -58,10 +57,13 @@ class Trip:
             duration_ms=round(self.elapsed_ns() / 1e6, 2),
             keep_alive=self.keep_alive,
         )
-        if self.keep_alive is None:
-            self.fwd.instances.interpreter.record_later([Append(done, self.model)])
-        else:
-            await self.fwd.instances.interpreter.record([Append(done, self.model)])
+        try:  # recorded before the release: the log shows the request served before any eviction it allows
+            if self.keep_alive is None:
+                self.fwd.instances.interpreter.record_later([Append(done, self.model)])
+            else:
+                await self.fwd.instances.interpreter.record([Append(done, self.model)])
+        finally:
+            self.lease.release()
 
 
 async def hold(fwd: Forwarding, name: str, route: str, keep_alive: float | None) -> Trip:

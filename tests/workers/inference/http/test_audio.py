@@ -11,6 +11,7 @@ refused as llama-server refuses what it cannot take.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from devtools.tiny_audio_mmproj import audio_tokens, wav_bytes, write_tiny_audio
 from devtools.tiny_gguf import write_tiny_gguf
 from devtools.tiny_mmproj import png_bytes
 from tests.workers.conftest import WorkerProc, started_worker
+from tests.workers.inference.http.media_chat import media_chat
 
 TONE, HIGH = wav_bytes(0.5, 440.0), wav_bytes(0.5, 1760.0)
 N_AUDIO = audio_tokens(0.5)
@@ -42,14 +44,7 @@ def _audio(data: bytes, fmt: str = "wav") -> dict[str, Any]:
     return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}
 
 
-def _chat(url: str, *parts: dict[str, Any], status: int = 200, **extra: Any) -> dict[str, Any]:
-    content = [{"type": "text", "text": "listen"}, *parts]
-    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 4, "temperature": 0,
-            "cache_prompt": False, **extra}  # fmt: skip
-    answer = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
-    assert answer.status_code == status, answer.text
-    result: dict[str, Any] = answer.json()
-    return result
+_chat = functools.partial(media_chat, text="listen", max_tokens=4, cache_prompt=False)
 
 
 def _first_logprobs(answer: dict[str, Any]) -> list[float]:

@@ -25,6 +25,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 from tests.eventually import eventually
 from tests.workers.conftest import WorkerProc, started_worker
+from tests.workers.inference.http.media_chat import media_chat
 
 RED, BLUE = png_bytes(40, 30, (255, 0, 0)), png_bytes(40, 30, (0, 0, 255))
 N_IMAGE = image_tokens()
@@ -50,13 +51,7 @@ def _image(data: bytes) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(data).decode()}}
 
 
-def _chat(url: str, *parts: dict[str, Any], status: int = 200, **extra: Any) -> dict[str, Any]:
-    content = [{"type": "text", "text": "describe"}, *parts]
-    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 6, "temperature": 0, **extra}
-    answer = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
-    assert answer.status_code == status, answer.text
-    result: dict[str, Any] = answer.json()
-    return result
+_chat = functools.partial(media_chat, max_tokens=6)
 
 
 def _first_logprobs(answer: dict[str, Any]) -> list[float]:

@@ -27,6 +27,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 from devtools.tiny_video import frames_at, video_bytes, webp_bytes
 from tests.workers.conftest import WorkerProc, started_worker
+from tests.workers.inference.http.media_chat import media_chat
 
 N_IMAGE = image_tokens()
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("ffmpeg")]
@@ -75,13 +76,7 @@ def _video(data: bytes, kind: str = "input_video", mime: str = "video/mp4") -> d
     return {"type": kind, kind: {"url": f"data:{mime};base64," + base64.b64encode(data).decode()}}
 
 
-def _chat(url: str, *parts: dict[str, Any], status: int = 200, **extra: Any) -> dict[str, Any]:
-    content = [{"type": "text", "text": "describe"}, *parts]
-    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 3, "temperature": 0, **extra}
-    answer = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
-    assert answer.status_code == status, answer.text
-    result: dict[str, Any] = answer.json()
-    return result
+_chat = functools.partial(media_chat, max_tokens=3)
 
 
 def _n_text(url: str, *texts: str) -> int:
