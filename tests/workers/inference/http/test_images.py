@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import http.server
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 from tests.eventually import eventually
 from tests.workers.conftest import WorkerProc, started_worker
-from tests.workers.inference.http.media_chat import media_chat
+from tests.workers.inference.http.media_chat import media_chat, serving
 
 RED, BLUE = png_bytes(40, 30, (255, 0, 0)), png_bytes(40, 30, (0, 0, 255))
 N_IMAGE = image_tokens()
@@ -140,18 +139,11 @@ def test_an_http_image_url_is_downloaded_as_llama_server_does(worker: WorkerProc
     """llama-server fetches ``http(s)`` image URLs itself: the picture from a local web server gives the
     answer its data URI gives; a URL that fails is llama-server's "Failed to download image"."""
     (tmp_path / "red.png").write_bytes(RED)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}"
+    with serving(tmp_path) as base:
         fetched = _chat(worker.endpoint, {"type": "image_url", "image_url": {"url": f"{base}/red.png"}},
                         logprobs=True, top_logprobs=3)  # fmt: skip
         missing = _chat(worker.endpoint, {"type": "image_url", "image_url": {"url": f"{base}/gone.png"}},
                         status=400)  # fmt: skip
-    finally:
-        server.shutdown()
-        server.server_close()
     inline = _chat(worker.endpoint, _image(RED), logprobs=True, top_logprobs=3)
     assert _first_logprobs(fetched) == _first_logprobs(inline)
     assert missing["error"]["message"] == "Failed to download image"

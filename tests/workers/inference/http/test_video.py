@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import base64
 import functools
-import http.server
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 from devtools.tiny_video import frames_at, video_bytes, webp_bytes
 from tests.workers.conftest import WorkerProc, started_worker
-from tests.workers.inference.http.media_chat import media_chat
+from tests.workers.inference.http.media_chat import media_chat, serving
 
 N_IMAGE = image_tokens()
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("ffmpeg")]
@@ -160,16 +158,9 @@ def test_an_http_video_url_is_downloaded(worker: WorkerProc, clip: bytes, tmp_pa
     """As for images, llama-server fetches an ``http(s)`` video URL itself: the same prompt as the
     data URI's."""
     (tmp_path / "clip.mp4").write_bytes(clip)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        link = f"http://127.0.0.1:{server.server_address[1]}/clip.mp4"
-        fetched = _chat(worker.endpoint, {"type": "video_url", "video_url": {"url": link}}, cache_prompt=False,
-                        logprobs=True, top_logprobs=3)  # fmt: skip
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(tmp_path) as base:
+        fetched = _chat(worker.endpoint, {"type": "video_url", "video_url": {"url": f"{base}/clip.mp4"}},
+                        cache_prompt=False, logprobs=True, top_logprobs=3)  # fmt: skip
     inline = _chat(worker.endpoint, _video(clip), cache_prompt=False, logprobs=True, top_logprobs=3)
     assert fetched["usage"]["prompt_tokens"] == inline["usage"]["prompt_tokens"]
     assert _first_logprobs(fetched) == _first_logprobs(inline)
