@@ -9,7 +9,6 @@ endpoint reaches the model's worker, with and without ``/v1``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from service.api.controllers import GET_ROUTES, POST_ROUTES
 from tests.conftest_hub import unique_repo
 from tests.e2e.conftest import models_dir
+from tests.eventually import eventually
 from tests.service_probes import events, wait_for_event
 
 __all__ = ["models_dir"]  # the session fixture, used by svc below
@@ -66,16 +66,13 @@ def _head(svc: ServiceProcess) -> int:
 def _routed(svc: ServiceProcess, route: str, after: int, timeout: float = 30) -> dict[str, Any]:
     """The request_completed event proving the request reached a worker: the first for ``route``
     after position ``after`` (an earlier request to the route, e.g. a POST, may also be there)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [
+
+    def found() -> list[dict[str, Any]]:
+        return [
             e for e in events(svc, type="request_completed") if e["data"]["route"] == route and e["position"] > after
         ]
-        if found:
-            return found[0]
-        time.sleep(0.05)
-    msg = f"no request_completed for {route}"
-    raise AssertionError(msg)
+
+    return eventually(found, f"a request_completed for {route}", timeout=timeout, interval=0.05)[0]
 
 
 @pytest.mark.timeout(60)
