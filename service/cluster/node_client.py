@@ -19,6 +19,12 @@ What is kept from httpx's behaviour, because forwarding depends on it:
   ``WriteError``, ``RemoteProtocolError``), which the proxy turns into problems (``node_lost``);
 * connect timeout 10 s, none on reads (a generation may take long between tokens).
 
+No read timeout means a node that vanishes without closing its sockets (switched off, cut off,
+frozen) would hold its forwarded requests forever: TCP says nothing while the peer's kernel (or
+nobody) stays silent. The fold knows better, once another node records it ``node_lost``; then
+:meth:`NodeClient.abandon` (called by :class:`~service.cluster.lost_nodes.AbandonLost`) aborts every
+connection to it, and each request waiting on one raises :class:`NodeAbandoned`.
+
 Not supported, and sent through httpx instead: ``https`` URLs (nodes that serve TLS).
 """
 
@@ -39,12 +45,19 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 
 _Key = tuple[str, int]
 _GiveBack = Callable[["_Connection", bool], None]
+_ABANDONED = "the node was given up for gone (recorded lost) while this request waited on it"
+
+
+class NodeAbandoned(httpx.ReadError):
+    """The request's node was given up for gone (:meth:`NodeClient.abandon`) while the request waited
+    on it: a read error like any other, so the proxy answers as for a node that stopped answering."""
 
 
 class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
+        self.abandoned = False
 
     def usable(self) -> bool:
         """Still open: the other node has not closed it (its keep-alive timeout) while it was idle."""
@@ -52,6 +65,18 @@ class _Connection:
 
     def close(self) -> None:
         self.writer.close()
+
+    def abandon(self) -> None:
+        """Abort at once (not ``close``, which would wait for unsent bytes a frozen peer never takes):
+        the reads under way see the end of the stream, and raise :class:`NodeAbandoned`."""
+        self.abandoned = True
+        self.writer.transport.abort()
+
+    def failure(self, exc: httpx.HTTPError) -> httpx.HTTPError:
+        """``exc``, or :class:`NodeAbandoned` when the connection failed because it was abandoned."""
+        if self.abandoned:
+            return NodeAbandoned(_ABANDONED)
+        return exc
 
 
 class NodeResponse:
@@ -75,11 +100,13 @@ class NodeResponse:
                 yield chunk
         except asyncio.IncompleteReadError:
             msg = "the node closed the connection before the end of its answer"
-            raise httpx.RemoteProtocolError(msg) from None
+            raise self._conn.failure(httpx.RemoteProtocolError(msg)) from None
         except (asyncio.LimitOverrunError, ValueError) as exc:
-            raise httpx.RemoteProtocolError(f"malformed answer from the node: {exc}") from None
+            raise self._conn.failure(httpx.RemoteProtocolError(f"malformed answer from the node: {exc}")) from None
         except OSError as exc:
-            raise httpx.ReadError(str(exc) or type(exc).__name__) from None
+            raise self._conn.failure(httpx.ReadError(str(exc) or type(exc).__name__)) from None
+        if self._conn.abandoned:  # a body delimited by the connection's end looks whole when cut
+            raise self._conn.failure(httpx.RemoteProtocolError("the answer was cut"))
         self._complete = True
 
     async def aread(self) -> bytes:
@@ -157,12 +184,23 @@ def _body_of(method: str, status: int, fields: Mapping[str, str], keep_alive: bo
     return _Body(int(length), False, keep_alive)
 
 
+def _key(url: str) -> tuple[_Key, str, str]:
+    """A URL's pool key ``(host, port)``, its ``Host`` header and its request target."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return (parts.hostname or "127.0.0.1", parts.port or 80), parts.netloc, target
+
+
 class NodeClient:
     """Forwarded requests to other nodes' services, on keep-alive connections pooled per node."""
 
     def __init__(self, connect_timeout: float = CONNECT_TIMEOUT) -> None:
         self._connect_timeout = connect_timeout
         self._idle: defaultdict[_Key, deque[_Connection]] = defaultdict(deque)
+        self._busy: defaultdict[_Key, set[_Connection]] = defaultdict(set)
+        """Connections a request is using (sent, its answer not closed yet): what :meth:`abandon` cuts."""
+        self._abandons: defaultdict[_Key, int] = defaultdict(int)
+        """How many times each node was abandoned: a connection opened across one is abandoned too."""
 
     @staticmethod
     def handles(url: str) -> bool:
@@ -172,36 +210,39 @@ class NodeClient:
     async def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> NodeResponse:
         """Send one request and read the head of its answer; the caller reads the body, then
         :meth:`NodeResponse.aclose`."""
-        parts = urlsplit(url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or 80
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        key = (host, port)
+        key, host, target = _key(url)
+        abandons = self._abandons[key]
         conn = await self._connection(key)
+        self._busy[key].add(conn)
         try:
+            if self._abandons[key] != abandons:  # abandoned while this connection was being opened
+                conn.abandon()
+                raise NodeAbandoned(_ABANDONED)
             try:
-                conn.writer.write(_head(method, target, parts.netloc, headers, body) + body)
+                conn.writer.write(_head(method, target, host, headers, body) + body)
                 await conn.writer.drain()
             except OSError as exc:
-                raise httpx.WriteError(str(exc) or type(exc).__name__) from None
-            status, fields, keep_alive = await self._read_head(conn.reader)
+                raise conn.failure(httpx.WriteError(str(exc) or type(exc).__name__)) from None
+            status, fields, keep_alive = await self._read_head(conn)
             body_of = _body_of(method, status, fields, keep_alive)
         except BaseException:  # a failure, or the caller cancelled: a half-used connection is never reused
+            self._busy[key].discard(conn)
             conn.close()
             raise
         return NodeResponse(status, fields, conn, body_of, partial(self._give_back, key))
 
-    async def _read_head(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bool]:
+    async def _read_head(self, conn: _Connection) -> tuple[int, dict[str, str], bool]:
         try:
             while True:
-                status, fields, keep_alive = _parse_head(await reader.readuntil(b"\r\n\r\n"))
+                status, fields, keep_alive = _parse_head(await conn.reader.readuntil(b"\r\n\r\n"))
                 if status >= 200:
                     return status, fields, keep_alive
         except asyncio.IncompleteReadError:
-            raise httpx.RemoteProtocolError("the node disconnected without sending an answer") from None
+            raise conn.failure(httpx.RemoteProtocolError("the node disconnected without sending an answer")) from None
         except (asyncio.LimitOverrunError, ValueError) as exc:
-            raise httpx.RemoteProtocolError(f"malformed answer from the node: {exc}") from None
+            raise conn.failure(httpx.RemoteProtocolError(f"malformed answer from the node: {exc}")) from None
         except OSError as exc:
-            raise httpx.ReadError(str(exc) or type(exc).__name__) from None
+            raise conn.failure(httpx.ReadError(str(exc) or type(exc).__name__)) from None
 
     async def _connection(self, key: _Key) -> _Connection:
         idle = self._idle[key]
@@ -221,11 +262,27 @@ class NodeClient:
         return _Connection(reader, writer)
 
     def _give_back(self, key: _Key, conn: _Connection, reusable: bool) -> None:
+        self._busy[key].discard(conn)
         idle = self._idle[key]
-        if reusable and conn.usable() and len(idle) < MAX_IDLE_PER_NODE:
+        if reusable and conn.usable() and not conn.abandoned and len(idle) < MAX_IDLE_PER_NODE:
             idle.append(conn)
         else:
             conn.close()
+
+    def abandon(self, url: str) -> int:
+        """Give the node at ``url`` up for gone: drop its idle connections, and abort those requests
+        are using, so that each of those requests raises :class:`NodeAbandoned` at once (a node that
+        vanished without closing its sockets would otherwise hold them forever: no read timeout).
+        Answers how many requests were cut. Requests sent to ``url`` afterwards connect anew."""
+        key, _, _ = _key(url)
+        self._abandons[key] += 1
+        idle = self._idle.pop(key, deque())
+        while idle:
+            idle.pop().abandon()
+        busy = self._busy.pop(key, set())
+        for conn in busy:
+            conn.abandon()
+        return len(busy)
 
     async def aclose(self) -> None:
         """Close every idle connection (shut-down)."""

@@ -1,20 +1,22 @@
 """The forwarding hop's HTTP/1.1 client (``service/cluster/node_client.py``) against a real server on
 127.0.0.1: raw sockets in a thread, so each test answers byte for byte what it is about (keep-alive,
 chunked bodies, a node that dies mid-answer, a node that closes idle connections, a client that
-hangs up). The two-node test (``tests/e2e/test_two_nodes.py``) runs it against real nodes."""
+hangs up, a node that goes silent and is abandoned). The two-node test (``tests/e2e/test_two_nodes.py``) runs it against real nodes."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
-from service.cluster.node_client import NodeClient
+from service.cluster.node_client import NodeAbandoned, NodeClient
 from service.supervision.ports import free_port
 from tests.eventually import eventually
 
@@ -210,6 +212,61 @@ async def test_a_request_cancelled_before_its_answer_hangs_up_on_the_node(serve:
     with pytest.raises(asyncio.CancelledError):
         await sending
     assert await asyncio.to_thread(hung_up.wait, 15), "the node never saw the client go"
+
+
+async def test_abandon_ends_at_once_the_requests_waiting_on_a_node_that_went_silent(
+    serve: Callable[[Answer], Node],
+) -> None:
+    """A node that vanished without closing its sockets answers nothing, ever (no read timeout):
+    abandoning it ends a request waiting for its answer and a stream waiting for its next chunk with
+    :class:`NodeAbandoned` (a read error: the proxy's ``node_lost``), drops its idle connections,
+    and leaves other nodes' requests alone."""
+    gone: list[bytes] = []
+
+    def silent(conn: socket.socket, request: bytes) -> bool:
+        if request.startswith(b"GET /health"):
+            _json(conn, request)  # then idle in the client's pool
+        elif request.startswith(b"POST /stream"):
+            conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n%x\r\ndata: one\n\n\r\n" % 11)
+        with contextlib.suppress(OSError):  # an aborted connection is reset
+            conn.recv(1)  # silent from here on, until the client goes
+        gone.append(request.split(b" ", 2)[1])
+        return False
+
+    node, other = serve(silent), serve(silent)
+    client = NodeClient()
+    waiting = asyncio.ensure_future(client.send("POST", f"{node.url}/wait", {}, b"{}"))
+    elsewhere = asyncio.ensure_future(client.send("POST", f"{other.url}/wait", {}, b"{}"))
+    stream = await client.send("POST", f"{node.url}/stream", {}, b"{}")
+    chunks = stream.aiter_raw()
+    assert await anext(chunks) == b"data: one\n\n"
+    reading = asyncio.ensure_future(anext(chunks))
+    idle = await client.send("GET", f"{node.url}/health", {}, b"")
+    await idle.aread()
+    await idle.aclose()  # back in the pool
+    await asyncio.to_thread(lambda: eventually(lambda: len(node.requests) == 3 and other.requests, "all arrived"))
+    assert not waiting.done() and not reading.done()
+
+    started = time.monotonic()
+    assert client.abandon(f"{node.url}/ignored/path") == 2, "the waiting request and the stream"
+    async with asyncio.timeout(5):
+        with pytest.raises(NodeAbandoned):
+            await waiting
+        with pytest.raises(NodeAbandoned):
+            await reading
+    assert time.monotonic() - started < 1, "at once"
+    await stream.aclose()
+    await asyncio.to_thread(lambda: eventually(lambda: sorted(gone) == [b"/health", b"/stream", b"/wait"],
+                                               "the node saw every connection to it closed"))  # fmt: skip
+    assert not elsewhere.done(), "another node's request goes on"
+    again = await client.send("GET", f"{node.url}/health", {}, b"")  # a new connection: the pool was dropped
+    assert again.status_code == 200 and len(node.ports) == 4
+    await again.aread()
+    await again.aclose()
+    elsewhere.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await elsewhere
+    await client.aclose()
 
 
 async def test_a_node_that_is_not_there_is_a_connect_error() -> None:
