@@ -23,6 +23,7 @@ import structlog
 from service import __version__
 from service.catalogue.hf_source import HfSourceError
 from service.catalogue.sources import Catalogue, command_line_model
+from service.cluster.lost_nodes import AbandonLost
 from service.cluster.remote import RemoteDecisions
 from service.core import events as ev
 from service.core.cluster import own_view
@@ -156,13 +157,15 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
 
 async def _join(runtime: Runtime, node: str) -> None:
     """Take this node's lock, append ``node_joined`` with what it holds, watch the other nodes,
-    and carry out what they decide for this one (docs/cluster.md)."""
+    carry out what they decide for this one, and cut the requests forwarded to a lost one
+    (docs/cluster.md)."""
     from service.cluster.membership import Membership  # psycopg: only a cluster loads it
 
     membership = Membership(runtime.settings, runtime.live, runtime.instances, runtime.downloads)
     await membership.join()
     runtime.membership = membership
     runtime.live.add_listener(RemoteDecisions(node, runtime.instances, runtime.downloads).on_event)
+    runtime.live.add_listener(AbandonLost(runtime.nodes).on_event)  # no forwarded request outlives its node
     watch = asyncio.create_task(membership.watch(), name="node-watch")
     runtime.background.add(watch)
 

@@ -273,7 +273,8 @@ class NodeClient:
         """Give the node at ``url`` up for gone: drop its idle connections, and abort those requests
         are using, so that each of those requests raises :class:`NodeAbandoned` at once (a node that
         vanished without closing its sockets would otherwise hold them forever: no read timeout).
-        Answers how many requests were cut. Requests sent to ``url`` afterwards connect anew."""
+        Answers how many connections requests were using (a request whose read already failed counts
+        until its answer is closed). Requests sent to ``url`` afterwards connect anew."""
         key, _, _ = _key(url)
         self._abandons[key] += 1
         idle = self._idle.pop(key, deque())

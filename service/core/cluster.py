@@ -7,7 +7,8 @@ files), :func:`budgets` the nodes placement may use, and :func:`on_node_lost`
 the events that close what a dead incarnation left running. A node that stops
 cleanly says so (:func:`on_leaving`), so the others never take it for lost; one
 recorded lost while alive finds it out (:func:`recorded_lost`) and stops what the
-log ended (:func:`ended`, :func:`interrupted_here`). A service without
+log ended (:func:`ended`, :func:`interrupted_here`). Once a node is lost, the
+requests forwarded to it are cut (:func:`unreachable`). A service without
 ``--node`` is the node ``None``: every view of it is the whole fold.
 
 Pure module: stdlib only.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from service.core import events as ev
 from service.core.decision import Append, Decision, Effect
+from service.core.node_state import NodeState
 from service.core.placement import NodeBudget
 from service.core.state import DownloadJob, JobStatus, ModelState, RouterState, evolve
 
@@ -129,6 +131,17 @@ def decide_node_lost(state: RouterState, node: str, incarnation: str, detected_b
     :func:`on_node_lost`, each with its deterministic id; answers whether there were any."""
     closings = on_node_lost(state, node, incarnation, detected_by)
     return Decision(bool(closings), tuple(Append(c.event, c.model, c.event_id) for c in closings))
+
+
+def unreachable(state: RouterState, recorded: ev.Recorded) -> NodeState | None:
+    """The node whose requests in flight can get no answer any more, now that ``recorded`` is folded
+    into ``state``: a ``node_lost`` for its current incarnation (it vanished, maybe without closing
+    its sockets, so the forwarding node cuts those requests instead of waiting for TCP)."""
+    e = recorded.event
+    if not isinstance(e, ev.NodeLost):
+        return None
+    node = state.nodes.get(e.node)
+    return node if node is not None and node.lost and node.incarnation == e.incarnation else None
 
 
 def lost_to_check(state: RouterState, node: str | None) -> list[tuple[str, str]]:

@@ -205,6 +205,18 @@ class TestManyNodes:
         state = replay(recorded(*[(c.event, c.model, "a") for c in closing], after=state), state)
         assert state.job(job) is not None and state.job(job).status.value == "interrupted"
 
+    def test_a_node_lost_in_its_current_incarnation_is_unreachable_its_forwarded_requests_cut(self) -> None:
+        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB))
+        stale = recorded((ev.NodeLost(node="b", incarnation="b-0", detected_by="a"), None, "a"), after=state)
+        state = replay(stale, state)
+        assert cluster.unreachable(state, stale[0]) is None, "an older incarnation's loss"
+        lost = recorded((ev.NodeLost(node="b", incarnation="b-1", detected_by="a"), None, "a"), after=state)
+        state = replay(lost, state)
+        found = cluster.unreachable(state, lost[0])
+        assert found is not None and (found.name, found.url) == ("b", "http://b:8080")
+        left = recorded((cluster.on_leaving("a", "a-1").event, None, "a"), after=state)
+        assert cluster.unreachable(replay(left, state), left[0]) is None, "a clean stop closes its own sockets"
+
     def test_a_node_that_left_is_not_used_not_watched_and_never_recorded_lost(self) -> None:
         state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "a"), held("m", "b"))
         leaving = cluster.on_leaving("b", "b-1")
