@@ -12,7 +12,9 @@ The third (``b`` started again) asks ``a`` for ``tiny-hub``, an ``hf-repo`` pres
 is downloaded by ``b``, which has more room, into ``b``'s cache, then served there; a download that
 ``b`` runs is cancelled through ``a``. The fourth kills ``b`` while it streams a forwarded
 generation: the stream ends with an error event at once, ``a`` serves the model itself, and
-downloads ``tiny-hub`` again (its one holder is lost).
+downloads ``tiny-hub`` again (its one holder is lost). The fifth freezes ``b`` (SIGSTOP: its sockets
+stay open, as a hung or cut-off machine's do) while it streams a forwarded generation, and cuts its
+lock connection: once ``a`` records it lost, the stream ends with the error event, not a hang.
 """
 
 from __future__ import annotations
@@ -379,3 +381,53 @@ def test_a_stream_cut_by_the_kill_of_the_serving_node_ends_with_an_error_at_once
     assert [(e["data"].get("node"), e["source"]["node"]) for e in fetched][-1] == (None, "a")
     assert _entry(a, "tiny-hub")["held_by"] == ["a", "b"] and _entry(a, "tiny-hub")["status"]["node"] == "a"
     assert len(_hub_only_files(a.home)) == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_stream_to_a_frozen_node_ends_with_an_error_once_the_node_is_recorded_lost(
+    cluster: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    """A node that vanishes without closing its sockets never answers again, and the hop has no read
+    timeout: recording it lost is what ends the requests forwarded to it (``AbandonLost``)."""
+    a, b = cluster
+    _up_again(a, b)
+    if _entry(a, "tiny-s")["status"]["value"] != "unloaded":
+        httpx.post(f"{a.url}/models/unload", json={"model": "tiny-s"}, headers=AUTH, timeout=60).raise_for_status()
+    eventually(lambda: _entry(a, "tiny-s")["status"]["value"] == "unloaded", "tiny-s unloaded")
+    assert _chat(a, "tiny-s").status_code == 200
+    assert _entry(a, "tiny-s")["status"]["node"] == "b", "both hold it: b has more free memory"
+    lost_before = len(_events(a, type="node_lost"))
+
+    # An endless generation forwarded by a to b; b freezes (its kernel keeps the sockets open and
+    # acknowledges), then its lock connection is cut, so that a finds its lock free.
+    body = {"model": "tiny-s", "prompt": "go", "n_predict": -1, "temperature": 0, "ignore_eos": True, "stream": True}
+    raw = b""
+    try:
+        # The read timeout only bounds a hang (the failure this test is about), well past the loss.
+        with httpx.stream("POST", f"{a.url}/completion", json=body, headers=AUTH, timeout=60) as stream:
+            assert stream.status_code == 200
+            parts = stream.iter_raw()
+            while raw.count(b"\n\n") < 3:
+                raw += next(parts)  # tokens are flowing: the request reached b
+            os.kill(b.pid, signal.SIGSTOP)
+            assert _terminate_lock_connection(a, "b") == 1
+            cut = time.monotonic()
+            for part in parts:
+                raw += part
+            ended = time.monotonic() - cut
+        lost = _events(a, type="node_lost")[lost_before:]
+        assert [(e["data"]["node"], e["data"]["detected_by"]) for e in lost] == [("b", "a")]
+        assert ended < 10, f"the stream ended {ended:.1f} s after b's lock connection was cut"
+        events = _sse_events(raw)
+        assert all("content" in e for e in events[:-1]) and len(events) >= 4
+        error = events[-1]["error"]
+        assert (error["code"], error["type"]) == (503, "unavailable_error"), events[-1]
+        assert "node 'b'" in error["message"] and "was lost" in error["message"], error
+        assert events[-1]["reason"] == "node_lost", events[-1]
+        # b is still frozen: a places tiny-s again, on itself (autoload), and serves it.
+        assert _chat(a, "tiny-s").status_code == 200
+        assert _entry(a, "tiny-s")["status"]["node"] == "a"
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    # Thawed, b finds itself lost, stops the worker the log ended, and joins again.
+    eventually(lambda: _nodes(a)["b"]["state"] == "up", "b joined again", timeout=60)
