@@ -4,11 +4,15 @@ The models are generated (``devtools.tiny_gguf.write_tiny_bert``) at the size of
 all-MiniLM-L6 (6 layers, 384 wide, 12 heads, f32): random weights, the same
 arithmetic per token. Both servers get the same flags (``--embedding``
 ``-np 4 -c 2048 -b 512 -ub 512``, one thread count), and ``--reranking`` for
-the reranker. Measured, targets alternating every round:
+the reranker. Both servers of a case stay up for all its rounds, and each
+round is measured in short slices that alternate between them (``--slices``,
+the first target alternating too): this VM's speed drifts by ±20 % over
+seconds, and a round of 4 s on one server then 4 s on the other compared two
+different machines. Measured:
 
 * embeddings per second with one input per request (sequential requests);
 * embeddings per second with 32 inputs per request;
-* rerank latency: one ``/v1/rerank`` of a query over 8 documents (median).
+* rerank latency: one ``/v1/rerank`` of a query over 8 documents (mean of the round's).
 
 Reported as modelrouter / llama-server ratios per round and their median
 (> 1: modelrouter is faster; for latency, llama-server's time / ours).
@@ -41,6 +45,7 @@ from service.supervision.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCE = "the quick brown fox jumps over the lazy dog number {i}"
+Slice = Callable[[httpx.Client], tuple[float, float]]  # (things done, seconds)
 COMMON = ["-np", "4", "-c", "2048", "-b", "512"]
 
 
@@ -82,29 +87,29 @@ def _theirs(binary: str, model: Path, flags: list[str], threads: int) -> Server:
     return Server(argv, {})
 
 
-def _embeddings_per_s(base: str, batch: int, seconds: float) -> float:
+def _embeddings(client: httpx.Client, batch: int, seconds: float) -> tuple[float, float]:
+    """Sequential requests of ``batch`` inputs for ``seconds``: (embeddings, elapsed seconds)."""
     done, n = 0, 0
-    with httpx.Client(base_url=base, timeout=120) as client:
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            inputs = [SENTENCE.format(i=n + k) for k in range(batch)]
-            r = client.post("/v1/embeddings", json={"model": "bench", "input": inputs})
-            r.raise_for_status()
-            done += len(r.json()["data"])
-            n += batch
-        return done / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        inputs = [SENTENCE.format(i=n + k) for k in range(batch)]
+        r = client.post("/v1/embeddings", json={"model": "bench", "input": inputs})
+        r.raise_for_status()
+        done += len(r.json()["data"])
+        n += batch
+    return done, time.perf_counter() - t0
 
 
-def _rerank_ms(base: str, repeats: int) -> float:
+def _rerank(client: httpx.Client, repeats: int) -> tuple[float, float]:
+    """``repeats`` reranks of a query over 8 documents, one at a time: (reranks, seconds)."""
     docs = [SENTENCE.format(i=k) for k in range(8)]
-    times = []
-    with httpx.Client(base_url=base, timeout=120) as client:
-        for i in range(repeats):
-            t0 = time.perf_counter()
-            r = client.post("/v1/rerank", json={"model": "bench", "query": f"which fox {i}", "documents": docs})
-            r.raise_for_status()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000.0
+    total = 0.0
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        r = client.post("/v1/rerank", json={"model": "bench", "query": f"which fox {i}", "documents": docs})
+        r.raise_for_status()
+        total += time.perf_counter() - t0
+    return repeats, total
 
 
 def _default_binary() -> str:
@@ -113,13 +118,17 @@ def _default_binary() -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def _measure(start: Callable[[], Server], what: Callable[[str], float]) -> float:
-    server = start()
-    try:
-        what(server.base)  # warm-up
-        return what(server.base)
-    finally:
-        server.stop()
+def _round(clients: dict[str, httpx.Client], what: Slice, slices: int, first: int) -> dict[str, float]:
+    """One round: ``slices`` alternating slices per target; each target's rate (things per second)."""
+    done = {who: 0.0 for who in clients}
+    spent = {who: 0.0 for who in clients}
+    names = list(clients)
+    for k in range(slices):
+        for who in names[(first + k) % 2 :] + names[: (first + k) % 2]:
+            n, dt = what(clients[who])
+            done[who] += n
+            spent[who] += dt
+    return {who: done[who] / spent[who] for who in clients}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -127,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--llama-server", default=None)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--seconds", type=float, default=4.0, help="per throughput measurement")
+    p.add_argument("--seconds", type=float, default=4.0, help="per target and round (throughput rows)")
+    p.add_argument("--slices", type=int, default=8, help="alternating slices per round")
     args = p.parse_args(argv)
     binary = args.llama_server or _default_binary()
     tmp = Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
@@ -135,20 +145,32 @@ def main(argv: list[str] | None = None) -> None:
     embed = write_tiny_bert(tmp / "minilm-sized.gguf", **size)
     rank = write_tiny_bert(tmp / "minilm-sized-rank.gguf", pooling="rank", **size)
     t = args.threads
-    cases: dict[str, tuple[Path, list[str], Callable[[str], float], bool]] = {
-        "embeddings/s, batch 1": (embed, ["--embedding"], lambda b: _embeddings_per_s(b, 1, args.seconds), True),
-        "embeddings/s, batch 32": (embed, ["--embedding"], lambda b: _embeddings_per_s(b, 32, args.seconds), True),
-        "rerank latency (ms), 8 documents": (rank, ["--reranking"], lambda b: _rerank_ms(b, 40), False),
+    slice_s = args.seconds / args.slices
+    cases: dict[str, tuple[Path, list[str], Slice, bool]] = {
+        "embeddings/s, batch 1": (embed, ["--embedding"], lambda c: _embeddings(c, 1, slice_s), True),
+        "embeddings/s, batch 32": (embed, ["--embedding"], lambda c: _embeddings(c, 32, slice_s), True),
+        "rerank latency (ms), 8 documents": (
+            rank,
+            ["--reranking"],
+            lambda c: _rerank(c, 40 // args.slices or 1),
+            False,
+        ),
     }
     results: dict[str, dict[str, list[float]]] = {name: {"modelrouter": [], "llama-server": []} for name in cases}
-    for rnd in range(args.rounds):
-        for name, (model, flags, what, _higher) in cases.items():
-            order = [
-                ("modelrouter", lambda m=model, f=flags: _ours(m, f, t)),
-                ("llama-server", lambda m=model, f=flags: _theirs(binary, m, f, t)),
-            ]
-            for who, start in order if rnd % 2 == 0 else order[::-1]:
-                results[name][who].append(_measure(start, what))
+    for name, (model, flags, what, higher) in cases.items():
+        servers = {"modelrouter": _ours(model, flags, t), "llama-server": _theirs(binary, model, flags, t)}
+        clients = {who: httpx.Client(base_url=srv.base, timeout=120) for who, srv in servers.items()}
+        try:
+            _round(clients, what, 1, 0)  # warm-up
+            for rnd in range(args.rounds):
+                rates = _round(clients, what, args.slices, rnd)
+                for who, rate in rates.items():  # latency rows: milliseconds per rerank
+                    results[name][who].append(rate if higher else 1000.0 / rate)
+        finally:
+            for client in clients.values():
+                client.close()
+            for srv in servers.values():
+                srv.stop()
     report = {}
     for name, (_m, _f, _w, higher) in cases.items():
         ours, theirs = results[name]["modelrouter"], results[name]["llama-server"]
