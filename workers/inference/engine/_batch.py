@@ -10,10 +10,9 @@ once per step). Each step, on the single engine thread:
    chunks of prefilling slots up to ``n_batch`` tokens in all (chunked
    prefill: a long prompt takes several steps and never stalls the others;
    an image in a prompt is decoded by itself first, :mod:`~workers.inference.engine._media`);
-4. ``llama_decode``; then sample each row that has logits with the request's
-   sampler chain and hand the text to the request's queue. Slots whose LoRA
-   adapter sets differ (a request's own ``lora``) are never in one batch, as in
-   llama-server: 3 and 4 run once per set, each set applied just before.
+4. ``llama_decode``; then sample each row that has logits with its request's chain (rows shared out over
+   the compute threads: ``_row_sampler``) and hand the text to the request's queue. Slots whose LoRA adapter
+   sets differ (a request's ``lora``) are never in one batch, as in llama-server: 3 and 4 run per set.
 
 A request that arrives while a step runs joins at the next one (continuous batching). Python work per
 step is a few list operations per slot; sampling runs in C. HTTP threads only enqueue
@@ -37,6 +36,7 @@ from workers.inference.engine._kept_logits import KeptLogits
 from workers.inference.engine._media import decode_reached_media, keep_whole_media, pos_delta, text_end
 from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
 from workers.inference.engine._protocol import FrontFactory, JobRunner
+from workers.inference.engine._row_sampler import RowSampler
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
 from workers.inference.engine._slots import Request, Slot, SlotState, lora_sets, pick_slot, shift_context
 from workers.inference.engine._tokens import TokenMixin
@@ -74,6 +74,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
         self._batch: Batch | None = None
         self._budget = 0  # prompt tokens per step; halved while the KV cache cannot take a batch
         self.kept = KeptLogits()  # per slot, the logits after its cached tokens (exact repeats)
+        self.sampler = RowSampler(None, 1)  # a step's rows on the compute threads (made in _setup)
         self.step_log = StepLog()  # GET /engine/steps
 
     # -- capabilities -------------------------------------------------------------
@@ -130,6 +131,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
         self._batch = Batch(llm.lc, llm.n_batch)
         self._budget = llm.cfg.n_batch
         self.kept.lc, self.kept.n_vocab = llm.lc, llm.n_vocab
+        self.sampler = RowSampler(llm.lc, llm.cfg.n_threads)
 
     def submit(self, job: Job) -> None:
         """Run an HTTP job through the request front (raises :class:`EngineNotReady` before load and once draining)."""
@@ -372,14 +374,14 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
             self.metrics.prompt_tokens += len(part)
             if s.batch_index >= 0:
                 s.state, s.timings.t_prompt_done = SlotState.GENERATING, now
-        sample = self.llm.lc.llama_sampler_sample
         ctx, kept = self.llm.ctx, self.kept
+        rows = [s for s in self.slots if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None]
+        jobs = [(s.chain, s.batch_index) for s in rows]
+        for s, (_, index), token in zip(rows, jobs, self.sampler.sample(ctx, jobs), strict=True):
+            self._on_token(s, token, now)
+            if not s.is_processing:  # it ended here: keep the logits after what the slot holds
+                kept.keep(s.id, ctx, index, s.cache)
         for s in self.slots:
-            if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None:
-                index = s.batch_index
-                self._on_token(s, int(sample(s.chain, ctx, index)), now)
-                if not s.is_processing:  # it ended here: keep the logits after what the slot holds
-                    kept.keep(s.id, ctx, index, s.cache)
             s.batch_index = -1
 
     def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
