@@ -167,7 +167,8 @@ def _stream_error(problem: Problem) -> bytes:
 
 
 def _worker_problem(status: int, content: bytes, model: str) -> Problem | None:
-    """The worker's ``{"error": {"message", "type", "code"}}`` as a problem keeping that object."""
+    """The worker's ``{"error": {"message", "type", "code", …}}`` as a problem keeping that object (and
+    llama-server's additions to it, such as ``exceed_context_size_error``'s ``n_prompt_tokens`` and ``n_ctx``)."""
     try:
         body = json.loads(content)
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -177,7 +178,8 @@ def _worker_problem(status: int, content: bytes, model: str) -> Problem | None:
         return None
     kind = str(error.get("type") or "server_error")
     code = kind.removesuffix("_error") or "server"
-    llama_error = {"code": status, "message": error["message"], "type": kind}
+    added = {k: v for k, v in error.items() if k not in ("code", "message", "type")}  # n_prompt_tokens, n_ctx…
+    llama_error = {"code": status, "message": error["message"], "type": kind, **added}
     return Problem(status, code, error["message"], model=model, error=llama_error)
 
 

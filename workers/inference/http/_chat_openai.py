@@ -12,6 +12,7 @@ from typing import Any
 
 from workers.inference.http._chat_parse import ChatMessage, Delta, tool_call_json
 from workers.inference.http._chat_session import ChatRun
+from workers.inference.http._llama_server import build_info
 
 
 def message_json(msg: ChatMessage) -> dict[str, Any]:
@@ -68,6 +69,7 @@ class OpenAIChat:
             "choices": [choice],
             "created": self.created,
             "model": self.model,
+            "system_fingerprint": build_info(),
             "object": "chat.completion",
             "usage": usage_json(self.run),
             "id": self.id,
@@ -79,7 +81,7 @@ class OpenAIChat:
         if "logprobs" in extra:
             choice["logprobs"] = {"content": extra.pop("logprobs")}
         return {"choices": [choice], "created": self.created, "id": self.id, "model": self.model,
-                "object": "chat.completion.chunk", **extra}  # fmt: skip
+                "system_fingerprint": build_info(), "object": "chat.completion.chunk", **extra}  # fmt: skip
 
     def chunks(self, include_usage: bool) -> Iterator[dict[str, Any]]:
         yield self._chunk({"role": "assistant", "content": None})
@@ -94,5 +96,6 @@ class OpenAIChat:
             yield self._chunk({}, self.run.finish_reason, timings=timings)
             return
         yield self._chunk({}, self.run.finish_reason)
-        base = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
+        base = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "system_fingerprint": build_info()}  # fmt: skip
         yield {**base, "choices": [], "usage": usage_json(self.run), "timings": timings}

@@ -248,15 +248,11 @@ def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], r
 
 
 def _chat_logprobs(lp: dict[str, Any] | None, top: int) -> list[dict[str, Any]]:
-    """A completion chunk's logprobs as OpenAI chat ``logprobs.content`` entries."""
+    """A completion chunk's logprobs as OpenAI chat ``logprobs.content`` entries: llama-server's
+    (``id``, ``token``, ``bytes``, ``logprob``, and the ``top`` likeliest as ``top_logprobs``)."""
     if not lp:
         return []
-    out = []
-    for token, value, tops in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True):
-        best = sorted(tops.items(), key=lambda kv: -kv[1])[:top]
-        alts = [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in best]
-        out.append({"token": token, "logprob": value, "bytes": list(token.encode()), "top_logprobs": alts})
-    return out
+    return [{**entry, "top_logprobs": entry["top_logprobs"][:top]} for entry in lp["content"]]
 
 
 class ChatRun:

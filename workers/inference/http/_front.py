@@ -34,6 +34,7 @@ from workers.inference.engine import (
 )
 from workers.inference.http._chat_template import TemplateOptions
 from workers.inference.http._errors import ApiError
+from workers.inference.http._llama_server import generation_settings
 from workers.inference.http._shapes import CompletionShaper
 from workers.inference.llama import LlamaModel, LoraKey, MediaPrompt, Tokenizer, TokenizingCancelled
 
@@ -269,19 +270,19 @@ class CompletionFront:
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         req = self._submit(tokens, params, max_tokens or 0, stops, media)
-        self._ctx().result.update(
-            params={**params.to_json(), "n_predict": max_tokens or -1, "stop": list(stops)},
-            prompt=prompt if isinstance(prompt, str) else "",
-            n_prompt=len(tokens),
-        )
+        ctx = self._ctx()
+        settings = generation_settings({**params.to_json(), "stop": list(stops)}, n_predict=max_tokens or -1,
+                                       stream=stream, n_keep=ctx.n_keep, ignore_eos=ctx.ignore_eos,
+                                       logit_bias=params.logit_bias, reasoning_format=self.reasoning_format,
+                                       lora=ctx.lora or ())  # fmt: skip
+        ctx.result.update(params=settings, prompt=prompt if isinstance(prompt, str) else "", n_prompt=len(tokens))
         head = ""
         if echo:
             head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
-        probs = self._ctx().result.setdefault("probs", []) if logprobs else None
-        shape = CompletionShaper(
-            f"cmpl-{uuid.uuid4()}", int(time.time()), self.model_name, len(tokens), self.llm, probs
-        )
-        events, result = self._events(req, self._ctx().client_gone), self._ctx().result
+        probs = ctx.result.setdefault("probs", []) if logprobs else None
+        cmpl_id, model, n_prompt = f"cmpl-{uuid.uuid4()}", self.model_name, len(tokens)
+        shape = CompletionShaper(cmpl_id, int(time.time()), model, n_prompt, self.llm, probs)
+        events, result = self._events(req, ctx.client_gone), ctx.result
         if stream:
             return shape.chunks(events, head, suffix or "", result)
         return shape.whole(events, head, suffix or "", result)

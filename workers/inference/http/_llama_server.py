@@ -24,7 +24,8 @@ Everything runs on the HTTP thread: the vocabulary is read-only after load.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine import SamplingParams
@@ -137,6 +138,33 @@ def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": front.plan_chat(kwargs).rendered.prompt}
 
 
+def generation_settings(
+    params: dict[str, Any],
+    *,
+    n_predict: int = -1,
+    stream: bool = False,
+    n_keep: int = 0,
+    ignore_eos: bool = False,
+    logit_bias: Sequence[tuple[int, float]] = (),
+    reasoning_format: str = "none",
+    lora: Sequence[tuple[int, float]] = (),
+    whole: bool = True,
+) -> dict[str, Any]:
+    """``params`` (the sampler's, :meth:`SamplingParams.to_json`) with the rest of llama-server's
+    ``task_params::to_json``: a request's ``generation_settings``, or with ``whole`` false the
+    shorter form ``/props`` shows. Keys for what this worker does not have (speculative decoding,
+    lazy grammars, backend sampling) carry llama-server's values when it does not use them either."""
+    out = {**params, "max_tokens": n_predict, "n_predict": n_predict, "n_keep": n_keep, "n_discard": 0,
+           "ignore_eos": ignore_eos, "stream": stream, "min_keep": 0, "chat_format": "Content-only",
+           "reasoning_format": reasoning_format, "reasoning_in_content": False, "generation_prompt": "",
+           "speculative.types": "none", "timings_per_token": False, "post_sampling_probs": False,
+           "backend_sampling": False, "lora": [{"id": i, "scale": scale} for i, scale in lora]}  # fmt: skip
+    if whole:  # -inf (ignore_eos) is null in JSON, as nlohmann writes it
+        out["logit_bias"] = [{"bias": b if math.isfinite(b) else None, "token": t} for t, b in logit_bias]
+        out.update(grammar_lazy=False, grammar_triggers=[], preserved_tokens=[])
+    return out
+
+
 def _modalities(llm: Any) -> dict[str, bool]:
     """What the projector takes (llama-server: ``mtmd_support_vision``/``_audio``, ``mtmd_helper_support_video``)."""
     projector = getattr(llm, "projector", None)
@@ -149,25 +177,40 @@ def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> 
     """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies (the
     endpoint switches and the server's sampling defaults from ``opts``)."""
     from workers.inference.http._server_defaults import shown
+    from workers.inference.http._template_caps import template_caps
 
     llm = front.llm
-    params = {**SamplingParams().to_json(), "n_predict": -1, "stop": [], **shown(opts.sampling_defaults)}
+    params = {**SamplingParams().to_json(), "stop": [], **shown(opts.sampling_defaults)}
+    params = generation_settings(params, n_predict=int(params.pop("n_predict", -1)), whole=False,
+                                 reasoning_format=front.reasoning_format)  # fmt: skip
+    source = getattr(front.renderer(), "source", "")
     return {
         "default_generation_settings": {"params": params, "n_ctx": llm.n_ctx},
         "total_slots": total_slots,
         "model_alias": model_name,
+        "model_ftype": _ftype(llm),
         "model_path": llm.path,
         "modalities": _modalities(llm),
         "media_marker": MEDIA_MARKER,
         "endpoint_slots": opts.endpoint_slots,
         "endpoint_props": opts.endpoint_props,
         "endpoint_metrics": opts.endpoint_metrics,
-        "chat_template": getattr(front.renderer(), "source", ""),
+        "ui": False,  # llama.cpp's web UI is not served (the service serves its own dashboard)
+        "ui_settings": {},
+        "chat_template": source,
+        "chat_template_caps": template_caps(source),
         "bos_token": llm.token_text(llm.bos) if llm.bos >= 0 else "",
         "eos_token": llm.token_text(llm.eos) if llm.eos >= 0 else "",
         "build_info": build_info(),
         "is_sleeping": False,
+        "cors_proxy_enabled": False,  # /cors-proxy answers llama-server's 403 either way (docs/llama-cpp-compat.md)
     }
+
+
+def _ftype(llm: Any) -> str:
+    """The file's type as llama.cpp names it (``llama_ftype_name``: ``Q4_K - Medium``, ``F16``...)."""
+    name = llm.lc.llama_ftype_name(llm.lc.llama_model_ftype(llm.model))
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
 
 
 # -- /completion (llama-server's native shape) ---------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from workers.inference.http._llama_server import build_info
 from workers.inference.llama import LlamaModel
 
 
@@ -33,12 +34,14 @@ class CompletionShaper:
             "object": "text_completion",
             "created": self.created,
             "model": self.model,
+            "system_fingerprint": build_info(),
             "choices": [choice],
         }
 
-    def _usage(self, timings: dict[str, Any]) -> dict[str, int]:
+    def _usage(self, timings: dict[str, Any]) -> dict[str, Any]:
         n = int(timings.get("predicted_n", 0))
-        return {"prompt_tokens": self.n_prompt, "completion_tokens": n, "total_tokens": self.n_prompt + n}
+        return {"prompt_tokens": self.n_prompt, "completion_tokens": n, "total_tokens": self.n_prompt + n,
+                "prompt_tokens_details": {"cached_tokens": int(timings.get("cache_n", 0))}}  # fmt: skip
 
     def _logprobs(self, lp: tuple[int, float, list[int], list[float]] | None, text_len: int) -> dict[str, Any] | None:
         if lp is None:
@@ -47,10 +50,13 @@ class CompletionShaper:
         token_str = self.llm.piece(token).decode("utf-8", errors="ignore")
         tops = {self.llm.piece(t).decode("utf-8", errors="ignore"): v for t, v in zip(top, top_lp, strict=True)}
         tops[token_str] = chosen
+        entry = {**self._native(token, chosen), "top_logprobs": [
+            self._native(t, v) for t, v in zip(top, top_lp, strict=True)]}  # fmt: skip
         if self.native_probs is not None:
-            self.native_probs.append({**self._native(token, chosen), "top_logprobs": [
-                self._native(t, v) for t, v in zip(top, top_lp, strict=True)]})  # fmt: skip
-        out = {"tokens": [token_str], "text_offset": [self._offset], "token_logprobs": [chosen], "top_logprobs": [tops]}
+            self.native_probs.append(entry)
+        # OpenAI's legacy fields (what its clients parse) and llama-server's ``content`` entries
+        out = {"tokens": [token_str], "text_offset": [self._offset], "token_logprobs": [chosen], "top_logprobs": [tops],
+               "content": [entry]}  # fmt: skip
         self._offset += text_len
         return out
 
@@ -73,7 +79,7 @@ class CompletionShaper:
             if suffix:
                 yield self._chunk(suffix, None, None)
             result.update(timings=ev[2], usage=self._usage(ev[2]), final=ev[3])
-            yield self._chunk("", None, ev[1])
+            yield {**self._chunk("", None, ev[1]), "usage": result["usage"]}  # llama-server: usage on the last
 
     def whole(
         self, events: Iterator[tuple[Any, ...]], head: str, suffix: str, result: dict[str, Any]
