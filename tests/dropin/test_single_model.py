@@ -57,6 +57,11 @@ def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, mode
     assert [m.id for m in client.models.list()] == ["tiny-a"], "-m lists its model, not --models-dir's"
     assert list(models(svc)) == ["tiny-a"]
     assert models(svc)["tiny-a"]["architecture"]["input_modalities"] == ["text", "image"]
+    listing = httpx.get(f"{svc.url}/v1/models", timeout=30).json()  # llama-server's single-model members
+    meta = listing["data"][0]["meta"]
+    assert set(meta) == {"vocab_type", "n_vocab", "n_ctx", "n_ctx_train", "n_embd", "n_params", "size", "ftype"}
+    assert meta["ftype"] == "F16" and meta["n_vocab"] > 0 and meta["size"] > 0 and meta["n_embd"] > 0
+    assert [(m["name"], m["capabilities"]) for m in listing["models"]] == [("tiny-a", ["completion", "multimodal"])]
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(
         png_bytes(16, 16, (200, 30, 30))).decode()}}  # fmt: skip
     seen = client.chat.completions.create(model="any", max_tokens=2, messages=[

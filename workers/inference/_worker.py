@@ -29,7 +29,7 @@ from workers.inference._cli import EXIT_ERROR, EXIT_LOAD_FAILED, EXIT_OK, EXIT_O
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
 from workers.inference.engine import EngineMonitor
-from workers.inference.http import FrontOptions, InferenceApp, bind_server, load_sampling_defaults
+from workers.inference.http import FrontOptions, InferenceApp, bind_server, load_sampling_defaults, model_info
 from workers.inference.llama import LlamaLog, Loaded, LoadError
 from workers.runtime import INFERENCE_WORKER, Parent, Wakeup, WorkerRuntime
 
@@ -168,7 +168,8 @@ class Worker:
         with self._state_lock:
             if not self._advance("loaded"):  # LOADING -> READY; refused once a stop began
                 return False
-            self.app.model_meta = {**meta, "engine": self.args.engine, "n_parallel": self.engine.slot_count}
+            info = model_info(loaded.llm)  # llama-server's meta first, then ours
+            self.app.model_meta = {**info, **meta, "engine": self.args.engine, "n_parallel": self.engine.slot_count}
             self.app.status = WorkerState.READY
             self.emit(ev.InstanceReady(instance_id=self.args.instance_id, pid=self.pid, endpoint=self.endpoint, **meta))
         self.log.info("instance_ready", endpoint=self.endpoint, phases=loaded.phases, **meta)

@@ -8,6 +8,7 @@ from litestar import delete, get, post
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_200_OK
 
+from service.api.proxy import Forwarding
 from service.api.schemas import (
     LoadAnswer,
     ModelCommand,
@@ -17,6 +18,7 @@ from service.api.schemas import (
     UnloadAnswer,
     problems,
 )
+from service.api.single_model_list import single_model_list
 from service.api.views import job_view, model_view, models_view
 from service.core.instance_decisions import unload_target
 from service.core.server_mode import ServerMode
@@ -30,15 +32,21 @@ _FORCE = Parameter(description="Stop a loaded model's worker first (default: ref
 
 
 @get("/models", operation_id="listModels", tags=["models"], responses=problems(400))
-async def list_models(live: LiveState, mode: ServerMode) -> ModelList:
-    """Every model the log knows of, with status, progress and last error (single-model mode: its model)."""
-    return models_view(live.state, mode)
+async def list_models(live: LiveState, mode: ServerMode, forwarding: Forwarding) -> ModelList:
+    """Every model the log knows of, with status, progress and last error (single-model mode: its model,
+    with llama-server's ``meta`` once loaded and its ``models`` list)."""
+    return await _listing(live, mode, forwarding)
 
 
 @get("/v1/models", operation_id="listModelsOpenAI", tags=["models"], responses=problems(400))
-async def list_models_openai(live: LiveState, mode: ServerMode) -> ModelList:
+async def list_models_openai(live: LiveState, mode: ServerMode, forwarding: Forwarding) -> ModelList:
     """The same list under the OpenAI path, for OpenAI clients."""
-    return models_view(live.state, mode)
+    return await _listing(live, mode, forwarding)
+
+
+async def _listing(live: LiveState, mode: ServerMode, forwarding: Forwarding) -> ModelList:
+    listing = models_view(live.state, mode)
+    return await single_model_list(listing, live.state, forwarding.http) if mode.single else listing
 
 
 @post(

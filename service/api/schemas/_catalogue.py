@@ -101,6 +101,9 @@ class ModelEntry(msgspec.Struct, frozen=True):
     """Ours: the preset's ``pin = true`` (never evicted); absent when false."""
     held_by: list[str] | msgspec.UnsetType = msgspec.UNSET
     """Ours, in a cluster: the nodes that hold the model's files (``status.node`` says where it runs)."""
+    meta: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    """llama-server's, in single-model mode once loaded: ``vocab_type``, ``n_vocab``, ``n_ctx``,
+    ``n_ctx_train``, ``n_embd``, ``n_params``, ``size``, ``ftype``, as the worker reports them."""
 
 
 class ModelList(msgspec.Struct, frozen=True):
@@ -108,3 +111,5 @@ class ModelList(msgspec.Struct, frozen=True):
 
     object: Literal["list"]
     data: list[ModelEntry]
+    models: list[dict[str, Any]] | msgspec.UnsetType = msgspec.UNSET
+    """llama-server's, in single-model mode: its model in Ollama's list shape (``get_res_models``)."""

@@ -21,7 +21,16 @@ from __future__ import annotations
 
 from workers.inference.http._app import FrontOptions, InferenceApp
 from workers.inference.http._errors import ApiError, answer_for
+from workers.inference.http._llama_server import model_info
 from workers.inference.http._server import bind_server
 from workers.inference.http._server_defaults import load as load_sampling_defaults
 
-__all__ = ["ApiError", "FrontOptions", "InferenceApp", "answer_for", "bind_server", "load_sampling_defaults"]
+__all__ = [
+    "ApiError",
+    "FrontOptions",
+    "InferenceApp",
+    "answer_for",
+    "bind_server",
+    "load_sampling_defaults",
+    "model_info",
+]

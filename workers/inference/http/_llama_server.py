@@ -207,6 +207,24 @@ def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> 
     }
 
 
+def model_info(llm: Any) -> dict[str, Any]:
+    """llama-server's ``meta`` of a ``/v1/models`` entry (``get_res_model_info``); empty for a model
+    that is not one of ours (the legacy engine's ``llama_cpp.Llama``)."""
+    lc, model = getattr(llm, "lc", None), getattr(llm, "model", None)
+    if lc is None or model is None:
+        return {}
+    return {
+        "vocab_type": int(lc.llama_vocab_type(llm.vocab)),
+        "n_vocab": llm.n_vocab,
+        "n_ctx": llm.n_ctx,
+        "n_ctx_train": int(lc.llama_model_n_ctx_train(model)),
+        "n_embd": int(lc.llama_model_n_embd_inp(model)),
+        "n_params": int(lc.llama_model_n_params(model)),
+        "size": int(lc.llama_model_size(model)),
+        "ftype": _ftype(llm),
+    }
+
+
 def _ftype(llm: Any) -> str:
     """The file's type as llama.cpp names it (``llama_ftype_name``: ``Q4_K - Medium``, ``F16``...)."""
     name = llm.lc.llama_ftype_name(llm.lc.llama_model_ftype(llm.model))
