@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from embeddings import Server  # bench/embeddings.py: a server up once /health answers 200
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_bert, write_tiny_gguf
@@ -182,36 +183,19 @@ def compare(theirs: Answer, ours: Answer) -> list[tuple[str, str]]:
     return out
 
 
-class LlamaServer:
-    def __init__(self, binary: str, args: list[str]) -> None:
-        self.port = free_port()
-        self.proc = subprocess.Popen([binary, *args, "--host", "127.0.0.1", "--port", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("llama-server not ready in 120 s")
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
+def _llama_server(binary: str, args: list[str]) -> Server:
+    return Server([binary, *args, "--host", "127.0.0.1", "--port", str(free_port())], {})
 
 
 def run_case(binary: str, home: Path, name: str, args: list[str], requests: list[Request]) -> dict[str, Any]:
-    theirs = LlamaServer(binary, args)
+    theirs = _llama_server(binary, args)
     ours = ServiceProcess(home / name, args=args).start(timeout=120)
     report: dict[str, Any] = {}
     try:
         with httpx.Client(timeout=120) as client:
             for i, (method, path, body) in enumerate(requests):
                 key = f"{i:02d} {method} {path} {json.dumps(body) if body is not None else ''}".strip()
-                a = _answer(client, theirs.url, method, path, body)
+                a = _answer(client, theirs.base, method, path, body)
                 b = _answer(client, ours.url, method, path, body)
                 report[key] = {"status": [a.status, b.status], "differences": compare(a, b)}
     finally:

@@ -336,18 +336,24 @@ def _sse_events(raw: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line != "[DONE]"]
 
 
-@pytest.mark.timeout(300)
-def test_a_stream_cut_by_the_kill_of_the_serving_node_ends_with_an_error_at_once(
-    cluster: tuple[ServiceProcess, ServiceProcess],
-) -> None:
-    a, b = cluster
+def _tiny_s_served_by_b(a: ServiceProcess, b: ServiceProcess) -> int:
+    """Both nodes up, tiny-s loaded afresh through ``a`` and placed on ``b``; answers how many
+    ``node_lost`` events the log held by then."""
     _up_again(a, b)
     if _entry(a, "tiny-s")["status"]["value"] != "unloaded":
         httpx.post(f"{a.url}/models/unload", json={"model": "tiny-s"}, headers=AUTH, timeout=60).raise_for_status()
     eventually(lambda: _entry(a, "tiny-s")["status"]["value"] == "unloaded", "tiny-s unloaded")
     assert _chat(a, "tiny-s").status_code == 200
     assert _entry(a, "tiny-s")["status"]["node"] == "b", "both hold it: b has more free memory"
-    lost_before = len(_events(a, type="node_lost"))
+    return len(_events(a, type="node_lost"))
+
+
+@pytest.mark.timeout(300)
+def test_a_stream_cut_by_the_kill_of_the_serving_node_ends_with_an_error_at_once(
+    cluster: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    a, b = cluster
+    lost_before = _tiny_s_served_by_b(a, b)
 
     # An endless generation (no n_predict, no EOS, a full context shifts), forwarded by a to b.
     body = {"model": "tiny-s", "prompt": "go", "n_predict": -1, "temperature": 0, "ignore_eos": True, "stream": True}
@@ -390,13 +396,7 @@ def test_a_stream_to_a_frozen_node_ends_with_an_error_once_the_node_is_recorded_
     """A node that vanishes without closing its sockets never answers again, and the hop has no read
     timeout: recording it lost is what ends the requests forwarded to it (``AbandonLost``)."""
     a, b = cluster
-    _up_again(a, b)
-    if _entry(a, "tiny-s")["status"]["value"] != "unloaded":
-        httpx.post(f"{a.url}/models/unload", json={"model": "tiny-s"}, headers=AUTH, timeout=60).raise_for_status()
-    eventually(lambda: _entry(a, "tiny-s")["status"]["value"] == "unloaded", "tiny-s unloaded")
-    assert _chat(a, "tiny-s").status_code == 200
-    assert _entry(a, "tiny-s")["status"]["node"] == "b", "both hold it: b has more free memory"
-    lost_before = len(_events(a, type="node_lost"))
+    lost_before = _tiny_s_served_by_b(a, b)
 
     # An endless generation forwarded by a to b; b freezes (its kernel keeps the sockets open and
     # acknowledges), then its lock connection is cut, so that a finds its lock free.
