@@ -279,3 +279,29 @@ def test_a_slot_save_path_that_is_no_directory_fails_the_models_load(tmp_path: P
         assert answer.status_code == 503 and said in answer.json()["error"]["message"], answer.text
         entry = next(m for m in httpx.get(f"{svc.url}/models", timeout=30).json()["data"] if m["id"] == "tiny")
         assert entry["status"]["value"] == "failed" and entry["last_error"]["message"] == said
+
+
+@pytest.mark.timeout(180)
+def test_single_model_mode_takes_the_same_switches(tmp_path: Path) -> None:
+    """``-m FILE --slot-save-path DIR --props --metrics``: the same answers without any ``model``."""
+    model = write_tiny_gguf(tmp_path / "files" / "tiny.gguf")
+    saves = tmp_path / "saves"
+    saves.mkdir()
+    args = ["-m", str(model), "--slot-save-path", str(saves), "--props", "--metrics"]
+    with ServiceProcess(tmp_path / "home", args=args) as svc:
+
+        def post(path: str, **body: Any) -> Any:
+            answer = httpx.post(f"{svc.url}{path}", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+            return answer.json()
+
+        first = post("/completion", prompt="keep this prompt in its slot", n_predict=3, temperature=0, ignore_eos=True)
+        slot, cached = first["id_slot"], first["tokens_cached"]
+        assert post(f"/slots/{slot}?action=save", filename="s.bin")["n_saved"] == cached
+        assert (saves / "s.bin").is_file()
+        assert post(f"/slots/{slot}?action=erase") == {"id_slot": slot, "n_erased": cached}
+        assert post(f"/slots/{slot}?action=restore", filename="s.bin")["n_restored"] == cached
+        assert post("/props", n_ctx=5) == {"success": True}
+        assert httpx.get(f"{svc.url}/props", timeout=30).json()["endpoint_props"] is True
+        metrics = httpx.get(f"{svc.url}/metrics", timeout=30).text
+        assert _series(metrics, "llamacpp:tokens_predicted_total") == 3 and "modelrouter_" in metrics
