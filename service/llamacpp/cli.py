@@ -10,6 +10,7 @@ flags), so command line, environment and preset files merge the same way.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -85,12 +86,22 @@ def _register(group: Any, arg: LlamaArg) -> None:
         group.add_argument(*arg.names, dest=dest, nargs=2, metavar=("A", "B"), default=argparse.SUPPRESS,
                            help=help_text)  # fmt: skip
     else:
-        group.add_argument(*arg.names, dest=dest, type=_int if arg.kind == "int" else str,
-                           metavar=_metavar(arg), default=argparse.SUPPRESS, help=help_text)  # fmt: skip
+        kind = _directory if arg.key == "slot-save-path" else _int if arg.kind == "int" else str
+        group.add_argument(*arg.names, dest=dest, type=kind, metavar=_metavar(arg), default=argparse.SUPPRESS,
+                           help=help_text)  # fmt: skip
 
 
 def _int(text: str) -> str:
     int(text)  # a usage error here, as llama-server's stoi fails at start-up
+    return text
+
+
+def _directory(text: str) -> str:
+    """``--slot-save-path``: a usage error unless a directory, as llama-server's start-up check
+    (``common/arg.cpp``); else every save would fail later, one request at a time."""
+    if not os.path.isdir(text):
+        msg = f"not a directory: {text}"
+        raise argparse.ArgumentTypeError(msg)
     return text
 
 

@@ -68,6 +68,15 @@ class TestRouterOptions:
         settings, _ = _settings(["--models_max", "3", "--ctx_size", "512"])
         assert settings.models_max == 3 and settings.model_args == {"ctx-size": "512"}
 
+    def test_a_slot_save_path_must_be_a_directory(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """As llama-server's start-up check: a path that is no directory is a usage error."""
+        assert _settings(["--slot-save-path", str(tmp_path)])[0].model_args == {"slot-save-path": str(tmp_path)}
+        (tmp_path / "file").write_text("")
+        for path in (tmp_path / "missing", tmp_path / "file"):
+            with pytest.raises(SystemExit) as usage:
+                _settings(["--slot-save-path", str(path)])
+            assert usage.value.code == 2 and f"not a directory: {path}" in capsys.readouterr().err
+
     def test_router_options_ignored_by_modelrouter_are_warned_about(self) -> None:
         _, warnings = _settings(["--threads-http", "8", "--no-webui"])
         assert any("--threads-http" in w for w in warnings) and any("--webui" in w for w in warnings)

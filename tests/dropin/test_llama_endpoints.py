@@ -101,7 +101,7 @@ def test_props_of_a_model(svc: ServiceProcess) -> None:
     assert props["modalities"] == {"vision": False, "video": False, "audio": False}
     assert props["bos_token"] == "<s>" and props["eos_token"] == "<|im_end|>"  # the GGUF's EOS id
     assert props["build_info"].startswith("b") and props["is_sleeping"] is False
-    # Changing properties needs llama-server's --props, which modelrouter does not offer.
+    # Changing properties needs llama-server's --props (tests/dropin/test_admin_router.py starts serve with it).
     error = _error(httpx.post(f"{svc.url}/props", json={"model": "tiny"}, timeout=30), 501)
     assert error["type"] == "not_supported_error"
 

@@ -153,6 +153,9 @@ class Worker:
             self.app.front_options = dataclasses.replace(self.app.front_options, sampling_defaults=defaults)
         except (OSError, ValueError) as exc:
             raise LoadError("bad_sampling_default", f"sampling defaults: {exc}") from None
+        save_dir = self.args.slot_save_path
+        if save_dir and not os.path.isdir(save_dir):  # llama-server refuses it at start (common/arg.cpp)
+            raise LoadError("load_error", f"--slot-save-path: not a directory: {save_dir}")
         return load(self.args, self._llama_log, self._on_progress)
 
     def _on_loaded(self, loaded: Loaded) -> bool:

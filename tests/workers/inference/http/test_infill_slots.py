@@ -73,3 +73,15 @@ def test_slot_save_erase_restore(spawn_worker: Any, tiny_gguf: Path, tmp_path: P
 def test_slot_actions_need_a_save_path(ready_worker: WorkerProc) -> None:
     error = _post(ready_worker.endpoint, "/slots/0?action=erase", 501)["error"]
     assert error["type"] == "not_supported_error" and "--slot-save-path" in error["message"]
+
+
+@pytest.mark.timeout(60)
+def test_a_slot_save_path_that_is_no_directory_fails_the_load(
+    spawn_worker: Any, tiny_gguf: Path, tmp_path: Path
+) -> None:
+    """llama-server refuses a ``--slot-save-path`` that is not a directory at start (common/arg.cpp):
+    the load fails saying so, rather than every save failing later."""
+    worker = spawn_worker(tiny_gguf, "--slot-save-path", str(tmp_path / "missing"))
+    failed = worker.wait_event("instance_load_failed")
+    assert failed["message"] == f"--slot-save-path: not a directory: {tmp_path / 'missing'}"
+    assert worker.wait_exit() == 3
