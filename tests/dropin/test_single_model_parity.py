@@ -382,7 +382,8 @@ def test_timings_on_completion_and_chat_streamed_or_not(svc: ServiceProcess) -> 
 def test_api_key_and_cors_on_every_route(svc: ServiceProcess, chat_files: ChatFiles) -> None:
     """The router-mode sweep over single-model mode's own route table: every route but /health and the
     dashboard's files is llama-server's 401 without the key, with the CORS header; with the key (as
-    ``Authorization`` or ``X-Api-Key``) it is served; a preflight needs no key."""
+    ``Authorization`` or ``X-Api-Key``) it is served; a preflight needs no key. An unknown path is
+    checked as llama-server checks it, before routing."""
     table = route_table(Settings(home=svc.home, api_keys=(KEY,), model_file=chat_files.model))
     assert ("POST", "/v1/messages") in table and ("GET", "/slots") in table and len(table) > 40
     assert_every_route_needs_the_key(svc, table, ORIGIN)
@@ -397,6 +398,15 @@ def test_api_key_and_cors_on_every_route(svc: ServiceProcess, chat_files: ChatFi
     assert preflight.headers["access-control-allow-credentials"] == "true"
     assert preflight.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
     assert preflight.headers["access-control-allow-headers"] == "*"
+    # llama-server checks both before routing (its pre-routing handler): an unknown path too.
+    unknown = httpx.post(f"{svc.url}/no/such/route", headers={"Origin": ORIGIN}, timeout=30)
+    assert unknown.status_code == 401 and unknown.headers["access-control-allow-origin"] == ORIGIN
+    missing = httpx.post(f"{svc.url}/no/such/route", headers={"Origin": ORIGIN, **AUTH}, timeout=30)
+    assert missing.status_code == 404 and missing.headers["access-control-allow-origin"] == ORIGIN
+    anywhere = httpx.options(f"{svc.url}/no/such/route", headers={"Origin": ORIGIN}, timeout=30)
+    assert (
+        anywhere.status_code == 200 and anywhere.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
+    )
 
 
 # -- 7. /lora-adapters, /predict, POST /props, logit_bias pairs and ignore_eos ---------------------
