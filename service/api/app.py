@@ -51,18 +51,13 @@ def create_app(settings: Settings) -> Litestar:
     # The request schemas of single-model mode (model optional) whenever -m / -hf may make one
     # (service.core.server_mode): an -hf repo holding preset.ini is only known at start-up.
     single = may_be_single(model_file=settings.model_file is not None, hf_repo=bool(settings.hf_repo))
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             *route_handlers(control_body_limit=settings.max_control_body_bytes, single=single),
             ollama_router(),
         ],
         dependencies=dependencies(),
         exception_handlers=EXCEPTION_HANDLERS,
-        middleware=[
-            cors_middleware(settings),  # outermost: a 401 carries the CORS headers too, as llama-server's does
-            request_id_middleware(new_request_id, SystemClock()),
-            api_key_middleware(settings.api_keys),
-        ],
         before_request=_before_request,
         request_class=ApiRequest,
         request_max_body_size=settings.max_body_bytes,
@@ -71,3 +66,15 @@ def create_app(settings: Settings) -> Litestar:
         logging_config=None,  # structlog is configured by the process (service.logging_config)
         debug=False,
     )
+    return _before_routing(app, settings)
+
+
+def _before_routing(app: Litestar, settings: Settings) -> Litestar:
+    """CORS (outermost: a 401 carries its headers too), the request id and the API key around the
+    router itself, as llama-server runs them in its pre-routing handler: Litestar's ``middleware=``
+    wraps only the routes, so an unknown path would be a 404 without CORS headers (unreadable by a
+    browser page), its preflight a 404, and it would need no key."""
+    handler = api_key_middleware(settings.api_keys)(app.asgi_handler)
+    handler = request_id_middleware(new_request_id, SystemClock())(handler)
+    app.asgi_handler = cors_middleware(settings)(handler)
+    return app

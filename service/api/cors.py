@@ -81,8 +81,9 @@ def _origin(scope: Scope) -> str | None:
 
 
 def cors_middleware(settings: Settings) -> Callable[[ASGIApp], ASGIApp]:
-    """An ASGI middleware factory for Litestar's ``middleware=[...]``: outermost, so that a 401
-    or a problem carries the CORS headers too, as llama-server's do."""
+    """An ASGI middleware factory, wrapped around the whole app before routing (``service.api.app``):
+    outermost, so that a 401, a problem or an unknown path's 404 carries the CORS headers too, as
+    llama-server's do."""
     policy = CorsPolicy(settings)
 
     def middleware(app: ASGIApp) -> ASGIApp:

@@ -16,7 +16,7 @@ _log = structlog.get_logger("modelrouter.access")
 
 
 def request_id_middleware(new_id: IdSource, clock: Clock) -> Callable[[ASGIApp], ASGIApp]:
-    """An ASGI middleware factory for Litestar's ``middleware=[...]``: bind ``request_id``
+    """An ASGI middleware factory (wrapped around the whole app, ``service.api.app``): bind ``request_id``
     (from ``X-Request-ID``, else ``new_id()``) for the request's duration, echo it in the
     response, and log one canonical access line, timed by ``clock``."""
 

@@ -3,18 +3,23 @@ Hub serving repos laid out as on the real Hub, and tiny real GGUFs."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from litestar.handlers import HTTPRouteHandler
 
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_split_tiny_gguf, write_tiny_gguf
 from devtools.tiny_mmproj import tiny_mmproj_bytes
+from service.api.app import create_app
+from service.api.auth import PUBLIC_PATHS, PUBLIC_PREFIX
+from service.settings import Settings
 from tests.conftest_hub import unique_repo
 from tests.eventually import eventually
 
@@ -93,3 +98,33 @@ def chat(svc: ServiceProcess, model: str, timeout: float = 120, **headers: str) 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
     eventually(predicate, what, timeout=timeout, interval=0.05)
+
+
+def route_table(settings: Settings) -> list[tuple[str, str]]:
+    """Every (method, path) the app serves (path parameters filled in), read from the app itself so
+    that routes other features add are covered too; ``settings`` decides the mode (``model_file``:
+    single-model mode's handlers)."""
+    table = []
+    for route in create_app(settings).routes:
+        path = re.sub(r"\{[^}:]+:int\}", "0", re.sub(r"\{[^}:]+:(str|path)\}", "x", route.path))
+        for handler in getattr(route, "route_handlers", []):
+            if isinstance(handler, HTTPRouteHandler):
+                table += [(m, path) for m in sorted(handler.http_methods) if m not in {"OPTIONS", "HEAD"}]
+    return sorted(set(table))
+
+
+def assert_every_route_needs_the_key(svc: ServiceProcess, table: list[tuple[str, str]], origin: str) -> None:
+    """Each route of ``table`` but /health and the dashboard's files answers llama-server's 401 to a
+    request without the key, with the CORS header for ``origin`` (llama-server's 401 carries it)."""
+    for method, path in table:
+        answer = httpx.request(method, f"{svc.url}{path}", headers={"Origin": origin}, timeout=30)
+        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX):
+            assert answer.status_code != 401, path
+            continue
+        assert answer.status_code == 401, (method, path, answer.status_code)
+        if path.startswith("/api/"):  # Ollama's API speaks Ollama's error shape (docs/ollama-compat.md)
+            assert answer.json() == {"error": "Invalid API Key"}, path
+        else:
+            error = answer.json()["error"]
+            assert error == {"message": "Invalid API Key", "type": "authentication_error", "code": 401}, path
+        assert answer.headers["access-control-allow-origin"] == origin, path

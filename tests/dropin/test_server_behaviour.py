@@ -3,36 +3,28 @@
 
 from __future__ import annotations
 
-import re
 import socket
 from pathlib import Path
 
 import httpx
 import pytest
-from litestar.handlers import HTTPRouteHandler
 
 from devtools.hub_server import HubServer
-from service.api.app import create_app
-from service.api.auth import PUBLIC_PATHS, PUBLIC_PREFIX
 from service.api.cors import CorsPolicy
 from service.settings import Settings
-from tests.dropin.conftest import CHAT, Serve, gguf_repo, models, wait_until
+from tests.dropin.conftest import (
+    CHAT,
+    Serve,
+    assert_every_route_needs_the_key,
+    gguf_repo,
+    models,
+    route_table,
+    wait_until,
+)
 from tests.service_probes import wait_for_event
 
 KEY = "sk-modelrouter-server-0123456789"
 ORIGIN = "http://app.example"
-
-
-def _route_table(settings: Settings) -> list[tuple[str, str]]:
-    """Every (method, path) the app serves (path parameters filled in), read from the app itself so
-    that routes other features add are covered too."""
-    table = []
-    for route in create_app(settings).routes:
-        path = re.sub(r"\{[^}:]+:int\}", "0", re.sub(r"\{[^}:]+:(str|path)\}", "x", route.path))
-        for handler in getattr(route, "route_handlers", []):
-            if isinstance(handler, HTTPRouteHandler):
-                table += [(m, path) for m in sorted(handler.http_methods) if m not in {"OPTIONS", "HEAD"}]
-    return sorted(set(table))
 
 
 @pytest.mark.timeout(240)
@@ -42,20 +34,9 @@ def test_api_key_and_cors_on_every_route(serve: Serve, models_dir: Path) -> None
     carries it); ``X-Api-Key`` (Anthropic clients) is accepted as ``Authorization: Bearer`` is; a
     preflight needs no key and gets llama-server's ``Access-Control-Allow-*`` (server-http.cpp)."""
     svc = serve("--models-dir", str(models_dir), "--api-key", KEY, "--cors-origins", ORIGIN)
-    table = _route_table(Settings(home=svc.home, api_keys=(KEY,)))
+    table = route_table(Settings(home=svc.home, api_keys=(KEY,)))
     assert ("GET", "/metrics") in table and ("GET", "/cors-proxy") in table and len(table) > 40
-    for method, path in table:
-        answer = httpx.request(method, f"{svc.url}{path}", headers={"Origin": ORIGIN}, timeout=30)
-        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX):
-            assert answer.status_code != 401, path
-            continue
-        assert answer.status_code == 401, (method, path, answer.status_code)
-        if path.startswith("/api/"):  # Ollama's API speaks Ollama's error shape (docs/ollama-compat.md)
-            assert answer.json() == {"error": "Invalid API Key"}, path
-        else:
-            error = answer.json()["error"]
-            assert error == {"message": "Invalid API Key", "type": "authentication_error", "code": 401}, path
-        assert answer.headers["access-control-allow-origin"] == ORIGIN, path
+    assert_every_route_needs_the_key(svc, table, ORIGIN)
 
     assert "tiny-a" in models(svc, **{"X-Api-Key": KEY}) and "tiny-a" in models(svc, Authorization=f"Bearer {KEY}")
     proxy = httpx.get(f"{svc.url}/cors-proxy", params={"url": "http://x"}, headers={"X-Api-Key": KEY}, timeout=30)

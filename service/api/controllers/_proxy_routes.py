@@ -243,25 +243,38 @@ async def post_lora_adapters(
     return await proxy_request(request, forwarding, _named(model), autoload)
 
 
-@post(
-    "/predict",
-    operation_id="postPredict",
-    tags=["inference"],
-    status_code=HTTP_200_OK,
-    description="Vertex AI's predictions, routed to the worker of the instances' `model` (one model per "
-    "request); the worker answers them with `AIP_MODE=PREDICTION` in its environment, else 404.",
-    responses={**_ANSWER, **_PROXIED},
-)
-async def post_predict(
-    data: s.PredictRequest, request: Request[Any, Any, Any], forwarding: Forwarding, autoload: Autoload = None
-) -> Response[Any]:
-    """``POST /predict``: ``{"instances": [{"@requestFormat", "model", ...}]}``."""
-    models = {i.model.strip() for i in data.instances}
-    if forwarding.mode.single:
-        return await proxy_request(request, forwarding, None, autoload)  # the one model, as llama-server
-    if len(models) != 1:
-        raise Problem(400, "invalid_request", f"the instances name {len(models)} models; one request, one model")
-    return await proxy_request(request, forwarding, models.pop(), autoload)
+def _predict_route(single: bool) -> Any:
+    description = (
+        "Vertex AI's predictions, forwarded to the one model as they are (instances need no `model`)"
+        if single
+        else "Vertex AI's predictions, routed to the worker of the instances' `model` (one model per request)"
+    )
+    description += "; the worker answers them with `AIP_MODE=PREDICTION` in its environment, else 404."
+
+    @post(
+        "/predict",
+        operation_id="postPredict",
+        tags=["inference"],
+        status_code=HTTP_200_OK,
+        description=description,
+        responses={**_ANSWER, **_PROXIED},
+        signature_namespace={"PredictBody": s.SinglePredictRequest if single else s.PredictRequest},
+    )
+    async def post_predict(
+        data: PredictBody,  # type: ignore[name-defined]  # noqa: F821  # from signature_namespace, per mode
+        request: Request[Any, Any, Any],
+        forwarding: Forwarding,
+        autoload: Autoload = None,
+    ) -> Response[Any]:
+        """``POST /predict``: ``{"instances": [{"@requestFormat", "model", ...}]}``."""
+        if forwarding.mode.single:
+            return await proxy_request(request, forwarding, None, autoload)  # the one model, as llama-server
+        models = {i.model.strip() for i in data.instances}
+        if len(models) != 1:
+            raise Problem(400, "invalid_request", f"the instances name {len(models)} models; one request, one model")
+        return await proxy_request(request, forwarding, models.pop(), autoload)
+
+    return post_predict
 
 
 def _post_slot(single: bool) -> Any:
@@ -352,5 +365,5 @@ def proxy_routes(*, single: bool) -> list[Any]:
         _props_route(single),
         _post_slot(single),
         post_lora_adapters,
-        post_predict,
+        _predict_route(single),
     ]

@@ -47,6 +47,7 @@ from service.api.schemas._openai import (
     ModelRequest,
     PredictRequest,
     RerankRequest,
+    SinglePredictRequest,
     StreamsLookupRequest,
     TokenizeRequest,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "RemoveAnswer",
     "RerankRequest",
     "RouterProps",
+    "SinglePredictRequest",
     "StreamsLookupRequest",
     "TailView",
     "TokenizeRequest",

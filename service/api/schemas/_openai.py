@@ -248,6 +248,14 @@ class PredictRequest(msgspec.Struct, frozen=True):
     instances: Annotated[list[PredictInstance], Meta(min_length=1, max_length=128)]
 
 
+class SinglePredictRequest(msgspec.Struct, frozen=True):
+    """``POST /predict`` in single-model mode: the instances need no ``model`` (the one model answers
+    them, as llama-server, whose Vertex AI clients send none); each is the worker's to judge, so one
+    that is not an object, or names no ``@requestFormat``, is its own error in the predictions."""
+
+    instances: list[Any]
+
+
 class ModelRequest(_Body, frozen=True):
     """Any other routed body: only ``model`` is the router's business."""
 
