@@ -57,7 +57,9 @@ def test_rows_sampled_on_threads_get_the_tokens_sampled_alone(llm5: LlamaModel, 
             rows = [batch.add(feed, len(seqs[i]) - len(feed), i, True) for i, feed in enumerate(feeds)]
             assert batch.decode(llm.ctx) == 0
             got = sampler.sample(llm.ctx, list(zip(ours, rows, strict=True)))
-            expected = [int(lc.llama_sampler_sample(chain, llm.ctx, row)) for chain, row in zip(alone, rows, strict=True)]
+            expected = [
+                int(lc.llama_sampler_sample(chain, llm.ctx, row)) for chain, row in zip(alone, rows, strict=True)
+            ]
             assert got == expected
             for i, token in enumerate(expected):
                 seqs[i].append(token)
@@ -69,4 +71,3 @@ def test_rows_sampled_on_threads_get_the_tokens_sampled_alone(llm5: LlamaModel, 
             lc.llama_sampler_free(chain)
         sampler.close()
         batch.free()
-
