@@ -244,7 +244,7 @@ def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], r
         grammar=grammar,
         thinking=thinking_prompt(rendered.prompt, family),
         reasoning_format="deepseek" if fmt == "auto" else fmt,
-        logprobs=(top or 0) if kwargs.get("logprobs") else None,
+        logprobs=(20 if top is None else top) if kwargs.get("logprobs") else None,  # llama-server's default: 20
         sampling=sampling,
         media=tuple(kwargs.get("media") or ()),
     )
