@@ -182,6 +182,12 @@ def test_logprobs_on_openai_routes(svc: ServiceProcess) -> None:
     assert bytes(b for tok in content for b in tok["bytes"]).decode(errors="replace") == choice["message"]["content"]
     plain = _post(svc, "/v1/chat/completions", messages=HELLO, max_tokens=4, temperature=0)["choices"][0]
     assert not plain.get("logprobs")
+    # llama-server: ``logprobs`` alone gives the 20 likeliest; ``top_logprobs`` alone is refused.
+    default = _post(svc, "/v1/chat/completions", messages=HELLO, max_tokens=2, ignore_eos=True,
+                    logprobs=True)["choices"][0]  # fmt: skip
+    assert [len(tok["top_logprobs"]) for tok in default["logprobs"]["content"]] == [20, 20]
+    refused = _post(svc, "/v1/chat/completions", status=400, messages=HELLO, max_tokens=2, top_logprobs=3)
+    assert refused["error"]["message"] == "top_logprobs requires logprobs to be set to true"
     # Streamed: the chunks' entries are the whole answer's.
     chunks, _ = _events(svc, "/v1/chat/completions", messages=HELLO, max_tokens=4, temperature=0, ignore_eos=True,
                         logprobs=True, top_logprobs=3)  # fmt: skip
@@ -261,7 +267,8 @@ def test_n_and_n_cmpl_give_several_choices(svc: ServiceProcess) -> None:
     assert native[0]["content"] == native[1]["content"] and all(a["stop"] for a in native)
     chat = _post(svc, "/v1/chat/completions", messages=HELLO, max_tokens=3, n=2)
     assert [c["index"] for c in chat["choices"]] == [0, 1]
-    assert "at most the number of slots" in _post(svc, "/v1/completions", status=400, prompt="x", n=3)["error"]["message"]
+    too_many = _post(svc, "/v1/completions", status=400, prompt="x", n=3)["error"]["message"]
+    assert "at most the number of slots" in too_many
 
 
 def test_kv_unified_lets_each_slot_use_the_whole_context(svc: ServiceProcess) -> None:
@@ -305,8 +312,8 @@ def test_infill_through_the_router(svc: ServiceProcess) -> None:
 
 def test_parallel_tool_calls_in_one_answer(svc: ServiceProcess) -> None:
     """The ``tools`` model writes two calls to every chat. ``tool_choice: required`` with
-    ``parallel_tool_calls: true``: the grammar admits both and the answer has both; without it
-    (llama-server's default, false) the grammar admits exactly one call."""
+    ``parallel_tool_calls: true``: the grammar admits both and the answer has both, as by default
+    (llama-server's: the template writes several calls); with ``false`` the grammar admits one."""
     ask = [{"role": "user", "content": "Weather in Paris and time in Rome?"}]
     body = {"messages": ask, "tools": TOOLS, "tool_choice": "required", "max_tokens": 200, "temperature": 0}
     both = _post(svc, "/v1/chat/completions", model="tools", **body, parallel_tool_calls=True)["choices"][0]
@@ -316,7 +323,11 @@ def test_parallel_tool_calls_in_one_answer(svc: ServiceProcess) -> None:
         ("get_weather", {"city": "Paris"}), ("get_time", {"city": "Rome"})]  # fmt: skip
     assert all(c["type"] == "function" and c["id"] for c in calls) and len({c["id"] for c in calls}) == 2
 
-    single = _post(svc, "/v1/chat/completions", model="tools", **body)["choices"][0]
+    # llama-server's default is the template's: this one writes several calls of one message.
+    default = _post(svc, "/v1/chat/completions", model="tools", **body)["choices"][0]["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in default] == ["get_weather", "get_time"]
+
+    single = _post(svc, "/v1/chat/completions", model="tools", **body, parallel_tool_calls=False)["choices"][0]
     assert single["finish_reason"] == "tool_calls"
     (call,) = single["message"]["tool_calls"]
     assert call["function"]["name"] in ("get_weather", "get_time")
