@@ -13,7 +13,8 @@ evaluated. Tools (llama-server's ``common_chat_templates_apply_jinja``):
 * ``tool_choice`` ``required`` (or a named function) constrains the output to
   tool calls in the template family's syntax with a grammar built from the
   tools' JSON schemas (:mod:`workers.inference.http._chat_grammar`), one call
-  unless ``parallel_tool_calls``; ``auto`` lets the model choose and parses
+  unless ``parallel_tool_calls`` (by default, as llama-server: the template's
+  ``supports_parallel_tool_calls``); ``auto`` lets the model choose and parses
   what it wrote; ``none`` parses no tool calls.
 
 :class:`ChatRun` then reads the engine's token stream and re-parses the text so far
@@ -42,6 +43,7 @@ from workers.inference.http._chat_parse import (
 )
 from workers.inference.http._chat_template import Message, Rendered, message_text
 from workers.inference.http._errors import ApiError
+from workers.inference.http._template_caps import template_caps
 
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 _CHAT_ONLY = ("messages", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs", "functions",
@@ -194,7 +196,8 @@ def chat_prompt(
         own = native or family not in ("generic", "llama3")
         if mode != "none":
             syntax = family if own else "generic"
-            parallel = bool(body.get("parallel_tool_calls"))
+            # llama-server's default: the template's supports_parallel_tool_calls, as /props shows it
+            parallel = bool(body.get("parallel_tool_calls", template_caps(source)["supports_parallel_tool_calls"]))
             if mode == "required" or syntax == "generic":
                 grammar = tool_grammar(syntax, fns, names, parallel=parallel, free=mode != "required", template=source)
         if not native:
@@ -241,7 +244,7 @@ def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], r
         grammar=grammar,
         thinking=thinking_prompt(rendered.prompt, family),
         reasoning_format="deepseek" if fmt == "auto" else fmt,
-        logprobs=(top or 0) if kwargs.get("logprobs") else None,
+        logprobs=(20 if top is None else top) if kwargs.get("logprobs") else None,  # llama-server's default: 20
         sampling=sampling,
         media=tuple(kwargs.get("media") or ()),
     )

@@ -218,6 +218,8 @@ def chat_request(body: dict[str, Any], model_name: str, *, media: bool = False) 
     if body.get("logprobs") is not None:
         kwargs["logprobs"] = bool(body["logprobs"])
     if body.get("top_logprobs") is not None:
+        if not kwargs.get("logprobs"):  # llama-server's (and OpenAI's) refusal
+            raise ApiError(400, "top_logprobs requires logprobs to be set to true")
         kwargs["top_logprobs"] = body["top_logprobs"]
     stream = _stream_flag(body)
     kwargs["stream"] = stream
