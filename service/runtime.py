@@ -25,6 +25,7 @@ from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
+from service.supervision.startup_loads import StartupLoads
 from service.world import SystemClock
 
 if TYPE_CHECKING:
@@ -56,5 +57,6 @@ class Runtime:
     warnings: list[str] = field(default_factory=list)  # shown on /health (e.g. an open bind without a key)
     mode: ServerMode = ROUTER  # single-model mode once -m / -hf resolved to one model (start-up)
     snapshots: SleepSnapshots | None = None  # sleeping models' last /props and /metrics
+    startup_loads: StartupLoads = field(default_factory=StartupLoads)  # single-model /health's start-up gap
     conversations: ConversationOwners = field(default_factory=ConversationOwners)  # X-Conversation-Id → model
     nodes: NodeClient = field(default_factory=NodeClient)  # requests forwarded to other nodes' services

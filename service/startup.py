@@ -180,7 +180,10 @@ async def _resume_and_load(runtime: Runtime, interrupted: Sequence[DownloadJob])
             resumed += 1
     supervisor = asyncio.create_task(runtime.instances.run(), name="instance-supervisor")
     runtime.background.add(supervisor)
-    await runtime.instances.load_on_startup()
+    loads, state = runtime.startup_loads, runtime.live.state
+    runtime.live.add_listener(loads.on_event)  # before the loads: a fast one's instance_ready is seen
+    loads.expect([m.name for m in state.models.values() if m.config.load_on_startup and m.listed], state)
+    loads.retain(await runtime.instances.load_on_startup())  # one refused is not owed
     return resumed
 
 

@@ -32,6 +32,7 @@ from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
+from service.supervision.startup_loads import StartupLoads
 
 
 def _runtime(state: State) -> Runtime:
@@ -121,6 +122,11 @@ def provide_snapshots(state: State) -> SleepSnapshots | None:
     return _runtime(state).snapshots
 
 
+def provide_startup_loads(state: State) -> StartupLoads:
+    """The models start-up asked to load that have not been ready yet (single-model ``/health``)."""
+    return _runtime(state).startup_loads
+
+
 def dependencies() -> dict[str, Provide]:
     """Every provider by the parameter name handlers use, for ``Litestar(dependencies=...)``."""
     providers = {
@@ -138,5 +144,6 @@ def dependencies() -> dict[str, Provide]:
         "forwarding": provide_forwarding,
         "mode": provide_mode,
         "snapshots": provide_snapshots,
+        "startup_loads": provide_startup_loads,
     }
     return {name: Provide(provider, sync_to_thread=False) for name, provider in providers.items()}

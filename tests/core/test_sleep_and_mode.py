@@ -104,3 +104,13 @@ class TestServerMode:
         from_hub = example(ev.ModelConfigured, hf_repo="me/tiny-GGUF")
         assert _state(from_hub).models[M].status is ModelStatus.UNLOADED  # the next request would download it
         assert not_serving(single, _state(from_hub)) == LOADING, "-hf before its start-up download: not served"
+
+    def test_health_says_loading_between_the_start_up_download_and_its_load(self) -> None:
+        """Downloaded, not loaded yet: ``unloaded``, as a model unloaded after serving; only the
+        start-up load still owed (``starting``) tells them apart."""
+        single = decide_mode(M)
+        downloaded = _state(AVAILABLE)
+        assert downloaded.models[M].status is ModelStatus.UNLOADED
+        assert not_serving(single, downloaded) is None, "unloaded after serving: the next request loads it"
+        assert not_serving(single, downloaded, frozenset({M})) == LOADING
+        assert not_serving(single, _state(*READY), frozenset({M})) is None

@@ -21,6 +21,7 @@ from service.core.server_mode import ServerMode, not_serving
 from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.startup_loads import StartupLoads
 
 _DEGRADED = {
     200: ResponseSpec(data_container=HealthView, description="The live state is current", generate_examples=False),
@@ -40,9 +41,10 @@ async def health(
     streams: EventStreams,
     warnings: tuple[str, ...],
     mode: ServerMode,
+    startup_loads: StartupLoads,
 ) -> Response[HealthView]:
     """Answered by the service itself, never proxied."""
-    return await _health(settings, live, instances, streams, warnings, mode)
+    return await _health(settings, live, instances, streams, warnings, mode, startup_loads)
 
 
 @get("/v1/health", operation_id="healthV1", tags=["service"], responses=_DEGRADED)
@@ -53,9 +55,10 @@ async def health_v1(
     streams: EventStreams,
     warnings: tuple[str, ...],
     mode: ServerMode,
+    startup_loads: StartupLoads,
 ) -> Response[HealthView]:
     """llama-server's second health path, same answer."""
-    return await _health(settings, live, instances, streams, warnings, mode)
+    return await _health(settings, live, instances, streams, warnings, mode, startup_loads)
 
 
 async def _health(
@@ -65,11 +68,12 @@ async def _health(
     streams: EventStreams,
     warnings: tuple[str, ...],
     mode: ServerMode,
+    startup_loads: StartupLoads,
 ) -> Response[HealthView]:
     tail = await live.health()
     healthy = tail.up and tail.lag_ms <= settings.tail_lag_limit * 1000
     state = live.state
-    loading = not_serving(mode, state) if healthy else None
+    loading = not_serving(mode, state, startup_loads.waiting) if healthy else None
     body = HealthView(
         status="ok" if healthy and loading is None else "loading" if healthy else "degraded",
         version=__version__,
