@@ -145,8 +145,11 @@ def test_two_nodes_place_forward_and_survive_a_kill(
     stream = client.chat.completions.create(model="tiny-b", stream=True, **CHAT)  # type: ignore[call-overload]
     chunks = list(stream)
     assert len(chunks) >= 2 and chunks[-1].choices[0].finish_reason is not None
+    # b records a stream's request_completed once its generator ends, after the client saw the last chunk
+    streamed = eventually(lambda: [e for e in _events(b, type="request_completed", model="tiny-b") if e["data"]["stream"]],
+                          "b recorded the streamed request")  # fmt: skip
     served = _events(b, type="request_completed", model="tiny-b")
-    assert any(e["data"]["stream"] for e in served), "b streamed it"
+    assert streamed and streamed[0] in served, "b streamed it"
     assert {e["source"]["node"] for e in served} == {"b"} and len(served) == 2, "recorded once, by the node serving it"
     unauthorised = httpx.post(f"{a.url}/v1/chat/completions", json={"model": "tiny-b", **CHAT}, timeout=30)
     assert unauthorised.status_code == 401
