@@ -1,5 +1,5 @@
-"""Kill -9 the real service at awkward moments, restart it, lose nothing. The tests of what a restart
-reconciles (instances, downloads) run on SQLite and on PostgreSQL (``log_backend``)."""
+"""Kill -9 the real service at awkward moments, restart it, lose nothing. Every test runs on SQLite
+and on PostgreSQL (``log_backend``) but the three-writer kill, which checks SQLite's WAL itself."""
 
 from __future__ import annotations
 
@@ -53,7 +53,9 @@ def _stable(entries: list[dict[str, Any]], live: set[str]) -> list[dict[str, Any
 
 
 @pytest.mark.timeout(240)
-def test_kill9_during_a_download_ten_times_then_it_completes(hub: HubServer, tmp_path: Path) -> None:
+def test_kill9_during_a_download_ten_times_then_it_completes(
+    hub: HubServer, tmp_path: Path, log_backend: LogBackend
+) -> None:
     repo = unique_repo("crashy")
     size = 48 * MB
     make_repo(hub.root, repo, {"m-Q4_K_M.gguf": size})
@@ -66,7 +68,7 @@ def test_kill9_during_a_download_ten_times_then_it_completes(hub: HubServer, tmp
     home = tmp_path / "home"
     env = {"HF_ENDPOINT": hub.url}
     rng = random.Random(7)
-    svc = ServiceProcess(home, env=env).start()
+    svc = ServiceProcess(home, env=env, args=log_backend.args).start()
     try:
         job_id = httpx.post(f"{svc.url}/models", json={"model": repo}, timeout=30).json()["job_id"]
         for _ in range(10):
@@ -74,7 +76,7 @@ def test_kill9_during_a_download_ten_times_then_it_completes(hub: HubServer, tmp
             acknowledged = _all_event_ids(svc)
             svc.kill9()
             assert still_running(_workers("download", job_id), 30) == [], "orphaned download worker"
-            svc = ServiceProcess(home, env=env, port=svc.port).start()
+            svc = ServiceProcess(home, env=env, port=svc.port, args=log_backend.args).start()
             assert acknowledged <= _all_event_ids(svc), "an acknowledged event was lost"
             job = httpx.get(f"{svc.url}/downloads/{job_id}").json()
             assert job["status"] in {"running", "queued"}, job
@@ -93,7 +95,7 @@ def test_kill9_during_a_download_ten_times_then_it_completes(hub: HubServer, tmp
         assert len(interrupted) >= 9  # a kill before the worker recorded anything may still count
         assert served + hub.bytes_served(repo, "m-Q4_K_M.gguf") <= 1.1 * size
         verified = subprocess.run(
-            [sys.executable, "-m", "service.cli", "verify", "--home", str(home), "--deep"],
+            [sys.executable, "-m", "service.cli", "verify", "--home", str(home), *log_backend.args, "--deep"],
             capture_output=True,
             text=True,
             check=False,
