@@ -7,7 +7,8 @@ status), compare against it on the same request". It needs a llama-server binary
 vendors, ~12 minutes on 2 cores), which CI does not build, so it lives here beside the
 benchmarks rather than in the suite; the suite's tests assert the shapes this run
 confirmed. Three tiny generated models: a llama with FIM tokens (chat, completion,
-infill, tokenize...), a BERT embedding model and a BERT reranker.
+infill, tokenize...), a BERT embedding model and a BERT reranker; and router mode
+(``--models-dir`` holding the llama, requests naming it).
 
 A shape is the answer with its values replaced by their JSON types (numbers are
 one type: llama-server writes ``1.0`` where Python writes ``1``); lists by the
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,6 +100,31 @@ RANK_REQUESTS: list[Request] = [
     ("POST", "/reranking", {"query": "abc", "documents": ["abc"]}),
     ("POST", "/v1/rerank", {"query": "abc", "documents": []}),
     ("POST", "/v1/rerank", {"documents": ["abc"]}),
+]
+
+ROUTED = {"model": "tiny-fim"}
+ROUTER_REQUESTS: list[Request] = [
+    ("GET", "/v1/models", None),
+    ("GET", "/models", None),
+    ("GET", "/props", None),
+    ("POST", "/v1/chat/completions", {**ROUTED, "messages": CHAT, "max_tokens": 4, "seed": 1}),  # loads it
+    ("GET", "/props?model=tiny-fim", None),
+    ("GET", "/slots?model=tiny-fim", None),
+    ("POST", "/v1/chat/completions", {**ROUTED, "messages": CHAT, "max_tokens": 4, "seed": 1, "stream": True}),
+    ("POST", "/completion", {**ROUTED, "prompt": "abc", "n_predict": 4, "seed": 1}),
+    ("POST", "/v1/completions", {**ROUTED, "prompt": "abc", "max_tokens": 4, "seed": 1, "stream": True}),
+    ("POST", "/tokenize", {**ROUTED, "content": "abc cab", "with_pieces": True}),
+    ("POST", "/infill", {**ROUTED, "input_prefix": "def f(", "input_suffix": "):\n", "n_predict": 4}),
+    ("POST", "/v1/messages", {**ROUTED, "max_tokens": 4, "messages": CHAT}),
+    ("POST", "/v1/responses", {**ROUTED, "input": "hello", "max_output_tokens": 4}),
+    ("GET", "/v1/models", None),  # now loaded
+    # errors: a model nobody has, none named, a prompt over the context
+    ("POST", "/v1/chat/completions", {"model": "no-such-model", "messages": CHAT, "max_tokens": 4}),
+    ("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 4}),
+    ("POST", "/completion", {**ROUTED, "prompt": "abc " * 400, "n_predict": 4}),
+    ("POST", "/models/unload", ROUTED),
+    ("POST", "/models/unload", ROUTED),  # not running any more
+    ("POST", "/models/load", ROUTED),
 ]
 
 
@@ -220,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         "llama": (["-m", str(llama), "-c", "512", "--jinja", "--metrics"], LLAMA_REQUESTS),
         "embedding": (["-m", str(bert), "--embedding"], EMBED_REQUESTS),
         "rerank": (["-m", str(rank), "--reranking"], RANK_REQUESTS),
+        "router": (["--models-dir", str(llama.parent / "router"), "-c", "512", "--jinja"], ROUTER_REQUESTS),
     }
+    (llama.parent / "router").mkdir()
+    shutil.copyfile(llama, llama.parent / "router" / "tiny-fim.gguf")  # a link leading out is refused (confinement)
     os.environ.setdefault("MODELROUTER_LOG_JSON", "true")
     report = {name: run_case(binary, tmp, name, a, reqs) for name, (a, reqs) in cases.items()}
     bad = 0

@@ -79,6 +79,7 @@ def _routed(svc: ServiceProcess, route: str, after: int, timeout: float = 30) ->
 def test_router_props(svc: ServiceProcess) -> None:
     props = httpx.get(f"{svc.url}/props", timeout=10).json()
     assert props["role"] == "router" and props["max_instances"] == 2 and props["models_autoload"] is True
+    assert props["ui_settings"] == {} and props["cors_proxy_enabled"] is False  # llama.cpp router's too
     assert props["model_alias"] == "llama-server" and props["model_path"] == "none"
     assert props["build_info"].startswith("b")
     assert props["default_generation_settings"] == {"params": {}, "n_ctx": 0}

@@ -101,6 +101,8 @@ def test_props_of_a_model(svc: ServiceProcess) -> None:
     assert props["modalities"] == {"vision": False, "video": False, "audio": False}
     assert props["bos_token"] == "<s>" and props["eos_token"] == "<|im_end|>"  # the GGUF's EOS id
     assert props["build_info"].startswith("b") and props["is_sleeping"] is False
+    entry = next(m for m in httpx.get(f"{svc.url}/v1/models", timeout=30).json()["data"] if m["id"] == "tiny")
+    assert entry["meta"]["n_ctx"] == settings["n_ctx"] and entry["meta"]["ftype"] == "F16", "a loaded model's meta"
     # Changing properties needs llama-server's --props (tests/dropin/test_admin_router.py starts serve with it).
     error = _error(httpx.post(f"{svc.url}/props", json={"model": "tiny"}, timeout=30), 501)
     assert error["type"] == "not_supported_error"

@@ -18,11 +18,12 @@ from service.api.schemas import (
     UnloadAnswer,
     problems,
 )
-from service.api.single_model_list import single_model_list
 from service.api.views import job_view, model_view, models_view
+from service.api.worker_meta import WorkerMeta
 from service.core.instance_decisions import unload_target
 from service.core.server_mode import ServerMode
 from service.live_state import LiveState
+from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
@@ -32,21 +33,22 @@ _FORCE = Parameter(description="Stop a loaded model's worker first (default: ref
 
 
 @get("/models", operation_id="listModels", tags=["models"], responses=problems(400))
-async def list_models(live: LiveState, mode: ServerMode, forwarding: Forwarding) -> ModelList:
+async def list_models(
+    live: LiveState, mode: ServerMode, forwarding: Forwarding, settings: Settings, worker_meta: WorkerMeta
+) -> ModelList:
     """Every model the log knows of, with status, progress and last error (single-model mode: its model,
-    with llama-server's ``meta`` once loaded and its ``models`` list)."""
-    return await _listing(live, mode, forwarding)
+    and llama-server's ``models`` list); a model loaded on this node has llama-server's ``meta``."""
+    return await worker_meta.listing(models_view(live.state, mode), live.state, forwarding.http,
+                                     node=settings.node, single=mode.single)  # fmt: skip
 
 
 @get("/v1/models", operation_id="listModelsOpenAI", tags=["models"], responses=problems(400))
-async def list_models_openai(live: LiveState, mode: ServerMode, forwarding: Forwarding) -> ModelList:
+async def list_models_openai(
+    live: LiveState, mode: ServerMode, forwarding: Forwarding, settings: Settings, worker_meta: WorkerMeta
+) -> ModelList:
     """The same list under the OpenAI path, for OpenAI clients."""
-    return await _listing(live, mode, forwarding)
-
-
-async def _listing(live: LiveState, mode: ServerMode, forwarding: Forwarding) -> ModelList:
-    listing = models_view(live.state, mode)
-    return await single_model_list(listing, live.state, forwarding.http) if mode.single else listing
+    return await worker_meta.listing(models_view(live.state, mode), live.state, forwarding.http,
+                                     node=settings.node, single=mode.single)  # fmt: skip
 
 
 @post(

@@ -79,3 +79,7 @@ class RouterProps(msgspec.Struct, frozen=True):
     model_path: str
     default_generation_settings: GenerationSettings
     build_info: str
+    ui_settings: dict[str, Any] = msgspec.field(default_factory=dict)
+    """llama.cpp's web UI defaults (``--ui-config``); none: its web UI is not served here."""
+    cors_proxy_enabled: bool = False
+    """llama.cpp's MCP CORS proxy (``--ui-mcp-proxy``): ``/cors-proxy`` is always its 403 here."""
