@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,9 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_bert, write_tiny_gguf
+from tests.dropin import generation_checks as checks
 from tests.dropin.conftest import close_vectors, unit_vector
 
-HELLO = [{"role": "user", "content": "hello"}]
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -58,6 +59,11 @@ def _events(svc: ServiceProcess, path: str, **body: Any) -> tuple[list[Any], boo
         lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
     done = bool(lines) and lines[-1] == "[DONE]"
     return [json.loads(line) for line in lines if line != "[DONE]"], done
+
+
+def _bound(svc: ServiceProcess) -> tuple[checks.Post, checks.Events]:
+    """``_post`` and ``_events`` of one service, for ``generation_checks``."""
+    return partial(_post, svc), partial(_events, svc)
 
 
 def test_a_prompt_over_the_context_is_llama_servers_error(shift: ServiceProcess, unified: ServiceProcess) -> None:
@@ -98,130 +104,33 @@ def test_context_shift_goes_on_and_without_it_the_context_end_stops(
     assert short["truncated"] is False, "a reply that fits is not truncated"
 
 
-def _check_top(tok: dict[str, Any], n: int) -> None:
-    """One token's entry in llama-server's probabilities: its members and its ``n`` likeliest."""
-    assert set(tok) == {"id", "token", "bytes", "logprob", "top_logprobs"} and tok["logprob"] <= 0.0
-    top = tok["top_logprobs"]
-    assert len(top) == n and len({p["id"] for p in top}) == n
-    assert all(set(p) == {"id", "token", "bytes", "logprob"} and p["logprob"] <= 0.0 for p in top)
-    assert [p["logprob"] for p in top] == sorted((p["logprob"] for p in top), reverse=True)
-    assert top[0]["id"] == tok["id"], "greedy: the chosen token is the likeliest"
-
-
 def test_n_probs_on_completion(shift: ServiceProcess) -> None:
-    """``completion_probabilities``: per token its id, text, bytes, logprob and the ``n_probs``
-    likeliest; streamed, each partial carries its own token's."""
-    body = {"prompt": "once upon a time", "n_probs": 5, "temperature": 0, "n_predict": 4, "ignore_eos": True}
-    whole = _post(shift, "/completion", **body)
-    probs = whole["completion_probabilities"]
-    assert len(probs) == whole["tokens_predicted"] == 4
-    for tok in probs:
-        _check_top(tok, 5)
-    assert bytes(b for tok in probs for b in tok["bytes"]).decode(errors="replace") == whole["content"]
-    streamed, done = _events(shift, "/completion", **body)
-    assert not done, "llama-server's native stream has no [DONE]"
-    partial = [c for c in streamed if not c["stop"] and "completion_probabilities" in c]
-    assert [c["completion_probabilities"] for c in partial] == [[p] for p in probs]
-    assert "completion_probabilities" not in _post(shift, "/completion", **{**body, "n_probs": 0})
-    assert _post(shift, "/completion", status=400, **{**body, "n_probs": -1})["error"]["message"]
+    """llama-server's ``completion_probabilities``: per token its id, text, bytes, logprob and the
+    ``n_probs`` likeliest; streamed, each partial carries its own token's."""
+    checks.n_probs_on_completion(*_bound(shift))
 
 
 def test_logprobs_on_openai_routes(shift: ServiceProcess) -> None:
-    """Chat: ``logprobs`` with ``top_logprobs`` gives ``choices[].logprobs.content``, streamed the
-    same; ``logprobs`` alone the 20 likeliest; ``/v1/completions``: ``logprobs: N``."""
-    body = {"messages": HELLO, "max_tokens": 4, "temperature": 0, "ignore_eos": True, "logprobs": True,
-            "top_logprobs": 3}  # fmt: skip
-    chat = _post(shift, "/v1/chat/completions", **body)
-    choice = chat["choices"][0]
-    content = choice["logprobs"]["content"]
-    assert len(content) == chat["usage"]["completion_tokens"] == 4
-    for tok in content:
-        _check_top(tok, 3)
-    assert bytes(b for tok in content for b in tok["bytes"]).decode(errors="replace") == choice["message"]["content"]
-    assert not _post(shift, "/v1/chat/completions", messages=HELLO, max_tokens=4)["choices"][0].get("logprobs")
-    default = _post(shift, "/v1/chat/completions", messages=HELLO, max_tokens=2, ignore_eos=True,
-                    logprobs=True)["choices"][0]  # fmt: skip
-    assert [len(tok["top_logprobs"]) for tok in default["logprobs"]["content"]] == [20, 20]
-    refused = _post(shift, "/v1/chat/completions", status=400, messages=HELLO, max_tokens=2, top_logprobs=3)
-    assert refused["error"]["message"] == "top_logprobs requires logprobs to be set to true"
-    chunks, done = _events(shift, "/v1/chat/completions", **body)
-    assert done
-    streamed = [e for c in chunks if c["choices"] for e in (c["choices"][0].get("logprobs") or {}).get("content", [])]
-    assert streamed == content
-
-    text = _post(shift, "/v1/completions", prompt="once upon", max_tokens=3, temperature=0, ignore_eos=True,
-                 logprobs=2)["choices"][0]  # fmt: skip
-    lp = text["logprobs"]
-    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 3
-    assert all(v <= 0 for v in lp["token_logprobs"]) and all(len(t) >= 1 for t in lp["top_logprobs"])
-    assert _post(shift, "/v1/completions", prompt="once", max_tokens=2)["choices"][0]["logprobs"] is None
+    """Chat: ``logprobs: true`` and ``top_logprobs: N`` give ``choices[].logprobs.content``, one
+    entry per token with its ``N`` likeliest; ``/v1/completions``: ``logprobs: N``."""
+    checks.logprobs_on_openai_routes(*_bound(shift))
 
 
 def test_cache_prompt_reuses_the_prefix_unless_told_not_to(shift: ServiceProcess) -> None:
-    """A shared prefix comes from the slot's cache (``timings.cache_n``, ``tokens_cached``, chat
-    ``cached_tokens``); ``cache_prompt: false`` evaluates it all, to the same answer."""
-    prefix = "The quick brown fox jumps over the lazy dog near the river bank. "
-    first = _post(shift, "/completion", prompt=prefix, n_predict=2, temperature=0)
-    n_first = first["tokens_evaluated"]
-    assert first["timings"]["prompt_n"] + first["timings"]["cache_n"] == n_first
-    second = _post(shift, "/completion", prompt=prefix + "And then?", n_predict=2, temperature=0)
-    assert second["timings"]["cache_n"] >= n_first - 1, second["timings"]
-    assert second["timings"]["prompt_n"] == second["tokens_evaluated"] - second["timings"]["cache_n"]
-    assert second["tokens_cached"] >= second["tokens_evaluated"]
-    fresh = _post(shift, "/completion", prompt=prefix + "And then?", n_predict=2, temperature=0, cache_prompt=False)
-    assert fresh["timings"]["cache_n"] == 0 and fresh["timings"]["prompt_n"] == fresh["tokens_evaluated"]
-    assert fresh["content"] == second["content"], "the cache changes the cost, not the answer"
-
-    turn = [{"role": "user", "content": "Tell me about the quick brown fox and the lazy dog."}]
-    r1 = _post(shift, "/v1/chat/completions", messages=turn, max_tokens=2, temperature=0)
-    r2 = _post(shift, "/v1/chat/completions", messages=[*turn, {"role": "assistant", "content": "ok"},
-                                                        {"role": "user", "content": "more"}], max_tokens=2)  # fmt: skip
-    cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
-    assert cached == r2["timings"]["cache_n"] >= r1["usage"]["prompt_tokens"] - 1
-    r3 = _post(shift, "/v1/chat/completions", messages=turn, max_tokens=2, temperature=0, cache_prompt=False)
-    assert r3["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 == r3["timings"]["cache_n"]
+    """The second request of a shared prefix takes it from its slot's cache (``timings.cache_n``,
+    chat ``usage.prompt_tokens_details.cached_tokens``); ``cache_prompt: false`` evaluates it all."""
+    checks.cache_prompt_reuses_the_prefix(_bound(shift)[0])
 
 
 def test_a_seed_gives_the_same_sampled_text_streamed_or_not(shift: ServiceProcess) -> None:
     """At temperature 1.5 the text depends on the seed, and only on it: whole and streamed agree."""
-    body = {"max_tokens": 8, "temperature": 1.5, "ignore_eos": True}
-    whole = _post(shift, "/v1/completions", prompt="once upon", seed=7, **body)["choices"][0]["text"]
-    chunks, _ = _events(shift, "/v1/completions", prompt="once upon", seed=7, **body)
-    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == whole and whole
-    assert _post(shift, "/v1/completions", prompt="once upon", seed=8, **body)["choices"][0]["text"] != whole
-
-    native = {"prompt": "once upon", "n_predict": 8, "temperature": 1.5, "seed": 11, "ignore_eos": True}
-    text = _post(shift, "/completion", **native)["content"]
-    parts, _ = _events(shift, "/completion", **native)
-    assert "".join(c["content"] for c in parts) == text
-
-    chat = {"messages": HELLO, "seed": 5, **body}
-    said = _post(shift, "/v1/chat/completions", **chat)["choices"][0]["message"]["content"]
-    deltas, _ = _events(shift, "/v1/chat/completions", **chat)
-    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in deltas if c["choices"]) == said
+    checks.seed_gives_the_same_text_streamed_or_not(*_bound(shift))
 
 
 def test_n_and_n_cmpl_give_several_choices(shift: ServiceProcess) -> None:
-    """``n`` (OpenAI) and ``n_cmpl`` (native: an array) run on the slots, each child with the
-    request's seed; more than the model's slots (2) is a 400."""
-    body = {"prompt": "once upon", "max_tokens": 6, "temperature": 1.5, "seed": 7, "ignore_eos": True}
-    one = _post(shift, "/v1/completions", **body)
-    many = _post(shift, "/v1/completions", **body, n=2)
-    assert [c["index"] for c in many["choices"]] == [0, 1]
-    assert [c["text"] for c in many["choices"]] == [one["choices"][0]["text"]] * 2, "children copy the seed"
-    assert many["usage"]["completion_tokens"] == 2 * one["usage"]["completion_tokens"]
-    chunks, done = _events(shift, "/v1/completions", **body, n=2)
-    assert done
-    texts = ["".join(c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["index"] == i)
-             for i in (0, 1)]  # fmt: skip
-    assert texts == [one["choices"][0]["text"]] * 2
-    native = _post(shift, "/completion", prompt="once upon", n_predict=4, temperature=0, n_cmpl=2)
-    assert isinstance(native, list) and [a["index"] for a in native] == [0, 1]
-    assert native[0]["content"] == native[1]["content"] and all(a["stop"] for a in native)
-    assert [c["index"] for c in _post(shift, "/v1/chat/completions", messages=HELLO, max_tokens=3, n=2)["choices"]] == [
-        0, 1]  # fmt: skip
-    assert "at most the number of slots" in _post(shift, "/v1/completions", status=400, prompt="x", n=3)["error"][
-        "message"]  # fmt: skip
+    """``n`` (OpenAI) and ``n_cmpl`` (native: an array) run side by side on the slots, each child
+    with the request's seed; more than the model's slots (2) is a 400."""
+    checks.n_and_n_cmpl_give_several_choices(*_bound(shift))
 
 
 def test_each_slot_gets_its_share_unless_kv_unified(shift: ServiceProcess, unified: ServiceProcess) -> None:
