@@ -3,6 +3,7 @@ Hub serving repos laid out as on the real Hub, and tiny real GGUFs."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -128,3 +129,15 @@ def assert_every_route_needs_the_key(svc: ServiceProcess, table: list[tuple[str,
             error = answer.json()["error"]
             assert error == {"message": "Invalid API Key", "type": "authentication_error", "code": 401}, path
         assert answer.headers["access-control-allow-origin"] == origin, path
+
+
+def close_vectors(got: list[float], want: list[float]) -> bool:
+    """Equal to float32 rounding (pooled embeddings compared with per-token rows)."""
+    return len(got) == len(want) and all(
+        math.isclose(g, w, rel_tol=1e-3, abs_tol=1e-4) for g, w in zip(got, want, strict=True)
+    )
+
+
+def unit_vector(vec: list[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vec))
+    return [x / norm for x in vec]

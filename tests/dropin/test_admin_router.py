@@ -18,7 +18,6 @@ Expected answers from llama.cpp's ``tools/server/server-context.cpp`` (``handle_
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_bert, write_tiny_gguf
-from tests.dropin.conftest import wait_until
+from tests.dropin.conftest import close_vectors, unit_vector, wait_until
 from tests.service_probes import events
 
 # llama-server's answers without the switch, word for word (tools/server/server-context.cpp).
@@ -219,17 +218,6 @@ def test_an_idle_model_sleeps_through_the_router(bare: ServiceProcess) -> None:
     assert _status(bare, "tiny") == "sleeping"
 
 
-def _close(got: list[float], want: list[float]) -> bool:
-    return len(got) == len(want) and all(
-        math.isclose(g, w, rel_tol=1e-3, abs_tol=1e-4) for g, w in zip(got, want, strict=True)
-    )
-
-
-def _unit(vec: list[float]) -> list[float]:
-    norm = math.sqrt(sum(x * x for x in vec))
-    return [x / norm for x in vec]
-
-
 @pytest.mark.timeout(300)
 def test_pooling_flags_pool_the_per_token_vectors(tmp_path: Path) -> None:
     """``--embedding --pooling P`` on the router's command line, one BERT file: ``none`` gives a raw
@@ -259,9 +247,9 @@ def test_pooling_flags_pool_the_per_token_vectors(tmp_path: Path) -> None:
     mean = [sum(column) / len(tokens) for column in zip(*tokens, strict=True)]
     for pooling, want in (("cls", tokens[0]), ("last", tokens[-1]), ("mean", mean)):
         raw, normalised = pooled[pooling]
-        assert _close(raw, want), f"--pooling {pooling}: {raw[:4]} vs {want[:4]}"
-        assert _close(normalised, _unit(want)), f"--pooling {pooling}: normalised"
-    assert not _close(pooled["cls"][0], pooled["last"][0]) and not _close(pooled["cls"][0], mean)
+        assert close_vectors(raw, want), f"--pooling {pooling}: {raw[:4]} vs {want[:4]}"
+        assert close_vectors(normalised, unit_vector(want)), f"--pooling {pooling}: normalised"
+    assert not close_vectors(pooled["cls"][0], pooled["last"][0]) and not close_vectors(pooled["cls"][0], mean)
 
 
 @pytest.mark.timeout(180)

@@ -28,6 +28,7 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
+from tests.dropin import generation_checks as checks
 
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TIME_CALL = '<tool_call>\n{"name": "get_time", "arguments": {"city": "Rome"}}\n</tool_call>'
@@ -80,6 +81,18 @@ def _events(svc: ServiceProcess, path: str, model: str = "tiny", **body: Any) ->
         lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
     done = bool(lines) and lines[-1] == "[DONE]"
     return [json.loads(line) for line in lines if line != "[DONE]"], done
+
+
+def _bound(svc: ServiceProcess, model: str = "tiny") -> tuple[checks.Post, checks.Events]:
+    """``_post`` and ``_events`` naming ``model``, for ``generation_checks``."""
+
+    def post(path: str, status: int = 200, **body: Any) -> Any:
+        return _post(svc, path, model, status, **body)
+
+    def events(path: str, **body: Any) -> tuple[list[Any], bool]:
+        return _events(svc, path, model, **body)
+
+    return post, events
 
 
 # -- §4 shapes ----------------------------------------------------------------------------
@@ -143,132 +156,30 @@ def test_context_shift_goes_on_and_without_it_the_context_end_stops(svc: Service
 def test_n_probs_on_completion(svc: ServiceProcess) -> None:
     """llama-server's ``completion_probabilities``: per token its id, text, bytes, logprob and the
     ``n_probs`` likeliest; streamed, each partial carries its own token's."""
-    body = {"prompt": "once upon a time", "n_probs": 5, "temperature": 0, "n_predict": 4, "ignore_eos": True}
-    whole = _post(svc, "/completion", **body)
-    probs = whole["completion_probabilities"]
-    assert len(probs) == whole["tokens_predicted"] == 4
-    for tok in probs:
-        assert set(tok) == {"id", "token", "bytes", "logprob", "top_logprobs"}
-        assert isinstance(tok["id"], int) and isinstance(tok["token"], str) and isinstance(tok["bytes"], list)
-        assert tok["logprob"] <= 0.0 and len(tok["top_logprobs"]) == 5
-        assert tok["top_logprobs"][0]["id"] == tok["id"], "greedy: the chosen token is the likeliest"
-        assert all(p["logprob"] <= 0.0 and set(p) == {"id", "token", "bytes", "logprob"} for p in tok["top_logprobs"])
-        assert [p["logprob"] for p in tok["top_logprobs"]] == sorted((p["logprob"] for p in tok["top_logprobs"]),
-                                                                     reverse=True)  # fmt: skip
-    assert bytes(b for tok in probs for b in tok["bytes"]).decode(errors="replace") == whole["content"]
-    streamed, done = _events(svc, "/completion", **body)
-    assert not done, "llama-server's native stream has no [DONE]"
-    partial = [c for c in streamed if not c["stop"] and "completion_probabilities" in c]
-    assert all(len(c["completion_probabilities"]) == 1 for c in partial)
-    assert [c["completion_probabilities"][0]["id"] for c in partial] == [p["id"] for p in probs]
-    assert "completion_probabilities" not in _post(svc, "/completion", **{**body, "n_probs": 0})
-    assert _post(svc, "/completion", status=400, **{**body, "n_probs": -1})["error"]["message"]
+    checks.n_probs_on_completion(*_bound(svc))
 
 
 def test_logprobs_on_openai_routes(svc: ServiceProcess) -> None:
     """Chat: ``logprobs: true`` and ``top_logprobs: N`` give ``choices[].logprobs.content``, one
     entry per token with its ``N`` likeliest; ``/v1/completions``: ``logprobs: N``."""
-    chat = _post(svc, "/v1/chat/completions", messages=HELLO, max_tokens=4, temperature=0, ignore_eos=True,
-                 logprobs=True, top_logprobs=3)  # fmt: skip
-    choice = chat["choices"][0]
-    content = choice["logprobs"]["content"]
-    assert len(content) == chat["usage"]["completion_tokens"] == 4
-    for tok in content:  # llama-server's entries: OpenAI's members and the token's id
-        assert set(tok) == {"id", "token", "bytes", "logprob", "top_logprobs"} and tok["logprob"] <= 0.0
-        assert len(tok["top_logprobs"]) == 3, "three alternatives, even bytes that are not UTF-8 alone"
-        assert len({p["id"] for p in tok["top_logprobs"]}) == 3
-        assert all(set(p) == {"id", "token", "bytes", "logprob"} and p["logprob"] <= 0.0 for p in tok["top_logprobs"])
-        assert tok["top_logprobs"][0]["id"] == tok["id"], "greedy: the chosen token is the likeliest"
-    assert bytes(b for tok in content for b in tok["bytes"]).decode(errors="replace") == choice["message"]["content"]
-    plain = _post(svc, "/v1/chat/completions", messages=HELLO, max_tokens=4, temperature=0)["choices"][0]
-    assert not plain.get("logprobs")
-    # llama-server: ``logprobs`` alone gives the 20 likeliest; ``top_logprobs`` alone is refused.
-    default = _post(svc, "/v1/chat/completions", messages=HELLO, max_tokens=2, ignore_eos=True,
-                    logprobs=True)["choices"][0]  # fmt: skip
-    assert [len(tok["top_logprobs"]) for tok in default["logprobs"]["content"]] == [20, 20]
-    refused = _post(svc, "/v1/chat/completions", status=400, messages=HELLO, max_tokens=2, top_logprobs=3)
-    assert refused["error"]["message"] == "top_logprobs requires logprobs to be set to true"
-    # Streamed: the chunks' entries are the whole answer's.
-    chunks, _ = _events(svc, "/v1/chat/completions", messages=HELLO, max_tokens=4, temperature=0, ignore_eos=True,
-                        logprobs=True, top_logprobs=3)  # fmt: skip
-    streamed = [e for c in chunks if c["choices"] for e in (c["choices"][0].get("logprobs") or {}).get("content", [])]
-    assert streamed == content
-
-    text = _post(svc, "/v1/completions", prompt="once upon", max_tokens=3, temperature=0, ignore_eos=True,
-                 logprobs=2)["choices"][0]  # fmt: skip
-    lp = text["logprobs"]
-    assert lp is not None
-    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 3
-    assert all(v <= 0 for v in lp["token_logprobs"]) and all(len(t) >= 1 for t in lp["top_logprobs"])
-    assert _post(svc, "/v1/completions", prompt="once", max_tokens=2)["choices"][0]["logprobs"] is None
+    checks.logprobs_on_openai_routes(*_bound(svc))
 
 
 def test_cache_prompt_reuses_the_prefix_unless_told_not_to(svc: ServiceProcess) -> None:
     """The second request of a shared prefix takes it from its slot's cache (``timings.cache_n``,
     chat ``usage.prompt_tokens_details.cached_tokens``); ``cache_prompt: false`` evaluates it all."""
-    prefix = "The quick brown fox jumps over the lazy dog near the river bank. "
-    first = _post(svc, "/completion", prompt=prefix, n_predict=2, temperature=0)
-    n_first = first["tokens_evaluated"]
-    assert first["timings"]["prompt_n"] + first["timings"]["cache_n"] == n_first
-    second = _post(svc, "/completion", prompt=prefix + "And then?", n_predict=2, temperature=0)
-    assert second["timings"]["cache_n"] >= n_first - 1, second["timings"]
-    assert second["timings"]["prompt_n"] == second["tokens_evaluated"] - second["timings"]["cache_n"]
-    assert second["tokens_cached"] >= second["tokens_evaluated"]
-    fresh = _post(svc, "/completion", prompt=prefix + "And then?", n_predict=2, temperature=0, cache_prompt=False)
-    assert fresh["timings"]["cache_n"] == 0 and fresh["timings"]["prompt_n"] == fresh["tokens_evaluated"]
-    assert fresh["content"] == second["content"], "the cache changes the cost, not the answer"
-
-    turn = [{"role": "user", "content": "Tell me about the quick brown fox and the lazy dog."}]
-    r1 = _post(svc, "/v1/chat/completions", messages=turn, max_tokens=2, temperature=0)
-    r2 = _post(svc, "/v1/chat/completions", messages=[*turn, {"role": "assistant", "content": "ok"},
-                                                      {"role": "user", "content": "more"}], max_tokens=2)  # fmt: skip
-    cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
-    assert cached == r2["timings"]["cache_n"] >= r1["usage"]["prompt_tokens"] - 1
-    r3 = _post(svc, "/v1/chat/completions", messages=turn, max_tokens=2, temperature=0, cache_prompt=False)
-    assert r3["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 == r3["timings"]["cache_n"]
+    checks.cache_prompt_reuses_the_prefix(_bound(svc)[0])
 
 
 def test_a_seed_gives_the_same_sampled_text_streamed_or_not(svc: ServiceProcess) -> None:
     """At temperature 1.5 the text depends on the seed, and only on it: whole and streamed agree."""
-    body = {"max_tokens": 8, "temperature": 1.5, "ignore_eos": True}
-    whole = _post(svc, "/v1/completions", prompt="once upon", seed=7, **body)["choices"][0]["text"]
-    chunks, _ = _events(svc, "/v1/completions", prompt="once upon", seed=7, **body)
-    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == whole and whole
-    other = _post(svc, "/v1/completions", prompt="once upon", seed=8, **body)["choices"][0]["text"]
-    assert other != whole, "another seed samples another text"
-
-    native = {"prompt": "once upon", "n_predict": 8, "temperature": 1.5, "seed": 11, "ignore_eos": True}
-    text = _post(svc, "/completion", **native)["content"]
-    parts, _ = _events(svc, "/completion", **native)
-    assert "".join(c["content"] for c in parts) == text
-
-    chat = {"messages": HELLO, "seed": 5, **body}
-    said = _post(svc, "/v1/chat/completions", **chat)["choices"][0]["message"]["content"]
-    deltas, _ = _events(svc, "/v1/chat/completions", **chat)
-    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in deltas if c["choices"]) == said
+    checks.seed_gives_the_same_text_streamed_or_not(*_bound(svc))
 
 
 def test_n_and_n_cmpl_give_several_choices(svc: ServiceProcess) -> None:
     """``n`` (OpenAI) and ``n_cmpl`` (native: an array) run side by side on the slots, each child
     with the request's seed; more than the model's slots (2) is a 400."""
-    body = {"prompt": "once upon", "max_tokens": 6, "temperature": 1.5, "seed": 7, "ignore_eos": True}
-    one = _post(svc, "/v1/completions", **body)
-    many = _post(svc, "/v1/completions", **body, n=2)
-    assert [c["index"] for c in many["choices"]] == [0, 1]
-    assert [c["text"] for c in many["choices"]] == [one["choices"][0]["text"]] * 2, "children copy the seed"
-    assert many["usage"]["completion_tokens"] == 2 * one["usage"]["completion_tokens"]
-    chunks, done = _events(svc, "/v1/completions", **body, n=2)
-    assert done
-    texts = ["".join(c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["index"] == i)
-             for i in (0, 1)]  # fmt: skip
-    assert texts == [one["choices"][0]["text"]] * 2
-    native = _post(svc, "/completion", prompt="once upon", n_predict=4, temperature=0, n_cmpl=2)
-    assert isinstance(native, list) and [a["index"] for a in native] == [0, 1]
-    assert native[0]["content"] == native[1]["content"] and all(a["stop"] for a in native)
-    chat = _post(svc, "/v1/chat/completions", messages=HELLO, max_tokens=3, n=2)
-    assert [c["index"] for c in chat["choices"]] == [0, 1]
-    too_many = _post(svc, "/v1/completions", status=400, prompt="x", n=3)["error"]["message"]
-    assert "at most the number of slots" in too_many
+    checks.n_and_n_cmpl_give_several_choices(*_bound(svc))
 
 
 def test_kv_unified_lets_each_slot_use_the_whole_context(svc: ServiceProcess) -> None:
