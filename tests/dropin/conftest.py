@@ -27,6 +27,22 @@ from tests.eventually import eventually
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 
 
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "the weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+"""A tool the tests' chats call (the city is an enum, so a grammar can only write one of two)."""
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """The bytes of a tiny GGUF that llama.cpp loads."""
@@ -141,3 +157,34 @@ def close_vectors(got: list[float], want: list[float]) -> bool:
 def unit_vector(vec: list[float]) -> list[float]:
     norm = math.sqrt(sum(x * x for x in vec))
     return [x / norm for x in vec]
+
+
+def assert_preflight(url: str, path: str, origin: str) -> None:
+    """An ``OPTIONS`` preflight to ``path`` from ``origin``: llama-server's empty 200 and its headers."""
+    preflight = httpx.options(f"{url}{path}", timeout=30,
+                              headers={"Origin": origin, "Access-Control-Request-Method": "POST",
+                                       "Access-Control-Request-Headers": "authorization, content-type"})  # fmt: skip
+    assert preflight.status_code == 200 and preflight.content == b""
+    assert preflight.headers["access-control-allow-origin"] == origin
+    assert preflight.headers["access-control-allow-credentials"] == "true"
+    assert preflight.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
+    assert preflight.headers["access-control-allow-headers"] == "*"
+
+
+def streamed_tool_call(chunks: Iterator[Any]) -> tuple[list[str], list[str], str, str | None, int]:
+    """A streamed chat's one tool call (``openai`` chunks): its ids, names, the arguments' text, the
+    finish reason and how many deltas carried it."""
+    ids: list[str] = []
+    names: list[str] = []
+    args, finish, pieces = "", None, 0
+    for chunk in chunks:
+        if not chunk.choices:
+            continue
+        delta, finish = chunk.choices[0].delta, chunk.choices[0].finish_reason or finish
+        for call in delta.tool_calls or []:
+            assert call.index == 0
+            ids += [call.id] if call.id else []
+            names += [call.function.name] if call.function and call.function.name else []
+            args += call.function.arguments or "" if call.function else ""
+            pieces += 1
+    return ids, names, args, finish, pieces

@@ -30,22 +30,10 @@ from devtools.tiny_audio_mmproj import audio_tokens, wav_bytes, write_tiny_audio
 from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
 from devtools.tiny_mmproj import image_tokens, png_bytes, write_tiny_mmproj
 from devtools.tiny_video import frames_at, video_bytes
+from tests.dropin.conftest import WEATHER, streamed_tool_call
 
 KEY = "sk-chat-test"
 CTX = 1024  # with -np 1 one slot holds it all (llama-server shares -c out among the slots)
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "the weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 # A short template of the Qwen3-Coder family (its markers are how llama.cpp and we recognise it):
 # calls are XML elements, one per parameter.
@@ -153,18 +141,7 @@ def test_streamed_tool_call_deltas_rebuild_the_call(oai: openai.OpenAI) -> None:
     kwargs: dict[str, Any] = {"model": "tools", "messages": ASK, "tools": [WEATHER], "max_tokens": 200,
                               "temperature": 0, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}  # fmt: skip
     whole = oai.chat.completions.create(**kwargs).choices[0].message.tool_calls or []
-    ids, names, args, finish = [], [], "", None
-    pieces = 0
-    for chunk in oai.chat.completions.create(**kwargs, stream=True):
-        if not chunk.choices:
-            continue
-        delta, finish = chunk.choices[0].delta, chunk.choices[0].finish_reason or finish
-        for call in delta.tool_calls or []:
-            assert call.index == 0
-            ids += [call.id] if call.id else []
-            names += [call.function.name] if call.function and call.function.name else []
-            args += call.function.arguments or "" if call.function else ""
-            pieces += 1
+    ids, names, args, finish, pieces = streamed_tool_call(oai.chat.completions.create(**kwargs, stream=True))
     assert finish == "tool_calls"
     assert len(ids) == 1 and names == ["get_weather"] and pieces > 1
     assert json.loads(args) == json.loads(whole[0].function.arguments)

@@ -16,6 +16,7 @@ from tests.dropin.conftest import (
     CHAT,
     Serve,
     assert_every_route_needs_the_key,
+    assert_preflight,
     gguf_repo,
     models,
     route_table,
@@ -43,14 +44,7 @@ def test_api_key_and_cors_on_every_route(serve: Serve, models_dir: Path) -> None
     assert proxy.status_code == 403, "llama-server without --ui-mcp-proxy"
     assert proxy.json()["error"] == {"message": "this feature is disabled", "type": "feature_disabled"}
 
-    preflight = httpx.options(f"{svc.url}/v1/chat/completions", timeout=30,
-                              headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
-                                       "Access-Control-Request-Headers": "authorization, content-type"})  # fmt: skip
-    assert preflight.status_code == 200 and preflight.content == b""
-    assert preflight.headers["access-control-allow-origin"] == ORIGIN
-    assert preflight.headers["access-control-allow-credentials"] == "true"
-    assert preflight.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
-    assert preflight.headers["access-control-allow-headers"] == "*"
+    assert_preflight(svc.url, "/v1/chat/completions", ORIGIN)
     other = httpx.get(f"{svc.url}/health", headers={"Origin": "http://elsewhere.example"}, timeout=30)
     assert other.headers["access-control-allow-origin"] == ORIGIN, "one origin: sent as it is, as llama-server"
 

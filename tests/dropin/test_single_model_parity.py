@@ -40,25 +40,18 @@ from devtools.tiny_gguf import (
     write_tiny_lora,
 )
 from service.settings import Settings
-from tests.dropin.conftest import assert_every_route_needs_the_key, route_table
+from tests.dropin.conftest import (
+    WEATHER,
+    assert_every_route_needs_the_key,
+    assert_preflight,
+    route_table,
+    streamed_tool_call,
+)
 
 KEY = "sk-single-model-0123456789"
 ORIGIN = "http://app.example"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 CTX = 1024  # -np 1: the one slot holds it all (a prompt with tools is ~500 byte-level tokens)
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "the weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
 ASK: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 # server_slot_stats::to_json (server-common.cpp), without the speculative draft's members.
 TIMINGS = {"cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
@@ -301,17 +294,7 @@ def test_tool_choice_required_and_named_streamed(oai: openai.OpenAI) -> None:
     kwargs: dict[str, Any] = {"model": "gpt-3.5-turbo", "messages": ASK, "tools": [WEATHER], "max_tokens": 200,
                               "temperature": 0, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}  # fmt: skip
     whole = oai.chat.completions.create(**kwargs).choices[0].message.tool_calls or []
-    ids, names, args, finish, pieces = [], [], "", None, 0
-    for chunk in oai.chat.completions.create(**kwargs, stream=True):
-        if not chunk.choices:
-            continue
-        delta, finish = chunk.choices[0].delta, chunk.choices[0].finish_reason or finish
-        for call in delta.tool_calls or []:
-            assert call.index == 0
-            ids += [call.id] if call.id else []
-            names += [call.function.name] if call.function and call.function.name else []
-            args += call.function.arguments or "" if call.function else ""
-            pieces += 1
+    ids, names, args, finish, pieces = streamed_tool_call(oai.chat.completions.create(**kwargs, stream=True))
     assert finish == "tool_calls" and len(ids) == 1 and names == ["get_weather"] and pieces > 1
     assert json.loads(args) == json.loads(whole[0].function.arguments)
 
@@ -390,14 +373,7 @@ def test_api_key_and_cors_on_every_route(svc: ServiceProcess, chat_files: ChatFi
     listed = httpx.get(f"{svc.url}/v1/models", headers={"X-Api-Key": KEY}, timeout=30)
     assert [m["id"] for m in listed.json()["data"]] == ["tools"]
     assert listed.headers["access-control-allow-origin"] == ORIGIN
-    preflight = httpx.options(f"{svc.url}/completion", timeout=30,
-                              headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
-                                       "Access-Control-Request-Headers": "authorization, content-type"})  # fmt: skip
-    assert preflight.status_code == 200 and preflight.content == b""
-    assert preflight.headers["access-control-allow-origin"] == ORIGIN
-    assert preflight.headers["access-control-allow-credentials"] == "true"
-    assert preflight.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
-    assert preflight.headers["access-control-allow-headers"] == "*"
+    assert_preflight(svc.url, "/completion", ORIGIN)
     # llama-server checks both before routing (its pre-routing handler): an unknown path too.
     unknown = httpx.post(f"{svc.url}/no/such/route", headers={"Origin": ORIGIN}, timeout=30)
     assert unknown.status_code == 401 and unknown.headers["access-control-allow-origin"] == ORIGIN
