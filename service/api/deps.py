@@ -20,7 +20,6 @@ from litestar.di import Provide
 
 from service.api.proxy import Forwarding
 from service.api.streams import EventStreams
-from service.api.worker_meta import WorkerMeta
 from service.catalogue.sources import Catalogue
 from service.core.server_mode import ServerMode
 from service.event_store.async_store import AsyncEventStore
@@ -123,14 +122,6 @@ def provide_snapshots(state: State) -> SleepSnapshots | None:
     return _runtime(state).snapshots
 
 
-def provide_worker_meta(state: State) -> WorkerMeta:
-    """The loaded models' llama-server ``meta``, read once per worker (``GET /models``); the app's own."""
-    meta: WorkerMeta | None = getattr(state, "worker_meta", None)
-    if meta is None:
-        meta = state.worker_meta = WorkerMeta()
-    return meta
-
-
 def provide_startup_loads(state: State) -> StartupLoads:
     """The models start-up asked to load that have not been ready yet (single-model ``/health``)."""
     return _runtime(state).startup_loads
@@ -154,6 +145,5 @@ def dependencies() -> dict[str, Provide]:
         "mode": provide_mode,
         "snapshots": provide_snapshots,
         "startup_loads": provide_startup_loads,
-        "worker_meta": provide_worker_meta,
     }
     return {name: Provide(provider, sync_to_thread=False) for name, provider in providers.items()}

@@ -24,7 +24,7 @@ from service.core.events import FileRef
 from service.core.memory import estimate
 from service.core.model_spec import projector_path
 from service.core.server_mode import ROUTER, ServerMode, listed
-from service.core.state import DownloadJob, ModelState, ModelStatus, RouterState
+from service.core.state import DownloadJob, InstanceStatus, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
 from service.llamacpp.options import command_line, model_tags, preset_ini
 from service.llamacpp.projector_caps import projector_caps
@@ -163,17 +163,41 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         memory=UNSET if need is None else need.to_json(),
         pinned=True if model.config.pinned else UNSET,
         held_by=sorted(model.holders) if model.holders else UNSET,
+        meta=_loaded_meta(model),
     )
 
 
+def _loaded_meta(model: ModelState) -> dict[str, Any] | UnsetType:
+    """llama-server's ``meta`` of a loaded model, as its worker's ``instance_ready`` gave it."""
+    inst = model.instance
+    if inst is None or inst.status is not InstanceStatus.READY or not inst.model_info:
+        return UNSET
+    return dict(inst.model_info)
+
+
 def models_view(state: RouterState, mode: ServerMode = ROUTER) -> ModelList:
-    """``GET /models`` and ``GET /v1/models``; in single-model mode its one model only."""
+    """``GET /models`` and ``GET /v1/models``; in single-model mode its one model only, also in
+    llama-server's Ollama-shaped ``models`` list."""
     data = [
         model_view(m, state)
         for name, m in sorted(state.models.items())
         if m.listed and not m.config.hidden and listed(mode, name)
     ]
-    return ModelList(object="list", data=data)
+    if not mode.single or len(data) != 1:
+        return ModelList(object="list", data=data)
+    multimodal = bool({"image", "audio"} & set(data[0].architecture.input_modalities))
+    return ModelList(object="list", data=data, models=[ollama_entry(data[0].id, multimodal)])
+
+
+def ollama_entry(name: str, multimodal: bool) -> dict[str, Any]:
+    """llama-server's single-model ``models`` entry (``get_res_models``): a name and capabilities, the
+    rest empty (it manages no hashes)."""
+    return {
+        "name": name, "model": name, "modified_at": "", "size": "", "digest": "", "type": "model",
+        "description": "", "tags": [""], "capabilities": ["completion", "multimodal"] if multimodal else ["completion"],
+        "parameters": "", "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
+                                      "parameter_size": "", "quantization_level": ""},
+    }  # fmt: skip
 
 
 _WORKER_SLOTS = 4  # the inference worker's --n-parallel default, when the model's options set none

@@ -294,6 +294,9 @@ class InstanceReady(Event):
     n_params: int
     file_size: int
     architecture: str
+    model_info: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    """llama-server's ``meta`` of the loaded model (``vocab_type``, ``n_vocab``, ``n_ctx``, ``n_ctx_train``,
+    ``n_embd``, ``n_params``, ``size``, ``ftype``), which ``GET /models`` shows while it is loaded."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -100,6 +100,7 @@ def _instance_ready(state: RouterState, rec: ev.Recorded) -> RouterState:
         n_ctx=e.n_ctx,
         n_params=e.n_params,
         architecture=e.architecture,
+        model_info=dict(e.model_info),
         ready_at=rec.recorded_at,
     )
     ready = state.models[model.name]

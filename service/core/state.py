@@ -180,6 +180,7 @@ class Instance:
     n_ctx: int | None = None
     n_params: int | None = None
     architecture: str | None = None
+    model_info: Mapping[str, JSON] = field(default_factory=dict)  # llama-server's meta, from instance_ready
     requested_at: datetime | None = None
     ready_at: datetime | None = None
     stop_reason: str | None = None

@@ -160,6 +160,7 @@ FINGERPRINTS = {
     # 10 on the cluster2 branch: ("cc565846feff9ce4", "5848a40f4d61d3dc"), node_left (NodeState.left, left_at)
     11: ("11d5f000864449ef", "8143aadef85be542"),  # copies' names and node_left
     12: ("11d5f000864449ef", "7a9a1038001fdb6a"),  # a download job's node from download_requested's node
+    13: ("6740988a22a18b1c", "bbfae94d283abce3"),  # Instance.model_info (llama-server's meta) from instance_ready
 }
 
 

@@ -160,6 +160,11 @@ def test_the_queue_is_served_in_arrival_order(router: Callable[[int], ServicePro
     busy.ok()
     first.ok()
     second.ok()
+    # request_completed is appended beside the answer, not before it: wait for both
+    _until(
+        "both requests recorded",
+        lambda: all(events(svc, model=m, type="request_completed") for m in ("tiny-b", "tiny-c")),
+    )
     done_b = events(svc, model="tiny-b", type="request_completed")[0]["position"]
     done_c = events(svc, model="tiny-c", type="request_completed")[0]["position"]
     assert done_b < done_c, "the queue was not served in arrival order"

@@ -8,7 +8,6 @@ from litestar import delete, get, post
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_200_OK
 
-from service.api.proxy import Forwarding
 from service.api.schemas import (
     LoadAnswer,
     ModelCommand,
@@ -19,11 +18,9 @@ from service.api.schemas import (
     problems,
 )
 from service.api.views import job_view, model_view, models_view
-from service.api.worker_meta import WorkerMeta
 from service.core.instance_decisions import unload_target
 from service.core.server_mode import ServerMode
 from service.live_state import LiveState
-from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
@@ -33,22 +30,16 @@ _FORCE = Parameter(description="Stop a loaded model's worker first (default: ref
 
 
 @get("/models", operation_id="listModels", tags=["models"], responses=problems(400))
-async def list_models(
-    live: LiveState, mode: ServerMode, forwarding: Forwarding, settings: Settings, worker_meta: WorkerMeta
-) -> ModelList:
+async def list_models(live: LiveState, mode: ServerMode) -> ModelList:
     """Every model the log knows of, with status, progress and last error (single-model mode: its model,
-    and llama-server's ``models`` list); a model loaded on this node has llama-server's ``meta``."""
-    return await worker_meta.listing(models_view(live.state, mode), live.state, forwarding.http,
-                                     node=settings.node, single=mode.single)  # fmt: skip
+    and llama-server's ``models`` list); a loaded model has llama-server's ``meta``."""
+    return models_view(live.state, mode)
 
 
 @get("/v1/models", operation_id="listModelsOpenAI", tags=["models"], responses=problems(400))
-async def list_models_openai(
-    live: LiveState, mode: ServerMode, forwarding: Forwarding, settings: Settings, worker_meta: WorkerMeta
-) -> ModelList:
+async def list_models_openai(live: LiveState, mode: ServerMode) -> ModelList:
     """The same list under the OpenAI path, for OpenAI clients."""
-    return await worker_meta.listing(models_view(live.state, mode), live.state, forwarding.http,
-                                     node=settings.node, single=mode.single)  # fmt: skip
+    return models_view(live.state, mode)
 
 
 @post(

@@ -102,8 +102,8 @@ class ModelEntry(msgspec.Struct, frozen=True):
     held_by: list[str] | msgspec.UnsetType = msgspec.UNSET
     """Ours, in a cluster: the nodes that hold the model's files (``status.node`` says where it runs)."""
     meta: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
-    """llama-server's, once the model is loaded (on this node): ``vocab_type``, ``n_vocab``, ``n_ctx``,
-    ``n_ctx_train``, ``n_embd``, ``n_params``, ``size``, ``ftype``, as its worker reports them."""
+    """llama-server's, while the model is loaded: ``vocab_type``, ``n_vocab``, ``n_ctx``, ``n_ctx_train``,
+    ``n_embd``, ``n_params``, ``size``, ``ftype``, as its worker's ``instance_ready`` recorded them."""
 
 
 class ModelList(msgspec.Struct, frozen=True):
