@@ -8,10 +8,9 @@ classes (``Event``, ``Recorded``, ``FileRef``) in :mod:`service.core.event_base`
 
 A field without a default is required: its writer must state it (ids, pids,
 paths, sizes, the measurements the event exists to report). A default is kept
-only where it is the true common case (``reason="unload"``, ``discard=False``,
-``revision="main"``, an optional measurement ``None``), never a placeholder
-such as ``""``. Classes are ``kw_only`` so required fields may follow
-defaulted ones without reordering the stored payload. Pure: stdlib only.
+only where it is the true common case (``reason="unload"``, ``discard=False``, ``revision="main"``,
+an optional measurement ``None``), never a placeholder such as ``""``. Classes are ``kw_only`` so
+required fields may follow defaulted ones without reordering the stored payload. Pure: stdlib only.
 """
 
 from __future__ import annotations
@@ -294,9 +293,7 @@ class InstanceReady(Event):
     n_params: int
     file_size: int
     architecture: str
-    model_info: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
-    """llama-server's ``meta`` of the loaded model (``vocab_type``, ``n_vocab``, ``n_ctx``, ``n_ctx_train``,
-    ``n_embd``, ``n_params``, ``size``, ``ftype``), which ``GET /models`` shows while it is loaded."""
+    model_info: Mapping[str, JSON] = dataclasses.field(default_factory=dict)  # llama-server's meta (catalogue)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
