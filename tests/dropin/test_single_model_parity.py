@@ -205,7 +205,7 @@ def test_anthropic_messages_plain_streamed_and_counted(svc: ServiceProcess, clau
     ``/v1/messages`` evaluated; the stream's events rebuild the message; a body naming no model too."""
     message = claude.messages.create(model="claude-3-5-haiku-latest", max_tokens=5, system="be brief",
                                      messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-                                     temperature=0)  # greedy: a sampled first token may end the reply at once  # fmt: skip
+                                     extra_body={"temperature": 0})  # greedy: a sampled first token may end it  # fmt: skip
     assert message.type == "message" and message.role == "assistant" and message.content[0].type == "text"
     assert message.stop_reason in ("max_tokens", "end_turn") and message.model == "tools", "the served model's name"
     counted = claude.messages.count_tokens(model="claude-any", system="be brief",
