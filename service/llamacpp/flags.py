@@ -153,8 +153,11 @@ _MODEL: Mapping[str, tuple[str, str]] = {
         "adapters load at scale 0 (then POST /lora-adapters)",
     ),
     "props": ("endpoint_props", "POST /props answers success (it changes nothing, as llama-server's)"),
-    "kv-unified": ("kv_unified", "one KV pool for all slots (each may fill -c); without it each slot has -c / -np"),
-    "parallel": ("n_parallel", "slots decoded together (-1 = auto: the worker's default)"),
+    "kv-unified": (
+        "kv_unified",
+        "one KV pool for all slots (each may fill -c), the default with -np auto; without it each slot has -c / -np",
+    ),
+    "parallel": ("n_parallel", "slots decoded together (-1 = auto: 4 slots sharing one KV pool, as llama-server)"),
     "chat-template": (
         "chat_format",
         "a built-in template name llama-cpp-python knows (chatml, llama2, ...), else the Jinja template's text",

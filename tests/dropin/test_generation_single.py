@@ -170,3 +170,17 @@ def test_pooling_flags_pool_the_per_token_vectors(tmp_path: Path) -> None:
         assert close_vectors(raw, want), f"--pooling {pooling}: {raw[:4]} vs {want[:4]}"
         assert close_vectors(normalised, unit_vector(want)), f"--pooling {pooling}: normalised"
     assert not close_vectors(rows["cls"][0], rows["last"][0])
+
+
+def test_np_auto_is_four_slots_that_may_each_fill_the_context(tmp_path: Path) -> None:
+    """No ``-np`` (llama-server's auto): 4 slots in one KV pool, so one request may use all of ``-c``
+    (``-np 2`` above gives each slot 256 of the same 512)."""
+    for svc in _serve(tmp_path, "-c", "512"):
+        props = httpx.get(f"{svc.url}/props", timeout=60)
+        assert props.status_code == 200, props.text
+        assert props.json()["default_generation_settings"]["n_ctx"] == 512 and props.json()["total_slots"] == 4
+        slots = httpx.get(f"{svc.url}/slots", timeout=30).json()
+        assert len(slots) == 4 and {s["n_ctx"] for s in slots} == {512}, slots
+        assert _post(svc, "/v1/completions", prompt=[7] * 300, max_tokens=2)["usage"]["prompt_tokens"] == 300
+        error = _post(svc, "/completion", status=400, prompt=[7] * 600, n_predict=1)["error"]
+        assert (error["type"], error["n_ctx"], error["n_prompt_tokens"]) == ("exceed_context_size_error", 512, 600)

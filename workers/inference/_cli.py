@@ -41,6 +41,8 @@ from pathlib import Path
 from workers.inference.llama import LoraError, parse_specs
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
+AUTO_SLOTS = 4  # -np -1 (auto, the default): llama-server's n_parallel, with kv_unified
+_SLOTS_HELP = "slots decoded together (batch engine); -1 = auto: 4 slots sharing one KV pool, as llama-server"
 STATS_INTERVAL_S = 5.0  # instance_stats: at most this often, and only when it changed
 
 
@@ -63,9 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-threads", type=int, default=cores)
     p.add_argument("--n-threads-batch", type=int, default=None, help="default: --n-threads")
     p.add_argument("--n-batch", "-b", "--batch-size", type=int, default=512)
-    p.add_argument(
-        "--n-parallel", "-np", "--parallel", type=int, default=4, help="slots decoded together (batch engine)"
-    )
+    p.add_argument("--n-parallel", "-np", "--parallel", type=int, default=-1, help=_SLOTS_HELP)
     p.add_argument("--engine", choices=["batch", "legacy"], default="batch", help="legacy: llama_cpp.Llama, 1 slot")
     p.add_argument(
         "--max-prompt-tokens", type=int, default=0, help="longer prompts get a 400; 0 = the context size - 1"
@@ -99,6 +99,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.model_name = args.model_name or Path(args.model_path).stem
     args.instance_id = args.instance_id or f"{args.model_name}-{os.getpid()}"
     args.n_threads_batch = args.n_threads_batch or args.n_threads
+    if args.n_parallel < 0:  # llama-server's auto: 4 slots, and any of them may fill the whole context
+        args.n_parallel, args.kv_unified = AUTO_SLOTS, True
     if args.reranking:  # as llama-server's --reranking
         args.embedding, args.pooling = True, "rank"
     return args

@@ -55,12 +55,12 @@ def _context_params(lc: Any, cfg: ContextConfig, n_ctx_train: int) -> Any:
     """llama-server's context: ``-c`` cells in all, one KV stream of ``n_ctx / n_parallel`` cells
     per slot, or with ``kv_unified`` one pool any slot may fill.
 
-    Why a stream per slot by default: a sequence alone in its stream keeps its
-    cells in position order, so its attention sums in the same order whatever
-    the other slots do, and greedy output equals the same request run alone. In
-    one unified pool, cells freed by a finished or cancelled request are
-    refilled out of order and results drift in the last bits; the pool lets
-    one long conversation use the cells idle slots do not need.
+    A sequence alone in its stream keeps its cells in position order, so its
+    attention sums in the same order whatever the other slots do, and greedy
+    output equals the same request run alone. In one unified pool (the worker's
+    ``-np`` auto, as llama-server's), cells freed by a finished or cancelled
+    request are refilled out of order and results drift in the last bits; the
+    pool lets one long conversation use the cells idle slots do not need.
     """
     p = lc.llama_context_default_params()
     n_seq = min(max(1, cfg.n_parallel), MAX_SLOTS)
