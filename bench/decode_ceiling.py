@@ -48,8 +48,8 @@ def _raw_decode(model: str, rows: int, steps: int) -> float:
 
     log = LlamaLog(lambda level, text: None)
     log.install()
-    cores = len(os.sched_getaffinity(0))  # the worker's default -t and -tb
-    cfg = ContextConfig(n_parallel=max(4, rows), n_threads=cores, n_threads_batch=cores)
+    cores = len(os.sched_getaffinity(0))  # the worker's default -t and -tb, and its -np auto: one KV pool
+    cfg = ContextConfig(n_parallel=max(4, rows), n_threads=cores, n_threads_batch=cores, kv_unified=True)
     llm = load_llama(model, cfg, log=log, on_progress=lambda p: True).llm
     batch = Batch(llm.lc, 512)
     times = []
