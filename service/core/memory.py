@@ -5,16 +5,19 @@ context the worker will really create:
 
 * **weights**: the files' size. llama.cpp maps the tensors as stored (a Q4_K_M
   file is its own size in memory), the split parts included.
-* **KV cache**: per slot and per cell, every layer keeps ``n_head_kv *
-  (n_embd_head_k + n_embd_head_v)`` elements of the cache types (``f16`` by
-  default, llama-server's ``--cache-type-k/-v``). The batch engine gives each of
-  its ``n_parallel`` slots the full ``n_ctx`` (per slot, capped to the training
-  context as the worker caps it); sliding-window layers keep only their window
-  plus one batch, as llama.cpp's iSWA cache does.
+* **KV cache**: per cell, every layer keeps ``n_head_kv * (n_embd_head_k +
+  n_embd_head_v)`` elements of the cache types (``f16`` by default,
+  llama-server's ``--cache-type-k/-v``), in the cells the worker's context
+  really has (:func:`kv_layout`): with ``-np`` auto (the default) or
+  ``kv_unified``, one pool of ``n_ctx`` cells that every slot shares; with an
+  explicit ``-np N``, N streams of ``n_ctx / N`` cells (capped to the
+  training context), as llama-server shares ``-c``. llama.cpp pads every
+  stream to 256 cells, and sliding-window layers keep only their window (one
+  per slot in a pool) plus one micro-batch, as its iSWA cache does.
 * **compute buffer**: llama.cpp sizes it for the worst batch: the logits of a
   batch (``n_vocab`` floats per token), the activations (a few ``n_embd``
   vectors per token) and the attention scores over the context. We count
-  ``4 * n_batch * (n_vocab + 4 * n_embd + n_ctx)`` bytes: a rough upper bound of
+  ``4 * n_batch * (n_vocab + 4 * n_embd + cells)`` bytes (``cells``: one stream's): a rough upper bound of
   the same terms, not a replay of llama.cpp's graph planner (``docs/cluster.md``
   says how far off it can be).
 * **overhead**: the worker process itself (Python, llama.cpp's code, buffers).
@@ -37,8 +40,11 @@ from service.core.node_state import ModelShape
 WORKER_OVERHEAD = 64 * 1024 * 1024
 """An inference worker's own resident memory before any model: Python, llama.cpp, numpy (measured ~55 MB)."""
 DEFAULT_N_CTX = 4096  # the worker's --n-ctx default
-DEFAULT_N_PARALLEL = 4  # the worker's --n-parallel default
+DEFAULT_N_PARALLEL = 4  # the worker's slots with --n-parallel auto (-1, its default)
 DEFAULT_N_BATCH = 512  # the worker's --n-batch default
+MAX_SLOTS = 256  # the worker's cap on slots (llama.cpp's LLAMA_MAX_SEQ)
+KV_PAD = 256  # llama.cpp pads each KV stream to a multiple of this many cells
+MAX_UBATCH = 512  # the worker's micro-batch: min(n_batch, 512)
 _CACHE_TYPE_BYTES = {
     "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
     "q4_0": 18 / 32, "q4_1": 20 / 32, "iq4_nl": 18 / 32,
@@ -74,22 +80,51 @@ def _int_param(params: Mapping[str, JSON], name: str, default: int) -> int:
     return number if number > 0 else default
 
 
-def context_cells(shape: ModelShape, params: Mapping[str, JSON]) -> int:
-    """The worker's per-slot context: ``n_ctx`` (0 or unset: its default), capped to the training context."""
+def _flag(params: Mapping[str, JSON], name: str) -> bool:
+    return params.get(name) in (True, 1, "1", "true")
+
+
+def _pad(cells: int) -> int:
+    return -(-max(cells, 1) // KV_PAD) * KV_PAD
+
+
+@dataclass(frozen=True, slots=True)
+class KvLayout:
+    """The KV cache the worker's context allocates: ``streams`` of ``cells`` (full-attention layers)
+    and ``swa_cells`` (sliding-window layers) each."""
+
+    streams: int
+    cells: int
+    swa_cells: int
+
+
+def slots(params: Mapping[str, JSON]) -> int:
+    """The worker's slots: ``n_parallel`` (-1 or unset: 4, at most 256); an embedding worker runs one."""
+    if _flag(params, "embedding"):
+        return 1
+    return min(_int_param(params, "n_parallel", DEFAULT_N_PARALLEL), MAX_SLOTS)
+
+
+def kv_layout(shape: ModelShape, params: Mapping[str, JSON]) -> KvLayout:
+    """As the worker sizes its context (``workers/inference/llama/_load.py``), then llama.cpp pads it:
+    ``-np`` auto or ``kv_unified``: one pool of ``n_ctx`` cells (0: the training context); else a
+    stream per slot of ``n_ctx / n_parallel``, capped to the training context."""
     value = params.get("n_ctx")
     try:
         n_ctx = int(value) if value is not None else DEFAULT_N_CTX
     except (TypeError, ValueError):
         n_ctx = DEFAULT_N_CTX
-    train = shape.n_ctx_train if shape.n_ctx_train > 0 else n_ctx
-    return train if n_ctx <= 0 else min(n_ctx, train)
-
-
-def slots(params: Mapping[str, JSON]) -> int:
-    """The worker's slots: ``n_parallel`` (-1 or unset: 4); an embedding worker runs one."""
-    if params.get("embedding") in (True, 1, "1", "true"):
-        return 1
-    return _int_param(params, "n_parallel", DEFAULT_N_PARALLEL)
+    train = max(shape.n_ctx_train, 0)
+    total = (train or DEFAULT_N_CTX) if n_ctx <= 0 else n_ctx
+    n_seq = slots(params)
+    ubatch = min(_int_param(params, "n_batch", DEFAULT_N_BATCH), MAX_UBATCH)
+    window = shape.sliding_window if shape.sliding_window > 0 else 1 << 40  # none: the whole stream
+    auto = _int_param(params, "n_parallel", -1) < 0  # unset or -1: the worker's auto, one pool
+    if auto or _flag(params, "kv_unified"):
+        cells = _pad(total)
+        return KvLayout(1, cells, min(cells, _pad(window * n_seq + ubatch)))
+    cells = _pad(min(max(total // n_seq, 1), train or total))
+    return KvLayout(n_seq, cells, min(cells, _pad(window + ubatch)))
 
 
 def estimate(shape: ModelShape, params: Mapping[str, JSON], args: Mapping[str, JSON] | None = None) -> MemoryNeed:
@@ -98,14 +133,13 @@ def estimate(shape: ModelShape, params: Mapping[str, JSON], args: Mapping[str, J
     options = args or {}
     bytes_k = _CACHE_TYPE_BYTES.get(str(options.get("cache-type-k") or "f16").lower(), 2.0)
     bytes_v = _CACHE_TYPE_BYTES.get(str(options.get("cache-type-v") or "f16").lower(), 2.0)
-    n_ctx = context_cells(shape, params)
-    n_batch = min(_int_param(params, "n_batch", DEFAULT_N_BATCH), max(n_ctx, 1))
+    kv_cells = kv_layout(shape, params)
+    n_batch = min(_int_param(params, "n_batch", DEFAULT_N_BATCH), kv_cells.cells)
     per_cell = shape.n_head_kv * (shape.n_embd_head_k * bytes_k + shape.n_embd_head_v * bytes_v)
     swa = max(0, min(shape.swa_layers, shape.n_layer)) if shape.sliding_window > 0 else 0
-    swa_cells = min(n_ctx, shape.sliding_window + n_batch)
-    cells = (shape.n_layer - swa) * n_ctx + swa * swa_cells
-    kv = int(slots(params) * cells * per_cell)
-    compute = 4 * n_batch * (shape.n_vocab + 4 * shape.n_embd + n_ctx)
+    cells = (shape.n_layer - swa) * kv_cells.cells + swa * kv_cells.swa_cells
+    kv = int(kv_cells.streams * cells * per_cell)
+    compute = 4 * n_batch * (shape.n_vocab + 4 * shape.n_embd + kv_cells.cells)
     return MemoryNeed(weights=shape.weights_bytes, kv_cache=kv, compute=compute)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.core.memory import WORKER_OVERHEAD, estimate, need_bytes, parse_margin
+from service.core.memory import WORKER_OVERHEAD, KvLayout, estimate, kv_layout, need_bytes, parse_margin
 from service.core.node_state import ModelShape
 
 # A Llama-3-8B-like header: 32 layers, 8 KV heads of 128, 128256 tokens, 8192 trained context.
@@ -12,12 +12,32 @@ LLAMA = ModelShape(path="m.gguf", weights_bytes=4_920_000_000, n_layer=32, n_emb
                    n_embd_head_k=128, n_embd_head_v=128, n_vocab=128256, n_ctx_train=8192)  # fmt: skip
 
 
-def test_the_kv_cache_is_every_slot_times_the_context_times_each_layers_keys_and_values() -> None:
+def test_the_kv_cache_is_the_contexts_cells_times_each_layers_keys_and_values() -> None:
+    """``-np 4``: four streams of ``-c / 4`` cells; ``-c`` cells in all, whatever the slots."""
     need = estimate(LLAMA, {"n_ctx": 4096, "n_parallel": 4})
-    assert need.kv_cache == 4 * 4096 * 32 * 8 * (128 + 128) * 2  # f16: 2 bytes, 2 GiB in all
+    assert need.kv_cache == 4096 * 32 * 8 * (128 + 128) * 2  # f16: 2 bytes, 512 MiB in all
     assert need.weights == LLAMA.weights_bytes and need.overhead == WORKER_OVERHEAD
-    assert need.compute == 4 * 512 * (128256 + 4 * 4096 + 4096)
+    assert need.compute == 4 * 512 * (128256 + 4 * 4096 + 1024)  # attention over one stream's 1024 cells
     assert need.total == need.weights + need.kv_cache + need.compute + need.overhead
+
+
+def test_np_auto_is_one_pool_of_the_whole_context() -> None:
+    """No ``n_parallel`` (or -1): the worker's one pool of ``-c`` cells, beyond the trained context if
+    asked (llama.cpp allows it); an explicit count splits ``-c`` and caps each share to the trained one."""
+    cell = 32 * 8 * 256 * 2
+    assert (
+        kv_layout(LLAMA, {"n_ctx": 4096})
+        == kv_layout(LLAMA, {"n_ctx": 4096, "n_parallel": -1})
+        == KvLayout(1, 4096, 4096)
+    )
+    assert estimate(LLAMA, {"n_ctx": 32768}).kv_cache == 32768 * cell
+    assert estimate(LLAMA, {"n_ctx": 32768, "n_parallel": 2}).kv_cache == 2 * 8192 * cell
+    assert estimate(LLAMA, {"n_ctx": 32768, "n_parallel": 2, "kv_unified": True}).kv_cache == 32768 * cell
+
+
+def test_each_stream_is_padded_to_256_cells() -> None:
+    assert kv_layout(LLAMA, {"n_ctx": 1000, "n_parallel": 8}) == KvLayout(8, 256, 256)
+    assert kv_layout(LLAMA, {"n_ctx": 1000}) == KvLayout(1, 1024, 1024)
 
 
 def test_the_worker_defaults_apply_and_the_context_is_capped_to_the_trained_one() -> None:

@@ -23,7 +23,7 @@ from service.llamacpp.gguf_shape import measure
 from tests.service_probes import events, model_entry, wait_for_event
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
-HUGE_PARALLEL = 4096  # KV cache for 4096 slots: far more than the budget
+HUGE_CTX = 100_000_000  # a KV pool of 100M cells: far more than the budget
 
 
 def _need(path: Path, params: dict[str, Any]) -> int:
@@ -39,7 +39,7 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceProce
     for i, name in enumerate(("tiny-a", "tiny-b", "tiny-huge", "tiny-pinned")):
         write_tiny_gguf(models / f"{name}.gguf", seed=i)
     presets = root / "presets.ini"
-    presets.write_text(f"[tiny-huge]\nn_parallel = {HUGE_PARALLEL}\n\n[tiny-pinned]\npin = true\n")
+    presets.write_text(f"[tiny-huge]\nctx-size = {HUGE_CTX}\n\n[tiny-pinned]\npin = true\n")
     need = max(_need(models / f"{n}.gguf", {}) for n in ("tiny-a", "tiny-b", "tiny-pinned"))
     budget = need * 3 // 2
     env = {"MODELROUTER_MODELS_DIR": str(models), "MODELROUTER_PRESETS": str(presets), "MODELROUTER_MODELS_MAX": "0",
@@ -79,7 +79,7 @@ def test_memory_decides_eviction_pins_stay_and_what_cannot_fit_is_refused_with_5
     refused = _chat(proc, "tiny-huge")
     assert refused.status_code == 507, refused.text
     body = refused.json()
-    huge = _need(Path(model_entry(proc, "tiny-huge")["path"]), {"n_parallel": HUGE_PARALLEL})
+    huge = _need(Path(model_entry(proc, "tiny-huge")["path"]), {"n_ctx": HUGE_CTX})
     assert body["type"].endswith("insufficient_memory") and body["need_bytes"] == huge > budget
     assert body["memory_bytes"] == budget and str(huge) in body["detail"] and body["error"]["code"] == 507
     assert events(proc, type="instance_requested", model="tiny-huge") == []
