@@ -17,9 +17,9 @@ context the worker will really create:
 * **compute buffer**: llama.cpp sizes it for the worst batch: the logits of a
   batch (``n_vocab`` floats per token), the activations (a few ``n_embd``
   vectors per token) and the attention scores over the context. We count
-  ``4 * n_batch * (n_vocab + 4 * n_embd + cells)`` bytes (``cells``: one stream's): a rough upper bound of
-  the same terms, not a replay of llama.cpp's graph planner (``docs/cluster.md``
-  says how far off it can be).
+  ``4 * n_batch * (n_vocab + 4 * n_embd + cells)`` bytes (``cells``: one
+  stream's): a rough upper bound of the same terms, not a replay of
+  llama.cpp's graph planner (``docs/cluster.md`` says how far off it can be).
 * **overhead**: the worker process itself (Python, llama.cpp's code, buffers).
 
 It is a budget, not a measurement: placement compares it with the memory a

@@ -62,6 +62,7 @@ def _context_params(lc: Any, cfg: ContextConfig, n_ctx_train: int) -> Any:
     request are refilled out of order and results drift in the last bits; the
     pool lets one long conversation use the cells idle slots do not need.
     """
+    # service/core/memory.kv_layout reproduces this sizing for placement: change both together.
     p = lc.llama_context_default_params()
     n_seq = min(max(1, cfg.n_parallel), MAX_SLOTS)
     total = n_ctx_train if cfg.n_ctx <= 0 else cfg.n_ctx
