@@ -85,6 +85,17 @@ def click_action(driver: WebDriver, model: str, action: str) -> None:
     until(driver, click, f"the {action} button")
 
 
+def choose_chat_model(driver: WebDriver, model: str) -> None:
+    # Every model event redraws the select's options: one picked a moment ago may be stale, so pick
+    # again until the select holds the model.
+    def pick(d: WebDriver) -> bool:
+        select = css(d, "#chat-model")
+        Select(select).select_by_value(model)
+        return bool(select.get_attribute("value") == model)
+
+    until(driver, pick, f"{model} chosen for the chat")
+
+
 # The feed is read in one script: element by element, a redraw in between makes them stale.
 def feed_types(driver: WebDriver) -> list[str]:
     return list(driver.execute_script("return [...document.querySelectorAll('#feed li')].map(li => li.dataset.type)"))
@@ -141,7 +152,7 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
         click_action(browser, model, "load")
         until(browser, lambda d: model_status(d, model) == "loaded", "the model loaded")
 
-        Select(css(browser, "#chat-model")).select_by_value(model)
+        choose_chat_model(browser, model)
         css(browser, "#chat-input").send_keys("Say hi")
         css(browser, "#chat-form button").click()
         reply = until(browser, lambda d: css(d, '.msg.assistant[data-done="true"]'), "the chat answer")
