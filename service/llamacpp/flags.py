@@ -166,7 +166,14 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     "chat-template-kwargs": ("chat_template_kwargs", "extra template variables (JSON object)"),
     "reasoning-format": ("reasoning_format", "none, auto, deepseek or deepseek-legacy: where <think> goes"),
     "jinja": ("jinja", "Jinja templates (default); --no-jinja: llama.cpp's built-in templates through its C API"),
-    "cache-idle-slots": ("", "idle slots keep their KV cache for prefix reuse; --no-cache-idle-slots is ignored"),
+    "cache-ram": (
+        "cache_ram",
+        "RAM prompt cache of slots' KV state, MiB (8192; -1 no limit, 0 off): a prompt a slot lost comes back from it",
+    ),
+    "cache-idle-slots": (
+        "cache_idle_slots",
+        "idle slots go to the prompt cache when a request starts, and leave a unified KV pool (needs --cache-ram)",
+    ),
     "cont-batching": ("", "the batch engine always batches; --no-cont-batching is ignored"),
     "tags": ("", "the model's tags in GET /models (informational, not used for routing)"),
     "metrics": (

@@ -174,6 +174,8 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "pooling": _pooling,
     "reranking": lambda _k, v: {} if is_falsey(v) else {"embedding": True, "pooling": "rank"},
     "kv-unified": lambda _k, v: {"kv_unified": not is_falsey(v)},
+    "cache-ram": lambda k, v: {"cache_ram": _int(k, v)},
+    "cache-idle-slots": lambda _k, v: {"cache_idle_slots": not is_falsey(v)},
     "context-shift": lambda _k, v: {"context_shift": not is_falsey(v)},
     "spm-infill": lambda _k, v: {"spm_infill": not is_falsey(v)},
     "slot-save-path": lambda _k, v: {"slot_save_path": v.strip()},
@@ -195,7 +197,6 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
 }
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.
 _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
-    "cache-idle-slots": lambda v: not is_falsey(v),
     "cont-batching": lambda v: not is_falsey(v),
     "chat-template": lambda v: bool(v.strip()),  # a built-in name, else the template's text
     "tags": lambda _v: True,  # the router's: GET /models lists them (model_tags)

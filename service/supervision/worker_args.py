@@ -42,6 +42,7 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "seed": "--seed",
     "pooling": "--pooling",
     "slot_save_path": "--slot-save-path",
+    "cache_ram": "--cache-ram",
     "lora": "--lora",
     "lora_scaled": "--lora-scaled",
     "video_fps": "--video-fps",
@@ -85,6 +86,8 @@ def inference_argv(
         argv.append("--no-slots")
     if params.get("jinja") is False:
         argv.append("--no-jinja")
+    if params.get("cache_idle_slots") is False:
+        argv.append("--no-cache-idle-slots")
     if mmproj is not None:
         argv += ["--mmproj", mmproj]
     if params.get("sampling"):  # llama-server's sampling options: every request's defaults

@@ -175,12 +175,15 @@ def test_idle_slots_keep_their_cache(admin: ServiceProcess) -> None:
 
 @pytest.mark.timeout(180)
 def test_idle_slots_keep_their_cache_in_a_unified_kv(tmp_path: Path) -> None:
-    """``--kv-unified``: llama-server moves an idle slot's prompt to its RAM cache and brings it
-    back; here it stays in the shared cells. Either way the next request reuses it."""
+    """``--kv-unified``: as llama-server, an idle slot's prompt leaves the shared cells for the RAM
+    prompt cache when the other request starts, and comes back with the next request that needs it."""
     write_tiny_gguf(tmp_path / "models" / "tiny.gguf")
     args = ["--models-dir", str(tmp_path / "models"), "--kv-unified", "-np", "2"]
     with ServiceProcess(tmp_path / "home", args=args) as svc:
         _idle_slots_are_reused(svc)
+        slots = httpx.get(f"{svc.url}/slots", params={"model": "tiny"}, timeout=60).json()
+        # The last request's start took the other idle slot's cells to RAM.
+        assert sorted(s["n_cached"] == 0 for s in slots) == [False, True], slots
 
 
 @pytest.mark.timeout(240)

@@ -113,3 +113,25 @@ def test_sampling_options_become_every_requests_defaults(tmp_path: Path) -> None
         [section] = parse_preset(f"[m]\nmodel = /m/m.gguf\n{bad}\n", "test.ini").sections
         with pytest.raises(OptionError, match=bad.split(" = ")[0]):
             model_settings(section.options, section.extras)
+
+
+def test_the_prompt_cache_options_reach_the_worker_as_it_reads_them(tmp_path: Path) -> None:
+    """``cache-ram`` (``-cram``, ``LLAMA_ARG_CACHE_RAM``) and ``no-cache-idle-slots`` become the worker's
+    own flags; without them the worker has llama-server's defaults (8192 MiB, idle slots cached)."""
+    from service.llamacpp.options import OptionError
+    from workers.inference._cli import parse_args
+
+    text = (
+        "[a]\nmodel = /m/a.gguf\ncram = 0\nno-cache-idle-slots = 1\n[b]\nmodel = /m/b.gguf\nLLAMA_ARG_CACHE_RAM = -1\n"
+    )
+    a, b = parse_preset(text, "test.ini").sections
+    settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
+    for section, want in ((a, (0, False)), (b, (-1, True))):
+        params = dict(model_settings(section.options, section.extras).config.params)
+        args = parse_args(inference_argv(settings, "m", "/m/m.gguf", "m-1", 9000, params)[3:])
+        assert (args.cache_ram, args.cache_idle_slots) == want, params
+    plain = parse_args(inference_argv(settings, "t", "/m/t.gguf", "t-1", 9000, {})[3:])
+    assert (plain.cache_ram, plain.cache_idle_slots) == (8192, True)
+    [bad] = parse_preset("[c]\nmodel = /m/c.gguf\ncache-ram = lots\n", "test.ini").sections
+    with pytest.raises(OptionError, match="cache-ram"):
+        model_settings(bad.options, bad.extras)

@@ -76,12 +76,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reranking", "--rerank", action="store_true", help="serve /rerank (--embedding --pooling rank)")
     p.add_argument("--context-shift", action="store_true", help="a full context drops old tokens (n_keep kept)")
     p.add_argument("--spm-infill", action="store_true", help="/infill prompts suffix first (SPM)")
-    p.add_argument("--slot-save-path", default=None, help="directory of POST /slots/{id}?action=save|restore files")
     p.add_argument("--lora", action="append", default=[], help="LoRA adapter GGUF (comma-separated: several)")
     p.add_argument("--lora-scaled", action="append", default=[], help="LoRA adapter with a scale: FNAME:SCALE,...")
     p.add_argument("--lora-init-without-apply", action="store_true", help="load --lora adapters at scale 0")
     p.add_argument("--props", action="store_true", help="POST /props answers success (llama-server's)")
-    p.add_argument("--kv-unified", action="store_true", help="one KV pool for all slots (each may use all of -c)")
+    _kv_cache_args(p)
     _template_args(p)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-metrics", dest="metrics", action="store_false", help="GET /metrics: 501 (llama-server's)")
@@ -104,6 +103,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.reranking:  # as llama-server's --reranking
         args.embedding, args.pooling = True, "rank"
     return args
+
+
+def _kv_cache_args(p: argparse.ArgumentParser) -> None:
+    """Where slots' KV cells live, and where they go when a slot is idle (llama-server's names)."""
+    p.add_argument("--kv-unified", action="store_true", help="one KV pool for all slots (each may use all of -c)")
+    p.add_argument("--cache-ram", "-cram", type=int, default=8192,
+                   help="RAM prompt cache of slots' KV state, MiB (-1: no limit, 0: off), as llama-server")  # fmt: skip
+    p.add_argument("--cache-idle-slots", action=argparse.BooleanOptionalAction, default=True,
+                   help="idle slots go to the prompt cache when a request starts (cleared from a KV pool)")  # fmt: skip
+    p.add_argument("--slot-save-path", default=None, help="directory of POST /slots/{id}?action=save|restore files")
 
 
 def _template_args(p: argparse.ArgumentParser) -> None:

@@ -34,8 +34,9 @@ def build_engine(args: argparse.Namespace) -> Engine:
     if args.engine == "legacy":
         return LegacyEngine(args.model_name, embedding=bool(args.embedding))
     return BatchEngine(
-        args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding), context_shift=args.context_shift
-    )
+        args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding), context_shift=args.context_shift,
+        cache_ram_mib=args.cache_ram, cache_idle_slots=args.cache_idle_slots,
+    )  # fmt: skip
 
 
 def load_projector(

@@ -18,8 +18,9 @@ A request that arrives while a step runs joins at the next one (continuous batch
 step is a few list operations per slot; sampling runs in C. HTTP threads only enqueue
 :class:`~workers.inference.engine.Request` objects and read their queues (:mod:`workers.inference.http._front`).
 
-KV cells: each slot owns one KV stream of ``n_ctx`` cells (see :func:`workers.inference.llama._load._context_params`).
-An idle slot keeps its last prompt and reply there for reuse; a cancelled request's cells are dropped at once.
+KV cells: one pool for all slots, or a stream each (:func:`workers.inference.llama._load._context_params`). An idle
+slot keeps its prompt and reply for reuse until the RAM prompt cache takes them (``_prompt_cache``); a cancelled
+request's cells are dropped at once.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from workers.inference.engine._errors import EngineError, EngineFailed, EngineNo
 from workers.inference.engine._kept_logits import KeptLogits
 from workers.inference.engine._media import decode_reached_media, keep_whole_media, pos_delta, text_end
 from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
+from workers.inference.engine._prompt_cache import DEFAULT_CACHE_RAM_MIB, PromptCache, PromptCacheMixin
 from workers.inference.engine._protocol import FrontFactory, JobRunner
 from workers.inference.engine._row_sampler import RowSampler
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
@@ -47,14 +49,17 @@ if TYPE_CHECKING:
     from workers.inference.llama import Loaded
 
 
-class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMixin):
+class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMixin, PromptCacheMixin):
     """Loads the model on its own thread, then runs the step loop until drained (an
     :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
     def __init__(
-        self, model_name: str, *, n_parallel: int = 4, embedding: bool = False, context_shift: bool = False
-    ) -> None:
+        self, model_name: str, *, n_parallel: int = 4, embedding: bool = False, context_shift: bool = False,
+        cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB, cache_idle_slots: bool = True,
+    ) -> None:  # fmt: skip
         self.model_name = model_name
+        self.cache_ram_mib, self.cache_idle_slots = cache_ram_mib, cache_idle_slots  # --cache-ram, --cache-idle-slots
+        self.prompt_cache: PromptCache | None = None  # made in _setup unless --cache-ram 0
         self.n_parallel = max(1, n_parallel)
         self.llm: LlamaModel | None = None
         self.slots: list[Slot] = []
@@ -131,6 +136,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
         self._batch = Batch(llm.lc, llm.n_batch)
         self._budget = llm.cfg.n_batch
         self.kept.lc, self.kept.n_vocab = llm.lc, llm.n_vocab
+        self.prompt_cache = PromptCache(self.cache_ram_mib, llm.n_ctx) if self.cache_ram_mib and llm.mem else None
         self.sampler = RowSampler(llm.lc, llm.cfg.n_threads)
 
     def submit(self, job: Job) -> None:
@@ -267,10 +273,9 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
                     return
                 slot, n_common = picked
                 self._pending.popleft()
-                if slot.lora != lora:  # cells computed with other adapters are of no use
-                    self._drop_cache(slot)
-                    slot.lora = lora
+                n_common = self._swap_prompt(slot, req.prompt if req.cache_prompt else [], lora, n_common)
                 self._launch(slot, req, n_common if req.cache_prompt else 0, now)
+                self._stash_idle_slots(slot)
 
     def _launch(self, slot: Slot, req: Request, n_common: int, now: float) -> None:
         """Start ``req`` in ``slot``, keeping the first ``n_common`` cached tokens (prefix reuse): all of
@@ -306,12 +311,6 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
             slot.end(now)
         if not keep_cache:
             self._drop_cache(slot)
-
-    def _drop_cache(self, slot: Slot) -> None:
-        assert self.llm is not None
-        self.llm.seq_rm(slot.id, 0, -1)
-        self.kept.forget(slot.id)
-        slot.cache.clear()
 
     def _reject(self, req: Request, err: EngineError) -> None:
         if req.chain is not None and self.llm is not None:

@@ -184,6 +184,7 @@ class Slot:
         """llama-server's ``/slots`` entry (without the prompt and generated text)."""
         out: dict[str, Any] = {"id": self.id, "n_ctx": self.n_ctx, "speculative": False}
         out["is_processing"] = self.is_processing
+        out["n_cached"] = len(self.cache)  # modelrouter's: tokens whose KV cells the slot holds
         req = self.request or self.last_request
         if req is None:
             return out
