@@ -5,7 +5,7 @@ several sequences costs little more than one on a CPU (the weights are read
 once per step). Each step, on the single engine thread:
 
 1. release cancelled requests (client gone, stop): their cells go at once;
-2. admit queued requests into idle slots, reusing the longest cached prefix;
+2. admit queued requests into idle slots, reusing the longest cached prefix (``_admission``);
 3. build one batch: the pending token of every generating slot, then prompt
    chunks of prefilling slots up to ``n_batch`` tokens in all (chunked
    prefill: a long prompt takes several steps and never stalls the others;
@@ -31,17 +31,17 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from workers.inference.engine._admission import AdmissionMixin
 from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, EmbedRequest
 from workers.inference.engine._errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
 from workers.inference.engine._kept_logits import KeptLogits
-from workers.inference.engine._media import decode_reached_media, keep_whole_media, pos_delta, text_end
+from workers.inference.engine._media import decode_reached_media, text_end
 from workers.inference.engine._metrics import EngineMetrics, EngineMonitorMixin, StepLog
-from workers.inference.engine._prompt_cache import DEFAULT_CACHE_RAM_MIB, PromptCache, PromptCacheMixin
+from workers.inference.engine._prompt_cache import DEFAULT_CACHE_RAM_MIB, PromptCache
 from workers.inference.engine._protocol import FrontFactory, JobRunner
 from workers.inference.engine._row_sampler import RowSampler
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
-from workers.inference.engine._slots import Request, Slot, SlotState, lora_sets, pick_slot, shift_context
-from workers.inference.engine._tokens import TokenMixin
+from workers.inference.engine._slots import Request, Slot, SlotState, lora_sets, shift_context
 from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel, LoraKey
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from workers.inference.llama import Loaded
 
 
-class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMixin, PromptCacheMixin):
+class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, AdmissionMixin):
     """Loads the model on its own thread, then runs the step loop until drained (an
     :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
@@ -258,46 +258,6 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, TokenMix
             with self._cv:
                 while self._pending:
                     self._reject(self._pending.popleft(), EngineStopping())
-
-    def _admit(self, now: float) -> None:
-        assert self.llm is not None
-        with self._cv:
-            while self._pending:
-                req = self._pending[0]
-                if req.cancelled.is_set():
-                    self._reject(self._pending.popleft(), RequestCancelled("request cancelled"))
-                    continue
-                lora = self.llm.lora.key if req.lora is None else req.lora  # None: the worker's own set
-                picked = pick_slot(self.slots, req.prompt if req.cache_prompt else [], lora=lora)
-                if picked is None:
-                    return
-                slot, n_common = picked
-                self._pending.popleft()
-                n_common = self._swap_prompt(slot, req.prompt if req.cache_prompt else [], lora, n_common)
-                self._launch(slot, req, n_common if req.cache_prompt else 0, now)
-                self._stash_idle_slots(slot)
-
-    def _launch(self, slot: Slot, req: Request, n_common: int, now: float) -> None:
-        """Start ``req`` in ``slot``, keeping the first ``n_common`` cached tokens (prefix reuse): all of
-        them if the slot kept the logits after exactly this prompt, else at most all but the last,
-        which is evaluated again for its logits."""
-        assert self.llm is not None
-        row = self.kept.take(slot.id, req.prompt, slot.cache)
-        n_keep = n_common if row is not None and req.chain is not None else min(n_common, len(req.prompt) - 1)
-        n_keep = keep_whole_media(req, n_keep)
-        if n_keep < len(slot.cache) and not self.llm.seq_rm(slot.id, n_keep, -1):
-            n_keep = 0
-        if not self.llm.can_continue(slot.id, n_keep):
-            n_keep = 0  # the sliding window before n_keep is gone: evaluate it all again
-        if n_keep == 0:
-            self.llm.seq_rm(slot.id, 0, -1)
-        slot.begin(req, n_keep, now, pos_delta(req, n_keep))
-        self.metrics.on_admit(n_keep)
-        if row is not None and slot.chain is not None and n_keep == len(req.prompt):  # sample the kept row
-            slot.state, slot.timings.t_prompt_done = SlotState.GENERATING, now
-            self._on_token(slot, self.kept.sample(slot.chain, row), now, row)
-            if not slot.is_processing:  # it ended at that token: the slot's cells are unchanged
-                self.kept.put_back(slot.id, req.prompt, row)
 
     def _release(self, slot: Slot, now: float, *, keep_cache: bool) -> None:
         assert self.llm is not None

@@ -46,6 +46,7 @@ class Request:
     chain: Any = None  # its sampler chain, built on the HTTP thread; freed by the engine
     media: Any = None  # the prompt's images (a llama._mtmd.MediaPrompt), or None: see engine._media
     lora: tuple[tuple[int, float], ...] | None = None  # its own adapter set (llama.LoraKey); None: the worker's
+    id_slot: int = -1  # llama-server's id_slot: the slot it must run in (modulo the slots), -1: any
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -218,15 +219,25 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def pick_slot(
-    slots: list[Slot], prompt: list[int], similarity: float = 0.1, lora: tuple[tuple[int, float], ...] = ()
+    slots: list[Slot],
+    prompt: list[int],
+    similarity: float = 0.1,
+    lora: tuple[tuple[int, float], ...] = (),
+    id_slot: int = -1,
 ) -> tuple[Slot, int] | None:
     """The idle slot to run ``prompt`` in, and how many of its cached tokens match.
 
-    Like llama-server: the idle slot sharing the longest prefix if that covers
-    at least ``similarity`` of the prompt, else the least recently used one
-    (so other cached conversations survive). Only cells computed with the
-    request's adapter set ``lora`` match.
+    Like llama-server: slot ``id_slot`` (modulo the slots) if the request names
+    one, and None while it is busy; else the idle slot sharing the longest
+    prefix if that covers at least ``similarity`` of the prompt, else the least
+    recently used one (so other cached conversations survive). Only cells
+    computed with the request's adapter set ``lora`` match.
     """
+    if id_slot >= 0:
+        s = slots[id_slot % len(slots)]
+        if s.state is not SlotState.IDLE:
+            return None
+        return s, common_prefix(s.cache, prompt) if s.lora == lora else 0
     idle = [s for s in slots if s.state is SlotState.IDLE]
     if not idle:
         return None

@@ -51,3 +51,12 @@ def answer_for(err: ApiError | EngineError) -> ApiError:
         return err
     status, kind = next(_ANSWERS[cls] for cls in type(err).__mro__ if cls in _ANSWERS)
     return ApiError(status, err.message, kind)
+
+
+def too_long(size: str, limit: int, n_ctx: int, n_prompt: int) -> ApiError:
+    """llama-server's ``exceed_context_size_error`` for a prompt over ``limit`` tokens (``size`` says how big)."""
+    msg = (
+        f"the prompt is {size}, over this model's limit of {limit} prompt tokens "
+        f"(max_prompt_tokens; the context holds {n_ctx} tokens)"
+    )
+    return ApiError(400, msg, "exceed_context_size_error", {"n_prompt_tokens": n_prompt, "n_ctx": n_ctx})

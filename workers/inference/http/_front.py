@@ -6,8 +6,8 @@ rendered and read by ``_chat_session``. Rendering and tokenizing happen on the r
 HTTP thread (ctypes releases the GIL while llama.cpp tokenizes), so a long prompt never
 holds up the engine's step loop.
 
-Per-request extras that OpenAI's signature has no room for (the disconnect
-check, ``cache_prompt``, ``lora``) travel in a thread-local :class:`_RequestContext`.
+Per-request extras that OpenAI's signature has no room for (the disconnect check, ``cache_prompt``,
+``lora``, ``id_slot``) travel in a thread-local :class:`_RequestContext`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from workers.inference.engine import (
     strict_json_strings,
 )
 from workers.inference.http._chat_template import TemplateOptions
-from workers.inference.http._errors import ApiError
+from workers.inference.http._errors import ApiError, too_long
 from workers.inference.http._llama_server import generation_settings
 from workers.inference.http._shapes import CompletionShaper
 from workers.inference.llama import LlamaModel, LoraKey, MediaPrompt, Tokenizer, TokenizingCancelled
@@ -50,6 +50,7 @@ class _RequestContext:
     ignore_eos: bool = False
     n_keep: int = 0
     lora: LoraKey | None = None  # the request's own adapter set; None: the worker's
+    id_slot: int = -1  # llama-server's id_slot: the slot the request must run in, -1: any
     result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
 
 
@@ -142,6 +143,7 @@ class CompletionFront:
                 ignore_eos=opts.get("ignore_eos", False),
                 n_keep=opts.get("n_keep", 0),
                 lora=self.llm.lora.request_key(opts["lora"]) if "lora" in opts else None,
+                id_slot=opts.get("id_slot", -1),
             )
             if job.kind == "chat":
                 result = self.create_chat_completion(**job.kwargs, include_usage=bool(opts.get("include_usage")))
@@ -329,8 +331,8 @@ class CompletionFront:
             chain = build_chain(llm.lc, llm.vocab, llm.n_vocab, params, self.default_seed, llm.n_ctx)
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
-        ctx = self._ctx()
-        req = Request(tokens, params, max_tokens, stops, ctx.cache_prompt, ctx.n_keep, chain, media, ctx.lora)
+        c = self._ctx()
+        req = Request(tokens, params, max_tokens, stops, c.cache_prompt, c.n_keep, chain, media, c.lora, c.id_slot)
         try:
             self.engine.enqueue(req)
         except EngineError:
@@ -370,14 +372,6 @@ def _gbnf(grammar: Any) -> str | None:
     """The GBNF text of a ``LlamaGrammar`` (what the chat handlers pass), JSON strings made strict."""
     text = getattr(grammar, "_grammar", None)
     return strict_json_strings(text) if text else None
-
-
-def too_long(size: str, limit: int, n_ctx: int, n_prompt: int) -> ApiError:
-    msg = (
-        f"the prompt is {size}, over this model's limit of {limit} prompt tokens "
-        f"(max_prompt_tokens; the context holds {n_ctx} tokens)"
-    )
-    return ApiError(400, msg, "exceed_context_size_error", {"n_prompt_tokens": n_prompt, "n_ctx": n_ctx})
 
 
 def _with_final_fields(chunks: Iterator[dict[str, Any]], ctx: _RequestContext, include_usage: bool) -> Iterator[Any]:

@@ -30,7 +30,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from workers.inference.http._errors import ApiError
+from workers.inference.http._errors import ApiError, too_long
 from workers.inference.llama import MediaError, MediaPrompt
 
 MAX_DOWNLOAD = 10 * 1024 * 1024  # llama-server's common_remote_params.max_size for media
@@ -100,7 +100,6 @@ def _takes(projector: Any) -> dict[str, bool]:
 def media_prompt(front: Any, prompt: str, files: Sequence[tuple[str, bytes]], *, add_bos: bool) -> MediaPrompt:
     """A rendered chat with media markers, tokenized and its images encoded by the model's projector (on
     the request's HTTP thread: see :mod:`workers.inference.llama._mtmd`); llama-server's errors as 400s."""
-    from workers.inference.http._front import too_long
     from workers.inference.http._requests import MediaInput
 
     projector = front.llm.projector

@@ -319,8 +319,8 @@ def completion_request(body: dict[str, Any], model_name: str, *, media: bool = F
 
 def request_options(body: dict[str, Any]) -> dict[str, Any]:
     """Options outside ``Llama``'s signature: ``cache_prompt`` (llama-server's, default true),
-    ``ignore_eos`` (llama-server's: end-of-generation tokens are never sampled) and
-    ``stream_options.include_usage`` (OpenAI's)."""
+    ``ignore_eos`` (llama-server's: end-of-generation tokens are never sampled), ``id_slot``,
+    ``lora``, ``n_cmpl``, ``n_keep`` (llama-server's) and ``stream_options.include_usage`` (OpenAI's)."""
     opts: dict[str, Any] = {}
     for key in ("cache_prompt", "ignore_eos"):
         value = body.get(key)
@@ -339,6 +339,11 @@ def request_options(body: dict[str, Any]) -> dict[str, Any]:
         if not _is_token(n_cmpl) or n_cmpl < 1:
             raise ApiError(400, "'n_cmpl' (or 'n') must be an integer >= 1")
         opts["n_cmpl"] = n_cmpl
+    id_slot = body.get("id_slot")
+    if id_slot is not None:  # llama-server: a slot id (modulo the slots), -1 or below: any idle slot
+        if not isinstance(id_slot, int) or isinstance(id_slot, bool):
+            raise ApiError(400, "'id_slot' must be an integer")
+        opts["id_slot"] = max(id_slot, -1)
     n_keep = body.get("n_keep")
     if n_keep is not None:
         if not _is_token(n_keep) or n_keep < -1:

@@ -80,8 +80,8 @@ def gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
 
 
-def complete(url: str, prompt: str) -> dict[str, Any]:
-    body = {"prompt": prompt, "n_predict": 4, "temperature": 0, "cache_prompt": True}
+def complete(url: str, prompt: str, **extra: Any) -> dict[str, Any]:
+    body = {"prompt": prompt, "n_predict": 4, "temperature": 0, "cache_prompt": True, **extra}
     r = httpx.post(f"{url}/completion", json=body, timeout=120)
     assert r.status_code == 200, r.text
     return dict(r.json())
@@ -140,3 +140,19 @@ def test_idle_slots_keep_their_cells_without_the_switch_or_a_pool(
     complete(url, THREE)  # the least recently used slot, A's: saved to RAM first
     a2 = complete(url, ONE)
     assert a2["timings"]["cache_n"] >= a1["tokens_evaluated"] - 1, a2["timings"]
+
+
+@pytest.mark.timeout(180)
+def test_llama_servers_own_scenario_with_named_slots(spawn_worker: Any, gguf: Path) -> None:
+    """llama.cpp's ``test_clear_and_restore``: A in slot 0, B in slot 1 clears slot 0, A again comes
+    back from RAM, and a follow-up of A finds its cells in place."""
+    url = start(spawn_worker, gguf, "--kv-unified")
+    a1 = complete(url, ONE, id_slot=0)
+    held = cached(url)
+    assert held[0] >= a1["tokens_evaluated"] and held[1] == 0, "slot 0 alone holds cells: nothing to clear"
+    complete(url, TWO, id_slot=1)
+    assert cached(url)[0] == 0
+    a2 = complete(url, ONE)
+    assert a2["timings"]["cache_n"] > 0 and a2["timings"]["prompt_n"] < a1["timings"]["prompt_n"]
+    follow = complete(url, ONE + " The knight finally reached the castle gates.")
+    assert follow["id_slot"] == a2["id_slot"] and follow["timings"]["cache_n"] >= a1["tokens_evaluated"] - 1

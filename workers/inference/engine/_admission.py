@@ -1,0 +1,82 @@
+"""Admission: which idle slot a queued request takes, and which of the slot's cached tokens it keeps.
+
+Each step, before the batch is built, queued requests go in arrival order to
+idle slots (:func:`~workers.inference.engine._slots.pick_slot`: the longest
+shared prefix, else the least recently used slot; or the slot the request
+names with llama-server's ``id_slot``). A request whose named slot is busy
+waits for it while later requests go ahead, as llama-server defers such a
+task. The prompt cache then gets its say (:mod:`~workers.inference.engine._prompt_cache`),
+and the request starts with the prefix it can reuse.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import TYPE_CHECKING
+
+from workers.inference.engine._errors import EngineError, RequestCancelled
+from workers.inference.engine._media import keep_whole_media, pos_delta
+from workers.inference.engine._prompt_cache import PromptCacheMixin
+from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot
+from workers.inference.engine._tokens import TokenMixin
+
+if TYPE_CHECKING:
+    from workers.inference.engine._metrics import EngineMetrics
+
+
+class AdmissionMixin(TokenMixin, PromptCacheMixin):
+    """The batch engine's admission of queued requests (on the engine thread)."""
+
+    metrics: EngineMetrics
+    _cv: threading.Condition
+    _pending: deque[Request]
+
+    def _reject(self, req: Request, err: EngineError) -> None:
+        raise NotImplementedError  # the engine's
+
+    def _admit(self, now: float) -> None:
+        assert self.llm is not None
+        with self._cv:
+            waiting: list[Request] = []  # they named a slot that is busy
+            while self._pending:
+                req = self._pending.popleft()
+                if req.cancelled.is_set():
+                    self._reject(req, RequestCancelled("request cancelled"))
+                    continue
+                lora = self.llm.lora.key if req.lora is None else req.lora  # None: the worker's own set
+                prompt = req.prompt if req.cache_prompt else []
+                picked = pick_slot(self.slots, prompt, lora=lora, id_slot=req.id_slot)
+                if picked is None and req.id_slot >= 0:
+                    waiting.append(req)
+                    continue
+                if picked is None:  # no slot is idle: nobody else can start either
+                    self._pending.appendleft(req)
+                    break
+                slot, n_common = picked
+                n_common = self._swap_prompt(slot, prompt, lora, n_common)
+                self._launch(slot, req, n_common if req.cache_prompt else 0, now)
+                self._stash_idle_slots(slot)
+            self._pending.extendleft(reversed(waiting))  # first in the queue again, in their order
+
+    def _launch(self, slot: Slot, req: Request, n_common: int, now: float) -> None:
+        """Start ``req`` in ``slot``, keeping the first ``n_common`` cached tokens (prefix reuse): all of
+        them if the slot kept the logits after exactly this prompt, else at most all but the last,
+        which is evaluated again for its logits."""
+        assert self.llm is not None
+        row = self.kept.take(slot.id, req.prompt, slot.cache)
+        n_keep = n_common if row is not None and req.chain is not None else min(n_common, len(req.prompt) - 1)
+        n_keep = keep_whole_media(req, n_keep)
+        if n_keep < len(slot.cache) and not self.llm.seq_rm(slot.id, n_keep, -1):
+            n_keep = 0
+        if not self.llm.can_continue(slot.id, n_keep):
+            n_keep = 0  # the sliding window before n_keep is gone: evaluate it all again
+        if n_keep == 0:
+            self.llm.seq_rm(slot.id, 0, -1)
+        slot.begin(req, n_keep, now, pos_delta(req, n_keep))
+        self.metrics.on_admit(n_keep)
+        if row is not None and slot.chain is not None and n_keep == len(req.prompt):  # sample the kept row
+            slot.state, slot.timings.t_prompt_done = SlotState.GENERATING, now
+            self._on_token(slot, self.kept.sample(slot.chain, row), now, row)
+            if not slot.is_processing:  # it ended at that token: the slot's cells are unchanged
+                self.kept.put_back(slot.id, req.prompt, row)
