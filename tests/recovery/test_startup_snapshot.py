@@ -8,6 +8,7 @@ import httpx
 
 from devtools.service_process import ServiceProcess
 from service.event_store import SyncEventStore, new_event
+from tests.eventually import eventually
 from tests.recovery.conftest import LogBackend
 from tests.service_probes import events
 
@@ -45,10 +46,9 @@ def test_restart_starts_from_the_snapshot_taken_at_shutdown(tmp_path: Path, log_
                     )
                 ]
             )
+        head = store.head()  # the log's end, not the service's position: it may not have folded it yet
         store.close()
-        head = svc.wait_healthy()["position"]
-        while svc.wait_healthy()["position"] < head:
-            pass
+        eventually(lambda: svc.wait_healthy()["position"] >= head, "the service folding every appended event")
         before = httpx.get(f"{svc.url}/downloads").json(), httpx.get(f"{svc.url}/models").json()
     with ServiceProcess(home, port=svc.port, args=log_backend.args) as svc:
         completed = events(svc, type="recovery_completed")[-1]["data"]
