@@ -13,7 +13,8 @@ context the worker will really create:
   explicit ``-np N``, N streams of ``n_ctx / N`` cells (capped to the
   training context), as llama-server shares ``-c``. llama.cpp pads every
   stream to 256 cells, and sliding-window layers keep only their window (one
-  per slot in a pool) plus one micro-batch, as its iSWA cache does.
+  per slot in a pool) plus one micro-batch, as its iSWA cache does (all the
+  cells with ``--swa-full``).
 * **compute buffer**: llama.cpp sizes it for the worst batch: the logits of a
   batch (``n_vocab`` floats per token), the activations (a few ``n_embd``
   vectors per token) and the attention scores over the context. We count
@@ -44,7 +45,7 @@ DEFAULT_N_PARALLEL = 4  # the worker's slots with --n-parallel auto (-1, its def
 DEFAULT_N_BATCH = 512  # the worker's --n-batch default
 MAX_SLOTS = 256  # the worker's cap on slots (llama.cpp's LLAMA_MAX_SEQ)
 KV_PAD = 256  # llama.cpp pads each KV stream to a multiple of this many cells
-MAX_UBATCH = 512  # the worker's micro-batch: min(n_batch, 512)
+MAX_UBATCH = 512  # the worker's micro-batch: min(n_batch, -ub), -ub 512 by default
 _CACHE_TYPE_BYTES = {
     "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
     "q4_0": 18 / 32, "q4_1": 20 / 32, "iq4_nl": 18 / 32,
@@ -117,8 +118,9 @@ def kv_layout(shape: ModelShape, params: Mapping[str, JSON]) -> KvLayout:
     train = max(shape.n_ctx_train, 0)
     total = (train or DEFAULT_N_CTX) if n_ctx <= 0 else n_ctx
     n_seq = slots(params)
-    ubatch = min(_int_param(params, "n_batch", DEFAULT_N_BATCH), MAX_UBATCH)
-    window = shape.sliding_window if shape.sliding_window > 0 else 1 << 40  # none: the whole stream
+    ubatch = min(_int_param(params, "n_batch", DEFAULT_N_BATCH), _int_param(params, "n_ubatch", MAX_UBATCH))
+    full = shape.sliding_window <= 0 or _flag(params, "swa_full")  # --swa-full: every cell, as other layers
+    window = 1 << 40 if full else shape.sliding_window
     auto = _int_param(params, "n_parallel", -1) < 0  # unset or -1: the worker's auto, one pool
     if auto or _flag(params, "kv_unified"):
         cells = _pad(total)

@@ -18,7 +18,7 @@ from typing import Any
 
 from service.core.state import ModelConfig
 from service.llamacpp import sampling_defaults
-from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, TRUTHY, handling, is_falsey
+from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, FALSEY, TRUTHY, handling, is_falsey
 
 Options = Mapping[str, str]
 """llama-server options by canonical key (``ctx-size``), values as written."""
@@ -155,6 +155,30 @@ def _parallel(key: str, value: str) -> dict[str, Any]:
 
 
 _POOLINGS = ("none", "mean", "cls", "last", "rank")
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # llama-server's
+ROPE_SCALINGS = ("none", "linear", "yarn")
+
+
+def _flash_attn(key: str, value: str) -> dict[str, Any]:
+    word = value.strip().lower()
+    if word == "auto":
+        return {}  # the worker's default, llama.cpp's
+    if word in TRUTHY or word in FALSEY:
+        return {"flash_attn": "off" if is_falsey(word) else "on"}
+    msg = f"{key} = {value!r}: expected on, off or auto"
+    raise OptionError(msg)
+
+
+def _rope_scale(key: str, value: str) -> dict[str, Any]:
+    factor = _float(key, value)
+    if factor <= 0:
+        msg = f"{key} = {value!r}: expected a factor above 0"
+        raise OptionError(msg)
+    return {"rope_freq_scale": 1.0 / factor}  # as llama-server: expands the context N times
+
+
+def _number(param: str) -> Callable[[str, str], dict[str, Any]]:
+    return lambda k, v: {param: _float(k, v)}
 
 
 def _pooling(key: str, value: str) -> dict[str, Any]:
@@ -175,6 +199,21 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "reranking": lambda _k, v: {} if is_falsey(v) else {"embedding": True, "pooling": "rank"},
     "kv-unified": lambda _k, v: {"kv_unified": not is_falsey(v)},
     "cache-ram": lambda k, v: {"cache_ram": _int(k, v)},
+    "ubatch-size": _positive("n_ubatch"),
+    "flash-attn": _flash_attn,
+    "cache-type-k": lambda k, v: {"cache_type_k": _choice(k, v.lower(), KV_CACHE_TYPES)},
+    "cache-type-v": lambda k, v: {"cache_type_v": _choice(k, v.lower(), KV_CACHE_TYPES)},
+    "swa-full": lambda _k, v: {} if is_falsey(v) else {"swa_full": True},
+    "warmup": lambda _k, v: {"warmup": False} if is_falsey(v) else {},
+    "rope-scaling": lambda k, v: {"rope_scaling": _choice(k, v, ROPE_SCALINGS)},
+    "rope-scale": _rope_scale,
+    "rope-freq-base": _number("rope_freq_base"),
+    "rope-freq-scale": _number("rope_freq_scale"),
+    "yarn-orig-ctx": lambda k, v: {"yarn_orig_ctx": _int(k, v)},
+    "yarn-ext-factor": _number("yarn_ext_factor"),
+    "yarn-attn-factor": _number("yarn_attn_factor"),
+    "yarn-beta-slow": _number("yarn_beta_slow"),
+    "yarn-beta-fast": _number("yarn_beta_fast"),
     "cache-idle-slots": lambda _k, v: {"cache_idle_slots": not is_falsey(v)},
     "context-shift": lambda _k, v: {"context_shift": not is_falsey(v)},
     "spm-infill": lambda _k, v: {"spm_infill": not is_falsey(v)},

@@ -43,6 +43,18 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "pooling": "--pooling",
     "slot_save_path": "--slot-save-path",
     "cache_ram": "--cache-ram",
+    "n_ubatch": "--ubatch-size",
+    "flash_attn": "--flash-attn",
+    "cache_type_k": "--cache-type-k",
+    "cache_type_v": "--cache-type-v",
+    "rope_scaling": "--rope-scaling",
+    "rope_freq_base": "--rope-freq-base",
+    "rope_freq_scale": "--rope-freq-scale",
+    "yarn_orig_ctx": "--yarn-orig-ctx",
+    "yarn_ext_factor": "--yarn-ext-factor",
+    "yarn_attn_factor": "--yarn-attn-factor",
+    "yarn_beta_slow": "--yarn-beta-slow",
+    "yarn_beta_fast": "--yarn-beta-fast",
     "lora": "--lora",
     "lora_scaled": "--lora-scaled",
     "video_fps": "--video-fps",
@@ -50,6 +62,7 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "video_ffmpeg_dir": "--video-ffmpeg-dir",
 }
 _INFERENCE_SWITCHES = {"embedding": "--embedding", "kv_unified": "--kv-unified", "context_shift": "--context-shift",
+                       "swa_full": "--swa-full",
                        "spm_infill": "--spm-infill", "endpoint_props": "--props",
                        "lora_init_without_apply": "--lora-init-without-apply"}  # fmt: skip
 
@@ -88,6 +101,8 @@ def inference_argv(
         argv.append("--no-jinja")
     if params.get("cache_idle_slots") is False:
         argv.append("--no-cache-idle-slots")
+    if params.get("warmup") is False:
+        argv.append("--no-warmup")
     if mmproj is not None:
         argv += ["--mmproj", mmproj]
     if params.get("sampling"):  # llama-server's sampling options: every request's defaults

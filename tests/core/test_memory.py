@@ -64,6 +64,10 @@ def test_sliding_window_layers_keep_only_their_window_and_one_batch() -> None:
                        n_embd_head_v=256, n_vocab=262144, n_ctx_train=32768, sliding_window=512, swa_layers=5)  # fmt: skip
     per_cell = 1 * (256 + 256) * 2
     assert estimate(gemma, {"n_ctx": 8192, "n_parallel": 1}).kv_cache == (1 * 8192 + 5 * (512 + 512)) * per_cell
+    # A smaller micro-batch (-ub) leaves fewer extra cells; --swa-full keeps every cell, as llama.cpp does.
+    small = estimate(gemma, {"n_ctx": 8192, "n_parallel": 1, "n_ubatch": 256}).kv_cache
+    assert small == (1 * 8192 + 5 * (512 + 256)) * per_cell
+    assert estimate(gemma, {"n_ctx": 8192, "n_parallel": 1, "swa_full": True}).kv_cache == 6 * 8192 * per_cell
 
 
 def test_a_model_not_measured_needs_nothing_known() -> None:

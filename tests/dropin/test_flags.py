@@ -90,7 +90,10 @@ def test_every_decision_names_a_real_option() -> None:
                       "chat_format", "pooling", "kv_unified", "context_shift", "spm_infill", "slot_save_path", "lora", "lora_scaled",
                       "lora_init_without_apply", "endpoint_props", "endpoint_metrics", "endpoint_slots",
                       "chat_template_file", "chat_template_kwargs", "reasoning_format", "jinja", "video_fps",
-                      "video_timestamp_interval", "video_ffmpeg_dir", "cache_ram", "cache_idle_slots"}  # fmt: skip
+                      "video_timestamp_interval", "video_ffmpeg_dir", "cache_ram", "cache_idle_slots", "n_ubatch",
+                      "flash_attn", "cache_type_k", "cache_type_v", "swa_full", "warmup", "rope_scaling",
+                      "rope_freq_base", "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor", "yarn_attn_factor",
+                      "yarn_beta_slow", "yarn_beta_fast"}  # fmt: skip
 
 
 def test_preset_keys_are_long_and_short_names_and_env_names() -> None:

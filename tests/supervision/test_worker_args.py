@@ -135,3 +135,28 @@ def test_the_prompt_cache_options_reach_the_worker_as_it_reads_them(tmp_path: Pa
     [bad] = parse_preset("[c]\nmodel = /m/c.gguf\ncache-ram = lots\n", "test.ini").sections
     with pytest.raises(OptionError, match="cache-ram"):
         model_settings(bad.options, bad.extras)
+
+
+def test_context_options_reach_the_worker_as_it_reads_them(tmp_path: Path) -> None:
+    """``-ub``, ``-fa``, ``-ctk``/``-ctv``, ``--swa-full``, ``--no-warmup``, ``--rope-*`` and ``--yarn-*`` from a
+    preset become the worker's own flags with the same meaning; values llama-server refuses are refused."""
+    from service.llamacpp.options import OptionError
+    from workers.inference._cli import parse_args, rope_fields
+
+    text = ("[m]\nmodel = /m/m.gguf\nub = 128\nfa = off\nctk = q8_0\ncache-type-v = Q4_0\nswa-full = true\n"
+            "no-warmup = 1\nrope-scaling = yarn\nrope-scale = 4\nrope-freq-base = 50000\nyarn-orig-ctx = 2048\n"
+            "LLAMA_ARG_YARN_BETA_FAST = 16\n")  # fmt: skip
+    [section] = parse_preset(text, "test.ini").sections
+    params = dict(model_settings(section.options, section.extras).config.params)
+    settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
+    args = parse_args(inference_argv(settings, "m", "/m/m.gguf", "m-1", 9000, params)[3:])
+    assert (args.ubatch_size, args.flash_attn, args.cache_type_k, args.cache_type_v) == (128, "off", "q8_0", "q4_0")
+    assert args.swa_full is True and args.warmup is False
+    assert dict(rope_fields(args)) == {"rope_scaling_type": 2, "rope_freq_scale": 0.25, "rope_freq_base": 50000.0,
+                                       "yarn_orig_ctx": 2048, "yarn_beta_fast": 16.0}  # fmt: skip
+    plain = parse_args(inference_argv(settings, "t", "/m/t.gguf", "t-1", 9000, {})[3:])
+    assert (plain.flash_attn, plain.cache_type_k, plain.warmup, rope_fields(plain)) == ("auto", "f16", True, ())
+    for bad in ("fa = sometimes", "ctk = q3_k", "rope-scaling = ntk", "rope-scale = 0", "rope-freq-base = fast"):
+        [section] = parse_preset(f"[b]\nmodel = /m/b.gguf\n{bad}\n", "test.ini").sections
+        with pytest.raises(OptionError):
+            model_settings(section.options, section.extras)

@@ -38,7 +38,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from workers.inference.llama import LoraError, parse_specs
+from workers.inference.llama import CACHE_TYPES, ROPE_SCALING, LoraError, parse_specs
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
 AUTO_SLOTS = 4  # -np -1 (auto, the default): llama-server's n_parallel, with kv_unified
@@ -81,6 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-init-without-apply", action="store_true", help="load --lora adapters at scale 0")
     p.add_argument("--props", action="store_true", help="POST /props answers success (llama-server's)")
     _kv_cache_args(p)
+    _context_args(p)
     _template_args(p)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-metrics", dest="metrics", action="store_false", help="GET /metrics: 501 (llama-server's)")
@@ -113,6 +114,48 @@ def _kv_cache_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-idle-slots", action=argparse.BooleanOptionalAction, default=True,
                    help="idle slots go to the prompt cache when a request starts (cleared from a KV pool)")  # fmt: skip
     p.add_argument("--slot-save-path", default=None, help="directory of POST /slots/{id}?action=save|restore files")
+
+
+def _flash_attn(value: str) -> str:
+    """llama-server's ``-fa`` value: on, off or auto (its truthy and falsey words too)."""
+    word = value.strip().lower()
+    if word in ("on", "enabled", "true", "1"):
+        return "on"
+    if word in ("off", "disabled", "false", "0"):
+        return "off"
+    if word == "auto":
+        return "auto"
+    raise argparse.ArgumentTypeError(f"unknown value for --flash-attn: '{value}'")
+
+
+def _context_args(p: argparse.ArgumentParser) -> None:
+    """The context's own options (batch engine), as llama-server names them; unset: llama.cpp's defaults."""
+    p.add_argument("--ubatch-size", "-ub", type=int, default=512, help="physical maximum batch size")
+    p.add_argument("--flash-attn", "-fa", type=_flash_attn, default="auto", help="on, off or auto (llama.cpp's)")
+    for flag, short, part in (("--cache-type-k", "-ctk", "K"), ("--cache-type-v", "-ctv", "V")):
+        p.add_argument(flag, short, choices=list(CACHE_TYPES), default="f16", help=f"KV cache data type for {part}")
+    p.add_argument("--swa-full", action="store_true", help="full-size cache for sliding-window layers")
+    p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True, help="an empty run before ready")
+    p.add_argument("--rope-scaling", choices=list(ROPE_SCALING), default=None, help="RoPE frequency scaling method")
+    p.add_argument("--rope-scale", type=float, default=None, help="expand the context N times (rope-freq-scale 1/N)")
+    for name in ("rope-freq-base", "rope-freq-scale", "yarn-ext-factor", "yarn-attn-factor", "yarn-beta-slow",
+                 "yarn-beta-fast"):  # fmt: skip
+        p.add_argument(f"--{name}", type=float, default=None, help="as llama-server (default: the model's)")
+    p.add_argument("--yarn-orig-ctx", type=int, default=None, help="YaRN: original context size of the model")
+
+
+def rope_fields(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
+    """The ``llama_context_params`` RoPE and YaRN fields the options set (the others: the model's)."""
+    fields: dict[str, float] = {}
+    if args.rope_scaling is not None:
+        fields["rope_scaling_type"] = ROPE_SCALING[args.rope_scaling]
+    if args.rope_scale:
+        fields["rope_freq_scale"] = 1.0 / args.rope_scale
+    for name in ("rope_freq_base", "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_slow",
+                 "yarn_beta_fast", "yarn_orig_ctx"):  # fmt: skip
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    return tuple(fields.items())
 
 
 def _template_args(p: argparse.ArgumentParser) -> None:

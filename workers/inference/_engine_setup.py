@@ -14,8 +14,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from workers.inference._cli import rope_fields
 from workers.inference.engine import BatchEngine, Engine, LegacyEngine
 from workers.inference.llama import (
+    CACHE_TYPES,
+    FLASH_ATTN,
     POOLING,
     ContextConfig,
     LlamaLog,
@@ -54,16 +57,22 @@ def load_projector(
         raise LoadError("load_error", f"{exc}: {why}" if why else str(exc)) from None
 
 
+def context_config(args: argparse.Namespace) -> ContextConfig:
+    """The batch engine's context, from the worker's command line."""
+    return ContextConfig(
+        args.n_ctx, args.n_parallel, args.n_batch, args.n_threads, args.n_threads_batch, warmup=args.warmup,
+        embedding=bool(args.embedding), pooling=POOLING.get(args.pooling or "", -1), kv_unified=args.kv_unified,
+        n_ubatch=args.ubatch_size, flash_attn=FLASH_ATTN[args.flash_attn], type_k=CACHE_TYPES[args.cache_type_k],
+        type_v=CACHE_TYPES[args.cache_type_v], swa_full=args.swa_full, rope=rope_fields(args),
+    )  # fmt: skip
+
+
 def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:
     """Load the model the way the chosen engine needs it (on the thread that will own it)."""
     if args.engine == "batch":
         # numpy, jinja2 and the chat formats (~0.3 s of CPU) load while llama.cpp loads the model.
         threading.Thread(target=complete_import, name="chat-import", daemon=True).start()
-        cfg = ContextConfig(
-            args.n_ctx, args.n_parallel, args.n_batch, args.n_threads, args.n_threads_batch,
-            embedding=bool(args.embedding), pooling=POOLING.get(args.pooling or "", -1), kv_unified=args.kv_unified,
-        )  # fmt: skip
-        loaded = load_llama(args.model_path, cfg, log=log, on_progress=on_progress)
+        loaded = load_llama(args.model_path, context_config(args), log=log, on_progress=on_progress)
         llm = loaded.llm
         llm.lora.load(llm.lc, llm.model, llm.ctx, args.lora_specs)  # a bad adapter fails the load, as llama-server
         if args.mmproj:

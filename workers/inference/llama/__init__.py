@@ -29,14 +29,26 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
     from workers.inference.llama._load import Loaded, LoadedLlama, load_llama
     from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
     from workers.inference.llama._lora import LoraError, LoraKey, LoraSet, parse_specs
-    from workers.inference.llama._model import MAX_SLOTS, POOLING, Batch, ContextConfig, LlamaModel
+    from workers.inference.llama._model import (
+        CACHE_TYPES,
+        FLASH_ATTN,
+        MAX_SLOTS,
+        POOLING,
+        ROPE_SCALING,
+        Batch,
+        ContextConfig,
+        LlamaModel,
+    )
     from workers.inference.llama._mtmd import MEDIA_MARKER, MediaError, MediaPrompt, Projector, VideoOptions
     from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
 
 __all__ = [
+    "CACHE_TYPES",
+    "FLASH_ATTN",
     "MAX_SLOTS",
     "MEDIA_MARKER",
     "POOLING",
+    "ROPE_SCALING",
     "Batch",
     "ContextConfig",
     "GGUFCheckError",
@@ -91,6 +103,9 @@ _HOMES = {
     "VideoOptions": "workers.inference.llama._mtmd",
     "MAX_SLOTS": "workers.inference.llama._model",
     "POOLING": "workers.inference.llama._model",
+    "CACHE_TYPES": "workers.inference.llama._model",
+    "FLASH_ATTN": "workers.inference.llama._model",
+    "ROPE_SCALING": "workers.inference.llama._model",
     "Batch": "workers.inference.llama._model",
     "ContextConfig": "workers.inference.llama._model",
     "LlamaModel": "workers.inference.llama._model",

@@ -71,7 +71,7 @@ def _context_params(lc: Any, cfg: ContextConfig, n_ctx_train: int) -> Any:
     # A step carries one token per generating slot even when n_batch is smaller.
     p.n_batch = max(cfg.n_batch, n_seq)
     # Embeddings need a whole sequence in one micro-batch (llama-server: n_batch = n_ubatch).
-    p.n_ubatch = p.n_batch if cfg.embedding else min(p.n_batch, 512)
+    p.n_ubatch = p.n_batch if cfg.embedding else min(p.n_batch, max(cfg.n_ubatch, 1))
     p.n_seq_max = n_seq
     p.n_threads = cfg.n_threads
     p.n_threads_batch = cfg.n_threads_batch
@@ -79,9 +79,12 @@ def _context_params(lc: Any, cfg: ContextConfig, n_ctx_train: int) -> Any:
     p.embeddings = cfg.embedding
     if cfg.pooling >= 0:
         p.pooling_type = cfg.pooling
-    # Sliding-window layers keep only their window (Gemma 3: 512 of 4096 per slot);
+    # Sliding-window layers keep only their window (Gemma 3: 512 of 4096 per slot) unless --swa-full;
     # prefix reuse checks that the window it needs is still cached.
-    p.swa_full = False
+    p.swa_full = cfg.swa_full
+    p.flash_attn_type, p.type_k, p.type_v = cfg.flash_attn, cfg.type_k, cfg.type_v
+    for name, value in cfg.rope:
+        setattr(p, name, value)
     p.no_perf = True
     return p
 

@@ -7,7 +7,7 @@ errors to the worker's log; :func:`classify_llama_errors` turns its
 ``error loading model: ...`` text into a reason.
 
 Failure reasons (``LoadError.reason``): ``file_missing``, ``not_gguf``,
-``truncated``, ``corrupt``, ``unsupported_architecture``, ``out_of_memory``,
+``truncated``, ``corrupt``, ``unsupported_architecture``, ``unsupported_option``, ``out_of_memory``,
 ``aborted`` (stop requested mid-load), ``load_error`` (anything else).
 """
 
@@ -39,6 +39,9 @@ _ERROR_PATTERNS: tuple[tuple[str, str], ...] = (
     ("missing tensor", "corrupt"),
     ("tensor data is not", "corrupt"),
     ("gguf_init_from", "corrupt"),
+    # The context refused the options it was given (-ctv q8_0 without -fa, a cache type the head size cannot take).
+    ("requires flash_attn", "unsupported_option"),
+    ("does not divide n_embd_head", "unsupported_option"),
 )
 
 

@@ -19,6 +19,12 @@ from workers.inference.llama._lora import LoraSet
 MAX_SLOTS = 256  # LLAMA_MAX_SEQ
 POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 """llama.cpp's ``llama_pooling_type`` values by ``--pooling`` name (-1: the model's own)."""
+CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6, "q5_1": 7}
+"""``ggml_type`` values by ``--cache-type-k/-v`` name: llama-server's ``kv_cache_types``."""
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+"""``llama_flash_attn_type`` values by ``--flash-attn`` value."""
+ROPE_SCALING = {"none": 0, "linear": 1, "yarn": 2}
+"""``llama_rope_scaling_type`` values by ``--rope-scaling`` name."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,12 @@ class ContextConfig:
     embedding: bool = False  # --embedding: the context computes pooled embeddings too
     pooling: int = -1  # POOLING value, -1: the model's
     kv_unified: bool = False  # one KV pool for every slot (--kv-unified) instead of a stream each
+    n_ubatch: int = 512  # -ub: the physical batch (embeddings: n_batch, a sequence in one micro-batch)
+    flash_attn: int = -1  # FLASH_ATTN value (-fa); llama.cpp resolves auto
+    type_k: int = 1  # CACHE_TYPES value (-ctk), f16
+    type_v: int = 1  # CACHE_TYPES value (-ctv), f16
+    swa_full: bool = False  # --swa-full: sliding-window layers keep every cell, as the others
+    rope: tuple[tuple[str, float], ...] = ()  # llama_context_params RoPE/YaRN fields set (--rope-*, --yarn-*)
 
 
 class LlamaModel:
