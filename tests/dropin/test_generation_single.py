@@ -26,6 +26,7 @@ from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_bert, write_tiny_gguf
 from tests.dropin import generation_checks as checks
 from tests.dropin.conftest import close_vectors, unit_vector
+from tests.service_probes import events
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -184,3 +185,15 @@ def test_np_auto_is_four_slots_that_may_each_fill_the_context(tmp_path: Path) ->
         assert _post(svc, "/v1/completions", prompt=[7] * 300, max_tokens=2)["usage"]["prompt_tokens"] == 300
         error = _post(svc, "/completion", status=400, prompt=[7] * 600, n_predict=1)["error"]
         assert (error["type"], error["n_ctx"], error["n_prompt_tokens"]) == ("exceed_context_size_error", 512, 600)
+
+
+def test_context_options_on_the_command_line_reach_the_model(tmp_path: Path) -> None:
+    """``-fa on -ctk q8_0 -ctv q8_0 -ub 64`` (llama-server's KV-cache quantization): in force, not ignored,
+    and the model answers with them (tests/workers/inference/llama/test_context_options.py: what they change)."""
+    model = write_tiny_gguf(tmp_path / "h32.gguf", n_embd=128, n_head=4)  # heads of 32 values: a q8_0 block
+    flags = ("-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-ub", "64")
+    with ServiceProcess(tmp_path / "home", args=["-m", str(model), *flags]) as svc:
+        assert _post(svc, "/completion", prompt="hello there", n_predict=3)["tokens_predicted"] > 0
+        configured = events(svc, type="model_configured")[-1]["data"]
+        assert {"flash-attn", "cache-type-k", "cache-type-v", "ubatch-size"} <= set(configured["args"]), configured
+        assert not {"flash-attn", "cache-type-k", "cache-type-v", "ubatch-size"} & set(configured["ignored"])
