@@ -181,6 +181,13 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     "yarn-attn-factor": ("yarn_attn_factor", "YaRN: attention magnitude scale"),
     "yarn-beta-slow": ("yarn_beta_slow", "YaRN: high correction dim or alpha"),
     "yarn-beta-fast": ("yarn_beta_fast", "YaRN: low correction dim or beta"),
+    "load-mode": ("load_mode", "how the weights are loaded: auto (mmap), none, mmap, mlock, mmap+mlock, dio"),
+    "lazy-mode": ("lazy_mode", "tensors read from disk on demand: on, auto, off"),
+    "repack": ("repack", "weight repacking for this CPU's kernels; --no-repack keeps the file's layout"),
+    "no-host": ("no_host", "bypass the host buffer"),
+    "check-tensors": ("check_tensors", "check the tensors' data for invalid values while loading"),
+    "mlock": ("mlock", "older llama.cpp's: --load-mode mmap+mlock (mlock with --no-mmap)"),
+    "mmap": ("mmap", "older llama.cpp's: --no-mmap is --load-mode none"),
     "cache-ram": (
         "cache_ram",
         "RAM prompt cache of slots' KV state, MiB (8192; -1 no limit, 0 off): a prompt a slot lost comes back from it",

@@ -157,6 +157,7 @@ def _parallel(key: str, value: str) -> dict[str, Any]:
 _POOLINGS = ("none", "mean", "cls", "last", "rank")
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # llama-server's
 ROPE_SCALINGS = ("none", "linear", "yarn")
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")  # llama-server's --load-mode
 
 
 def _flash_attn(key: str, value: str) -> dict[str, Any]:
@@ -214,6 +215,13 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "yarn-attn-factor": _number("yarn_attn_factor"),
     "yarn-beta-slow": _number("yarn_beta_slow"),
     "yarn-beta-fast": _number("yarn_beta_fast"),
+    "load-mode": lambda k, v: {"load_mode": _choice(k, v, LOAD_MODES)},
+    "lazy-mode": lambda k, v: {"lazy_mode": _choice(k, v, ("on", "auto", "off"))},
+    "repack": lambda _k, v: {"repack": False} if is_falsey(v) else {},
+    "no-host": lambda _k, v: {} if is_falsey(v) else {"no_host": True},
+    "check-tensors": lambda _k, v: {} if is_falsey(v) else {"check_tensors": True},
+    "mlock": lambda _k, v: {} if is_falsey(v) else {"mlock": True},
+    "mmap": lambda _k, v: {"mmap": False} if is_falsey(v) else {},
     "cache-idle-slots": lambda _k, v: {"cache_idle_slots": not is_falsey(v)},
     "context-shift": lambda _k, v: {"context_shift": not is_falsey(v)},
     "spm-infill": lambda _k, v: {"spm_infill": not is_falsey(v)},

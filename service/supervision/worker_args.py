@@ -55,6 +55,8 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "yarn_attn_factor": "--yarn-attn-factor",
     "yarn_beta_slow": "--yarn-beta-slow",
     "yarn_beta_fast": "--yarn-beta-fast",
+    "load_mode": "--load-mode",
+    "lazy_mode": "--lazy-mode",
     "lora": "--lora",
     "lora_scaled": "--lora-scaled",
     "video_fps": "--video-fps",
@@ -62,7 +64,8 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "video_ffmpeg_dir": "--video-ffmpeg-dir",
 }
 _INFERENCE_SWITCHES = {"embedding": "--embedding", "kv_unified": "--kv-unified", "context_shift": "--context-shift",
-                       "swa_full": "--swa-full",
+                       "swa_full": "--swa-full", "no_host": "--no-host", "check_tensors": "--check-tensors",
+                       "mlock": "--mlock",
                        "spm_infill": "--spm-infill", "endpoint_props": "--props",
                        "lora_init_without_apply": "--lora-init-without-apply"}  # fmt: skip
 
@@ -97,12 +100,9 @@ def inference_argv(
         argv.append("--no-metrics")
     if params.get("endpoint_slots") is False:
         argv.append("--no-slots")
-    if params.get("jinja") is False:
-        argv.append("--no-jinja")
-    if params.get("cache_idle_slots") is False:
-        argv.append("--no-cache-idle-slots")
-    if params.get("warmup") is False:
-        argv.append("--no-warmup")
+    for key in ("jinja", "cache_idle_slots", "warmup", "repack", "mmap"):  # on unless turned off, as in llama-server
+        if params.get(key) is False:
+            argv.append("--no-" + key.replace("_", "-"))
     if mmproj is not None:
         argv += ["--mmproj", mmproj]
     if params.get("sampling"):  # llama-server's sampling options: every request's defaults

@@ -141,11 +141,11 @@ def test_context_options_reach_the_worker_as_it_reads_them(tmp_path: Path) -> No
     """``-ub``, ``-fa``, ``-ctk``/``-ctv``, ``--swa-full``, ``--no-warmup``, ``--rope-*`` and ``--yarn-*`` from a
     preset become the worker's own flags with the same meaning; values llama-server refuses are refused."""
     from service.llamacpp.options import OptionError
-    from workers.inference._cli import parse_args, rope_fields
+    from workers.inference._cli import model_fields, parse_args, rope_fields
 
     text = ("[m]\nmodel = /m/m.gguf\nub = 128\nfa = off\nctk = q8_0\ncache-type-v = Q4_0\nswa-full = true\n"
             "no-warmup = 1\nrope-scaling = yarn\nrope-scale = 4\nrope-freq-base = 50000\nyarn-orig-ctx = 2048\n"
-            "LLAMA_ARG_YARN_BETA_FAST = 16\n")  # fmt: skip
+            "LLAMA_ARG_YARN_BETA_FAST = 16\nlzm = on\nno-repack = 1\ncheck-tensors = 1\nmlock = 1\nno-mmap = 1\n")  # fmt: skip
     [section] = parse_preset(text, "test.ini").sections
     params = dict(model_settings(section.options, section.extras).config.params)
     settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
@@ -154,9 +154,12 @@ def test_context_options_reach_the_worker_as_it_reads_them(tmp_path: Path) -> No
     assert args.swa_full is True and args.warmup is False
     assert dict(rope_fields(args)) == {"rope_scaling_type": 2, "rope_freq_scale": 0.25, "rope_freq_base": 50000.0,
                                        "yarn_orig_ctx": 2048, "yarn_beta_fast": 16.0}  # fmt: skip
+    assert dict(model_fields(args)) == {"load_mode": 2, "lazy_mode": 2, "use_extra_bufts": False, "check_tensors": True}
     plain = parse_args(inference_argv(settings, "t", "/m/t.gguf", "t-1", 9000, {})[3:])
     assert (plain.flash_attn, plain.cache_type_k, plain.warmup, rope_fields(plain)) == ("auto", "f16", True, ())
-    for bad in ("fa = sometimes", "ctk = q3_k", "rope-scaling = ntk", "rope-scale = 0", "rope-freq-base = fast"):
+    assert model_fields(plain) == ()
+    for bad in ("fa = sometimes", "ctk = q3_k", "rope-scaling = ntk", "rope-scale = 0", "rope-freq-base = fast",
+                "load-mode = fast", "lazy-mode = sometimes"):  # fmt: skip
         [section] = parse_preset(f"[b]\nmodel = /m/b.gguf\n{bad}\n", "test.ini").sections
         with pytest.raises(OptionError):
             model_settings(section.options, section.extras)

@@ -38,7 +38,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from workers.inference.llama import CACHE_TYPES, ROPE_SCALING, LoraError, parse_specs
+from workers.inference.llama import CACHE_TYPES, LAZY_MODES, LOAD_MODES, ROPE_SCALING, LoraError, parse_specs
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
 AUTO_SLOTS = 4  # -np -1 (auto, the default): llama-server's n_parallel, with kv_unified
@@ -142,6 +142,31 @@ def _context_args(p: argparse.ArgumentParser) -> None:
                  "yarn-beta-fast"):  # fmt: skip
         p.add_argument(f"--{name}", type=float, default=None, help="as llama-server (default: the model's)")
     p.add_argument("--yarn-orig-ctx", type=int, default=None, help="YaRN: original context size of the model")
+    p.add_argument("--load-mode", "-lm", choices=list(LOAD_MODES), default=None, help="mmap, mlock, ... (auto)")
+    p.add_argument("--lazy-mode", "-lzm", choices=list(LAZY_MODES), default=None, help="tensors read on demand")
+    p.add_argument("--repack", action=argparse.BooleanOptionalAction, default=True, help="weight repacking")
+    p.add_argument("--no-host", action="store_true", help="bypass the host buffer")
+    p.add_argument("--check-tensors", action="store_true", help="check the tensors' data for invalid values")
+    p.add_argument("--mlock", action="store_true", help="older llama.cpp's: --load-mode mmap+mlock")
+    p.add_argument("--mmap", action=argparse.BooleanOptionalAction, default=True, help="older llama.cpp's --load-mode")
+
+
+def model_fields(args: argparse.Namespace) -> tuple[tuple[str, int], ...]:
+    """The ``llama_model_params`` fields the options set (the others: llama.cpp's defaults)."""
+    fields: dict[str, int] = {}
+    legacy = ("mlock" if args.mlock else "none") if not args.mmap else ("mmap+mlock" if args.mlock else None)
+    mode = args.load_mode or legacy  # --load-mode replaced --mlock and --no-mmap
+    if mode is not None:
+        fields["load_mode"] = LOAD_MODES[mode]
+    if args.lazy_mode is not None:
+        fields["lazy_mode"] = LAZY_MODES[args.lazy_mode]
+    if not args.repack:
+        fields["use_extra_bufts"] = False
+    if args.no_host:
+        fields["no_host"] = True
+    if args.check_tensors:
+        fields["check_tensors"] = True
+    return tuple(fields.items())
 
 
 def rope_fields(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:

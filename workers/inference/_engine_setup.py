@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from workers.inference._cli import rope_fields
+from workers.inference._cli import model_fields, rope_fields
 from workers.inference.engine import BatchEngine, Engine, LegacyEngine
 from workers.inference.llama import (
     CACHE_TYPES,
@@ -64,6 +64,7 @@ def context_config(args: argparse.Namespace) -> ContextConfig:
         embedding=bool(args.embedding), pooling=POOLING.get(args.pooling or "", -1), kv_unified=args.kv_unified,
         n_ubatch=args.ubatch_size, flash_attn=FLASH_ATTN[args.flash_attn], type_k=CACHE_TYPES[args.cache_type_k],
         type_v=CACHE_TYPES[args.cache_type_v], swa_full=args.swa_full, rope=rope_fields(args),
+        model=model_fields(args),
     )  # fmt: skip
 
 

@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
     from workers.inference.llama._model import (
         CACHE_TYPES,
         FLASH_ATTN,
+        LAZY_MODES,
+        LOAD_MODES,
         MAX_SLOTS,
         POOLING,
         ROPE_SCALING,
@@ -45,6 +47,8 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
 __all__ = [
     "CACHE_TYPES",
     "FLASH_ATTN",
+    "LAZY_MODES",
+    "LOAD_MODES",
     "MAX_SLOTS",
     "MEDIA_MARKER",
     "POOLING",
@@ -105,6 +109,8 @@ _HOMES = {
     "POOLING": "workers.inference.llama._model",
     "CACHE_TYPES": "workers.inference.llama._model",
     "FLASH_ATTN": "workers.inference.llama._model",
+    "LAZY_MODES": "workers.inference.llama._model",
+    "LOAD_MODES": "workers.inference.llama._model",
     "ROPE_SCALING": "workers.inference.llama._model",
     "Batch": "workers.inference.llama._model",
     "ContextConfig": "workers.inference.llama._model",

@@ -142,7 +142,7 @@ def load_llama(path: str, cfg: ContextConfig, *, log: LlamaLog, on_progress: Cal
     lc = lowlevel()
     lc.llama_backend_init()
     marks.append(time.monotonic())
-    model = _load_model(lc, path, log, on_progress)
+    model = _load_model(lc, path, log, on_progress, cfg.model)
     marks.append(time.monotonic())
     ctx = lc.llama_init_from_model(model, _context_params(lc, cfg, int(lc.llama_model_n_ctx_train(model))))
     if not ctx:
@@ -161,7 +161,17 @@ def load_llama(path: str, cfg: ContextConfig, *, log: LlamaLog, on_progress: Cal
     return LoadedLlama(llm, round((marks[-1] - marks[0]) * 1000.0, 3), phases)
 
 
-def _load_model(lc: Any, path: str, log: LlamaLog, on_progress: Callable[[float], bool]) -> Any:
+def model_params(lc: Any, fields: tuple[tuple[str, int], ...]) -> Any:
+    """llama.cpp's default model parameters with ``fields`` set (``--load-mode``, ``--no-repack``...)."""
+    params = lc.llama_model_default_params()
+    for name, value in fields:
+        setattr(params, name, value)
+    return params
+
+
+def _load_model(
+    lc: Any, path: str, log: LlamaLog, on_progress: Callable[[float], bool], fields: tuple[tuple[str, int], ...] = ()
+) -> Any:
     """``llama_model_load_from_file`` with our progress callback (returning False aborts the load)."""
     aborted = threading.Event()
 
@@ -171,7 +181,7 @@ def _load_model(lc: Any, path: str, log: LlamaLog, on_progress: Callable[[float]
             aborted.set()
         return keep
 
-    params = lc.llama_model_default_params()
+    params = model_params(lc, fields)
     params.progress_callback = keepalive = _progress_callback(lc, progress)
     log.mark()
     model = lc.llama_model_load_from_file(path.encode(), params)

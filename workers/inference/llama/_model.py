@@ -25,6 +25,10 @@ FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 """``llama_flash_attn_type`` values by ``--flash-attn`` value."""
 ROPE_SCALING = {"none": 0, "linear": 1, "yarn": 2}
 """``llama_rope_scaling_type`` values by ``--rope-scaling`` name."""
+LOAD_MODES = {"auto": -1, "none": 0, "mmap": 1, "mlock": 2, "mmap+mlock": 3, "dio": 4}
+"""``llama_load_mode`` values by ``--load-mode`` name."""
+LAZY_MODES = {"off": 0, "auto": 1, "on": 2}
+"""``llama_lazy_mode`` values by ``--lazy-mode`` name."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class ContextConfig:
     type_v: int = 1  # CACHE_TYPES value (-ctv), f16
     swa_full: bool = False  # --swa-full: sliding-window layers keep every cell, as the others
     rope: tuple[tuple[str, float], ...] = ()  # llama_context_params RoPE/YaRN fields set (--rope-*, --yarn-*)
+    model: tuple[tuple[str, int], ...] = ()  # llama_model_params fields set (--load-mode, --no-repack, ...)
 
 
 class LlamaModel:

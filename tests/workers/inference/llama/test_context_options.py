@@ -1,5 +1,6 @@
 """llama-server's context options in the batch engine's context: ``-ub``, ``-fa``, ``-ctk``/``-ctv``,
-``--swa-full``, ``--rope-*``, ``--yarn-*``, ``--no-warmup``.
+``--swa-full``, ``--rope-*``, ``--yarn-*``, ``--no-warmup``; and the model's: ``--load-mode`` (and the older
+``--mlock``, ``--no-mmap``), ``--lazy-mode``, ``--no-repack``, ``--no-host``, ``--check-tensors``.
 
 First the command line as llama.cpp's own ``llama_context_params`` receives it, then what each
 changes in a real worker: a quantized KV cache holds a slot's cells in about half the bytes (the
@@ -19,7 +20,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from workers.inference._cli import parse_args
 from workers.inference._engine_setup import context_config
 from workers.inference.llama._bindings import lowlevel
-from workers.inference.llama._load import _context_params
+from workers.inference.llama._load import _context_params, model_params
 
 pytest.importorskip("llama_cpp")
 
@@ -104,3 +105,32 @@ def test_another_rope_base_frequency_changes_the_next_token_probabilities(spawn_
     assert again == plain, "the same context gives the same probabilities"
     based = _first_logprobs(spawn_worker(tiny_gguf, "--n-parallel", "1", "--rope-freq-base", "10").wait_ready())
     assert based != plain
+
+
+@pytest.mark.parametrize(
+    ("flags", "load_mode"),
+    [((), None), (("--load-mode", "dio"), 4), (("--mlock",), 3), (("--no-mmap",), 0), (("--mlock", "--no-mmap"), 2),
+     (("-lm", "mmap", "--no-mmap"), 1)],
+)  # fmt: skip
+def test_load_options_reach_llama_model_params(flags: tuple[str, ...], load_mode: int | None) -> None:
+    """``--load-mode`` as llama-server; the older ``--mlock`` and ``--no-mmap`` mean what they meant
+    (mmap and mlock together; no mmap), and ``--load-mode`` wins over them."""
+    lc = lowlevel()
+    cfg = context_config(parse_args(["--model-path", "m.gguf", *flags]))
+    p = model_params(lc, cfg.model)
+    assert p.load_mode == (lc.llama_model_default_params().load_mode if load_mode is None else load_mode)
+    extra = model_params(lc, context_config(parse_args(["--model-path", "m", "-lzm", "on", "--no-repack",
+                                                            "--no-host", "--check-tensors"])).model)  # fmt: skip
+    assert (extra.lazy_mode, extra.use_extra_bufts, extra.no_host, extra.check_tensors) == (2, False, True, True)
+
+
+def _maps_the_file(worker: Any, path: Path) -> bool:
+    worker.wait_ready()
+    return str(path) in Path(f"/proc/{worker.proc.pid}/maps").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_load_mode_none_reads_the_weights_instead_of_mapping_the_file(spawn_worker: Any, tiny_gguf: Path) -> None:
+    assert _maps_the_file(spawn_worker(tiny_gguf, "--n-parallel", "1"), tiny_gguf), "llama.cpp's auto: mmap"
+    assert not _maps_the_file(spawn_worker(tiny_gguf, "--n-parallel", "1", "--load-mode", "none"), tiny_gguf)
+    assert not _maps_the_file(spawn_worker(tiny_gguf, "--n-parallel", "1", "--no-mmap"), tiny_gguf)
