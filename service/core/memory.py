@@ -46,7 +46,7 @@ DEFAULT_N_BATCH = 512  # the worker's --n-batch default
 MAX_SLOTS = 256  # the worker's cap on slots (llama.cpp's LLAMA_MAX_SEQ)
 KV_PAD = 256  # llama.cpp pads each KV stream to a multiple of this many cells
 MAX_UBATCH = 512  # the worker's micro-batch: min(n_batch, -ub), -ub 512 by default
-_CACHE_TYPE_BYTES = {
+CACHE_TYPE_BYTES = {
     "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
     "q4_0": 18 / 32, "q4_1": 20 / 32, "iq4_nl": 18 / 32,
 }  # fmt: skip
@@ -133,8 +133,8 @@ def estimate(shape: ModelShape, params: Mapping[str, JSON], args: Mapping[str, J
     """The need of ``shape`` loaded with ``params`` (the worker's) and ``args`` (llama-server's options:
     ``cache-type-k``, ``cache-type-v``)."""
     options = args or {}
-    bytes_k = _CACHE_TYPE_BYTES.get(str(options.get("cache-type-k") or "f16").lower(), 2.0)
-    bytes_v = _CACHE_TYPE_BYTES.get(str(options.get("cache-type-v") or "f16").lower(), 2.0)
+    bytes_k = CACHE_TYPE_BYTES.get(str(options.get("cache-type-k") or "f16").lower(), 2.0)
+    bytes_v = CACHE_TYPE_BYTES.get(str(options.get("cache-type-v") or "f16").lower(), 2.0)
     kv_cells = kv_layout(shape, params)
     n_batch = min(_int_param(params, "n_batch", DEFAULT_N_BATCH), kv_cells.cells)
     per_cell = shape.n_head_kv * (shape.n_embd_head_k * bytes_k + shape.n_embd_head_v * bytes_v)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.core.memory import CACHE_TYPE_BYTES
 from service.core.state import ModelConfig
 from service.llamacpp import sampling_defaults
 from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, FALSEY, TRUTHY, handling, is_falsey
@@ -155,7 +156,7 @@ def _parallel(key: str, value: str) -> dict[str, Any]:
 
 
 _POOLINGS = ("none", "mean", "cls", "last", "rank")
-KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")  # llama-server's
+KV_CACHE_TYPES = tuple(CACHE_TYPE_BYTES)  # llama-server's kv_cache_types
 ROPE_SCALINGS = ("none", "linear", "yarn")
 LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")  # llama-server's --load-mode
 

@@ -38,6 +38,13 @@ def test_the_options_reach_llama_context_params() -> None:
     assert (p.yarn_ext_factor, p.yarn_attn_factor, p.yarn_beta_slow, p.yarn_beta_fast) == (0.5, 1.5, 2.0, 16.0)
 
 
+def test_the_worker_takes_the_cache_types_placement_counts() -> None:
+    from service.core.memory import CACHE_TYPE_BYTES
+    from workers.inference.llama import CACHE_TYPES
+
+    assert set(CACHE_TYPES) == set(CACHE_TYPE_BYTES)
+
+
 def test_unset_options_leave_llama_cpps_defaults() -> None:
     cfg = context_config(parse_args(["--model-path", "m.gguf"]))
     p, default = _context_params(lowlevel(), cfg, 8192), lowlevel().llama_context_default_params()
