@@ -11,6 +11,7 @@ import httpx
 
 from devtools.service_process import ServiceProcess
 from tests.cli.conftest import cli, events, start_cli, wait_for_event
+from tests.eventually import eventually
 
 
 def _instance_pid(svc: ServiceProcess, model: str) -> int:
@@ -83,4 +84,6 @@ def test_interactive_run_reads_turns_until_bye(svc: ServiceProcess, tiny_repo: s
     session = cli(svc, "run", model, "--max-tokens", "4", input="hello\nhow are you?\n/bye\n")
     assert session.returncode == 0, session.stdout + session.stderr
     assert session.stdout.count(">>> ") == 3  # two turns, then /bye
+    # request_completed is appended beside the answer, not before it: wait for the second
+    eventually(lambda: len(events(svc, type="request_completed", model=model)) == 2, "both turns recorded")
     assert len(events(svc, type="request_completed", model=model)) == 2

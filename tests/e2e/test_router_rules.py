@@ -110,6 +110,8 @@ def test_a_model_serving_a_request_is_never_evicted(router: Callable[[int], Serv
     busy.ok()
     queued.ok()
     assert _status(svc, "tiny-b") == "loaded" and _status(svc, "tiny-a") == "unloaded"
+    # request_completed is appended beside the answer, not before it: wait for it
+    _until("tiny-a's request recorded", lambda: bool(events(svc, model="tiny-a", type="request_completed")))
     served = events(svc, model="tiny-a", type="request_completed")[-1]["position"]
     evicted = events(svc, model="tiny-a", type="instance_stop_requested")[-1]["position"]
     assert evicted > served, "tiny-a was evicted while it served its request"
@@ -197,6 +199,7 @@ def test_fake_timing_delays_loads_and_holds_requests(router: Callable[[int], Ser
     loading = events(svc, model="tiny-a", type="instance_loading")[0]["recorded_at"]
     gap = _seconds(loading) - _seconds(requested)
     assert gap >= 2.0, f"the load was not delayed: {gap:.2f} s"
+    _until("the request recorded", lambda: bool(events(svc, model="tiny-a", type="request_completed")))
     completed = events(svc, model="tiny-a", type="request_completed")[0]
     assert completed["data"]["duration_ms"] >= 2000
 
