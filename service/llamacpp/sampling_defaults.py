@@ -104,6 +104,7 @@ FIELDS: Mapping[str, tuple[str, Convert]] = {
     "json-schema-file": ("json_schema_file", lambda _k, v: v.strip()),
     "n-predict": ("n_predict", _int),
     "keep": ("n_keep", _int),
+    "cache-reuse": ("n_cache_reuse", _int),
     "cache-prompt": ("cache_prompt", _on),
 }
 

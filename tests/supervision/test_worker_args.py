@@ -93,7 +93,7 @@ def test_sampling_options_become_every_requests_defaults(tmp_path: Path) -> None
     text = (
         "[tiny]\nmodel = /m/tiny.gguf\ntemp = 0.25\ntop-k = 7\nn-predict = 12\nmirostat-ent = 4.5\n"
         "sampler-seq = kt\nlogit-bias = 15+1.5,16-inf\ndry-sequence-breaker = none\n"
-        'ignore-eos = true\njson-schema = {"type": "object"}\nkeep = -1\n'
+        'ignore-eos = true\njson-schema = {"type": "object"}\nkeep = -1\ncache-reuse = 256\n'
     )
     [section] = parse_preset(text, "test.ini").sections
     config = model_settings(section.options, section.extras).config
@@ -103,7 +103,7 @@ def test_sampling_options_become_every_requests_defaults(tmp_path: Path) -> None
     assert json.loads(argv[argv.index("--sampling-defaults") + 1]) == {
         "temperature": 0.25, "top_k": 7, "n_predict": 12, "mirostat_tau": 4.5, "samplers": "kt",
         "logit_bias": [[15, 1.5], [16, float("-inf")]], "dry_sequence_breakers": [], "ignore_eos": True,
-        "json_schema": {"type": "object"}, "n_keep": -1,
+        "json_schema": {"type": "object"}, "n_keep": -1, "n_cache_reuse": 256,
     }  # fmt: skip
     assert "--sampling-defaults" not in inference_argv(settings, "t", "/m/t.gguf", "t-1", 9000, {})
     # on the command line (a preset's ';' starts a comment, as in llama.cpp's INI)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from workers.inference.engine._errors import EngineError, RequestCancelled
 from workers.inference.engine._media import keep_whole_media, pos_delta
 from workers.inference.engine._prompt_cache import PromptCacheMixin
-from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot
+from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot, reusable_chunks
 from workers.inference.engine._tokens import TokenMixin
 
 if TYPE_CHECKING:
@@ -55,9 +55,33 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
                     break
                 slot, n_common = picked
                 n_common = self._swap_prompt(slot, prompt, lora, n_common)
+                if req.cache_prompt and req.n_cache_reuse > 0:
+                    n_common = self._reuse_chunks(slot, req, n_common)
                 self._launch(slot, req, n_common if req.cache_prompt else 0, now)
                 self._stash_idle_slots(slot)
             self._pending.extendleft(reversed(waiting))  # first in the queue again, in their order
+
+    def _reuse_chunks(self, slot: Slot, req: Request, n_common: int) -> int:
+        """llama-server's ``n_cache_reuse``: shift the cached runs the prompt has next into place (their KV
+        positions move, RoPE follows); the prefix now reusable. Not where the cache cannot shift (SWA,
+        M-RoPE) or images are involved, as llama-server."""
+        llm = self.llm
+        assert llm is not None
+        if req.media is not None or slot.pos_delta or not llm.mem or not llm.lc.llama_memory_can_shift(llm.mem):
+            return n_common
+        if any(t < 0 for t in slot.cache):
+            return n_common
+        moves = reusable_chunks(slot.cache, req.prompt, n_common, req.n_cache_reuse)
+        if not moves:
+            return n_common
+        for head_c, head_p, n in moves:
+            llm.seq_rm(slot.id, head_p, head_c)
+            llm.seq_add(slot.id, head_c, head_c + n, head_p - head_c)
+        n_past = moves[-1][1] + moves[-1][2]
+        llm.seq_rm(slot.id, n_past, -1)
+        self.kept.forget(slot.id)  # its row followed the old cells
+        slot.cache[:] = req.prompt[:n_past]
+        return n_past
 
     def _launch(self, slot: Slot, req: Request, n_common: int, now: float) -> None:
         """Start ``req`` in ``slot``, keeping the first ``n_common`` cached tokens (prefix reuse): all of

@@ -47,6 +47,7 @@ class Request:
     media: Any = None  # the prompt's images (a llama._mtmd.MediaPrompt), or None: see engine._media
     lora: tuple[tuple[int, float], ...] | None = None  # its own adapter set (llama.LoraKey); None: the worker's
     id_slot: int = -1  # llama-server's id_slot: the slot it must run in (modulo the slots), -1: any
+    n_cache_reuse: int = 0  # llama-server's: cached runs of at least this many tokens are shifted into place
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -216,6 +217,24 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def reusable_chunks(cache: list[int], prompt: list[int], n_past: int, min_chunk: int) -> list[tuple[int, int, int]]:
+    """llama-server's ``--cache-reuse``: after the common prefix ``n_past``, the runs of at least
+    ``min_chunk`` cached tokens that come next in ``prompt``, as ``(cache index, prompt index, length)``.
+    Shifted into place one after the other, they extend the reusable prefix to the last run's end."""
+    moves: list[tuple[int, int, int]] = []
+    head_c = head_p = n_past
+    while head_c < len(cache) and head_p < len(prompt):
+        n = 0
+        while head_c + n < len(cache) and head_p + n < len(prompt) and cache[head_c + n] == prompt[head_p + n]:
+            n += 1
+        if n >= min_chunk:
+            moves.append((head_c, head_p, n))
+            head_c, head_p = head_c + n, head_p + n
+        else:
+            head_c += 1
+    return moves
 
 
 def pick_slot(

@@ -51,6 +51,7 @@ class _RequestContext:
     n_keep: int = 0
     lora: LoraKey | None = None  # the request's own adapter set; None: the worker's
     id_slot: int = -1  # llama-server's id_slot: the slot the request must run in, -1: any
+    n_cache_reuse: int = 0  # llama-server's: min run of cached tokens shifted into place (--cache-reuse)
     result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
 
 
@@ -144,6 +145,7 @@ class CompletionFront:
                 n_keep=opts.get("n_keep", 0),
                 lora=self.llm.lora.request_key(opts["lora"]) if "lora" in opts else None,
                 id_slot=opts.get("id_slot", -1),
+                n_cache_reuse=opts.get("n_cache_reuse", 0),
             )
             if job.kind == "chat":
                 result = self.create_chat_completion(**job.kwargs, include_usage=bool(opts.get("include_usage")))
@@ -332,7 +334,8 @@ class CompletionFront:
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
         c = self._ctx()
-        req = Request(tokens, params, max_tokens, stops, c.cache_prompt, c.n_keep, chain, media, c.lora, c.id_slot)
+        req = Request(tokens, params, max_tokens, stops, c.cache_prompt, c.n_keep, chain, media, c.lora, c.id_slot,
+                      c.n_cache_reuse)  # fmt: skip
         try:
             self.engine.enqueue(req)
         except EngineError:

@@ -320,7 +320,8 @@ def completion_request(body: dict[str, Any], model_name: str, *, media: bool = F
 def request_options(body: dict[str, Any]) -> dict[str, Any]:
     """Options outside ``Llama``'s signature: ``cache_prompt`` (llama-server's, default true),
     ``ignore_eos`` (llama-server's: end-of-generation tokens are never sampled), ``id_slot``,
-    ``lora``, ``n_cmpl``, ``n_keep`` (llama-server's) and ``stream_options.include_usage`` (OpenAI's)."""
+    ``lora``, ``n_cmpl``, ``n_keep``, ``n_cache_reuse`` (llama-server's) and ``stream_options.include_usage``
+    (OpenAI's)."""
     opts: dict[str, Any] = {}
     for key in ("cache_prompt", "ignore_eos"):
         value = body.get(key)
@@ -339,6 +340,11 @@ def request_options(body: dict[str, Any]) -> dict[str, Any]:
         if not _is_token(n_cmpl) or n_cmpl < 1:
             raise ApiError(400, "'n_cmpl' (or 'n') must be an integer >= 1")
         opts["n_cmpl"] = n_cmpl
+    n_cache_reuse = body.get("n_cache_reuse")
+    if n_cache_reuse is not None:  # llama-server: 0 (off) to INT32_MAX
+        if not _is_token(n_cache_reuse) or n_cache_reuse < 0:
+            raise ApiError(400, "'n_cache_reuse' must be an integer >= 0")
+        opts["n_cache_reuse"] = n_cache_reuse
     id_slot = body.get("id_slot")
     if id_slot is not None:  # llama-server: a slot id (modulo the slots), -1 or below: any idle slot
         if not isinstance(id_slot, int) or isinstance(id_slot, bool):
