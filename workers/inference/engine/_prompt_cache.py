@@ -74,8 +74,9 @@ class PromptCache:
         if self.limit_size and size > self.limit_size:
             return False
         self.entries = [e for e in self.entries if e.lora != lora or common_prefix(e.tokens, tokens) < len(e.tokens)]
-        while self.entries and self.limit_size and self.size + size > self.limit_size:
-            self.entries.pop(0)
+        total = self.size
+        while self.entries and self.limit_size and total + size > self.limit_size:
+            total -= self.entries.pop(0).size
         return True
 
     def add(self, entry: CachedPrompt) -> None:
@@ -105,16 +106,14 @@ class PromptCache:
 
     def trim(self) -> None:
         """Oldest entries out until the sizes fit; the token limit grows to what the size limit holds."""
-        while self.entries and self.limit_size and self.size > self.limit_size:
-            self.entries.pop(0)
-        per_token = max(1.0, self.size / max(1, self.n_tokens))
+        size, n_tokens = self.size, self.n_tokens
+        while self.entries and self.limit_size and size > self.limit_size:
+            gone = self.entries.pop(0)
+            size, n_tokens = size - gone.size, n_tokens - len(gone.tokens)
+        per_token = max(1.0, size / max(1, n_tokens))
         limit = max(self.limit_tokens, int(self.limit_size / per_token)) if self.limit_size else self.limit_tokens
-        while self.entries and limit and self.n_tokens > limit:
-            self.entries.pop(0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"prompts": len(self.entries), "tokens": self.n_tokens, "bytes": self.size,
-                "limit_bytes": self.limit_size or None}  # fmt: skip
+        while self.entries and limit and n_tokens > limit:
+            n_tokens -= len(self.entries.pop(0).tokens)
 
 
 def cacheable(slot: Slot) -> bool:
