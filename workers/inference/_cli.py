@@ -82,6 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--props", action="store_true", help="POST /props answers success (llama-server's)")
     _kv_cache_args(p)
     _context_args(p)
+    _model_args(p)
     _template_args(p)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-metrics", dest="metrics", action="store_false", help="GET /metrics: 501 (llama-server's)")
@@ -142,6 +143,10 @@ def _context_args(p: argparse.ArgumentParser) -> None:
                  "yarn-beta-fast"):  # fmt: skip
         p.add_argument(f"--{name}", type=float, default=None, help="as llama-server (default: the model's)")
     p.add_argument("--yarn-orig-ctx", type=int, default=None, help="YaRN: original context size of the model")
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    """How the weights load (batch engine), as llama-server names it; unset: llama.cpp's defaults."""
     p.add_argument("--load-mode", "-lm", choices=list(LOAD_MODES), default=None, help="mmap, mlock, ... (auto)")
     p.add_argument("--lazy-mode", "-lzm", choices=list(LAZY_MODES), default=None, help="tensors read on demand")
     p.add_argument("--repack", action=argparse.BooleanOptionalAction, default=True, help="weight repacking")
