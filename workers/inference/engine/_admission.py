@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from workers.inference.engine._errors import EngineError, RequestCancelled
 from workers.inference.engine._media import keep_whole_media, pos_delta
 from workers.inference.engine._prompt_cache import PromptCacheMixin
-from workers.inference.engine._slots import Request, Slot, SlotState, pick_slot, reusable_chunks
+from workers.inference.engine._slots import Request, Slot, SlotState, holds_media, pick_slot, reusable_chunks
 from workers.inference.engine._tokens import TokenMixin
 
 if TYPE_CHECKING:
@@ -67,9 +67,7 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
         M-RoPE) or images are involved, as llama-server."""
         llm = self.llm
         assert llm is not None
-        if req.media is not None or slot.pos_delta or not llm.mem or not llm.lc.llama_memory_can_shift(llm.mem):
-            return n_common
-        if any(t < 0 for t in slot.cache):
+        if req.media is not None or holds_media(slot) or not llm.mem or not llm.lc.llama_memory_can_shift(llm.mem):
             return n_common
         moves = reusable_chunks(slot.cache, req.prompt, n_common, req.n_cache_reuse)
         if not moves:

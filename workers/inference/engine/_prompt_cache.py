@@ -25,7 +25,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from workers.inference.engine._slots import Slot, SlotState, common_prefix
+from workers.inference.engine._slots import SLOT_SIMILARITY, Slot, SlotState, common_prefix, holds_media
 
 if TYPE_CHECKING:
     from workers.inference.engine._kept_logits import KeptLogits
@@ -118,7 +118,7 @@ class PromptCache:
 
 def cacheable(slot: Slot) -> bool:
     """A slot whose cells can go to the cache: it holds tokens, none of them an image's stand-in."""
-    return bool(slot.cache) and slot.pos_delta == 0 and all(t >= 0 for t in slot.cache)
+    return bool(slot.cache) and not holds_media(slot)
 
 
 class PromptCacheMixin:
@@ -141,7 +141,7 @@ class PromptCacheMixin:
         """Before ``prompt`` starts in ``slot``: save what the slot would mostly lose, drop cells of
         another adapter set, and bring back a cached prompt that covers more; the tokens now reusable."""
         cache = self.prompt_cache
-        picked_by_lru = n_common < 0.1 * len(prompt)  # pick_slot's similarity: no slot shares enough
+        picked_by_lru = n_common < SLOT_SIMILARITY * len(prompt)  # no slot shared enough: pick_slot took the LRU
         # As llama-server, the cache is looked at only when the slot was the least recently used or
         # would lose most of its cells; a slot that shares most of the prompt is used as it is.
         update = cache is not None and bool(prompt) and (picked_by_lru or n_common < SAVE_BELOW_KEEP * len(slot.cache))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine._errors import EngineNotReady, RequestRejected
-from workers.inference.engine._slots import Slot
+from workers.inference.engine._slots import Slot, holds_media
 
 if TYPE_CHECKING:
     from workers.inference.engine._kept_logits import KeptLogits
@@ -41,7 +41,7 @@ class SlotAction:
 
 
 def _save(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
-    if any(t < 0 for t in slot.cache):  # an image's stand-in tokens mean nothing in another process
+    if holds_media(slot):  # an image's stand-in tokens mean nothing in another process
         raise RequestRejected("Unable to save slot: it holds image tokens, which a slot file cannot carry")
     t0 = time.perf_counter()
     tokens = (llm.lc.llama_token * max(1, len(slot.cache)))(*slot.cache)

@@ -219,6 +219,16 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+SLOT_SIMILARITY = 0.1
+"""llama-server's ``--slot-prompt-similarity``: the share of a prompt a slot's cache must cover to be picked for it."""
+
+
+def holds_media(slot: Slot) -> bool:
+    """Whether the slot's cells include an image's (stand-in tokens, or positions M-RoPE shifted): such
+    cells cannot be saved, moved or shifted as plain tokens are."""
+    return slot.pos_delta != 0 or any(t < 0 for t in slot.cache)
+
+
 def reusable_chunks(cache: list[int], prompt: list[int], n_past: int, min_chunk: int) -> list[tuple[int, int, int]]:
     """llama-server's ``--cache-reuse``: after the common prefix ``n_past``, the runs of at least
     ``min_chunk`` cached tokens that come next in ``prompt``, as ``(cache index, prompt index, length)``.
@@ -240,7 +250,7 @@ def reusable_chunks(cache: list[int], prompt: list[int], n_past: int, min_chunk:
 def pick_slot(
     slots: list[Slot],
     prompt: list[int],
-    similarity: float = 0.1,
+    similarity: float = SLOT_SIMILARITY,
     lora: tuple[tuple[int, float], ...] = (),
     id_slot: int = -1,
 ) -> tuple[Slot, int] | None:

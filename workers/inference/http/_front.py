@@ -7,7 +7,7 @@ HTTP thread (ctypes releases the GIL while llama.cpp tokenizes), so a long promp
 holds up the engine's step loop.
 
 Per-request extras that OpenAI's signature has no room for (the disconnect check, ``cache_prompt``,
-``lora``, ``id_slot``) travel in a thread-local :class:`_RequestContext`.
+``lora``, ``id_slot``, ``n_cache_reuse``) travel in a thread-local :class:`_RequestContext`.
 """
 
 from __future__ import annotations
