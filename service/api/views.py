@@ -11,6 +11,7 @@ from msgspec import UNSET, UnsetType
 
 from service.api.schemas import (
     EngineStatsView,
+    FilesOnView,
     FileView,
     InstanceView,
     JobView,
@@ -91,6 +92,7 @@ def _progress(model: ModelState, state: RouterState) -> ProgressView | None:
         fraction=round(fraction, 4),
         bytes_per_second=job.bytes_per_second,
         eta_seconds=job.eta_seconds,
+        node=UNSET if job.node is None else job.node,
     )
 
 
@@ -163,8 +165,18 @@ def model_view(model: ModelState, state: RouterState) -> ModelEntry:
         memory=UNSET if need is None else need.to_json(),
         pinned=True if model.config.pinned else UNSET,
         held_by=sorted(model.holders) if model.holders else UNSET,
+        files_on=_files_on(model, state) if model.holders else UNSET,
         meta=_loaded_meta(model),
     )
+
+
+def _files_on(model: ModelState, state: RouterState) -> list[FilesOnView]:
+    """Each node's copy of ``model``'s files, with that node's state (a holder not joined yet: up)."""
+    out = []
+    for name, held in sorted(model.holders.items()):
+        node = state.nodes.get(name)
+        out.append(FilesOnView(node=name, state="up" if node is None else node.state, path=held.path, size=held.size))
+    return out
 
 
 def _loaded_meta(model: ModelState) -> dict[str, Any] | UnsetType:

@@ -42,6 +42,7 @@ import structlog
 from service.core import cluster
 from service.core import events as ev
 from service.core.decision import Append
+from service.downloads.cache_files import free_bytes
 from service.event_store.rows import StoreUnavailable
 from service.event_store.urls import libpq_url
 from service.live_state import LiveState, StateUnavailable
@@ -71,13 +72,14 @@ def lock_application_name(node: str) -> str:
 
 
 def joined_event(settings: Settings, incarnation: str, memory: int, models: tuple[str, ...]) -> ev.NodeJoined:
-    """``node_joined`` for this process."""
+    """``node_joined`` for this process, with the free disk where its downloads go (the others place
+    pulls by it)."""
     assert settings.node is not None and settings.advertise_url is not None
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return ev.NodeJoined(
         node=settings.node, incarnation=incarnation, url=settings.advertise_url, pid=settings.service_pid,
         cpus=os.cpu_count() or 1, ram_bytes=ram, memory_bytes=memory, models_max=settings.models_max,
-        models=models,
+        models=models, disk_free_bytes=free_bytes(settings.cache_dir), disk_reserve_bytes=settings.disk_reserve_bytes,
     )  # fmt: skip
 
 

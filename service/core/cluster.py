@@ -3,7 +3,8 @@
 Every node folds the whole log; each supervises only its own processes. These
 pure functions draw the line: :func:`own_view` is the fold as one node's
 reconcile and catalogue must see it (its instances, its download jobs, its
-files), :func:`budgets` the nodes placement may use, and :func:`on_node_lost`
+files), :func:`budgets` the nodes placement may use (:func:`disk_room`: the
+disk each has left for downloads; :func:`pull_site`: where a pull goes), and :func:`on_node_lost`
 the events that close what a dead incarnation left running. A node that stops
 cleanly says so (:func:`on_leaving`), so the others never take it for lost; one
 recorded lost while alive finds it out (:func:`recorded_lost`) and stops what the
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from service.core import events as ev
 from service.core.decision import Append, Decision, Effect
@@ -84,15 +85,43 @@ def alive(state: RouterState) -> list[str]:
 
 def budgets(state: RouterState, node: str | None, local: NodeBudget) -> tuple[NodeBudget, ...]:
     """The nodes placement may use: without a cluster the local budget alone; in one, every live
-    node as its ``node_joined`` declared it (the local one with what only it knows)."""
+    node as its ``node_joined`` declared it (the local one with what only it knows), each with its
+    :func:`disk_room`."""
     if node is None:
         return (local,)
-    out = [local]
+    out = [replace(local, room=disk_room(state, node))]
     for name in alive(state):
         if name != node:
             joined = state.nodes[name]
-            out.append(NodeBudget(name, joined.models_max, joined.memory_bytes or None, local=False))
+            room = disk_room(state, name)
+            out.append(NodeBudget(name, joined.models_max, joined.memory_bytes or None, local=False, room=room))
     return tuple(out)
+
+
+def disk_room(state: RouterState, name: str) -> int | None:
+    """The bytes a new download may still write on node ``name``: its free disk as the log knows it
+    (:class:`NodeState`), less its reserve and what its running jobs have yet to write. None: not
+    known (a node that did not measure it)."""
+    node = state.nodes.get(name)
+    if node is None or node.disk_free is None:
+        return None
+    jobs = (m.jobs.get(m.active_job) for m in state.models.values() if m.active_job is not None)
+    pending = sum(max(0, j.bytes_total - j.bytes_done) for j in jobs if j is not None and j.node == name)
+    return node.disk_free - node.disk_reserve - pending
+
+
+def pull_site(state: RouterState, node: str | None, size: int) -> str | None:
+    """The node that downloads a pull of ``size`` bytes (``POST /models``, Ollama's pull): of the live
+    nodes, the one with the most :func:`disk_room` (then the name), if the files fit there. None: the
+    deciding node (alone, itself the roomiest, or nowhere known to fit: its own disk check decides)."""
+    if node is None:
+        return None
+    rooms = [(room, name) for name in alive(state) if (room := disk_room(state, name)) is not None]
+    fitting = [(room, name) for room, name in rooms if room >= size]
+    if not fitting:
+        return None
+    _, best = min(fitting, key=lambda r: (-r[0], r[1]))
+    return None if best == node else best
 
 
 def on_node_lost(state: RouterState, node: str, incarnation: str, detected_by: str) -> list[Closing]:

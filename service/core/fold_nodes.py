@@ -7,8 +7,10 @@ stamps it) also says which node holds a model's files (``model_discovered``,
 ``download_finished``: that node's cache) or no longer does
 (``model_removed``: a model another node still holds stays available), and
 which node runs a download job (``download_requested``: its ``node``, placed
-there by another node's decision, else the writer). A log without nodes folds
-exactly as before.
+there by another node's decision, else the writer). The same two events keep
+that node's free disk up to date between its joins: a finished download used
+the bytes it transferred, a removal freed ``bytes_freed``. A log without
+nodes folds exactly as before.
 
 Pure module: stdlib only.
 """
@@ -28,6 +30,7 @@ def _node_joined(state: RouterState, rec: ev.Recorded) -> RouterState:
     node = NodeState(
         name=e.node, incarnation=e.incarnation, url=e.url, pid=e.pid, cpus=e.cpus, ram_bytes=e.ram_bytes,
         memory_bytes=e.memory_bytes, models_max=e.models_max, gpus=tuple(e.gpus), joined_at=rec.recorded_at,
+        disk_free=e.disk_free_bytes, disk_reserve=e.disk_reserve_bytes,
     )  # fmt: skip
     return evolve(state, nodes={**state.nodes, e.node: node})
 
@@ -81,6 +84,10 @@ def after(before: RouterState, state: RouterState, rec: ev.Recorded) -> RouterSt
     if node is None or not isinstance(e, (ev.ModelDiscovered, ev.DownloadFinished, ev.ModelRemoved,
                                           ev.DownloadRequested)):  # fmt: skip
         return state
+    if isinstance(e, ev.DownloadFinished):
+        state = _disk_used(state, node, e.bytes_transferred)
+    elif isinstance(e, ev.ModelRemoved):
+        state = _disk_used(state, node, -e.bytes_freed)
     model = model_of(state, rec)
     if model is None:
         return state
@@ -96,6 +103,14 @@ def after(before: RouterState, state: RouterState, rec: ev.Recorded) -> RouterSt
     path = e.path if isinstance(e, ev.ModelDiscovered) else primary_path(e.files)
     holding = Holding(path=path, files=tuple(e.files), size=sum(f.size for f in e.files))
     return put_model(state, model.replace(holders={**model.holders, node: holding}))
+
+
+def _disk_used(state: RouterState, name: str, used: int) -> RouterState:
+    """``name``'s free disk once ``used`` bytes were written there (negative: freed)."""
+    node = state.nodes.get(name)
+    if node is None or node.disk_free is None or used == 0:
+        return state
+    return evolve(state, nodes={**state.nodes, name: evolve(node, disk_free=max(0, node.disk_free - used))})
 
 
 def _removed_on(before: RouterState, state: RouterState, rec: ev.Recorded, node: str) -> RouterState:

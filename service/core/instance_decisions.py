@@ -70,8 +70,8 @@ class Kill(Effect):
 
 @dataclass(frozen=True, slots=True)
 class FetchFiles(Effect):
-    """Download ``model``'s files from its hf-repo first (a regular download job); with a
-    ``then_load`` reason, load it once they are there."""
+    """Download ``model``'s files first (a regular download job: its hf-repo, or a pulled model's
+    files again when only gone nodes held them); with a ``then_load`` reason, load it once they are there."""
 
     model: str
     then_load: str | None = None
@@ -235,7 +235,8 @@ def decide_load(state: RouterState, queue: Queue, name: str, reason: str, facts:
 
 def decide_fetch(state: RouterState, name: str, then_load: str | None) -> Decision[str]:
     """A model whose files come from the Hub on first use is downloaded before it loads
-    (llama.cpp's router downloads it silently inside the child: #24822, #19351)."""
+    (llama.cpp's router downloads it silently inside the child: #24822, #19351); so is one whose
+    files only lost or departed nodes hold (:func:`scheduling.needs_files`)."""
     model = _found(state, name)
     if not scheduling.needs_files(model, state):
         return nothing(model.name)

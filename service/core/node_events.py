@@ -16,7 +16,9 @@ from service.core.event_base import Event
 class NodeJoined(Event):
     """A ``modelrouter serve --node NAME`` started (one event per incarnation: a restarted node is a
     new ``incarnation``). ``memory_bytes`` is what its models may use: its RAM less the
-    ``--models-memory-margin``; ``models`` the models whose files it holds as it joins."""
+    ``--models-memory-margin``; ``models`` the models whose files it holds as it joins;
+    ``disk_free_bytes`` the free bytes of the file system its downloads go to (None: not measured,
+    a node of an older version) and ``disk_reserve_bytes`` what its downloads must leave free there."""
 
     TYPE: ClassVar[str] = "node_joined"
     node: str
@@ -29,6 +31,8 @@ class NodeJoined(Event):
     models_max: int
     gpus: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    disk_free_bytes: int | None = None
+    disk_reserve_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from service.core.event_base import FileRef
 
@@ -15,7 +16,10 @@ from service.core.event_base import FileRef
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """One incarnation of a node, as its ``node_joined`` said; ``lost`` once another node found
-    its lock free (``node_lost``), ``left`` once it said it stopped cleanly (``node_left``)."""
+    its lock free (``node_lost``), ``left`` once it said it stopped cleanly (``node_left``).
+    ``disk_free``: the free bytes its ``node_joined`` measured where its downloads go, less what its
+    download workers wrote since (``download_finished``) plus what its removals freed
+    (``model_removed``); None: not measured."""
 
     name: str
     incarnation: str
@@ -26,6 +30,8 @@ class NodeState:
     memory_bytes: int = 0
     models_max: int = 0
     gpus: tuple[str, ...] = ()
+    disk_free: int | None = None
+    disk_reserve: int = 0
     joined_at: datetime | None = None
     lost: bool = False
     lost_at: datetime | None = None
@@ -37,6 +43,11 @@ class NodeState:
     def gone(self) -> bool:
         """Lost or left: no longer a node to place on, nor to watch."""
         return self.lost or self.left
+
+    @property
+    def state(self) -> Literal["up", "lost", "left"]:
+        """``up``, ``left`` or ``lost``, as ``GET /nodes`` shows it."""
+        return "left" if self.left else "lost" if self.lost else "up"
 
 
 @dataclass(frozen=True, slots=True)

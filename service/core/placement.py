@@ -25,8 +25,8 @@ waits over evictions (fewest first) over blocked, then the most free memory,
 then the name. A model impossible on every node is refused at once
 (``insufficient_memory``, 507) rather than loaded into an out-of-memory crash.
 A model that no live node holds is downloaded where it will be served: the
-node its load would pick by the same rules, judged by the size of its files
-(:func:`download_site`).
+node its load would pick by the same rules, judged by the size of its files,
+among those whose disk has room for them (:func:`download_site`).
 
 Pure module: stdlib only.
 """
@@ -54,6 +54,7 @@ class NodeBudget:
     models_max: int
     memory: int | None = None
     local: bool = True  # the deciding service's own node: its busy counts and exiting workers are known
+    room: int | None = None  # bytes a download may still write there (cluster.disk_room); None: not known
 
 
 @dataclass(slots=True)
@@ -210,12 +211,13 @@ def download_site(
     """Where ``model``'s files are downloaded when no live node holds them: on the node that will
     serve it, chosen as its load would be (fits over waits over evictions, then the most free
     memory, then the name), its need taken as at least the ``size`` of its files (its weights, before
-    the header is measured). None: the deciding node (alone, or nowhere fits even after evictions;
-    its load is then refused as such a load is)."""
+    the header is measured), among the nodes whose disk has room for them. None: the deciding node
+    (alone, or nowhere fits even after evictions; its load is then refused as such a load is)."""
     if any(holds(model, b.name) for b in budgets if b.name is not None) or len(budgets) < 2:
         return None
     need = max(model_need(model), size)
-    choice = best([judge(model, b, tally[b.name], busy, frozenset(), need) for b in budgets])
+    roomy = [b for b in budgets if b.room is None or b.room >= size]
+    choice = best([judge(model, b, tally[b.name], busy, frozenset(), need) for b in roomy])
     return None if choice is None else choice.node
 
 

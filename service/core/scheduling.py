@@ -27,7 +27,7 @@ from datetime import datetime
 from service.core import placement
 from service.core.errors import CommandRejected
 from service.core.placement import NodeBudget, Verdict
-from service.core.state import Instance, InstanceStatus, ModelState, ModelStatus, RouterState
+from service.core.state import DownloadJob, Instance, InstanceStatus, JobStatus, ModelState, ModelStatus, RouterState
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +81,22 @@ def loadable(model: ModelState | None) -> bool:
 
 def needs_files(model: ModelState | None, state: RouterState | None = None) -> bool:
     """A model with a Hub source (a preset's ``hf-repo``, the ``-hf`` model) whose files are not on
-    disk yet (given the ``state``, in a cluster: on no node that is up): its first load or request
-    downloads them first."""
-    if model is None or model.config.hf_repo is None:
+    disk yet (given the ``state``, in a cluster: on no node that is up), or a pulled model whose files
+    only lost or departed nodes hold (:func:`pulled_from`): its next load or request downloads them
+    first."""
+    if model is None:
         return False
-    return not model.available or (state is not None and not placement.held_live(state, model))
+    gone = state is not None and not placement.held_live(state, model)
+    if model.config.hf_repo is None:
+        return model.available and gone and pulled_from(model) is not None
+    return not model.available or gone
+
+
+def pulled_from(model: ModelState) -> DownloadJob | None:
+    """The download job that brought ``model``'s files (the last one that finished): a pulled model
+    is fetched again from it, at its commit, on another node."""
+    finished = [job for job in model.jobs.values() if job.status is JobStatus.FINISHED and job.repo]
+    return finished[-1] if finished else None
 
 
 def require_loadable(state: RouterState, name: str) -> ModelState:
@@ -97,6 +108,16 @@ def require_loadable(state: RouterState, name: str) -> ModelState:
         raise CommandRejected("conflict", f"model {model.name!r} is still downloading", model=model.name)
     if not model.available or not model.path:
         raise CommandRejected("model_not_found", f"model {model.name!r} has no files to load", model=model.name)
+    if not placement.held_live(state, model):
+        gone = ", ".join(repr(n) for n in sorted(model.holders))
+        again = (
+            "the next request downloads them again" if needs_files(model, state)
+            else "and there is no Hub source to download them from again: start that node again, or pull the model"
+        )  # fmt: skip
+        raise CommandRejected(
+            "model_failed", f"model {model.name!r} has its files only on node {gone}, which is gone (lost or left); "
+            f"{again}", model=model.name, reason="files_unavailable",
+        )  # fmt: skip
     return model
 
 

@@ -1,4 +1,5 @@
-"""Models whose files come on first use: a preset's ``hf-repo``, or the ``-hf`` model.
+"""Models whose files come on first use: a preset's ``hf-repo``, or the ``-hf`` model; and a
+pulled model whose files only a lost or departed node held, fetched again as it was pulled.
 
 llama.cpp's router lists such a preset model but downloads it silently inside
 the child on first load (llama.cpp #24822, #19351). Here the core decides
@@ -21,12 +22,13 @@ from typing import Any
 
 import structlog
 
+from service.core.contracts import DownloadSpec
 from service.core.errors import CommandRejected
 from service.core.instance_decisions import FetchFiles
 from service.core.placement import held_live
-from service.core.scheduling import SlotFacts, download_node
+from service.core.scheduling import SlotFacts, download_node, pulled_from
 from service.core.state import JobStatus, ModelState, RouterState
-from service.downloads.resolution import ResolutionError, resolve
+from service.downloads.resolution import ResolutionError, resolve, worker_spec
 from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
@@ -65,12 +67,27 @@ class OnDemandFiles:
     async def _request(self, model: ModelState, slots: Slots | None) -> str | None:
         if model.active_job is not None:
             return model.active_job
-        hf_repo = model.config.hf_repo
-        assert hf_repo is not None
         if self.settings.offline:
             raise CommandRejected(
                 "model_failed", f"model {model.name!r} is not in the cache and the service is offline", model=model.name
             )
+        spec = await self._spec(model)
+
+        def site(state: RouterState) -> str | None:  # decided on the state the request lands on
+            return None if slots is None else download_node(state, model.name, spec.total_bytes, slots(state))
+
+        job_id, _, _ = await self.downloads.request(model.name, spec, site)
+        return job_id
+
+    async def _spec(self, model: ModelState) -> DownloadSpec:
+        """What to fetch: a pulled model's files again, as its finished job pinned them (commit and
+        sha256s: nothing to ask the Hub first), else its ``hf-repo`` resolved on the Hub now."""
+        hf_repo = model.config.hf_repo
+        pulled = pulled_from(model) if hf_repo is None else None
+        if pulled is not None:
+            endpoint = self.settings.hf_endpoint
+            return worker_spec(pulled.repo, pulled.revision, pulled.commit, pulled.quant, endpoint, pulled.files)
+        assert hf_repo is not None
         try:
             resolution = await asyncio.to_thread(
                 resolve, hf_repo, endpoint=self.settings.hf_endpoint, token=self.settings.hf_token,
@@ -82,13 +99,7 @@ class OnDemandFiles:
                 "model_failed", f"cannot download model {model.name!r} from {hf_repo}: {exc.message}",
                 model=model.name, reason=exc.code,
             ) from None  # fmt: skip
-        spec = resolution.to_spec()
-
-        def site(state: RouterState) -> str | None:  # decided on the state the request lands on
-            return None if slots is None else download_node(state, model.name, spec.total_bytes, slots(state))
-
-        job_id, _, _ = await self.downloads.request(model.name, spec, site)
-        return job_id
+        return resolution.to_spec()
 
     async def ready(self, name: str) -> ModelState:
         """Wait until ``name`` has its files; a download that ended without them is a ``model_failed``."""

@@ -161,6 +161,7 @@ FINGERPRINTS = {
     11: ("11d5f000864449ef", "8143aadef85be542"),  # copies' names and node_left
     12: ("11d5f000864449ef", "7a9a1038001fdb6a"),  # a download job's node from download_requested's node
     13: ("6740988a22a18b1c", "bbfae94d283abce3"),  # Instance.model_info (llama-server's meta) from instance_ready
+    14: ("060080875ebd2268", "88d5e6f77d2ca944"),  # a node's free disk (node_joined, download_finished, removals)
 }
 
 

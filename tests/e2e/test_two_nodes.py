@@ -15,6 +15,8 @@ generation: the stream ends with an error event at once, ``a`` serves the model 
 downloads ``tiny-hub`` again (its one holder is lost). The fifth freezes ``b`` (SIGSTOP: its sockets
 stay open, as a hung or cut-off machine's do) while it streams a forwarded generation, and cuts its
 lock connection: once ``a`` records it lost, the stream ends with the error event, not a hang.
+The sixth pulls a model through ``a``: it lands on ``b``, which has more free room; ``b`` serves it and
+is killed; a chat for it on ``a`` is answered once ``a`` downloaded it again and loaded it.
 """
 
 from __future__ import annotations
@@ -54,13 +56,16 @@ CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 SLOW_REPO = unique_repo("slow")  # an hf-repo preset whose download the hub throttles, to be cancelled
 
 
-def _node(root: Path, name: str, url: str, models: tuple[str, ...], memory: int, hub: str) -> ServiceProcess:
+def _node(
+    root: Path, name: str, url: str, models: tuple[str, ...], memory: int, hub: str, reserve: int
+) -> ServiceProcess:
     folder = root / f"models-{name}"
     for i, model in enumerate(models):
         write_tiny_gguf(folder / f"{model}.gguf", seed=i)
     port = int(url.rsplit(":", 1)[1])
     env = {"MODELROUTER_MODELS_DIR": str(folder), "MODELROUTER_MEMORY_BYTES": str(memory),
-           "MODELROUTER_MODELS_MEMORY_MARGIN": "0", "HF_ENDPOINT": hub}  # fmt: skip
+           "MODELROUTER_MODELS_MEMORY_MARGIN": "0", "HF_ENDPOINT": hub,
+           "MODELROUTER_DISK_RESERVE_BYTES": str(reserve)}  # fmt: skip
     # The same presets on every node (an hf-repo model nobody holds yet), and endless generations
     # possible (a full context shifts) for the stream cut by a kill.
     args = ["--api-key", KEY, "--models-preset", str(root / "presets.ini"), "--context-shift"]
@@ -78,8 +83,9 @@ def cluster(
     make_repo(hub_server.root, SLOW_REPO, {"slow-Q4_K_M.gguf": 8 * MiB})
     (root / "presets.ini").write_text(f"[tiny-hub]\nhf-repo = {repo}:Q8_0\n\n[slow]\nhf-repo = {SLOW_REPO}:Q4_K_M\n")
     a_url, b_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
-    a = _node(root, "a", a_url, ("tiny-a", "tiny-s"), 4 * GiB, hub_server.url)
-    b = _node(root, "b", b_url, ("tiny-b", "tiny-s"), 8 * GiB, hub_server.url)
+    # One disk for both homes: b keeps a smaller disk reserve, so it has more room for downloads.
+    a = _node(root, "a", a_url, ("tiny-a", "tiny-s"), 4 * GiB, hub_server.url, reserve=GiB)
+    b = _node(root, "b", b_url, ("tiny-b", "tiny-s"), 8 * GiB, hub_server.url, reserve=64 * MiB)
     for proc, name, advertised in ((a, "a", a_url), (b, "b", b_url)):
         proc.args += ["--database-url", url, "--node", name, "--advertise-url", advertised]
     a.start(timeout=60)
@@ -434,3 +440,44 @@ def test_a_stream_to_a_frozen_node_ends_with_an_error_once_the_node_is_recorded_
         os.kill(b.pid, signal.SIGCONT)
     # Thawed, b finds itself lost, stops the worker the log ended, and joins again.
     eventually(lambda: _nodes(a)["b"]["state"] == "up", "b joined again", timeout=60)
+
+
+@pytest.mark.timeout(300)
+def test_a_pulled_model_whose_only_holder_is_killed_is_downloaded_again_by_the_survivor(
+    cluster: tuple[ServiceProcess, ServiceProcess], hub: HubServer, tmp_path: Path
+) -> None:
+    a, b = cluster
+    _up_again(a, b)
+    nodes = _nodes(a)
+    assert nodes["b"]["disk_room_bytes"] > nodes["a"]["disk_room_bytes"], "b keeps the smaller reserve"
+    repo = unique_repo("pulled")
+    make_repo(hub.root, repo, {"pulled-Q8_0.gguf": write_tiny_gguf(tmp_path / "pulled.gguf", seed=7).read_bytes()})
+
+    # A pull asked of a lands on b, the node with more free room (an event b acts on), into b's cache.
+    pulled = httpx.post(f"{a.url}/models", json={"model": repo}, headers=AUTH, timeout=60)
+    assert pulled.status_code == 200, pulled.text
+    name, job_id = pulled.json()["model"], pulled.json()["job_id"]
+    requested = _events(a, type="download_requested", model=name)
+    assert [(e["data"]["node"], e["source"]["node"]) for e in requested] == [("b", "a")]
+    eventually(lambda: _get(a, f"/downloads/{job_id}")["status"] == "finished", "b downloaded it")
+    assert _entry(a, name)["held_by"] == ["b"]
+    assert _chat(a, name).status_code == 200 and _entry(a, name)["status"]["node"] == "b"
+
+    # kill -9 of b, the one node that holds its files: a chat on a waits while a downloads them
+    # again (a recorded job, a's own worker), loads the model, and answers.
+    lost_before = len(_events(a, type="node_lost"))
+    b.kill9()
+    eventually(lambda: _events(a, type="node_lost")[lost_before:], "node_lost", timeout=10, interval=0.1)
+    files_on = _entry(a, name)["files_on"]
+    assert [(f["node"], f["state"]) for f in files_on] == [("b", "lost")]
+    answer = _chat(a, name)
+    assert answer.status_code == 200, answer.text
+    again = _events(a, type="download_requested", model=name)[1:]
+    assert [(e["data"].get("node"), e["source"]["node"]) for e in again] == [(None, "a")], "downloaded by a"
+    ended = [e for e in _events(a, model=name, type="download_*") if e["data"]["job_id"] == again[0]["data"]["job_id"]]
+    assert ended[-1]["type"] == "download_finished" and ended[-1]["source"]["node"] == "a"
+    entry = _entry(a, name)
+    assert entry["held_by"] == ["a", "b"] and entry["status"]["node"] == "a", entry
+    assert [(f["node"], f["state"]) for f in entry["files_on"]] == [("a", "up"), ("b", "lost")]
+    served = _events(a, type="request_completed", model=name)
+    assert [e["source"]["node"] for e in served] == ["b", "a"]

@@ -12,8 +12,10 @@ from litestar.status_codes import HTTP_200_OK
 from service.api.problems import Problem
 from service.api.schemas import DownloadAnswer, FileView, JobList, JobView, ModelCommand, problems
 from service.api.views import job_view
+from service.core import cluster
 from service.core.cache_layout import CachePaths
 from service.core.disk_budget import check_disk
+from service.core.state import RouterState
 from service.downloads.cache_files import free_bytes, partial_bytes
 from service.downloads.resolution import Resolution, ResolutionError, resolve
 from service.live_state import LiveState
@@ -35,7 +37,8 @@ async def download_model(
 ) -> DownloadAnswer:
     """Resolve ``user/repo[:QUANT][@revision]`` on the Hub, then start a download
     job in its own worker process (or join the running one). Returns at once.
-    Refused with 507 when it would leave less than the disk reserve free."""
+    Refused with 507 when it would leave less than the disk reserve free. In a cluster the job goes
+    to the node with the most free room for the files (``download_requested`` with ``node``)."""
     return await start_download(data.model, settings, live, downloads)
 
 
@@ -48,8 +51,14 @@ async def start_download(
     except ResolutionError as exc:
         raise Problem(exc.status, exc.code, exc.message, **exc.extra) from None
     model = resolution.canonical_name
-    await _check_disk(settings, live, model, resolution)
-    job_id, joined, already = await downloads.request(model, resolution.to_spec())
+    size = resolution.total_bytes
+    if cluster.pull_site(live.state, settings.node, size) is None:
+        await _check_disk(settings, live, model, resolution)  # else the node with more room checks its own
+
+    def site(state: RouterState) -> str | None:  # in a cluster, the node with the most room for it
+        return cluster.pull_site(state, settings.node, size)
+
+    job_id, joined, already = await downloads.request(model, resolution.to_spec(), site)
     job = live.state.job(job_id) if job_id else None
     return DownloadAnswer(
         success=True,

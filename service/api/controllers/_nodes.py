@@ -5,16 +5,12 @@ from __future__ import annotations
 from litestar import get
 
 from service.api.schemas import NodeList, NodeView, problems
-from service.core.node_state import NodeState
+from service.core.cluster import disk_room
 from service.core.placement import model_need, node_of
 from service.core.state import RouterState
 from service.event_store.codec import format_time
 from service.live_state import LiveState
 from service.settings import Settings
-
-
-def _state(node: NodeState) -> str:
-    return "left" if node.left else "lost" if node.lost else "up"
 
 
 def nodes_view(state: RouterState, node: str | None) -> NodeList:
@@ -25,12 +21,13 @@ def nodes_view(state: RouterState, node: str | None) -> NodeList:
         used = sum(model_need(state.models[m]) for m in loaded)
         holds = sorted(m.name for m in state.models.values() if name in m.holders)
         data.append(NodeView(
-            name=name, state=_state(n), url=n.url, incarnation=n.incarnation, pid=n.pid,
+            name=name, state=n.state, url=n.url, incarnation=n.incarnation, pid=n.pid,
             cpus=n.cpus, ram_bytes=n.ram_bytes, memory_bytes=n.memory_bytes, models_max=n.models_max,
             joined_at=format_time(n.joined_at) if n.joined_at else None,
             lost_at=format_time(n.lost_at) if n.lost_at else None, lost_by=n.lost_by,
             left_at=format_time(n.left_at) if n.left_at else None,
-            loaded=loaded, memory_used_bytes=used, holds=holds,
+            loaded=loaded, memory_used_bytes=used, holds=holds, disk_free_bytes=n.disk_free,
+            disk_reserve_bytes=n.disk_reserve, disk_room_bytes=disk_room(state, name),
         ))  # fmt: skip
     return NodeList(data=data, node=node)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from service.api.schemas._catalogue import (
     EngineStatsView,
+    FilesOnView,
     InstanceView,
     ModelArchitecture,
     ModelEntry,
@@ -69,6 +70,7 @@ __all__ = [
     "EventView",
     "FieldError",
     "FileView",
+    "FilesOnView",
     "GenerationSettings",
     "HealthView",
     "InfillRequest",

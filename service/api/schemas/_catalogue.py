@@ -23,6 +23,18 @@ class ProgressView(msgspec.Struct, frozen=True):
     fraction: float
     bytes_per_second: float | None
     eta_seconds: float | None
+    node: str | UnsetType = UNSET
+    """Ours, in a cluster: the node whose worker downloads it."""
+
+
+class FilesOnView(msgspec.Struct, frozen=True):
+    """Ours, in a cluster: one node's copy of a model's files, and whether that node is ``up``,
+    ``lost`` or ``left`` (a copy only gone nodes hold is downloaded again on the next request)."""
+
+    node: str
+    state: Literal["up", "lost", "left"]
+    path: str | None
+    size: int
 
 
 class EngineStatsView(msgspec.Struct, frozen=True):
@@ -101,6 +113,8 @@ class ModelEntry(msgspec.Struct, frozen=True):
     """Ours: the preset's ``pin = true`` (never evicted); absent when false."""
     held_by: list[str] | msgspec.UnsetType = msgspec.UNSET
     """Ours, in a cluster: the nodes that hold the model's files (``status.node`` says where it runs)."""
+    files_on: list[FilesOnView] | msgspec.UnsetType = msgspec.UNSET
+    """Ours, in a cluster: each copy of the files, by node, with that node's state."""
     meta: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     """llama-server's, while the model is loaded: ``vocab_type``, ``n_vocab``, ``n_ctx``, ``n_ctx_train``,
     ``n_embd``, ``n_params``, ``size``, ``ftype``, as its worker's ``instance_ready`` recorded them."""

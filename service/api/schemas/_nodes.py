@@ -24,6 +24,9 @@ class NodeView(msgspec.Struct, frozen=True):
     loaded: list[str]  # models whose instance runs there
     memory_used_bytes: int  # their estimated need
     holds: list[str]  # models whose files it has
+    disk_free_bytes: int | None = None  # free where its downloads go: measured at join, less its downloads since
+    disk_reserve_bytes: int = 0  # what its downloads must leave free (MODELROUTER_DISK_RESERVE_BYTES)
+    disk_room_bytes: int | None = None  # what a new download may still write there (pulls go to the most)
 
 
 class NodeList(msgspec.Struct, frozen=True):
