@@ -32,6 +32,7 @@ from service.core.node_events import ModelMeasured as ModelMeasured
 from service.core.node_events import NodeJoined as NodeJoined
 from service.core.node_events import NodeLeft as NodeLeft
 from service.core.node_events import NodeLost as NodeLost
+from service.core.router_events import LogWritesResumed as LogWritesResumed
 from service.core.router_events import PartialFileFound as PartialFileFound
 from service.core.router_events import PartialFileRemoved as PartialFileRemoved
 from service.core.router_events import RecoveryCompleted as RecoveryCompleted
@@ -347,6 +348,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
     cls.TYPE: cls
     for cls in (
         RouterStarted, RouterStopped, RecoveryCompleted, PartialFileFound, PartialFileRemoved, ModelDiscovered,
+        LogWritesResumed,
         ModelConfigured, ModelRemoved, ModelsReloaded, DownloadRequested, DownloadStarted, DownloadProgress,
         DownloadFinished, DownloadFailed, DownloadCancelRequested, DownloadCancelled, DownloadInterrupted,
         DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,

@@ -1,4 +1,5 @@
-"""The service's own events: its start and stop, start-up recovery, and partial files.
+"""The service's own events: its start and stop, start-up recovery, partial files, and its log
+writable again after a full disk.
 
 Kept beside :mod:`service.core.events`, which re-exports them and lists them in its registry;
 the catalogue is ``docs/event-catalogue.md`` ("Service"). Pure: stdlib only.
@@ -54,3 +55,17 @@ class PartialFileRemoved(Event):
     TYPE: ClassVar[str] = "partial_file_removed"
     path: str
     bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogWritesResumed(Event):
+    """The log accepts appends again after a full disk refused them: appended by the service with
+    the first append that lands (its own, or ``/health``'s retry), so the outage is on record.
+    ``refused``: the service's appends refused meanwhile (each answered 507 ``log_disk_full``);
+    ``outage_ms``: from the first refusal to this append; ``location``: the file or database."""
+
+    TYPE: ClassVar[str] = "log_writes_resumed"
+    reason: str = "disk_full"
+    refused: int
+    outage_ms: float
+    location: str
