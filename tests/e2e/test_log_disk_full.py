@@ -10,6 +10,7 @@ WAL and catalogues stay on the server's own disk, as on a server whose data volu
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from devtools.service_process import ServiceProcess
 from devtools.small_disk import SmallDisk, fill_log
 from service.migrate import upgrade
 from tests.eventually import eventually
-from tests.service_probes import events, model_entry, wait_for_event
+from tests.service_probes import events, inference_children, model_entry, still_running, wait_for_event
 from tests.small_disks import mounted
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
@@ -69,15 +70,33 @@ def _chat(svc: ServiceProcess, model: str) -> httpx.Response:
     return httpx.post(f"{svc.url}/v1/chat/completions", json={"model": model, **CHAT}, timeout=60)
 
 
+def _serving_tiny_a(log: FullLog, models_dir: Path, home: Path) -> ServiceProcess:
+    """The real service on ``log``, with tiny-a loaded."""
+    env = {"MODELROUTER_MODELS_DIR": str(models_dir), "MODELROUTER_DATABASE_URL": log.url}
+    svc = ServiceProcess(home, env=env).start()
+    try:
+        assert httpx.post(f"{svc.url}/models/load", json={"model": "tiny-a"}, timeout=30).status_code == 200
+        eventually(lambda: model_entry(svc, "tiny-a")["status"]["value"] == "loaded", "tiny-a loaded", timeout=90)
+    except BaseException:
+        svc.stop()
+        raise
+    return svc
+
+
+def _verify(log: FullLog, home: Path) -> None:
+    verified = subprocess.run(
+        [sys.executable, "-m", "service.cli", "verify", "--database-url", log.url, "--home", str(home)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
 @pytest.mark.timeout(240)
 def test_a_full_log_disk_refuses_writes_clearly_keeps_reads_and_recovers(
     full_log: FullLog, models_dir: Path, tmp_path: Path
 ) -> None:
-    env = {"MODELROUTER_MODELS_DIR": str(models_dir), "MODELROUTER_DATABASE_URL": full_log.url}
-    svc = ServiceProcess(tmp_path / "home", env=env).start()
+    svc = _serving_tiny_a(full_log, models_dir, tmp_path / "home")
     try:
-        assert httpx.post(f"{svc.url}/models/load", json={"model": "tiny-a"}, timeout=30).status_code == 200
-        eventually(lambda: model_entry(svc, "tiny-a")["status"]["value"] == "loaded", "tiny-a loaded", timeout=90)
         refusal = fill_log(full_log.disk, full_log.url)
         assert full_log.named in str(refusal) and "disk is full" in str(refusal), refusal  # the writers' own
 
@@ -116,8 +135,27 @@ def test_a_full_log_disk_refuses_writes_clearly_keeps_reads_and_recovers(
         wait_for_event(svc, "instance_ready", model="tiny-b", timeout=90)
     finally:
         svc.stop()
-    verified = subprocess.run(
-        [sys.executable, "-m", "service.cli", "verify", "--database-url", full_log.url, "--home", str(svc.home)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert verified.returncode == 0, verified.stdout + verified.stderr
+    _verify(full_log, svc.home)
+
+
+@pytest.mark.timeout(240)
+def test_a_service_stopped_while_its_log_disk_is_full_exits_cleanly_and_the_next_start_reconciles(
+    full_log: FullLog, models_dir: Path, tmp_path: Path
+) -> None:
+    svc = _serving_tiny_a(full_log, models_dir, tmp_path / "home")
+    (worker,) = inference_children(svc)
+    instance = model_entry(svc, "tiny-a")["status"]["instance"]["instance_id"]
+    fill_log(full_log.disk, full_log.url)
+    assert svc.stop(60) in (0, -signal.SIGTERM)
+    log = svc.log_text()
+    assert "shutdown_not_recorded" in log and "Application shutdown complete" in log, log[-3000:]
+    assert still_running([worker], timeout=30) == [], "the worker ends with the service"
+
+    full_log.disk.free()
+    again = ServiceProcess(tmp_path / "home", env=svc.env).start()
+    try:
+        (lost,) = events(again, type="instance_lost")
+        assert lost["data"]["instance_id"] == instance, lost
+    finally:
+        again.stop()
+    _verify(full_log, svc.home)
