@@ -32,7 +32,7 @@ from service.core.state import DownloadJob
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, from_append
-from service.event_store.rows import StoreUnavailable
+from service.event_store.rows import LogDiskFull, StoreUnavailable
 from service.live_state import LiveState
 from service.metrics import Gauges, RouterMetrics
 from service.migrate import upgrade, upgrade_url
@@ -232,7 +232,12 @@ async def _catalogue(settings: Settings, live: LiveState, instances: InstanceSup
 
 async def stop(runtime: Runtime) -> None:
     """SIGTERM/SIGINT path: stop children cleanly, then record ``router_stopped``."""
-    await runtime.instances.shutdown()
+    try:
+        await runtime.instances.shutdown()
+    except (LogDiskFull, StoreUnavailable) as exc:
+        # Its stop could not be recorded, so it was not performed: the inference workers end with this
+        # process (PR_SET_PDEATHSIG, stdin EOF) recording nothing, and the next start records them lost.
+        _log.error("shutdown_not_recorded", error=str(exc))
     await runtime.downloads.shutdown()
     await runtime.instances.interpreter.close()  # effects still running, and request_completed appends
     for task in list(runtime.background):
@@ -247,7 +252,7 @@ async def stop(runtime: Runtime) -> None:
         last.append(from_append(leaving))
     try:
         await runtime.store.append(last)
-    except StoreUnavailable as exc:  # PostgreSQL down: shut down all the same; the next start reconciles
+    except (LogDiskFull, StoreUnavailable) as exc:  # a full disk, PostgreSQL down: the next start reconciles
         _log.error("router_stopped_not_recorded", error=str(exc))
     await runtime.snapshotter.snapshot_now(runtime.live.state)
     await runtime.snapshotter.close()

@@ -19,7 +19,7 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from service.api.schemas import PROBLEM_JSON
 from service.core.errors import CommandRejected
-from service.event_store.rows import StoreUnavailable
+from service.event_store.rows import LogDiskFull, StoreUnavailable
 from service.live_state import StateUnavailable
 
 _log = structlog.get_logger(__name__)
@@ -157,6 +157,18 @@ def _on_store_down(request: Request[Any, Any, Any], exc: StoreUnavailable) -> Re
     return problem_response(request, Problem(503, "store_unavailable", str(exc), headers={"Retry-After": "1"}))
 
 
+_NO_507 = frozenset({"inference", "ollama"})
+"""Routes speaking another server's API (llama-server's, OpenAI's, Anthropic's, Ollama's): none has a
+507, and their clients read a 503 as "retry later", which a full log disk is."""
+
+
+def _on_log_full(request: Request[Any, Any, Any], exc: LogDiskFull) -> Response[dict[str, Any]]:
+    _log.error("log_disk_full", detail=str(exc))
+    status = 503 if _NO_507 & set(request.route_handler.resolve_tags()) else 507
+    problem = Problem(status, "log_disk_full", str(exc), headers={"Retry-After": "5"}, location=exc.location)
+    return problem_response(request, problem)
+
+
 def _on_bug(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     _log.exception("unhandled_exception", path=request.url.path)
     return problem_response(request, Problem(500, "internal_error", "internal error (a bug): see the service log"))
@@ -167,6 +179,7 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     CommandRejected: _on_rejected,
     StateUnavailable: _on_stale,
     StoreUnavailable: _on_store_down,
+    LogDiskFull: _on_log_full,
     HTTPException: _on_http,
     Exception: _on_bug,
 }

@@ -32,53 +32,12 @@ from service.core.node_events import ModelMeasured as ModelMeasured
 from service.core.node_events import NodeJoined as NodeJoined
 from service.core.node_events import NodeLeft as NodeLeft
 from service.core.node_events import NodeLost as NodeLost
-
-# --- router-level -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RouterStarted(Event):
-    TYPE: ClassVar[str] = "router_started"
-    pid: int
-    version: str
-    host: str
-    port: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RouterStopped(Event):
-    TYPE: ClassVar[str] = "router_stopped"
-    pid: int
-    reason: str = "shutdown"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecoveryCompleted(Event):
-    TYPE: ClassVar[str] = "recovery_completed"
-    interrupted_downloads: int
-    resumed_downloads: int
-    lost_instances: int
-    orphans: int
-    events_replayed: int
-    snapshot_position: int
-    duration_ms: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PartialFileFound(Event):
-    TYPE: ClassVar[str] = "partial_file_found"
-    path: str
-    bytes: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PartialFileRemoved(Event):
-    """``modelrouter gc`` deleted a partial file that no job refers to."""
-
-    TYPE: ClassVar[str] = "partial_file_removed"
-    path: str
-    bytes: int
-
+from service.core.router_events import LogWritesResumed as LogWritesResumed
+from service.core.router_events import PartialFileFound as PartialFileFound
+from service.core.router_events import PartialFileRemoved as PartialFileRemoved
+from service.core.router_events import RecoveryCompleted as RecoveryCompleted
+from service.core.router_events import RouterStarted as RouterStarted
+from service.core.router_events import RouterStopped as RouterStopped
 
 # --- model catalogue ----------------------------------------------------------
 
@@ -389,6 +348,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
     cls.TYPE: cls
     for cls in (
         RouterStarted, RouterStopped, RecoveryCompleted, PartialFileFound, PartialFileRemoved, ModelDiscovered,
+        LogWritesResumed,
         ModelConfigured, ModelRemoved, ModelsReloaded, DownloadRequested, DownloadStarted, DownloadProgress,
         DownloadFinished, DownloadFailed, DownloadCancelRequested, DownloadCancelled, DownloadInterrupted,
         DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,

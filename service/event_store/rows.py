@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.event_store.codec import NewEvent, dumps, encode, format_time
+from service.event_store.unavailable import describe, disk_full_cause
 
 INSERT_SQL = (
     "INSERT INTO events (event_id, type, schema_version, model, data, source, recorded_at) "
@@ -54,6 +55,26 @@ class StoreUnavailable(RuntimeError):
     """The database cannot be reached (a PostgreSQL server restarting, the network down).
     Nothing was acknowledged; the store reconnects on the next call once it is back.
     The API answers 503 ``store_unavailable``."""
+
+
+class LogDiskFull(RuntimeError):
+    """The disk that holds the log is full (SQLite's ``SQLITE_FULL``, ``ENOSPC``, PostgreSQL's
+    ``53100 disk_full``): nothing was acknowledged, and appends succeed again once there is
+    space, with no restart. ``location`` names the file or the (redacted) database. The API
+    answers 507 ``log_disk_full`` (503 on the routes of an API that has no 507)."""
+
+    def __init__(self, location: str, why: str) -> None:
+        super().__init__(
+            f"the event log at {location} cannot be written: its disk is full ({why}); nothing was "
+            "acknowledged, and appends resume by themselves once space is freed on that disk"
+        )
+        self.location = location
+
+    @classmethod
+    def of(cls, exc: BaseException, location: str) -> LogDiskFull | None:
+        """``exc`` as a full disk, in the driver's own words; None when it is another failure."""
+        cause = disk_full_cause(exc)
+        return None if cause is None else cls(location, describe(cause))
 
 
 class ConcurrencyConflict(Exception):

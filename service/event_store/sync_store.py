@@ -16,6 +16,7 @@ from service.event_store import statements
 from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.engines import sync_engine_for
 from service.event_store.pragmas import Synchronous
+from service.event_store.rows import LogDiskFull
 from service.event_store.statements import EventFilter
 from service.event_store.urls import is_postgres, is_sqlite, sqlite_path
 from service.event_store.wakeup import Waker
@@ -57,7 +58,8 @@ class SyncEventStore:
         """Append all of ``batch`` atomically; returns positions (see ``statements.append``).
         The write connection stays open: checking one out per append costs more
         than the insert itself. On PostgreSQL an unreachable server raises
-        :class:`StoreUnavailable` (see ``postgres/worker_writer.py``)."""
+        :class:`StoreUnavailable` (see ``postgres/worker_writer.py``); a full disk raises
+        :class:`LogDiskFull` on either."""
         if self._pg_writer is not None:
             return self._pg_writer.append(batch)
         with self._write_lock:
@@ -65,10 +67,13 @@ class SyncEventStore:
                 self._write_conn = self._writer.connect()
             try:
                 positions = statements.append(self._write_conn, batch, self.source)
-            except Exception:
+            except Exception as exc:
                 self._write_conn.invalidate()
                 self._write_conn.close()
                 self._write_conn = None
+                full = LogDiskFull.of(exc, str(self.path))
+                if full is not None:
+                    raise full from exc
                 raise
         if self._waker is not None:
             self._waker.wake()

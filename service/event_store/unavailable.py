@@ -9,11 +9,24 @@ connection slot (53300), whatever SQLAlchemy marked as a disconnect, and psycopg
 server never answered, so there is no state to report). Found by walking the exception
 chain, since SQLAlchemy wraps the driver's error, which may wrap an ``OSError``. Callers
 ask only about PostgreSQL errors (on SQLite "database is locked" has no SQLSTATE either).
+
+A full disk is the other failure a person can act on (:class:`rows.LogDiskFull`, a 507):
+SQLite's ``SQLITE_FULL`` (13; its unix VFS turns ``ENOSPC`` into it) and
+``SQLITE_IOERR_SHMSIZE`` (4874: the ``-shm`` file could not grow, which is what opening the
+first connection to a log on a full disk answers), an ``OSError`` with
+``ENOSPC`` or ``EDQUOT``, and PostgreSQL's ``53100 disk_full`` ("could not extend file"). Ask
+:func:`disk_full_cause` first: an ``OSError`` would otherwise read as unreachable.
 """
 
 from __future__ import annotations
 
+import errno
+
 _SQLSTATES = {"57P01", "57P02", "57P03", "53300"}
+_DISK_FULL_SQLSTATE = "53100"
+_SQLITE_FULL = 13
+_SQLITE_IOERR_SHMSIZE = 4874
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 
 
 def _links(exc: BaseException) -> list[BaseException]:
@@ -43,6 +56,20 @@ def is_unreachable(exc: BaseException) -> bool:
         if name == "OperationalError" and type(link).__module__.startswith("psycopg") and state is None:
             return True
     return False
+
+
+def disk_full_cause(exc: BaseException) -> BaseException | None:
+    """The driver's or the OS's error in ``exc``'s chain saying the disk that holds the log has
+    no room for the append (describe that one: it has no SQLAlchemy wrapping), or None."""
+    for link in _links(exc):
+        if isinstance(link, OSError) and link.errno in _FULL_ERRNOS:
+            return link
+        if getattr(link, "sqlstate", None) == _DISK_FULL_SQLSTATE:
+            return link
+        code = getattr(link, "sqlite_errorcode", None)  # the primary code is the low byte
+        if isinstance(code, int) and (code & 0xFF == _SQLITE_FULL or code == _SQLITE_IOERR_SHMSIZE):
+            return link
+    return None
 
 
 def describe(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from service.core.events import Event
 from service.event_store.codec import NewEvent
 from service.event_store.pragmas import BUSY_TIMEOUT_MS, Synchronous, configure_connection
-from service.event_store.rows import insert_rows
+from service.event_store.rows import LogDiskFull, insert_rows
 from service.event_store.urls import is_postgres, is_sqlite, sqlite_path
 from service.event_store.wakeup import Waker
 
@@ -53,6 +53,7 @@ class WorkerEventWriter:
     def __init__(self, path: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous | None = None) -> None:
         level = synchronous or os.environ.get("MODELROUTER_SYNCHRONOUS", "FULL").upper()
         self.source = {**source, "pid": source.get("pid", os.getpid())}
+        self.location = str(path)
         # Opened here, in this process: never inherit a connection across fork.
         self._conn = sqlite3.connect(
             str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
@@ -62,17 +63,24 @@ class WorkerEventWriter:
         self._waker = Waker(path)  # the service's tail reads the log when told, instead of polling
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
-        """Append ``batch`` atomically; returns positions once committed."""
+        """Append ``batch`` atomically; returns positions once committed. A full disk raises
+        :class:`LogDiskFull` (SQLite has rolled the transaction back: the next append may succeed)."""
         with self._lock:
             cursor = self._conn.cursor()
             try:
                 cursor.execute("BEGIN IMMEDIATE")
                 try:
                     positions = insert_rows(cursor, batch, self.source)
+                    cursor.execute("COMMIT")
                 except BaseException:
-                    cursor.execute("ROLLBACK")
+                    if self._conn.in_transaction:  # SQLITE_FULL at COMMIT rolls back by itself
+                        cursor.execute("ROLLBACK")
                     raise
-                cursor.execute("COMMIT")
+            except sqlite3.Error as exc:
+                full = LogDiskFull.of(exc, self.location)
+                if full is not None:
+                    raise full from exc
+                raise
             finally:
                 cursor.close()
         self._waker.wake()

@@ -74,6 +74,9 @@ EXAMPLE_VALUES: dict[str, Any] = {
     "n_embd_head_v": 16,
     "n_vocab": 300,
     "n_ctx_train": 2048,
+    "refused": 2,
+    "outage_ms": 1500.0,
+    "location": "/data/modelrouter.db",
 }
 """Field name -> value; one table for every event type that has the field."""
 

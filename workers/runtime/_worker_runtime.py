@@ -20,6 +20,8 @@ and their exit codes.
   dispatched to the worker's handlers.
 * **Log.** :class:`workers.runtime._log.WorkerLog` on a private ``dup`` of stderr,
   ``HF_TOKEN`` redacted.
+* **A full log disk** (:mod:`workers.runtime._full_log`): progress is skipped, every other event
+  retried until it lands; never a crash.
 * **Process start time** (:attr:`WorkerRuntime.started_at`): with the pid it
   identifies this process after pid reuse (the service checks both).
 
@@ -38,6 +40,7 @@ from typing import Any
 from service.core import events as ev
 from service.core.errors import InvalidEvent
 from workers.runtime._event_sinks import EventSink, open_sink
+from workers.runtime._full_log import FullLogPolicy
 from workers.runtime._log import WorkerLog
 from workers.runtime._parent_watch import Parent
 
@@ -99,6 +102,7 @@ class WorkerRuntime:
         self.log = log
         self.parent = parent
         self.pid = os.getpid()
+        self._full_log = FullLogPolicy(log, parent.gone)
 
     @classmethod
     def open(cls, kind: WorkerKind, *, model: str, owner_id: str, db: str | None, events: str | None,
@@ -122,13 +126,15 @@ class WorkerRuntime:
         return {"kind": self.kind.name, self.kind.owner_field: self.owner_id, "pid": self.pid, **_node()}
 
     def emit(self, event: ev.Event) -> None:
-        """Record ``event`` for this worker's model; durable when it returns, raises otherwise."""
+        """Record ``event`` for this worker's model; durable when it returns, raises otherwise.
+        On a full log disk a progress event is skipped and any other retried until it lands
+        (:mod:`workers.runtime._full_log`)."""
         if type(event) not in self.kind.events:
             raise InvalidEvent(event.TYPE, reason=f"a {self.kind.name} does not write {event.TYPE}")
         if getattr(event, self.kind.owner_field) != self.owner_id:
             msg = f"{self.kind.owner_field} is not this worker's {self.owner_id!r}"
             raise InvalidEvent(event.TYPE, reason=msg)
-        self.sink.emit(event, model=self.model)
+        self._full_log.emit(lambda: self.sink.emit(event, model=self.model), event)
 
     def control(self, commands: Mapping[str, Callable[[str], None]], *, on_eof: Callable[[], None]) -> bool:
         """Serve the stdin line protocol: ``<command> [argument]``, one per line.

@@ -119,7 +119,7 @@ async def get_download(job_id: JobId, live: LiveState) -> JobView:
     operation_id="cancelDownload",
     tags=["downloads"],
     status_code=HTTP_200_OK,
-    responses=problems(400, 404, 409, 503),
+    responses=problems(400, 404, 409, 503, 507),
 )
 async def cancel_download(
     job_id: JobId,

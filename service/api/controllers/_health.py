@@ -3,7 +3,10 @@ the live state is current.
 
 Answers 503 while the tail that keeps the fold current is down, or behind by
 more than ``tail_lag_limit`` seconds: everything the service decides comes
-from that state, so a load balancer should not send it traffic meanwhile. In
+from that state, so a load balancer should not send it traffic meanwhile. Also
+503 while the log's disk is full, with a warning saying so: each call first
+tries to record the outage's end (``AsyncEventStore.retry_outage``), so the
+answer turns 200 by itself once space is freed, with nothing else appending. In
 single-model mode also while its model downloads or loads, with llama-server's
 ``{"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}``.
 """
@@ -27,7 +30,7 @@ _DEGRADED = {
     200: ResponseSpec(data_container=HealthView, description="The live state is current", generate_examples=False),
     503: ResponseSpec(
         data_container=HealthView,
-        description="Degraded: the tail is down or behind the log",
+        description="Degraded: the tail is down or behind the log, or the log's disk is full",
         generate_examples=False,
     ),
 }
@@ -71,7 +74,10 @@ async def _health(
     startup_loads: StartupLoads,
 ) -> Response[HealthView]:
     tail = await live.health()
-    healthy = tail.up and tail.lag_ms <= settings.tail_lag_limit * 1000
+    refusal = await live.store.retry_outage()
+    if refusal is not None:
+        warnings = (*warnings, f"the event log cannot be written until an append succeeds again: {refusal}")
+    healthy = tail.up and tail.lag_ms <= settings.tail_lag_limit * 1000 and refusal is None
     state = live.state
     loading = not_serving(mode, state, startup_loads.waiting) if healthy else None
     body = HealthView(

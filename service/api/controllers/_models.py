@@ -61,7 +61,7 @@ async def load_model(data: ModelCommand, instances: InstanceSupervisor) -> LoadA
     operation_id="unloadModel",
     tags=["models"],
     status_code=HTTP_200_OK,
-    responses=problems(400, 404, 409, 413, 503),
+    responses=problems(400, 404, 409, 413, 503, 507),
 )
 async def unload_model(
     data: ModelCommand,
@@ -91,7 +91,7 @@ async def unload_model(
     operation_id="removeModel",
     tags=["models"],
     status_code=HTTP_200_OK,
-    responses=problems(400, 404, 409, 503),
+    responses=problems(400, 404, 409, 503, 507),
 )
 async def remove_model(
     remover: ModelRemover, model: ModelParam, force: Annotated[bool, _FORCE] = False

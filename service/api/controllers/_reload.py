@@ -48,7 +48,7 @@ async def _reload(catalogue: Catalogue | None) -> ReloadAnswer:
     operation_id="reloadModels",
     tags=["models"],
     status_code=HTTP_200_OK,
-    responses=problems(400, 503),
+    responses=problems(400, 503, 507),
 )
 async def reload_models(catalogue: Catalogue | None) -> ReloadAnswer:
     """Re-read presets, models dir and caches; answers what changed

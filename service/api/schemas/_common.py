@@ -98,7 +98,10 @@ _WHY = {
     501: "Not supported: llama-server's answer for an endpoint it has off (`/metrics` without --metrics)",
     424: "The Hub could not be reached (an upstream failure)",
     503: "Unavailable: no slot, a failed model, too many streams, or the live state is behind (`Retry-After`)",
-    507: "Not enough storage: disk for a download, or memory for a model (`insufficient_memory`, its need named)",
+    507: (
+        "Not enough storage: disk for a download, memory for a model (`insufficient_memory`, its need named), "
+        "or the event log's disk (`log_disk_full`: nothing was recorded)"
+    ),
 }
 
 

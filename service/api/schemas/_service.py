@@ -42,8 +42,9 @@ class TailView(msgspec.Struct, frozen=True):
 
 
 class HealthView(msgspec.Struct, frozen=True):
-    """``GET /health`` (503 with ``"status": "degraded"`` while the tail is down or behind; in
-    single-model mode 503 ``"loading"`` with llama-server's ``error`` until its model is loaded)."""
+    """``GET /health`` (503 with ``"status": "degraded"`` while the tail is down or behind, or
+    while the log's disk is full; in single-model mode 503 ``"loading"`` with llama-server's
+    ``error`` until its model is loaded)."""
 
     status: Literal["ok", "degraded", "loading"]
     version: str
@@ -57,7 +58,8 @@ class HealthView(msgspec.Struct, frozen=True):
     anomalies: int
     last_anomaly: str | None
     warnings: list[str]
-    """Start-up warnings worth an operator's eye (an open bind without an API key, say)."""
+    """Warnings worth an operator's eye: from start-up (an open bind without an API key, say), and
+    while the log's disk is full, that the log cannot be written (the status is then degraded)."""
     error: ErrorObject | msgspec.UnsetType = msgspec.UNSET
     """llama-server's ``{"code": 503, "message": "Loading model", "type": "unavailable_error"}``."""
 

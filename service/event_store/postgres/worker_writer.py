@@ -25,7 +25,7 @@ import psycopg
 from service.core.events import Event
 from service.event_store.codec import NewEvent
 from service.event_store.postgres.sql import PSYCOPG
-from service.event_store.rows import StoreUnavailable, insert_rows
+from service.event_store.rows import LogDiskFull, StoreUnavailable, insert_rows
 from service.event_store.unavailable import describe, is_unreachable
 from service.event_store.urls import libpq_url, redacted
 
@@ -59,11 +59,15 @@ class PostgresWorkerEventWriter:
         )
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]:
-        """Append ``batch`` atomically; returns positions once committed."""
+        """Append ``batch`` atomically; returns positions once committed. The server's disk
+        full (53100) raises :class:`LogDiskFull`, rolled back: the next append may succeed."""
         with self._lock:
             try:
                 return self._append_once(batch)
             except psycopg.Error as exc:
+                full = LogDiskFull.of(exc, redacted(self.url))
+                if full is not None:
+                    raise full from exc
                 if not is_unreachable(exc):
                     raise
                 self._drop()
@@ -71,6 +75,9 @@ class PostgresWorkerEventWriter:
                 return self._append_once(batch)
             except psycopg.Error as exc:
                 self._drop()
+                full = LogDiskFull.of(exc, redacted(self.url))
+                if full is not None:
+                    raise full from exc
                 if is_unreachable(exc):
                     raise self._unavailable(exc) from exc
                 raise
