@@ -352,10 +352,11 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
 
     def end_reasoning(self, cmpl_id: str) -> str | None:
         """llama-server's ``reasoning_end`` control (any thread): ends the reasoning of the running
-        completion ``cmpl_id`` at its next token; None once asked, else llama-server's reason why not."""
+        completion ``cmpl_id`` at its next token; None once asked, else llama-server's reason why not.
+        A queued one counts as running: its client may have its id already (a chat's first chunk)."""
         with self._cv:
-            req = next((s.request for s in self.slots if s.request is not None and s.request.cmpl_id == cmpl_id
-                        and cmpl_id), None)  # fmt: skip
+            running = [s.request for s in self.slots if s.request is not None] + list(self._pending)
+            req = next((r for r in running if cmpl_id and r.cmpl_id == cmpl_id), None)
         if req is None:
             return "no active completion for this id"
         if req.reasoning is None:
