@@ -83,11 +83,9 @@ class InstanceSupervisor:
         files: OnDemandFiles | None = None,
         snapshots: SleepSnapshots | None = None,
     ) -> None:
-        self.settings = settings
-        self.live = live
+        self.settings, self.live = settings, live
         self.fx = effects or Effects()
-        # LLAMA_SERVER_DEBUG_FAKE_TIMING; start-up turns it off in single-model mode (server_mode.fake_timing)
-        self.fake_timing = settings.fake_timing
+        self.fake_timing = settings.fake_timing  # start-up turns it off in single-model mode (server_mode)
         self.busy: dict[str, int] = {}
         self.queue = Queue()
         self._models: dict[str, str] = {}  # instance id -> model, while its process lives

@@ -11,12 +11,15 @@ when no completion with that id is running or it was not armed. Asked outside it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine import ReasoningControl, ThinkTags
 from workers.inference.http._chat_formats import FAMILIES
 from workers.inference.http._errors import ApiError
-from workers.inference.llama import LlamaModel
+
+if TYPE_CHECKING:
+    from workers.inference.http._chat_session import ChatPlan
+    from workers.inference.llama import LlamaModel
 
 ACTIONS = ("reasoning_end",)
 
@@ -32,14 +35,16 @@ def control(engine: Any, body: dict[str, Any]) -> dict[str, Any]:
     return {"success": True} if refused is None else {"success": False, "message": refused}
 
 
-def reasoning_control(llm: LlamaModel, family: str, prompt: str) -> ReasoningControl:
-    """What lets a chat's reasoning be ended: the template family's tags (the closing one as tokens,
-    special ones parsed as such) and whether the rendered ``prompt`` already opened one."""
-    pairs = FAMILIES[family].think
+def reasoning_control(llm: LlamaModel, plan: ChatPlan) -> ReasoningControl | None:
+    """What lets a chat's reasoning be ended, if it asked (``reasoning_control``): its template family's
+    tags (the closing one as tokens, special ones parsed as such), and which the prompt opened, if any."""
+    if not plan.reasoning_control:
+        return None
+    pairs = FAMILIES[plan.family].think
     tags = tuple(
         ThinkTags(o.encode(), c.encode(), tuple(llm.tokenize_whole(c.encode(), add_special=False, parse_special=True)))
         for o, c in pairs
     )
-    tail = prompt.rstrip()
+    tail = plan.rendered.prompt.rstrip()
     opened = next((i for i, (o, _) in enumerate(pairs) if tail.endswith(o.rstrip())), None)
     return ReasoningControl(tags, opened)

@@ -34,6 +34,7 @@ from workers.inference.engine import (
     strict_json_strings,
 )
 from workers.inference.http._chat_template import TemplateOptions
+from workers.inference.http._control import reasoning_control
 from workers.inference.http._errors import ApiError, too_long
 from workers.inference.http._llama_server import generation_settings
 from workers.inference.http._shapes import CompletionShaper
@@ -230,11 +231,7 @@ class CompletionFront:
         stream = bool(kwargs.pop("stream", False))
         include_usage = bool(kwargs.pop("include_usage", False))
         plan, ctx = self.plan_chat({**CHAT_DEFAULTS, **kwargs}), self._ctx()
-        ctx.cmpl_id = f"chatcmpl-{uuid.uuid4().hex}"
-        if plan.reasoning_control:
-            from workers.inference.http._control import reasoning_control
-
-            ctx.reasoning = reasoning_control(self.llm, plan.family, plan.rendered.prompt)
+        ctx.cmpl_id, ctx.reasoning = f"chatcmpl-{uuid.uuid4().hex}", reasoning_control(self.llm, plan)
         shaper = OpenAIChat(ChatRun(self, plan, ctx.result), self.model_name, ctx.cmpl_id)
         return shaper.chunks(include_usage) if stream else shaper.whole()
 
@@ -281,8 +278,7 @@ class CompletionFront:
             grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs), **(llama_sampling or {}),
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        ctx = self._ctx()
-        cmpl_id = f"cmpl-{uuid.uuid4()}"
+        ctx, cmpl_id = self._ctx(), f"cmpl-{uuid.uuid4()}"
         req = self._submit(tokens, params, max_tokens or 0, stops, media, ctx.cmpl_id or cmpl_id)
         settings = generation_settings({**params.to_json(), "stop": list(stops)}, n_predict=max_tokens or -1,
                                        stream=stream, n_keep=ctx.n_keep, ignore_eos=ctx.ignore_eos,
@@ -293,8 +289,7 @@ class CompletionFront:
         if echo:
             head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
         probs = ctx.result.setdefault("probs", []) if logprobs else None
-        model, n_prompt = self.model_name, len(tokens)
-        shape = CompletionShaper(cmpl_id, int(time.time()), model, n_prompt, self.llm, probs)
+        shape = CompletionShaper(cmpl_id, int(time.time()), self.model_name, len(tokens), self.llm, probs)
         events, result = self._events(req, ctx.client_gone), ctx.result
         if stream:
             return shape.chunks(events, head, suffix or "", result)
@@ -334,10 +329,8 @@ class CompletionFront:
             return [self.llm.bos]
         return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
 
-    def _submit(
-        self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...], media: Any = None,
-        cmpl_id: str = "",
-    ) -> Request:  # fmt: skip
+    def _submit(self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...],
+                media: Any = None, cmpl_id: str = "") -> Request:  # fmt: skip
         llm = self.llm
         try:
             chain = build_chain(llm.lc, llm.vocab, llm.n_vocab, params, self.default_seed, llm.n_ctx)
