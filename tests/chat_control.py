@@ -34,6 +34,12 @@ def deltas(raw: Iterator[bytes]) -> Iterator[dict[str, Any]]:
                 yield {**chunk["choices"][0]["delta"], "id": chunk["id"]}
 
 
+def content_follows(stream: Iterator[dict[str, Any]], within: int = 100_000) -> bool:
+    """Whether the answer's content comes within the next ``within`` deltas: the engine runs ahead of
+    a client that reads slowly, so thousands of reasoning deltas may be on their way already."""
+    return any((d.get("content") or "").strip() for d in itertools.islice(stream, within))
+
+
 def control(url: str, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Any:
     """``POST {url}/v1/chat/completions/control``'s JSON answer, once its status is checked."""
     answer = httpx.post(url + "/v1/chat/completions/control", json=body, headers=headers, timeout=60)
@@ -56,12 +62,7 @@ def assert_control_ends_reasoning(
         assert all(d.get("reasoning_content") and not d.get("content") for d in before), before
         ask = {**named, "id": first["id"], "action": "reasoning_end"}
         assert control(url, ask, headers=headers) == {"success": True}
-        after = []
-        for d in stream:
-            after.append(d)
-            if len(after) > 400 or (d.get("content") or "").strip():
-                break
-        assert (after[-1].get("content") or "").strip(), "no content came after the reasoning was ended"
+        assert content_follows(stream), "no content came after the reasoning was ended"
         said = itertools.islice((d for d in stream if d.get("content") or d.get("reasoning_content")), 20)
         assert all(not d.get("reasoning_content") for d in said), "the reasoning opened again"
     # Its client left: the chat is cancelled, and then no longer found.

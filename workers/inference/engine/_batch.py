@@ -340,7 +340,9 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         sampled = iter(self.sampler.sample(ctx, [j for s, j in zip(rows, jobs, strict=True) if s.id not in forced]))
         tokens = []
         for s in rows:
-            if s.id in forced:  # the chain takes it as its choice (penalties, grammar), as llama.cpp's forcing sampler
+            if s.id in forced and s.request is not None and not s.request.params.grammar:
+                # The chain takes it as its choice (penalties); not a grammar's, which throws (abort) on a
+                # token it does not allow: it goes on from what it accepted, the forced tag beside it.
                 self.llm.lc.llama_sampler_accept(s.chain, forced[s.id])
             tokens.append(forced[s.id] if s.id in forced else next(sampled))
         for s, (_, index), token in zip(rows, jobs, tokens, strict=True):
