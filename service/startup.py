@@ -27,7 +27,7 @@ from service.cluster.lost_nodes import AbandonLost
 from service.cluster.remote import RemoteDecisions
 from service.core import events as ev
 from service.core.cluster import own_view
-from service.core.server_mode import decide_mode
+from service.core.server_mode import FAKE_TIMING_WARNING, decide_mode, fake_timing
 from service.core.state import DownloadJob
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
@@ -106,6 +106,9 @@ async def start(settings: Settings) -> Runtime:
     runtime.catalogue = await _catalogue(settings, live, runtime.instances)
     single = runtime.catalogue.single
     runtime.mode = decide_mode(single.name if single is not None else None)
+    runtime.instances.fake_timing = fake_timing(runtime.mode, settings.fake_timing)  # before any load
+    if runtime.instances.fake_timing:
+        runtime.warnings.append(FAKE_TIMING_WARNING)
     if settings.node is not None:
         await _join(runtime, settings.node)
     resumed = await _resume_and_load(runtime, plan.interrupted)

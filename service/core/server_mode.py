@@ -26,6 +26,11 @@ from service.core.state import ModelStatus, RouterState
 
 MISSING_MODEL = "model name is missing from the request"
 """llama.cpp router's message, word for word (clients match on it)."""
+FAKE_TIMING_WARNING = (
+    "LLAMA_SERVER_DEBUG_FAKE_TIMING is set: each load waits 2 s and each request holds its model 2 s "
+    "before it is sent (llama.cpp's debug switch for its router's scheduling tests)"
+)
+"""``/health``'s warning while the switch slows the router down (never in single-model mode)."""
 LOADING = "Loading model"
 """llama-server's 503 on ``/health`` (``unavailable_error``) until its model is loaded."""
 _NOT_SERVING = frozenset({ModelStatus.DOWNLOADING, ModelStatus.LOADING, ModelStatus.FAILED, ModelStatus.ABSENT})
@@ -91,3 +96,11 @@ def not_serving(mode: ServerMode, state: RouterState, starting: frozenset[str] =
     if model.name in starting and model.status is not ModelStatus.LOADED:
         return LOADING
     return LOADING if model.status in _NOT_SERVING or not model.available else None
+
+
+def fake_timing(mode: ServerMode, switched_on: bool) -> bool:
+    """Whether ``LLAMA_SERVER_DEBUG_FAKE_TIMING`` (``switched_on``: the variable is set and not empty)
+    slows loads and requests: in router mode only, as llama-server reads it only there (its router's
+    ``server_models``, for the scheduling tests); a single model is served at its own pace, so a tool
+    that sets it for every server it starts (llama.cpp's test harness) is not slowed down."""
+    return switched_on and not mode.single

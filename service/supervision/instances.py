@@ -83,9 +83,9 @@ class InstanceSupervisor:
         files: OnDemandFiles | None = None,
         snapshots: SleepSnapshots | None = None,
     ) -> None:
-        self.settings = settings
-        self.live = live
+        self.settings, self.live = settings, live
         self.fx = effects or Effects()
+        self.fake_timing = settings.fake_timing  # start-up turns it off in single-model mode (server_mode)
         self.busy: dict[str, int] = {}
         self.queue = Queue()
         self._models: dict[str, str] = {}  # instance id -> model, while its process lives
@@ -225,7 +225,7 @@ class InstanceSupervisor:
         await self._measurer.ensure(name)
         model, endpoint, node = await self._wait_ready(name, autoload)
         held = Lease(model, endpoint, self, node=node)
-        if self.settings.fake_timing:
+        if self.fake_timing:
             try:
                 await self.fx.clock.sleep(2.0)  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: busy, not yet proxied
             except BaseException:
@@ -310,7 +310,7 @@ class InstanceSupervisor:
     # --- processes ---------------------------------------------------------------------
 
     async def _start_process(self, model_name: str, request: ev.InstanceRequested) -> None:
-        if self.settings.fake_timing:
+        if self.fake_timing:
             await self.fx.clock.sleep(2.0)  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: a slow load
         model = self.live.state.models[model_name]
         inst = lifecycle.current_instance(self.live.state, model_name, request.instance_id)

@@ -113,3 +113,17 @@ def test_vertex_predictions_through_the_router(svc: ServiceProcess) -> None:
     mixed = _post(svc, "/predict", 400, instances=[*instances, {"@requestFormat": "tokenize", "model": "chat"}])
     assert "one request, one model" in mixed["detail"]
     assert _post(svc, "/predict", 400, instances=[{"model": "bert"}])["status"] == 400
+
+
+@pytest.mark.timeout(60)
+def test_vertex_predictions_refused_or_empty_as_llama_server(svc: ServiceProcess) -> None:
+    """Issue 29 §5: no instances is llama-server's empty answer (it was a 500); a body without an array
+    of instances, or with more than 128, is llama-server's 400 in its words (``server-http.cpp``)."""
+    assert _post(svc, "/predict", instances=[]) == {"predictions": []}
+    for body in ({"instances": "x"}, {"instances": {"model": "bert"}}, {}):
+        answer = httpx.post(f"{svc.url}/predict", json=body, timeout=30)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"] == {"code": 400, "type": "invalid_request_error",
+                                          "message": "request body must include an array field named instances"}  # fmt: skip
+    many = _post(svc, "/predict", 400, instances=[{"@requestFormat": "embeddings", "model": "bert"}] * 129)
+    assert many["error"]["message"] == "instances array exceeds maximum size of 128"

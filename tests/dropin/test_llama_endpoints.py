@@ -1,5 +1,6 @@
 """llama-server's own endpoints through the router (issue 8 §6): ``/tokenize``, ``/detokenize``,
-``/apply-template``, ``GET /props?model=``, native ``/completion``, and 501 for the rest.
+``/apply-template``, ``GET /props?model=``, native ``/completion``, ``/v1/chat/completions/control``
+(issue 29 §5), and 501 for the rest.
 
 Shapes from llama.cpp's ``tools/server/README.md`` and ``server-context.cpp``
 (``post_tokenize``, ``post_detokenize``, ``post_apply_template``,
@@ -18,14 +19,17 @@ import httpx
 import pytest
 
 from devtools.service_process import ServiceProcess
-from devtools.tiny_gguf import BOS_ID, CHATML_TEMPLATE, IM_START_ID, write_tiny_gguf
+from devtools.tiny_gguf import BOS_ID, CHATML_TEMPLATE, IM_START_ID, TOOLS_TEMPLATE, write_tiny_gguf
+from tests.chat_control import NOT_FOUND, assert_control_ends_reasoning, assert_control_refusals, control
 
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     root = tmp_path_factory.mktemp("llama-endpoints")
     write_tiny_gguf(root / "models" / "tiny.gguf")
-    with ServiceProcess(root / "home", args=["--models-dir", str(root / "models")]) as proc:
+    write_tiny_gguf(root / "models" / "think.gguf", chat_template=TOOLS_TEMPLATE, n_ctx=256)  # opens <think>
+    # --context-shift: a chat with no max_tokens never ends by itself (tests.chat_control)
+    with ServiceProcess(root / "home", args=["--models-dir", str(root / "models"), "--context-shift"]) as proc:
         yield proc
 
 
@@ -169,3 +173,30 @@ def test_chat_completions_without_v1(svc: ServiceProcess) -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] is not None and "predicted_n" in chunks[-1]["timings"]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     assert text == whole["choices"][0]["message"]["content"], "temperature 0: same text streamed or not"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("named", [{"model": "think"}, {}], ids=["model-named", "by-id"])
+def test_chat_control_ends_the_reasoning_of_a_running_chat(svc: ServiceProcess, named: dict[str, Any]) -> None:
+    """llama-server's router sends ``/v1/chat/completions/control`` to the body's ``model``; without one
+    (which it refuses), the router finds the worker that runs the completion's id. Either way the
+    chat's reasoning ends and its answer follows, and the refusals are llama-server's."""
+    assert_control_ends_reasoning(svc.url, {"model": "think"}, named)
+    assert_control_refusals(svc.url, {"model": "think"}, named)
+
+
+@pytest.mark.timeout(120)
+def test_chat_control_by_id_asks_only_running_models(svc: ServiceProcess) -> None:
+    """A control naming no model loads none: with nothing running it is llama-server's not found."""
+    for model in ("think", "tiny"):
+        httpx.post(f"{svc.url}/models/unload", json={"model": model}, timeout=60)
+    assert control(svc.url, {"id": "chatcmpl-x", "action": "reasoning_end"}) == NOT_FOUND
+    listed = httpx.get(f"{svc.url}/models", timeout=30).json()["data"]
+    assert all(m["status"]["value"] != "loaded" for m in listed), listed
+
+
+@pytest.mark.timeout(60)
+def test_predict_is_not_served_without_the_prediction_mode(svc: ServiceProcess) -> None:
+    """Without ``AIP_MODE=PREDICTION`` (llama-server then has no ``/predict``), even an empty one is a 404."""
+    answer = httpx.post(f"{svc.url}/predict", json={"instances": []}, timeout=30)
+    assert _error(answer, 404)["type"] == "not_found_error"

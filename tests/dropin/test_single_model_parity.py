@@ -7,7 +7,8 @@ One service per model kind, started with llama-server's own flags on tiny real G
 
 - a chat model with a Hermes-style tool template (``devtools.tiny_gguf.TOOLS_TEMPLATE``) and FIM tokens:
   ``-m tools.gguf --jinja --api-key K --cors-origins O --props --lora L --lora-init-without-apply
-  --slot-save-path D``, with ``AIP_MODE=PREDICTION`` (Vertex AI's ``/predict``);
+  --slot-save-path D --context-shift``, with ``AIP_MODE=PREDICTION`` (Vertex AI's ``/predict``) and
+  ``LLAMA_SERVER_DEBUG_FAKE_TIMING=1`` (llama.cpp's test harness sets it for every server it starts);
 - a BERT embedding model: ``-m bert.gguf --embedding``;
 - a reranker (rank pooling): ``-m rank.gguf --reranking``.
 
@@ -39,7 +40,9 @@ from devtools.tiny_gguf import (
     write_tiny_gguf,
     write_tiny_lora,
 )
+from service.core.server_mode import FAKE_TIMING_WARNING
 from service.settings import Settings
+from tests.chat_control import assert_control_ends_reasoning, assert_control_refusals
 from tests.dropin.conftest import (
     WEATHER,
     assert_every_route_needs_the_key,
@@ -84,8 +87,8 @@ def chat_files(tmp_path_factory: pytest.TempPathFactory) -> ChatFiles:
 def svc(tmp_path_factory: pytest.TempPathFactory, chat_files: ChatFiles) -> Iterator[ServiceProcess]:
     proc = _start(tmp_path_factory.mktemp("single-chat"), "-m", str(chat_files.model), "--jinja", "--api-key", KEY,
                   "--cors-origins", ORIGIN, "--props", "--lora", str(chat_files.lora), "--lora-init-without-apply",
-                  "--slot-save-path", str(chat_files.saves), "-c", str(CTX), "-np", "1",
-                  env={"AIP_MODE": "PREDICTION"})  # fmt: skip
+                  "--slot-save-path", str(chat_files.saves), "-c", str(CTX), "-np", "1", "--context-shift",
+                  env={"AIP_MODE": "PREDICTION", "LLAMA_SERVER_DEBUG_FAKE_TIMING": "1"})  # fmt: skip
     yield proc
     proc.stop()
 
@@ -417,6 +420,10 @@ def test_predict_props_and_wide_completion_bodies(svc: ServiceProcess) -> None:
     # llama-server answers each instance: one that is no request is its own error, the others run.
     assert "@requestFormat" in unnamed["error"]["message"] and "JSON object" in bad["error"]["message"]
     assert _post(svc, "/props", {"anything": 1}) == {"success": True}
+    # Issue 29 §5: no instances is llama-server's empty answer (it was a 500), not an array its 400.
+    assert _post(svc, "/predict", {"instances": []}) == {"predictions": []}
+    refused = _post(svc, "/predict", {"instances": {"@requestFormat": "tokenize"}}, 400)["error"]
+    assert refused["message"] == "request body must include an array field named instances"
 
     base = {"n_predict": 3, "temperature": 0}
     forced = _post(svc, "/completion", {**base, "prompt": {"prompt_string": "once"},
@@ -477,3 +484,22 @@ def test_infill_without_a_model(svc: ServiceProcess) -> None:
     assert _post(svc, "/infill", {**body, "prompt": "x = "})["tokens_evaluated"] > whole["tokens_evaluated"]
     missing = _post(svc, "/infill", {"input_prefix": "a"}, 400)["error"]["message"]
     assert '"input_suffix" is required' in missing
+
+
+# -- 9. the chat control, and a debug switch that is the router's --------------------------------------
+
+
+def test_chat_control_ends_the_reasoning_of_a_running_chat(svc: ServiceProcess) -> None:
+    """``POST /v1/chat/completions/control`` naming no model (or any model) reaches the one model: a
+    chat armed with ``reasoning_control`` ends its reasoning there, and the refusals are llama-server's."""
+    assert_control_ends_reasoning(svc.url, {}, {}, AUTH)
+    assert_control_refusals(svc.url, {}, {"model": "gpt-4o"}, AUTH)
+
+
+def test_fake_timing_is_the_routers_only(svc: ServiceProcess) -> None:
+    """``LLAMA_SERVER_DEBUG_FAKE_TIMING=1`` is set for this service, but llama-server reads it in router
+    mode only: no load waited and no request is held (the router says so on ``/health`` when they are:
+    ``tests/e2e/test_router_rules.py``), and requests are answered."""
+    health = _get(svc, "/health")
+    assert health["status"] == "ok" and FAKE_TIMING_WARNING not in health["warnings"]
+    assert _post(svc, "/completion", {"prompt": "hi", "n_predict": 1})["tokens_predicted"] <= 1

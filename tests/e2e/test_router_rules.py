@@ -21,6 +21,7 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
+from service.core.server_mode import FAKE_TIMING_WARNING
 from tests.conftest_hub import unique_repo
 from tests.eventually import eventually
 from tests.service_probes import events, model_entry
@@ -192,8 +193,10 @@ def test_a_download_never_takes_a_model_slot(router: Callable[[int], ServiceProc
 
 
 def test_fake_timing_delays_loads_and_holds_requests(router: Callable[[int], ServiceProcess]) -> None:
-    """Lower bounds only: a slow machine can make them longer, never shorter."""
+    """Lower bounds only: a slow machine can make them longer, never shorter. ``/health`` says the
+    switch is on (in single-model mode it is not: ``test_single_model_parity``)."""
     svc = router(1)
+    assert FAKE_TIMING_WARNING in httpx.get(f"{svc.url}/health", timeout=30).json()["warnings"]
     Call(svc, "tiny-a").ok()
     requested = events(svc, model="tiny-a", type="instance_requested")[0]["recorded_at"]
     loading = events(svc, model="tiny-a", type="instance_loading")[0]["recorded_at"]

@@ -32,12 +32,17 @@ class FakeClock:
     def __init__(self) -> None:
         self.wall = datetime.now(UTC)
         self.mono = 1000.0
+        self.slept: list[float] = []  # every sleep asked for (llama.cpp's fake timing), in order
 
     def now(self) -> datetime:
         return self.wall
 
     def monotonic(self) -> float:
         return self.mono
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        await asyncio.sleep(0)
 
     def advance(self, seconds: float) -> None:
         self.wall += timedelta(seconds=seconds)

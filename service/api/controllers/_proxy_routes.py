@@ -71,7 +71,7 @@ POST_ROUTES: dict[str, type[Any]] = {
     "/completion": s.CompletionRequest,
     "/completions": s.CompletionRequest,
     "/chat/completions": s.ChatRequest,
-    "/v1/chat/completions/control": s.ModelRequest,
+    "/v1/chat/completions/control": s.ControlRequest,  # its own route: ._control
     "/v1/responses": s.ModelRequest,
     "/responses": s.ModelRequest,
     "/v1/messages": s.ModelRequest,
@@ -91,6 +91,7 @@ POST_ROUTES: dict[str, type[Any]] = {
     "/responses/input_tokens": s.ModelRequest,
     "/v1/responses/input_tokens": s.ModelRequest,
 }
+OWN_ROUTES = ("/v1/chat/completions/control",)  # routed by more than the model (._control)
 GET_ROUTES = ("/lora-adapters", "/slots")  # /metrics: ._metrics (the router's own without ?model=)
 _OPERATION_IDS = {
     "/v1/chat/completions": "chatCompletions",
@@ -243,40 +244,6 @@ async def post_lora_adapters(
     return await proxy_request(request, forwarding, _named(model), autoload)
 
 
-def _predict_route(single: bool) -> Any:
-    description = (
-        "Vertex AI's predictions, forwarded to the one model as they are (instances need no `model`)"
-        if single
-        else "Vertex AI's predictions, routed to the worker of the instances' `model` (one model per request)"
-    )
-    description += "; the worker answers them with `AIP_MODE=PREDICTION` in its environment, else 404."
-
-    @post(
-        "/predict",
-        operation_id="postPredict",
-        tags=["inference"],
-        status_code=HTTP_200_OK,
-        description=description,
-        responses={**_ANSWER, **_PROXIED},
-        signature_namespace={"PredictBody": s.SinglePredictRequest if single else s.PredictRequest},
-    )
-    async def post_predict(
-        data: PredictBody,  # type: ignore[name-defined]  # noqa: F821  # from signature_namespace, per mode
-        request: Request[Any, Any, Any],
-        forwarding: Forwarding,
-        autoload: Autoload = None,
-    ) -> Response[Any]:
-        """``POST /predict``: ``{"instances": [{"@requestFormat", "model", ...}]}``."""
-        if forwarding.mode.single:
-            return await proxy_request(request, forwarding, None, autoload)  # the one model, as llama-server
-        models = {i.model.strip() for i in data.instances}
-        if len(models) != 1:
-            raise Problem(400, "invalid_request", f"the instances name {len(models)} models; one request, one model")
-        return await proxy_request(request, forwarding, models.pop(), autoload)
-
-    return post_predict
-
-
 def _post_slot(single: bool) -> Any:
     @post(
         "/slots/{id_slot:int}",
@@ -359,11 +326,10 @@ def proxy_routes(*, single: bool) -> list[Any]:
     """Every routed handler, for the route collection (``service.api.controllers.route_handlers``);
     ``single``: as single-model mode declares them (``model`` optional)."""
     return [
-        *(_post_route(path, body, single) for path, body in POST_ROUTES.items()),
+        *(_post_route(path, body, single) for path, body in POST_ROUTES.items() if path not in OWN_ROUTES),
         *(_get_route(path, single) for path in GET_ROUTES),
         *(_transcription_route(path, single) for path in TRANSCRIPTION_ROUTES),
         _props_route(single),
         _post_slot(single),
         post_lora_adapters,
-        _predict_route(single),
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from litestar import Router
 from litestar.types import ControllerRouterHandler
 
+from service.api.controllers._control import control_route
 from service.api.controllers._dashboard import dashboard_routes
 from service.api.controllers._disabled import disabled_routes
 from service.api.controllers._downloads import cancel_download, download_model, get_download, list_downloads
@@ -22,6 +23,7 @@ from service.api.controllers._metrics import get_metrics
 from service.api.controllers._models import list_models, list_models_openai, load_model, remove_model, unload_model
 from service.api.controllers._nodes import list_nodes
 from service.api.controllers._options import options_handlers
+from service.api.controllers._predict import predict_route
 from service.api.controllers._proxy_routes import proxy_routes
 from service.api.controllers._reload import reload_models
 from service.api.controllers._stream_routes import stream_routes
@@ -50,7 +52,7 @@ def route_handlers(*, control_body_limit: int, single: bool = False) -> list[Con
         route_handlers=[*options_handlers(CONTROL_HANDLERS), *CONTROL_HANDLERS],
         request_max_body_size=control_body_limit,
     )
-    routed = [*proxy_routes(single=single), *stream_routes]
+    routed = [*proxy_routes(single=single), predict_route(single), control_route(single), *stream_routes]
     return [
         *options_handlers([*routed, get_metrics, *disabled_routes, *dashboard_routes]),
         health,

@@ -245,7 +245,7 @@ class PredictInstance(msgspec.Struct, frozen=True, rename={"request_format": "@r
 class PredictRequest(msgspec.Struct, frozen=True):
     """Vertex AI's ``POST /predict`` (llama-server with ``AIP_MODE=PREDICTION``)."""
 
-    instances: Annotated[list[PredictInstance], Meta(min_length=1, max_length=128)]
+    instances: Annotated[list[PredictInstance], Meta(max_length=128)]  # none: llama-server's empty predictions
 
 
 class SinglePredictRequest(msgspec.Struct, frozen=True):
@@ -254,6 +254,17 @@ class SinglePredictRequest(msgspec.Struct, frozen=True):
     that is not an object, or names no ``@requestFormat``, is its own error in the predictions."""
 
     instances: list[Any]
+
+
+class ControlRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """llama-server's ``POST /v1/chat/completions/control``: act on a running chat completion."""
+
+    id: str | None = None
+    """The chat completion's ``id`` (as its answer, or its stream's chunks, give it)."""
+    action: str | None = None
+    """``reasoning_end``: end its reasoning now (the chat was sent with ``reasoning_control: true``)."""
+    model: ModelName | UnsetType = UNSET
+    """The model that runs it (llama-server's router needs it); without it, the router asks every running model."""
 
 
 class ModelRequest(_Body, frozen=True):

@@ -10,6 +10,7 @@
 * ``_job``: :class:`Job`, one HTTP request as an engine receives it.
 * ``_slots``: :class:`Request` and the slots that run requests; ``_sampling``:
   llama.cpp's sampler chain per request; ``_metrics``: llama-server's counters.
+* ``_reasoning``: ``reasoning_control``, a running chat's reasoning ended from outside.
 * ``_tokens``: what becomes of a sampled token; ``_kept_logits``: the logits a
   slot keeps when a request ends, so an exact repeat of its prompt needs no decode.
 * ``_errors``: what goes wrong in an engine (:class:`EngineError` and its kinds);
@@ -32,6 +33,7 @@ from workers.inference.engine._errors import (
 from workers.inference.engine._job import IDLE, Job, RequesterLeft, Watched
 from workers.inference.engine._legacy import LegacyEngine
 from workers.inference.engine._protocol import Engine, EngineMonitor, FrontFactory, JobRunner, RequestQueue
+from workers.inference.engine._reasoning import ReasoningControl, ThinkTags
 from workers.inference.engine._sampling import (
     SamplerError,
     SamplingParams,
@@ -56,6 +58,7 @@ __all__ = [
     "Job",
     "JobRunner",
     "LegacyEngine",
+    "ReasoningControl",
     "Request",
     "RequestCancelled",
     "RequestQueue",
@@ -64,6 +67,7 @@ __all__ = [
     "SamplerError",
     "SamplingParams",
     "SlotAction",
+    "ThinkTags",
     "Watched",
     "build_chain",
     "sampler_order",

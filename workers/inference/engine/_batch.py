@@ -335,13 +335,36 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
                 s.state, s.timings.t_prompt_done = SlotState.GENERATING, now
         ctx, kept = self.llm.ctx, self.kept
         rows = [s for s in self.slots if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None]
+        forced = {s.id: t for s in rows if (t := _forced(s)) is not None}  # a reasoning being ended
         jobs = [(s.chain, s.batch_index) for s in rows]
-        for s, (_, index), token in zip(rows, jobs, self.sampler.sample(ctx, jobs), strict=True):
+        sampled = iter(self.sampler.sample(ctx, [j for s, j in zip(rows, jobs, strict=True) if s.id not in forced]))
+        tokens = []
+        for s in rows:
+            if s.id in forced and s.request is not None and not s.request.params.grammar:
+                # The chain takes it as its choice (penalties); not a grammar's, which throws (abort) on a
+                # token it does not allow: it goes on from what it accepted, the forced tag beside it.
+                self.llm.lc.llama_sampler_accept(s.chain, forced[s.id])
+            tokens.append(forced[s.id] if s.id in forced else next(sampled))
+        for s, (_, index), token in zip(rows, jobs, tokens, strict=True):
             self._on_token(s, token, now)
             if not s.is_processing:  # it ended here: keep the logits after what the slot holds
                 kept.keep(s.id, ctx, index, s.cache)
         for s in self.slots:
             s.batch_index = -1
+
+    def end_reasoning(self, cmpl_id: str) -> str | None:
+        """llama-server's ``reasoning_end`` control (any thread): ends the reasoning of the running
+        completion ``cmpl_id`` at its next token; None once asked, else llama-server's reason why not.
+        A queued one counts as running: its client may have its id already (a chat's first chunk)."""
+        with self._cv:
+            running = [s.request for s in self.slots if s.request is not None] + list(self._pending)
+            req = next((r for r in running if cmpl_id and r.cmpl_id == cmpl_id), None)
+        if req is None:
+            return "no active completion for this id"
+        if req.reasoning is None:
+            return "reasoning control not enabled for this completion"
+        req.reasoning.ask_end()
+        return None
 
     def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
         """``1``: no room in the KV cache (nothing was decoded): shrink prompt chunks, or end the
@@ -357,3 +380,9 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         err = EngineFailed(f"llama_decode failed ({ret})")
         for s in {*gen, *(c[0] for c in chunks)}:
             self._fail(s, err)
+
+
+def _forced(s: Slot) -> int | None:
+    """The token a slot's request must take in place of sampling (its reasoning being ended), or None."""
+    req = s.request
+    return req.reasoning.forced_token() if req is not None and req.reasoning is not None else None

@@ -191,6 +191,7 @@ class LegacyEngine:
                 "llama.cpp's extra samplers (DRY, XTC, top-n-sigma, dynamic temperature, "
                 "samplers, repeat_last_n) need the batch engine (this worker runs --engine legacy)"
             )
+        kwargs.pop("reasoning_control", None)  # no slots to act on: a control answers 501 (http._control)
         kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([self._cancel_processor(job)])
         try:
             create = llm.create_chat_completion if job.kind == "chat" else llm.create_completion

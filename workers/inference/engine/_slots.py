@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.inference.engine._reasoning import ReasoningControl
 from workers.inference.engine._sampling import SamplingParams
 
 _request_ids = itertools.count(1)
@@ -48,6 +49,8 @@ class Request:
     lora: tuple[tuple[int, float], ...] | None = None  # its own adapter set (llama.LoraKey); None: the worker's
     id_slot: int = -1  # llama-server's id_slot: the slot it must run in (modulo the slots), -1: any
     n_cache_reuse: int = 0  # llama-server's: cached runs of at least this many tokens are shifted into place
+    cmpl_id: str = ""  # the completion's id as its answer gives it (``chatcmpl-…``): what a control names
+    reasoning: ReasoningControl | None = None  # reasoning_control: its reasoning may be ended from outside
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)

@@ -46,7 +46,10 @@ class TokenMixin:
             row = kept if kept is not None else logits_row(llm.lc, llm.ctx, s.batch_index, llm.n_vocab)
             chosen, top, top_lp = token_logprobs(row, token, req.params.n_probs)
             lp = (token, chosen, top, top_lp)
-        out = text.feed(llm.piece(token))
+        piece = llm.piece(token)
+        if req.reasoning is not None:
+            req.reasoning.accept(token, piece)
+        out = text.feed(piece)
         s.has_new_line = "\n" in out
         if out or lp is not None:
             req.out.put(("t", out, lp))

@@ -54,11 +54,11 @@ def delta_json(d: Delta) -> dict[str, Any]:
 
 
 class OpenAIChat:
-    """Shapes one run; ``model`` is the name served."""
+    """Shapes one run; ``model`` is the name served, ``cmpl_id`` the id its completion runs under."""
 
-    def __init__(self, run: ChatRun, model: str) -> None:
+    def __init__(self, run: ChatRun, model: str, cmpl_id: str | None = None) -> None:
         self.run, self.model = run, model
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.id = cmpl_id or f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
 
     def whole(self) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from workers.inference.http._template_caps import template_caps
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 _CHAT_ONLY = ("messages", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs", "functions",
               "function_call", "parallel_tool_calls", "chat_template_kwargs", "reasoning_format",
-              "add_generation_prompt", "media")  # fmt: skip
+              "add_generation_prompt", "media", "reasoning_control")  # fmt: skip
 _GENERIC_PROMPT = (
     "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "
     "reply to the user's request"
@@ -72,6 +72,7 @@ class ChatPlan:
     logprobs: int | None  # top logprobs per token, None: none asked for
     sampling: dict[str, Any] = field(default_factory=dict)  # Any: create_completion's keyword values
     media: tuple[tuple[str, bytes], ...] = ()  # the chat's media files (kind, bytes), one marker each in the prompt
+    reasoning_control: bool = False  # its reasoning may be ended while it runs (llama-server's; _control)
 
 
 def _tool_functions(tools: Any) -> list[dict[str, Any]]:
@@ -247,6 +248,7 @@ def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], r
         logprobs=(20 if top is None else top) if kwargs.get("logprobs") else None,  # llama-server's default: 20
         sampling=sampling,
         media=tuple(kwargs.get("media") or ()),
+        reasoning_control=bool(kwargs.get("reasoning_control")),
     )
 
 

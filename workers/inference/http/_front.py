@@ -23,6 +23,7 @@ from workers.inference.engine import (
     IDLE,
     EngineError,
     Job,
+    ReasoningControl,
     Request,
     RequesterLeft,
     RequestQueue,
@@ -33,6 +34,7 @@ from workers.inference.engine import (
     strict_json_strings,
 )
 from workers.inference.http._chat_template import TemplateOptions
+from workers.inference.http._control import reasoning_control
 from workers.inference.http._errors import ApiError, too_long
 from workers.inference.http._llama_server import generation_settings
 from workers.inference.http._shapes import CompletionShaper
@@ -52,6 +54,8 @@ class _RequestContext:
     lora: LoraKey | None = None  # the request's own adapter set; None: the worker's
     id_slot: int = -1  # llama-server's id_slot: the slot the request must run in, -1: any
     n_cache_reuse: int = 0  # llama-server's: min run of cached tokens shifted into place (--cache-reuse)
+    cmpl_id: str = ""  # a chat's id (``chatcmpl-…``), set before its completion runs: a control names it
+    reasoning: ReasoningControl | None = None  # a chat's reasoning_control
     result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
 
 
@@ -226,8 +230,9 @@ class CompletionFront:
 
         stream = bool(kwargs.pop("stream", False))
         include_usage = bool(kwargs.pop("include_usage", False))
-        run = ChatRun(self, self.plan_chat({**CHAT_DEFAULTS, **kwargs}), self._ctx().result)
-        shaper = OpenAIChat(run, self.model_name)
+        plan, ctx = self.plan_chat({**CHAT_DEFAULTS, **kwargs}), self._ctx()
+        ctx.cmpl_id, ctx.reasoning = f"chatcmpl-{uuid.uuid4().hex}", reasoning_control(self.llm, plan)
+        shaper = OpenAIChat(ChatRun(self, plan, ctx.result), self.model_name, ctx.cmpl_id)
         return shaper.chunks(include_usage) if stream else shaper.whole()
 
     def create_completion(
@@ -273,8 +278,8 @@ class CompletionFront:
             grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs), **(llama_sampling or {}),
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        req = self._submit(tokens, params, max_tokens or 0, stops, media)
-        ctx = self._ctx()
+        ctx, cmpl_id = self._ctx(), f"cmpl-{uuid.uuid4()}"
+        req = self._submit(tokens, params, max_tokens or 0, stops, media, ctx.cmpl_id or cmpl_id)
         settings = generation_settings({**params.to_json(), "stop": list(stops)}, n_predict=max_tokens or -1,
                                        stream=stream, n_keep=ctx.n_keep, ignore_eos=ctx.ignore_eos,
                                        logit_bias=params.logit_bias, reasoning_format=self.reasoning_format,
@@ -284,8 +289,7 @@ class CompletionFront:
         if echo:
             head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
         probs = ctx.result.setdefault("probs", []) if logprobs else None
-        cmpl_id, model, n_prompt = f"cmpl-{uuid.uuid4()}", self.model_name, len(tokens)
-        shape = CompletionShaper(cmpl_id, int(time.time()), model, n_prompt, self.llm, probs)
+        shape = CompletionShaper(cmpl_id, int(time.time()), self.model_name, len(tokens), self.llm, probs)
         events, result = self._events(req, ctx.client_gone), ctx.result
         if stream:
             return shape.chunks(events, head, suffix or "", result)
@@ -325,9 +329,8 @@ class CompletionFront:
             return [self.llm.bos]
         return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
 
-    def _submit(
-        self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...], media: Any = None
-    ) -> Request:
+    def _submit(self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...],
+                media: Any = None, cmpl_id: str = "") -> Request:  # fmt: skip
         llm = self.llm
         try:
             chain = build_chain(llm.lc, llm.vocab, llm.n_vocab, params, self.default_seed, llm.n_ctx)
@@ -335,7 +338,7 @@ class CompletionFront:
             raise ApiError(400, str(exc)) from None
         c = self._ctx()
         req = Request(tokens, params, max_tokens, stops, c.cache_prompt, c.n_keep, chain, media, c.lora, c.id_slot,
-                      c.n_cache_reuse)  # fmt: skip
+                      c.n_cache_reuse, cmpl_id, c.reasoning)  # fmt: skip
         try:
             self.engine.enqueue(req)
         except EngineError:

@@ -211,6 +211,10 @@ def chat_request(body: dict[str, Any], model_name: str, *, media: bool = False) 
         if isinstance(body.get("function_call"), (str, dict)):
             fc = body["function_call"]
             kwargs["tool_choice"] = fc if isinstance(fc, str) else {"type": "function", "function": fc}
+    if body.get("reasoning_control") is not None:  # llama-server's: /v1/chat/completions/control may end it
+        if not isinstance(body["reasoning_control"], bool):
+            raise ApiError(400, "'reasoning_control' must be a boolean")
+        kwargs["reasoning_control"] = body["reasoning_control"]
     if body.get("response_format") is not None:
         kwargs["response_format"] = _response_format(body["response_format"])
     elif body.get("grammar") is not None or body.get("json_schema") is not None:

@@ -13,7 +13,8 @@ Routes (``/v1`` prefix optional): ``GET /health``, ``GET /v1/models``,
 ``GET /slots`` and ``GET /metrics`` (batch engine, llama-server's shapes),
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``;
 llama-server's own (batch engine, :mod:`workers.inference.http._llama_server`): ``GET /props``, ``POST
-/tokenize``, ``/detokenize``, ``/apply-template``, ``/completion``, ``/v1/audio/transcriptions``; others: 501.
+/tokenize``, ``/detokenize``, ``/apply-template``, ``/completion``, ``/v1/audio/transcriptions``,
+``/v1/chat/completions/control``; others: 501.
 
 A request whose client hangs up is cancelled: handlers waiting for results
 poll the socket (``_client_gone``), so this holds during prompt processing
@@ -36,6 +37,7 @@ from workers.inference.http import _llama_server as llama_server
 from workers.inference.http import _streams as streams
 from workers.inference.http._app import InferenceApp
 from workers.inference.http._compat import count_tokens
+from workers.inference.http._control import control
 from workers.inference.http._errors import ApiError, answer_for
 from workers.inference.http._jobs import COMPAT_KINDS, job_for, make_job, media_error
 from workers.inference.http._predict import predict
@@ -60,12 +62,6 @@ _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     "/chat/completions/input_tokens": count_tokens("chat"),
     "/responses/input_tokens": count_tokens("responses"),
 }
-# llama-server's POST routes this worker does not serve (501), with why.
-_UNSUPPORTED = {
-    "/chat/completions/control": "",
-}
-
-
 # GET routes llama-server switches off (--metrics, --no-slots): the option, and its 501 message.
 _SWITCHED_OFF = {
     "/metrics": ("endpoint_metrics", "This server does not support metrics endpoint. Start it with `--metrics`"),
@@ -220,9 +216,10 @@ class _Handler(BaseHTTPRequestHandler):
             if route in _EMBEDDING_ROUTES and self.app.engine.has_front:
                 self._send_json(200, self._embedding_route(route, parse_json_object(raw)))
                 return
-            if route in _UNSUPPORTED:
-                raise ApiError(501, f"POST {route} is not supported by modelrouter's worker{_UNSUPPORTED[route]}",
-                               _NOT_SUPPORTED)  # fmt: skip
+            if route == "/chat/completions/control":  # a running chat's reasoning ended (_control)
+                self._front(route)
+                self._send_json(200, control(self.app.engine, parse_json_object(raw)))
+                return
             if route not in (
                 "/chat/completions",
                 "/audio/transcriptions",
