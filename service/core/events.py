@@ -124,6 +124,7 @@ class ModelConfigured(Event):
     hidden: bool = False
     sleep_idle_seconds: float | None = None
     pinned: bool = False  # the preset's ``pin = true`` (ours): never evicted by LRU or memory pressure
+    hang_timeout: float | None = None  # the preset's ``hang-timeout`` (ours); None: MODELROUTER_HANG_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -355,6 +356,25 @@ class InstanceCrashed(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceUnresponsive(Event):
+    """The service gave a ready worker up as hung (``service.core.liveness``): it stopped answering
+    its heartbeat (``cause`` ``no_answer``: a stopped process, a swap storm), or one engine step ran
+    longer than the bound (``step_stuck``: a deadlock or a driver fault inside ``llama_decode``).
+    What was seen: the last step number, how long ago the step counter last moved, how long ago the
+    worker last answered, the requests in flight to it. The worker is stopped next (SIGKILL after
+    the stop grace) and its requests get a 503; the end is ``instance_stopped`` reason ``unresponsive``."""
+
+    TYPE: ClassVar[str] = "instance_unresponsive"
+    instance_id: str
+    cause: str  # "no_answer" | "step_stuck"
+    bound_s: float  # the hang timeout in force for the model
+    steps: int  # the engine's step counter at the last answer
+    last_step_s: float  # seconds since the step counter last moved (or since the worker was ready)
+    silent_s: float  # seconds since the worker last answered a heartbeat
+    requests_waiting: int  # requests the service was proxying to it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceLost(Event):
     TYPE: ClassVar[str] = "instance_lost"
     instance_id: str
@@ -393,7 +413,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         DownloadFinished, DownloadFailed, DownloadCancelRequested, DownloadCancelled, DownloadInterrupted,
         DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,
         InstanceLoadFailed, InstanceStopRequested, InstanceStopped, InstanceCrashed, InstanceLost, SleepEnded,
-        RequestCompleted,
+        RequestCompleted, InstanceUnresponsive,
         NodeJoined, NodeLost, NodeLeft, ModelMeasured, ModelAliased, ModelAliasRemoved,
     )
 }  # fmt: skip

@@ -74,6 +74,12 @@ EXAMPLE_VALUES: dict[str, Any] = {
     "n_embd_head_v": 16,
     "n_vocab": 300,
     "n_ctx_train": 2048,
+    "cause": "no_answer",
+    "bound_s": 120.0,
+    "steps": 42,
+    "last_step_s": 125.0,
+    "silent_s": 121.0,
+    "requests_waiting": 1,
 }
 """Field name -> value; one table for every event type that has the field."""
 

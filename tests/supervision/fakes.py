@@ -176,7 +176,13 @@ async def rig(
     clock, spawner = FakeClock(), FakeSpawner()
     ids = itertools.count(1)
     ports = itertools.count(20000)
-    values: dict[str, object] = {"stop_timeout": 0.05, "queue_timeout": 30, "load_timeout": 60, **settings}
+    values: dict[str, object] = {
+        "stop_timeout": 0.05,
+        "queue_timeout": 30,
+        "load_timeout": 60,
+        "hang_timeout": 0,
+        **settings,
+    }
     config = Settings(home=tmp_path, **values)  # type: ignore[arg-type]  # test overrides
     sup = InstanceSupervisor(
         config, live,
