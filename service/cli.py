@@ -165,8 +165,8 @@ def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
     ours.add_argument(
         "--hang-timeout",
         type=float,
-        help="seconds a ready worker may go without answering its heartbeat, or one engine step may last, before "
-        "it is killed and its requests answered 503 (default 120; 0: never; MODELROUTER_HANG_TIMEOUT)",
+        help="seconds one engine step may last before its worker is given up as hung, killed and its requests "
+        "answered 503; a worker silent that long, or 30 s, is too (default 600; 0: never; MODELROUTER_HANG_TIMEOUT)",
     )
     serve.set_defaults(func=_serve)
 

@@ -18,7 +18,7 @@
     hf-repo = user/repo:Q4_K_M   ; downloaded on first use
     ttl = 300                    ; modelrouter's own: seconds idle before unload
     restart = on-failure         ; modelrouter's own: reload after a crash
-    hang-timeout = 300           ; modelrouter's own: seconds before a silent or stuck worker is killed
+    hang-timeout = 900           ; modelrouter's own: seconds one step may last before the worker is killed
 
 Keys are llama-server's options without dashes (long or short names) or their
 env names, the preset-only keys (``load-on-startup``, ``stop-timeout``,

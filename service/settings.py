@@ -63,10 +63,10 @@ class Settings:
     stop_timeout: float = 10.0
     """Seconds between SIGTERM and SIGKILL when stopping a worker (MODELROUTER_STOP_TIMEOUT)."""
     hang_timeout: float = DEFAULT_HANG_TIMEOUT
-    """Seconds a ready worker may go without answering its heartbeat, or one engine step may last, before
-    it is given up as hung, killed and its requests answered 503 (MODELROUTER_HANG_TIMEOUT, --hang-timeout;
-    a preset's ``hang-timeout`` per model; 0: never). The default is above the longest step measured
-    (docs/operations.md, "A hung worker")."""
+    """Seconds one engine step may last before its worker is given up as hung, killed and its requests
+    answered 503; a worker that does not answer its heartbeat for this long (or 30 s, if shorter) is too
+    (MODELROUTER_HANG_TIMEOUT, --hang-timeout; a preset's ``hang-timeout`` per model; 0: never). The default
+    comes from a measurement (docs/operations.md, "A hung worker")."""
     timeout: float = 600.0
     """llama-server's ``-to``/``--timeout`` (LLAMA_ARG_TIMEOUT, MODELROUTER_TIMEOUT): seconds a read or a
     write may wait, on the service's port (a client's request body, a client that takes no answer) and

@@ -259,6 +259,31 @@ async def _send(
         raise
 
 
+async def _relay(
+    fwd: Forwarding, upstream: _Upstream, lease: Lease, instance_id: str, path: str, started: float
+) -> AsyncIterator[bytes]:
+    """A worker's stream, chunk by chunk; one cut short ends with an error event saying why."""
+    model, status = lease.model, upstream.status_code
+    raw = upstream.aiter_raw()
+    try:
+        while True:
+            async with lease.guard():  # around each read, never across the yield to the client
+                chunk = await anext(raw, None)
+            if chunk is None:
+                break
+            yield chunk
+    except httpx.HTTPError as exc:
+        failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
+        status = failure.status
+        yield _stream_error(failure, path)
+    finally:
+        await upstream.aclose()
+        try:
+            _record_completion(fwd, model, instance_id, path, status, True, started)  # before the release
+        finally:
+            lease.release()
+
+
 async def proxy_request(
     request: Request[Any, Any, Any], fwd: Forwarding, requested: str | None, autoload: bool | None
 ) -> Response[Any]:
@@ -300,27 +325,7 @@ async def proxy_request(
             lease.release()
         return _answer(request, model, upstream.status_code, content, media_type)
 
-    async def chunks() -> AsyncIterator[bytes]:
-        status = upstream.status_code
-        raw = upstream.aiter_raw()
-        try:
-            while True:
-                async with lease.guard():  # around each read, never across the yield to the client
-                    chunk = await anext(raw, None)
-                if chunk is None:
-                    break
-                yield chunk
-        except httpx.HTTPError as exc:
-            failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
-            status = failure.status
-            yield _stream_error(failure, path)
-        finally:
-            await upstream.aclose()
-            try:
-                _record_completion(fwd, model, instance_id, path, status, True, started)  # before the release
-            finally:
-                lease.release()
-
+    relayed = _relay(fwd, upstream, lease, instance_id, path, started)
     return Stream(
-        chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}
+        relayed, status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}
     )

@@ -28,6 +28,7 @@ from service.core.event_base import FileRef as FileRef
 from service.core.event_base import Recorded as Recorded
 from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
+from service.core.hang_events import InstanceUnresponsive as InstanceUnresponsive
 from service.core.node_events import ModelMeasured as ModelMeasured
 from service.core.node_events import NodeJoined as NodeJoined
 from service.core.node_events import NodeLeft as NodeLeft
@@ -101,13 +102,11 @@ class ModelDiscovered(Event):
 class ModelConfigured(Event):
     """Per-model settings (aliases, load params, ttl, restart policy, load-on-startup).
 
-    The llama.cpp-compatible fields (all defaulted, so older rows read as before):
-    ``args`` are the llama-server options in force for the model (long names,
-    the merge of env, preset ``[*]``, its section and the command line),
-    ``ignored`` the ones modelrouter accepted but cannot honour, ``hf_repo``/
-    ``hf_file`` where a preset model is downloaded from on first use,
-    ``stop_timeout`` the preset's ``stop-timeout``, and ``hidden`` a cache
-    entry that ``dedup-cache-models`` keeps out of ``GET /models``, and
+    The llama.cpp-compatible fields (all defaulted, so older rows read as before): ``args`` are the
+    llama-server options in force for the model (long names, the merge of env, preset ``[*]``, its section
+    and the command line), ``ignored`` the ones modelrouter accepted but cannot honour, ``hf_repo``/``hf_file``
+    where a preset model is downloaded from on first use, ``stop_timeout`` the preset's ``stop-timeout``,
+    ``hidden`` a cache entry that ``dedup-cache-models`` keeps out of ``GET /models``, and
     ``sleep_idle_seconds`` llama-server's ``--sleep-idle-seconds`` (None: never)."""
 
     TYPE: ClassVar[str] = "model_configured"
@@ -356,25 +355,6 @@ class InstanceCrashed(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InstanceUnresponsive(Event):
-    """The service gave a ready worker up as hung (``service.core.liveness``): it stopped answering
-    its heartbeat (``cause`` ``no_answer``: a stopped process, a swap storm), or one engine step ran
-    longer than the bound (``step_stuck``: a deadlock or a driver fault inside ``llama_decode``).
-    What was seen: the last step number, how long ago the step counter last moved, how long ago the
-    worker last answered, the requests in flight to it. The worker is stopped next (SIGKILL after
-    the stop grace) and its requests get a 503; the end is ``instance_stopped`` reason ``unresponsive``."""
-
-    TYPE: ClassVar[str] = "instance_unresponsive"
-    instance_id: str
-    cause: str  # "no_answer" | "step_stuck"
-    bound_s: float  # the hang timeout in force for the model
-    steps: int  # the engine's step counter at the last answer
-    last_step_s: float  # seconds since the step counter last moved (or since the worker was ready)
-    silent_s: float  # seconds since the worker last answered a heartbeat
-    requests_waiting: int  # requests the service was proxying to it
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceLost(Event):
     TYPE: ClassVar[str] = "instance_lost"
     instance_id: str
@@ -413,8 +393,8 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         DownloadFinished, DownloadFailed, DownloadCancelRequested, DownloadCancelled, DownloadInterrupted,
         DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,
         InstanceLoadFailed, InstanceStopRequested, InstanceStopped, InstanceCrashed, InstanceLost, SleepEnded,
-        RequestCompleted, InstanceUnresponsive,
-        NodeJoined, NodeLost, NodeLeft, ModelMeasured, ModelAliased, ModelAliasRemoved,
+        RequestCompleted, InstanceUnresponsive, NodeJoined, NodeLost, NodeLeft, ModelMeasured, ModelAliased,
+        ModelAliasRemoved,
     )
 }  # fmt: skip
 """Registry: stable type string -> current event class."""

@@ -5,9 +5,9 @@ The supervisor asks every ready worker of its node for a heartbeat each
 thread): its engine's step counter and how long the step in progress has run
 (:class:`Beat`). A worker is given up as hung (:func:`judge`) when
 
-* it has not answered for longer than the bound (``no_answer``): a stopped
-  process (SIGSTOP), a swap storm, an interpreter that never lets its HTTP
-  thread run; or
+* it has not answered for longer than the bound, or :data:`ANSWER_S` when
+  that is shorter (``no_answer``): a stopped process (SIGSTOP), a swap storm,
+  an interpreter that never lets its HTTP thread run; or
 * one engine step has lasted longer than the bound (``step_stuck``):
   ``llama_decode`` never returned (a deadlock in a native library, a GPU
   driver fault), while the HTTP thread still answers.
@@ -34,11 +34,17 @@ from service.core.state import UNRESPONSIVE, ModelState
 HEARTBEAT_S = 1.0
 """Seconds between two heartbeat requests to a ready worker (each one a GET its HTTP thread answers)."""
 
-DEFAULT_HANG_TIMEOUT = 120.0
-"""Seconds a worker may go without answering, or one engine step may last, before it is given up as
-hung (MODELROUTER_HANG_TIMEOUT, the preset's ``hang-timeout``). From a measurement on a 2-core VM
-(docs/operations.md, "A hung worker"): a full ``n_batch`` 2048-token step took at most 8.1 s for a
-0.5B model; a 7-8B Q4 model prefills about 15x slower there, so about 120 s is its longest step."""
+DEFAULT_HANG_TIMEOUT = 600.0
+"""Seconds one engine step may last before its worker is given up as hung (MODELROUTER_HANG_TIMEOUT,
+--hang-timeout, the preset's ``hang-timeout``). Measured on a 2-core VM (docs/operations.md, "A hung
+worker"): one prefill step runs at 50-64 GFLOP/s there, so a full 2048-token step of a 1B model takes
+about 100 s and of a 7-8B one several minutes. 600 s is llama-server's ``--timeout``: a step longer
+than that gets no byte to its client within the proxied hop's read timeout anyway."""
+
+ANSWER_S = 30.0
+"""Seconds of heartbeat silence after which a worker is hung whatever its step bound (a lower bound wins):
+its HTTP thread answers within milliseconds, during a long step too (``llama_decode`` runs without the
+GIL), so 30 s of silence is a stopped or starved process, not a long prompt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +83,13 @@ class Hang:
 
 
 def judge(beat: Beat, now: float, bound: float) -> Hang | None:
-    """A hang, or None while the worker answers and its step in progress is younger than ``bound``
-    (0 or less: never judged)."""
+    """A hang, or None while the worker answers (within ``bound``, at most :data:`ANSWER_S`) and its step
+    in progress is younger than ``bound`` (0 or less: never judged)."""
     if bound <= 0:
         return None
     silent = now - beat.seen_at
     seen = Hang("no_answer", round(silent, 1), round(now - beat.moved_at, 1), beat.steps)
-    if silent > bound:
+    if silent > min(bound, ANSWER_S):
         return seen
     if beat.step_s is not None and beat.step_s + silent > bound:
         return Hang("step_stuck", seen.silent_s, seen.last_step_s, beat.steps)

@@ -296,7 +296,7 @@ def _ttl(extras: Mapping[str, str]) -> float | None:
 
 
 def _hang_timeout(extras: Mapping[str, str]) -> float | None:
-    """Ours: the model's worker may go this many seconds without a heartbeat or within one step (0: never judged)."""
+    """Ours: one step of the model's worker may last this many seconds (0: never given up as hung)."""
     if "hang-timeout" not in extras:
         return None
     try:

@@ -9,7 +9,15 @@ from service.core import events as ev
 from service.core.instance_decisions import Facts, Limits, Stop
 from service.core.instance_exits import ArmRestart, decide_exit
 from service.core.instance_hangs import CutRequests, decide_liveness, watched
-from service.core.liveness import Beat, first_beat, heard, judge, unresponsive_rejection
+from service.core.liveness import (
+    ANSWER_S,
+    DEFAULT_HANG_TIMEOUT,
+    Beat,
+    first_beat,
+    heard,
+    judge,
+    unresponsive_rejection,
+)
 from service.core.processes import ProcessExit
 from service.core.state import UNRESPONSIVE, InstanceStatus, ModelStatus
 from tests.core.examples import example
@@ -43,6 +51,13 @@ class TestJudge:
         beat = heard(beat, 6.0, steps=3, step_s=6.0)
         hang = judge(beat, 6.0, bound=5.0)
         assert hang is not None and hang.cause == "step_stuck" and hang.last_step_s == 5.0
+
+    def test_silence_is_capped_at_answer_s_whatever_the_step_bound(self) -> None:
+        """A stopped worker under the default (long) step bound is given up after ANSWER_S of silence."""
+        beat = heard(first_beat(0.0), 1.0, steps=3, step_s=None)
+        assert judge(beat, 1.0 + ANSWER_S, bound=DEFAULT_HANG_TIMEOUT) is None
+        hang = judge(beat, 1.5 + ANSWER_S, bound=DEFAULT_HANG_TIMEOUT)
+        assert hang is not None and hang.cause == "no_answer"
 
     def test_a_bound_of_zero_never_judges(self) -> None:
         assert judge(Beat(seen_at=0.0), 1e6, bound=0.0) is None

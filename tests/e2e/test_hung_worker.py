@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +33,9 @@ LONG = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 3000, "te
 
 
 def _ready_pid(svc: ServiceProcess, model: str, after: int = 0) -> int:
-    ready = eventually(lambda: events(svc, type="instance_ready", model=model, after=after), f"{model} ready", timeout=60)
+    ready = eventually(
+        lambda: events(svc, type="instance_ready", model=model, after=after), f"{model} ready", timeout=60
+    )
     return int(ready[-1]["data"]["pid"])
 
 
@@ -139,8 +142,8 @@ def test_a_stopped_worker_is_given_up_its_requests_answered_503_and_the_next_one
 
 
 def _big_model(path: Path) -> Path:
-    # ~34M f32 parameters: one 2048-token step of it lasts seconds on 2 cores (measured below, not assumed).
-    return write_tiny_gguf(path, seed=7, n_layer=8, n_embd=512, n_head=8, n_ff=2048, n_ctx=4096)
+    # ~67M f32 parameters on one thread: one 2000-token step of it lasts seconds (measured below, not assumed).
+    return write_tiny_gguf(path, seed=7, n_layer=16, n_embd=512, n_head=8, n_ff=2048, n_ctx=4096)
 
 
 def _completion(svc: ServiceProcess, model: str, prompt: str) -> httpx.Response:
@@ -158,7 +161,7 @@ def test_a_long_prefill_step_answered_through_is_no_hang_and_one_past_the_bound_
 ) -> None:
     model = _big_model(tmp_path / "big.gguf")
     preset = tmp_path / "presets.ini"
-    common = f"model = {model}\nctx-size = 4096\nbatch-size = 2048\nubatch-size = 2048\nparallel = 1\n"
+    common = f"model = {model}\nctx-size = 4096\nbatch-size = 2048\nubatch-size = 2048\nparallel = 1\nthreads = 1\n"
     preset.write_text(f"[big]\n{common}hang-timeout = 120\n\n[big-stuck]\n{common}hang-timeout = 1.5\n")
     svc = start_service(modelrouter_presets=preset)
     httpx.post(f"{svc.url}/models/load", json={"model": "big"}, timeout=30).raise_for_status()
@@ -168,7 +171,7 @@ def test_a_long_prefill_step_answered_through_is_no_hang_and_one_past_the_bound_
     # long prompt so that its one step lasts at least 4 heartbeats here.
     assert _completion(svc, "big", "x" * 256).status_code == 200
     per_token = _heartbeat(endpoint)["slowest_s"] / 256
-    tokens = min(2000, max(256, int(4 * HEARTBEAT_S / per_token)))
+    tokens = min(2000, max(256, int(6 * HEARTBEAT_S / per_token)))
     if tokens * per_token < 3 * HEARTBEAT_S:
         pytest.skip(f"this machine prefills too fast for a step of several heartbeats ({per_token * 1e3:.2f} ms/token)")
 
@@ -198,3 +201,31 @@ def test_a_long_prefill_step_answered_through_is_no_hang_and_one_past_the_bound_
     assert stuck.status_code == 503 and "stopped responding" in stuck.json()["error"]["message"], stuck.text
     seen = wait_for_event(svc, "instance_unresponsive", model="big-stuck")["data"]
     assert seen["cause"] == "step_stuck" and seen["silent_s"] < seen["bound_s"] == 1.5
+
+
+@pytest.mark.timeout(120)
+def test_llama_server_s_timeout_cuts_a_stalled_client_body_and_a_silent_worker(start_service: StartService) -> None:
+    """``-to``/``--timeout`` (here through llama-server's LLAMA_ARG_TIMEOUT) on both hops: a client that stops
+    sending its body gets a 408, and a worker that stops answering (hang timeout off) a 503 past it."""
+    svc = start_service(llama_arg_timeout=2, modelrouter_hang_timeout=0)
+    host, port = svc.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as client:
+        head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        client.sendall((head + "Content-Length: 100\r\n\r\n{").encode())  # 1 byte of 100, then nothing
+        started = time.monotonic()
+        answer = client.recv(65536).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 408"), answer[:300]
+    assert "request_timeout" in answer and 2 <= time.monotonic() - started < 12
+
+    httpx.post(f"{svc.url}/models/load", json={"model": "tiny-a"}, timeout=30).raise_for_status()
+    pid = _ready_pid(svc, "tiny-a")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        answer = httpx.post(f"{svc.url}/v1/completions", json={**LONG, "max_tokens": 2}, timeout=60)
+        waited = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert answer.status_code == 503 and "ReadTimeout" in answer.json()["detail"], answer.text
+    assert 2 <= waited < 12, waited
+    assert events(svc, type="instance_unresponsive") == []  # hang-timeout 0: never given up
