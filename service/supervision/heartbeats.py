@@ -33,9 +33,12 @@ class Heartbeats:
         self._client: httpx.AsyncClient | None = None
         self._asked_at: dict[str, float] = {}
         self._out: dict[str, asyncio.Task[None]] = {}
+        self._closed = False
 
     def watch(self, endpoints: Mapping[str, str]) -> None:
         """Watch exactly these workers (instance id -> endpoint): forget the others, ask each one that is due."""
+        if self._closed:
+            return  # shutting down: a last planning pass asks nothing
         for gone in set(self.beats) - set(endpoints):
             self.beats.pop(gone, None)
             self._asked_at.pop(gone, None)
@@ -74,6 +77,7 @@ class Heartbeats:
 
     async def close(self) -> None:
         """Cancel the questions out and close the HTTP client (shut-down)."""
+        self._closed = True
         for task in list(self._out.values()):
             task.cancel()
         await asyncio.gather(*self._out.values(), return_exceptions=True)
