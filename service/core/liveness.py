@@ -10,7 +10,9 @@ thread): its engine's step counter and how long the step in progress has run
   an interpreter that never lets its HTTP thread run; or
 * one engine step has lasted longer than the bound (``step_stuck``):
   ``llama_decode`` never returned (a deadlock in a native library, a GPU
-  driver fault), while the HTTP thread still answers.
+  driver fault), while the HTTP thread still answers; or
+* requests wait in its engine and no step began for the bound
+  (``no_progress``): the engine thread is stuck between steps.
 
 A long prefill is neither. ``llama_decode`` runs without the GIL, so the HTTP
 thread answers all along, and the bound applies to one step, which holds at
@@ -58,7 +60,10 @@ class Beat:
     step_s: float | None = None
     """How long the step in progress had run at that answer; None: the engine was idle."""
     moved_at: float = 0.0
-    """When the step counter was last seen to change (or the worker first watched)."""
+    """When the step counter was last seen to change, or work was first seen after none (or the worker
+    first watched): progress is owed from then."""
+    waiting: int = 0
+    """Requests queued or running in its engine at that answer."""
 
 
 def first_beat(now: float) -> Beat:
@@ -66,25 +71,26 @@ def first_beat(now: float) -> Beat:
     return Beat(seen_at=now, moved_at=now)
 
 
-def heard(last: Beat | None, now: float, steps: int, step_s: float | None) -> Beat:
+def heard(last: Beat | None, now: float, steps: int, step_s: float | None, waiting: int = 0) -> Beat:
     """The beat after an answer at ``now``."""
-    moved = last is None or steps != last.steps
-    return Beat(seen_at=now, steps=steps, step_s=step_s, moved_at=now if moved or last is None else last.moved_at)
+    moved = last is None or steps != last.steps or (waiting > 0 and last.waiting == 0)
+    since = now if moved or last is None else last.moved_at
+    return Beat(seen_at=now, steps=steps, step_s=step_s, moved_at=since, waiting=waiting)
 
 
 @dataclass(frozen=True, slots=True)
 class Hang:
     """Why a worker is given up: the cause, and what was seen."""
 
-    cause: str  # "no_answer" | "step_stuck"
+    cause: str  # "no_answer" | "step_stuck" | "no_progress"
     silent_s: float
     last_step_s: float
     steps: int
 
 
 def judge(beat: Beat, now: float, bound: float) -> Hang | None:
-    """A hang, or None while the worker answers (within ``bound``, at most :data:`ANSWER_S`) and its step
-    in progress is younger than ``bound`` (0 or less: never judged)."""
+    """A hang, or None while the worker answers (within ``bound``, at most :data:`ANSWER_S`), its step in
+    progress is younger than ``bound``, and work waiting starts a step within ``bound`` (0: never judged)."""
     if bound <= 0:
         return None
     silent = now - beat.seen_at
@@ -93,6 +99,8 @@ def judge(beat: Beat, now: float, bound: float) -> Hang | None:
         return seen
     if beat.step_s is not None and beat.step_s + silent > bound:
         return Hang("step_stuck", seen.silent_s, seen.last_step_s, beat.steps)
+    if beat.step_s is None and beat.waiting > 0 and now - beat.moved_at > bound:
+        return Hang("no_progress", seen.silent_s, seen.last_step_s, beat.steps)  # work, and no step begins
     return None
 
 
@@ -105,8 +113,10 @@ def message(hang: Hang, bound: float, waiting: int) -> str:
     """The sentence a person reads (``last_error.message`` and the 503 of the requests it held)."""
     if hang.cause == "no_answer":
         seen = f"it did not answer its heartbeat for {hang.silent_s:g} s"
-    else:
+    elif hang.cause == "step_stuck":
         seen = f"one engine step has run for over {bound:g} s while its HTTP thread still answers"
+    else:
+        seen = f"its engine began no step for {hang.last_step_s:g} s with requests waiting"
     return (
         f"inference worker stopped responding: {seen} (hang timeout {bound:g} s; step {hang.steps}, the last one "
         f"{hang.last_step_s:g} s ago; {waiting} request(s) waiting); it was killed"

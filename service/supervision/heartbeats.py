@@ -59,11 +59,9 @@ class Heartbeats:
         last = self.beats.get(instance_id)
         if answer is None or last is None:
             return  # no answer, or no longer watched
-        step_s = answer.get("step_s")
-        steps = int(answer.get("steps") or 0)
-        self.beats[instance_id] = heard(
-            last, self._clock.monotonic(), steps, float(step_s) if step_s is not None else None
-        )
+        step_s, steps, waiting = answer.get("step_s"), int(answer.get("steps") or 0), int(answer.get("waiting") or 0)
+        running = float(step_s) if step_s is not None else None
+        self.beats[instance_id] = heard(last, self._clock.monotonic(), steps, running, waiting)
 
     async def _ask_http(self, endpoint: str, timeout: float) -> Mapping[str, Any] | None:
         if self._client is None:

@@ -59,6 +59,15 @@ class TestJudge:
         hang = judge(beat, 1.5 + ANSWER_S, bound=DEFAULT_HANG_TIMEOUT)
         assert hang is not None and hang.cause == "no_answer"
 
+    def test_work_waiting_with_no_step_begun_for_the_bound_is_a_hang(self) -> None:
+        """The engine thread stuck between steps: the HTTP thread answers, requests wait, no step starts."""
+        idle = heard(first_beat(0.0), 100.0, steps=9, step_s=None)  # idle for long: no progress owed
+        assert judge(heard(idle, 200.0, steps=9, step_s=None), 200.0, bound=5.0) is None
+        waiting = heard(idle, 201.0, steps=9, step_s=None, waiting=2)  # work arrives: progress owed from now
+        assert judge(heard(waiting, 205.0, steps=9, step_s=None, waiting=2), 205.0, bound=5.0) is None
+        hang = judge(heard(waiting, 206.5, steps=9, step_s=None, waiting=2), 206.5, bound=5.0)
+        assert hang is not None and hang.cause == "no_progress" and hang.last_step_s == 5.5
+
     def test_a_bound_of_zero_never_judges(self) -> None:
         assert judge(Beat(seen_at=0.0), 1e6, bound=0.0) is None
 
