@@ -1,13 +1,14 @@
 """Inference instances: facts in, a core decision, the interpreter carries it out.
 
-The decisions (load, acquire, unload, timers, exits, who gets a slot) are
-pure functions in :mod:`service.core.instance_decisions` over the fold, the
-demand queue (a frozen value, :mod:`service.core.demand_queue`) and what only
-this class observes: requests in flight (``busy``), worker processes not
-reaped yet, the clock. Each decision goes through the one interpreter
+The decisions (load, acquire, unload, timers, exits, hangs, who gets a slot) are
+pure functions in :mod:`service.core.instance_decisions` (hangs:
+:mod:`service.core.instance_hangs`) over the fold, the demand queue (a frozen
+value, :mod:`service.core.demand_queue`) and what only this class observes:
+requests in flight (``busy``), worker processes not reaped yet, the workers'
+heartbeats, the clock. Each decision goes through the one interpreter
 (:mod:`service.supervision.interpreter`): its events are appended, then its
 effects performed by the performers registered here (spawn, stop, kill, arm
-a restart, edit the queue, fetch a model's files first).
+a restart, edit the queue, fetch a model's files first, cut a hung worker's requests).
 
 Locking: one ``asyncio.Lock`` serialises decide -> append. It is never held
 while waiting for a slot, a process or a readiness: requests wait for state

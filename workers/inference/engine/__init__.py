@@ -12,6 +12,8 @@
   llama.cpp's sampler chain per request; ``_metrics``: llama-server's counters.
 * ``_tokens``: what becomes of a sampled token; ``_kept_logits``: the logits a
   slot keeps when a request ends, so an exact repeat of its prompt needs no decode.
+* ``_step_clock``: the engine thread's progress (steps, the one in progress), which the service's
+  liveness check reads (``GET /engine/heartbeat``).
 * ``_errors``: what goes wrong in an engine (:class:`EngineError` and its kinds);
   the HTTP front turns each into an answer.
 """
