@@ -19,6 +19,7 @@ from service.core.liveness import (
     unresponsive_rejection,
 )
 from service.core.processes import ProcessExit
+from service.core.server_mode import ServerMode, not_serving
 from service.core.state import UNRESPONSIVE, InstanceStatus, ModelStatus
 from tests.core.examples import example
 from tests.core.test_lifecycles import READY, T0, M, state_of
@@ -130,3 +131,10 @@ class TestFold:
         state = state_of(*HUNG, ev.InstanceStopped(instance_id="i1", reason=UNRESPONSIVE))
         exited = ProcessExit(exit_code=0, signal=None, stderr_tail="")
         assert decide_exit(state, M, "i1", exited, in_flight=0).effects == (ArmRestart(M),)
+
+
+def test_single_model_health_says_why_while_the_worker_is_given_up_and_after() -> None:
+    single = ServerMode(M)
+    for state in (state_of(*HUNG), state_of(*HUNG, ev.InstanceStopped(instance_id="i1", reason=UNRESPONSIVE))):
+        why = not_serving(single, state)
+        assert why is not None and "stopped responding" in why
