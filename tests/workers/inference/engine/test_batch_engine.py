@@ -357,9 +357,13 @@ class TestHeartbeat:
         before = httpx.get(f"{url}/engine/heartbeat", timeout=30).json()
         _complete(url, {"prompt": "heartbeat " * 12, "max_tokens": 4, "temperature": 0})  # > N_BATCH tokens
         after = _wait_for(
-            lambda: (b := httpx.get(f"{url}/engine/heartbeat", timeout=30).json())["step_s"] is None and b,
+            lambda: (
+                (b := httpx.get(f"{url}/engine/heartbeat", timeout=30).json())["step_s"] is None
+                and not b["waiting"]
+                and b
+            ),
             "the engine idle again",
         )
-        assert after["status"] == "ready" and after["waiting"] == 0
+        assert after["status"] == "ready"
         assert after["steps"] - before["steps"] >= 4  # several prompt chunks of N_BATCH, then the tokens
         assert after["slowest_s"] > 0
