@@ -43,6 +43,7 @@ def serve_settings(args: argparse.Namespace, environ: dict[str, str]) -> tuple[S
         database_url=args.database_url,
         hub_cache=args.hub_cache,
         models_memory_margin=args.models_memory_margin,
+        hang_timeout=args.hang_timeout,
         node=args.node,
         advertise_url=args.advertise_url,
         llama_cache=llama_cache_dir(environ),
@@ -160,6 +161,12 @@ def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
         "--models-memory-margin",
         help="memory kept free of models: bytes (2G, 512M) or a share (10%%, the default); a load that "
         "cannot fit even after evicting every unpinned model is refused with 507 (MODELROUTER_MODELS_MEMORY_MARGIN)",
+    )
+    ours.add_argument(
+        "--hang-timeout",
+        type=float,
+        help="seconds one engine step may last before its worker is given up as hung, killed and its requests "
+        "answered 503; a worker silent that long, or 30 s, is too (default 600; 0: never; MODELROUTER_HANG_TIMEOUT)",
     )
     serve.set_defaults(func=_serve)
 

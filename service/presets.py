@@ -18,11 +18,12 @@
     hf-repo = user/repo:Q4_K_M   ; downloaded on first use
     ttl = 300                    ; modelrouter's own: seconds idle before unload
     restart = on-failure         ; modelrouter's own: reload after a crash
+    hang-timeout = 900           ; modelrouter's own: seconds one step may last before the worker is killed
 
 Keys are llama-server's options without dashes (long or short names) or their
 env names, the preset-only keys (``load-on-startup``, ``stop-timeout``,
 ``dedup-cache-models``) and ``version``; ``no-X`` negates a boolean. Ours:
-``ttl``, ``restart``, ``aliases``, plus the parameter names older modelrouter
+``ttl``, ``restart``, ``aliases``, ``pin``, ``hang-timeout``, plus the parameter names older modelrouter
 presets used (``n_ctx``, ``n_threads``...). Any other key is a start-up error
 naming the file, the section and the key, as in llama.cpp. A section name
 ``user/repo:tag`` gets its tag upper-cased (llama.cpp's canonical name).

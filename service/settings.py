@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from service.core.flags import parse_bool
+from service.core.liveness import DEFAULT_HANG_TIMEOUT
 from service.core.memory import parse_margin
 from service.event_store.urls import check_url, is_postgres, redacted, sqlite_path, without_password
 
@@ -61,6 +62,15 @@ class Settings:
     """Seconds to wait for instance_ready; reset by each loading_progress (MODELROUTER_LOAD_TIMEOUT)."""
     stop_timeout: float = 10.0
     """Seconds between SIGTERM and SIGKILL when stopping a worker (MODELROUTER_STOP_TIMEOUT)."""
+    hang_timeout: float = DEFAULT_HANG_TIMEOUT
+    """Seconds one engine step may last before its worker is given up as hung, killed and its requests
+    answered 503; a worker that does not answer its heartbeat for this long (or 30 s, if shorter) is too
+    (MODELROUTER_HANG_TIMEOUT, --hang-timeout; a preset's ``hang-timeout`` per model; 0: never). The default
+    comes from a measurement (docs/operations.md, "A hung worker")."""
+    timeout: float = 600.0
+    """llama-server's ``-to``/``--timeout`` (LLAMA_ARG_TIMEOUT, MODELROUTER_TIMEOUT): seconds a read or a
+    write may wait, on the service's port (a client's request body, a client that takes no answer) and
+    on the hop to the workers (an answer's next bytes), as llama-server's router applies it to both."""
     queue_timeout: float = 60.0
     """Seconds a request may wait for a model slot before 503 (MODELROUTER_QUEUE_TIMEOUT)."""
     max_queued_requests: int = 512
@@ -254,6 +264,8 @@ class Settings:
             "load_timeout": ("MODELROUTER_LOAD_TIMEOUT", float),
             "stop_timeout": ("MODELROUTER_STOP_TIMEOUT", float),
             "queue_timeout": ("MODELROUTER_QUEUE_TIMEOUT", float),
+            "hang_timeout": ("MODELROUTER_HANG_TIMEOUT", float),
+            "timeout": ("MODELROUTER_TIMEOUT", float),
             "max_downloads": ("MODELROUTER_MAX_DOWNLOADS", int),
             "max_queued_requests": ("MODELROUTER_MAX_QUEUED_REQUESTS", int),
             "resume_downloads_on_start": ("MODELROUTER_RESUME_DOWNLOADS_ON_START", _bool),

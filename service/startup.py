@@ -134,7 +134,8 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
     downloads = DownloadSupervisor(settings, live, interpreter=interpreter)
     files = OnDemandFiles(settings, live, downloads)
     http = httpx.AsyncClient(
-        timeout=httpx.Timeout(10.0, read=None, write=None, pool=None),
+        # llama-server's -to/--timeout on the hop to the workers, as its router applies it to its children.
+        timeout=httpx.Timeout(10.0, read=settings.timeout, write=settings.timeout, pool=None),
         limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
     )
     snapshots = SleepSnapshots(http)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -68,3 +71,12 @@ def still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Pr
         if not running or time.monotonic() >= deadline:
             return running
         time.sleep(0.02)
+
+
+def ps_output(svc: ServiceProcess) -> str:
+    """What ``modelrouter ps`` prints against ``svc`` (wide, so no line is cut)."""
+    env = {**os.environ, "MODELROUTER_URL": svc.url, "COLUMNS": "250"}
+    done = subprocess.run([sys.executable, "-m", "service.cli", "ps"], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout

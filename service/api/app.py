@@ -21,6 +21,7 @@ from service.api.ollama import ollama_router
 from service.api.problems import EXCEPTION_HANDLERS
 from service.api.request import ApiRequest, reject_control_characters
 from service.api.streams import EventStreams
+from service.api.timeouts import io_timeout_middleware
 from service.core.server_mode import may_be_single
 from service.settings import Settings
 from service.world import SystemClock, new_request_id
@@ -74,7 +75,8 @@ def _before_routing(app: Litestar, settings: Settings) -> Litestar:
     router itself, as llama-server runs them in its pre-routing handler: Litestar's ``middleware=``
     wraps only the routes, so an unknown path would be a 404 without CORS headers (unreadable by a
     browser page), its preflight a 404, and it would need no key."""
-    handler = api_key_middleware(settings.api_keys)(app.asgi_handler)
+    handler = io_timeout_middleware(settings.timeout)(app.asgi_handler)  # llama-server's -to/--timeout
+    handler = api_key_middleware(settings.api_keys)(handler)
     handler = request_id_middleware(new_request_id, SystemClock())(handler)
     app.asgi_handler = cors_middleware(settings)(handler)
     return app

@@ -31,12 +31,14 @@ from service.core import events as ev
 from service.core.decision import Append
 from service.core.errors import CommandRejected
 from service.core.instance_lifecycle import crash_rejection
+from service.core.liveness import unresponsive_rejection
 from service.core.server_mode import ROUTER, ServerMode, target_model
-from service.core.state import RouterState
+from service.core.state import UNRESPONSIVE, RouterState
 from service.live_state import LiveState
 from service.metrics import RouterMetrics
 from service.supervision.effects import Clock
-from service.supervision.instances import InstanceSupervisor, Lease
+from service.supervision.instances import InstanceSupervisor
+from service.supervision.leases import Lease, WorkerUnresponsive
 
 _FORWARD_HEADERS = ("content-type", "accept", CONVERSATION_HEADER)
 _log = structlog.get_logger(__name__)
@@ -129,6 +131,7 @@ async def _enter_unless_disconnected(
     return acquire.result()
 
 
+_RETRY = {"Retry-After": "1"}  # the next request loads the model again
 _CRASH_WAIT = 3.0  # seconds to wait for the supervisor to record how a worker that hung up ended
 
 
@@ -139,6 +142,8 @@ async def _worker_failed(
     A dropped connection usually means the worker or the node died: wait (holding the lease, so the
     crash counts this request as in flight) until the fold has its end, and answer with the reason in
     words instead of the transport error's name."""
+    if isinstance(exc, WorkerUnresponsive):
+        return unresponsive_problem(live, model)
     found = None
     state: RouterState | None = None
     if not isinstance(exc, httpx.TimeoutException):
@@ -160,8 +165,34 @@ async def _worker_failed(
     return Problem(503, "model_failed", f"{where} stopped answering: {type(exc).__name__}", model=model)
 
 
-def _stream_error(problem: Problem) -> bytes:
-    """An error event at the end of a stream cut short, in llama-server's shape (``data: {"error": …}``)."""
+def unresponsive_problem(live: LiveState, model: str) -> Problem:
+    """The 503 for a request whose worker was given up as hung (``instance_unresponsive`` recorded why)."""
+    found = live.state.models.get(model)
+    hung = unresponsive_rejection(found) if found is not None else None
+    if hung is None:  # the failure was replaced meanwhile (a new load): still say what happened
+        return Problem(503, "model_failed", f"the worker of model {model!r} stopped responding", model=model,
+                       reason=UNRESPONSIVE, headers=_RETRY)  # fmt: skip
+    return Problem(503, hung.code, hung.message, headers=_RETRY, **hung.extra)
+
+
+_ANTHROPIC_ROUTES = frozenset({"/v1/messages"})
+
+
+def _shaped(route: str, problem: Problem) -> Problem:
+    """``problem`` in the shape of the API being spoken: on Anthropic's Messages route its ``error``
+    object is Anthropic's (``type``, ``message``), which the Anthropic SDKs read; elsewhere as it is."""
+    if route not in _ANTHROPIC_ROUTES:
+        return problem
+    extra = {**problem.extra, "error": {"type": "api_error", "message": problem.detail}}
+    return Problem(problem.status, problem.code, problem.detail, headers=problem.headers, **extra)
+
+
+def _stream_error(problem: Problem, route: str = "") -> bytes:
+    """An error event at the end of a stream cut short: llama-server's shape (``data: {"error": …}``), or
+    on Anthropic's Messages route Anthropic's (``event: error`` with ``{"type": "error", "error": …}``)."""
+    if route in _ANTHROPIC_ROUTES:
+        body = {"type": "error", "error": {"type": "api_error", "message": problem.detail}}
+        return b"event: error\ndata: " + json.dumps(body).encode() + b"\n\n"
     error = {"code": problem.status, "message": problem.detail, "type": llama_error_type(problem.status)}
     return b"data: " + json.dumps({"error": error, **problem.extra}).encode() + b"\n\n"
 
@@ -215,16 +246,42 @@ async def _send(
         if lease.node is not None and fwd.nodes.handles(url):
             return await fwd.nodes.send(request.method, url, headers, body)
         outgoing = fwd.http.build_request(request.method, url, content=body, headers=headers)
-        return await fwd.http.send(outgoing, stream=True)
+        async with lease.guard():  # a worker given up as hung ends the wait at once
+            return await fwd.http.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
         try:
             failure = await _worker_failed(fwd.live, lease.model, instance_id, exc, lease.node)
         finally:
             lease.release()
-        raise failure from None
+        raise _shaped(request.url.path, failure) from None
     except BaseException:
         lease.release()
         raise
+
+
+async def _relay(
+    fwd: Forwarding, upstream: _Upstream, lease: Lease, instance_id: str, path: str, started: float
+) -> AsyncIterator[bytes]:
+    """A worker's stream, chunk by chunk; one cut short ends with an error event saying why."""
+    model, status = lease.model, upstream.status_code
+    raw = upstream.aiter_raw()
+    try:
+        while True:
+            async with lease.guard():  # around each read, never across the yield to the client
+                chunk = await anext(raw, None)
+            if chunk is None:
+                break
+            yield chunk
+    except httpx.HTTPError as exc:
+        failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
+        status = failure.status
+        yield _stream_error(failure, path)
+    finally:
+        await upstream.aclose()
+        try:
+            _record_completion(fwd, model, instance_id, path, status, True, started)  # before the release
+        finally:
+            lease.release()
 
 
 async def proxy_request(
@@ -255,10 +312,11 @@ async def proxy_request(
     if not media_type.startswith("text/event-stream"):
         try:
             try:
-                content = await upstream.aread()
+                async with lease.guard():
+                    content = await upstream.aread()
             except httpx.HTTPError as exc:
                 failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
-                raise failure from None
+                raise _shaped(path, failure) from None
             finally:
                 await upstream.aclose()
             # Recorded before the release: the log shows the request served before the eviction it allows.
@@ -267,22 +325,7 @@ async def proxy_request(
             lease.release()
         return _answer(request, model, upstream.status_code, content, media_type)
 
-    async def chunks() -> AsyncIterator[bytes]:
-        status = upstream.status_code
-        try:
-            async for chunk in upstream.aiter_raw():
-                yield chunk
-        except httpx.HTTPError as exc:
-            failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
-            status = failure.status
-            yield _stream_error(failure)
-        finally:
-            await upstream.aclose()
-            try:
-                _record_completion(fwd, model, instance_id, path, status, True, started)  # before the release
-            finally:
-                lease.release()
-
+    relayed = _relay(fwd, upstream, lease, instance_id, path, started)
     return Stream(
-        chunks(), status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}
+        relayed, status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}
     )

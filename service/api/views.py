@@ -126,7 +126,8 @@ def _instance(model: ModelState) -> InstanceView | None:
 
 
 def _status(model: ModelState, state: RouterState) -> ModelStatusView:
-    failure = model.last_error if model.failed else None
+    hung = model.status is ModelStatus.UNRESPONSIVE  # its reason shows while the worker is being killed
+    failure = model.last_error if model.failed or hung else None
     error = failure.to_json() if failure is not None else None
     # As a shell shows it (128 + the signal for a worker killed by one), llama.cpp's non-zero status.
     exit_code = None if failure is None else failure.exit_code if failure.status_code is None else failure.status_code

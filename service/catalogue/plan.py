@@ -54,6 +54,7 @@ def configured(name: str, config: ModelConfig) -> NewEvent:
         hidden=config.hidden,
         sleep_idle_seconds=config.sleep_idle_seconds,
         pinned=config.pinned,
+        hang_timeout=config.hang_timeout,
     )
     return NewEvent(event, model=name)
 

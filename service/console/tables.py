@@ -16,7 +16,7 @@ from rich.table import Table
 from service.console.client import Client
 from service.console.format import ago, duration, size, when
 
-_RUNNING = ("loading", "loaded", "unloading")
+_RUNNING = ("loading", "loaded", "unloading", "unresponsive")
 _SUMMARY = 200  # characters of an event's data on one line; --json has all of it
 
 
@@ -101,9 +101,10 @@ def ps(client: Client, console: Console) -> int:
         )  # fmt: skip
     console.print(table if models else "no model is loaded: try `modelrouter load MODEL` or `modelrouter run MODEL`")
     for m in listed:
-        error = m["status"].get("error") if m["status"]["value"] == "failed" else None
+        value = m["status"]["value"]
+        error = m["status"].get("error") if value in ("failed", "unresponsive") else None
         if error:
-            console.print(f"{m['id']} failed: {error.get('message')}", highlight=False, soft_wrap=True)
+            console.print(f"{m['id']} {value}: {error.get('message')}", highlight=False, soft_wrap=True)
             if error.get("hint"):
                 console.print(f"  hint: {error['hint']}", highlight=False, soft_wrap=True)
     return 0

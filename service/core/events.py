@@ -28,6 +28,7 @@ from service.core.event_base import FileRef as FileRef
 from service.core.event_base import Recorded as Recorded
 from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
+from service.core.hang_events import InstanceUnresponsive as InstanceUnresponsive
 from service.core.node_events import ModelMeasured as ModelMeasured
 from service.core.node_events import NodeJoined as NodeJoined
 from service.core.node_events import NodeLeft as NodeLeft
@@ -60,13 +61,11 @@ class ModelDiscovered(Event):
 class ModelConfigured(Event):
     """Per-model settings (aliases, load params, ttl, restart policy, load-on-startup).
 
-    The llama.cpp-compatible fields (all defaulted, so older rows read as before):
-    ``args`` are the llama-server options in force for the model (long names,
-    the merge of env, preset ``[*]``, its section and the command line),
-    ``ignored`` the ones modelrouter accepted but cannot honour, ``hf_repo``/
-    ``hf_file`` where a preset model is downloaded from on first use,
-    ``stop_timeout`` the preset's ``stop-timeout``, and ``hidden`` a cache
-    entry that ``dedup-cache-models`` keeps out of ``GET /models``, and
+    The llama.cpp-compatible fields (all defaulted, so older rows read as before): ``args`` are the
+    llama-server options in force for the model (long names, the merge of env, preset ``[*]``, its section
+    and the command line), ``ignored`` the ones modelrouter accepted but cannot honour, ``hf_repo``/``hf_file``
+    where a preset model is downloaded from on first use, ``stop_timeout`` the preset's ``stop-timeout``,
+    ``hidden`` a cache entry that ``dedup-cache-models`` keeps out of ``GET /models``, and
     ``sleep_idle_seconds`` llama-server's ``--sleep-idle-seconds`` (None: never)."""
 
     TYPE: ClassVar[str] = "model_configured"
@@ -83,6 +82,7 @@ class ModelConfigured(Event):
     hidden: bool = False
     sleep_idle_seconds: float | None = None
     pinned: bool = False  # the preset's ``pin = true`` (ours): never evicted by LRU or memory pressure
+    hang_timeout: float | None = None  # the preset's ``hang-timeout`` (ours); None: MODELROUTER_HANG_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -353,8 +353,8 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         DownloadFinished, DownloadFailed, DownloadCancelRequested, DownloadCancelled, DownloadInterrupted,
         DownloadResumed, InstanceRequested, InstanceLoading, LoadingProgress, InstanceReady, InstanceStats,
         InstanceLoadFailed, InstanceStopRequested, InstanceStopped, InstanceCrashed, InstanceLost, SleepEnded,
-        RequestCompleted,
-        NodeJoined, NodeLost, NodeLeft, ModelMeasured, ModelAliased, ModelAliasRemoved,
+        RequestCompleted, InstanceUnresponsive, NodeJoined, NodeLost, NodeLeft, ModelMeasured, ModelAliased,
+        ModelAliasRemoved,
     )
 }  # fmt: skip
 """Registry: stable type string -> current event class."""

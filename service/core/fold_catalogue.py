@@ -71,6 +71,7 @@ def _configured(state: RouterState, rec: ev.Recorded) -> RouterState:
         hidden=e.hidden,
         sleep_idle_seconds=e.sleep_idle_seconds,
         pinned=e.pinned,
+        hang_timeout=e.hang_timeout,
     )
     model = ensure_model(state, rec)
     return state if model is None else put_model(state, model.replace(config=config))

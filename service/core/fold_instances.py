@@ -14,7 +14,9 @@ from service.core.fold_support import (
     put_model,
 )
 from service.core.instance_lifecycle import SLEEP
+from service.core.liveness import HINT, Hang, message
 from service.core.state import (
+    UNRESPONSIVE,
     EngineStats,
     Failure,
     FailureKind,
@@ -150,14 +152,32 @@ def _stop_requested(state: RouterState, rec: ev.Recorded) -> RouterState:
     return _update_instance(state, rec, e.instance_id, status=InstanceStatus.STOPPING, stop_reason=e.reason)
 
 
+@on(ev.InstanceUnresponsive)
+def _instance_unresponsive(state: RouterState, rec: ev.Recorded) -> RouterState:
+    # ready -> stopping (reason unresponsive); the failure is the model's from now (the 503 its requests get
+    # quotes it), and counts as a crash for restart = on-failure's backoff.
+    e = rec.event
+    assert isinstance(e, ev.InstanceUnresponsive)
+    model = instance_of(state, rec, e.instance_id)
+    if model is None or model.instance is None:
+        return state
+    hang = Hang(e.cause, e.silent_s, e.last_step_s, e.steps)
+    error = failure(FailureKind.CRASH, UNRESPONSIVE, message(hang, e.bound_s, e.requests_waiting), rec.recorded_at,
+                    hint=HINT)  # fmt: skip
+    inst = evolve(model.instance, status=InstanceStatus.STOPPING, stop_reason=UNRESPONSIVE)
+    return put_model(state, model.replace(instance=inst, last_error=error, crash_count=model.crash_count + 1))
+
+
 @on(ev.InstanceStopped)
 @on(ev.InstanceLost)
 def _instance_ended(state: RouterState, rec: ev.Recorded) -> RouterState:
-    # Stopped as asked, or lost with a previous service: either way not a failure.
+    # Stopped as asked, or lost with a previous service: either way not a failure, unless it was stopped
+    # for being unresponsive (instance_unresponsive set the error).
     e = rec.event
     assert isinstance(e, (ev.InstanceStopped, ev.InstanceLost))
     model = instance_of(state, rec, e.instance_id)
-    state = _end_instance(state, rec, e.instance_id, failed=False, error=None)
+    hung = isinstance(e, ev.InstanceStopped) and e.reason == UNRESPONSIVE
+    state = _end_instance(state, rec, e.instance_id, failed=hung, error=None)
     if model is None or model.instance is None or not isinstance(e, ev.InstanceStopped) or e.reason != SLEEP:
         return state
     # Stopped for sleep: the model sleeps until a request wakes it (a new instance, reason "wake").

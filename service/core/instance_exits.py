@@ -14,7 +14,7 @@ from service.core import instance_lifecycle as lifecycle
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.demand_queue import RestartArmed
 from service.core.processes import ProcessExit
-from service.core.state import RouterState
+from service.core.state import UNRESPONSIVE, RouterState
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,24 @@ def decide_exit(state: RouterState, model: str, instance_id: str, exit: ProcessE
     answers whether it was a crash (then its restart timer is armed once the crash is folded)."""
     events = lifecycle.on_process_exit(state, model, instance_id, exit, in_flight)
     crashed = any(isinstance(e, ev.InstanceCrashed) for e in events)
-    return Decision(crashed, about(model, events), (ArmRestart(model),) if crashed else ())
+    restart = crashed or _hung(state, model, events)
+    return Decision(crashed, about(model, events), (ArmRestart(model),) if restart else ())
+
+
+def _hung(state: RouterState, model: str, events: list[ev.Event]) -> bool:
+    """Whether the worker ended after it was given up as hung (``instance_unresponsive``): a failure
+    for ``restart = on-failure``, whether the service records the end or the worker did."""
+    if any(isinstance(e, ev.InstanceStopped) and e.reason == UNRESPONSIVE for e in events):
+        return True
+    found = state.models.get(model)
+    error = found.last_error if found is not None else None
+    return (
+        not events
+        and found is not None
+        and found.instance is None
+        and found.failed
+        and (error is not None and error.reason == UNRESPONSIVE)
+    )
 
 
 def restart_timer(state: RouterState, model_name: str, jitter: float, mono: float) -> tuple[Effect, ...]:

@@ -3,6 +3,7 @@
     [*] --instance_requested--> starting --instance_loading--> loading
     starting/loading --instance_ready--> ready
     starting/loading/ready --instance_stop_requested--> stopping
+    ready --instance_unresponsive--> stopping (reason unresponsive: a hung worker, killed)
     any live --instance_stopped | instance_crashed | instance_lost--> [*]
     starting/loading/stopping --instance_load_failed--> [*]
 
@@ -57,6 +58,7 @@ INSTANCE_LIFECYCLE = Lifecycle(
             ((_X,), "instance_ready", "same"),  # became ready as a stop was asked: the stop wins
             ((_R, _X), "instance_stats", "same"),
             ((_S, _L, _R), "instance_stop_requested", _X),
+            ((_R,), "instance_unresponsive", _X),  # given up as hung (service.core.liveness)
             ((_S, _L, _X), "instance_load_failed", None),
             ((*_LIVE,), "instance_stopped", None),
             ((*_LIVE,), "instance_crashed", None),

@@ -82,16 +82,17 @@ def listed(mode: ServerMode, name: str) -> bool:
 
 def not_serving(mode: ServerMode, state: RouterState, starting: frozenset[str] = frozenset()) -> str | None:
     """Why ``/health`` answers 503 in single-model mode, or None: llama-server's "Loading model" while
-    its model downloads or loads, the reason when it failed. A model that is loaded, asleep (the next
-    request wakes it), stopping or unloaded (the next request loads it) is served; one whose files are
-    not here yet is not (``-hf`` before its start-up download is recorded: a 200 then was a lie), nor
-    one the start-up load is still owed (``starting``: between its download's end and its load)."""
+    its model downloads or loads, the reason when it failed (or hung, and is being killed). A model that
+    is loaded, asleep (the next request wakes it), stopping or unloaded (the next request loads it) is
+    served; one whose files are not here yet is not (``-hf`` before its start-up download is recorded:
+    a 200 then was a lie), nor one the start-up load is still owed (``starting``: between its
+    download's end and its load)."""
     if mode.single_model is None:
         return None
     model = state.models.get(mode.single_model)
     if model is None:
         return LOADING
-    if model.status is ModelStatus.FAILED and model.last_error is not None:
+    if model.status in (ModelStatus.FAILED, ModelStatus.UNRESPONSIVE) and model.last_error is not None:
         return f"model {model.name!r} failed: {model.last_error.message}"
     if model.name in starting and model.status is not ModelStatus.LOADED:
         return LOADING

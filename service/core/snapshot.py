@@ -29,7 +29,7 @@ from typing import Any
 from service.core.events import JSON
 from service.core.state import RouterState
 
-FOLD_VERSION: int = 14
+FOLD_VERSION: int = 15
 """Version of the fold's semantics and of the state's shape; stored with each snapshot."""
 
 # Any (in the encoders and decoders below): a codec is built per field type, so it takes and gives that

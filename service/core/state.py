@@ -49,6 +49,7 @@ class ModelStatus(str, Enum):
     LOADING = "loading"  # an inference worker was requested and is not ready yet
     LOADED = "loaded"  # an inference worker answers requests
     UNLOADING = "unloading"  # a stop was requested, the worker has not exited yet
+    UNRESPONSIVE = "unresponsive"  # given up as hung (instance_unresponsive): being killed, then failed
     FAILED = "failed"  # last load/crash/download failed; cleared by the next attempt
     SLEEPING = "sleeping"  # its worker was stopped after --sleep-idle-seconds idle; the next request wakes it
     ABSENT = "absent"  # known to the log but no usable files (cancelled, removed)
@@ -207,6 +208,7 @@ class ModelConfig:
     hidden: bool = False  # a cache entry deduplicated by a preset: usable, not listed
     sleep_idle_seconds: float | None = None  # --sleep-idle-seconds: idle this long, the model sleeps
     pinned: bool = False  # never evicted by LRU or memory pressure (preset ``pin = true``)
+    hang_timeout: float | None = None  # preset ``hang-timeout``: its worker's liveness bound; None: the global one
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +240,8 @@ class ModelState:
     def status(self) -> ModelStatus:
         """Derived, never stored: the instance wins, then a download, then files."""
         if self.instance is not None:
-            return _INSTANCE_TO_MODEL[self.instance.status]
+            hung = self.instance.stop_reason == UNRESPONSIVE and self.instance.status is InstanceStatus.STOPPING
+            return ModelStatus.UNRESPONSIVE if hung else _INSTANCE_TO_MODEL[self.instance.status]
         if self.active_job is not None:
             return ModelStatus.DOWNLOADING
         if self.failed:
@@ -262,6 +265,9 @@ class ModelState:
     def replace(self, **changes: Any) -> ModelState:  # Any: as evolve's
         return evolve(self, **changes)
 
+
+UNRESPONSIVE = "unresponsive"
+"""The stop reason of an instance given up as hung (``instance_unresponsive``, then ``instance_stopped``)."""
 
 _INSTANCE_TO_MODEL = {
     InstanceStatus.STARTING: ModelStatus.LOADING,

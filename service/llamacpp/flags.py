@@ -84,6 +84,8 @@ _ROUTER: Mapping[str, str] = {
     "log-disable": "errors only",
     "log-jsonl": "JSON log lines",
     "sse-ping-interval": "seconds of silence before an SSE keep-alive comment",
+    "timeout": "read/write timeout in seconds (default 600, as llama-server): a client's request body and a "
+    "client that takes no answer on the service's port, and an answer's next bytes from a worker",
 }
 _ROUTER_IGNORED: Mapping[str, str] = {
     "completion-bash": "no bash completion script",
@@ -99,7 +101,6 @@ _ROUTER_IGNORED: Mapping[str, str] = {
     "mcp-servers-config": "no MCP servers",
     "mcp-servers-json": "no MCP servers",
     "agent": "no built-in agent tools",
-    "timeout": "uvicorn's timeouts apply",
     "threads-http": "one asyncio event loop serves HTTP",
     "log-file": "logs go to stderr",
     "log-colors": "colours follow the terminal",

@@ -24,7 +24,7 @@ from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, FALSEY, TRUTHY, handli
 Options = Mapping[str, str]
 """llama-server options by canonical key (``ctx-size``), values as written."""
 
-OUR_KEYS = frozenset({"ttl", "restart", "aliases", "pin"})
+OUR_KEYS = frozenset({"ttl", "restart", "aliases", "pin", "hang-timeout"})
 """modelrouter's own preset keys."""
 LEGACY_PARAMS: Mapping[str, type] = {
     "n_ctx": int, "n_threads": int, "n_threads_batch": int, "n_batch": int, "n_parallel": int,
@@ -295,6 +295,20 @@ def _ttl(extras: Mapping[str, str]) -> float | None:
         raise OptionError(msg) from None
 
 
+def _hang_timeout(extras: Mapping[str, str]) -> float | None:
+    """Ours: one step of the model's worker may last this many seconds (0: never given up as hung)."""
+    if "hang-timeout" not in extras:
+        return None
+    try:
+        seconds = float(extras["hang-timeout"])
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also NaN
+        msg = f"hang-timeout = {extras['hang-timeout']!r}: expected seconds (0: never give the worker up as hung)"
+        raise OptionError(msg)
+    return seconds
+
+
 def _restart(extras: Mapping[str, str]) -> str:
     restart = extras.get("restart", "never").strip()
     if restart not in ("never", "on-failure"):
@@ -350,6 +364,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         stop_timeout=_stop_timeout(stop),
         sleep_idle_seconds=_sleep(options.get("sleep-idle-seconds")),
         pinned=extras.get("pin", "").strip().lower() in TRUTHY,  # ours: never evicted (docs/llama-cpp-compat.md)
+        hang_timeout=_hang_timeout(extras),
     )
     return ModelSettings(
         config=config,

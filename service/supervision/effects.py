@@ -10,10 +10,10 @@ and a fake spawner and drive every transition in milliseconds.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from service.supervision.child_process import ChildProcess, ExitStatus
 from service.supervision.ports import free_port
@@ -55,6 +55,11 @@ class Clock(Protocol):
         ...
 
 
+Probe = Callable[[str, float], Awaitable[Mapping[str, Any] | None]]
+"""Asks the worker at an endpoint for its heartbeat within a timeout (seconds): its answer, or None.
+Any: the worker's JSON object (``steps``, ``step_s``...), read by :mod:`service.supervision.heartbeats`."""
+
+
 async def spawn_child(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None) -> Child:
     return await ChildProcess.spawn(argv, name=name, env=env)
 
@@ -69,3 +74,4 @@ class Effects:
     new_id: Callable[[], str] = new_instance_id
     new_job_id: Callable[[], str] = new_job_id
     jitter: Callable[[], float] = random.random
+    heartbeat: Probe | None = None  # None: GET /engine/heartbeat over HTTP (service.supervision.heartbeats)

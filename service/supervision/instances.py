@@ -1,13 +1,14 @@
 """Inference instances: facts in, a core decision, the interpreter carries it out.
 
-The decisions (load, acquire, unload, timers, exits, who gets a slot) are
-pure functions in :mod:`service.core.instance_decisions` over the fold, the
-demand queue (a frozen value, :mod:`service.core.demand_queue`) and what only
-this class observes: requests in flight (``busy``), worker processes not
-reaped yet, the clock. Each decision goes through the one interpreter
+The decisions (load, acquire, unload, timers, exits, hangs, who gets a slot) are
+pure functions in :mod:`service.core.instance_decisions` (hangs:
+:mod:`service.core.instance_hangs`) over the fold, the demand queue (a frozen
+value, :mod:`service.core.demand_queue`) and what only this class observes:
+requests in flight (``busy``), worker processes not reaped yet, the workers'
+heartbeats, the clock. Each decision goes through the one interpreter
 (:mod:`service.supervision.interpreter`): its events are appended, then its
 effects performed by the performers registered here (spawn, stop, kill, arm
-a restart, edit the queue, fetch a model's files first).
+a restart, edit the queue, fetch a model's files first, cut a hung worker's requests).
 
 Locking: one ``asyncio.Lock`` serialises decide -> append. It is never held
 while waiting for a slot, a process or a readiness: requests wait for state
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -31,13 +31,16 @@ from service.core import instance_exits as exits
 from service.core import instance_lifecycle as lifecycle
 from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Waiting, edit
 from service.core.errors import CommandRejected
+from service.core.instance_hangs import CutRequests, decide_liveness, watched
 from service.core.model_spec import projector_path
 from service.core.processes import ProcessExit
 from service.core.state import InstanceStatus, ModelState, RouterState
 from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.effects import Effects
+from service.supervision.heartbeats import Heartbeats
 from service.supervision.interpreter import Interpreter
+from service.supervision.leases import Lease, Leases
 from service.supervision.measure import Measurer, memory_budget
 from service.supervision.on_demand import OnDemandFiles
 from service.supervision.sleep import SleepSnapshots
@@ -53,23 +56,6 @@ _WAKE_TYPES = frozenset(
 _TICK_SECONDS = 1.0  # timers (load deadline, idle TTL, restarts) are checked at least this often
 
 
-@dataclass
-class Lease:
-    """A request's hold on a ready model: ``endpoint`` is its worker; :meth:`release` once done."""
-
-    model: str
-    endpoint: str
-    _supervisor: InstanceSupervisor
-    _released: bool = False
-    node: str | None = None  # the node whose service ``endpoint`` is (forwarded there), None: a local worker
-
-    def release(self) -> None:
-        """Give the model back (idempotent): it may be evicted or stopped for idleness again."""
-        if not self._released:
-            self._released = True
-            self._supervisor._release(self.model)
-
-
 class InstanceSupervisor:
     """Owns the inference worker processes; its in-memory facts are ``busy`` and the demand queue."""
 
@@ -83,11 +69,13 @@ class InstanceSupervisor:
         files: OnDemandFiles | None = None,
         snapshots: SleepSnapshots | None = None,
     ) -> None:
-        self.settings, self.live = settings, live
+        self.settings = settings
+        self.live = live
         self.fx = effects or Effects()
         self.fake_timing = settings.fake_timing  # start-up turns it off in single-model mode (server_mode)
         self.busy: dict[str, int] = {}
         self.queue = Queue()
+        self.leases, self.heartbeats = Leases(), Heartbeats(self.fx.clock, self.fx.heartbeat)
         self._models: dict[str, str] = {}  # instance id -> model, while its process lives
         self._pool = WorkerPool(self.fx.spawn, self._on_exit)
         self._lock = asyncio.Lock()
@@ -116,6 +104,7 @@ class InstanceSupervisor:
         it.register(decide.ArmRestart, self._arm_restart)
         it.register(decide.Warn, lambda e: _log.warning(e.event, **e.fields))
         it.register(decide.FetchFiles, self._fetch_files)
+        it.register(CutRequests, self._cut)
 
     # --- change notification ---------------------------------------------------
 
@@ -224,7 +213,8 @@ class InstanceSupervisor:
             await self.files.ready(self._resolved(name))
         await self._measurer.ensure(name)
         model, endpoint, node = await self._wait_ready(name, autoload)
-        held = Lease(model, endpoint, self, node=node)
+        held = Lease(model, endpoint, self._release, node=node)
+        self.leases.add(held)
         if self.fake_timing:
             try:
                 await self.fx.clock.sleep(2.0)  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: busy, not yet proxied
@@ -259,11 +249,17 @@ class InstanceSupervisor:
             if mine is not None:
                 self.interpreter.perform([Left(mine.serial)])
 
-    def _release(self, model: str) -> None:
+    def _release(self, lease: Lease) -> None:
+        self.leases.discard(lease)
+        model = lease.model
         self.busy[model] -= 1
         if self.busy[model] <= 0:
             self.busy.pop(model, None)
             self._poke()
+
+    def _cut(self, effect: CutRequests) -> None:
+        cut = self.leases.cut(effect.endpoint)
+        _log.warning("instance_unresponsive", model=effect.model, endpoint=effect.endpoint, requests_cut=cut)
 
     # --- models whose files come on first use ------------------------------------------
 
@@ -292,6 +288,9 @@ class InstanceSupervisor:
         async with self._lock:
             await self.interpreter.apply(lambda s: decide.decide_timers(s, self.queue, self._facts()))
             await self.interpreter.apply(lambda s: decide.decide_plan(s, self.queue, self._facts(), self))
+            bound = self.settings.hang_timeout
+            self.heartbeats.watch(watched(self.live.state, self.settings.node, bound))
+            await self.interpreter.apply(lambda s: decide_liveness(s, self.heartbeats.beats, self._facts(), bound))
 
     async def run(self) -> None:
         """Call :meth:`tick` on every change, and every second while a timer may be running; with
@@ -392,6 +391,7 @@ class InstanceSupervisor:
         """Stop every worker (reason ``shutdown``) and wait for them."""
         self._shutting_down = True
         self._poke()
+        await self.heartbeats.close()
         if self.files is not None:
             await self.files.close()
         async with self._lock:

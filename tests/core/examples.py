@@ -77,6 +77,12 @@ EXAMPLE_VALUES: dict[str, Any] = {
     "refused": 2,
     "outage_ms": 1500.0,
     "location": "/data/modelrouter.db",
+    "cause": "no_answer",
+    "bound_s": 120.0,
+    "steps": 42,
+    "last_step_s": 125.0,
+    "silent_s": 121.0,
+    "requests_waiting": 1,
 }
 """Field name -> value; one table for every event type that has the field."""
 

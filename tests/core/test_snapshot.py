@@ -140,6 +140,8 @@ PINNED_TYPES = frozenset(
 # v11: v10 and, from the cluster branch, node_left (NodeState.left, left_at).
 # v7: nodes (node_joined/node_lost), holders per node, a model's shape, instances and jobs by node, pin.
 # v12: a download job's node from its download_requested's node (placed by another node), else its writer.
+# v14: ModelConfig.hang_timeout (the preset's hang-timeout); instance_stopped reason "unresponsive" leaves the
+# model failed (instance_unresponsive, new, set its error).
 FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances, fold_nodes)
 FINGERPRINTS = {
     1: ("be17643e0302114b", "14a3bc5f8b098e9b"),
@@ -162,6 +164,8 @@ FINGERPRINTS = {
     12: ("11d5f000864449ef", "7a9a1038001fdb6a"),  # a download job's node from download_requested's node
     13: ("6740988a22a18b1c", "bbfae94d283abce3"),  # Instance.model_info (llama-server's meta) from instance_ready
     14: ("060080875ebd2268", "88d5e6f77d2ca944"),  # a node's free disk (node_joined, download_finished, removals)
+    # 14 on the hung-worker branch: ("57715581feaad79d", "6fbb991123c55fc0"), ModelConfig.hang_timeout, unresponsive
+    15: ("075f34984a9d9c9b", "a7972746475751d2"),  # both 14s: a node's free disk and the hang watch
 }
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 
 import httpx
@@ -16,7 +14,7 @@ import pytest
 from devtools.service_process import ServiceProcess
 from tests.e2e.conftest import StartService
 from tests.eventually import eventually
-from tests.service_probes import model_entry, wait_for_event
+from tests.service_probes import model_entry, ps_output, wait_for_event
 
 LONG = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 3000, "temperature": 0}
 
@@ -34,14 +32,6 @@ def _wait_processing(svc: ServiceProcess) -> None:
         return slots.status_code == 200 and any(s.get("is_processing") for s in slots.json())
 
     eventually(processing, "the request to reach the engine")
-
-
-def _ps(svc: ServiceProcess) -> str:
-    env = {**os.environ, "MODELROUTER_URL": svc.url, "COLUMNS": "200"}
-    done = subprocess.run([sys.executable, "-m", "service.cli", "ps"], capture_output=True, text=True, env=env,
-                          timeout=60, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 @pytest.mark.timeout(120)
@@ -81,7 +71,7 @@ def test_a_stream_cut_by_a_signal_ends_with_the_reason_and_every_view_shows_it(
     if sig == signal.SIGKILL:
         assert "it held up to" in reason["message"]  # its peak memory, from wait4
 
-    out = _ps(svc)
+    out = ps_output(svc)
     assert f"tiny-a failed: inference worker killed by {name} on its first request" in out
     assert "hint: " in out
 

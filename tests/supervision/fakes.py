@@ -23,7 +23,7 @@ from service.live_state import LiveState
 from service.migrate import upgrade
 from service.settings import Settings
 from service.supervision.child_process import ExitStatus
-from service.supervision.effects import Effects
+from service.supervision.effects import Effects, Probe
 from service.supervision.instances import InstanceSupervisor
 from tests.eventually import eventually_async
 
@@ -169,7 +169,11 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0, what: str =
 
 @asynccontextmanager
 async def rig(
-    tmp_path: Path, models: Sequence[str] = ("a", "b", "c"), files: Mapping[str, Path] | None = None, **settings: object
+    tmp_path: Path,
+    models: Sequence[str] = ("a", "b", "c"),
+    files: Mapping[str, Path] | None = None,
+    heartbeat: Probe | None = None,
+    **settings: object,
 ) -> AsyncIterator[Rig]:
     """Models on disk (``model_discovered``), a supervisor, its run loop. A model named in ``files`` is that
     real file (its header is read before its first placement); the others are paths that do not exist."""
@@ -181,11 +185,18 @@ async def rig(
     clock, spawner = FakeClock(), FakeSpawner()
     ids = itertools.count(1)
     ports = itertools.count(20000)
-    values: dict[str, object] = {"stop_timeout": 0.05, "queue_timeout": 30, "load_timeout": 60, **settings}
+    values: dict[str, object] = {
+        "stop_timeout": 0.05,
+        "queue_timeout": 30,
+        "load_timeout": 60,
+        "hang_timeout": 0,
+        **settings,
+    }
     config = Settings(home=tmp_path, **values)  # type: ignore[arg-type]  # test overrides
     sup = InstanceSupervisor(
         config, live,
-        Effects(clock=clock, spawn=spawner, free_port=lambda: next(ports), new_id=lambda: f"i{next(ids)}", jitter=lambda: 0.0),
+        Effects(clock=clock, spawn=spawner, free_port=lambda: next(ports), new_id=lambda: f"i{next(ids)}", jitter=lambda: 0.0,
+                heartbeat=heartbeat),
     )  # fmt: skip
     the_rig = Rig(sup, live, clock, spawner)
     live.add_listener(lambda r, _s: the_rig.log.append((r.type, r.model)))

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 
 from service.api.problems import Problem
-from service.api.proxy import Forwarding
+from service.api.proxy import Forwarding, unresponsive_problem
 from service.core import events as ev
 from service.core.decision import Append
-from service.supervision.instances import Lease
+from service.supervision.leases import Lease, WorkerUnresponsive
 
 
 @dataclass
@@ -98,6 +98,8 @@ def _refusal(status: int, content: bytes) -> Problem:
 
 
 def _dropped(trip: Trip, exc: httpx.HTTPError) -> Problem:
+    if isinstance(exc, WorkerUnresponsive):
+        return unresponsive_problem(trip.fwd.live, trip.model)
     return Problem(503, "model_failed", f"the worker of model {trip.model!r} stopped answering: {type(exc).__name__}")
 
 
@@ -106,7 +108,8 @@ async def call(trip: Trip, path: str, body: dict[str, Any]) -> dict[str, Any]:
     The trip ends here."""
     status = 503
     try:
-        answer = await trip.fwd.http.post(trip.lease.endpoint + path, json=body)
+        async with trip.lease.guard():  # a worker given up as hung ends the wait at once
+            answer = await trip.fwd.http.post(trip.lease.endpoint + path, json=body)
         status = answer.status_code
     except httpx.HTTPError as exc:
         raise _dropped(trip, exc) from None
@@ -124,7 +127,8 @@ async def open_stream(trip: Trip, path: str, body: dict[str, Any]) -> httpx.Resp
     trip.stream = True
     try:
         request = trip.fwd.http.build_request("POST", trip.lease.endpoint + path, json=body)
-        upstream = await trip.fwd.http.send(request, stream=True)
+        async with trip.lease.guard():
+            upstream = await trip.fwd.http.send(request, stream=True)
     except httpx.HTTPError as exc:
         await trip.end(503)
         raise _dropped(trip, exc) from None
@@ -143,8 +147,13 @@ async def events(trip: Trip, upstream: httpx.Response) -> AsyncIterator[dict[str
     """The worker's server-sent events as objects (``data: [DONE]`` ends them); the trip ends with them.
     A worker that hangs up mid-stream raises :class:`Problem` (the caller writes Ollama's error line)."""
     status = upstream.status_code
+    lines = upstream.aiter_lines()
     try:
-        async for line in upstream.aiter_lines():
+        while True:
+            async with trip.lease.guard():  # around each read, never across the yield
+                line = await anext(lines, None)
+            if line is None:
+                break
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()

@@ -8,7 +8,9 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-ModelStatusValue = Literal["downloading", "unloaded", "loading", "loaded", "unloading", "failed", "sleeping", "absent"]
+ModelStatusValue = Literal[
+    "downloading", "unloaded", "loading", "loaded", "unloading", "unresponsive", "failed", "sleeping", "absent"
+]
 InstanceState = Literal["starting", "loading", "ready", "stopping"]
 JobStatusValue = Literal["queued", "running", "cancelling", "finished", "failed", "cancelled", "interrupted"]
 

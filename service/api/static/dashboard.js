@@ -9,6 +9,7 @@ const EVENT_TYPES = [
   "download_interrupted", "download_progress", "download_requested", "download_resumed",
   "download_started", "instance_crashed", "instance_load_failed", "instance_loading", "instance_lost",
   "instance_ready", "instance_requested", "instance_stats", "instance_stop_requested", "instance_stopped",
+  "instance_unresponsive",
   "loading_progress", "model_alias_removed", "model_aliased", "model_configured", "model_discovered",
   "model_measured", "model_removed", "models_reloaded",
   "node_joined", "node_left", "node_lost", "partial_file_found", "partial_file_removed", "recovery_completed",
@@ -106,14 +107,15 @@ function el(tag, attrs, ...children) {
 
 const openReasons = new Set(); // failed models whose reason is unfolded: kept across re-renders
 
-// A failed model's badge opens its reason, the hint and the last lines of its stderr.
+// A failed (or unresponsive: hung, being killed) model's badge opens its reason, the hint and the last
+// lines of its stderr.
 function statusCell(m) {
   const st = m.status.value;
   const error = m.status.error;
-  if (st !== "failed" || !error) return el("span", { class: "pill status-" + st }, st);
+  if ((st !== "failed" && st !== "unresponsive") || !error) return el("span", { class: "pill status-" + st }, st);
   const why = el("details", { class: "why", dataset: { model: m.id } },
-    el("summary", { class: "pill status-failed" }, "failed"),
-    el("div", { class: "reason" }, error.message || error.reason || "failed"),
+    el("summary", { class: "pill status-" + st }, st),
+    el("div", { class: "reason" }, error.message || error.reason || st),
     error.hint ? el("div", { class: "hint" }, "hint: " + error.hint) : null,
     error.stderr_tail ? el("pre", { class: "stderr" }, error.stderr_tail.trim().split("\n").slice(-12).join("\n")) : null);
   if (openReasons.has(m.id)) why.open = true;

@@ -231,6 +231,8 @@ def test_legacy_engine_still_serves(spawn_worker: Spawn, tiny_gguf: Path) -> Non
         == "length"
     )
     assert httpx.get(f"{w.endpoint}/slots").status_code == 501
+    beat = httpx.get(f"{w.endpoint}/engine/heartbeat").json()  # the service's liveness check: one step a token
+    assert beat["status"] == "ready" and beat["steps"] >= 7 and beat["step_s"] is None  # ended before its answer
     own = httpx.post(f"{w.endpoint}/v1/completions", json={"prompt": "x", "lora": [{"id": 0, "scale": 1}]}, timeout=30)
     assert own.status_code == 400 and "batch engine" in own.json()["error"]["message"]
     assert w.events()[0][1]["params"]["engine"] == "legacy"

@@ -13,6 +13,8 @@
 * ``_reasoning``: ``reasoning_control``, a running chat's reasoning ended from outside.
 * ``_tokens``: what becomes of a sampled token; ``_kept_logits``: the logits a
   slot keeps when a request ends, so an exact repeat of its prompt needs no decode.
+* ``_step_clock``: the engine thread's progress (steps, the one in progress), which the service's
+  liveness check reads (``GET /engine/heartbeat``).
 * ``_errors``: what goes wrong in an engine (:class:`EngineError` and its kinds);
   the HTTP front turns each into an answer.
 """

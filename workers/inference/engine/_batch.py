@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine._admission import AdmissionMixin
 from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, EmbedRequest
@@ -42,6 +42,7 @@ from workers.inference.engine._protocol import FrontFactory, JobRunner
 from workers.inference.engine._row_sampler import RowSampler
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
 from workers.inference.engine._slots import Request, Slot, SlotState, lora_sets, shift_context
+from workers.inference.engine._step_clock import StepClock
 from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel, LoraKey
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         self.kept = KeptLogits()  # per slot, the logits after its cached tokens (exact repeats)
         self.sampler = RowSampler(None, 1)  # a step's rows on the compute threads (made in _setup)
         self.step_log = StepLog()  # GET /engine/steps
+        self.clock = StepClock()  # GET /engine/heartbeat: the service's liveness check
 
     # -- capabilities -------------------------------------------------------------
 
@@ -98,6 +100,10 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
 
     def cancel_running(self) -> None:
         self.force_cancel = True  # read by the next step; no lock: this may run in a signal handler
+
+    def heartbeat(self) -> dict[str, Any]:
+        """The engine's progress (:class:`StepClock`); read without the lock, so a hung step cannot block it."""
+        return self.clock.beat(len(self._pending) + sum(1 for s in self.slots if s.is_processing))
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -186,10 +192,13 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
                     if self._drained:
                         return
                     self._cv.wait()
+            self.clock.begin()
             try:
                 self._step()
             except Exception as exc:  # a bug must not leave clients waiting forever
                 self._fail_active(EngineFailed(f"inference failed: {exc!r}"))
+            finally:
+                self.clock.end()
 
     def _has_work(self) -> bool:
         if any(s.is_processing for s in self.slots):

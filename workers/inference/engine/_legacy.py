@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine._errors import EngineNotReady, EngineStopping, RequestCancelled, RequestRejected
 from workers.inference.engine._job import END, Job
+from workers.inference.engine._step_clock import StepClock
 
 if TYPE_CHECKING:
     from workers.inference.engine._protocol import FrontFactory
@@ -50,6 +51,7 @@ class LegacyEngine:
         self.embedding_enabled = embedding
         # Set (plain attribute, safe from a signal handler) to end whatever runs now.
         self.force_cancel = False
+        self.clock = StepClock()  # a step: from a job's start or a sampled token to the next token
 
     # -- capabilities ----------------------------------------------------------
 
@@ -64,6 +66,10 @@ class LegacyEngine:
     @property
     def has_front(self) -> bool:
         return False
+
+    def heartbeat(self) -> dict[str, Any]:
+        """The engine's progress (:class:`StepClock`): steps, the one in progress, jobs waiting."""
+        return self.clock.beat(self._queue.qsize() + (self._current is not None))
 
     def cancel_running(self) -> None:
         self.force_cancel = True
@@ -143,10 +149,12 @@ class LegacyEngine:
                 if job.cancelled.is_set():
                     raise RequestCancelled("request cancelled before it started")
                 job.started_at = time.monotonic()
+                self.clock.begin()
                 self._run(job)
             except BaseException as exc:  # delivered to the HTTP thread
                 job.out.put(exc)
             finally:
+                self.clock.end()
                 job.out.put(END)
                 with self._lock:
                     self._current = None
@@ -167,6 +175,8 @@ class LegacyEngine:
         eos = self._llm.token_eos()
 
         def processor(_input_ids: Any, scores: Any) -> Any:
+            self.clock.end()  # llama_cpp.Llama decodes in one call per token: each one a step
+            self.clock.begin()
             if job.cancelled.is_set() or self.force_cancel:
                 scores[:] = -float("inf")
                 scores[eos] = 0.0

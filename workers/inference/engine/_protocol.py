@@ -127,3 +127,7 @@ class Engine(Protocol):
     def cancel_running(self) -> None:
         """End whatever runs now (a second stop request); safe in a signal handler (no locks)."""
         ...
+
+    def heartbeat(self) -> dict[str, Any]:
+        """Its progress for the service's liveness check (``GET /engine/heartbeat``), without a lock."""
+        ...

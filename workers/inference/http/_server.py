@@ -131,6 +131,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "meta": app.model_meta,
             }
             self._send_json(200, {"object": "list", "data": [entry]})
+        elif route == "/engine/heartbeat":  # the service's liveness check: answered in every state
+            self._send_json(200, {"status": app.status.value, **app.engine.heartbeat()})
         elif route in ("/slots", "/metrics", "/engine/steps"):
             self._send_engine_state(route)
         elif route == "/stream":

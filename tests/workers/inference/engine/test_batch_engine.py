@@ -344,3 +344,26 @@ class TestSamplingAndFormats:
         assert "llamacpp:requests_processing" in values and "llamacpp:prompt_tokens_seconds" in values
         slots = _slots(url)
         assert len(slots) == 4 and all({"id", "n_ctx", "is_processing"} <= set(s) for s in slots)
+
+
+class TestHeartbeat:
+    @pytest.mark.timeout(120)
+    def test_the_heartbeat_counts_steps_and_shows_the_one_in_progress_only_while_it_runs(
+        self, engine_worker: WorkerProc
+    ) -> None:
+        """``GET /engine/heartbeat`` (the service's liveness check): a request of several prefill steps moves
+        the step counter by at least that many; idle, no step is in progress."""
+        url = engine_worker.endpoint
+        before = httpx.get(f"{url}/engine/heartbeat", timeout=30).json()
+        _complete(url, {"prompt": "heartbeat " * 12, "max_tokens": 4, "temperature": 0})  # > N_BATCH tokens
+        after = _wait_for(
+            lambda: (
+                (b := httpx.get(f"{url}/engine/heartbeat", timeout=30).json())["step_s"] is None
+                and not b["waiting"]
+                and b
+            ),
+            "the engine idle again",
+        )
+        assert after["status"] == "ready"
+        assert after["steps"] - before["steps"] >= 4  # several prompt chunks of N_BATCH, then the tokens
+        assert after["slowest_s"] > 0
