@@ -72,3 +72,7 @@ def test_the_service_never_logs_or_records_the_token(hub: HubServer, tmp_path: P
     assert TOKEN not in svc.log_text()
     for body in bodies:
         assert TOKEN not in body
+    worker_logs = list((svc.home / "logs" / "workers").glob("download-*.log*"))
+    assert worker_logs  # the download worker's lines were kept (docs/operations.md, workers' logs)
+    for kept in worker_logs:
+        assert TOKEN not in kept.read_text(errors="replace")

@@ -10,6 +10,7 @@ from typing import Any
 from service.core.contracts import DownloadSpec
 from service.event_store.urls import without_password
 from service.settings import Settings
+from service.supervision.log_files import log_path
 
 
 def store_argv(settings: Settings) -> list[str]:
@@ -90,6 +91,7 @@ def inference_argv(
         "--port", str(port),
         *store_argv(settings),
         "--parent-pid", str(settings.service_pid),
+        "--log-path", str(log_path(settings.home, "instance", instance_id)),
     ]  # fmt: skip
     for key, flag in _INFERENCE_FLAGS.items():
         if params.get(key) is not None:

@@ -1,0 +1,80 @@
+"""Workers' logs through the real service: a real inference worker's load log and a real
+download worker's account reach the service's log with their prefix, and their own files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.hub_repos import make_repo
+from devtools.hub_server import HubServer
+from devtools.service_process import ServiceProcess
+from tests.conftest_hub import unique_repo
+from tests.eventually import eventually
+from tests.service_probes import wait_for_event
+
+
+def _forwarded(svc: ServiceProcess, prefix: str) -> list[str]:
+    """The service log's lines forwarded from the worker ``prefix`` names (JSON lines: their event)."""
+    found = []
+    for line in svc.log_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and str(record.get("event", "")).startswith(prefix):
+            found.append(record["event"])
+    return found
+
+
+def _loaded(svc: ServiceProcess) -> tuple[str, Path]:
+    assert httpx.post(f"{svc.url}/models/load", json={"model": "tiny-a"}, timeout=10).status_code == 200
+    ready = wait_for_event(svc, "instance_ready", model="tiny-a")
+    instance = ready["data"]["instance_id"]
+    path = svc.home / "logs" / "workers" / f"instance-{instance}.log"
+    assert ready["data"]["log_path"] == str(path)  # the event says where the instance's log is
+    return instance, path
+
+
+@pytest.mark.timeout(90)
+def test_the_load_log_is_in_the_file_and_on_the_console_only_at_verbose(tmp_path: Path, models_dir: Path) -> None:
+    """At llama-server's default verbosity the console shows the worker's own lines, not llama.cpp's
+    load log; the file keeps the load log all the same. With ``-v`` the console shows it too."""
+    env = {"MODELROUTER_MODELS_DIR": str(models_dir)}
+    with ServiceProcess(tmp_path / "quiet", env=env) as quiet:
+        instance, path = _loaded(quiet)
+        text = eventually(lambda: path.exists() and "print_info" in path.read_text() and path.read_text(), "load log")
+        assert "llama_model_loader" in text and "load_tensors" in text
+        prefix = f"[inference:tiny-a:{instance}] "
+        lines = eventually(lambda: _forwarded(quiet, prefix), "a forwarded line")
+        assert not [ln for ln in lines if "print_info" in ln]
+    with ServiceProcess(tmp_path / "verbose", env=env, args=["-v"]) as verbose:
+        instance, path = _loaded(verbose)
+        prefix = f"[inference:tiny-a:{instance}] "
+        eventually(lambda: [ln for ln in _forwarded(verbose, prefix) if "print_info" in ln], "the load log forwarded")
+
+
+@pytest.mark.timeout(90)
+def test_a_download_worker_says_what_it_resolved_and_how_it_ended(hub: HubServer, tmp_path: Path) -> None:
+    repo = unique_repo("logs")
+    make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 1024 * 1024})
+    with ServiceProcess(tmp_path / "home", env={"HF_ENDPOINT": hub.url}) as svc:
+        answer = httpx.post(f"{svc.url}/models", json={"model": repo}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        job_id = answer.json()["job_id"]
+        path = svc.home / "logs" / "workers" / f"download-{job_id}.log"
+
+        def finished() -> list[dict[str, Any]] | None:
+            if not path.exists():
+                return None
+            records = [json.loads(ln) for ln in path.read_text().splitlines() if ln.startswith("{")]
+            return records if any(r["event"] == "download_finished" for r in records) else None
+
+        records = eventually(finished, "download_finished in the job's log")
+        resolved = next(r for r in records if r["event"] == "download_resolved")
+        assert resolved["repo"] == repo and resolved["files"] == ["m-Q4_K_M.gguf"]
+        eventually(lambda: _forwarded(svc, f"[download:{job_id}] "), "the job's lines forwarded")
