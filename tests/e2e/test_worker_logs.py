@@ -4,6 +4,8 @@ download worker's account reach the service's log with their prefix, and their o
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
+from tests.cli.conftest import cli
 from tests.conftest_hub import unique_repo
 from tests.eventually import eventually
 from tests.service_probes import wait_for_event
@@ -78,3 +81,53 @@ def test_a_download_worker_says_what_it_resolved_and_how_it_ended(hub: HubServer
         resolved = next(r for r in records if r["event"] == "download_resolved")
         assert resolved["repo"] == repo and resolved["files"] == ["m-Q4_K_M.gguf"]
         eventually(lambda: _forwarded(svc, f"[download:{job_id}] "), "the job's lines forwarded")
+        answer = httpx.get(f"{svc.url}/downloads/{job_id}/logs", params={"tail": 1000}, timeout=10)
+        assert answer.status_code == 200 and answer.json()["job_id"] == job_id
+        assert answer.json()["lines"] == path.read_text().splitlines()
+        printed = cli(svc, "logs", "--job", job_id, "--tail", "2")
+        assert printed.returncode == 0 and printed.stdout.splitlines() == path.read_text().splitlines()[-2:]
+        history = httpx.get(f"{svc.url}/models/{repo}:Q4_K_M/history", timeout=10).json()
+        assert history["downloads"][-1]["log"] == f"/downloads/{job_id}/logs"
+        missing = httpx.get(f"{svc.url}/downloads/nope/logs", timeout=10)
+        assert missing.status_code == 404 and missing.headers["content-type"].startswith("application/problem+json")
+
+
+KEY = "sk-admin-logs-0123456789"
+
+
+@pytest.mark.timeout(120)
+def test_an_instance_log_through_the_api_and_the_cli_and_after_a_crash_and_a_restart(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """``tail`` through the HTTP API and the CLI, the history's link, bad input as problems; then a
+    SIGKILL: the crash report's tail is the file's, and a restarted service still serves the log."""
+    home, env = tmp_path / "home", {"MODELROUTER_MODELS_DIR": str(models_dir)}
+    with ServiceProcess(home, env=env) as svc:
+        instance, path = _loaded(svc)
+        eventually(lambda: "load_tensors" in path.read_text(), "the load log in the file")
+        body = httpx.get(f"{svc.url}/models/tiny-a/logs", params={"tail": 5}, timeout=10).json()
+        assert body["instance_id"] == instance and body["log_path"] == str(path) and len(body["lines"]) == 5
+        link = httpx.get(f"{svc.url}/models/tiny-a/history", timeout=10).json()["loads"][-1]["log"]
+        assert link == f"/models/tiny-a/logs?instance={instance}"
+        assert httpx.get(f"{svc.url}{link}", timeout=10).json()["instance_id"] == instance
+        for params, status in (({"tail": 0}, 400), ({"tail": "x"}, 400), ({"instance": "nope"}, 404)):
+            bad = httpx.get(f"{svc.url}/models/tiny-a/logs", params=params, timeout=10)
+            assert bad.status_code == status, bad.text
+            assert bad.headers["content-type"].startswith("application/problem+json")
+        printed = cli(svc, "logs", "tiny-a", "--tail", "3")
+        assert printed.returncode == 0, printed.stderr
+        assert printed.stdout.splitlines() == path.read_text().splitlines()[-3:]
+        refused = cli(svc, "logs", "tiny-a", "--instance", "nope")
+        assert refused.returncode != 0 and "nope" in refused.stderr
+
+        pid = wait_for_event(svc, "instance_ready", model="tiny-a")["data"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        crashed = wait_for_event(svc, "instance_crashed", model="tiny-a")["data"]
+        tail = [ln for ln in crashed["stderr_tail"].splitlines() if ln.strip()]
+        assert tail and tail[-1] == path.read_text().splitlines()[-1]  # the crash tail is the file's end
+    with ServiceProcess(home, env=env, args=["--api-key", KEY]) as again:
+        url = f"{again.url}/models/tiny-a/logs"
+        assert httpx.get(url, params={"instance": instance}, timeout=10).status_code == 401
+        answer = httpx.get(url, params={"instance": instance, "tail": 1000}, headers={"Authorization": f"Bearer {KEY}"})
+        assert answer.status_code == 200 and answer.json()["lines"] == path.read_text().splitlines()[-1000:]
+        assert tail[-1] in answer.json()["lines"]

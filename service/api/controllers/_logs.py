@@ -1,0 +1,84 @@
+"""The end of a worker's log: ``GET /models/{id}/logs`` (one instance, the latest by default)
+and ``GET /downloads/{job_id}/logs`` (one download job).
+
+The files are the ones :mod:`service.supervision.worker_logs` keeps under
+``<home>/logs/workers``; they need the same key as every other non-public route
+(:mod:`service.api.auth`). ``/models/{id}/logs`` is answered by the handler of
+``/models/{id}/history`` (:mod:`._history`): a model id contains ``/`` and
+Litestar cannot route a ``path`` parameter followed by a fixed segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+from litestar import get
+from litestar.params import Parameter
+
+from service.api.controllers._downloads import JobId
+from service.api.problems import Problem
+from service.api.schemas import WorkerLogView, problems
+from service.live_state import LiveState
+from service.supervision.log_files import tail_lines
+from service.supervision.worker_logs import WorkerLogs
+
+MAX_TAIL = 10_000
+DEFAULT_TAIL = 100
+Tail = Annotated[int, Parameter(ge=1, le=MAX_TAIL, description=f"the last N lines (1..{MAX_TAIL})")]
+_ID = r"^[A-Za-z0-9_.\-]+$"
+InstanceId = Annotated[
+    str | None, Parameter(min_length=1, max_length=128, pattern=_ID, description="an instance (default: the latest)")
+]
+
+
+async def _tail(path: Path, tail: int) -> list[str]:
+    return await asyncio.to_thread(tail_lines, path, tail)
+
+
+async def instance_log(
+    model: str, instances: Sequence[str], instance: str | None, tail: int, logs: WorkerLogs | None
+) -> WorkerLogView:
+    """The log of ``instance`` (one of the model's ``instances``, oldest first; default the latest)."""
+    if instance is not None and instance not in instances:
+        raise Problem(404, "instance_not_found", f"model {model!r} has no instance {instance!r}", model=model)
+    chosen = instance or (instances[-1] if instances else None)
+    if chosen is None:
+        raise Problem(404, "log_not_found", f"model {model!r} has never been loaded: it has no worker log", model=model)
+    path = _kept(logs, "instance", chosen)
+    return WorkerLogView(log_path=str(path), lines=await _tail(path, tail), model=model, instance_id=chosen)
+
+
+def _kept(logs: WorkerLogs | None, kind: str, key: str) -> Path:
+    if logs is None:
+        raise Problem(503, "logs_unavailable", "this service keeps no worker logs")
+    path = logs.path(kind, key)
+    if not path.exists() and not path.with_name(path.name + ".1").exists():
+        raise Problem(
+            404,
+            "log_not_found",
+            f"the log of {kind} {key!r} is not on this node: deleted to keep the logs' budget, "
+            "or written by another node or before the service kept workers' logs",
+        )
+    return path
+
+
+@get(
+    "/downloads/{job_id:str}/logs",
+    operation_id="downloadLogs",
+    summary="The end of a download job's worker log",
+    tags=["downloads"],
+    responses=problems(400, 404),
+)
+async def download_logs(
+    job_id: JobId, live: LiveState, worker_logs: WorkerLogs | None, tail: Tail = DEFAULT_TAIL
+) -> WorkerLogView:
+    """The last ``tail`` lines the job's download worker wrote: what it resolved, where it
+    resumed, each retry and how it ended (docs/operations.md)."""
+    job = live.state.job(job_id)
+    if job is None:
+        raise Problem(404, "job_not_found", f"download job {job_id!r} does not exist")
+    path = _kept(worker_logs, "download", job_id)
+    return WorkerLogView(log_path=str(path), lines=await _tail(path, tail), model=job.model, job_id=job_id)
