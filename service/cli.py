@@ -104,7 +104,13 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     from service.logging_config import configure_logging
 
-    configure_logging(json=settings.log_json, level=_LEVELS[settings.log_level], secrets=settings.secrets())
+    try:
+        configure_logging(json=settings.log_json, level=_LEVELS[settings.log_level], secrets=settings.secrets(),
+                          file=settings.log_file, colors=settings.log_colors, prefix=settings.log_prefix,
+                          timestamps=settings.log_timestamps)  # fmt: skip
+    except OSError as exc:  # --log-file in a missing directory, or not writable
+        print(f"modelrouter serve: error: --log-file {settings.log_file}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     import structlog
     import uvicorn
 

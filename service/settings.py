@@ -156,6 +156,14 @@ class Settings:
     """TLS certificate (--ssl-cert-file)."""
     log_level: str = "info"
     """debug, info or error (--verbose, --log-verbosity, --log-disable)."""
+    log_file: Path | None = None
+    """llama-server's --log-file: the service's log, workers' forwarded lines included, also appended to this file."""
+    log_colors: str = "auto"
+    """llama-server's --log-colors: on, off or auto (colours when stderr is a terminal); console format only."""
+    log_prefix: bool | None = None
+    """llama-server's --log-prefix: each console line starts with its level; None: the console format's default."""
+    log_timestamps: bool | None = None
+    """llama-server's --log-timestamps: each console line carries its time; None: the console format's default."""
     fake_timing: bool = False
     """llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: each proxied request holds its model 2 s, each load waits 2 s."""
     environment: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ), repr=False)
