@@ -146,12 +146,15 @@ def _add_chat_and_log_commands(sub: Sub) -> None:
     p = _command(sub, "logs", "the end of a worker's log: a model's instance (the latest by default) or a download",
                  "  modelrouter logs ggml-org/gemma-3-270m-GGUF\n"
                  "  modelrouter logs my-alias --instance i-3f2a --tail 500\n"
+                 "  modelrouter logs my-model -f          # keep printing new lines\n"
                  "  modelrouter logs --job job-3f2a",
-                 lambda c, con, a: logs.logs(c, a.model, instance=a.instance, job=a.job, tail=a.tail))  # fmt: skip
+                 lambda c, con, a: logs.logs(c, a.model, instance=a.instance, job=a.job, tail=a.tail,
+                                             follow=a.follow))  # fmt: skip
     p.add_argument("model", metavar="MODEL", nargs="?", help="name, alias or user/repo")
     p.add_argument("--instance", help="one of the model's instances (see `modelrouter history`)")
     p.add_argument("--job", help="a download job's log instead of a model's")
     p.add_argument("--tail", type=int, default=100, help="the last N lines, 1..10000 (default 100)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines as the worker writes them")
 
     p = _command(sub, "events", "read the event log (the filters of GET /events)",
                  "  modelrouter events --model ggml-org/gemma-3-270m-GGUF:Q4_K_M\n"

@@ -22,7 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LogLimits", "RotatingFile", "enforce_budget", "log_dir", "log_path", "tail_lines"]
+__all__ = ["LogLimits", "RotatingFile", "enforce_budget", "log_dir", "log_path", "tail_lines", "tail_offset"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -137,3 +137,23 @@ def tail_lines(path: Path, n: int, *, max_bytes: int = 1 << 20) -> list[str]:
         if len(lines) >= n:
             break
     return lines[-n:] if n > 0 else []
+
+
+def tail_offset(path: Path, n: int, *, max_bytes: int = 1 << 20) -> int:
+    """The byte offset in ``path`` where its last ``n`` whole lines begin (0: the file holds
+    fewer, or does not exist yet); a follower starts there (``GET /logs/stream``)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - max_bytes)
+            f.seek(start)
+            data = f.read()
+    except FileNotFoundError:
+        return 0
+    end = len(data) - 1 if data.endswith(b"\n") else len(data)  # a last line being written counts too
+    cut = end
+    for _ in range(max(n, 0)):
+        cut = data.rfind(b"\n", 0, cut)
+        if cut < 0:
+            return start if start == 0 else start + data.find(b"\n") + 1
+    return start + cut + 1

@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from httpx_sse import connect_sse
 
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
-from tests.cli.conftest import cli
+from tests.cli.conftest import cli, start_cli
 from tests.conftest_hub import unique_repo
 from tests.eventually import eventually
 from tests.service_probes import wait_for_event
@@ -131,3 +133,72 @@ def test_an_instance_log_through_the_api_and_the_cli_and_after_a_crash_and_a_res
         answer = httpx.get(url, params={"instance": instance, "tail": 1000}, headers={"Authorization": f"Bearer {KEY}"})
         assert answer.status_code == 200 and answer.json()["lines"] == path.read_text().splitlines()[-1000:]
         assert tail[-1] in answer.json()["lines"]
+
+
+@pytest.mark.timeout(120)
+def test_following_an_instance_log_over_sse_and_with_the_cli(tmp_path: Path, models_dir: Path) -> None:
+    """``GET /logs/stream`` (a real SSE client): the last lines, then what the worker writes as it
+    stops, each with its byte offset as id; ``Last-Event-ID`` resumes with no gap and no duplicate.
+    ``modelrouter logs -f`` prints the same lines as they come."""
+    with ServiceProcess(tmp_path / "home", env={"MODELROUTER_MODELS_DIR": str(models_dir)}) as svc:
+        _, path = _loaded(svc)
+        eventually(lambda: "instance_ready" in path.read_text(), "instance_ready in the file")
+        got: list[tuple[str, int]] = []
+        opened = threading.Event()
+
+        def listen() -> None:
+            params = {"model": "tiny-a", "tail": 2}
+            with (
+                httpx.Client(timeout=60) as client,
+                connect_sse(client, "GET", f"{svc.url}/logs/stream", params=params) as source,
+            ):
+                opened.set()
+                for sse in source.iter_sse():
+                    if sse.event == "log":
+                        got.append((sse.data, int(sse.id)))
+                    if '"instance_stopped"' in sse.data:
+                        return
+
+        follower = start_cli(svc, "logs", "tiny-a", "-f", "--tail", "1")
+        listener = threading.Thread(target=listen)
+        listener.start()
+        assert opened.wait(30)
+        eventually(lambda: len(got) >= 2, "the replayed tail")
+        assert httpx.post(f"{svc.url}/models/unload", json={"model": "tiny-a"}, timeout=30).status_code == 200
+        listener.join(60)
+        assert not listener.is_alive()
+        data = path.read_bytes()
+        lines = data.decode().splitlines()
+        assert [line for line, _ in got[:2]] == lines[len(lines) - len(got) : len(lines) - len(got) + 2]
+        assert any('"instance_stopped"' in line for line, _ in got)  # written after the stream opened
+        for line, offset in got:  # each id is the offset just past its line
+            assert data[:offset].decode().endswith(line + "\n")
+        # Resume after the first line: the rest, exactly.
+        after = got[0][1]
+        with (
+            httpx.Client(timeout=60) as client,
+            connect_sse(
+                client,
+                "GET",
+                f"{svc.url}/logs/stream",
+                params={"model": "tiny-a"},
+                headers={"Last-Event-ID": str(after)},
+            ) as source,
+        ):
+            resumed = []
+            for sse in source.iter_sse():
+                resumed.append(sse.data)
+                if '"instance_stopped"' in sse.data:
+                    break
+        assert resumed == [line for line, _ in got[1:]]
+        assert follower.stdout is not None
+        printed: list[str] = []
+        while not printed or '"instance_stopped"' not in printed[-1]:  # the CLI's own lines, as they come
+            line = follower.stdout.readline()
+            assert line, f"modelrouter logs -f ended early: {follower.stderr.read() if follower.stderr else ''}"
+            printed.append(line.rstrip("\n"))
+        assert (
+            printed[0] in lines and printed == lines[lines.index(printed[0]) : lines.index(printed[0]) + len(printed)]
+        )
+        follower.send_signal(signal.SIGINT)
+        assert follower.wait(30) == 130

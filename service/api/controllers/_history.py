@@ -10,6 +10,7 @@ answered by :mod:`._logs`).
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Annotated
 from urllib.parse import quote
@@ -72,6 +73,11 @@ async def model_history_endpoint(
     if suffix == _LOGS:
         return await instance_log(model.name, [load.instance_id for load in history.loads], instance, tail, worker_logs)
     return history_view(history)
+
+
+async def model_instances(store: AsyncEventStore, model: str, now: datetime) -> list[str]:
+    """The model's instances (loads), oldest first, as its history lists them."""
+    return [load.instance_id for load in model_history(model, await _read_model(store, model), now).loads]
 
 
 async def _read_model(store: AsyncEventStore, model: str) -> list[Recorded]:

@@ -38,20 +38,27 @@ async def _tail(path: Path, tail: int) -> list[str]:
     return await asyncio.to_thread(tail_lines, path, tail)
 
 
-async def instance_log(
-    model: str, instances: Sequence[str], instance: str | None, tail: int, logs: WorkerLogs | None
-) -> WorkerLogView:
-    """The log of ``instance`` (one of the model's ``instances``, oldest first; default the latest)."""
+def chosen_instance(model: str, instances: Sequence[str], instance: str | None) -> str:
+    """``instance`` if it is one of the model's ``instances`` (oldest first), else the latest."""
     if instance is not None and instance not in instances:
         raise Problem(404, "instance_not_found", f"model {model!r} has no instance {instance!r}", model=model)
     chosen = instance or (instances[-1] if instances else None)
     if chosen is None:
         raise Problem(404, "log_not_found", f"model {model!r} has never been loaded: it has no worker log", model=model)
-    path = _kept(logs, "instance", chosen)
+    return chosen
+
+
+async def instance_log(
+    model: str, instances: Sequence[str], instance: str | None, tail: int, logs: WorkerLogs | None
+) -> WorkerLogView:
+    """The log of ``instance`` (one of the model's ``instances``, oldest first; default the latest)."""
+    chosen = chosen_instance(model, instances, instance)
+    path = kept_log(logs, "instance", chosen)
     return WorkerLogView(log_path=str(path), lines=await _tail(path, tail), model=model, instance_id=chosen)
 
 
-def _kept(logs: WorkerLogs | None, kind: str, key: str) -> Path:
+def kept_log(logs: WorkerLogs | None, kind: str, key: str) -> Path:
+    """The file of worker ``kind``/``key``, or the problem saying why there is none on this node."""
     if logs is None:
         raise Problem(503, "logs_unavailable", "this service keeps no worker logs")
     path = logs.path(kind, key)
@@ -80,5 +87,5 @@ async def download_logs(
     job = live.state.job(job_id)
     if job is None:
         raise Problem(404, "job_not_found", f"download job {job_id!r} does not exist")
-    path = _kept(worker_logs, "download", job_id)
+    path = kept_log(worker_logs, "download", job_id)
     return WorkerLogView(log_path=str(path), lines=await _tail(path, tail), model=job.model, job_id=job_id)
