@@ -122,6 +122,17 @@ def test_an_instance_log_through_the_api_and_the_cli_and_after_a_crash_and_a_res
         refused = cli(svc, "logs", "tiny-a", "--instance", "nope")
         assert refused.returncode != 0 and "nope" in refused.stderr
 
+        # One line per finished request, as llama-server prints its timings.
+        body = {"model": "tiny-a", "prompt": "once upon", "max_tokens": 3}
+        completion = httpx.post(f"{svc.url}/v1/completions", json=body, timeout=60).json()
+
+        def finished() -> dict[str, Any] | None:
+            records = [json.loads(ln) for ln in path.read_text().splitlines() if ln.startswith("{")]
+            return next((r for r in records if r["event"] == "request_finished"), None)
+
+        line = eventually(finished, "request_finished in the instance's log")
+        assert line["cmpl_id"] == completion["id"] and line["predicted_n"] == completion["usage"]["completion_tokens"]
+        assert line["prompt_n"] > 0 and line["predicted_ms"] >= 0 and line["stop"] in ("length", "stop")
         pid = wait_for_event(svc, "instance_ready", model="tiny-a")["data"]["pid"]
         os.kill(pid, signal.SIGKILL)
         crashed = wait_for_event(svc, "instance_crashed", model="tiny-a")["data"]

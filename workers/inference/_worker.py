@@ -46,7 +46,7 @@ class Worker:
         self.runtime = runtime
         self.log = log = runtime.log
         self.pid = os.getpid()
-        self.engine = build_engine(args)
+        self.engine = build_engine(args, on_finished=log.info)  # one log line per finished request
         front = FrontOptions(
             chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens,
             spm_infill=args.spm_infill, slot_save_path=args.slot_save_path, endpoint_props=args.props,
