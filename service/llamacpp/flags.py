@@ -143,6 +143,10 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     ),
     "spm-infill": ("spm_infill", "/infill puts the suffix first"),
     "slot-save-path": ("slot_save_path", "directory of the files POST /slots/{id}?action=save and restore use"),
+    "log-prompts-dir": (
+        "log_prompts_dir",
+        "each completion's prompt (a chat's rendered one) to <dir>/<ms>.txt, as llama-server writes it",
+    ),
     "lora": (
         "lora",
         "LoRA adapters (comma-separated), the worker's scales for requests without their own `lora`; "

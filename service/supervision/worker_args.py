@@ -43,6 +43,7 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "seed": "--seed",
     "pooling": "--pooling",
     "slot_save_path": "--slot-save-path",
+    "log_prompts_dir": "--log-prompts-dir",
     "cache_ram": "--cache-ram",
     "n_ubatch": "--ubatch-size",
     "flash_attn": "--flash-attn",

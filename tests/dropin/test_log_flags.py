@@ -97,3 +97,22 @@ def test_log_file_holds_the_service_log_and_the_forwarded_load_log_at_lv_4(tmp_p
     missing = ServiceProcess(tmp_path / "home2", env=env, args=["--log-file", str(tmp_path / "no" / "x.log")])
     with pytest.raises(RuntimeError, match="error: --log-file"):
         missing.start()
+
+
+@pytest.mark.timeout(90)
+def test_log_prompts_dir_writes_each_prompt_as_llama_server(tmp_path: Path, models_dir: Path) -> None:
+    """``--log-prompts-dir``: a completion's prompt as given, a chat's rendered prompt (its template
+    applied), each in ``<dir>/<12-digit ms>.txt``; the directory is created."""
+    prompts = tmp_path / "prompts" / "deeper"
+    env = {"MODELROUTER_MODELS_DIR": str(models_dir)}
+    with ServiceProcess(tmp_path / "home", env=env, args=["--log-prompts-dir", str(prompts)]) as svc:
+        body = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 2}
+        assert httpx.post(f"{svc.url}/v1/completions", json=body, timeout=60).status_code == 200
+        files = eventually(lambda: sorted(prompts.glob("*.txt")) if prompts.is_dir() else None, "a prompt file")
+        assert [f.read_text() for f in files] == ["once upon a time"]
+        assert all(len(f.stem) == 12 and f.stem.isdigit() for f in files)
+        chat = {"model": "tiny-a", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2}
+        assert httpx.post(f"{svc.url}/v1/chat/completions", json=chat, timeout=60).status_code == 200
+        rendered = eventually(lambda: [f for f in prompts.glob("*.txt") if f not in files], "the chat's prompt file")
+        text = rendered[0].read_text()
+        assert "hello there" in text and text != "hello there"  # the template's markup around the message

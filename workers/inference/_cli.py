@@ -116,6 +116,7 @@ def _kv_cache_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-idle-slots", action=argparse.BooleanOptionalAction, default=True,
                    help="idle slots go to the prompt cache when a request starts (cleared from a KV pool)")  # fmt: skip
     p.add_argument("--slot-save-path", default=None, help="directory of POST /slots/{id}?action=save|restore files")
+    p.add_argument("--log-prompts-dir", default=None, help="each completion's prompt to DIR/<ms>.txt (llama-server's)")
 
 
 def _flash_attn(value: str) -> str:

@@ -50,7 +50,7 @@ class Worker:
         front = FrontOptions(
             chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens,
             spm_infill=args.spm_infill, slot_save_path=args.slot_save_path, endpoint_props=args.props,
-            predict_route=predict_route(os.environ),
+            predict_route=predict_route(os.environ), log_prompts_dir=args.log_prompts_dir,
             endpoint_metrics=args.metrics, endpoint_slots=args.slots,
             chat_template=args.chat_template, chat_template_file=args.chat_template_file, jinja=args.jinja,
             chat_template_kwargs=args.chat_template_kwargs, reasoning_format=args.reasoning_format,
