@@ -12,14 +12,15 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
-from litestar import get
+from litestar import Request, get
 from litestar.params import Parameter, SkipValidation
 
-from service.api.controllers._logs import DEFAULT_TAIL, InstanceId, Tail, instance_log
+from service.api.controllers._logs import DEFAULT_TAIL, InstanceId, Tail, chosen_instance, instance_log, remote_log
 from service.api.problems import Problem
+from service.api.proxy import Forwarding
 from service.api.schemas import DownloadHistory, LoadHistory, ModelHistoryView, WorkerLogView, problems
 from service.api.views import time_or_none
 from service.core.errors import CommandRejected
@@ -29,6 +30,7 @@ from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import format_time
 from service.event_store.statements import EventFilter
 from service.live_state import LiveState
+from service.settings import Settings
 from service.supervision.effects import Clock
 from service.supervision.worker_logs import WorkerLogs
 
@@ -52,6 +54,9 @@ async def model_history_endpoint(
     store: AsyncEventStore,
     clock: SkipValidation[Clock],  # a Protocol: isinstance cannot check it
     worker_logs: WorkerLogs | None,
+    request: Request[Any, Any, Any],
+    forwarding: Forwarding,
+    settings: Settings,
     instance: InstanceId = None,
     tail: Tail = DEFAULT_TAIL,
 ) -> ModelHistoryView | WorkerLogView:
@@ -71,7 +76,12 @@ async def model_history_endpoint(
     records = await _read_model(store, model.name)
     history = model_history(model.name, records, clock.now())
     if suffix == _LOGS:
-        return await instance_log(model.name, [load.instance_id for load in history.loads], instance, tail, worker_logs)
+        chosen = chosen_instance(model.name, [load.instance_id for load in history.loads], instance)
+        ran_on = next(load.node for load in history.loads if load.instance_id == chosen)
+        if ran_on is not None and ran_on != settings.node:  # its file is on that node's disk: ask it
+            path = f"/models/{quote(model.name, safe='/:@')}/logs"
+            return await remote_log(forwarding, request, ran_on, path, {"instance": chosen, "tail": tail})
+        return await instance_log(model.name, [chosen], chosen, tail, worker_logs)
     return history_view(history)
 
 

@@ -13,14 +13,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import get
+import httpx
+import msgspec
+from litestar import Request, get
 from litestar.params import Parameter
 
 from service.api.controllers._downloads import JobId
 from service.api.problems import Problem
+from service.api.proxy import Forwarding
 from service.api.schemas import WorkerLogView, problems
+from service.cluster.forwarding import forward_headers
 from service.live_state import LiveState
 from service.supervision.log_files import tail_lines
 from service.supervision.worker_logs import WorkerLogs
@@ -70,6 +74,31 @@ def kept_log(logs: WorkerLogs | None, kind: str, key: str) -> Path:
             "or written by another node or before the service kept workers' logs",
         )
     return path
+
+
+async def remote_log(
+    fwd: Forwarding, request: Request[Any, Any, Any], node: str, path: str, params: dict[str, Any]
+) -> WorkerLogView:
+    """The answer of ``node`` (the one that ran the worker, whose disk holds its log) to ``path``,
+    the caller's key passed on (every node of a cluster has the same keys)."""
+    member = fwd.live.state.nodes.get(node)
+    if member is None or not member.url:
+        raise Problem(404, "log_not_found", f"the log is on node {node!r}, which this node does not know")
+    headers = forward_headers(request.headers, (), node)
+    try:
+        answer = await fwd.http.get(member.url.rstrip("/") + path, params=params, headers=headers)
+    except httpx.HTTPError as exc:
+        raise Problem(503, "node_unreachable", f"node {node!r}, which holds the log, did not answer: {exc}") from None
+    try:
+        body = answer.json()
+    except ValueError:
+        body = None
+    if answer.status_code != 200 or not isinstance(body, dict):
+        detail = body.get("detail") if isinstance(body, dict) else None
+        code = str(body.get("type", "")).rsplit("/", 1)[-1] if isinstance(body, dict) else ""
+        status = answer.status_code if answer.status_code >= 400 else 502
+        raise Problem(status, code or "node_error", f"node {node!r}: {detail or answer.text[:200]}", node=node)
+    return msgspec.convert(body, WorkerLogView)
 
 
 @get(

@@ -44,6 +44,8 @@ class LoadHistory(msgspec.Struct, frozen=True):
     exit_code: int | None
     signal: int | None
     message: str | None
+    node: str | None = None
+    """In a cluster: the node that ran it (``GET /models/{id}/logs`` on any node reads that node's file)."""
     log: str | None = None
     """Where its worker's log is read: ``/models/{id}/logs?instance={instance_id}``."""
 
