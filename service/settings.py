@@ -93,6 +93,12 @@ class Settings:
     """Seconds of silence before an SSE keep-alive comment (MODELROUTER_SSE_KEEPALIVE)."""
     log_json: bool | None = None
     """Force JSON logs (true) or console logs (false); default: console on a TTY."""
+    worker_log_max_bytes: int = 10 * 1024 * 1024
+    """A worker's log file rotates past this size (MODELROUTER_WORKER_LOG_MAX_BYTES)."""
+    worker_log_backups: int = 3
+    """Rotated files kept per worker (MODELROUTER_WORKER_LOG_BACKUPS)."""
+    worker_log_budget_bytes: int = 256 * 1024 * 1024
+    """All workers' log files together; the oldest go first (MODELROUTER_WORKER_LOG_BUDGET_BYTES)."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body on the inference routes (MODELROUTER_MAX_BODY_BYTES); past it, 413."""
     max_control_body_bytes: int = 64 * 1024
@@ -283,6 +289,9 @@ class Settings:
             "tail_lag_limit": ("MODELROUTER_TAIL_LAG_LIMIT", float),
             "tail_wakeups": ("MODELROUTER_TAIL_WAKEUPS", _bool),
             "log_json": ("MODELROUTER_LOG_JSON", _bool),
+            "worker_log_max_bytes": ("MODELROUTER_WORKER_LOG_MAX_BYTES", int),
+            "worker_log_backups": ("MODELROUTER_WORKER_LOG_BACKUPS", int),
+            "worker_log_budget_bytes": ("MODELROUTER_WORKER_LOG_BUDGET_BYTES", int),
             "max_body_bytes": ("MODELROUTER_MAX_BODY_BYTES", int),
             "max_control_body_bytes": ("MODELROUTER_MAX_CONTROL_BODY_BYTES", int),
             "max_streams": ("MODELROUTER_MAX_STREAMS", int),

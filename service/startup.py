@@ -46,6 +46,7 @@ from service.supervision.downloads import DownloadSupervisor
 from service.supervision.effects import Effects, LoggedSpawn
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.interpreter import Interpreter
+from service.supervision.log_files import LogLimits
 from service.supervision.on_demand import OnDemandFiles
 from service.supervision.removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
@@ -133,7 +134,8 @@ async def start(settings: Settings) -> Runtime:
 def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapshotter: Snapshotter) -> Runtime:
     """The composition root: the interpreter, the supervisors over it, metrics, the HTTP client."""
     interpreter = Interpreter(live)  # the one writer of what the supervisors decide
-    worker_logs = WorkerLogs(settings.home, secrets=settings.secrets())
+    limits = LogLimits(settings.worker_log_max_bytes, settings.worker_log_backups, settings.worker_log_budget_bytes)
+    worker_logs = WorkerLogs(settings.home, limits=limits, secrets=settings.secrets())
     effects = Effects(spawn=LoggedSpawn(worker_logs))  # each worker's lines: the service's log and its own file
     downloads = DownloadSupervisor(settings, live, effects, interpreter=interpreter)
     files = OnDemandFiles(settings, live, downloads)

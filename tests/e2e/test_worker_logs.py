@@ -57,10 +57,16 @@ def test_the_load_log_is_in_the_file_and_on_the_console_only_at_verbose(tmp_path
         prefix = f"[inference:tiny-a:{instance}] "
         lines = eventually(lambda: _forwarded(quiet, prefix), "a forwarded line")
         assert not [ln for ln in lines if "print_info" in ln]
-    with ServiceProcess(tmp_path / "verbose", env=env, args=["-v"]) as verbose:
+    # -v, and small files: the load log rotates past MODELROUTER_WORKER_LOG_MAX_BYTES, one backup kept.
+    small = {**env, "MODELROUTER_WORKER_LOG_MAX_BYTES": "4096", "MODELROUTER_WORKER_LOG_BACKUPS": "1"}
+    with ServiceProcess(tmp_path / "verbose", env=small, args=["-v"]) as verbose:
         instance, path = _loaded(verbose)
         prefix = f"[inference:tiny-a:{instance}] "
         eventually(lambda: [ln for ln in _forwarded(verbose, prefix) if "print_info" in ln], "the load log forwarded")
+        backup = path.with_name(path.name + ".1")
+        eventually(backup.exists, "the file rotated")
+        assert sorted(p.name for p in path.parent.iterdir()) == [path.name, backup.name]
+        assert path.stat().st_size <= 4096 and backup.stat().st_size <= 4096
 
 
 @pytest.mark.timeout(90)
