@@ -80,6 +80,7 @@ class LogStream:
         self.written = 0  # lines written (writer thread only)
         self.dropped = 0  # lines dropped because the writer was behind (event loop only)
         self._unreported = 0
+        self._closed = False  # a grandchild holding the pipe past the worker's exit writes nowhere
 
     @property
     def pending(self) -> int:
@@ -87,6 +88,8 @@ class LogStream:
 
     def feed(self, line: bytes) -> None:
         """Queue one line (without its newline); dropped and counted when too many are pending."""
+        if self._closed:
+            return
         if self.pending >= self._logs.max_pending:
             self.dropped += 1
             self._unreported += 1
@@ -102,6 +105,9 @@ class LogStream:
 
     async def close(self) -> None:
         """Write what is queued (and any drop count), close the file; returns once it is on disk."""
+        if self._closed:
+            return
+        self._closed = True
         if self._unreported:
             self._put(f"[modelrouter] {self._unreported} lines dropped (the worker wrote faster than its log)")
             self._unreported = 0
