@@ -29,6 +29,7 @@ from service.core.events import EVENT_TYPES
 from service.core.state import RouterState
 from service.core.superseding import SUPERSEDING, Entry, Superseding, fold_superseding, plan
 from service.event_store.codec import decode_rows
+from service.event_store.replay_summary import SUMMARY_SQL, Summary, plan_summary
 from service.event_store.statements import autobegin, raw_sql
 
 __all__ = ["Page", "entries", "fold_page", "fold_rows", "read_page"]
@@ -116,6 +117,11 @@ _ENVELOPES_SQL = {
     "sqlite": "SELECT position, event_id, source, recorded_at FROM events WHERE position IN ({})",
     "postgresql": "SELECT position, event_id, source::text, recorded_at FROM events WHERE position IN ({})",
 }
+_ROWS_SQL = {
+    "sqlite": "SELECT position, event_id, type, schema_version, model, data, source, recorded_at "
+    "FROM events WHERE position IN ({})",
+}
+"""Whole rows by position, in ``select_page_raw``'s shape (the summary is SQLite's only)."""
 _CHUNK = 500
 """Positions per envelope query (far below every driver's limit on parameters)."""
 
@@ -135,26 +141,50 @@ def read_page(conn: Connection, after: int, limit: int) -> Page:
     """The next page after ``after``, planned: only the kept rows, with their envelopes.
 
     The last row read is always kept (nothing after it supersedes it), so folding the page
-    leaves the state at the page's last position."""
+    leaves the state at the page's last position. On SQLite the page is planned from its
+    summary (:mod:`~service.event_store.replay_summary`) when that can be read for sure."""
     autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
+        if conn.dialect.name == "sqlite":
+            summary = _summary(cursor, after, limit, conn.dialect.dbapi)
+            if summary is not None:
+                count, positions, stands_for = summary
+                return Page(count, _rows_at(conn, cursor, positions), stands_for)
         cursor.execute(raw_sql(conn, _KEYS_SQL[conn.dialect.name]), (int(after), int(limit)))
         rows = cursor.fetchall()
         weights = plan(entries(rows))
         kept = [row for row, weight in zip(rows, weights, strict=True) if weight >= 0]
         missing = [row[0] for row in kept if row[1] is None]
-        envelopes: dict[int, tuple[Any, ...]] = {}  # Any: as in entries
-        for start in range(0, len(missing), _CHUNK):
-            chunk = missing[start : start + _CHUNK]
-            sql = _ENVELOPES_SQL[conn.dialect.name].format(", ".join("?" * len(chunk)))
-            cursor.execute(raw_sql(conn, sql), chunk)
-            envelopes.update((row[0], row) for row in cursor.fetchall())
+        envelopes = {row[0]: row for row in _rows_at(conn, cursor, missing, _ENVELOPES_SQL)}
     finally:
         cursor.close()
     if envelopes:
         kept = [row if row[1] is not None else _with_envelope(row, envelopes[row[0]]) for row in kept]
     return Page(len(rows), kept, [weight for weight in weights if weight >= 0])
+
+
+# Any: a DBAPI cursor and module.
+def _summary(cursor: Any, after: int, limit: int, dbapi: Any) -> Summary | None:
+    try:
+        cursor.execute(SUMMARY_SQL, (int(after), int(limit)))
+        return plan_summary(cursor.fetchone())
+    except dbapi.OperationalError:  # a BLOB payload that is not UTF-8: row by row reads it as bytes
+        return None
+
+
+# Any: a DBAPI cursor, and rows as in entries.
+def _rows_at(
+    conn: Connection, cursor: Any, positions: list[int], statements: dict[str, str] | None = None
+) -> list[tuple[Any, ...]]:
+    """The rows at ``positions`` (ascending), whole or (``statements``) as those select them."""
+    found: dict[int, tuple[Any, ...]] = {}
+    for start in range(0, len(positions), _CHUNK):
+        chunk = positions[start : start + _CHUNK]
+        sql = (statements or _ROWS_SQL)[conn.dialect.name].format(", ".join("?" * len(chunk)))
+        cursor.execute(raw_sql(conn, sql), chunk)
+        found.update((row[0], tuple(row)) for row in cursor.fetchall())
+    return [found[position] for position in positions]
 
 
 # Any: as in entries.
