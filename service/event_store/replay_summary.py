@@ -53,11 +53,12 @@ models, how many models the string cannot stand for, and the payloads that may t
 run (``{}`` for the others)."""
 
 
-class _Key(msgspec.Struct, frozen=True):
+class _Key(msgspec.Struct, frozen=True, gc=False):
     """What the plan reads of a payload: the rules' subjects and totals. A subject may be absent
     or null here (the row then takes part in no run, as row by row, where the strict struct
     refuses it); a total is an integer, 0 when absent, as row by row. Equal keys compare equal
-    in C, which is what grouping a run's rows needs."""
+    in C, which is what grouping a run's rows needs. Untracked by the garbage collector (it holds
+    no containers): a page makes thousands."""
 
     instance_id: str | None = None
     job_id: str | None = None
