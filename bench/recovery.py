@@ -97,7 +97,8 @@ async def run():
     try:
         cpu = time.process_time()
         result = await rebuild_state(store)
-        print(result.duration_ms / 1000.0, time.process_time() - cpu, Path(service.__file__).parents[1])
+        seconds, replayed = result.duration_ms / 1000.0, result.events_replayed
+        print(seconds, time.process_time() - cpu, replayed, Path(service.__file__).parents[1])
     finally:
         await store.close()
 
@@ -262,8 +263,8 @@ def time_to_serving(template: Path, work: Path, kind: type[ServiceProcess], tree
         shutil.rmtree(home, ignore_errors=True)
 
 
-def time_rebuild(template: Path, work: Path, tree: Path | None) -> tuple[float, float]:
-    """``rebuild_state``'s seconds and CPU seconds, in a child process running ``tree``."""
+def time_rebuild(template: Path, work: Path, tree: Path | None) -> tuple[float, float, int]:
+    """``rebuild_state``'s seconds, CPU seconds and events replayed, in a child process running ``tree``."""
     home = _fresh_home(template, work)
     try:
         out = subprocess.run(
@@ -273,9 +274,9 @@ def time_rebuild(template: Path, work: Path, tree: Path | None) -> tuple[float, 
             text=True,
             check=True,
         )
-        seconds, cpu, ran = out.stdout.split()[-3:]
+        seconds, cpu, replayed, ran = out.stdout.split()[-4:]
         assert Path(ran) == Path(_tree_env(tree)["PYTHONPATH"]), f"ran {ran}'s service, not {tree}'s"
-        return float(seconds), float(cpu)
+        return float(seconds), float(cpu), int(replayed)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
@@ -296,8 +297,8 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
-def _cell(template: Path, work: Path, count: int, columns: list[tuple[str, Any]], tree: Path | None,
-          repeat: int, label: str) -> dict[str, float]:  # fmt: skip
+def _cell(template: Path, work: Path, columns: list[tuple[str, Any]], tree: Path | None, repeat: int,
+          label: str) -> dict[str, float]:  # fmt: skip
     """Medians of ``repeat`` runs of each column, each run printed with its load and events/s."""
     runs: dict[str, list[float]] = {}
     for _ in range(repeat):
@@ -307,10 +308,10 @@ def _cell(template: Path, work: Path, count: int, columns: list[tuple[str, Any]]
             runs.setdefault(name, []).append(seconds)
             print(f"    {label} {name}: {seconds:.3f}s to serving (load {load:.2f})", flush=True)
         load = _load()
-        seconds, cpu = time_rebuild(template, work, tree)
+        seconds, cpu, replayed = time_rebuild(template, work, tree)
         runs.setdefault("rebuild_state", []).append(seconds)
         runs.setdefault("rebuild_cpu", []).append(cpu)
-        rate = f", {count / seconds:,.0f} events/s" if count and seconds else ""
+        rate = f", {replayed:,} events replayed, {replayed / seconds:,.0f} events/s" if replayed and seconds else ""
         print(f"    {label} rebuild_state: {seconds:.3f}s, CPU {cpu:.3f}s{rate} (load {load:.2f})", flush=True)
     return {name: float(statistics.median(values)) for name, values in runs.items()}
 
@@ -355,7 +356,7 @@ def main() -> None:
             for with_snap, template in ((False, plain), (True, snap)):
                 print(f"  {'snap' if with_snap else 'no snap'}:", flush=True)
                 for label, tree in trees:
-                    cell = _cell(template, work, counts[size], columns, tree, args.repeat, label)
+                    cell = _cell(template, work, columns, tree, args.repeat, label)
                     results[label][(size, with_snap)] = cell
         names = [name for name, _ in columns] + ["rebuild_state", "rebuild_cpu"]
         for label, _ in trees:
