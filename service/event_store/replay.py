@@ -18,12 +18,16 @@ read), in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncGenerator, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.core.events import EVENT_TYPES
 from service.core.state import RouterState
@@ -32,7 +36,7 @@ from service.event_store.codec import decode_rows
 from service.event_store.replay_summary import SUMMARY_SQL, Summary, plan_summary
 from service.event_store.statements import autobegin, raw_sql
 
-__all__ = ["Page", "entries", "fold_page", "fold_rows", "read_page"]
+__all__ = ["Page", "entries", "fold_page", "fold_rows", "planned_pages", "read_page"]
 
 _Key = Callable[[str | bytes], tuple[Hashable, bool]]
 """Payload text -> ``(run, complete)``; raises ``msgspec.DecodeError`` for anything else."""
@@ -137,19 +141,20 @@ class Page:
     stands_for: list[int]
 
 
-def read_page(conn: Connection, after: int, limit: int) -> Page:
+def read_page(conn: Connection, after: int, limit: int, *, summary: bool = True) -> Page:
     """The next page after ``after``, planned: only the kept rows, with their envelopes.
 
     The last row read is always kept (nothing after it supersedes it), so folding the page
     leaves the state at the page's last position. On SQLite the page is planned from its
-    summary (:mod:`~service.event_store.replay_summary`) when that can be read for sure."""
+    summary (:mod:`~service.event_store.replay_summary`) when that can be read for sure, unless
+    ``summary`` is False (the caller already found it could not)."""
     autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
-        if conn.dialect.name == "sqlite":
-            summary = _summary(cursor, after, limit, conn.dialect.dbapi)
-            if summary is not None:
-                count, positions, stands_for = summary
+        if summary and conn.dialect.name == "sqlite":
+            planned = _summary(cursor, after, limit, conn.dialect.dbapi)
+            if planned is not None:
+                count, positions, stands_for = planned
                 return Page(count, _rows_at(conn, cursor, positions), stands_for)
         cursor.execute(raw_sql(conn, _KEYS_SQL[conn.dialect.name]), (int(after), int(limit)))
         rows = cursor.fetchall()
@@ -162,6 +167,72 @@ def read_page(conn: Connection, after: int, limit: int) -> Page:
     if envelopes:
         kept = [row if row[1] is not None else _with_envelope(row, envelopes[row[0]]) for row in kept]
     return Page(len(rows), kept, [weight for weight in weights if weight >= 0])
+
+
+async def planned_pages(conn: AsyncConnection, after: int, limit: int) -> AsyncGenerator[Page, None]:
+    """:func:`read_page`'s pages from ``after`` to the log's end (close it when stopping early:
+    ``contextlib.aclosing``).
+
+    On SQLite the summary of the page after the next is read in the driver's thread, where
+    SQLite runs without the GIL (~40% of a 1M-event replay's CPU), while the caller folds this
+    page and the next one is planned: two cores replay at once."""
+    if conn.dialect.name != "sqlite":
+        while True:
+            page = await conn.run_sync(read_page, after, limit)
+            yield page
+            if page.count < limit:
+                return
+            after = page.kept[-1][0]
+    driver = (await conn.get_raw_connection()).driver_connection  # aiosqlite's: one queue, in order
+    row = await _summary_row(driver, after, limit)
+    pending = await _next_summary(driver, row, limit)
+    try:
+        while True:
+            planned = plan_summary(row) if row is not None else None  # while the next summary is read
+            if planned is None:  # row by row (in the driver's queue behind the next summary)
+                page = await conn.run_sync(read_page, after, limit, summary=False)
+            else:
+                count, positions, stands_for = planned
+                page = Page(count, await conn.run_sync(_rows_of, positions), stands_for)
+            if page.count < limit:
+                yield page
+                return
+            after = page.kept[-1][0]
+            row = await pending if pending is not None else await _summary_row(driver, after, limit)
+            pending = await _next_summary(driver, row, limit)
+            yield page  # folded while the summary after the next is read
+    finally:
+        if pending is not None:  # a caller that stopped early: let the query end (a few ms), unread
+            with contextlib.suppress(Exception):
+                await pending
+
+
+# Any: the aiosqlite connection and a summary row.
+async def _next_summary(driver: Any, row: Any, limit: int) -> asyncio.Task[Any] | None:
+    """The summary of the page after ``row``'s, on its way (None: ``row`` is the last page, or
+    unreadable, so where the next starts is known only once it is read row by row)."""
+    if row is None or row[0] < limit:
+        return None
+    task = asyncio.ensure_future(_summary_row(driver, int(row[1].rpartition(",")[2]), limit))
+    await asyncio.sleep(0)  # one step: its query is on the driver's queue before what is awaited next
+    return task
+
+
+# Any: the aiosqlite connection and its rows.
+async def _summary_row(driver: Any, after: int, limit: int) -> Any:
+    """The page's summary row, or None where its text is not UTF-8 (row by row reads it as bytes)."""
+    try:
+        return (await driver.execute_fetchall(SUMMARY_SQL, (int(after), int(limit))))[0]
+    except sqlite3.OperationalError:
+        return None
+
+
+def _rows_of(conn: Connection, positions: list[int]) -> list[tuple[Any, ...]]:  # Any: as in entries
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
+    try:
+        return _rows_at(conn, cursor, positions)
+    finally:
+        cursor.close()
 
 
 # Any: a DBAPI cursor and module.

@@ -4,9 +4,12 @@ row-by-row path, which then gives (or raises) what it always gave."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +22,12 @@ from service.core import events as ev
 from service.core.fold import replay
 from service.core.state import RouterState
 from service.event_store import replay_summary
+from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import decode_rows, dumps
-from service.event_store.replay import fold_page, read_page
+from service.event_store.replay import fold_page, planned_pages, read_page
 from service.event_store.replay_summary import SUMMARY_SQL, plan_summary
 from service.event_store.schema import metadata
+from service.migrate import upgrade
 from tests.core.test_superseding import progress_heavy
 from tests.recovery.test_fast_decode import _row
 
@@ -160,3 +165,61 @@ def test_a_run_of_a_download_is_one_entry_and_its_last_row_is_kept() -> None:
     with _log(rows) as conn:
         assert _summaries(conn, 100) == [(50, [1, 2, 49, 50], [0, 0, 46, 0])]
         assert _fold_pages(conn, iter([100])) == replay(decode_rows(rows))
+
+
+def _mixed_log() -> list[tuple[Any, ...]]:
+    """Two models' downloads in long interleaved runs, and in the middle a row that sends its
+    page down the row path."""
+    rows: list[tuple[Any, ...]] = [_requested(1, "a"), _started(2, "a"), _requested(3, "b"), _started(4, "b")]
+    for position in range(5, 120):
+        if position == 61:  # a subject that is a number: kept, and refused by the fold (an anomaly)
+            rows.append((position, f"e{position}", "download_progress", 2, "a", '{"job_id":7}', "{}", _T))
+        else:
+            rows.append(_progress(position, done=position, model="ab"[position % 3 == 0]))
+    return rows
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 50, 1000])
+async def test_planned_pages_read_ahead_and_fold_to_folding_every_row(tmp_path: Path, size: int) -> None:
+    """``planned_pages`` on a real SQLite file (the next summary read while a page is folded): every
+    page size folds to the state of folding every row, across pages read row by row."""
+    rows = _mixed_log()
+    db = tmp_path / "log.db"
+    upgrade(db)
+    with contextlib.closing(sqlite3.connect(db)) as raw, raw:
+        raw.executemany(_INSERT, rows)
+    store = AsyncEventStore(db, source={"kind": "test"})
+    try:
+        conn = await store.watch_connection()
+        try:
+            state = RouterState()
+            async with contextlib.aclosing(planned_pages(conn, 0, size)) as pages:
+                async for page in pages:
+                    state = fold_page(state, page)
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
+    assert state == replay(decode_rows(rows))
+    assert state.anomalies >= 1 and state.position == 119
+
+
+async def test_planned_pages_closed_early_leave_nothing_running(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    upgrade(db)
+    with contextlib.closing(sqlite3.connect(db)) as raw, raw:
+        raw.executemany(_INSERT, _mixed_log())
+    store = AsyncEventStore(db, source={"kind": "test"})
+    try:
+        conn = await store.watch_connection()
+        try:
+            async with contextlib.aclosing(planned_pages(conn, 0, 10)) as pages:
+                first = await anext(pages)
+            assert first.count == 10
+            assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()] == []
+            page = await conn.run_sync(read_page, 0, 10)  # the connection is still usable
+            assert page.kept == first.kept
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
