@@ -9,11 +9,16 @@ C) and msgspec reads all the payloads of the page in one call; consecutive ident
 planned as one (``plan``'s ``counts``). Only the kept rows come back whole, by position.
 
 Exactly what ``read_page``'s rows give, or nothing (``None``: the caller reads the page row by
-row) whenever the summary cannot say the same thing for sure: a model that is empty or holds
-the separator, a payload that is not text, a page whose payloads msgspec cannot all read into
-the summary's struct (malformed JSON, a subject that is not a string, a total that is not an
-integer: row by row, such a row is simply kept, or raises when decoded), rows out of order.
-``tests/recovery/test_replay_summary.py`` checks both paths on random logs.
+row) whenever the summary cannot say the same thing for sure: a model that is empty, a BLOB or
+holds the separator, a page whose payloads msgspec cannot all read into the summary's struct
+(malformed JSON, a subject that is not a string, a total that is not an integer: row by row,
+such a row is simply kept, or raises when decoded), not as many payloads as rows, rows out of
+order (a payload whose text is not UTF-8 is the caller's: the driver refuses the row). One
+limit: two malformed payloads in a row, made to complete each other into valid JSON elements
+(``{"job_id":"a"},{`` then ``"job_id":"b"}``), read as two good ones here where row by row they
+raise. No writer of the log makes such text (each appends ``dumps`` of an event); ``modelrouter
+verify`` reads every payload on its own. ``tests/recovery/test_replay_summary.py`` checks both
+paths on random logs.
 """
 
 from __future__ import annotations
