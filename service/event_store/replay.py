@@ -174,8 +174,9 @@ async def planned_pages(conn: AsyncConnection, after: int, limit: int) -> AsyncG
     ``contextlib.aclosing``).
 
     On SQLite the summary of the page after the next is read in the driver's thread, where
-    SQLite runs without the GIL (~40% of a 1M-event replay's CPU), while the caller folds this
-    page and the next one is planned: two cores replay at once."""
+    SQLite runs without the GIL (0.65-0.8 s of a 1M-event replay's 1.1-1.45 s of CPU, per
+    thread), while the caller folds this page and the next one is planned, so that a second
+    core can take that half (docs/benchmarks.md: not measurable on a saturated VM)."""
     if conn.dialect.name != "sqlite":
         while True:
             page = await conn.run_sync(read_page, after, limit)
