@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import sys
 from collections.abc import AsyncGenerator, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,9 +35,9 @@ from service.core.state import RouterState
 from service.core.superseding import SUPERSEDING, Entry, Superseding, fold_superseding, plan
 from service.event_store.codec import decode_rows
 from service.event_store.replay_summary import SUMMARY_SQL, Summary, plan_summary
-from service.event_store.statements import autobegin, raw_sql
+from service.event_store.statements import autobegin, head, raw_sql
 
-__all__ = ["Page", "entries", "fold_page", "fold_rows", "planned_pages", "read_page"]
+__all__ = ["Page", "entries", "fold_page", "fold_rows", "planned_pages", "read_page", "read_range"]
 
 _Key = Callable[[str | bytes], tuple[Hashable, bool]]
 """Payload text -> ``(run, complete)``; raises ``msgspec.DecodeError`` for anything else."""
@@ -112,7 +113,7 @@ _KEYS_SQL = {
     dialect: (
         f"SELECT position, {_NO_ENVELOPE.format('event_id')}, type, schema_version, model, {data}, "
         f"{_NO_ENVELOPE.format(source)}, {_NO_ENVELOPE.format('recorded_at')} "
-        "FROM events WHERE position > ? ORDER BY position LIMIT ?"
+        "FROM events WHERE position > ? AND position <= ? ORDER BY position LIMIT ?"
     )
     for dialect, data, source in (("sqlite", "data", "source"), ("postgresql", "data::text", "source::text"))
 }
@@ -135,28 +136,26 @@ class Page:
     """What :func:`read_page` read: the rows to fold, in order, and what each stands for."""
 
     count: int
-    """Rows read (kept or not): a page shorter than asked for is the last."""
+    """Rows read (kept or not)."""
     # Any: as in entries.
     kept: list[tuple[Any, ...]]
     stands_for: list[int]
 
 
-def read_page(conn: Connection, after: int, limit: int, *, summary: bool = True) -> Page:
-    """The next page after ``after``, planned: only the kept rows, with their envelopes.
+_NO_BOUND = 2**63 - 1
+"""``upto`` when there is none: above every position."""
+
+
+def read_page(conn: Connection, after: int, limit: int, upto: int = _NO_BOUND) -> Page:
+    """The next page after ``after`` (at most ``limit`` rows, none after ``upto``), planned row by
+    row: only the kept rows, with their envelopes.
 
     The last row read is always kept (nothing after it supersedes it), so folding the page
-    leaves the state at the page's last position. On SQLite the page is planned from its
-    summary (:mod:`~service.event_store.replay_summary`) when that can be read for sure, unless
-    ``summary`` is False (the caller already found it could not)."""
+    leaves the state at the page's last position."""
     autobegin(conn)
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # None only once invalidated
     try:
-        if summary and conn.dialect.name == "sqlite":
-            planned = _summary(cursor, after, limit, conn.dialect.dbapi)
-            if planned is not None:
-                count, positions, stands_for = planned
-                return Page(count, _rows_at(conn, cursor, positions), stands_for)
-        cursor.execute(raw_sql(conn, _KEYS_SQL[conn.dialect.name]), (int(after), int(limit)))
+        cursor.execute(raw_sql(conn, _KEYS_SQL[conn.dialect.name]), (int(after), int(upto), int(limit)))
         rows = cursor.fetchall()
         weights = plan(entries(rows))
         kept = [row for row, weight in zip(rows, weights, strict=True) if weight >= 0]
@@ -169,14 +168,31 @@ def read_page(conn: Connection, after: int, limit: int, *, summary: bool = True)
     return Page(len(rows), kept, [weight for weight in weights if weight >= 0])
 
 
-async def planned_pages(conn: AsyncConnection, after: int, limit: int) -> AsyncGenerator[Page, None]:
-    """:func:`read_page`'s pages from ``after`` to the log's end (close it when stopping early:
-    ``contextlib.aclosing``).
+def read_range(conn: Connection, after: int, upto: int) -> Page:
+    """The rows at positions ``(after, upto]`` planned: from their summary on SQLite when it can
+    be read for sure (:mod:`~service.event_store.replay_summary`), else row by row."""
+    if conn.dialect.name == "sqlite":
+        autobegin(conn)
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]  # as in read_page
+        try:
+            planned = _summary(cursor, after, upto, conn.dialect.dbapi)
+            if planned is not None:
+                count, positions, stands_for = planned
+                return Page(count, _rows_at(conn, cursor, positions), stands_for)
+        finally:
+            cursor.close()
+    return read_page(conn, after, upto - after, upto)
 
-    On SQLite the summary of the page after the next is read in the driver's thread, where
-    SQLite runs without the GIL (0.65-0.8 s of a 1M-event replay's 1.1-1.45 s of CPU, per
-    thread), while the caller folds this page and the next one is planned, so that a second
-    core can take that half (docs/benchmarks.md: not measurable on a saturated VM)."""
+
+async def planned_pages(conn: AsyncConnection, after: int, limit: int) -> AsyncGenerator[Page, None]:
+    """The planned pages of the log after ``after`` (of ``limit`` positions each) up to its head
+    when called (close it when stopping early: ``contextlib.aclosing``).
+
+    On SQLite pages are position ranges planned from their summary (:func:`read_range`), and the
+    summary of the page after the next is read in the driver's thread, where SQLite runs without
+    the GIL (about half of a 1M-event replay's CPU), while the caller folds this page and the
+    next one is planned, so that a second core takes that half (see :data:`_SWITCH`). Elsewhere
+    pages of ``limit`` rows, read row by row."""
     if conn.dialect.name != "sqlite":
         while True:
             page = await conn.run_sync(read_page, after, limit)
@@ -184,46 +200,52 @@ async def planned_pages(conn: AsyncConnection, after: int, limit: int) -> AsyncG
             if page.count < limit:
                 return
             after = page.kept[-1][0]
+    end = await conn.run_sync(head)
     driver = (await conn.get_raw_connection()).driver_connection  # aiosqlite's: one queue, in order
-    row = await _summary_row(driver, after, limit)
-    pending = await _next_summary(driver, row, limit)
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(_SWITCH)
+    pending = await _read_ahead(driver, after, limit, end)
     try:
-        while True:
+        while pending is not None:  # None once past the head
+            row = await pending
+            pending = await _read_ahead(driver, after + limit, limit, end)
             planned = plan_summary(row) if row is not None else None  # while the next summary is read
             if planned is None:  # row by row (in the driver's queue behind the next summary)
-                page = await conn.run_sync(read_page, after, limit, summary=False)
+                page = await conn.run_sync(read_page, after, limit, after + limit)
             else:
                 count, positions, stands_for = planned
                 page = Page(count, await conn.run_sync(_rows_of, positions), stands_for)
-            if page.count < limit:
-                yield page
-                return
-            after = page.kept[-1][0]
-            row = await pending if pending is not None else await _summary_row(driver, after, limit)
-            pending = await _next_summary(driver, row, limit)
-            yield page  # folded while the summary after the next is read
+            after += limit
+            yield page  # folded while the next summary is read
     finally:
+        sys.setswitchinterval(switching)
         if pending is not None:  # a caller that stopped early: let the query end (a few ms), unread
             with contextlib.suppress(Exception):
                 await pending
 
 
+_SWITCH = 0.0005
+"""The interpreter's switch interval while pages are read ahead (the default is 5 ms). The
+driver's thread needs the GIL for a moment to start the next summary; with the default it waited
+for most of the planning it was meant to run beside (1M events: 1.03-1.28 s wall for 1.1-1.2 s
+of CPU, and 0.72-0.77 s with this, at 20,000 positions a page)."""
+
+
 # Any: the aiosqlite connection and a summary row.
-async def _next_summary(driver: Any, row: Any, limit: int) -> asyncio.Task[Any] | None:
-    """The summary of the page after ``row``'s, on its way (None: ``row`` is the last page, or
-    unreadable, so where the next starts is known only once it is read row by row)."""
-    if row is None or row[0] < limit:
+async def _read_ahead(driver: Any, after: int, limit: int, end: int) -> asyncio.Task[Any] | None:
+    """The summary of positions ``(after, after + limit]`` on its way (None past ``end``)."""
+    if after >= end:
         return None
-    task = asyncio.ensure_future(_summary_row(driver, int(row[1].rpartition(",")[2]), limit))
+    task = asyncio.ensure_future(_summary_row(driver, after, after + limit))
     await asyncio.sleep(0)  # one step: its query is on the driver's queue before what is awaited next
     return task
 
 
 # Any: the aiosqlite connection and its rows.
-async def _summary_row(driver: Any, after: int, limit: int) -> Any:
+async def _summary_row(driver: Any, after: int, upto: int) -> Any:
     """The page's summary row, or None where its text is not UTF-8 (row by row reads it as bytes)."""
     try:
-        return (await driver.execute_fetchall(SUMMARY_SQL, (int(after), int(limit))))[0]
+        return (await driver.execute_fetchall(SUMMARY_SQL, (int(after), int(upto))))[0]
     except sqlite3.OperationalError:
         return None
 
@@ -237,9 +259,9 @@ def _rows_of(conn: Connection, positions: list[int]) -> list[tuple[Any, ...]]:  
 
 
 # Any: a DBAPI cursor and module.
-def _summary(cursor: Any, after: int, limit: int, dbapi: Any) -> Summary | None:
+def _summary(cursor: Any, after: int, upto: int, dbapi: Any) -> Summary | None:
     try:
-        cursor.execute(SUMMARY_SQL, (int(after), int(limit)))
+        cursor.execute(SUMMARY_SQL, (int(after), int(upto)))
         return plan_summary(cursor.fetchone())
     except dbapi.OperationalError:  # a BLOB payload that is not UTF-8: row by row reads it as bytes
         return None

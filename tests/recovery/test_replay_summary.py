@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import sqlite3
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,9 +26,10 @@ from service.core.state import RouterState
 from service.event_store import replay_summary
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import decode_rows, dumps
-from service.event_store.replay import fold_page, planned_pages, read_page
+from service.event_store.replay import fold_page, planned_pages, read_page, read_range
 from service.event_store.replay_summary import SUMMARY_SQL, plan_summary
 from service.event_store.schema import metadata
+from service.event_store.statements import head
 from service.migrate import upgrade
 from tests.core.test_superseding import progress_heavy
 from tests.recovery.test_fast_decode import _row
@@ -51,25 +54,23 @@ def _log(rows: Sequence[tuple[Any, ...]]) -> Iterator[Connection]:
 
 
 def _fold_pages(conn: Connection, sizes: Iterator[int]) -> RouterState:
-    state = RouterState()
-    while True:
-        size = next(sizes)
-        page = read_page(conn, state.position, size)
-        state = fold_page(state, page)
-        if page.count < size:
-            return state
+    """The log folded in position ranges of the given sizes, as ``planned_pages`` reads them."""
+    state, after, end = RouterState(), 0, head(conn)
+    while after < end:
+        upto = after + next(sizes)
+        state = fold_page(state, read_range(conn, after, upto))
+        after = upto
+    return state
 
 
 def _summaries(conn: Connection, size: int) -> list[replay_summary.Summary | None]:
     raw = conn.connection.dbapi_connection
     assert raw is not None
-    out, after = [], 0
-    while True:
-        row = raw.execute(SUMMARY_SQL, (after, size)).fetchone()
-        out.append(plan_summary(row))
-        if row[0] < size:
-            return out
-        after = max(int(p) for p in row[1].split(","))
+    out, after, end = [], 0, head(conn)
+    while after < end:
+        out.append(plan_summary(raw.execute(SUMMARY_SQL, (after, after + size)).fetchone()))
+        after += size
+    return out
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # 2 busy cores
@@ -77,7 +78,9 @@ def _summaries(conn: Connection, size: int) -> list[replay_summary.Summary | Non
 def test_pages_planned_from_their_summary_fold_to_folding_every_row(
     events: list[ev.Recorded], data: st.DataObject
 ) -> None:
-    rows = [_row(r) for r in events]
+    gaps = data.draw(st.lists(st.sampled_from([1, 1, 1, 2, 9]), min_size=len(events), max_size=len(events)))
+    positions = list(itertools.accumulate(gaps))  # positions need not be consecutive
+    rows = [(position, *_row(r)[1:]) for position, r in zip(positions, events, strict=True)]
     expected = replay(decode_rows(rows))
     with _log(rows) as conn:
         assert None not in _summaries(conn, 7)  # the store's own rows: never the row path
@@ -168,10 +171,12 @@ def test_a_run_of_a_download_is_one_entry_and_its_last_row_is_kept() -> None:
 
 
 def _mixed_log() -> list[tuple[Any, ...]]:
-    """Two models' downloads in long interleaved runs, and in the middle a row that sends its
-    page down the row path."""
+    """Two models' downloads in long interleaved runs, a gap in the positions, and a row that
+    sends its page down the row path."""
     rows: list[tuple[Any, ...]] = [_requested(1, "a"), _started(2, "a"), _requested(3, "b"), _started(4, "b")]
     for position in range(5, 120):
+        if 30 <= position < 45:  # a gap (positions are not always consecutive): whole pages of nothing
+            continue
         if position == 61:  # a subject that is a number: kept, and refused by the fold (an anomaly)
             rows.append((position, f"e{position}", "download_progress", 2, "a", '{"job_id":7}', "{}", _T))
         else:
@@ -213,8 +218,11 @@ async def test_planned_pages_closed_early_leave_nothing_running(tmp_path: Path) 
     try:
         conn = await store.watch_connection()
         try:
+            switching = sys.getswitchinterval()
             async with contextlib.aclosing(planned_pages(conn, 0, 10)) as pages:
                 first = await anext(pages)
+                assert sys.getswitchinterval() < switching  # the read-ahead's, while it reads
+            assert sys.getswitchinterval() == switching
             assert first.count == 10
             assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()] == []
             page = await conn.run_sync(read_page, 0, 10)  # the connection is still usable
