@@ -33,6 +33,7 @@ from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, from_append
 from service.event_store.rows import LogDiskFull, StoreUnavailable
+from service.hop_client import hop_client
 from service.live_state import LiveState
 from service.metrics import Gauges, RouterMetrics
 from service.migrate import upgrade, upgrade_url
@@ -154,10 +155,10 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
     interpreter = Interpreter(live)  # the one writer of what the supervisors decide
     downloads = DownloadSupervisor(settings, live, interpreter=interpreter)
     files = OnDemandFiles(settings, live, downloads)
-    http = httpx.AsyncClient(
+    http = hop_client(
         # llama-server's -to/--timeout on the hop to the workers, as its router applies it to its children.
-        timeout=httpx.Timeout(10.0, read=settings.timeout, write=settings.timeout, pool=None),
-        limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        httpx.Timeout(10.0, read=settings.timeout, write=settings.timeout, pool=None),
+        httpx.Limits(max_connections=256, max_keepalive_connections=64),
     )
     snapshots = SleepSnapshots(http)
     instances = InstanceSupervisor(settings, live, interpreter=interpreter, files=files, snapshots=snapshots)
