@@ -57,6 +57,12 @@ class StoreUnavailable(RuntimeError):
     The API answers 503 ``store_unavailable``."""
 
 
+FULL_RETRY_FIRST_S = 0.25
+"""A writer that must not lose an event retries it on a full disk after this long, then twice as long..."""
+FULL_RETRY_CAP_S = 5.0
+"""... up to this long between tries (the workers' lifecycle events, the service's record of a worker's exit)."""
+
+
 class LogDiskFull(RuntimeError):
     """The disk that holds the log is full (SQLite's ``SQLITE_FULL``, ``ENOSPC``, PostgreSQL's
     ``53100 disk_full``): nothing was acknowledged, and appends succeed again once there is

@@ -360,9 +360,9 @@ class InstanceSupervisor:
         if model is None:
             return
         await self.live.sync()  # fold what the worker recorded before it exited
-        in_flight = self.busy.get(model, 0)
-        async with self._lock:
-            applied = await self.interpreter.apply(lambda s: exits.decide_exit(s, model, instance_id, exit_, in_flight))
+        applied = await self.interpreter.apply_durably(
+            lambda s: exits.decide_exit(s, model, instance_id, exit_, self.busy.get(model, 0)), self._lock
+        )
         if applied.answer:
             error = applied.state.models[model].last_error
             _log.warning("instance_crashed", model=model, instance_id=instance_id, reason=error and error.message)
