@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from service.core.liveness import HEARTBEAT_S, Beat, first_beat, heard
+from service.hop_client import hop_client
 from service.supervision.effects import Clock, Probe
 
 PROBE_TIMEOUT_S = 5.0  # one question's limit; the hang bound is judged from the last answer, not from this
@@ -64,8 +65,8 @@ class Heartbeats:
         self.beats[instance_id] = heard(last, self._clock.monotonic(), steps, running, waiting)
 
     async def _ask_http(self, endpoint: str, timeout: float) -> Mapping[str, Any] | None:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=timeout)
+        if self._client is None:  # its own pool: a proxy pool full of long answers must not hold heartbeats back
+            self._client = hop_client(httpx.Timeout(timeout), httpx.Limits())
         try:
             answer = await self._client.get(endpoint + "/engine/heartbeat")
             body = answer.json() if answer.status_code == 200 else None

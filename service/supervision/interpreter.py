@@ -74,19 +74,23 @@ class Interpreter:
         self,
         decide: Callable[[RouterState], Decision[A]],
         lock: asyncio.Lock,
+        give_up: Callable[[], bool],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> Applied[A]:
         """:meth:`apply` under ``lock`` for a decision whose events must not be lost (what became of a
         worker that exited): while the log's disk refuses appends, decide again over the newest fold and
         retry, 0.25 s apart, doubling up to 5 s, as the workers retry their own lifecycle events. The
         lock is let go between tries, so other decisions meet the full disk themselves (a 507) rather
-        than wait behind this one."""
+        than wait behind this one. Raises ``LogDiskFull`` once ``give_up()`` (a shut-down: the next
+        start's recovery records what is left)."""
         delay = FULL_RETRY_FIRST_S
         while True:
             try:
                 async with lock:
                     return await self.apply(decide)
             except LogDiskFull as exc:
+                if give_up():
+                    raise
                 _log.warning("decision_not_recorded_yet", retry_in_s=delay, error=str(exc))
                 await sleep(delay)
                 delay = min(delay * 2, FULL_RETRY_CAP_S)
