@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import http.server
-import shutil
 import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +12,7 @@ import httpx
 import pytest
 
 from service.hop_client import hop_client
+from tests.tls import self_signed
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
@@ -42,13 +41,7 @@ def _serve(tls: ssl.SSLContext | None) -> Iterator[str]:
 
 @pytest.fixture
 def cert(tmp_path: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)  # fmt: skip
-    return cert, key
+    return self_signed(tmp_path)
 
 
 @pytest.fixture
