@@ -82,6 +82,14 @@ class LogDiskFull(RuntimeError):
         cause = disk_full_cause(exc)
         return None if cause is None else cls(location, describe(cause))
 
+    @classmethod
+    def raise_if(cls, exc: BaseException, location: str) -> None:
+        """Raise ``exc`` as a full disk (from ``exc``) when it is one; else return, for the caller's own
+        handling: every writer translates a driver's error in this one place."""
+        full = cls.of(exc, location)
+        if full is not None:
+            raise full from exc
+
 
 class ConcurrencyConflict(Exception):
     """An event about ``model`` was appended after the state a decision was based on;
