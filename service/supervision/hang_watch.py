@@ -50,7 +50,7 @@ class HangWatch:
     async def check(self) -> None:
         """Watch the ready workers of this node, and give up those the core calls hung."""
         bound = self._settings.hang_timeout
-        self.heartbeats.watch(watched(self._live.state, self._settings.node, bound))
+        self.heartbeats.watch(watched(self._live.state, self._settings.node, bound), self.leases.busy())
         beats = self.heartbeats.beats
         await self._interpreter.apply(lambda s: decide_liveness(s, beats, self._facts(), bound))
 
