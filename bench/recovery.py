@@ -17,7 +17,13 @@ format. Then, on a fresh copy of that log per run:
 shutdown leaves) taken with ``save_snapshot``. Ratios compare with the empty-log
 baseline of the same column measured in the same run, and snap vs no snap.
 
-    python bench/recovery.py [--sizes 1000,100000,1000000] [--repeat 3] [--keep DIR]
+``rebuild_state`` runs in a child process (its CPU seconds are printed too), so
+that ``--baseline DIR`` (another checkout, e.g. ``git worktree add /tmp/old
+main``) can run the same cells with that checkout's ``service`` package, taking
+turns with this one's, cell by cell: on a busy machine the ratio is what holds.
+Every run prints the CPU, the load average (1 min) before it, and events/s.
+
+    python bench/recovery.py [--sizes 1000,100000,1000000] [--repeat 3] [--keep DIR] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -77,6 +83,28 @@ startup.LiveState = RebuildingLiveState
 from service.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+
+REBUILD = """
+import asyncio, sys, time
+from pathlib import Path
+import service
+from service.event_store.async_store import AsyncEventStore
+from service.recovery.rebuild import rebuild_state
+
+async def run():
+    store = AsyncEventStore(Path(sys.argv[1]), source={"kind": "bench"})
+    try:
+        cpu = time.process_time()
+        result = await rebuild_state(store)
+        seconds, replayed = result.duration_ms / 1000.0, result.events_replayed
+        print(seconds, time.process_time() - cpu, replayed, Path(service.__file__).parents[1])
+    finally:
+        await store.close()
+
+asyncio.run(run())
+"""
+# The in-process fold rebuild of one checkout: prints its seconds and CPU seconds.
 
 
 # --- building logs ------------------------------------------------------------
@@ -218,9 +246,14 @@ def _fresh_home(template: Path, work: Path) -> Path:
     return home
 
 
-def time_to_serving(template: Path, work: Path, kind: type[ServiceProcess]) -> float:
+def _tree_env(tree: Path | None) -> dict[str, str]:
+    """The environment that makes a child run ``tree``'s ``service`` package (None: this checkout's)."""
+    return {**ENV, "PYTHONPATH": str(tree if tree is not None else Path(__file__).resolve().parents[1])}
+
+
+def time_to_serving(template: Path, work: Path, kind: type[ServiceProcess], tree: Path | None) -> float:
     home = _fresh_home(template, work)
-    proc = kind(home, env=ENV)
+    proc = kind(home, env=_tree_env(tree))
     started = time.perf_counter()
     try:
         proc.start(timeout=600)
@@ -230,24 +263,57 @@ def time_to_serving(template: Path, work: Path, kind: type[ServiceProcess]) -> f
         shutil.rmtree(home, ignore_errors=True)
 
 
-def time_rebuild(template: Path, work: Path) -> float:
+def time_rebuild(template: Path, work: Path, tree: Path | None) -> tuple[float, float, int]:
+    """``rebuild_state``'s seconds, CPU seconds and events replayed, in a child process running ``tree``."""
     home = _fresh_home(template, work)
-
-    async def run() -> float:
-        store = AsyncEventStore(home / "modelrouter.db", source={"kind": "bench"})
-        try:
-            return (await rebuild_state(store)).duration_ms / 1000.0
-        finally:
-            await store.close()
-
     try:
-        return asyncio.run(run())
+        out = subprocess.run(
+            [sys.executable, "-c", REBUILD, str(home / "modelrouter.db")],
+            env={**os.environ, **_tree_env(tree)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        seconds, cpu, replayed, ran = out.stdout.split()[-4:]
+        assert Path(ran) == Path(_tree_env(tree)["PYTHONPATH"]), f"ran {ran}'s service, not {tree}'s"
+        return float(seconds), float(cpu), int(replayed)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _median(fn: Any, repeat: int) -> float:
-    return float(statistics.median(fn() for _ in range(repeat)))
+def machine() -> str:
+    """CPU model, cores, Python, SQLite: printed at the top of every run."""
+    model = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    cores = len(os.sched_getaffinity(0))
+    return f"{model}, {cores} cores, Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}"
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def _cell(template: Path, work: Path, columns: list[tuple[str, Any]], tree: Path | None, repeat: int,
+          label: str) -> dict[str, float]:  # fmt: skip
+    """Medians of ``repeat`` runs of each column, each run printed with its load and events/s."""
+    runs: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        for name, kind in columns:
+            load = _load()
+            seconds = time_to_serving(template, work, kind, tree)
+            runs.setdefault(name, []).append(seconds)
+            print(f"    {label} {name}: {seconds:.3f}s to serving (load {load:.2f})", flush=True)
+        load = _load()
+        seconds, cpu, replayed = time_rebuild(template, work, tree)
+        runs.setdefault("rebuild_state", []).append(seconds)
+        runs.setdefault("rebuild_cpu", []).append(cpu)
+        rate = f", {replayed:,} events replayed, {replayed / seconds:,.0f} events/s" if replayed and seconds else ""
+        print(f"    {label} rebuild_state: {seconds:.3f}s, CPU {cpu:.3f}s{rate} (load {load:.2f})", flush=True)
+    return {name: float(statistics.median(values)) for name, values in runs.items()}
 
 
 def main() -> None:
@@ -255,17 +321,23 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,100000,1000000")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="build logs here and keep them (reused when present)")
+    parser.add_argument("--baseline", type=Path, help="another checkout: the same cells with its service package")
     args = parser.parse_args()
     _check_row_format()
+    print(f"{machine()}; FOLD_VERSION={FOLD_VERSION}; load {os.getloadavg()}", flush=True)
     wired = "rebuild_state" in (Path(__file__).resolve().parents[1] / "service" / "startup.py").read_text()
     columns: list[tuple[str, Any]] = [("service", ServiceProcess)]
     if not wired:
         columns.append(("service+rebuild", _ShimProcess))
+    trees: list[tuple[str, Path | None]] = [("this", None)]
+    if args.baseline is not None:
+        trees.append(("baseline", args.baseline.resolve()))
     sizes = [0, *(int(s) for s in args.sizes.split(","))]
     with contextlib.ExitStack() as stack:
-        work = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-recovery-")))
+        work = (args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-recovery-")))).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        results: dict[tuple[int, bool], dict[str, float]] = {}
+        os.chdir(work)  # `python -m`/`-c` children put their cwd first on sys.path: no checkout there
+        results: dict[str, dict[tuple[int, bool], dict[str, float]]] = {label: {} for label, _ in trees}
         counts: dict[int, int] = {}
         for size in sizes:
             plain, snap = work / f"log-{size}.db", work / f"log-{size}-snap.db"
@@ -282,16 +354,30 @@ def main() -> None:
                 f"log {counts[size]:>9,} events: built in {built:.1f}s, {plain.stat().st_size / 1e6:.0f} MB", flush=True
             )
             for with_snap, template in ((False, plain), (True, snap)):
-                cell: dict[str, float] = {}
-                for name, kind in columns:
-                    cell[name] = _median(lambda k=kind, tp=template: time_to_serving(tp, work, k), args.repeat)
-                cell["rebuild_state"] = _median(lambda tp=template: time_rebuild(tp, work), args.repeat)
-                results[(size, with_snap)] = cell
-                print(
-                    f"  {'snap' if with_snap else 'no snap'}: " + ", ".join(f"{k} {v:.3f}s" for k, v in cell.items()),
-                    flush=True,
-                )
-        _print_table(results, counts, [name for name, _ in columns] + ["rebuild_state"], wired)
+                print(f"  {'snap' if with_snap else 'no snap'}:", flush=True)
+                for label, tree in trees:
+                    cell = _cell(template, work, columns, tree, args.repeat, label)
+                    results[label][(size, with_snap)] = cell
+        names = [name for name, _ in columns] + ["rebuild_state", "rebuild_cpu"]
+        for label, _ in trees:
+            print(f"\n{label}:")
+            _print_table(results[label], counts, names, wired)
+        if args.baseline is not None:
+            _print_ratios(results["this"], results["baseline"], counts, names)
+
+
+def _print_ratios(
+    this: dict[tuple[int, bool], dict[str, float]],
+    baseline: dict[tuple[int, bool], dict[str, float]],
+    counts: dict[int, int],
+    names: list[str],
+) -> None:
+    """This checkout's medians over the baseline's, cell by cell (measured taking turns)."""
+    print("\nthis / baseline (medians of the same run):")
+    print(f"{'events':>9} {'snapshot':>8}  " + "  ".join(f"{n:>14}" for n in names))
+    for key, cell in this.items():
+        parts = [f"{cell[n] / baseline[key][n]:>14.2f}" if baseline[key][n] else f"{'-':>14}" for n in names]
+        print(f"{counts[key[0]]:>9,} {'yes' if key[1] else 'no':>8}  " + "  ".join(parts))
 
 
 def _print_table(

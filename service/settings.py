@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -203,6 +204,12 @@ class Settings:
             msg = "--node needs a postgresql:// --database-url (the shared log) and an --advertise-url"
             raise ValueError(msg)
         parse_margin(self.models_memory_margin, 1)  # a bad margin fails at start, naming it
+        if not self.timeout >= 1:  # llama-server takes any integer; a read or write limit must be a second at least
+            msg = f"timeout (-to/--timeout, MODELROUTER_TIMEOUT) must be a number of seconds >= 1, got {self.timeout:g}"
+            raise ValueError(msg)
+        if not 0 <= self.hang_timeout < math.inf:  # also refuses NaN, which would turn the watch off unsaid
+            msg = f"hang_timeout (--hang-timeout, MODELROUTER_HANG_TIMEOUT) must be >= 0 s, got {self.hang_timeout:g}"
+            raise ValueError(msg)
         for name in ("max_body_bytes", "max_control_body_bytes"):
             if getattr(self, name) < 1:
                 msg = f"{name} must be >= 1"

@@ -12,8 +12,9 @@ import psycopg
 import pytest
 from alembic.script import ScriptDirectory
 
+import migrations
 from devtools.postgres_server import PostgresServer
-from service.migrate import alembic_config, upgrade
+from service.migrate import alembic_config, at_head, upgrade
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,3 +74,19 @@ def test_postgres_upgrade_check_downgrade_and_upgrade_again(pg_server: PostgresS
         ).fetchall()
     assert names == {"events_no_update", "events_no_delete", "events_no_truncate"}
     assert kinds == [("bigint",)]
+
+
+def test_head_is_alembics_head_and_a_log_at_head_is_left_alone(tmp_path: Path) -> None:
+    """``migrations.HEAD`` (what a start checks without loading Alembic) is Alembic's own head,
+    a log at it is not migrated again, and one at another revision still is."""
+    assert ScriptDirectory.from_config(alembic_config()).get_current_head() == migrations.HEAD
+    db = tmp_path / "log.db"
+    assert not at_head(db)
+    upgrade(db)
+    assert at_head(db)
+    assert _alembic(db, "downgrade", "-1").returncode == 0
+    assert not at_head(db)
+    upgrade(db)
+    assert at_head(db)
+    with sqlite3.connect(db) as conn:
+        assert {"events", "snapshots"} <= {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}

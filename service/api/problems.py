@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.handlers import HTTPRouteHandler
 
 from service.api.schemas import PROBLEM_JSON
 from service.core.errors import CommandRejected
@@ -164,7 +165,9 @@ _NO_507 = frozenset({"inference", "ollama"})
 
 def _on_log_full(request: Request[Any, Any, Any], exc: LogDiskFull) -> Response[dict[str, Any]]:
     _log.error("log_disk_full", detail=str(exc))
-    status = 503 if _NO_507 & set(request.route_handler.resolve_tags()) else 507
+    handler = request.scope.get("route_handler")  # none when raised before routing (a middleware's append)
+    tags = handler.resolve_tags() if isinstance(handler, HTTPRouteHandler) else ()
+    status = 503 if _NO_507 & set(tags) else 507
     problem = Problem(status, "log_disk_full", str(exc), headers={"Retry-After": "5"}, location=exc.location)
     return problem_response(request, problem)
 

@@ -237,7 +237,7 @@ def _forwarded(request: Request[Any, Any, Any]) -> tuple[str, str]:
     return path, path + (f"?{request.url.query}" if request.url.query else "")
 
 
-async def _send(
+async def send_upstream(
     fwd: Forwarding, request: Request[Any, Any, Any], url: str, body: bytes, lease: Lease, instance_id: str
 ) -> _Upstream:
     """Send to the worker (or the node serving it); one that fails to answer releases the lease and says why."""
@@ -307,7 +307,7 @@ async def proxy_request(
     fwd.metrics.observe_queue_wait(fwd.clock.monotonic() - started)
     instance = fwd.live.state.models[model].instance  # the one the lease holds: not stopped while leased
     instance_id = instance.instance_id if instance is not None else ""
-    upstream = await _send(fwd, request, endpoint + target, raw, lease, instance_id)
+    upstream = await send_upstream(fwd, request, endpoint + target, raw, lease, instance_id)
     media_type = upstream.headers.get("content-type", "application/json")
     if not media_type.startswith("text/event-stream"):
         try:

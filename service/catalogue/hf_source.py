@@ -17,9 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import HfApi, hf_hub_download
-from huggingface_hub.hf_api import RepoFile
-
 from service.catalogue.cache_models import find_in_cache
 from service.catalogue.desired import SingleModel
 from service.catalogue.disk import CachedRepo
@@ -48,6 +45,9 @@ def is_preset_repo(root_files: Sequence[str]) -> bool:
 
 
 def _root_files(repo: str, endpoint: str, token: str | None) -> list[str]:
+    from huggingface_hub import HfApi  # only with -hf: not among every start's imports
+    from huggingface_hub.hf_api import RepoFile
+
     api = HfApi(endpoint=endpoint, token=token or False)
     return [item.path for item in api.list_repo_tree(repo, recursive=False) if isinstance(item, RepoFile)]
 
@@ -92,6 +92,8 @@ def resolve_hf(
         return _offline(spec, hf_file, repos, aliases, "offline")
     try:
         if is_preset_repo(_root_files(spec.repo, endpoint, token)):
+            from huggingface_hub import hf_hub_download
+
             path = hf_hub_download(spec.repo, PRESET_FILE, cache_dir=str(cache_dir), endpoint=endpoint,
                                    token=token or False)  # fmt: skip
             return RemotePreset(spec.repo, Path(path))

@@ -100,13 +100,14 @@ def budgets(state: RouterState, node: str | None, local: NodeBudget) -> tuple[No
 
 def disk_room(state: RouterState, name: str) -> int | None:
     """The bytes a new download may still write on node ``name``: its free disk as the log knows it
-    (:class:`NodeState`), less its reserve and what its running jobs have yet to write. None: not
-    known (a node that did not measure it)."""
+    (:class:`NodeState`), less its reserve and the whole size of its running jobs (the free figure
+    falls by a job's bytes only at ``download_finished``, so the part already written counts too).
+    None: not known (a node that did not measure it)."""
     node = state.nodes.get(name)
     if node is None or node.disk_free is None:
         return None
     jobs = (m.jobs.get(m.active_job) for m in state.models.values() if m.active_job is not None)
-    pending = sum(max(0, j.bytes_total - j.bytes_done) for j in jobs if j is not None and j.node == name)
+    pending = sum(j.bytes_total for j in jobs if j is not None and j.node == name)
     return node.disk_free - node.disk_reserve - pending
 
 

@@ -61,11 +61,13 @@ class ModelDiscovered(Event):
 class ModelConfigured(Event):
     """Per-model settings (aliases, load params, ttl, restart policy, load-on-startup).
 
-    The llama.cpp-compatible fields (all defaulted, so older rows read as before): ``args`` are the
-    llama-server options in force for the model (long names, the merge of env, preset ``[*]``, its section
-    and the command line), ``ignored`` the ones modelrouter accepted but cannot honour, ``hf_repo``/``hf_file``
-    where a preset model is downloaded from on first use, ``stop_timeout`` the preset's ``stop-timeout``,
-    ``hidden`` a cache entry that ``dedup-cache-models`` keeps out of ``GET /models``, and
+    The llama.cpp-compatible fields (all defaulted, so older rows read as before):
+    ``args`` are the llama-server options in force for the model (long names,
+    the merge of env, preset ``[*]``, its section and the command line),
+    ``ignored`` the ones modelrouter accepted but cannot honour, ``hf_repo``/
+    ``hf_file`` where a preset model is downloaded from on first use,
+    ``stop_timeout`` the preset's ``stop-timeout``, ``hidden`` a cache
+    entry that ``dedup-cache-models`` keeps out of ``GET /models``, and
     ``sleep_idle_seconds`` llama-server's ``--sleep-idle-seconds`` (None: never)."""
 
     TYPE: ClassVar[str] = "model_configured"

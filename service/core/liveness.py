@@ -34,7 +34,14 @@ from service.core.errors import CommandRejected
 from service.core.state import UNRESPONSIVE, ModelState
 
 HEARTBEAT_S = 1.0
-"""Seconds between two heartbeat requests to a ready worker (each one a GET its HTTP thread answers)."""
+"""Seconds between two heartbeat requests to a ready worker with requests in flight (each one a GET
+its HTTP thread answers)."""
+
+IDLE_HEARTBEAT_S = 5.0
+"""Seconds between two heartbeat requests to a worker with no request in flight: one a second cost an
+idle service with a model loaded ~0.1-0.15 % of a core more (``bench/idle.py``), and an idle worker
+has nothing to make progress on. Its silence is still found within :data:`ANSWER_S` (plus this), and
+a request to it is asked after within :data:`HEARTBEAT_S`, its silence counted from the last answer."""
 
 DEFAULT_HANG_TIMEOUT = 600.0
 """Seconds one engine step may last before its worker is given up as hung (MODELROUTER_HANG_TIMEOUT,

@@ -63,14 +63,19 @@ event of a model ends every run of that model. ``complete`` is False when the ev
 ``zero_keeps`` field is 0."""
 
 
-def plan(entries: Sequence[Entry]) -> list[int]:
+def plan(entries: Sequence[Entry], counts: Sequence[int] | None = None) -> list[int]:
     """For each entry: -1 when the replay may leave the event out, else how many left-out
     events the event stands for (fold it with :func:`fold_superseding`).
 
     One pass from the end: per model, the runs still open since that model's last event that
     ends them. An event is left out when a later event of its run is kept and either that one
-    or a kept one after it is complete, or the event itself is not."""
-    weights = [0] * len(entries)
+    or a kept one after it is complete, or the event itself is not.
+
+    ``counts`` (one per entry, default all 1) lets an entry stand for that many consecutive,
+    identical entries of a run (it is the last of them): those fold as their last one does, so
+    a reader that groups them gets, per group, what the last entry of the group gets here, with
+    the group's others counted in. An entry with no run must have a count of 1."""
+    weights = [0] * len(entries) if counts is None else [count - 1 for count in counts]
     open_runs: dict[str | None, dict[Hashable, tuple[int, bool]]] = {}
     for index in range(len(entries) - 1, -1, -1):
         model, run, complete = entries[index]
@@ -84,7 +89,7 @@ def plan(entries: Sequence[Entry]) -> list[int]:
         if later is None:
             runs[run] = (index, complete)
         elif later[1] or not complete:
-            weights[later[0]] += 1
+            weights[later[0]] += weights[index] + 1
             weights[index] = -1
         else:  # the later ones all lack the total this one has: it stays
             runs[run] = (index, True)

@@ -10,7 +10,9 @@ Uses huggingface_hub's ``HfApi`` (``model_info`` for the commit and gating,
 ``list_repo_tree`` for sizes and sha256). ``HF_ENDPOINT`` and ``HF_TOKEN`` are
 read from the environment *at call time*: huggingface_hub reads
 ``HF_ENDPOINT`` only when it is imported, which is too early for a service
-whose settings can change in tests or per request.
+whose settings can change in tests or per request. It is imported by the functions
+that call the Hub, not by this module: the service's start does not need it (~0.1 s of
+imports, with its HTTP stack), and ``warm_up`` loads it once the service serves.
 
 Error mapping (``ResolutionError.code`` → ``status``):
 
@@ -35,16 +37,6 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    OfflineModeIsEnabled,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from huggingface_hub.hf_api import RepoFile
 
 from service.core.contracts import DownloadSpec, SpecFile
 from service.core.events import FileRef
@@ -110,6 +102,8 @@ def worker_spec(
 ) -> DownloadSpec:
     """The worker's job, each file with the download URL huggingface_hub builds
     for it (pinned to the commit, so the job never mixes revisions)."""
+    from huggingface_hub import hf_hub_url
+
     spec_files = tuple(
         SpecFile(f.path, f.size, f.sha256 or "", hf_hub_url(repo, f.path, revision=commit, endpoint=endpoint))
         for f in files
@@ -138,6 +132,9 @@ def _list_and_choose(
 ) -> tuple[str, list[FileEntry], FileChoice, bool]:
     """The commit ``revision`` points to, the repo's files there, the files to fetch, and whether the
     repo is gated (then one HEAD checks that the token may download them). Raises the Hub's errors."""
+    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.hf_api import RepoFile
+
     api = HfApi(endpoint=endpoint, token=token or False)
     info = api.model_info(spec.repo, revision=revision, timeout=timeout)
     commit = info.sha or ""
@@ -214,6 +211,14 @@ def resolve(
 
 def _map_hub_error(exc: Exception, spec: ModelSpec, revision: str, had_token: bool) -> ResolutionError | None:
     """Translate a huggingface_hub / transport exception; None for anything else (a bug: re-raised)."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
     ctx: dict[str, Any] = {"repo": spec.repo, "revision": revision}
     if isinstance(exc, GatedRepoError):
         status = 403 if had_token else 401

@@ -161,9 +161,7 @@ class AsyncEventStore:
         try:
             return await call
         except Exception as exc:
-            full = LogDiskFull.of(exc, self.location)
-            if full is not None:
-                raise full from exc
+            LogDiskFull.raise_if(exc, self.location)
             if self.postgres and is_unreachable(exc):
                 msg = (
                     f"the event store at {redacted(self.url)} is unreachable ({describe(exc)}); "

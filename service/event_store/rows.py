@@ -57,6 +57,12 @@ class StoreUnavailable(RuntimeError):
     The API answers 503 ``store_unavailable``."""
 
 
+FULL_RETRY_FIRST_S = 0.25
+"""A writer that must not lose an event retries it on a full disk after this long, then twice as long..."""
+FULL_RETRY_CAP_S = 5.0
+"""... up to this long between tries (the workers' lifecycle events, the service's record of a worker's exit)."""
+
+
 class LogDiskFull(RuntimeError):
     """The disk that holds the log is full (SQLite's ``SQLITE_FULL``, ``ENOSPC``, PostgreSQL's
     ``53100 disk_full``): nothing was acknowledged, and appends succeed again once there is
@@ -75,6 +81,14 @@ class LogDiskFull(RuntimeError):
         """``exc`` as a full disk, in the driver's own words; None when it is another failure."""
         cause = disk_full_cause(exc)
         return None if cause is None else cls(location, describe(cause))
+
+    @classmethod
+    def raise_if(cls, exc: BaseException, location: str) -> None:
+        """Raise ``exc`` as a full disk (from ``exc``) when it is one; else return, for the caller's own
+        handling: every writer translates a driver's error in this one place."""
+        full = cls.of(exc, location)
+        if full is not None:
+            raise full from exc
 
 
 class ConcurrencyConflict(Exception):

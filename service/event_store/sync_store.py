@@ -71,9 +71,7 @@ class SyncEventStore:
                 self._write_conn.invalidate()
                 self._write_conn.close()
                 self._write_conn = None
-                full = LogDiskFull.of(exc, str(self.path))
-                if full is not None:
-                    raise full from exc
+                LogDiskFull.raise_if(exc, str(self.path))
                 raise
         if self._waker is not None:
             self._waker.wake()

@@ -77,9 +77,7 @@ class WorkerEventWriter:
                         cursor.execute("ROLLBACK")
                     raise
             except sqlite3.Error as exc:
-                full = LogDiskFull.of(exc, self.location)
-                if full is not None:
-                    raise full from exc
+                LogDiskFull.raise_if(exc, self.location)
                 raise
             finally:
                 cursor.close()

@@ -12,6 +12,7 @@ others are listed in ``ignored``.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -286,26 +287,18 @@ def _legacy(extras: Mapping[str, str]) -> dict[str, Any]:
     return params
 
 
-def _ttl(extras: Mapping[str, str]) -> float | None:
-    if "ttl" not in extras:
+def _seconds(
+    extras: Mapping[str, str], key: str, *, at_least: float = -math.inf, what: str = "seconds"
+) -> float | None:
+    """A preset key's seconds (None: not given); below ``at_least``, NaN or text is refused, saying ``what``."""
+    if key not in extras:
         return None
     try:
-        return float(extras["ttl"])
+        seconds = float(extras[key])
     except ValueError:
-        msg = f"ttl = {extras['ttl']!r}: expected seconds"
-        raise OptionError(msg) from None
-
-
-def _hang_timeout(extras: Mapping[str, str]) -> float | None:
-    """Ours: one step of the model's worker may last this many seconds (0: never given up as hung)."""
-    if "hang-timeout" not in extras:
-        return None
-    try:
-        seconds = float(extras["hang-timeout"])
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:  # also NaN
-        msg = f"hang-timeout = {extras['hang-timeout']!r}: expected seconds (0: never give the worker up as hung)"
+        seconds = math.nan
+    if not seconds >= at_least:
+        msg = f"{key} = {extras[key]!r}: expected {what}"
         raise OptionError(msg)
     return seconds
 
@@ -355,7 +348,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
     config = ModelConfig(
         aliases=_names(options.get("alias"), extras.get("aliases"), ",".join(aliases)),
         params=params,
-        ttl_seconds=_ttl(extras),
+        ttl_seconds=_seconds(extras, "ttl"),
         restart=_restart(extras),
         load_on_startup=options.get("load-on-startup", "").strip().lower() in TRUTHY,  # llama.cpp's is_truthy
         args=dict(sorted(options.items())),
@@ -365,7 +358,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         stop_timeout=_stop_timeout(stop),
         sleep_idle_seconds=_sleep(options.get("sleep-idle-seconds")),
         pinned=extras.get("pin", "").strip().lower() in TRUTHY,  # ours: never evicted (docs/llama-cpp-compat.md)
-        hang_timeout=_hang_timeout(extras),
+        hang_timeout=_seconds(extras, "hang-timeout", at_least=0, what="seconds (0: never give the worker up as hung)"),
     )
     return ModelSettings(
         config=config,

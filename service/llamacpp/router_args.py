@@ -74,15 +74,6 @@ def _host(value: str) -> str:
     return ",".join(hosts)
 
 
-def _timeout(value: str) -> int:
-    """``-to N``: llama-server takes any integer; a read or write limit must be at least a second."""
-    seconds = _int("timeout", value)
-    if seconds < 1:
-        msg = f"--timeout {value!r}: expected a number of seconds >= 1"
-        raise UsageError(msg)
-    return seconds
-
-
 def _log_level(value: str) -> str:
     number = _int("log-verbosity", value)
     return "error" if number <= 2 else "info" if number == 3 else "debug"
@@ -121,7 +112,7 @@ _SETTINGS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "log-prefix": ("log_prefix", lambda v: not is_falsey(v)),
     "log-timestamps": ("log_timestamps", lambda v: not is_falsey(v)),
     "sse-ping-interval": ("sse_keepalive", lambda v: float(_int("sse-ping-interval", v))),
-    "timeout": ("timeout", lambda v: float(_timeout(v))),
+    "timeout": ("timeout", lambda v: float(_int("timeout", v))),  # >= 1: Settings checks it
     "hf-repo": ("hf_repo", str.strip),
     "hf-file": ("hf_file", str.strip),
     "model": ("model_file", lambda v: Path(v).expanduser()),

@@ -1,7 +1,8 @@
 """The heartbeats of the ready local workers: what :func:`service.core.instance_hangs.decide_liveness` reads.
 
 Each planning pass hands :meth:`Heartbeats.watch` the ready workers of this node; each one is asked
-``GET /engine/heartbeat`` at most once per :data:`~service.core.liveness.HEARTBEAT_S`, with at most
+``GET /engine/heartbeat`` at most once per :data:`~service.core.liveness.HEARTBEAT_S` while requests
+are in flight to it, else once per :data:`~service.core.liveness.IDLE_HEARTBEAT_S`, with at most
 one question out at a time (a stopped worker's question waits out its timeout, and its silence
 grows meanwhile). Its answer (the engine's step counter, how long the step in progress has run)
 becomes its :class:`~service.core.liveness.Beat`. A question that fails or times out changes
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import httpx
 
-from service.core.liveness import HEARTBEAT_S, Beat, first_beat, heard
+from service.core.liveness import HEARTBEAT_S, IDLE_HEARTBEAT_S, Beat, first_beat, heard
+from service.hop_client import hop_client
 from service.supervision.effects import Clock, Probe
 
 PROBE_TIMEOUT_S = 5.0  # one question's limit; the hang bound is judged from the last answer, not from this
@@ -35,8 +37,10 @@ class Heartbeats:
         self._out: dict[str, asyncio.Task[None]] = {}
         self._closed = False
 
-    def watch(self, endpoints: Mapping[str, str]) -> None:
-        """Watch exactly these workers (instance id -> endpoint): forget the others, ask each one that is due."""
+    def watch(self, endpoints: Mapping[str, str], busy: Collection[str] = ()) -> None:
+        """Watch exactly these workers (instance id -> endpoint): forget the others, ask each one that is
+        due: every :data:`HEARTBEAT_S` while requests are in flight to its endpoint (``busy``), else
+        every :data:`IDLE_HEARTBEAT_S`."""
         if self._closed:
             return  # shutting down: a last planning pass asks nothing
         for gone in set(self.beats) - set(endpoints):
@@ -45,7 +49,8 @@ class Heartbeats:
         now = self._clock.monotonic()
         for instance_id, endpoint in endpoints.items():
             self.beats.setdefault(instance_id, first_beat(now))
-            due = now - self._asked_at.get(instance_id, float("-inf")) >= HEARTBEAT_S
+            every = HEARTBEAT_S if endpoint in busy else IDLE_HEARTBEAT_S
+            due = now - self._asked_at.get(instance_id, float("-inf")) >= every
             if due and instance_id not in self._out:
                 self._asked_at[instance_id] = now
                 task = asyncio.create_task(self._ask(instance_id, endpoint), name=f"heartbeat-{instance_id}")
@@ -64,8 +69,8 @@ class Heartbeats:
         self.beats[instance_id] = heard(last, self._clock.monotonic(), steps, running, waiting)
 
     async def _ask_http(self, endpoint: str, timeout: float) -> Mapping[str, Any] | None:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=timeout)
+        if self._client is None:  # its own pool: a proxy pool full of long answers must not hold heartbeats back
+            self._client = hop_client(httpx.Timeout(timeout), httpx.Limits())
         try:
             answer = await self._client.get(endpoint + "/engine/heartbeat")
             body = answer.json() if answer.status_code == 200 else None

@@ -31,16 +31,15 @@ from service.core import instance_exits as exits
 from service.core import instance_lifecycle as lifecycle
 from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Waiting, edit
 from service.core.errors import CommandRejected
-from service.core.instance_hangs import CutRequests, decide_liveness, watched
 from service.core.model_spec import projector_path
 from service.core.processes import ProcessExit
 from service.core.state import InstanceStatus, ModelState, RouterState
 from service.live_state import LiveState
 from service.settings import Settings
 from service.supervision.effects import Effects
-from service.supervision.heartbeats import Heartbeats
+from service.supervision.hang_watch import HangWatch
 from service.supervision.interpreter import Interpreter
-from service.supervision.leases import Lease, Leases
+from service.supervision.leases import Lease
 from service.supervision.measure import Measurer, memory_budget
 from service.supervision.on_demand import OnDemandFiles
 from service.supervision.sleep import SleepSnapshots
@@ -75,7 +74,6 @@ class InstanceSupervisor:
         self.fake_timing = settings.fake_timing  # start-up turns it off in single-model mode (server_mode)
         self.busy: dict[str, int] = {}
         self.queue = Queue()
-        self.leases, self.heartbeats = Leases(), Heartbeats(self.fx.clock, self.fx.heartbeat)
         self._models: dict[str, str] = {}  # instance id -> model, while its process lives
         self._pool = WorkerPool(self.fx.spawn, self._on_exit)
         self._lock = asyncio.Lock()
@@ -91,6 +89,7 @@ class InstanceSupervisor:
         self.snapshots = snapshots  # what sleeping models' workers answered last (/props, /metrics)
         self.interpreter = interpreter or Interpreter(live)
         self._register(self.interpreter)
+        self.hangs = HangWatch(settings, live, self.interpreter, self._facts, self.fx.clock, self.fx.heartbeat)
         self._measurer, self.memory = Measurer(live, self.interpreter, settings.node), memory_budget(settings)
         live.add_listener(self._on_event)
 
@@ -104,7 +103,6 @@ class InstanceSupervisor:
         it.register(decide.ArmRestart, self._arm_restart)
         it.register(decide.Warn, lambda e: _log.warning(e.event, **e.fields))
         it.register(decide.FetchFiles, self._fetch_files)
-        it.register(CutRequests, self._cut)
 
     # --- change notification ---------------------------------------------------
 
@@ -214,7 +212,7 @@ class InstanceSupervisor:
         await self._measurer.ensure(name)
         model, endpoint, node = await self._wait_ready(name, autoload)
         held = Lease(model, endpoint, self._release, node=node)
-        self.leases.add(held)
+        self.hangs.leases.add(held)
         if self.fake_timing:
             try:
                 await self.fx.clock.sleep(2.0)  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: busy, not yet proxied
@@ -250,16 +248,12 @@ class InstanceSupervisor:
                 self.interpreter.perform([Left(mine.serial)])
 
     def _release(self, lease: Lease) -> None:
-        self.leases.discard(lease)
+        self.hangs.leases.discard(lease)
         model = lease.model
         self.busy[model] -= 1
         if self.busy[model] <= 0:
             self.busy.pop(model, None)
             self._poke()
-
-    def _cut(self, effect: CutRequests) -> None:
-        cut = self.leases.cut(effect.endpoint)
-        _log.warning("instance_unresponsive", model=effect.model, endpoint=effect.endpoint, requests_cut=cut)
 
     # --- models whose files come on first use ------------------------------------------
 
@@ -288,9 +282,7 @@ class InstanceSupervisor:
         async with self._lock:
             await self.interpreter.apply(lambda s: decide.decide_timers(s, self.queue, self._facts()))
             await self.interpreter.apply(lambda s: decide.decide_plan(s, self.queue, self._facts(), self))
-            bound = self.settings.hang_timeout
-            self.heartbeats.watch(watched(self.live.state, self.settings.node, bound))
-            await self.interpreter.apply(lambda s: decide_liveness(s, self.heartbeats.beats, self._facts(), bound))
+            await self.hangs.check()
 
     async def run(self) -> None:
         """Call :meth:`tick` on every change, and every second while a timer may be running; with
@@ -360,9 +352,11 @@ class InstanceSupervisor:
         if model is None:
             return
         await self.live.sync()  # fold what the worker recorded before it exited
-        in_flight = self.busy.get(model, 0)
-        async with self._lock:
-            applied = await self.interpreter.apply(lambda s: exits.decide_exit(s, model, instance_id, exit_, in_flight))
+        applied = await self.interpreter.apply_durably(
+            lambda s: exits.decide_exit(s, model, instance_id, exit_, self.busy.get(model, 0)),
+            self._lock,
+            give_up=lambda: self._shutting_down,
+        )
         if applied.answer:
             error = applied.state.models[model].last_error
             _log.warning("instance_crashed", model=model, instance_id=instance_id, reason=error and error.message)
@@ -391,7 +385,7 @@ class InstanceSupervisor:
         """Stop every worker (reason ``shutdown``) and wait for them."""
         self._shutting_down = True
         self._poke()
-        await self.heartbeats.close()
+        await self.hangs.close()
         if self.files is not None:
             await self.files.close()
         async with self._lock:

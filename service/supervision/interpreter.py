@@ -29,6 +29,7 @@ import structlog
 from service.core.decision import Append, Decision, Effect
 from service.core.state import RouterState
 from service.event_store.codec import from_append
+from service.event_store.rows import FULL_RETRY_CAP_S, FULL_RETRY_FIRST_S, LogDiskFull
 from service.live_state import LiveState
 
 A = TypeVar("A")
@@ -68,6 +69,31 @@ class Interpreter:
         """Decide over the current fold, append, then perform; raises what the decision raises."""
         decision, state = await self.live.decide(decide)
         return Applied(decision.answer, state, self.perform(decision.effects))
+
+    async def apply_durably(
+        self,
+        decide: Callable[[RouterState], Decision[A]],
+        lock: asyncio.Lock,
+        give_up: Callable[[], bool],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> Applied[A]:
+        """:meth:`apply` under ``lock`` for a decision whose events must not be lost (what became of a
+        worker that exited): while the log's disk refuses appends, decide again over the newest fold and
+        retry, 0.25 s apart, doubling up to 5 s, as the workers retry their own lifecycle events. The
+        lock is let go between tries, so other decisions meet the full disk themselves (a 507) rather
+        than wait behind this one. Raises ``LogDiskFull`` once ``give_up()`` (a shut-down: the next
+        start's recovery records what is left)."""
+        delay = FULL_RETRY_FIRST_S
+        while True:
+            try:
+                async with lock:
+                    return await self.apply(decide)
+            except LogDiskFull as exc:
+                if give_up():
+                    raise
+                _log.warning("decision_not_recorded_yet", retry_in_s=delay, error=str(exc))
+                await sleep(delay)
+                delay = min(delay * 2, FULL_RETRY_CAP_S)
 
     def perform(self, effects: Sequence[Effect]) -> tuple[asyncio.Task[Any], ...]:
         """Hand each effect to its performer, in order; returns the tasks started."""

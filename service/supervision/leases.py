@@ -89,6 +89,10 @@ class Leases:
             if not held:
                 del self._by_endpoint[lease.endpoint]
 
+    def busy(self) -> set[str]:
+        """The endpoints with requests in flight."""
+        return set(self._by_endpoint)
+
     def cut(self, endpoint: str) -> int:
         """Cut every request in flight to ``endpoint`` (:meth:`Lease.cut_off`); answers how many."""
         held = self._by_endpoint.get(endpoint, set())

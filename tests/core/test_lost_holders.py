@@ -63,11 +63,17 @@ class TestDiskRoom:
         state = replay(recorded((removed, "m", "a"), after=state), state)
         assert state.nodes["a"].disk_free == 10 * GiB
 
-    def test_a_running_job_s_bytes_still_to_come_count_against_its_node_only(self) -> None:
+    def test_a_running_job_s_whole_size_counts_against_its_node_only(self) -> None:
         state = world(joined_with_disk("a", 10 * GiB), joined_with_disk("b", 10 * GiB))
         requested = downloads.request_download(state, "m", JOB, spec(3 * GiB), node="b").events[0].event
         state = replay(recorded((requested, "m", "a"), after=state), state)  # written by a, for b
         assert cluster.disk_room(state, "b") == 7 * GiB and cluster.disk_room(state, "a") == 10 * GiB
+        # What it already wrote is on b's disk, but b's free figure falls only when the job finishes.
+        started = example(ev.DownloadStarted, job_id=JOB, total_bytes=3 * GiB)
+        progress = ev.DownloadProgress(job_id=JOB, bytes_done=GiB, bytes_total=3 * GiB)
+        state = replay(recorded((started, "m", "b"), (progress, "m", "b"), after=state), state)
+        assert state.models["m"].jobs[JOB].bytes_done == GiB
+        assert cluster.disk_room(state, "b") == 7 * GiB
 
     def test_a_node_that_did_not_measure_has_no_room_known(self) -> None:
         state = world(joined("a", 8 * GiB))

@@ -146,3 +146,19 @@ def test_a_refused_event_counts_for_every_event_it_stands_for() -> None:
     assert expected.anomalies == 3
     assert fold_planned(events) == expected
     assert fold(RouterState(), events[-1]).anomalies == 1
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(progress_heavy)
+def test_consecutive_equal_entries_planned_as_one_get_what_their_last_gets(events: list[ev.Recorded]) -> None:
+    """``plan``'s ``counts``: a reader may group a run's consecutive equal entries (the SQLite page
+    summary does); each group gets what its last entry gets when every entry is planned."""
+    entries = [entry(r) for r in events]
+    groups: list[tuple[Entry, int, int]] = []  # entry, count, index of the last
+    for index, found in enumerate(entries):
+        if groups and found[1] is not None and groups[-1][0] == found:
+            groups[-1] = (found, groups[-1][1] + 1, index)
+        else:
+            groups.append((found, 1, index))
+    full = plan(entries)
+    assert plan([g[0] for g in groups], [g[1] for g in groups]) == [full[g[2]] for g in groups]

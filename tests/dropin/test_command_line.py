@@ -32,6 +32,22 @@ class TestRouterOptions:
         assert (settings.models_max, settings.autoload, settings.host, settings.port) == (2, False, "0.0.0.0", 9000)
         assert settings.offline is True
 
+    @pytest.mark.parametrize(
+        ("argv", "environ", "why"),
+        [
+            (["-to", "0"], {}, "timeout .* must be a number of seconds >= 1, got 0"),
+            ([], {"LLAMA_ARG_TIMEOUT": "-5"}, "timeout .* >= 1, got -5"),
+            ([], {"MODELROUTER_TIMEOUT": "0.5"}, "timeout .* >= 1, got 0.5"),
+            (["--hang-timeout", "-1"], {}, "hang_timeout .* must be >= 0 s, got -1"),
+            ([], {"MODELROUTER_HANG_TIMEOUT": "nan"}, "hang_timeout .* got nan"),
+        ],
+    )
+    def test_timeouts_that_would_refuse_every_body_or_silence_the_hang_watch_are_refused(
+        self, argv: list[str], environ: dict[str, str], why: str
+    ) -> None:
+        with pytest.raises(ValueError, match=why):
+            _settings(argv, environ)
+
     def test_single_model_flags(self) -> None:
         settings, _ = _settings(["-hf", "ggml-org/gemma-GGUF:Q4_K_M", "--hf-file", "x.gguf", "--alias", "a, b"])
         assert (settings.hf_repo, settings.hf_file, settings.aliases) == ("ggml-org/gemma-GGUF:Q4_K_M", "x.gguf",

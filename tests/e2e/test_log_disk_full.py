@@ -159,3 +159,28 @@ def test_a_service_stopped_while_its_log_disk_is_full_exits_cleanly_and_the_next
     finally:
         again.stop()
     _verify(full_log, svc.home)
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_that_dies_while_the_log_disk_is_full_has_its_end_recorded_once_space_returns(
+    full_log: FullLog, models_dir: Path, tmp_path: Path
+) -> None:
+    svc = _serving_tiny_a(full_log, models_dir, tmp_path / "home")
+    try:
+        (worker,) = inference_children(svc)
+        instance = model_entry(svc, "tiny-a")["status"]["instance"]["instance_id"]
+        fill_log(full_log.disk, full_log.url)
+        worker.send_signal(signal.SIGKILL)
+        eventually(lambda: "decision_not_recorded_yet" in svc.log_text(), "the exit's record retried", timeout=60)
+        assert not events(svc, type="instance_crashed"), "nothing can land while the disk is full"
+
+        full_log.disk.free()
+        crashed = wait_for_event(svc, "instance_crashed", model="tiny-a", timeout=60)
+        assert crashed["data"]["instance_id"] == instance and crashed["data"]["signal"] == signal.SIGKILL, crashed
+        eventually(lambda: model_entry(svc, "tiny-a")["status"]["value"] != "loaded", "tiny-a not loaded", timeout=30)
+        served = _chat(svc, "tiny-a")  # a new worker
+        assert served.status_code == 200, served.text
+        assert [p.pid for p in inference_children(svc)] != [worker.pid]
+    finally:
+        svc.stop()
+    _verify(full_log, svc.home)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 
 from devtools.service_process import ServiceProcess
 from service.event_store import SyncEventStore, new_event
+from service.migrate import upgrade
+from service.supervision.ports import free_port
 from tests.eventually import eventually
 from tests.recovery.conftest import LogBackend
 from tests.service_probes import events
@@ -55,3 +61,33 @@ def test_restart_starts_from_the_snapshot_taken_at_shutdown(tmp_path: Path, log_
         assert completed["snapshot_position"] >= head
         assert completed["events_replayed"] < 5, completed
         assert (httpx.get(f"{svc.url}/downloads").json(), httpx.get(f"{svc.url}/models").json()) == before
+
+
+def test_a_damaged_log_refuses_to_serve_with_quick_checks_verdict(tmp_path: Path) -> None:
+    """``PRAGMA quick_check`` runs beside the fold's rebuild (startup._rebuild_checked): a damaged
+    file still stops the start, and its verdict is what the user reads, not the rebuild's error."""
+    home = tmp_path / "home"
+    db = home / "modelrouter.db"
+    home.mkdir()
+    upgrade(db)
+    store = SyncEventStore(db, source={"kind": "test"})
+    store.append([new_event("download_requested", {"job_id": f"j{i}", "repo": "org/r", "commit": "c" * 40,
+                                                   "files": [], "total_bytes": 10}, model=f"org/r{i}:Q8_0")
+                  for i in range(3000)])  # fmt: skip
+    store.close()
+    with sqlite3.connect(db) as conn:
+        page_size, pages = (
+            conn.execute("PRAGMA page_size").fetchone()[0],
+            conn.execute("PRAGMA page_count").fetchone()[0],
+        )
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with db.open("r+b") as file:  # a page in the middle of the events' table: garbage
+        file.seek(page_size * (pages // 2))
+        file.write(b"\xa5" * page_size)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "MODELROUTER_"))}
+    serve = subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", "--home", str(home), "--port", str(free_port())],
+        env={**env, "HF_HOME": str(tmp_path / "hf")}, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert serve.returncode != 0
+    assert "failed PRAGMA quick_check" in serve.stdout + serve.stderr, serve.stdout + serve.stderr

@@ -22,13 +22,11 @@ import time
 from collections.abc import Callable
 
 from service.core import events as ev
-from service.event_store.rows import LogDiskFull
+from service.event_store.rows import FULL_RETRY_CAP_S, FULL_RETRY_FIRST_S, LogDiskFull
 from workers.runtime._log import WorkerLog
 
 PROGRESS_EVENTS: frozenset[type[ev.Event]] = frozenset({ev.DownloadProgress, ev.LoadingProgress, ev.InstanceStats})
 """Skipped while the log's disk is full: a later event carries the same facts."""
-RETRY_FIRST_S = 0.25
-RETRY_CAP_S = 5.0
 
 
 class FullLogPolicy:
@@ -54,7 +52,7 @@ class FullLogPolicy:
         self._skipping = False
 
     def _retry(self, write: Callable[[], None], event: ev.Event, first: LogDiskFull) -> None:
-        began, delay, attempts = time.monotonic(), RETRY_FIRST_S, 1
+        began, delay, attempts = time.monotonic(), FULL_RETRY_FIRST_S, 1
         self.log.error("log_disk_full", type=event.TYPE, detail=str(first), retry="until it lands")
         while True:
             if self.service_gone():
@@ -65,7 +63,7 @@ class FullLogPolicy:
             try:
                 write()
             except LogDiskFull:
-                delay = min(delay * 2, RETRY_CAP_S)
+                delay = min(delay * 2, FULL_RETRY_CAP_S)
                 continue
             waited = round(time.monotonic() - began, 2)
             self.log.info("log_writable_again", type=event.TYPE, attempts=attempts, waited_s=waited)

@@ -21,9 +21,9 @@ from litestar import Request, Response, post
 from litestar.status_codes import HTTP_200_OK
 
 from service.api import schemas as s
-from service.api.controllers._proxy_routes import _ANSWER, _PROXIED, Autoload, _named
+from service.api.controllers._proxy_routes import PROXIED_ANSWER, PROXIED_PROBLEMS, Autoload, named_model
 from service.api.problems import Problem
-from service.api.proxy import Forwarding, _send, proxy_request
+from service.api.proxy import Forwarding, proxy_request, send_upstream
 from service.core.errors import CommandRejected
 from service.core.state import InstanceStatus
 
@@ -48,7 +48,7 @@ async def _ask(request: Request[Any, Any, Any], fwd: Forwarding, model: str, bod
     instance_id = instance.instance_id if instance is not None else ""
     payload = json.dumps({**body, "model": model}).encode()  # another node routes it by its model
     try:
-        upstream = await _send(fwd, request, lease.endpoint + PATH, payload, lease, instance_id)
+        upstream = await send_upstream(fwd, request, lease.endpoint + PATH, payload, lease, instance_id)
         try:
             content = await upstream.aread()
         finally:
@@ -81,13 +81,13 @@ def control_route(single: bool) -> Any:
         tags=["inference"],
         status_code=HTTP_200_OK,
         description=f"llama-server's control of a running chat completion (`reasoning_end`). {description}",
-        responses={**_ANSWER, **_PROXIED},
+        responses={**PROXIED_ANSWER, **PROXIED_PROBLEMS},
     )
     async def post_control(
         data: s.ControlRequest, request: Request[Any, Any, Any], forwarding: Forwarding, autoload: Autoload = None
     ) -> Response[Any]:
         """``{"id", "action": "reasoning_end"}`` → ``{"success": true}``, or ``false`` with a ``message``."""
-        model = _named(data.model)
+        model = named_model(data.model)
         if forwarding.mode.single or model:
             return await proxy_request(request, forwarding, model, autoload)
         if not data.id:

@@ -52,11 +52,13 @@ async def start_download(
         raise Problem(exc.status, exc.code, exc.message, **exc.extra) from None
     model = resolution.canonical_name
     size = resolution.total_bytes
-    if cluster.pull_site(live.state, settings.node, size) is None:
+    elsewhere = cluster.pull_site(live.state, settings.node, size) is not None
+    if not elsewhere:
         await _check_disk(settings, live, model, resolution)  # else the node with more room checks its own
 
     def site(state: RouterState) -> str | None:  # in a cluster, the node with the most room for it
-        return cluster.pull_site(state, settings.node, size)
+        # A job checked here stays here; one meant elsewhere is placed on the state it lands on.
+        return cluster.pull_site(state, settings.node, size) if elsewhere else None
 
     job_id, joined, already = await downloads.request(model, resolution.to_spec(), site)
     job = live.state.job(job_id) if job_id else None

@@ -20,7 +20,7 @@ from litestar.params import SkipValidation
 from litestar.status_codes import HTTP_200_OK
 
 from service.api import schemas as s
-from service.api.controllers._proxy_routes import _ANSWER, _PROXIED, Autoload
+from service.api.controllers._proxy_routes import PROXIED_ANSWER, PROXIED_PROBLEMS, Autoload
 from service.api.problems import Problem
 from service.api.proxy import Forwarding, proxy_request
 from service.settings import Settings
@@ -58,7 +58,7 @@ def predict_route(single: bool) -> Any:
         tags=["inference"],
         status_code=HTTP_200_OK,
         description=description,
-        responses={**_ANSWER, **_PROXIED},
+        responses={**PROXIED_ANSWER, **PROXIED_PROBLEMS},
         signature_namespace={"PredictBody": s.SinglePredictRequest if single else s.PredictRequest},
     )
     async def post_predict(

@@ -53,8 +53,8 @@ Autoload = Annotated[
     bool | None,
     Parameter(description="Load the model if it is not loaded (default: MODELROUTER_AUTOLOAD); false: 400 instead"),
 ]
-_PROXIED = problems(400, 404, 409, 413, 503, 507)
-_ANSWER = {
+PROXIED_PROBLEMS = problems(400, 404, 409, 413, 503, 507)
+PROXIED_ANSWER = {
     200: ResponseSpec(
         data_container=dict[str, Any],
         description="The worker's answer (llama-server's or OpenAI's shape; `stream: true` gives text/event-stream)",
@@ -105,7 +105,7 @@ def _operation_id(method: str, path: str) -> str:
     return method + "".join(w[:1].upper() + w[1:] for w in words)
 
 
-def _named(model: object) -> str | None:
+def named_model(model: object) -> str | None:
     """The name a body or query gives (UNSET or None in single-model mode when it gives none)."""
     return model.strip() if isinstance(model, str) else None
 
@@ -121,7 +121,7 @@ def _post_route(path: str, body: type[Any], single: bool) -> Any:
         tags=["inference"],
         status_code=HTTP_200_OK,
         description=description,
-        responses={**_ANSWER, **_PROXIED},
+        responses={**PROXIED_ANSWER, **PROXIED_PROBLEMS},
         signature_namespace={"Body": model_optional(body) if single else body},
     )
     async def handler(
@@ -130,7 +130,7 @@ def _post_route(path: str, body: type[Any], single: bool) -> Any:
         forwarding: Forwarding,
         autoload: Autoload = None,
     ) -> Response[Any]:
-        return await proxy_request(request, forwarding, _named(data.model), autoload)
+        return await proxy_request(request, forwarding, named_model(data.model), autoload)
 
     return handler
 
@@ -143,7 +143,7 @@ def _get_route(path: str, single: bool) -> Any:
         description="Routed to the one model (`?model=` is ignored)."
         if single
         else "Routed to the worker of `?model=`.",
-        responses={**_ANSWER, **_PROXIED},
+        responses={**PROXIED_ANSWER, **PROXIED_PROBLEMS},
     )
     if single:
 
@@ -197,7 +197,7 @@ def _props_route(single: bool) -> Any:
                           description="The router's properties; with `?model=`, that model's worker's `/props`")
     )  # fmt: skip
 
-    @get("/props", operation_id="getProps", tags=["inference"], responses={200: answer, **_PROXIED})
+    @get("/props", operation_id="getProps", tags=["inference"], responses={200: answer, **PROXIED_PROBLEMS})
     async def get_props(
         request: Request[Any, Any, Any],
         forwarding: Forwarding,
@@ -229,7 +229,7 @@ def _props_route(single: bool) -> Any:
     status_code=HTTP_200_OK,
     description="Routed to the worker of `?model=`: llama-server's array of `{id, scale}` (the body is an "
     "array, so the model is named in the query).",
-    responses={**_ANSWER, **_PROXIED},
+    responses={**PROXIED_ANSWER, **PROXIED_PROBLEMS},
 )
 async def post_lora_adapters(
     data: list[s.LoraScale],
@@ -241,7 +241,7 @@ async def post_lora_adapters(
     """llama-server's ``POST /lora-adapters``: new scales for the model's ``--lora`` adapters
     (``?model=`` names it; in single-model mode it is the one model)."""
     del data  # validated here, forwarded as received
-    return await proxy_request(request, forwarding, _named(model), autoload)
+    return await proxy_request(request, forwarding, named_model(model), autoload)
 
 
 def _post_slot(single: bool) -> Any:
@@ -251,7 +251,7 @@ def _post_slot(single: bool) -> Any:
         tags=["inference"],
         status_code=HTTP_200_OK,
         description="Routed to the worker of the body's `model` (slot save/restore/erase).",
-        responses={**_ANSWER, **_PROXIED},
+        responses={**PROXIED_ANSWER, **PROXIED_PROBLEMS},
         signature_namespace={"SlotBody": model_optional(s.ModelRequest) if single else s.ModelRequest},
     )
     async def post_slot(
@@ -263,7 +263,7 @@ def _post_slot(single: bool) -> Any:
     ) -> Response[Any]:
         """llama-server's ``POST /slots/{id}?action=save|restore|erase``."""
         del id_slot  # part of the forwarded path
-        return await proxy_request(request, forwarding, _named(data.model), autoload)
+        return await proxy_request(request, forwarding, named_model(data.model), autoload)
 
     return post_slot
 
@@ -279,10 +279,10 @@ async def _form_model(request: Request[Any, Any, Any]) -> str | None:
             body = json.loads(await request.body())
         except ValueError:
             raise Problem(400, "invalid_request", "request body is not valid JSON") from None
-        return _named(body.get("model")) if isinstance(body, dict) else None
+        return named_model(body.get("model")) if isinstance(body, dict) else None
     await request.body()  # read (and kept) first: form() then parses the kept body, which is forwarded
     form = await request.form()
-    return _named(form.get("model"))
+    return named_model(form.get("model"))
 
 
 def _form_operation(single: bool) -> type[Operation]:
@@ -312,7 +312,7 @@ def _transcription_route(path: str, single: bool) -> Any:
     description += "forwarded unchanged to the one model." if single else "forwarded unchanged to the form's `model`."
 
     @post(path, operation_id=_operation_id("post", path), tags=["inference"], status_code=HTTP_200_OK,
-          description=description, responses={**_ANSWER, **_PROXIED},
+          description=description, responses={**PROXIED_ANSWER, **PROXIED_PROBLEMS},
           operation_class=_form_operation(single))  # fmt: skip
     async def handler(
         request: Request[Any, Any, Any], forwarding: Forwarding, autoload: Autoload = None

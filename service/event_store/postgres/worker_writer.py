@@ -65,9 +65,7 @@ class PostgresWorkerEventWriter:
             try:
                 return self._append_once(batch)
             except psycopg.Error as exc:
-                full = LogDiskFull.of(exc, redacted(self.url))
-                if full is not None:
-                    raise full from exc
+                LogDiskFull.raise_if(exc, redacted(self.url))
                 if not is_unreachable(exc):
                     raise
                 self._drop()
@@ -75,9 +73,7 @@ class PostgresWorkerEventWriter:
                 return self._append_once(batch)
             except psycopg.Error as exc:
                 self._drop()
-                full = LogDiskFull.of(exc, redacted(self.url))
-                if full is not None:
-                    raise full from exc
+                LogDiskFull.raise_if(exc, redacted(self.url))
                 if is_unreachable(exc):
                     raise self._unavailable(exc) from exc
                 raise

@@ -14,10 +14,8 @@ import hashlib
 import itertools
 import os
 import select
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +25,7 @@ from typing import Any
 import pytest
 
 import workers.download._partial_file as partial_mod
+from tests.tls import self_signed
 from workers.download import (
     CANCEL,
     Interrupted,
@@ -381,13 +380,7 @@ class _ConnectProxy:
 
 @pytest.fixture
 def tls_files(tmp_path: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl to make a test certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)  # fmt: skip
-    return cert, key
+    return self_signed(tmp_path)
 
 
 def test_https_directly_and_through_a_connect_proxy(

@@ -37,7 +37,7 @@ from workers.inference.http._chat_template import TemplateOptions
 from workers.inference.http._control import reasoning_control
 from workers.inference.http._errors import ApiError, too_long
 from workers.inference.http._llama_server import generation_settings
-from workers.inference.http._shapes import CompletionShaper
+from workers.inference.http._shapes import CompletionShaper, with_final_fields
 from workers.inference.llama import LlamaModel, LoraKey, MediaPrompt, Tokenizer, TokenizingCancelled
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
@@ -173,7 +173,7 @@ class CompletionFront:
         elif job.kind != "completion":  # chats and their kin shape their own final fields
             job.attach(result if job.stream else iter([result]))
         elif job.stream:
-            job.attach(_with_final_fields(result, ctx, bool(opts.get("include_usage"))))
+            job.attach(with_final_fields(result, ctx.result, bool(opts.get("include_usage"))))
         else:
             result.setdefault("timings", ctx.result.get("timings", {}))
             job.attach(iter([result]))
@@ -229,8 +229,10 @@ class CompletionFront:
 
         stream = bool(kwargs.pop("stream", False))
         include_usage = bool(kwargs.pop("include_usage", False))
-        plan, ctx = self.plan_chat({**CHAT_DEFAULTS, **kwargs}), self._ctx()
-        ctx.cmpl_id, ctx.reasoning = f"chatcmpl-{uuid.uuid4().hex}", reasoning_control(self.llm, plan)
+        plan = self.plan_chat({**CHAT_DEFAULTS, **kwargs})
+        ctx = self._ctx()
+        ctx.cmpl_id = f"chatcmpl-{uuid.uuid4().hex}"
+        ctx.reasoning = reasoning_control(self.llm, plan)
         shaper = OpenAIChat(ChatRun(self, plan, ctx.result), self.model_name, ctx.cmpl_id)
         return shaper.chunks(include_usage) if stream else shaper.whole()
 
@@ -277,7 +279,8 @@ class CompletionFront:
             grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs), **(llama_sampling or {}),
         )  # fmt: skip
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        ctx, cmpl_id = self._ctx(), f"cmpl-{uuid.uuid4()}"
+        ctx = self._ctx()
+        cmpl_id = f"cmpl-{uuid.uuid4()}"
         req = self._submit(tokens, params, max_tokens or 0, stops, media, ctx.cmpl_id or cmpl_id)
         settings = generation_settings({**params.to_json(), "stop": list(stops)}, n_predict=max_tokens or -1,
                                        stream=stream, n_keep=ctx.n_keep, ignore_eos=ctx.ignore_eos,
@@ -328,8 +331,15 @@ class CompletionFront:
             return [self.llm.bos]
         return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
 
-    def _submit(self, tokens: list[int], params: SamplingParams, max_tokens: int, stops: tuple[str, ...],
-                media: Any = None, cmpl_id: str = "") -> Request:  # fmt: skip
+    def _submit(
+        self,
+        tokens: list[int],
+        params: SamplingParams,
+        max_tokens: int,
+        stops: tuple[str, ...],
+        media: Any = None,
+        cmpl_id: str = "",
+    ) -> Request:
         llm = self.llm
         try:
             chain = build_chain(llm.lc, llm.vocab, llm.n_vocab, params, self.default_seed, llm.n_ctx)
@@ -377,22 +387,3 @@ def _gbnf(grammar: Any) -> str | None:
     """The GBNF text of a ``LlamaGrammar`` (what the chat handlers pass), JSON strings made strict."""
     text = getattr(grammar, "_grammar", None)
     return strict_json_strings(text) if text else None
-
-
-def _with_final_fields(chunks: Iterator[dict[str, Any]], ctx: _RequestContext, include_usage: bool) -> Iterator[Any]:
-    """Put llama-server's ``timings`` on the last chunk, after an OpenAI usage chunk if asked for."""
-    for chunk in chunks:
-        choices = chunk.get("choices") or []
-        if not (choices and choices[0].get("finish_reason") is not None):
-            delta = choices[0].get("delta") if choices else None
-            if isinstance(delta, dict) and "content" not in delta:
-                # llama-server's first delta is {"role": "assistant", "content": null}: clients index it
-                delta["content"] = None
-            yield chunk
-            continue
-        if not include_usage:
-            yield {**chunk, "timings": ctx.result.get("timings", {})}
-            continue
-        yield chunk
-        base = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
-        yield {**base, "choices": [], "usage": ctx.result.get("usage", {}), "timings": ctx.result.get("timings", {})}

@@ -104,3 +104,23 @@ class CompletionShaper:
         out = self._chunk("".join(texts), merged, finish)
         out["usage"] = result["usage"]
         return out
+
+
+def with_final_fields(chunks: Iterator[dict[str, Any]], result: dict[str, Any], include_usage: bool) -> Iterator[Any]:
+    """A streamed completion's chunks with llama-server's ``timings`` (from ``result``, the finished
+    request's) on the last one, after an OpenAI usage chunk if asked for."""
+    for chunk in chunks:
+        choices = chunk.get("choices") or []
+        if not (choices and choices[0].get("finish_reason") is not None):
+            delta = choices[0].get("delta") if choices else None
+            if isinstance(delta, dict) and "content" not in delta:
+                # llama-server's first delta is {"role": "assistant", "content": null}: clients index it
+                delta["content"] = None
+            yield chunk
+            continue
+        if not include_usage:
+            yield {**chunk, "timings": result.get("timings", {})}
+            continue
+        yield chunk
+        base = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
+        yield {**base, "choices": [], "usage": result.get("usage", {}), "timings": result.get("timings", {})}
