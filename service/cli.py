@@ -103,9 +103,8 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:  # in use, not an address of this machine: llama-server's "couldn't bind"
         print(f"modelrouter serve: error: couldn't bind {settings.host} port {settings.port}: {exc}", file=sys.stderr)
         return 1
-    from service.logging_config import configure_logging
-
-    configure_logging(json=settings.log_json, level=_LEVELS[settings.log_level], secrets=settings.secrets())
+    if not _start_logging(settings):
+        return 1
     import structlog
     import uvicorn
 
@@ -129,6 +128,21 @@ def _serve(args: argparse.Namespace) -> int:
     gc.enable()
     uvicorn.Server(config).run(sockets=sockets)
     return 0
+
+
+def _start_logging(settings: Settings) -> bool:
+    """The service's log as llama-server's log flags ask; False (said on stderr) when ``--log-file``
+    cannot be opened (a missing directory, no permission)."""
+    from service.logging_config import configure_logging
+
+    try:
+        configure_logging(json=settings.log_json, level=_LEVELS[settings.log_level], secrets=settings.secrets(),
+                          file=settings.log_file, colors=settings.log_colors, prefix=settings.log_prefix,
+                          timestamps=settings.log_timestamps)  # fmt: skip
+    except OSError as exc:
+        print(f"modelrouter serve: error: --log-file {settings.log_file}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _address(sock: socket.socket) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -44,43 +45,79 @@ def redactor(secrets: Iterable[str | None]) -> structlog.types.Processor:
     return processor
 
 
+def _without(*keys: str) -> structlog.types.Processor:
+    """Drop ``keys`` from a console line (llama-server's --no-log-prefix / --no-log-timestamps)."""
+
+    def processor(_logger: Any, _name: str, event_dict: EventDict) -> EventDict:
+        for key in keys:
+            event_dict.pop(key, None)
+        return event_dict
+
+    return processor
+
+
+def _formatter(
+    use_json: bool, colors: bool, secrets: Iterable[str | None], dropped: tuple[str, ...], shared: list[Any]
+) -> logging.Formatter:
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=colors)
+    )
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            _TRACEBACKS if use_json else structlog.processors.format_exc_info,
+            redactor(secrets),
+            *([_without(*dropped)] if dropped and not use_json else []),
+            renderer,
+        ],
+    )
+
+
 def configure_logging(
-    *, json: bool | None = None, level: int = logging.INFO, secrets: Iterable[str | None] = (), **bind: object
+    *,
+    json: bool | None = None,
+    level: int = logging.INFO,
+    secrets: Iterable[str | None] = (),
+    file: Path | None = None,
+    colors: str = "auto",
+    prefix: bool | None = None,
+    timestamps: bool | None = None,
+    **bind: object,
 ) -> None:
     """Configure structlog and the stdlib root logger once per process.
 
     Call it early in each process (service main, CLI tools): cached loggers
     are per process. ``secrets`` (token, API keys) are redacted from every
     line. ``bind`` values (e.g. ``worker="download", job_id=...``) are attached
-    to every line of this process."""
+    to every line of this process. llama-server's log flags: ``file``
+    (--log-file: every line also appended there, without colours), ``colors``
+    (--log-colors on/off/auto), ``prefix`` and ``timestamps`` (--log-prefix,
+    --log-timestamps: False drops the level or the time from console lines;
+    None keeps the console format's own; JSON lines always carry both)."""
     use_json = (not sys.stderr.isatty()) if json is None else json
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
-        processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            _TRACEBACKS if use_json else structlog.processors.format_exc_info,
-            redactor(secrets),
-            renderer,
-        ],
-    )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter)
+    dropped = tuple(key for key, keep in (("level", prefix), ("timestamp", timestamps)) if keep is False)
+    on_console = colors == "on" or (colors == "auto" and sys.stderr.isatty())
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_formatter(use_json, on_console, secrets, dropped, shared))
+    handlers = [handler]
+    if file is not None:
+        to_file = logging.FileHandler(file, encoding="utf-8")  # appends, as llama-server's --log-file
+        to_file.setFormatter(_formatter(use_json, False, secrets, dropped, shared))
+        handlers.append(to_file)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = handlers
     root.setLevel(level)
     for noisy in ("httpx", "httpcore", "aiosqlite", "huggingface_hub"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -26,6 +26,7 @@ from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.startup_loads import StartupLoads
+from service.supervision.worker_logs import WorkerLogs
 from service.world import SystemClock
 
 if TYPE_CHECKING:
@@ -60,3 +61,4 @@ class Runtime:
     startup_loads: StartupLoads = field(default_factory=StartupLoads)  # single-model /health's start-up gap
     conversations: ConversationOwners = field(default_factory=ConversationOwners)  # X-Conversation-Id → model
     nodes: NodeClient = field(default_factory=NodeClient)  # requests forwarded to other nodes' services
+    worker_logs: WorkerLogs | None = None  # every worker's lines, kept per worker (<home>/logs/workers)

@@ -94,6 +94,12 @@ class Settings:
     """Seconds of silence before an SSE keep-alive comment (MODELROUTER_SSE_KEEPALIVE)."""
     log_json: bool | None = None
     """Force JSON logs (true) or console logs (false); default: console on a TTY."""
+    worker_log_max_bytes: int = 10 * 1024 * 1024
+    """A worker's log file rotates past this size (MODELROUTER_WORKER_LOG_MAX_BYTES)."""
+    worker_log_backups: int = 3
+    """Rotated files kept per worker (MODELROUTER_WORKER_LOG_BACKUPS)."""
+    worker_log_budget_bytes: int = 256 * 1024 * 1024
+    """All workers' log files together; the oldest go first (MODELROUTER_WORKER_LOG_BUDGET_BYTES)."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body on the inference routes (MODELROUTER_MAX_BODY_BYTES); past it, 413."""
     max_control_body_bytes: int = 64 * 1024
@@ -157,6 +163,14 @@ class Settings:
     """TLS certificate (--ssl-cert-file)."""
     log_level: str = "info"
     """debug, info or error (--verbose, --log-verbosity, --log-disable)."""
+    log_file: Path | None = None
+    """llama-server's --log-file: the service's log, workers' forwarded lines included, also appended to this file."""
+    log_colors: str = "auto"
+    """llama-server's --log-colors: on, off or auto (colours when stderr is a terminal); console format only."""
+    log_prefix: bool | None = None
+    """llama-server's --log-prefix: each console line starts with its level; None: the console format's default."""
+    log_timestamps: bool | None = None
+    """llama-server's --log-timestamps: each console line carries its time; None: the console format's default."""
     fake_timing: bool = False
     """llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: each proxied request holds its model 2 s, each load waits 2 s."""
     environment: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ), repr=False)
@@ -282,6 +296,9 @@ class Settings:
             "tail_lag_limit": ("MODELROUTER_TAIL_LAG_LIMIT", float),
             "tail_wakeups": ("MODELROUTER_TAIL_WAKEUPS", _bool),
             "log_json": ("MODELROUTER_LOG_JSON", _bool),
+            "worker_log_max_bytes": ("MODELROUTER_WORKER_LOG_MAX_BYTES", int),
+            "worker_log_backups": ("MODELROUTER_WORKER_LOG_BACKUPS", int),
+            "worker_log_budget_bytes": ("MODELROUTER_WORKER_LOG_BUDGET_BYTES", int),
             "max_body_bytes": ("MODELROUTER_MAX_BODY_BYTES", int),
             "max_control_body_bytes": ("MODELROUTER_MAX_CONTROL_BODY_BYTES", int),
             "max_streams": ("MODELROUTER_MAX_STREAMS", int),

@@ -44,11 +44,14 @@ from service.recovery.snapshotter import Snapshotter
 from service.runtime import Runtime
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
+from service.supervision.effects import Effects, LoggedSpawn
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.interpreter import Interpreter
+from service.supervision.log_files import LogLimits
 from service.supervision.on_demand import OnDemandFiles
 from service.supervision.removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
+from service.supervision.worker_logs import WorkerLogs
 
 _log = structlog.get_logger(__name__)
 
@@ -153,7 +156,10 @@ async def start(settings: Settings) -> Runtime:
 def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapshotter: Snapshotter) -> Runtime:
     """The composition root: the interpreter, the supervisors over it, metrics, the HTTP client."""
     interpreter = Interpreter(live)  # the one writer of what the supervisors decide
-    downloads = DownloadSupervisor(settings, live, interpreter=interpreter)
+    limits = LogLimits(settings.worker_log_max_bytes, settings.worker_log_backups, settings.worker_log_budget_bytes)
+    worker_logs = WorkerLogs(settings.home, limits=limits, secrets=settings.secrets())
+    effects = Effects(spawn=LoggedSpawn(worker_logs))  # each worker's lines: the service's log and its own file
+    downloads = DownloadSupervisor(settings, live, effects, interpreter=interpreter)
     files = OnDemandFiles(settings, live, downloads)
     http = hop_client(
         # llama-server's -to/--timeout on the hop to the workers, as its router applies it to its children.
@@ -161,7 +167,7 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
         httpx.Limits(max_connections=256, max_keepalive_connections=64),
     )
     snapshots = SleepSnapshots(http)
-    instances = InstanceSupervisor(settings, live, interpreter=interpreter, files=files, snapshots=snapshots)
+    instances = InstanceSupervisor(settings, live, effects, interpreter=interpreter, files=files, snapshots=snapshots)
     # Added after the catch-up: event counters count from this process's start.
     gauges = Gauges(in_flight=lambda: sum(instances.busy.values()), queued=lambda: instances.queue_length)
     metrics = RouterMetrics(lambda: live.state, gauges)
@@ -178,6 +184,7 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
         metrics=metrics,
         clock=instances.fx.clock,
         snapshots=snapshots,
+        worker_logs=worker_logs,
     )
 
 
@@ -284,6 +291,8 @@ async def stop(runtime: Runtime) -> None:
     await runtime.snapshotter.close()
     await runtime.http.aclose()
     await runtime.nodes.aclose()
+    if runtime.worker_logs is not None:
+        await asyncio.to_thread(runtime.worker_logs.close)  # the workers' last lines, written
     await runtime.live.stop()
     if runtime.membership is not None:
         await runtime.membership.close()

@@ -16,6 +16,7 @@ from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from service.settings import Settings
 from tests.conftest_hub import unique_repo
+from tests.eventually import eventually
 
 TOKEN = "hf_secretTOKENvalue0123456789"
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,13 +63,21 @@ def test_the_service_never_logs_or_records_the_token(hub: HubServer, tmp_path: P
     bodies = []
     try:
         with httpx.Client(base_url=svc.url, timeout=60) as client:
-            bodies.append(client.post("/models", json={"model": gated}).text)  # uses the token
+            started = client.post("/models", json={"model": gated})  # uses the token
+            bodies.append(started.text)
             bodies.append(client.post("/models", json={"model": "nobody/missing-GGUF"}).text)
             bodies.append(client.post("/models", json={"model": "bad name!"}).text)
             bodies.append(client.get("/events", params={"limit": 1000}).text)
             bodies.append(client.get("/health").text)
+            job_id = started.json()["job_id"]  # the worker's log, read back through the API
+            eventually(lambda: client.get(f"/downloads/{job_id}/logs").status_code == 200, "the job's log")
+            bodies.append(client.get(f"/downloads/{job_id}/logs", params={"tail": 10000}).text)
     finally:
         svc.stop()
     assert TOKEN not in svc.log_text()
     for body in bodies:
         assert TOKEN not in body
+    worker_logs = list((svc.home / "logs" / "workers").glob("download-*.log*"))
+    assert worker_logs  # the download worker's lines were kept (docs/operations.md, workers' logs)
+    for kept in worker_logs:
+        assert TOKEN not in kept.read_text(errors="replace")

@@ -39,7 +39,7 @@ from service.api.problems import PROBLEM_JSON
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
 PUBLIC_PREFIX = "/dashboard/"  # the dashboard's static files
-STREAM_PATHS = frozenset({"/events/stream", "/models/sse"})  # where ``?api_key=`` is read
+STREAM_PATHS = frozenset({"/events/stream", "/models/sse", "/logs/stream"})  # where ``?api_key=`` is read
 _MESSAGE = "Invalid API Key"
 _log = structlog.get_logger(__name__)
 

@@ -33,6 +33,7 @@ from service.supervision.instances import InstanceSupervisor
 from service.supervision.removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.startup_loads import StartupLoads
+from service.supervision.worker_logs import WorkerLogs
 
 
 def _runtime(state: State) -> Runtime:
@@ -127,6 +128,11 @@ def provide_startup_loads(state: State) -> StartupLoads:
     return _runtime(state).startup_loads
 
 
+def provide_worker_logs(state: State) -> WorkerLogs | None:
+    """The workers' log files (``GET /models/{id}/logs``, ``GET /downloads/{job_id}/logs``)."""
+    return _runtime(state).worker_logs
+
+
 def dependencies() -> dict[str, Provide]:
     """Every provider by the parameter name handlers use, for ``Litestar(dependencies=...)``."""
     providers = {
@@ -145,5 +151,6 @@ def dependencies() -> dict[str, Provide]:
         "mode": provide_mode,
         "snapshots": provide_snapshots,
         "startup_loads": provide_startup_loads,
+        "worker_logs": provide_worker_logs,
     }
     return {name: Provide(provider, sync_to_thread=False) for name, provider in providers.items()}

@@ -14,7 +14,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from rich.console import Console
 
-from service.console import chat, control, pull, tables
+from service.console import chat, control, logs, pull, tables
 from service.console.client import Client, CliError
 
 _ENV = "environment: MODELROUTER_URL (default http://127.0.0.1:8080), MODELROUTER_API_KEY (sent as a bearer token)"
@@ -53,7 +53,7 @@ def _events_params(args: argparse.Namespace) -> dict[str, Any]:
             "after": args.after, "before": args.before, "limit": args.limit}  # fmt: skip
 
 
-CLIENT_COMMANDS = ("pull", "ls", "ps", "load", "unload", "rm", "cancel", "run", "history", "events", "nodes")
+CLIENT_COMMANDS = ("pull", "ls", "ps", "load", "unload", "rm", "cancel", "run", "history", "logs", "events", "nodes")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -142,6 +142,19 @@ def _add_chat_and_log_commands(sub: Sub) -> None:
                  lambda c, con, a: tables.history(c, con, a.model, as_json=a.json))  # fmt: skip
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--json", action="store_true", help="the raw JSON of GET /models/{id}/history")
+
+    p = _command(sub, "logs", "the end of a worker's log: a model's instance (the latest by default) or a download",
+                 "  modelrouter logs ggml-org/gemma-3-270m-GGUF\n"
+                 "  modelrouter logs my-alias --instance i-3f2a --tail 500\n"
+                 "  modelrouter logs my-model -f          # keep printing new lines\n"
+                 "  modelrouter logs --job job-3f2a",
+                 lambda c, con, a: logs.logs(c, a.model, instance=a.instance, job=a.job, tail=a.tail,
+                                             follow=a.follow))  # fmt: skip
+    p.add_argument("model", metavar="MODEL", nargs="?", help="name, alias or user/repo")
+    p.add_argument("--instance", help="one of the model's instances (see `modelrouter history`)")
+    p.add_argument("--job", help="a download job's log instead of a model's")
+    p.add_argument("--tail", type=int, default=100, help="the last N lines, 1..10000 (default 100)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines as the worker writes them")
 
     p = _command(sub, "events", "read the event log (the filters of GET /events)",
                  "  modelrouter events --model ggml-org/gemma-3-270m-GGUF:Q4_K_M\n"

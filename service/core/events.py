@@ -255,6 +255,7 @@ class InstanceReady(Event):
     file_size: int
     architecture: str
     model_info: Mapping[str, JSON] = dataclasses.field(default_factory=dict)  # llama-server's meta (catalogue)
+    log_path: str | None = None  # the file the service keeps the worker's lines in (None: logged before issue 37)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

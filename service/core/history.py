@@ -58,6 +58,7 @@ class LoadRecord:
     exit_code: int | None = None
     signal: int | None = None
     message: str | None = None
+    node: str | None = None  # in a cluster: the node that ran it (whose disk holds its log)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -165,7 +166,7 @@ def model_history(model: str, records: Iterable[Recorded], now: datetime) -> Mod
         if isinstance(e, ev.DownloadRequested):
             jobs[e.job_id] = DownloadRecord(e.job_id, rec.recorded_at, e.revision, e.quant, e.total_bytes)
         elif isinstance(e, ev.InstanceRequested):
-            loads[e.instance_id] = LoadRecord(e.instance_id, rec.recorded_at, e.reason)
+            loads[e.instance_id] = LoadRecord(e.instance_id, rec.recorded_at, e.reason, node=e.node)
         elif isinstance(e, ev.InstanceStopRequested):
             stop_reasons[e.instance_id] = e.reason
         elif (job_id := getattr(e, "job_id", None)) in jobs:

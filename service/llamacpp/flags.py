@@ -83,6 +83,10 @@ _ROUTER: Mapping[str, str] = {
     "log-verbosity": "log level: 0-2 errors, 3 info, 4+ debug",
     "log-disable": "errors only",
     "log-jsonl": "JSON log lines",
+    "log-file": "the service's log, workers' forwarded lines included, also appended to the file",
+    "log-colors": "colours on the console log (auto: when stderr is a terminal)",
+    "log-prefix": "each console line starts with its level (the console format shows it by default)",
+    "log-timestamps": "each console line carries its time (the console format shows it by default; JSON lines always)",
     "sse-ping-interval": "seconds of silence before an SSE keep-alive comment",
     "timeout": "read/write timeout in seconds (default 600, as llama-server): a client's request body and a "
     "client that takes no answer on the service's port, and an answer's next bytes from a worker",
@@ -102,10 +106,6 @@ _ROUTER_IGNORED: Mapping[str, str] = {
     "mcp-servers-json": "no MCP servers",
     "agent": "no built-in agent tools",
     "threads-http": "one asyncio event loop serves HTTP",
-    "log-file": "logs go to stderr",
-    "log-colors": "colours follow the terminal",
-    "log-prefix": "structlog's line format",
-    "log-timestamps": "every log line carries a timestamp",
     "media-path": "no local media files are served",
 }
 _SOURCE: Mapping[str, tuple[bool, str]] = {
@@ -143,6 +143,10 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     ),
     "spm-infill": ("spm_infill", "/infill puts the suffix first"),
     "slot-save-path": ("slot_save_path", "directory of the files POST /slots/{id}?action=save and restore use"),
+    "log-prompts-dir": (
+        "log_prompts_dir",
+        "each completion's prompt (a chat's rendered one) to <dir>/<ms>.txt, as llama-server writes it",
+    ),
     "lora": (
         "lora",
         "LoRA adapters (comma-separated), the worker's scales for requests without their own `lora`; "

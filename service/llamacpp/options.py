@@ -228,6 +228,7 @@ _CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
     "context-shift": lambda _k, v: {"context_shift": not is_falsey(v)},
     "spm-infill": lambda _k, v: {"spm_infill": not is_falsey(v)},
     "slot-save-path": lambda _k, v: {"slot_save_path": v.strip()},
+    "log-prompts-dir": lambda _k, v: {"log_prompts_dir": v.strip()},
     "lora": lambda _k, v: {"lora": v.strip()},
     "lora-scaled": lambda _k, v: {"lora_scaled": v.strip()},
     "lora-init-without-apply": lambda _k, v: {"lora_init_without_apply": not is_falsey(v)},

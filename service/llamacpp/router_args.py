@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.llamacpp.flags import BY_NAME, TRUTHY, handling, is_falsey
+from service.llamacpp.flags import BY_NAME, FALSEY, TRUTHY, handling, is_falsey
 from service.llamacpp.options import per_model
 
 
@@ -79,6 +79,19 @@ def _log_level(value: str) -> str:
     return "error" if number <= 2 else "info" if number == 3 else "debug"
 
 
+def _log_colors(value: str) -> str:
+    """llama-server's on/off/auto (``is_truthy``/``is_falsey``/``is_autoy``); anything else is its error."""
+    lowered = value.strip().lower()
+    if lowered in TRUTHY:
+        return "on"
+    if lowered in FALSEY:
+        return "off"
+    if lowered in ("auto", "-1"):
+        return "auto"
+    msg = f"error: unknown value for --log-colors: '{value}'"
+    raise UsageError(msg)
+
+
 _SETTINGS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "host": ("host", _host),
     "port": ("port", lambda v: _int("port", v)),
@@ -94,6 +107,10 @@ _SETTINGS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "log-verbosity": ("log_level", _log_level),
     "log-disable": ("log_level", lambda v: "info" if is_falsey(v) else "error"),
     "log-jsonl": ("log_json", lambda v: not is_falsey(v)),
+    "log-file": ("log_file", lambda v: Path(v).expanduser()),
+    "log-colors": ("log_colors", _log_colors),
+    "log-prefix": ("log_prefix", lambda v: not is_falsey(v)),
+    "log-timestamps": ("log_timestamps", lambda v: not is_falsey(v)),
     "sse-ping-interval": ("sse_keepalive", lambda v: float(_int("sse-ping-interval", v))),
     "timeout": ("timeout", lambda v: float(_int("timeout", v))),  # >= 1: Settings checks it
     "hf-repo": ("hf_repo", str.strip),

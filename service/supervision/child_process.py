@@ -3,8 +3,10 @@
 Every worker runs in its own process group (so a stop reaches any grandchild)
 and treats EOF on stdin as "the service is gone"; each worker also asks for
 ``PR_SET_PDEATHSIG`` itself, right after exec, and re-checks its parent pid
-(``workers/runtime/_parent_watch.py``). The last 8 KiB of stderr are kept for crash
-reports.
+(``workers/runtime/_parent_watch.py``). Its stdout and stderr are read line by
+line into its :class:`~service.supervision.worker_logs.LogStream` (the service's
+log and the worker's file); the crash report's tail is read back from that file.
+A child spawned without a stream keeps the last 8 KiB of stderr in memory.
 
 Why no ``preexec_fn``, and why a spawner thread: the service is threaded
 (aiosqlite, ``asyncio.to_thread``, huggingface_hub's HTTP client). With a
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -34,7 +37,12 @@ from dataclasses import dataclass
 import psutil
 import structlog
 
+from service.supervision.log_files import tail_lines
+from service.supervision.worker_logs import LogStream
+
 STDERR_TAIL_BYTES = 8192
+MAX_LINE_BYTES = 64 * 1024
+"""A longer line is cut there (a worker printing a huge blob must not grow the reader's buffer)."""
 _log = structlog.get_logger(__name__)
 _spawner: ThreadPoolExecutor | None = None
 
@@ -104,9 +112,10 @@ def same_process_alive(pid: int | None, started_at: float | None, marker: str | 
 class ChildProcess:
     """A running worker. Create with :meth:`spawn`; ``wait()`` resolves on exit."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], name: str) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], name: str, log: LogStream | None = None) -> None:
         self._popen = popen
         self.name = name
+        self.log = log
         self.pid = popen.pid
         self.started_at = process_start_time(popen.pid)
         self.max_rss_bytes: int | None = None  # known once reaped
@@ -118,16 +127,19 @@ class ChildProcess:
         self._exit: asyncio.Task[ExitStatus] | None = None
 
     @classmethod
-    async def spawn(cls, argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None) -> ChildProcess:
-        """Start ``argv`` in its own session and process group, stdin and stderr
-        piped, without blocking the event loop (see the module docstring)."""
+    async def spawn(
+        cls, argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None, log: LogStream | None = None
+    ) -> ChildProcess:
+        """Start ``argv`` in its own session and process group, stdin, stdout and stderr
+        piped, without blocking the event loop (see the module docstring); with ``log``,
+        every line it writes goes there."""
         loop = asyncio.get_running_loop()
 
         def start() -> subprocess.Popen[bytes]:
             return subprocess.Popen(
                 list(argv),
                 stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if log is not None else subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
@@ -135,7 +147,7 @@ class ChildProcess:
             )
 
         popen = await loop.run_in_executor(_spawner_thread(), start)
-        child = cls(popen, name)
+        child = cls(popen, name, log)
         try:
             await child._attach(loop)
         except BaseException:
@@ -149,9 +161,13 @@ class ChildProcess:
     async def _attach(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._popen.stdin is not None and self._popen.stderr is not None
         self._stdin, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, self._popen.stdin)
-        reader = asyncio.StreamReader(limit=1 << 20)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._popen.stderr)
-        self._readers = [asyncio.create_task(self._drain_stderr(reader), name=f"stderr-{self.pid}")]
+        pipes = [self._popen.stderr] if self.log is None else [self._popen.stderr, self._popen.stdout]
+        for pipe in pipes:
+            assert pipe is not None
+            reader = asyncio.StreamReader(limit=1 << 20)
+            await loop.connect_read_pipe(functools.partial(asyncio.StreamReaderProtocol, reader), pipe)
+            drain = self._drain_stderr(reader) if self.log is None else self._forward_lines(reader, self.log)
+            self._readers.append(asyncio.create_task(drain, name=f"output-{self.pid}"))
         self._exit = asyncio.create_task(self._wait(loop), name=f"wait-{self.pid}")
 
     @property
@@ -172,9 +188,30 @@ class ChildProcess:
             while self._stderr_size - len(self._stderr[0]) >= STDERR_TAIL_BYTES:
                 self._stderr_size -= len(self._stderr.popleft())
 
+    @staticmethod
+    async def _forward_lines(reader: asyncio.StreamReader, log: LogStream) -> None:
+        """Each line to ``log`` as soon as it is whole; never waits for the log (see LogStream.feed)."""
+        partial = b""
+        while True:
+            chunk = await reader.read(65536)
+            if not chunk:
+                if partial:
+                    log.feed(partial)
+                return
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                log.feed(line[:MAX_LINE_BYTES])
+            if len(partial) > MAX_LINE_BYTES:
+                log.feed(partial[:MAX_LINE_BYTES])
+                partial = b""
+
     def stderr_tail(self) -> str:
-        """The last 8 KiB the child wrote to stderr."""
-        return b"".join(self._stderr)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+        """The last 8 KiB of what the child wrote: read from its log file (so the same tail is
+        there after a restart of the service), or kept in memory when it has no log."""
+        if self.log is None:
+            return b"".join(self._stderr)[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+        return "\n".join(tail_lines(self.log.path, 200, max_bytes=STDERR_TAIL_BYTES))[-STDERR_TAIL_BYTES:]
 
     async def _reaped(self, loop: asyncio.AbstractEventLoop) -> int:
         """The exit status, collected without a thread per child: a pidfd becomes
@@ -210,6 +247,10 @@ class ChildProcess:
         with contextlib.suppress(asyncio.TimeoutError):
             async with asyncio.timeout(1.0):  # not wait_for: on 3.11 it can swallow a cancellation
                 await asyncio.gather(*self._readers)
+        if self.log is not None:
+            with contextlib.suppress(asyncio.TimeoutError):  # its lines reach the file before the tail is read
+                async with asyncio.timeout(5.0):
+                    await self.log.close()
         if self._stdin is not None:
             self._stdin.close()
         kills = oom_kill_count()

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from service.supervision.child_process import ChildProcess, ExitStatus
 from service.supervision.ports import free_port
+from service.supervision.worker_logs import WorkerLogs
 from service.world import SystemClock, new_instance_id, new_job_id
 
 
@@ -62,6 +63,20 @@ Any: the worker's JSON object (``steps``, ``step_s``...), read by :mod:`service.
 
 async def spawn_child(argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None) -> Child:
     return await ChildProcess.spawn(argv, name=name, env=env)
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedSpawn:
+    """The real spawner with every line of each worker to its log (:mod:`service.supervision.worker_logs`).
+    The worker's ``name`` is its identity: ``inference:MODEL:INSTANCE`` keeps ``instance-INSTANCE.log``,
+    ``download:JOB`` keeps ``download-JOB.log``."""
+
+    logs: WorkerLogs
+
+    async def __call__(self, argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None) -> Child:
+        kind, _, rest = name.partition(":")
+        log = self.logs.stream(name, "instance" if kind == "inference" else kind, rest.rsplit(":", 1)[-1])
+        return await ChildProcess.spawn(argv, name=name, env=env, log=log)
 
 
 @dataclass(frozen=True, slots=True)

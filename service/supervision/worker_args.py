@@ -10,6 +10,7 @@ from typing import Any
 from service.core.contracts import DownloadSpec
 from service.event_store.urls import without_password
 from service.settings import Settings
+from service.supervision.log_files import log_path
 
 
 def store_argv(settings: Settings) -> list[str]:
@@ -42,6 +43,7 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "seed": "--seed",
     "pooling": "--pooling",
     "slot_save_path": "--slot-save-path",
+    "log_prompts_dir": "--log-prompts-dir",
     "cache_ram": "--cache-ram",
     "n_ubatch": "--ubatch-size",
     "flash_attn": "--flash-attn",
@@ -90,6 +92,7 @@ def inference_argv(
         "--port", str(port),
         *store_argv(settings),
         "--parent-pid", str(settings.service_pid),
+        "--log-path", str(log_path(settings.home, "instance", instance_id)),
     ]  # fmt: skip
     for key, flag in _INFERENCE_FLAGS.items():
         if params.get(key) is not None:

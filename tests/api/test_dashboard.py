@@ -3,7 +3,8 @@
 an API key and the project's Hub: give the key, download from the form and watch
 the bar move and finish, load, chat, unload, and see it all in the event feed
 and the model's history; cancel a download, delete a model, and restart the
-service under the page (the feed reconnects and misses nothing). Every wait is
+service under the page (the feed reconnects and misses nothing); the model's
+worker log shows its load log and follows it to the stop. Every wait is
 on a DOM condition, never a sleep.
 
 The screenshot is kept under the test's tmp dir; with
@@ -151,6 +152,10 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
         until(browser, lambda d: model_status(d, model) == "unloaded", "the model listed")
         click_action(browser, model, "load")
         until(browser, lambda d: model_status(d, model) == "loaded", "the model loaded")
+        # The model's log beside its history: the load log now, and, followed live, what comes next.
+        click_action(browser, model, "history")
+        until(browser, lambda d: "print_info" in css(d, "#worker-log").text, "the load log on the page")
+        assert css(browser, "#worker-log").get_attribute("data-state") == "live"
 
         choose_chat_model(browser, model)
         css(browser, "#chat-input").send_keys("Say hi")
@@ -160,6 +165,7 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
 
         click_action(browser, model, "unload")
         until(browser, lambda d: model_status(d, model) == "unloaded", "the model unloaded")
+        until(browser, lambda d: "instance_stopped" in css(d, "#worker-log").text, "the stop followed in the log")
         wanted = {"download_requested", "download_finished", "instance_ready", "request_completed", "instance_stopped"}
         until(browser, lambda d: wanted <= set(feed_types(d)), f"the feed showing {wanted}")
         positions = feed_positions(browser)

@@ -94,7 +94,7 @@ def test_every_decision_names_a_real_option() -> None:
                       "flash_attn", "cache_type_k", "cache_type_v", "swa_full", "warmup", "rope_scaling",
                       "rope_freq_base", "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor", "yarn_attn_factor",
                       "yarn_beta_slow", "yarn_beta_fast", "load_mode", "lazy_mode", "repack", "no_host",
-                      "check_tensors", "mlock", "mmap"}  # fmt: skip
+                      "check_tensors", "mlock", "mmap", "log_prompts_dir"}  # fmt: skip
 
 
 def test_preset_keys_are_long_and_short_names_and_env_names() -> None:

@@ -146,6 +146,17 @@ def test_two_nodes_place_forward_and_survive_a_kill(
     requested = _events(a, type="instance_requested", model="tiny-b")
     assert [(e["data"]["node"], e["source"]["node"]) for e in requested] == [("b", "a")]
     assert _entry(a, "tiny-b")["status"]["node"] == "b" and _entry(b, "tiny-b")["status"]["node"] == "b"
+
+    # Its worker's log, asked of a, is read from b's disk (b ran it): a asks b, the key passed on.
+    def log_of_b() -> dict[str, Any] | None:
+        answer = httpx.get(f"{a.url}/models/tiny-b/logs", params={"tail": 1000}, headers=AUTH, timeout=30)
+        assert answer.status_code == 200, answer.text
+        body: dict[str, Any] = answer.json()
+        return body if any("print_info" in line for line in body["lines"]) else None
+
+    remote = eventually(log_of_b, "b's load log through a")
+    assert remote["log_path"].startswith(str(b.home)) and remote["instance_id"] == requested[0]["data"]["instance_id"]
+    assert _get(a, "/models/tiny-b/history")["loads"][-1]["node"] == "b"
     assert _entry(a, "tiny-s")["held_by"] == ["a", "b"] and _entry(a, "tiny-a")["held_by"] == ["a"]
     client = openai.OpenAI(base_url=f"{a.url}/v1", api_key=KEY)
     stream = client.chat.completions.create(model="tiny-b", stream=True, **CHAT)  # type: ignore[call-overload]

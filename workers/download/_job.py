@@ -65,6 +65,7 @@ def run_job(job_id: str, spec: DownloadSpec, cache_dir: Path, emit: Callable[[ev
     files = spec.refs()
 
     def fail(reason: str, message: str, retryable: bool) -> int:
+        log("download_failed", reason=reason, message=message, retryable=retryable)
         emit(ev.DownloadFailed(job_id=job_id, reason=reason, message=message, retryable=retryable))
         return EXIT_FAILED
 
@@ -80,6 +81,7 @@ def run_job(job_id: str, spec: DownloadSpec, cache_dir: Path, emit: Callable[[ev
     try:
         on_disk = {sha: _bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items()}
         done = sum(on_disk.values())
+        log("download_resolved", **_resolved(spec, done))
         missing = sum(f.size - on_disk[sha] for sha, f in blobs.items())
         short = shortfall(needed=missing, free=shutil.disk_usage(paths.blobs_dir).free, reserve=spec.reserve_bytes)
         if short is not None:  # the service's rule, checked again now that the bytes are about to land
@@ -97,9 +99,11 @@ def run_job(job_id: str, spec: DownloadSpec, cache_dir: Path, emit: Callable[[ev
             publish_blob(paths.incomplete(sha), paths.blob(sha))
         published = _publish_snapshot(paths, spec)
         meter.finish()
-        emit(ev.DownloadFinished(job_id=job_id, commit=spec.commit, files=published,
-                                 bytes_total=spec.total_bytes, bytes_transferred=meter.transferred,
-                                 duration_ms=round((time.monotonic() - began) * 1000, 1)))  # fmt: skip
+        finished = ev.DownloadFinished(job_id=job_id, commit=spec.commit, files=published,
+                                       bytes_total=spec.total_bytes, bytes_transferred=meter.transferred,
+                                       duration_ms=round((time.monotonic() - began) * 1000, 1))  # fmt: skip
+        log("download_finished", bytes_transferred=finished.bytes_transferred, duration_ms=finished.duration_ms)
+        emit(finished)
         return EXIT_FINISHED
     except Interrupted as stop:
         return _on_interrupted(stop, job_id, paths, blobs, emit, log)
@@ -109,6 +113,13 @@ def run_job(job_id: str, spec: DownloadSpec, cache_dir: Path, emit: Callable[[ev
         return fail(*_os_failure(exc))
     finally:
         _release(locks, 0)
+
+
+def _resolved(spec: DownloadSpec, resumed_bytes: int) -> dict[str, object]:
+    """What the job's log says it resolved and where it resumes (docs/operations.md, the workers' logs)."""
+    files = [f.path for f in spec.files]
+    return {"repo": spec.repo, "commit": spec.commit, "files": files, "total_bytes": spec.total_bytes,
+            "resumed_bytes": resumed_bytes}  # fmt: skip
 
 
 def _publish_snapshot(paths: CachePaths, spec: DownloadSpec) -> tuple[FileRef, ...]:
@@ -131,6 +142,7 @@ def _on_interrupted(stop: Interrupted, job_id: str, paths: CachePaths, blobs: di
         log("parent_exited", job_id=job_id)
         return EXIT_PARENT_EXITED
     discard = stop.kind == DISCARD
+    log("download_cancelled", discard=discard)
     if discard:
         for sha in blobs:
             _unlink(paths.incomplete(sha))

@@ -95,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--events", default=None, help="JSONL event file ('-' = stdout, the default without --db)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--parent-pid", type=int, default=None, help="exit at once if our parent is not this pid")
+    p.add_argument("--log-path", default=None, help="where the service keeps this worker's lines (for instance_ready)")
     args = p.parse_args(argv)
     args.lora_specs = _lora_specs(p, args)
     args.model_name = args.model_name or Path(args.model_path).stem
@@ -115,6 +116,7 @@ def _kv_cache_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-idle-slots", action=argparse.BooleanOptionalAction, default=True,
                    help="idle slots go to the prompt cache when a request starts (cleared from a KV pool)")  # fmt: skip
     p.add_argument("--slot-save-path", default=None, help="directory of POST /slots/{id}?action=save|restore files")
+    p.add_argument("--log-prompts-dir", default=None, help="each completion's prompt to DIR/<ms>.txt (llama-server's)")
 
 
 def _flash_attn(value: str) -> str:

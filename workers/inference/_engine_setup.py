@@ -13,6 +13,7 @@ import argparse
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from workers.inference._cli import model_fields, rope_fields
 from workers.inference.engine import BatchEngine, Engine, LegacyEngine
@@ -33,13 +34,16 @@ from workers.inference.llama import (
 )
 
 
-def build_engine(args: argparse.Namespace) -> Engine:
+def build_engine(args: argparse.Namespace, *, on_finished: Callable[..., Any] | None = None) -> Engine:
+    """The engine ``args`` ask for; ``on_finished`` logs each finished request (the batch engine's)."""
     if args.engine == "legacy":
         return LegacyEngine(args.model_name, embedding=bool(args.embedding))
-    return BatchEngine(
+    engine = BatchEngine(
         args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding), context_shift=args.context_shift,
         cache_ram_mib=args.cache_ram, cache_idle_slots=args.cache_idle_slots,
     )  # fmt: skip
+    engine.on_finished = on_finished
+    return engine
 
 
 def load_projector(

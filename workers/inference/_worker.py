@@ -46,11 +46,11 @@ class Worker:
         self.runtime = runtime
         self.log = log = runtime.log
         self.pid = os.getpid()
-        self.engine = build_engine(args)
+        self.engine = build_engine(args, on_finished=log.info)  # one log line per finished request
         front = FrontOptions(
             chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens,
             spm_infill=args.spm_infill, slot_save_path=args.slot_save_path, endpoint_props=args.props,
-            predict_route=predict_route(os.environ),
+            predict_route=predict_route(os.environ), log_prompts_dir=args.log_prompts_dir,
             endpoint_metrics=args.metrics, endpoint_slots=args.slots,
             chat_template=args.chat_template, chat_template_file=args.chat_template_file, jinja=args.jinja,
             chat_template_kwargs=args.chat_template_kwargs, reasoning_format=args.reasoning_format,
@@ -175,7 +175,7 @@ class Worker:
             self.app.model_meta = {**info, **meta, "engine": self.args.engine, "n_parallel": self.engine.slot_count}
             self.app.status = WorkerState.READY
             self.emit(ev.InstanceReady(instance_id=self.args.instance_id, pid=self.pid, endpoint=self.endpoint,
-                                       model_info=info, **meta))  # fmt: skip
+                                       model_info=info, log_path=self.args.log_path, **meta))  # fmt: skip
         self.log.info("instance_ready", endpoint=self.endpoint, phases=loaded.phases, **meta)
         monitor = self.engine.monitor
         if monitor is not None and self.args.stats_interval > 0:

@@ -3,20 +3,25 @@ by :func:`service.core.history.model_history`.
 
 Model ids contain ``/`` (``user/repo:QUANT``) and Litestar cannot route a
 ``path`` parameter followed by a fixed segment, so one handler takes the rest
-of the path and insists that it ends in ``/history``.
+of the path and insists that it ends in ``/history`` or ``/logs`` (the latter
+answered by :mod:`._logs`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import quote
 
-from litestar import get
+from litestar import Request, get
 from litestar.params import Parameter, SkipValidation
 
+from service.api.controllers._logs import DEFAULT_TAIL, InstanceId, Tail, chosen_instance, instance_log, remote_log
 from service.api.problems import Problem
-from service.api.schemas import DownloadHistory, LoadHistory, ModelHistoryView, problems
+from service.api.proxy import Forwarding
+from service.api.schemas import DownloadHistory, LoadHistory, ModelHistoryView, WorkerLogView, problems
 from service.api.views import time_or_none
 from service.core.errors import CommandRejected
 from service.core.events import Recorded
@@ -25,17 +30,21 @@ from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import format_time
 from service.event_store.statements import EventFilter
 from service.live_state import LiveState
+from service.settings import Settings
 from service.supervision.effects import Clock
+from service.supervision.worker_logs import WorkerLogs
 
 _PAGE = 1000
-_SUFFIX = "/history"
-ModelPath = Annotated[PurePosixPath, Parameter(description="`{model}/history`: a model id, alias or `user/repo`")]
+_SUFFIX, _LOGS = "/history", "/logs"
+ModelPath = Annotated[
+    PurePosixPath, Parameter(description="`{model}/history` or `{model}/logs`: a model id, alias or `user/repo`")
+]
 
 
 @get(
     "/models/{model_path:path}",
     operation_id="modelHistory",
-    summary="A model's downloads and loads",
+    summary="A model's downloads and loads (/history), or the end of one of its worker's logs (/logs)",
     tags=["models"],
     responses=problems(400, 404, 409),
 )
@@ -44,19 +53,41 @@ async def model_history_endpoint(
     live: LiveState,
     store: AsyncEventStore,
     clock: SkipValidation[Clock],  # a Protocol: isinstance cannot check it
-) -> ModelHistoryView:
+    worker_logs: WorkerLogs | None,
+    request: Request[Any, Any, Any],
+    forwarding: Forwarding,
+    settings: Settings,
+    instance: InstanceId = None,
+    tail: Tail = DEFAULT_TAIL,
+) -> ModelHistoryView | WorkerLogView:
     """``GET /models/{id}/history``: every download (when, how long, bytes, outcome,
-    reason) and every load (load time, uptime, requests served, how it ended),
-    oldest first. The id resolves as elsewhere: name, alias or ``user/repo``."""
+    reason) and every load (load time, uptime, requests served, how it ended, its log),
+    oldest first. ``GET /models/{id}/logs?instance=…&tail=N``: the last lines of one
+    instance's worker log (the latest instance by default). The id resolves as
+    elsewhere: name, alias or ``user/repo``."""
     text = str(model_path)
-    if not text.endswith(_SUFFIX) or len(text) <= len(_SUFFIX) + 1:
+    suffix = next((s for s in (_SUFFIX, _LOGS) if text.endswith(s) and len(text) > len(s) + 1), None)
+    if suffix is None:
         raise Problem(404, "not_found", f"no route for /models{text}: did you mean /models/<id>/history?")
-    name = text[1 : -len(_SUFFIX)]
+    name = text[1 : -len(suffix)]
     model = live.state.resolve(name)
     if model is None:
         raise CommandRejected("model_not_found", f"model {name!r} is not found", model=name)
     records = await _read_model(store, model.name)
-    return history_view(model_history(model.name, records, clock.now()))
+    history = model_history(model.name, records, clock.now())
+    if suffix == _LOGS:
+        chosen = chosen_instance(model.name, [load.instance_id for load in history.loads], instance)
+        ran_on = next(load.node for load in history.loads if load.instance_id == chosen)
+        if ran_on is not None and ran_on != settings.node:  # its file is on that node's disk: ask it
+            path = f"/models/{quote(model.name, safe='/:@')}/logs"
+            return await remote_log(forwarding, request, ran_on, path, {"instance": chosen, "tail": tail})
+        return await instance_log(model.name, [chosen], chosen, tail, worker_logs)
+    return history_view(history)
+
+
+async def model_instances(store: AsyncEventStore, model: str, now: datetime) -> list[str]:
+    """The model's instances (loads), oldest first, as its history lists them."""
+    return [load.instance_id for load in model_history(model, await _read_model(store, model), now).loads]
 
 
 async def _read_model(store: AsyncEventStore, model: str) -> list[Recorded]:
@@ -72,16 +103,16 @@ async def _read_model(store: AsyncEventStore, model: str) -> list[Recorded]:
 
 def _download(job: DownloadRecord) -> DownloadHistory:
     fields = dataclasses.asdict(job)
-    return DownloadHistory(
-        **{**fields, "requested_at": format_time(job.requested_at), "ended_at": time_or_none(job.ended_at)}
-    )
+    times = {"requested_at": format_time(job.requested_at), "ended_at": time_or_none(job.ended_at)}
+    return DownloadHistory(**{**fields, **times}, log=f"/downloads/{job.job_id}/logs")
 
 
-def _load(load: LoadRecord) -> LoadHistory:
+def _load(model: str, load: LoadRecord) -> LoadHistory:
     fields = dataclasses.asdict(load)
     times = {"requested_at": format_time(load.requested_at), "ready_at": time_or_none(load.ready_at)}
     times["ended_at"] = time_or_none(load.ended_at)
-    return LoadHistory(**{**fields, **times})
+    log = f"/models/{quote(model, safe='/:@')}/logs?instance={quote(load.instance_id)}"
+    return LoadHistory(**{**fields, **times}, log=log)
 
 
 def history_view(history: ModelHistory) -> ModelHistoryView:
@@ -89,7 +120,7 @@ def history_view(history: ModelHistory) -> ModelHistoryView:
     return ModelHistoryView(
         model=history.model,
         downloads=[_download(job) for job in history.downloads],
-        loads=[_load(load) for load in history.loads],
+        loads=[_load(history.model, load) for load in history.loads],
         restarts=history.restarts,
         crashes=history.crashes,
         requests_served=history.requests_served,

@@ -19,6 +19,8 @@ from service.api.controllers._downloads import cancel_download, download_model, 
 from service.api.controllers._events import EventsController, models_sse
 from service.api.controllers._health import health, health_v1
 from service.api.controllers._history import model_history_endpoint
+from service.api.controllers._log_stream import stream_logs
+from service.api.controllers._logs import download_logs
 from service.api.controllers._metrics import get_metrics
 from service.api.controllers._models import list_models, list_models_openai, load_model, remove_model, unload_model
 from service.api.controllers._nodes import list_nodes
@@ -38,6 +40,7 @@ CONTROL_HANDLERS = (
     list_downloads,
     get_download,
     cancel_download,
+    download_logs,
     model_history_endpoint,
 )
 """The routes behind the control body limit."""
@@ -64,6 +67,7 @@ def route_handlers(*, control_body_limit: int, single: bool = False) -> list[Con
         *dashboard_routes,
         EventsController,
         models_sse,
+        stream_logs,
         reload_models,
         list_nodes,
     ]

@@ -34,6 +34,7 @@ from service.api.schemas._control import (
     UnloadAnswer,
 )
 from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHistoryView
+from service.api.schemas._logs import WorkerLogView
 from service.api.schemas._modes import model_optional
 from service.api.schemas._nodes import NodeList, NodeView
 from service.api.schemas._openai import (
@@ -106,6 +107,7 @@ __all__ = [
     "TailView",
     "TokenizeRequest",
     "UnloadAnswer",
+    "WorkerLogView",
     "model_optional",
     "problems",
 ]

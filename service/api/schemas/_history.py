@@ -22,6 +22,8 @@ class DownloadHistory(msgspec.Struct, frozen=True):
     bytes_done: int
     resumed_bytes: int
     bytes_transferred: int | None
+    log: str | None = None
+    """Where its worker's log is read: ``/downloads/{job_id}/logs``."""
 
 
 class LoadHistory(msgspec.Struct, frozen=True):
@@ -42,6 +44,10 @@ class LoadHistory(msgspec.Struct, frozen=True):
     exit_code: int | None
     signal: int | None
     message: str | None
+    node: str | None = None
+    """In a cluster: the node that ran it (``GET /models/{id}/logs`` on any node reads that node's file)."""
+    log: str | None = None
+    """Where its worker's log is read: ``/models/{id}/logs?instance={instance_id}``."""
 
 
 class ModelHistoryView(msgspec.Struct, frozen=True):

@@ -20,7 +20,7 @@ const FEED_MAX = 300;
 const KEY_STORE = "modelrouter.api_key";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { models: [], jobs: new Map(), lastId: null, source: null, keyWaiters: [] };
+const state = { models: [], jobs: new Map(), lastId: null, source: null, logSource: null, keyWaiters: [] };
 
 // ---- HTTP with the API key ---------------------------------------------------------------
 
@@ -283,6 +283,7 @@ function table(rows, columns) {
 // the model's own events from GET /events?model=.
 async function showHistory(model) {
   $("#history-model").textContent = model;
+  showLog(model);
   const box = $("#history");
   const path = "/models/" + model.split("/").map(encodeURIComponent).join("/") + "/history";
   const answer = await request("GET", path);
@@ -301,6 +302,36 @@ async function showHistory(model) {
     .map((e) => ({ position: e.position, recorded_at: e.recorded_at, type: e.type, detail: details(e) }));
   box.replaceChildren(table(rows));
   box.dataset.source = "events";
+}
+
+// ---- a model's worker log ------------------------------------------------------------------
+
+const LOG_MAX = 2000; // lines kept on the page
+
+// The latest instance's log, followed (GET /logs/stream): the last lines, then each new one.
+// EventSource sends no headers, so the key travels as ?api_key= (accepted on the streams only).
+function showLog(model) {
+  if (state.logSource) state.logSource.close();
+  $("#log-model").textContent = model;
+  const box = $("#worker-log");
+  box.replaceChildren();
+  box.dataset.state = "connecting";
+  const params = new URLSearchParams({ model, tail: "200" });
+  if (apiKey()) params.set("api_key", apiKey());
+  const source = new EventSource("/logs/stream?" + params);
+  state.logSource = source;
+  source.onopen = () => { box.dataset.state = "live"; };
+  source.addEventListener("log", (msg) => {
+    const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+    box.append(msg.data + "\n");
+    while (box.childNodes.length > LOG_MAX) box.firstChild.remove();
+    if (atEnd) box.scrollTop = box.scrollHeight;
+  });
+  source.onerror = () => {
+    if (source.readyState !== EventSource.CLOSED) return; // it reconnects with Last-Event-ID by itself
+    box.dataset.state = "none";
+    if (!box.childNodes.length) box.append(el("span", { class: "muted" }, "no log for this model (never loaded here)"));
+  };
 }
 
 // ---- chat --------------------------------------------------------------------------------

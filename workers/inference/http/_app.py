@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.inference import WorkerState
 from workers.inference.engine import Engine, RequestQueue
+from workers.inference.http._prompt_log import prompt_logger
 from workers.inference.http._streams import Sessions
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class FrontOptions:
     max_prompt_tokens: int = 0
     spm_infill: bool = False
     slot_save_path: str | None = None
+    log_prompts_dir: str | None = None  # llama-server's --log-prompts-dir (_prompt_log)
     endpoint_props: bool = False
     predict_route: str | None = None  # Vertex AI's POST route (AIP_MODE=PREDICTION), else none
     endpoint_metrics: bool = True  # llama-server's --metrics (the service passes --no-metrics without it)
@@ -99,6 +101,7 @@ class InferenceApp:
             template=template_options(opts),
             reasoning_format=opts.reasoning_format,
         )
+        self.front.log_prompt = prompt_logger(opts.log_prompts_dir)
         return self.front
 
     def wait_responses(self, timeout: float) -> bool:

@@ -273,6 +273,8 @@ class ChatRun:
         self.finish_reason = "stop"
         self.logprobs: list[dict[str, Any]] = []
         rendered, media = plan.rendered, None
+        if front.log_prompt is not None:  # llama-server's --log-prompts-dir: a chat's rendered prompt
+            front.log_prompt(rendered.prompt)
         if plan.media:  # the projector splits the prompt at its markers and encodes each image
             from workers.inference.http._media import media_prompt
 

@@ -63,6 +63,7 @@ class CompletionFront:
     """``Llama``'s completion surface over the batch engine (see the module docstring)."""
 
     verbose = False
+    log_prompt: Callable[[Any], None] | None = None  # --log-prompts-dir (_prompt_log), set by make_front
 
     def __init__(
         self,
@@ -76,11 +77,8 @@ class CompletionFront:
         template: TemplateOptions | None = None,
         reasoning_format: str = "auto",
     ) -> None:
-        self.engine = engine
-        self.llm = llm
-        self.model_name = model_name
-        self.chat_format = chat_format
-        self.default_seed = default_seed
+        self.engine, self.llm, self.model_name = engine, llm, model_name
+        self.chat_format, self.default_seed = chat_format, default_seed
         limit = llm.n_ctx - 1
         self.max_prompt_tokens = min(max_prompt_tokens, limit) if max_prompt_tokens > 0 else limit
         self.tokenizer = Tokenizer(llm)
@@ -158,6 +156,7 @@ class CompletionFront:
 
                 result = run_compat(self, job.kind, job.kwargs, job.stream, ctx.result)
             else:
+                self.log_prompt and self.log_prompt(job.kwargs.get("prompt"))  # llama-server's --log-prompts-dir
                 result = self.create_completion(**job.kwargs)
         except (ValueError, TypeError) as exc:  # raised by chat templates and handlers on bad input
             raise ApiError(400, str(exc)) from None

@@ -2,8 +2,8 @@
 
 Why: llama-cpp-python raises only "Failed to load model from file" for every
 failure, and llama.cpp says why only in its log. :class:`LlamaLog` takes that
-log over (``llama_log_set``), keeps recent lines and forwards warnings and
-errors to the worker's log; :func:`classify_llama_errors` turns its
+log over (``llama_log_set``), keeps recent lines and forwards every line at
+info level or above (the load log) to the worker's log; :func:`classify_llama_errors` turns its
 ``error loading model: ...`` text into a reason.
 
 Failure reasons (``LoadError.reason``): ``file_missing``, ``not_gguf``,
@@ -24,6 +24,7 @@ from workers.inference.llama._bindings import lowlevel
 # ggml_log_level in the llama.cpp vendored by llama-cpp-python 0.3.36
 # (llama_cpp/_logger.py still documents the older numbering).
 LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_CONT = 1, 2, 3, 4, 5
+_LEVEL_NAMES = {LOG_INFO: "info", LOG_WARN: "warning", LOG_ERROR: "error"}
 
 # Substrings of llama.cpp error text -> reason. First match wins.
 _ERROR_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -60,8 +61,9 @@ _installed: Any = None  # the ctypes callback llama.cpp holds now (see LlamaLog.
 class LlamaLog:
     """Receives llama.cpp's log through ``llama_log_set``.
 
-    Keeps recent lines for failure messages and forwards warnings/errors to
-    ``forward(level_name, text)`` (the worker's structured stderr log). Must be
+    Keeps recent lines for failure messages and forwards each whole line at info
+    level or above to ``forward(level_name, text)`` (the worker's structured stderr
+    log, which the service keeps in the worker's file). Must be
     installed after ``llama_cpp.llama`` is imported, since that import
     installs llama-cpp-python's own callback.
     """
@@ -71,6 +73,7 @@ class LlamaLog:
         self._lines: collections.deque[tuple[int, str]] = collections.deque(maxlen=keep)
         self._lock = threading.Lock()
         self._last_level = LOG_INFO
+        self._pending, self._pending_level = "", LOG_INFO  # a line llama.cpp has not finished yet
 
     def install(self) -> None:
         llama_cpp = lowlevel()
@@ -94,18 +97,35 @@ class LlamaLog:
             mtmd_cpp.mtmd_helper_log_set(_installed, ctypes.c_void_p(0))
 
     def _on_log(self, level: int, text: str) -> None:
+        out: list[tuple[int, str]] = []  # whole lines, forwarded outside the lock
         with self._lock:
             if level == LOG_CONT:
                 level = self._last_level
                 if self._lines and not self._lines[-1][1].endswith("\n"):
                     prev_level, prev = self._lines.pop()
                     self._lines.append((prev_level, prev + text))
-                    return
-            self._last_level = level
+                elif level >= LOG_INFO:
+                    self._lines.append((level, text))
+            else:
+                self._last_level = level
+                if self._pending:  # a line left unfinished: forwarded as it is
+                    out.append((self._pending_level, self._pending))
+                    self._pending = ""
+                if level >= LOG_INFO:
+                    self._lines.append((level, text))
             if level >= LOG_INFO:
-                self._lines.append((level, text))
-        if level in (LOG_WARN, LOG_ERROR):
-            self._forward("error" if level == LOG_ERROR else "warning", text.rstrip())
+                self._pending_level, self._pending = level, self._pending + text
+                if self._pending.endswith("\n"):
+                    out.append((self._pending_level, self._pending))
+                    self._pending = ""
+        for line_level, line in out:
+            self._emit(line_level, line)
+
+    def _emit(self, level: int, text: str) -> None:
+        """One whole line of llama.cpp's log to the worker's log (its file keeps the info level:
+        the load log; the service shows it on the console only at ``-v``, as llama-server does)."""
+        if text.strip():
+            self._forward(_LEVEL_NAMES.get(level, "info"), text.rstrip())
 
     def errors(self) -> list[str]:
         with self._lock:

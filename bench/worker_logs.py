@@ -1,0 +1,39 @@
+"""Worker logs on against off: decoding speed with every worker line forwarded at debug level.
+
+Issue 37's bar: decoding with verbose worker logging keeps at least 0.97x the
+tokens per second of logging off (one stream, Gemma 3 270M Q4_K_M). Both
+targets are this source tree through ``modelrouter serve`` (``bench/engine_ab.py``
+does the measuring, rounds alternating, paired ratios): ``off`` runs at
+``-lv 0`` (errors only on the console), ``verbose`` at ``-lv 5`` (debug: every
+forwarded worker line, llama.cpp's load log included, printed). Each
+worker's own file is written in both, as it always is; each finished request
+adds its ``request_finished`` line there.
+
+    python bench/worker_logs.py --rounds 6
+
+Read the ``one stream tok/s`` row's ratio (``verbose / off``).
+
+Measured 2026-12-03 on the shared 2-CPU VM (4 other sessions running; load 0.9-2.7):
+one stream 38.4 tok/s off, 34.2 verbose, median paired ratio 0.92x but the rounds
+spread 0.56-1.50x, so the run cannot tell 0.97x from noise; it is to be run again
+on a quiet machine. What verbose adds on the decode path: nothing per token. A
+32-token streamed completion at ``-lv 5`` puts two lines in the service's log
+(the forwarded ``request_finished`` and the ``request`` line).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import engine_ab  # beside this file (sys.path above)
+
+if __name__ == "__main__":
+    tree = str(Path(__file__).resolve().parents[1])
+    sys.argv[1:1] = [
+        "--tree", f"off={tree}", "--tree", f"verbose={tree}",
+        "--env", "off:LLAMA_ARG_LOG_VERBOSITY=0", "--env", "verbose:LLAMA_ARG_LOG_VERBOSITY=5",
+    ]  # fmt: skip
+    engine_ab.main()
