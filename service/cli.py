@@ -25,7 +25,7 @@ from service.llamacpp.router_args import UsageError, llama_cache_dir, router_arg
 if TYPE_CHECKING:
     from service.settings import Settings
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR, "off": logging.CRITICAL + 1}
 
 
 def serve_settings(args: argparse.Namespace, environ: dict[str, str]) -> tuple[Settings, tuple[str, ...]]:
@@ -136,7 +136,7 @@ def _start_logging(settings: Settings) -> bool:
     from service.logging_config import configure_logging
 
     try:
-        configure_logging(json=settings.log_json, level=_LEVELS[settings.log_level], secrets=settings.secrets(),
+        configure_logging(json=settings.log_json, level=LOG_LEVELS[settings.log_level], secrets=settings.secrets(),
                           file=settings.log_file, colors=settings.log_colors, prefix=settings.log_prefix,
                           timestamps=settings.log_timestamps)  # fmt: skip
     except OSError as exc:

@@ -162,7 +162,7 @@ class Settings:
     ssl_certfile: Path | None = None
     """TLS certificate (--ssl-cert-file)."""
     log_level: str = "info"
-    """debug, info or error (--verbose, --log-verbosity, --log-disable)."""
+    """debug, info, error, or off (--verbose, --log-verbosity; --log-disable: off, nothing logged)."""
     log_file: Path | None = None
     """llama-server's --log-file: the service's log, workers' forwarded lines included, also appended to this file."""
     log_colors: str = "auto"

@@ -81,7 +81,7 @@ _ROUTER: Mapping[str, str] = {
     "ssl-cert-file": "TLS certificate (served by uvicorn)",
     "log-verbose": "debug logging",
     "log-verbosity": "log level: 0-2 errors, 3 info, 4+ debug",
-    "log-disable": "errors only",
+    "log-disable": "no log at all, on the console or in --log-file (llama-server pauses its logger)",
     "log-jsonl": "JSON log lines",
     "log-file": "the service's log, workers' forwarded lines included, also appended to the file",
     "log-colors": "colours on the console log (auto: when stderr is a terminal)",

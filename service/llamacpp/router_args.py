@@ -105,7 +105,7 @@ _SETTINGS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "ssl-cert-file": ("ssl_certfile", Path),
     "log-verbose": ("log_level", lambda v: "error" if is_falsey(v) else "debug"),
     "log-verbosity": ("log_level", _log_level),
-    "log-disable": ("log_level", lambda v: "info" if is_falsey(v) else "error"),
+    "log-disable": ("log_level", lambda v: "info" if is_falsey(v) else "off"),  # llama-server pauses its logger
     "log-jsonl": ("log_json", lambda v: not is_falsey(v)),
     "log-file": ("log_file", lambda v: Path(v).expanduser()),
     "log-colors": ("log_colors", _log_colors),

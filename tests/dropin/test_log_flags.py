@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from devtools.service_process import ServiceProcess
-from service.cli import build_parser, serve_settings
+from service.cli import LOG_LEVELS, build_parser, serve_settings
 from service.llamacpp.cli import normalize_argv
 from service.llamacpp.router_args import UsageError
 from service.settings import Settings
@@ -40,7 +40,7 @@ def test_the_flags_and_their_variables_set_the_service(tmp_path: Path) -> None:
     s = _settings([], env)
     assert (s.log_file, s.log_colors, s.log_timestamps, s.log_prefix) == (Path("/tmp/y.log"), "on", True, None)
     assert _settings(["-lv", "4"]).log_level == "debug" and _settings(["-lv", "3"]).log_level == "info"
-    assert _settings(["--log-disable"]).log_level == "error" and _settings(["--log-jsonl"]).log_json is True
+    assert _settings(["--log-disable"]).log_level == "off" and _settings(["--log-jsonl"]).log_json is True
     with pytest.raises(UsageError, match="unknown value for --log-colors: 'purple'"):
         _settings(["--log-colors", "purple"])
 
@@ -58,7 +58,7 @@ def test_the_workers_log_limits_come_from_modelrouter_variables() -> None:
 
 
 def _lines(tmp_path: Path, **options: object) -> tuple[str, str]:
-    """What one info line looks like on stderr and in ``--log-file`` with these options."""
+    """What an info line and an error line look like on stderr and in ``--log-file`` with these options."""
     log_file = tmp_path / "service.log"
     script = textwrap.dedent(f"""
         import structlog
@@ -66,6 +66,7 @@ def _lines(tmp_path: Path, **options: object) -> tuple[str, str]:
         from service.logging_config import configure_logging
         configure_logging(file=Path({str(log_file)!r}), **{options!r})
         structlog.get_logger("t").info("hello_there", answer=42)
+        structlog.get_logger("t").error("an_error_too")
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True)
     return done.stderr, log_file.read_text()
@@ -81,11 +82,34 @@ def test_prefix_timestamps_and_colours_shape_console_lines(tmp_path: Path) -> No
     assert "\x1b[" in coloured and "\x1b[" not in in_file.split("\n")[-2]
 
 
+def test_off_the_level_of_log_disable_silences_errors_too(tmp_path: Path) -> None:
+    on_console, in_file = _lines(tmp_path, json=False, level=LOG_LEVELS[_settings(["--log-disable"]).log_level])
+    assert (on_console, in_file) == ("", "")
+    on_console, _ = _lines(tmp_path, json=False, level=LOG_LEVELS[_settings(["-lv", "0"]).log_level])
+    assert "an_error_too" in on_console and "hello_there" not in on_console  # errors only: not off
+
+
 def test_jsonl_lines_carry_level_and_time_whatever_the_prefix(tmp_path: Path) -> None:
-    line, in_file = _lines(tmp_path, json=True, prefix=False, timestamps=False)
-    record = json.loads(line)
+    lines, in_file = _lines(tmp_path, json=True, prefix=False, timestamps=False)
+    record = json.loads(lines.splitlines()[0])
     assert record["event"] == "hello_there" and record["level"] == "info" and "timestamp" in record
-    assert json.loads(in_file.splitlines()[-1]) == record
+    assert json.loads(in_file.splitlines()[0]) == record
+
+
+@pytest.mark.timeout(90)
+def test_log_disable_silences_the_console_and_the_log_file_as_llama_server_does(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    log_file = tmp_path / "llama.log"
+    env = {"MODELROUTER_MODELS_DIR": str(models_dir)}
+    with ServiceProcess(tmp_path / "home", env=env, args=["--log-disable", "--log-file", str(log_file)]) as svc:
+        name = sorted(p.stem for p in models_dir.glob("*.gguf"))[0]
+        assert httpx.post(f"{svc.url}/models/load", json={"model": name}, timeout=10).status_code == 200
+        wait_for_event(svc, "instance_ready", model=name)
+        assert httpx.get(f"{svc.url}/models/{name}/logs", timeout=10).status_code == 200  # its own file still
+        console = svc.log_text()
+    assert log_file.read_text() == "", "nothing in --log-file"
+    assert "service_ready" not in console and "[inference:" not in console, console[-2000:]
 
 
 @pytest.mark.timeout(90)
