@@ -13,12 +13,10 @@ adds its ``request_finished`` line there.
 
 Read the ``one stream tok/s`` row's ratio (``verbose / off``).
 
-Measured 2026-12-03 on the shared 2-CPU VM (4 other sessions running; load 0.9-2.7):
-one stream 38.4 tok/s off, 34.2 verbose, median paired ratio 0.92x but the rounds
-spread 0.56-1.50x, so the run cannot tell 0.97x from noise; it is to be run again
-on a quiet machine. What verbose adds on the decode path: nothing per token. A
-32-token streamed completion at ``-lv 5`` puts two lines in the service's log
-(the forwarded ``request_finished`` and the ``request`` line).
+Measured 2026-12-03 14:35 on a quiet 2-CPU VM (load 0.6-1.8): one stream 38.22 tok/s off, 38.28
+verbose, 1.00x (rounds 0.96-1.03); docs/benchmarks.md has the table. What verbose adds on the decode
+path: nothing per token. A 32-token streamed completion at ``-lv 5`` puts two lines in the service's
+log (the forwarded ``request_finished`` and the ``request`` line).
 """
 
 from __future__ import annotations
