@@ -100,6 +100,9 @@ class Settings:
     """Rotated files kept per worker (MODELROUTER_WORKER_LOG_BACKUPS)."""
     worker_log_budget_bytes: int = 256 * 1024 * 1024
     """All workers' log files together; the oldest go first (MODELROUTER_WORKER_LOG_BUDGET_BYTES)."""
+    worker_log_max_pending: int = 10_000
+    """Lines of one worker waiting to be written; past them its lines are dropped and counted
+    (MODELROUTER_WORKER_LOG_MAX_PENDING)."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body on the inference routes (MODELROUTER_MAX_BODY_BYTES); past it, 413."""
     max_control_body_bytes: int = 64 * 1024
@@ -210,7 +213,7 @@ class Settings:
         if not 0 <= self.hang_timeout < math.inf:  # also refuses NaN, which would turn the watch off unsaid
             msg = f"hang_timeout (--hang-timeout, MODELROUTER_HANG_TIMEOUT) must be >= 0 s, got {self.hang_timeout:g}"
             raise ValueError(msg)
-        for name in ("max_body_bytes", "max_control_body_bytes"):
+        for name in ("max_body_bytes", "max_control_body_bytes", "worker_log_max_pending"):
             if getattr(self, name) < 1:
                 msg = f"{name} must be >= 1"
                 raise ValueError(msg)
@@ -299,6 +302,7 @@ class Settings:
             "worker_log_max_bytes": ("MODELROUTER_WORKER_LOG_MAX_BYTES", int),
             "worker_log_backups": ("MODELROUTER_WORKER_LOG_BACKUPS", int),
             "worker_log_budget_bytes": ("MODELROUTER_WORKER_LOG_BUDGET_BYTES", int),
+            "worker_log_max_pending": ("MODELROUTER_WORKER_LOG_MAX_PENDING", int),
             "max_body_bytes": ("MODELROUTER_MAX_BODY_BYTES", int),
             "max_control_body_bytes": ("MODELROUTER_MAX_CONTROL_BODY_BYTES", int),
             "max_streams": ("MODELROUTER_MAX_STREAMS", int),

@@ -131,6 +131,8 @@ async def start(settings: Settings) -> Runtime:
     runtime.catalogue = await _catalogue(settings, live, runtime.instances)
     single = runtime.catalogue.single
     runtime.mode = decide_mode(single.name if single is not None else None)
+    if runtime.worker_logs is not None:  # before any load: the one model's lines are forwarded bare
+        runtime.worker_logs.mode = runtime.mode
     runtime.instances.fake_timing = fake_timing(runtime.mode, settings.fake_timing)  # before any load
     if runtime.instances.fake_timing:
         runtime.warnings.append(FAKE_TIMING_WARNING)
@@ -157,7 +159,9 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
     """The composition root: the interpreter, the supervisors over it, metrics, the HTTP client."""
     interpreter = Interpreter(live)  # the one writer of what the supervisors decide
     limits = LogLimits(settings.worker_log_max_bytes, settings.worker_log_backups, settings.worker_log_budget_bytes)
-    worker_logs = WorkerLogs(settings.home, limits=limits, secrets=settings.secrets())
+    worker_logs = WorkerLogs(
+        settings.home, limits=limits, secrets=settings.secrets(), max_pending=settings.worker_log_max_pending
+    )
     effects = Effects(spawn=LoggedSpawn(worker_logs))  # each worker's lines: the service's log and its own file
     downloads = DownloadSupervisor(settings, live, effects, interpreter=interpreter)
     files = OnDemandFiles(settings, live, downloads)

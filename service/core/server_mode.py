@@ -105,3 +105,15 @@ def fake_timing(mode: ServerMode, switched_on: bool) -> bool:
     ``server_models``, for the scheduling tests); a single model is served at its own pace, so a tool
     that sets it for every server it starts (llama.cpp's test harness) is not slowed down."""
     return switched_on and not mode.single
+
+
+def worker_log_prefix(mode: ServerMode, identity: str) -> str:
+    """What a worker's forwarded lines start with in the service's log. In router mode ``[identity] ``
+    (``inference:MODEL:INSTANCE``, ``download:JOB``), as llama.cpp's router prefixes its children's
+    lines; in single-model mode nothing for the one model's inference workers, since llama-server is
+    then one process that prints its lines bare (download workers keep their prefix)."""
+    kind, _, rest = identity.partition(":")
+    model = rest.rpartition(":")[0]  # a model's name may hold ':' (``user/repo:Q4_K_M``); an instance id does not
+    if kind == "inference" and mode.single_model is not None and model == mode.single_model:
+        return ""
+    return f"[{identity}] "

@@ -3,8 +3,10 @@
 As llama.cpp's router does (``server-models.cpp``: ``LOG("[%5d] %s", port, line)``),
 each line of a worker's stdout and stderr reaches the service's log with the
 worker's identity as prefix (``[inference:MODEL:INSTANCE] ...``,
-``[download:JOB] ...``); and, as Supervisor does, it is also appended to the
-worker's file (:mod:`service.supervision.log_files`).
+``[download:JOB] ...``; in single-model mode the one model's lines bare, as
+llama-server prints them: :func:`service.core.server_mode.worker_log_prefix`);
+and, as Supervisor does, it is also appended to the worker's file
+(:mod:`service.supervision.log_files`).
 
 Levels. A worker writes JSON lines with a ``level`` (``workers/runtime/_log.py``);
 llama.cpp's own log arrives as ``{"event": "llama_cpp", "text": ...}``, and
@@ -16,9 +18,10 @@ traceback, a C library's print) is INFO.
 
 Never blocking a worker: the event loop only reads the pipes and queues lines;
 one writer thread per service writes the files and the console. A stream holds
-at most ``max_pending`` lines not written yet; past that, lines are dropped and
-counted, and the file and the console say how many (``[modelrouter] N lines
-dropped``) once the writer catches up. A worker never waits on a full pipe.
+at most ``max_pending`` lines not written yet (MODELROUTER_WORKER_LOG_MAX_PENDING);
+past that, lines are dropped and counted, and the file and the console say how
+many (``[modelrouter] N lines dropped``) once the writer catches up. A worker
+never waits on a full pipe.
 
 Secrets (the API keys, the Hub token) are replaced in every line before it is
 written anywhere (:mod:`service.core.redaction`).
@@ -35,21 +38,22 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from service.core.redaction import redact, secret_values
+from service.core.server_mode import ROUTER, ServerMode, worker_log_prefix
 from service.supervision.log_files import LogLimits, RotatingFile, enforce_budget, log_dir, log_path
 
 __all__ = ["Forward", "LogStream", "WorkerLogs", "forward_to_service_log", "render"]
 
 Forward = Callable[[str, int, str], None]
-"""Where forwarded lines go: ``(identity, level, text)``."""
+"""Where forwarded lines go: ``(prefix, level, text)``, the prefix ``[identity] `` or empty."""
 MAX_PENDING_LINES = 10_000
 _worker_logger = logging.getLogger("modelrouter.worker")
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def forward_to_service_log(identity: str, level: int, text: str) -> None:
-    """The service's log: ``[identity] text`` at ``level`` (filtered by the console's level)."""
+def forward_to_service_log(prefix: str, level: int, text: str) -> None:
+    """The service's log: ``prefix`` then ``text`` at ``level`` (filtered by the console's level)."""
     if _worker_logger.isEnabledFor(level):
-        _worker_logger.log(level, "[%s] %s", identity, text)
+        _worker_logger.log(level, "%s%s", prefix, text)
 
 
 def render(line: str) -> tuple[int, str]:
@@ -73,6 +77,7 @@ class LogStream:
 
     def __init__(self, logs: WorkerLogs, identity: str, path: Path) -> None:
         self.identity = identity
+        self.prefix = worker_log_prefix(logs.mode, identity)  # the mode is known before any worker starts
         self.path = path
         self._logs = logs
         self._file: RotatingFile | None = None  # opened by the writer thread
@@ -138,7 +143,7 @@ class LogStream:
             self._logs.rotated()
         self._logs.dirty.add(self._file)
         for part in shown.rstrip("\n").split("\n"):
-            self._logs.forward(self.identity, level, part)
+            self._logs.forward(self.prefix, level, part)
 
     def _close(self) -> None:
         if self._file is not None:
@@ -168,6 +173,7 @@ class WorkerLogs:
         self.secrets = secret_values(secrets)
         self.forward = forward
         self.max_pending = max_pending
+        self.mode: ServerMode = ROUTER  # set at start-up once ``-m``/``-hf`` are resolved
         self._queue: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
         self._active: set[Path] = set()
         self.dirty: set[RotatingFile] = set()  # written since the queue was last empty (writer thread)

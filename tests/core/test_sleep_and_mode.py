@@ -10,7 +10,16 @@ from service.core import events as ev
 from service.core.demand_queue import Demanded, Queue
 from service.core.errors import CommandRejected
 from service.core.instance_decisions import Facts, Limits, Sleep, decide_acquire, decide_timers, decide_unload
-from service.core.server_mode import LOADING, MISSING_MODEL, ROUTER, decide_mode, listed, not_serving, target_model
+from service.core.server_mode import (
+    LOADING,
+    MISSING_MODEL,
+    ROUTER,
+    decide_mode,
+    listed,
+    not_serving,
+    target_model,
+    worker_log_prefix,
+)
 from service.core.state import ModelStatus, RouterState
 from tests.core.examples import example
 from tests.core.test_lifecycles import AVAILABLE, READY, T0, M, state_of
@@ -114,3 +123,12 @@ class TestServerMode:
         assert not_serving(single, downloaded) is None, "unloaded after serving: the next request loads it"
         assert not_serving(single, downloaded, frozenset({M})) == LOADING
         assert not_serving(single, _state(*READY), frozenset({M})) is None
+
+
+def test_worker_lines_are_bare_only_for_the_one_model_of_single_model_mode() -> None:
+    """llama.cpp's router prefixes each child's lines; llama-server with one model prints its own bare."""
+    single = decide_mode("user/repo:Q4_K_M")
+    assert worker_log_prefix(single, "inference:user/repo:Q4_K_M:i-1") == ""
+    assert worker_log_prefix(single, "download:job-1") == "[download:job-1] "
+    assert worker_log_prefix(single, "inference:other:i-2") == "[inference:other:i-2] "
+    assert worker_log_prefix(ROUTER, "inference:user/repo:Q4_K_M:i-1") == "[inference:user/repo:Q4_K_M:i-1] "

@@ -52,9 +52,12 @@ def test_the_workers_log_limits_come_from_modelrouter_variables() -> None:
         10 * 1024 * 1024, 3, 256 * 1024 * 1024,
     )  # fmt: skip
     env = {"MODELROUTER_WORKER_LOG_MAX_BYTES": "1000", "MODELROUTER_WORKER_LOG_BACKUPS": "1",
-           "MODELROUTER_WORKER_LOG_BUDGET_BYTES": "5000"}  # fmt: skip
+           "MODELROUTER_WORKER_LOG_BUDGET_BYTES": "5000", "MODELROUTER_WORKER_LOG_MAX_PENDING": "7"}  # fmt: skip
     s = _settings([], env)
     assert (s.worker_log_max_bytes, s.worker_log_backups, s.worker_log_budget_bytes) == (1000, 1, 5000)
+    assert (default.worker_log_max_pending, s.worker_log_max_pending) == (10_000, 7)
+    with pytest.raises(ValueError, match="worker_log_max_pending must be >= 1"):
+        Settings(worker_log_max_pending=0)
 
 
 def _lines(tmp_path: Path, **options: object) -> tuple[str, str]:
@@ -133,6 +136,36 @@ def test_log_file_holds_the_service_log_and_the_forwarded_load_log_at_lv_4(tmp_p
     missing = ServiceProcess(tmp_path / "home2", env=env, args=["--log-file", str(tmp_path / "no" / "x.log")])
     with pytest.raises(RuntimeError, match="error: --log-file"):
         missing.start()
+
+
+def _console_events(svc: ServiceProcess) -> list[str]:
+    """The ``event`` of each JSON line the service printed (a forwarded worker line is one)."""
+    found = []
+    for line in svc.log_text().splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            found.append(str(record.get("event", "")) if isinstance(record, dict) else "")
+    return found
+
+
+@pytest.mark.timeout(90)
+def test_single_model_mode_prints_its_models_lines_bare_as_llama_server(tmp_path: Path, models_dir: Path) -> None:
+    """``-m FILE -v``: llama.cpp's load log and the worker's own lines (a request's ``request_finished``)
+    on the console as llama-server prints its one model's, with no worker prefix; the router (above)
+    prefixes each child's lines as llama.cpp's router does."""
+    path = models_dir / "tiny-a.gguf"
+    with ServiceProcess(tmp_path / "home", args=["-m", str(path), "-v"]) as svc:
+        wait_for_event(svc, "instance_ready", model="tiny-a", timeout=60)
+        loaded = eventually(lambda: [e for e in _console_events(svc) if e.startswith("print_info: ")], "the load log")
+        assert len(loaded) > 5
+        body = {"prompt": "once upon", "max_tokens": 2}
+        assert httpx.post(f"{svc.url}/v1/completions", json=body, timeout=60).status_code == 200
+        finished = eventually(
+            lambda: [e for e in _console_events(svc) if e.startswith("{") and '"request_finished"' in e],
+            "the request's line, bare",
+        )
+        assert json.loads(finished[0])["event"] == "request_finished"
+        assert not [e for e in _console_events(svc) if e.startswith("[inference:")]
 
 
 @pytest.mark.timeout(90)

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,39 @@ def test_a_download_worker_says_what_it_resolved_and_how_it_ended(hub: HubServer
         assert history["downloads"][-1]["log"] == f"/downloads/{job_id}/logs"
         missing = httpx.get(f"{svc.url}/downloads/nope/logs", timeout=10)
         assert missing.status_code == 404 and missing.headers["content-type"].startswith("application/problem+json")
+
+
+@pytest.mark.timeout(240)
+def test_a_real_worker_flooding_its_log_is_dropped_with_a_count_while_it_keeps_serving(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """A real inference worker's output past the bound (MODELROUTER_WORKER_LOG_MAX_PENDING=1, ``-v`` so
+    the writer also formats each line for the console): llama.cpp's load log, then rounds of concurrent
+    requests, each writing its ``request_finished`` line. Lines are dropped and counted (in the file and,
+    with the worker's prefix, on the console) while every request is answered: the flood blocks nothing."""
+    env = {"MODELROUTER_MODELS_DIR": str(models_dir), "MODELROUTER_WORKER_LOG_MAX_PENDING": "1"}
+    with ServiceProcess(tmp_path / "home", env=env, args=["-v"]) as svc:
+        instance, path = _loaded(svc)
+        body = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 2}
+
+        def ask(_: int) -> int:
+            return httpx.post(f"{svc.url}/v1/completions", json=body, timeout=60).status_code
+
+        def notices() -> list[str]:
+            return [ln for ln in path.read_text().splitlines() if ln.startswith("[modelrouter]")]
+
+        with ThreadPoolExecutor(8) as pool:
+            for _ in range(10):  # the load log alone overflows a bound of 1 (a burst of ~100 lines)
+                assert list(pool.map(ask, range(16))) == [200] * 16  # the worker answers throughout
+                if notices():
+                    break
+        assert ask(0) == 200  # and after
+        dropped = eventually(notices, "a count of dropped lines in the worker's file")
+        assert all(ln.endswith("lines dropped (the worker wrote faster than its log)") for ln in dropped)
+        assert sum(int(ln.split()[1]) for ln in dropped) > 0
+        prefix = f"[inference:tiny-a:{instance}] [modelrouter] "
+        eventually(lambda: [ln for ln in _forwarded(svc, prefix) if "lines dropped" in ln], "the count on the console")
+        assert httpx.get(f"{svc.url}/models/tiny-a/logs", params={"tail": 5}, timeout=10).status_code == 200
 
 
 KEY = "sk-admin-logs-0123456789"

@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from service.core.server_mode import ServerMode
 from service.supervision.child_process import ChildProcess
 from service.supervision.effects import LoggedSpawn
 from service.supervision.log_files import LogLimits, RotatingFile, enforce_budget, log_dir, tail_lines
@@ -25,16 +26,16 @@ SECRET = "hf_secretTOKEN1234"
 
 
 class Seen:
-    """What reached the console: ``(identity, level, text)``, optionally held until released."""
+    """What reached the console: ``(prefix, level, text)``, optionally held until released."""
 
     def __init__(self) -> None:
         self.lines: list[tuple[str, int, str]] = []
         self.release = threading.Event()
         self.release.set()
 
-    def __call__(self, identity: str, level: int, text: str) -> None:
+    def __call__(self, prefix: str, level: int, text: str) -> None:
         self.release.wait(60)
-        self.lines.append((identity, level, text))
+        self.lines.append((prefix, level, text))
 
 
 def _python(code: str) -> list[str]:
@@ -64,9 +65,9 @@ async def test_stdout_and_stderr_reach_the_console_with_the_prefix_and_the_file(
     assert "print_info: n_layer = 18\n" in text and '"llama_cpp"' not in text
     assert SECRET not in text and "token [redacted] here" in text
     by_text = {t: (who, level) for who, level, t in seen.lines}
-    assert by_text["plain stdout line"] == ("inference:gemma:i-1", logging.INFO)
-    assert by_text["print_info: n_layer = 18"] == ("inference:gemma:i-1", logging.DEBUG)
-    assert by_text[warn] == ("inference:gemma:i-1", logging.WARNING)
+    assert by_text["plain stdout line"] == ("[inference:gemma:i-1] ", logging.INFO)
+    assert by_text["print_info: n_layer = 18"] == ("[inference:gemma:i-1] ", logging.DEBUG)
+    assert by_text[warn] == ("[inference:gemma:i-1] ", logging.WARNING)
     assert all(SECRET not in t for _, _, t in seen.lines)
     logs.close()
 
@@ -82,6 +83,22 @@ async def test_the_service_log_shows_the_prefix_as_llama_cpps_router(tmp_path: P
         await child.wait()
     assert "[download:job-7] hello from the worker" in caplog.messages
     assert (log_dir(tmp_path) / "download-job-7.log").read_text() == "hello from the worker\n"
+    logs.close()
+
+
+async def test_single_model_mode_forwards_its_models_lines_bare_as_llama_server(tmp_path: Path) -> None:
+    """In single-model mode the one model's worker prints as llama-server would, with no prefix; a
+    download worker keeps its prefix (the decision: ``worker_log_prefix``, tested in tests/core)."""
+    seen = Seen()
+    logs = WorkerLogs(tmp_path, forward=seen)
+    logs.mode = ServerMode("user/gemma:Q4_K_M")
+    spawn = LoggedSpawn(logs)
+    for name in ("inference:user/gemma:Q4_K_M:i-2", "download:job-3"):
+        child = await spawn(_python(f"print('from {name}')"), name=name)
+        await child.wait()
+    assert ("", logging.INFO, "from inference:user/gemma:Q4_K_M:i-2") in seen.lines
+    assert ("[download:job-3] ", logging.INFO, "from download:job-3") in seen.lines
+    assert (log_dir(tmp_path) / "instance-i-2.log").read_text() == "from inference:user/gemma:Q4_K_M:i-2\n"
     logs.close()
 
 
