@@ -43,6 +43,8 @@ def _follow(client: Client, model: str, instance: str | None, tail: int) -> int:
                 if event == "log":
                     out.write(data + "\n")
                     out.flush()
+                elif event == "error":  # relayed from the node that ran it, which stopped answering
+                    raise CliError(f"the log stream ended: {data}")
     except KeyboardInterrupt:
         return 130
     return 0

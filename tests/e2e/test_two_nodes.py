@@ -2,15 +2,16 @@
 
 Node ``a`` holds ``tiny-a`` and ``tiny-s``; node ``b`` holds ``tiny-b`` and ``tiny-s`` and has more
 memory, so ``tiny-s`` goes to ``b`` first. Every request goes through node ``a`` with the API key:
-what ``b`` serves is forwarded there (streaming too). Then ``b`` is killed with SIGKILL: ``a``
+what ``b`` serves is forwarded there (streaming too), and so are the reads of its worker's log
+(``/models/{id}/logs``, and ``/logs/stream`` followed). Then ``b`` is killed with SIGKILL: ``a``
 records ``node_lost`` and the lost instance within 10 s and places ``tiny-s`` again, on itself.
 The second test (after the first: it restarts ``b``) cuts ``b``'s lock connection while ``b`` is
 paused, so that ``a`` records it lost while it is alive: ``b`` re-joins, stops its inference worker,
 and takes its interrupted download back; then
 ``b`` stops cleanly and is recorded as left.
 The third (``b`` started again) asks ``a`` for ``tiny-hub``, an ``hf-repo`` preset no node holds: it
-is downloaded by ``b``, which has more room, into ``b``'s cache, then served there; a download that
-``b`` runs is cancelled through ``a``. The fourth kills ``b`` while it streams a forwarded
+is downloaded by ``b``, which has more room, into ``b``'s cache, then served there (the job's log,
+asked of ``a``, is read from ``b``); a download that ``b`` runs is cancelled through ``a``. The fourth kills ``b`` while it streams a forwarded
 generation: the stream ends with an error event at once, ``a`` serves the model itself, and
 downloads ``tiny-hub`` again (its one holder is lost). The fifth freezes ``b`` (SIGSTOP: its sockets
 stay open, as a hung or cut-off machine's do) while it streams a forwarded generation, and cuts its
@@ -37,6 +38,7 @@ import openai
 import psutil
 import psycopg
 import pytest
+from httpx_sse import connect_sse
 
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
@@ -156,6 +158,20 @@ def test_two_nodes_place_forward_and_survive_a_kill(
 
     remote = eventually(log_of_b, "b's load log through a")
     assert remote["log_path"].startswith(str(b.home)) and remote["instance_id"] == requested[0]["data"]["instance_id"]
+    # Followed through a: b's stream relayed, the line b's worker writes for the next request included;
+    # Last-Event-ID goes on to b, which resumes right after that line; so does a key given as ?api_key=.
+    with httpx.Client(timeout=60) as http:
+        params = {"model": "tiny-b", "tail": 1}
+        with connect_sse(http, "GET", f"{a.url}/logs/stream", params=params, headers=AUTH) as source:
+            log_events = (e for e in source.iter_sse() if e.event == "log")
+            last = next(log_events)
+            assert _chat(a, "tiny-b").status_code == 200
+            seen = [next(log_events)]
+            while '"request_finished"' not in seen[-1].data:
+                seen.append(next(log_events))
+        resumed, keyed = {"Last-Event-ID": last.id}, {**params, "api_key": KEY}
+        with connect_sse(http, "GET", f"{a.url}/logs/stream", params=keyed, headers=resumed) as source:
+            assert next(e for e in source.iter_sse() if e.event == "log").id == seen[0].id
     assert _get(a, "/models/tiny-b/history")["loads"][-1]["node"] == "b"
     assert _entry(a, "tiny-s")["held_by"] == ["a", "b"] and _entry(a, "tiny-a")["held_by"] == ["a"]
     client = openai.OpenAI(base_url=f"{a.url}/v1", api_key=KEY)
@@ -167,7 +183,8 @@ def test_two_nodes_place_forward_and_survive_a_kill(
                           "b recorded the streamed request")  # fmt: skip
     served = _events(b, type="request_completed", model="tiny-b")
     assert streamed and streamed[0] in served, "b streamed it"
-    assert {e["source"]["node"] for e in served} == {"b"} and len(served) == 2, "recorded once, by the node serving it"
+    # the first chat, the one while the log was followed, the stream: each recorded once, by b
+    assert {e["source"]["node"] for e in served} == {"b"} and len(served) == 3, "recorded once, by the node serving it"
     unauthorised = httpx.post(f"{a.url}/v1/chat/completions", json={"model": "tiny-b", **CHAT}, timeout=30)
     assert unauthorised.status_code == 401
     # Forwarded requests one after another share a's pooled keep-alive connection to b: a connection
@@ -330,6 +347,10 @@ def test_a_model_no_node_holds_is_downloaded_by_the_node_that_will_serve_it(
     assert [e["type"] for e in job_events][-1] == "download_finished"
     assert {e["source"]["node"] for e in job_events[1:]} == {"b"}, "b's worker moved the bytes"
     assert _get(a, f"/downloads/{job_id}")["node"] == "b"
+    # The job's log, asked of a, is read from b's disk (b ran the job).
+    job_log = eventually(lambda: (j := _get(a, f"/downloads/{job_id}/logs", tail=1000))
+                         and any('"download_finished"' in line for line in j["lines"]) and j, "b's job log through a")  # fmt: skip
+    assert job_log["log_path"].startswith(str(b.home)) and job_log["job_id"] == job_id
     assert len(_hub_only_files(b.home)) == 1 and _hub_only_files(a.home) == [], "in b's cache, not a's"
     assert _entry(a, "tiny-hub")["held_by"] == ["b"] and _entry(a, "tiny-hub")["status"]["node"] == "b"
     started = _events(a, type="instance_requested", model="tiny-hub")

@@ -13,10 +13,9 @@ import argparse
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from workers.inference._cli import model_fields, rope_fields
-from workers.inference.engine import BatchEngine, Engine, LegacyEngine
+from workers.inference.engine import BatchEngine, Engine, FinishedLog, LegacyEngine
 from workers.inference.llama import (
     CACHE_TYPES,
     FLASH_ATTN,
@@ -34,14 +33,16 @@ from workers.inference.llama import (
 )
 
 
-def build_engine(args: argparse.Namespace, *, on_finished: Callable[..., Any] | None = None) -> Engine:
-    """The engine ``args`` ask for; ``on_finished`` logs each finished request (the batch engine's)."""
+def build_engine(args: argparse.Namespace, *, on_finished: FinishedLog | None = None) -> Engine:
+    """The engine ``args`` ask for; ``on_finished`` logs each finished request (either engine)."""
+    engine: BatchEngine | LegacyEngine
     if args.engine == "legacy":
-        return LegacyEngine(args.model_name, embedding=bool(args.embedding))
-    engine = BatchEngine(
-        args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding), context_shift=args.context_shift,
-        cache_ram_mib=args.cache_ram, cache_idle_slots=args.cache_idle_slots,
-    )  # fmt: skip
+        engine = LegacyEngine(args.model_name, embedding=bool(args.embedding))
+    else:
+        engine = BatchEngine(
+            args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding),
+            context_shift=args.context_shift, cache_ram_mib=args.cache_ram, cache_idle_slots=args.cache_idle_slots,
+        )  # fmt: skip
     engine.on_finished = on_finished
     return engine
 

@@ -10,6 +10,7 @@ answered by :mod:`._logs`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Annotated, Any
@@ -18,7 +19,15 @@ from urllib.parse import quote
 from litestar import Request, get
 from litestar.params import Parameter, SkipValidation
 
-from service.api.controllers._logs import DEFAULT_TAIL, InstanceId, Tail, chosen_instance, instance_log, remote_log
+from service.api.controllers._logs import (
+    DEFAULT_TAIL,
+    InstanceId,
+    Tail,
+    chosen_instance,
+    instance_log,
+    ran_elsewhere,
+    remote_log,
+)
 from service.api.problems import Problem
 from service.api.proxy import Forwarding
 from service.api.schemas import DownloadHistory, LoadHistory, ModelHistoryView, WorkerLogView, problems
@@ -76,18 +85,27 @@ async def model_history_endpoint(
     records = await _read_model(store, model.name)
     history = model_history(model.name, records, clock.now())
     if suffix == _LOGS:
-        chosen = chosen_instance(model.name, [load.instance_id for load in history.loads], instance)
-        ran_on = next(load.node for load in history.loads if load.instance_id == chosen)
-        if ran_on is not None and ran_on != settings.node:  # its file is on that node's disk: ask it
-            path = f"/models/{quote(model.name, safe='/:@')}/logs"
-            return await remote_log(forwarding, request, ran_on, path, {"instance": chosen, "tail": tail})
-        return await instance_log(model.name, [chosen], chosen, tail, worker_logs)
+        chosen = chosen_load(model.name, history.loads, instance)
+        ran_on = ran_elsewhere(chosen.node, settings)
+        if ran_on is not None:  # its file is on that node's disk: ask it
+            path, params = (
+                f"/models/{quote(model.name, safe='/:@')}/logs",
+                {"instance": chosen.instance_id, "tail": tail},
+            )
+            return await remote_log(forwarding, request, ran_on, path, params)
+        return await instance_log(model.name, [chosen.instance_id], chosen.instance_id, tail, worker_logs)
     return history_view(history)
 
 
-async def model_instances(store: AsyncEventStore, model: str, now: datetime) -> list[str]:
-    """The model's instances (loads), oldest first, as its history lists them."""
-    return [load.instance_id for load in model_history(model, await _read_model(store, model), now).loads]
+async def model_loads(store: AsyncEventStore, model: str, now: datetime) -> Sequence[LoadRecord]:
+    """The model's loads (instances), oldest first, as its history lists them."""
+    return model_history(model, await _read_model(store, model), now).loads
+
+
+def chosen_load(model: str, loads: Sequence[LoadRecord], instance: str | None) -> LoadRecord:
+    """The load of ``instance`` (default: the latest), with the node that ran it; else the problem."""
+    chosen = chosen_instance(model, [load.instance_id for load in loads], instance)
+    return next(load for load in loads if load.instance_id == chosen)
 
 
 async def _read_model(store: AsyncEventStore, model: str) -> list[Recorded]:

@@ -11,9 +11,11 @@ Litestar cannot route a ``path`` parameter followed by a fixed segment.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote, urlencode
 
 import httpx
 import msgspec
@@ -25,10 +27,13 @@ from service.api.problems import Problem
 from service.api.proxy import Forwarding
 from service.api.schemas import WorkerLogView, problems
 from service.cluster.forwarding import forward_headers
+from service.cluster.node_client import NodeResponse
 from service.live_state import LiveState
+from service.settings import Settings
 from service.supervision.log_files import tail_lines
 from service.supervision.worker_logs import WorkerLogs
 
+NodeAnswer = NodeResponse | httpx.Response  # another node's answer: plain HTTP (NodeClient), or TLS (httpx)
 MAX_TAIL = 10_000
 DEFAULT_TAIL = 100
 Tail = Annotated[int, Parameter(ge=1, le=MAX_TAIL, description=f"the last N lines (1..{MAX_TAIL})")]
@@ -76,29 +81,70 @@ def kept_log(logs: WorkerLogs | None, kind: str, key: str) -> Path:
     return path
 
 
-async def remote_log(
-    fwd: Forwarding, request: Request[Any, Any, Any], node: str, path: str, params: dict[str, Any]
-) -> WorkerLogView:
-    """The answer of ``node`` (the one that ran the worker, whose disk holds its log) to ``path``,
-    the caller's key passed on (every node of a cluster has the same keys)."""
+def ran_elsewhere(node: str | None, settings: Settings) -> str | None:
+    """``node`` (the one that ran a worker) when it is not this one: the worker's log is on its disk."""
+    return node if node is not None and node != settings.node else None
+
+
+async def ask_node(
+    fwd: Forwarding, request: Request[Any, Any, Any], node: str, path: str, params: Mapping[str, Any],
+    kept: Sequence[str] = (),
+) -> NodeAnswer:  # fmt: skip
+    """``GET path`` of ``node`` (the one that ran the worker, whose disk holds its log), the caller's
+    key and ``kept`` headers passed on (every node of a cluster has the same keys): its answer, its body
+    still to read, or the problem saying why there is none. A key given as ``?api_key=`` (a stream's)
+    goes on as a header."""
     member = fwd.live.state.nodes.get(node)
     if member is None or not member.url:
         raise Problem(404, "log_not_found", f"the log is on node {node!r}, which this node does not know")
-    headers = forward_headers(request.headers, (), node)
+    headers = forward_headers(request.headers, kept, node)
+    key = request.query_params.get("api_key")
+    if key and not any(name.lower() in ("authorization", "x-api-key") for name in headers):
+        headers["authorization"] = f"Bearer {key}"
+    url = f"{member.url.rstrip('/')}{path}?{urlencode(params)}"
     try:
-        answer = await fwd.http.get(member.url.rstrip("/") + path, params=params, headers=headers)
+        if fwd.nodes.handles(url):
+            answer: NodeAnswer = await fwd.nodes.send("GET", url, headers, b"")
+        else:  # a TLS node: through httpx
+            answer = await fwd.http.send(fwd.http.build_request("GET", url, headers=headers), stream=True)
+        if answer.status_code == 200:
+            return answer
+        try:
+            raw = await answer.aread()
+        finally:
+            await answer.aclose()
     except httpx.HTTPError as exc:
         raise Problem(503, "node_unreachable", f"node {node!r}, which holds the log, did not answer: {exc}") from None
+    raise _node_problem(node, answer.status_code, raw)
+
+
+def _node_problem(node: str, status: int, raw: bytes) -> Problem:
+    """``node``'s refusal as this node's problem (its type and detail, the node named)."""
     try:
-        body = answer.json()
+        body = json.loads(raw)
     except ValueError:
         body = None
-    if answer.status_code != 200 or not isinstance(body, dict):
-        detail = body.get("detail") if isinstance(body, dict) else None
-        code = str(body.get("type", "")).rsplit("/", 1)[-1] if isinstance(body, dict) else ""
-        status = answer.status_code if answer.status_code >= 400 else 502
-        raise Problem(status, code or "node_error", f"node {node!r}: {detail or answer.text[:200]}", node=node)
-    return msgspec.convert(body, WorkerLogView)
+    detail = body.get("detail") if isinstance(body, dict) else None
+    code = str(body.get("type", "")).rsplit("/", 1)[-1] if isinstance(body, dict) else ""
+    text = detail or raw[:200].decode("utf-8", "replace")
+    return Problem(status if status >= 400 else 502, code or "node_error", f"node {node!r}: {text}", node=node)
+
+
+async def remote_log(
+    fwd: Forwarding, request: Request[Any, Any, Any], node: str, path: str, params: dict[str, Any]
+) -> WorkerLogView:
+    """The answer of ``node`` (the one that ran the worker) to ``path``: the end of its log."""
+    answer = await ask_node(fwd, request, node, path, params)
+    try:
+        raw = await answer.aread()
+    except httpx.HTTPError as exc:
+        raise Problem(503, "node_unreachable", f"node {node!r}, which holds the log, did not answer: {exc}") from None
+    finally:
+        await answer.aclose()
+    try:
+        return msgspec.json.decode(raw, type=WorkerLogView)
+    except msgspec.DecodeError:
+        raise _node_problem(node, 502, raw) from None
 
 
 @get(
@@ -108,13 +154,23 @@ async def remote_log(
     tags=["downloads"],
     responses=problems(400, 404),
 )
-async def download_logs(
-    job_id: JobId, live: LiveState, worker_logs: WorkerLogs | None, tail: Tail = DEFAULT_TAIL
+async def download_logs(  # the pieces, then the query parameter
+    job_id: JobId,
+    live: LiveState,
+    worker_logs: WorkerLogs | None,
+    request: Request[Any, Any, Any],
+    forwarding: Forwarding,
+    settings: Settings,
+    tail: Tail = DEFAULT_TAIL,
 ) -> WorkerLogView:
     """The last ``tail`` lines the job's download worker wrote: what it resolved, where it
-    resumed, each retry and how it ended (docs/operations.md)."""
+    resumed, each retry and how it ended (docs/operations.md). In a cluster, the node that runs
+    (or last ran) the job answers: its disk holds the log."""
     job = live.state.job(job_id)
     if job is None:
         raise Problem(404, "job_not_found", f"download job {job_id!r} does not exist")
+    node = ran_elsewhere(job.node, settings)
+    if node is not None:
+        return await remote_log(forwarding, request, node, f"/downloads/{quote(job_id)}/logs", {"tail": tail})
     path = kept_log(worker_logs, "download", job_id)
     return WorkerLogView(log_path=str(path), lines=await _tail(path, tail), model=job.model, job_id=job_id)

@@ -29,6 +29,7 @@ from devtools.tiny_gguf import (
     write_truncated_gguf,
     write_unsupported_arch_gguf,
 )
+from tests.eventually import eventually
 from workers.runtime import read_jsonl
 
 pytest.importorskip("llama_cpp")
@@ -231,11 +232,27 @@ def test_legacy_engine_still_serves(spawn_worker: Spawn, tiny_gguf: Path) -> Non
         == "length"
     )
     assert httpx.get(f"{w.endpoint}/slots").status_code == 501
+    # One request_finished line per finished request in the worker's log, as the batch engine writes.
+    finished = eventually(lambda: (f := _finished_lines(w)) and len(f) == 2 and f, "two request_finished lines")
+    assert finished[0]["cmpl_id"] == chat.id and finished[0]["stop"] == chat.choices[0].finish_reason
+    assert chat.usage is not None and finished[0]["predicted_n"] == chat.usage.completion_tokens
+    assert finished[0]["prompt_n"] == chat.usage.prompt_tokens and finished[0]["id_slot"] == 0
+    assert finished[1]["cmpl_id"].startswith("cmpl-") and finished[1]["stop"] == "length"
+    # A stream's numbers are counted as it samples: llama_cpp.Llama may sample past max_tokens to finish
+    # a character, so at least 3.
+    assert finished[1]["predicted_n"] >= 3 and finished[1]["prompt_n"] >= 1 and finished[1]["id_task"] == 2
+    assert all(f["prompt_ms"] >= 0 and f["predicted_ms"] >= 0 and f["cache_n"] == 0 for f in finished)
     beat = httpx.get(f"{w.endpoint}/engine/heartbeat").json()  # the service's liveness check: one step a token
     assert beat["status"] == "ready" and beat["steps"] >= 7 and beat["step_s"] is None  # ended before its answer
     own = httpx.post(f"{w.endpoint}/v1/completions", json={"prompt": "x", "lora": [{"id": 0, "scale": 1}]}, timeout=30)
     assert own.status_code == 400 and "batch engine" in own.json()["error"]["message"]
     assert w.events()[0][1]["params"]["engine"] == "legacy"
+
+
+def _finished_lines(w: WorkerProc) -> list[dict[str, Any]]:
+    """The ``request_finished`` lines of the worker's log (JSON lines on its stderr)."""
+    lines = [json.loads(ln) for ln in w.stderr_path.read_text().splitlines() if ln.startswith("{")]
+    return [line for line in lines if line.get("event") == "request_finished"]
 
 
 # -- load failures -------------------------------------------------------------

@@ -11,6 +11,7 @@
 * ``_slots``: :class:`Request` and the slots that run requests; ``_sampling``:
   llama.cpp's sampler chain per request; ``_metrics``: llama-server's counters.
 * ``_reasoning``: ``reasoning_control``, a running chat's reasoning ended from outside.
+* ``_finished``: the worker log's line for each finished request (both engines write it).
 * ``_tokens``: what becomes of a sampled token; ``_kept_logits``: the logits a
   slot keeps when a request ends, so an exact repeat of its prompt needs no decode.
 * ``_step_clock``: the engine thread's progress (steps, the one in progress), which the service's
@@ -32,6 +33,7 @@ from workers.inference.engine._errors import (
     RequestCancelled,
     RequestRejected,
 )
+from workers.inference.engine._finished import FinishedLog
 from workers.inference.engine._job import IDLE, Job, RequesterLeft, Watched
 from workers.inference.engine._legacy import LegacyEngine
 from workers.inference.engine._protocol import Engine, EngineMonitor, FrontFactory, JobRunner, RequestQueue
@@ -56,6 +58,7 @@ __all__ = [
     "EngineMonitor",
     "EngineNotReady",
     "EngineStopping",
+    "FinishedLog",
     "FrontFactory",
     "Job",
     "JobRunner",

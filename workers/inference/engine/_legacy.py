@@ -14,6 +14,7 @@ token on the next sampling step, so generation ends within one token.
 from __future__ import annotations
 
 import base64
+import itertools
 import queue
 import threading
 import time
@@ -21,7 +22,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine._errors import EngineNotReady, EngineStopping, RequestCancelled, RequestRejected
+from workers.inference.engine._finished import FinishedLog, log_finished
 from workers.inference.engine._job import END, Job
+from workers.inference.engine._slots import Timings
 from workers.inference.engine._step_clock import StepClock
 
 if TYPE_CHECKING:
@@ -52,6 +55,8 @@ class LegacyEngine:
         # Set (plain attribute, safe from a signal handler) to end whatever runs now.
         self.force_cancel = False
         self.clock = StepClock()  # a step: from a job's start or a sampled token to the next token
+        self.on_finished: FinishedLog | None = None  # a line per finished request (._finished), as the batch engine
+        self._task_ids = itertools.count(1)
 
     # -- capabilities ----------------------------------------------------------
 
@@ -171,12 +176,15 @@ class LegacyEngine:
                 job.out.put(EngineStopping())
                 job.out.put(END)
 
-    def _cancel_processor(self, job: Job) -> Callable[[Any, Any], Any]:
+    def _cancel_processor(self, job: Job, timings: Timings) -> Callable[[Any, Any], Any]:
         eos = self._llm.token_eos()
 
-        def processor(_input_ids: Any, scores: Any) -> Any:
+        def processor(input_ids: Any, scores: Any) -> Any:
             self.clock.end()  # llama_cpp.Llama decodes in one call per token: each one a step
             self.clock.begin()
+            if not timings.t_prompt_done:  # the first sampling: the whole prompt is in the context
+                timings.t_prompt_done, timings.prompt_n = time.monotonic(), len(input_ids)
+            timings.predicted_n += 1  # a sampled token
             if job.cancelled.is_set() or self.force_cancel:
                 scores[:] = -float("inf")
                 scores[eos] = 0.0
@@ -202,17 +210,21 @@ class LegacyEngine:
                 "samplers, repeat_last_n) need the batch engine (this worker runs --engine legacy)"
             )
         kwargs.pop("reasoning_control", None)  # no slots to act on: a control answers 501 (http._control)
-        kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([self._cancel_processor(job)])
+        timings = Timings(t_start=job.started_at or time.monotonic())
+        kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([self._cancel_processor(job, timings)])
         try:
             create = llm.create_chat_completion if job.kind == "chat" else llm.create_completion
             result = create(**kwargs)
         except ValueError as exc:  # e.g. "Requested tokens (n) exceed context window"
             raise RequestRejected(str(exc)) from None
         if not job.stream:
+            self._finished(timings, *_ending(result), result.get("usage"))  # before the HTTP thread reshapes it
             job.out.put(result)
             return
+        ending = ("", "")
         try:
             for chunk in result:
+                ending = _ending(chunk)
                 job.out.put(chunk)
         except ValueError as exc:
             raise RequestRejected(str(exc)) from None
@@ -220,6 +232,27 @@ class LegacyEngine:
             close = getattr(result, "close", None)
             if close is not None:
                 close()
+        self._finished(timings, *ending, None)
+
+    def _finished(self, timings: Timings, cmpl_id: str, stop: str, usage: dict[str, Any] | None) -> None:
+        """The request's ``request_finished`` line. What ``llama_cpp.Llama`` does not say is counted
+        here: ``prompt_n`` is the whole prompt (``cache_n`` 0: it does not say how much it reused),
+        and a stream's ``predicted_n`` the tokens sampled (an end-of-generation token included, as
+        llama-server's ``n_gen``); a whole answer's numbers are its ``usage``."""
+        if self.on_finished is None:
+            return
+        timings.t_end = time.monotonic()
+        timings.t_prompt_done = timings.t_prompt_done or timings.t_end
+        if usage:
+            timings.prompt_n, timings.predicted_n = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
+        log_finished(self.on_finished, next(self._task_ids), cmpl_id, stop, timings.to_json(),
+                     id_slot=0, tokens_cached=int(self._llm.n_tokens))  # fmt: skip
+
+
+def _ending(answer: dict[str, Any]) -> tuple[str, str]:
+    """An answer's (or a stream chunk's) id and finish reason (empty while it runs)."""
+    choices: list[dict[str, Any]] = answer.get("choices") or [{}]
+    return str(answer.get("id") or ""), str(choices[0].get("finish_reason") or "")
 
 
 def _encode_embeddings(result: dict[str, Any], fmt: str) -> dict[str, Any]:

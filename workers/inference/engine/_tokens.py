@@ -7,9 +7,9 @@ two paths sample: a decoded batch row, and a slot's kept row of logits
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from workers.inference.engine._finished import FinishedLog, log_finished
 from workers.inference.engine._kept_logits import logits_row
 from workers.inference.engine._metrics import EngineMetrics
 from workers.inference.engine._slots import Slot
@@ -26,9 +26,8 @@ class TokenMixin:
     slots: list[Slot]
     metrics: EngineMetrics
     context_shift: bool
-    on_finished: Callable[..., Any] | None = None
-    """One line per finished request in the worker's log (as llama-server prints its timings): set
-    by the worker to its log's ``info``; called on the engine thread with the request's numbers."""
+    on_finished: FinishedLog | None = None
+    """One line per finished request in the worker's log (:mod:`._finished`): the worker's log's ``info``."""
 
     def _release(self, slot: Slot, now: float, *, keep_cache: bool) -> None:
         raise NotImplementedError  # the engine's
@@ -82,5 +81,4 @@ class TokenMixin:
                 "truncated": s.truncated}  # fmt: skip
         self._release(s, now, keep_cache=True)  # before the reply ends: /slots never lags behind it
         req.out.put(("d", reason, timings, info))
-        if self.on_finished is not None:
-            self.on_finished("request_finished", id_task=req.id, cmpl_id=req.cmpl_id, stop=reason, **info, **timings)
+        log_finished(self.on_finished, req.id, req.cmpl_id, reason, timings, **info)
