@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import weakref
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -97,13 +98,17 @@ async def stream_logs(  # the pieces, then one argument per declared query param
         params = {"model": found.name, "instance": chosen.instance_id, "tail": tail}
         answer = await ask_node(forwarding, request, node, "/logs/stream", params, kept=("last-event-id",))
         hold = streams.hold()
+        relayed = _relay(answer, node, hold.release)
+        weakref.finalize(relayed, hold.release)  # a generator never started (the client left) runs no finally
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return Stream(_relay(answer, node, hold.release), media_type="text/event-stream", headers=headers)
+        return Stream(relayed, media_type="text/event-stream", headers=headers)
     path = kept_log(worker_logs, "instance", chosen.instance_id)
     start = last_event_id if last_event_id is not None else await asyncio.to_thread(tail_offset, path, tail)
     _check_room(streams, settings.max_streams)
     hold = streams.hold()
-    return ServerSentEvent(_follow(path, start, settings.sse_keepalive, hold.release), retry_duration=1000)
+    followed = _follow(path, start, settings.sse_keepalive, hold.release)
+    weakref.finalize(followed, hold.release)  # as the event streams: a generator never started runs no finally
+    return ServerSentEvent(followed, retry_duration=1000)
 
 
 def _check_room(streams: EventStreams, cap: int) -> None:
