@@ -83,7 +83,9 @@ _ROUTER: Mapping[str, str] = {
     "log-verbosity": "log level: 0-2 errors, 3 info, 4+ debug",
     "log-disable": "no log at all, on the console or in --log-file (llama-server pauses its logger)",
     "log-jsonl": "JSON log lines",
-    "log-file": "the service's log, workers' forwarded lines included, also appended to the file",
+    "log-file": "the service's log, workers' forwarded lines included, also appended to the file (a router's "
+    "with each worker's prefix, as llama.cpp's router prefixes its children's; single-model mode's model's "
+    "lines bare, as llama-server prints them)",
     "log-colors": "colours on the console log (auto: when stderr is a terminal)",
     "log-prefix": "each console line starts with its level (the console format shows it by default)",
     "log-timestamps": "each console line carries its time (the console format shows it by default; JSON lines always)",
