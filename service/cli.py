@@ -136,9 +136,15 @@ def _start_logging(settings: Settings) -> bool:
     from service.logging_config import configure_logging
 
     try:
-        configure_logging(json=settings.log_json, level=LOG_LEVELS[settings.log_level], secrets=settings.secrets(),
-                          file=settings.log_file, colors=settings.log_colors, prefix=settings.log_prefix,
-                          timestamps=settings.log_timestamps)  # fmt: skip
+        configure_logging(
+            json=settings.log_json,
+            level=LOG_LEVELS[settings.log_level],
+            secrets=settings.secrets(),
+            file=settings.log_file,
+            colors=settings.log_colors,
+            prefix=settings.log_prefix,
+            timestamps=settings.log_timestamps,
+        )
     except OSError as exc:
         print(f"modelrouter serve: error: --log-file {settings.log_file}: {exc.strerror or exc}", file=sys.stderr)
         return False

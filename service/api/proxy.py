@@ -170,8 +170,14 @@ def unresponsive_problem(live: LiveState, model: str) -> Problem:
     found = live.state.models.get(model)
     hung = unresponsive_rejection(found) if found is not None else None
     if hung is None:  # the failure was replaced meanwhile (a new load): still say what happened
-        return Problem(503, "model_failed", f"the worker of model {model!r} stopped responding", model=model,
-                       reason=UNRESPONSIVE, headers=_RETRY)  # fmt: skip
+        return Problem(
+            503,
+            "model_failed",
+            f"the worker of model {model!r} stopped responding",
+            model=model,
+            reason=UNRESPONSIVE,
+            headers=_RETRY,
+        )
     return Problem(503, hung.code, hung.message, headers=_RETRY, **hung.extra)
 
 

@@ -143,13 +143,16 @@ def _add_chat_and_log_commands(sub: Sub) -> None:
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--json", action="store_true", help="the raw JSON of GET /models/{id}/history")
 
-    p = _command(sub, "logs", "the end of a worker's log: a model's instance (the latest by default) or a download",
-                 "  modelrouter logs ggml-org/gemma-3-270m-GGUF\n"
-                 "  modelrouter logs my-alias --instance i-3f2a --tail 500\n"
-                 "  modelrouter logs my-model -f          # keep printing new lines\n"
-                 "  modelrouter logs --job job-3f2a",
-                 lambda c, con, a: logs.logs(c, a.model, instance=a.instance, job=a.job, tail=a.tail,
-                                             follow=a.follow))  # fmt: skip
+    p = _command(
+        sub,
+        "logs",
+        "the end of a worker's log: a model's instance (the latest by default) or a download",
+        "  modelrouter logs ggml-org/gemma-3-270m-GGUF\n"
+        "  modelrouter logs my-alias --instance i-3f2a --tail 500\n"
+        "  modelrouter logs my-model -f          # keep printing new lines\n"
+        "  modelrouter logs --job job-3f2a",
+        lambda c, con, a: logs.logs(c, a.model, instance=a.instance, job=a.job, tail=a.tail, follow=a.follow),
+    )
     p.add_argument("model", metavar="MODEL", nargs="?", help="name, alias or user/repo")
     p.add_argument("--instance", help="one of the model's instances (see `modelrouter history`)")
     p.add_argument("--job", help="a download job's log instead of a model's")

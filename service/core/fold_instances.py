@@ -162,8 +162,9 @@ def _instance_unresponsive(state: RouterState, rec: ev.Recorded) -> RouterState:
     if model is None or model.instance is None:
         return state
     hang = Hang(e.cause, e.silent_s, e.last_step_s, e.steps)
-    error = failure(FailureKind.CRASH, UNRESPONSIVE, message(hang, e.bound_s, e.requests_waiting), rec.recorded_at,
-                    hint=HINT)  # fmt: skip
+    error = failure(
+        FailureKind.CRASH, UNRESPONSIVE, message(hang, e.bound_s, e.requests_waiting), rec.recorded_at, hint=HINT
+    )
     inst = evolve(model.instance, status=InstanceStatus.STOPPING, stop_reason=UNRESPONSIVE)
     return put_model(state, model.replace(instance=inst, last_error=error, crash_count=model.crash_count + 1))
 

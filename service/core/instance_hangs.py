@@ -42,9 +42,14 @@ def decide_liveness(state: RouterState, beats: Mapping[str, Beat], facts: Facts,
             continue
         waiting = facts.busy.get(model.name, 0)
         seen = ev.InstanceUnresponsive(
-            instance_id=inst.instance_id, cause=hang.cause, bound_s=limit, steps=hang.steps,
-            last_step_s=hang.last_step_s, silent_s=hang.silent_s, requests_waiting=waiting,
-        )  # fmt: skip
+            instance_id=inst.instance_id,
+            cause=hang.cause,
+            bound_s=limit,
+            steps=hang.steps,
+            last_step_s=hang.last_step_s,
+            silent_s=hang.silent_s,
+            requests_waiting=waiting,
+        )
         events.append(Append(seen, model.name))
         effects += [CutRequests(model.name, inst.endpoint), Stop(inst.instance_id)]
     return Decision(None, tuple(events), tuple(effects))
@@ -56,6 +61,8 @@ def watched(state: RouterState, node: str | None, bound: float) -> dict[str, str
     return {
         m.instance.instance_id: m.instance.endpoint
         for m in cluster.own_view(state, node).models.values()
-        if m.instance is not None and m.instance.status is InstanceStatus.READY and m.instance.endpoint
+        if m.instance is not None
+        and m.instance.status is InstanceStatus.READY
+        and m.instance.endpoint
         and bound_for(m, bound) > 0
-    }  # fmt: skip
+    }

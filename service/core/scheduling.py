@@ -111,13 +111,16 @@ def require_loadable(state: RouterState, name: str) -> ModelState:
     if not placement.held_live(state, model):
         gone = ", ".join(repr(n) for n in sorted(model.holders))
         again = (
-            "the next request downloads them again" if needs_files(model, state)
+            "the next request downloads them again"
+            if needs_files(model, state)
             else "and there is no Hub source to download them from again: start that node again, or pull the model"
-        )  # fmt: skip
+        )
         raise CommandRejected(
-            "model_failed", f"model {model.name!r} has its files only on node {gone}, which is gone (lost or left); "
-            f"{again}", model=model.name, reason="files_unavailable",
-        )  # fmt: skip
+            "model_failed",
+            f"model {model.name!r} has its files only on node {gone}, which is gone (lost or left); {again}",
+            model=model.name,
+            reason="files_unavailable",
+        )
     return model
 
 

@@ -118,8 +118,13 @@ def run_job(job_id: str, spec: DownloadSpec, cache_dir: Path, emit: Callable[[ev
 def _resolved(spec: DownloadSpec, resumed_bytes: int) -> dict[str, object]:
     """What the job's log says it resolved and where it resumes (docs/operations.md, the workers' logs)."""
     files = [f.path for f in spec.files]
-    return {"repo": spec.repo, "commit": spec.commit, "files": files, "total_bytes": spec.total_bytes,
-            "resumed_bytes": resumed_bytes}  # fmt: skip
+    return {
+        "repo": spec.repo,
+        "commit": spec.commit,
+        "files": files,
+        "total_bytes": spec.total_bytes,
+        "resumed_bytes": resumed_bytes,
+    }
 
 
 def _publish_snapshot(paths: CachePaths, spec: DownloadSpec) -> tuple[FileRef, ...]:

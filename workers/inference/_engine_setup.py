@@ -40,9 +40,13 @@ def build_engine(args: argparse.Namespace, *, on_finished: FinishedLog | None = 
         engine = LegacyEngine(args.model_name, embedding=bool(args.embedding))
     else:
         engine = BatchEngine(
-            args.model_name, n_parallel=args.n_parallel, embedding=bool(args.embedding),
-            context_shift=args.context_shift, cache_ram_mib=args.cache_ram, cache_idle_slots=args.cache_idle_slots,
-        )  # fmt: skip
+            args.model_name,
+            n_parallel=args.n_parallel,
+            embedding=bool(args.embedding),
+            context_shift=args.context_shift,
+            cache_ram_mib=args.cache_ram,
+            cache_idle_slots=args.cache_idle_slots,
+        )
     engine.on_finished = on_finished
     return engine
 

@@ -174,8 +174,16 @@ class Worker:
             info = model_info(loaded.llm)  # llama-server's meta first, then ours
             self.app.model_meta = {**info, **meta, "engine": self.args.engine, "n_parallel": self.engine.slot_count}
             self.app.status = WorkerState.READY
-            self.emit(ev.InstanceReady(instance_id=self.args.instance_id, pid=self.pid, endpoint=self.endpoint,
-                                       model_info=info, log_path=self.args.log_path, **meta))  # fmt: skip
+            self.emit(
+                ev.InstanceReady(
+                    instance_id=self.args.instance_id,
+                    pid=self.pid,
+                    endpoint=self.endpoint,
+                    model_info=info,
+                    log_path=self.args.log_path,
+                    **meta,
+                )
+            )
         self.log.info("instance_ready", endpoint=self.endpoint, phases=loaded.phases, **meta)
         monitor = self.engine.monitor
         if monitor is not None and self.args.stats_interval > 0:

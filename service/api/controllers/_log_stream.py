@@ -114,8 +114,13 @@ async def stream_logs(  # the pieces, then one argument per declared query param
 def _check_room(streams: EventStreams, cap: int) -> None:
     """The 503 for one stream more than ``max_streams`` (0: no limit)."""
     if cap and streams.open >= cap:
-        raise Problem(503, "too_many_streams", f"{streams.open} streams are open, the limit is {cap}",
-                      headers={"Retry-After": "5"}, limit=cap)  # fmt: skip
+        raise Problem(
+            503,
+            "too_many_streams",
+            f"{streams.open} streams are open, the limit is {cap}",
+            headers={"Retry-After": "5"},
+            limit=cap,
+        )
 
 
 async def _relay(answer: NodeAnswer, node: str, release: Callable[[], None]) -> AsyncIterator[bytes]:

@@ -87,9 +87,13 @@ def ran_elsewhere(node: str | None, settings: Settings) -> str | None:
 
 
 async def ask_node(
-    fwd: Forwarding, request: Request[Any, Any, Any], node: str, path: str, params: Mapping[str, Any],
+    fwd: Forwarding,
+    request: Request[Any, Any, Any],
+    node: str,
+    path: str,
+    params: Mapping[str, Any],
     kept: Sequence[str] = (),
-) -> NodeAnswer:  # fmt: skip
+) -> NodeAnswer:
     """``GET path`` of ``node`` (the one that ran the worker, whose disk holds its log), the caller's
     key and ``kept`` headers passed on (every node of a cluster has the same keys): its answer, its body
     still to read, or the problem saying why there is none. A key given as ``?api_key=`` (a stream's)

@@ -245,8 +245,15 @@ class LegacyEngine:
         timings.t_prompt_done = timings.t_prompt_done or timings.t_end
         if usage:
             timings.prompt_n, timings.predicted_n = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
-        log_finished(self.on_finished, next(self._task_ids), cmpl_id, stop, timings.to_json(),
-                     id_slot=0, tokens_cached=int(self._llm.n_tokens))  # fmt: skip
+        log_finished(
+            self.on_finished,
+            next(self._task_ids),
+            cmpl_id,
+            stop,
+            timings.to_json(),
+            id_slot=0,
+            tokens_cached=int(self._llm.n_tokens),
+        )
 
 
 def _ending(answer: dict[str, Any]) -> tuple[str, str]:

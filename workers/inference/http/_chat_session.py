@@ -46,9 +46,22 @@ from workers.inference.http._errors import ApiError
 from workers.inference.http._template_caps import template_caps
 
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
-_CHAT_ONLY = ("messages", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs", "functions",
-              "function_call", "parallel_tool_calls", "chat_template_kwargs", "reasoning_format",
-              "add_generation_prompt", "media", "reasoning_control")  # fmt: skip
+_CHAT_ONLY = (
+    "messages",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "logprobs",
+    "top_logprobs",
+    "functions",
+    "function_call",
+    "parallel_tool_calls",
+    "chat_template_kwargs",
+    "reasoning_format",
+    "add_generation_prompt",
+    "media",
+    "reasoning_control",
+)
 _GENERIC_PROMPT = (
     "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "
     "reply to the user's request"

@@ -34,7 +34,10 @@ def prompt_logger(directory: str | None) -> PromptLog | None:
             root.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
         except OSError as exc:
-            print(json.dumps({"event": "prompt_log_failed", "level": "warning", "path": str(path),
-                              "error": str(exc)}), file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                json.dumps({"event": "prompt_log_failed", "level": "warning", "path": str(path), "error": str(exc)}),
+                file=sys.stderr,
+                flush=True,
+            )
 
     return write
