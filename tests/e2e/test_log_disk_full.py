@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from devtools.postgres_server import PostgresServer
@@ -83,6 +84,12 @@ def _serving_tiny_a(log: FullLog, models_dir: Path, home: Path) -> ServiceProces
     return svc
 
 
+def _worker_of_tiny_a(svc: ServiceProcess) -> tuple[psutil.Process, str]:
+    """tiny-a's one inference worker process and its instance id."""
+    (worker,) = inference_children(svc)
+    return worker, model_entry(svc, "tiny-a")["status"]["instance"]["instance_id"]
+
+
 def _verify(log: FullLog, home: Path) -> None:
     verified = subprocess.run(
         [sys.executable, "-m", "service.cli", "verify", "--database-url", log.url, "--home", str(home)],
@@ -143,8 +150,7 @@ def test_a_service_stopped_while_its_log_disk_is_full_exits_cleanly_and_the_next
     full_log: FullLog, models_dir: Path, tmp_path: Path
 ) -> None:
     svc = _serving_tiny_a(full_log, models_dir, tmp_path / "home")
-    (worker,) = inference_children(svc)
-    instance = model_entry(svc, "tiny-a")["status"]["instance"]["instance_id"]
+    worker, instance = _worker_of_tiny_a(svc)
     fill_log(full_log.disk, full_log.url)
     assert svc.stop(60) in (0, -signal.SIGTERM)
     log = svc.log_text()
@@ -167,8 +173,7 @@ def test_a_worker_that_dies_while_the_log_disk_is_full_has_its_end_recorded_once
 ) -> None:
     svc = _serving_tiny_a(full_log, models_dir, tmp_path / "home")
     try:
-        (worker,) = inference_children(svc)
-        instance = model_entry(svc, "tiny-a")["status"]["instance"]["instance_id"]
+        worker, instance = _worker_of_tiny_a(svc)
         fill_log(full_log.disk, full_log.url)
         worker.send_signal(signal.SIGKILL)
         eventually(lambda: "decision_not_recorded_yet" in svc.log_text(), "the exit's record retried", timeout=60)
