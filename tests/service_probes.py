@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import httpx
@@ -80,3 +82,13 @@ def ps_output(svc: ServiceProcess) -> str:
                           timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+@contextmanager
+def all_running(*services: ServiceProcess, timeout: float = 60) -> Iterator[tuple[ServiceProcess, ...]]:
+    """Start ``services`` in order and stop them in reverse, also those started when a later one fails."""
+    with ExitStack() as started:
+        for svc in services:
+            svc.start(timeout=timeout)
+            started.callback(svc.stop)
+        yield services

@@ -49,6 +49,7 @@ from service.cluster.membership import RECONNECT_GRACE, lock_application_name
 from service.supervision.ports import free_port
 from tests.conftest_hub import unique_repo
 from tests.eventually import eventually
+from tests.service_probes import all_running
 
 KEY = "cluster-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -90,13 +91,8 @@ def cluster(
     b = _node(root, "b", b_url, ("tiny-b", "tiny-s"), 8 * GiB, hub_server.url, reserve=64 * MiB)
     for proc, name, advertised in ((a, "a", a_url), (b, "b", b_url)):
         proc.args += ["--database-url", url, "--node", name, "--advertise-url", advertised]
-    a.start(timeout=60)
-    b.start(timeout=60)
-    try:
+    with all_running(a, b):
         yield a, b
-    finally:
-        b.stop()
-        a.stop()
 
 
 def _get(svc: ServiceProcess, path: str, **params: Any) -> Any:

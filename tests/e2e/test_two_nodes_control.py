@@ -18,6 +18,7 @@ from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
 from service.supervision.ports import free_port
 from tests.chat_control import NOT_FOUND, assert_control_ends_reasoning, control
+from tests.service_probes import all_running
 
 KEY = "cluster-control-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -41,13 +42,8 @@ def nodes(pg_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory) -
     database = pg_server.create_database("cluster_control", template="modelrouter_template")
     a = _node(root, "a", database, {"plain": None})
     b = _node(root, "b", database, {"think": TOOLS_TEMPLATE})
-    a.start(timeout=60)
-    b.start(timeout=60)
-    try:
+    with all_running(a, b):
         yield a, b
-    finally:
-        b.stop()
-        a.stop()
 
 
 @pytest.mark.parametrize("named", [{"model": "think"}, {}], ids=["model-named", "by-id"])
