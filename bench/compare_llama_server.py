@@ -236,9 +236,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llama-server", default=None)
     p.add_argument("--json", default=None, help="write the whole report here")
     args = p.parse_args(argv)
-    binary = args.llama_server or subprocess.run(
-        [sys.executable, "-m", "devtools.llama_build", "llama-server"], capture_output=True, text=True, check=True,
-        cwd=ROOT).stdout.strip().splitlines()[-1]  # fmt: skip
+    binary = (
+        args.llama_server
+        or subprocess.run(
+            [sys.executable, "-m", "devtools.llama_build", "llama-server"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     tmp = Path(tempfile.mkdtemp(prefix="compare-llama-server-"))
     llama = write_tiny_gguf(tmp / "models" / "tiny-fim.gguf", fim=True)
     bert = write_tiny_bert(tmp / "models" / "tiny-bert.gguf")

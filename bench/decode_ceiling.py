@@ -66,8 +66,12 @@ def _raw_decode(model: str, rows: int, steps: int) -> float:
 
 
 def _raw_in_child(model: Path, rows: int, steps: int) -> float:
-    out = subprocess.run([sys.executable, __file__, "--raw-child", str(rows), "--steps", str(steps), "--model",
-                          str(model)], capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, __file__, "--raw-child", str(rows), "--steps", str(steps), "--model", str(model)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -76,8 +80,13 @@ def _server_step(base: str, rows: int, tokens: int) -> float:
     per_token: list[float] = []
 
     def one(i: int) -> None:
-        body = {"prompt": f"{bench_engine.PROMPT} {i}", "n_predict": tokens, "temperature": 0.8, "seed": 1000 + i,
-                "ignore_eos": True}  # fmt: skip
+        body = {
+            "prompt": f"{bench_engine.PROMPT} {i}",
+            "n_predict": tokens,
+            "temperature": 0.8,
+            "seed": 1000 + i,
+            "ignore_eos": True,
+        }
         r = httpx.post(f"{base}/completion", json=body, timeout=600)
         r.raise_for_status()
         per_token.append(float(r.json()["timings"]["predicted_per_token_ms"]))
@@ -151,8 +160,10 @@ def main() -> None:
             f"| {r} | {raw:.2f} | {ours:.2f} ({ours - raw:+.2f}) | {theirs:.2f} ({theirs - raw:+.2f}) "
             f"| {actual:.3f}x | {ceiling:.3f}x |"
         )
-    print("\nper-round figures: " + json.dumps({n: {r: [round(x, 2) for x in v] for r, v in s.items()}
-                                                for n, s in samples.items()}))  # fmt: skip
+    print(
+        "\nper-round figures: "
+        + json.dumps({n: {r: [round(x, 2) for x in v] for r, v in s.items()} for n, s in samples.items()})
+    )
 
 
 if __name__ == "__main__":

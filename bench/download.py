@@ -79,10 +79,12 @@ def _modelrouter(svc: ServiceProcess, repo: str, phases: dict[str, list[float]])
             raise RuntimeError(outcome)
         job = client.get(f"/downloads/{job_id}").json()
     at = {k: parse_time(job[k]).timestamp() for k in ("requested_at", "started_at", "finished_at")}
-    for name, seconds in (("resolve (POST -> requested)", at["requested_at"] - posted),
-                          ("worker start (-> started)", at["started_at"] - at["requested_at"]),
-                          ("transfer+sha256+fsync", at["finished_at"] - at["started_at"]),
-                          ("until seen finished", posted + elapsed - at["finished_at"])):  # fmt: skip
+    for name, seconds in (
+        ("resolve (POST -> requested)", at["requested_at"] - posted),
+        ("worker start (-> started)", at["started_at"] - at["requested_at"]),
+        ("transfer+sha256+fsync", at["finished_at"] - at["started_at"]),
+        ("until seen finished", posted + elapsed - at["finished_at"]),
+    ):
         phases.setdefault(name, []).append(seconds)
     return elapsed
 

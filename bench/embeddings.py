@@ -53,8 +53,9 @@ class Server:
     """A started server: its process and base URL, ready when ``/health`` answers 200."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env={**os.environ, **env})  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env}
+        )
         self.base = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -75,15 +76,45 @@ class Server:
 
 def _ours(model: Path, flags: list[str], threads: int) -> Server:
     port = str(free_port())
-    argv = [sys.executable, "-m", "workers.inference", "--model-path", str(model), "--model-name", "bench",
-            "--port", port, "--events", os.devnull, "--n-threads", str(threads), *COMMON, *flags]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "workers.inference",
+        "--model-path",
+        str(model),
+        "--model-name",
+        "bench",
+        "--port",
+        port,
+        "--events",
+        os.devnull,
+        "--n-threads",
+        str(threads),
+        *COMMON,
+        *flags,
+    ]
     return Server(argv, {"PYTHONPATH": str(ROOT)})
 
 
 def _theirs(binary: str, model: Path, flags: list[str], threads: int) -> Server:
     port = str(free_port())
-    argv = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", port, "--alias", "bench", "-t", str(threads),
-            "-ub", "512", *COMMON, *flags]  # fmt: skip
+    argv = [
+        binary,
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--alias",
+        "bench",
+        "-t",
+        str(threads),
+        "-ub",
+        "512",
+        *COMMON,
+        *flags,
+    ]
     return Server(argv, {})
 
 
@@ -113,8 +144,13 @@ def _rerank(client: httpx.Client, repeats: int) -> tuple[float, float]:
 
 
 def _default_binary() -> str:
-    out = subprocess.run([sys.executable, "-m", "devtools.llama_build", "llama-server"], capture_output=True,
-                         text=True, check=True, cwd=ROOT)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "devtools.llama_build", "llama-server"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -175,8 +211,12 @@ def main(argv: list[str] | None = None) -> None:
     for name, (_m, _f, _w, higher) in cases.items():
         ours, theirs = results[name]["modelrouter"], results[name]["llama-server"]
         ratios = [(o / x if higher else x / o) for o, x in zip(ours, theirs, strict=True)]
-        report[name] = {"modelrouter": [round(v, 2) for v in ours], "llama-server": [round(v, 2) for v in theirs],
-                        "ratio_per_round": [round(r, 3) for r in ratios], "median_ratio": round(statistics.median(ratios), 3)}  # fmt: skip
+        report[name] = {
+            "modelrouter": [round(v, 2) for v in ours],
+            "llama-server": [round(v, 2) for v in theirs],
+            "ratio_per_round": [round(r, 3) for r in ratios],
+            "median_ratio": round(statistics.median(ratios), 3),
+        }
     print(json.dumps({"threads": t, "rounds": args.rounds, "cases": report}, indent=2))
 
 

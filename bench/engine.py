@@ -67,8 +67,22 @@ class Target:
 
 def _worker(engine: str, variant: str = "", extra: tuple[str, ...] = ()) -> Target:
     def argv(model: Path, port: int) -> list[str]:
-        return [sys.executable, "-m", "workers.inference", "--model-path", str(model), "--model-name", "bench",
-                "--port", str(port), "--engine", engine, "--events", "-", *extra]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "workers.inference",
+            "--model-path",
+            str(model),
+            "--model-name",
+            "bench",
+            "--port",
+            str(port),
+            "--engine",
+            engine,
+            "--events",
+            "-",
+            *extra,
+        ]
 
     name = f"modelrouter {engine}" + (f" {variant}" if variant else "")
     return Target(name, argv, ready_line=lambda line: '"type":"instance_ready"' in line)
@@ -93,8 +107,14 @@ class Running:
         port = free_port()
         env = {**os.environ, **target.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(target.argv(model, port), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            target.argv(model, port),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+        )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if target.ready_line(line):
@@ -121,8 +141,9 @@ def _eog_bias(model: Path) -> dict[str, float]:
 
     log = LlamaLog(lambda level, text: None)
     log.install()
-    llm = load_llama(str(model), ContextConfig(n_ctx=64, n_parallel=1, warmup=False), log=log,
-                     on_progress=lambda p: True).llm  # fmt: skip
+    llm = load_llama(
+        str(model), ContextConfig(n_ctx=64, n_parallel=1, warmup=False), log=log, on_progress=lambda p: True
+    ).llm
     try:
         return {str(t): -100.0 for t in range(llm.n_vocab) if llm.is_eog(t)}
     finally:
@@ -131,8 +152,15 @@ def _eog_bias(model: Path) -> dict[str, float]:
 
 def _stream(base: str, i: int, n: int, bias: dict[str, float], temperature: float) -> tuple[int, float, float]:
     """One streamed completion: (tokens, time to first token, total seconds)."""
-    body = {"model": "bench", "prompt": f"{PROMPT} {i}", "max_tokens": n, "stream": True, "logit_bias": bias,
-            "temperature": temperature, "seed": 1000 + i}  # fmt: skip
+    body = {
+        "model": "bench",
+        "prompt": f"{PROMPT} {i}",
+        "max_tokens": n,
+        "stream": True,
+        "logit_bias": bias,
+        "temperature": temperature,
+        "seed": 1000 + i,
+    }
     tokens, first = 0, 0.0
     t0 = time.perf_counter()
     with httpx.Client(timeout=3600) as client, client.stream("POST", f"{base}/v1/completions", json=body) as r:
@@ -151,8 +179,10 @@ def _concurrent(base: str, streams: int, n: int, bias: dict[str, float], tempera
     """Aggregate tokens/s of ``streams`` simultaneous streams."""
     results: list[tuple[int, float, float]] = []
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=lambda i=i: results.append(_stream(base, i, n, bias, temperature)))
-               for i in range(streams)]  # fmt: skip
+    threads = [
+        threading.Thread(target=lambda i=i: results.append(_stream(base, i, n, bias, temperature)))
+        for i in range(streams)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -210,8 +240,9 @@ def _wait_loaded(base: str) -> None:
     """Until ``GET /models`` says the model is loaded (both routers answer llama.cpp's shape)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        entry = next((m for m in httpx.get(f"{base}/models", timeout=30).json()["data"] if m["id"] == ROUTED_MODEL),
-                     None)  # fmt: skip
+        entry = next(
+            (m for m in httpx.get(f"{base}/models", timeout=30).json()["data"] if m["id"] == ROUTED_MODEL), None
+        )
         status = (entry or {}).get("status", {}).get("value")
         if status == "loaded":
             return
@@ -226,8 +257,12 @@ class RoutedLlamaServer:
 
     def __init__(self, binary: str, models: Path) -> None:
         port = free_port()
-        self.proc = subprocess.Popen([binary, "--models-dir", str(models), "--host", "127.0.0.1", "--port", str(port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [binary, "--models-dir", str(models), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
@@ -293,9 +328,11 @@ def _routed_rounds(binary: str, args: argparse.Namespace, samples: Samples, busy
                 for name, base in bases[r % 2 :] + bases[: r % 2]:
                     for k, v in _routed_measure(base, args.requests, r).items():
                         samples[name].setdefault(k, []).append(v)
-                print(f"routed round {r + 1}: load {os.getloadavg()[0]:.2f} "
-                      f"{json.dumps({n: {k: round(v[-1], 2) for k, v in samples[n].items() if k.startswith('routed')} for n, _ in bases})}",
-                      flush=True)  # fmt: skip
+                print(
+                    f"routed round {r + 1}: load {os.getloadavg()[0]:.2f} "
+                    f"{json.dumps({n: {k: round(v[-1], 2) for k, v in samples[n].items() if k.startswith('routed')} for n, _ in bases})}",
+                    flush=True,
+                )
         finally:
             if theirs is not None:
                 theirs.stop()
@@ -317,9 +354,12 @@ def _competitors(n: int) -> Iterator[None]:
 def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--model", type=Path, help="GGUF file (default: Gemma 3 270M Q4_K_M from the bench extra)")
-    p.add_argument("--llama-server", default="auto",
-                   help="llama-server binary; 'auto' (default): build it from the llama.cpp llama-cpp-python vendors "
-                        "with the same flags as our wheel (devtools/llama_build.py, cached); 'none': leave it out")  # fmt: skip
+    p.add_argument(
+        "--llama-server",
+        default="auto",
+        help="llama-server binary; 'auto' (default): build it from the llama.cpp llama-cpp-python vendors "
+        "with the same flags as our wheel (devtools/llama_build.py, cached); 'none': leave it out",
+    )
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.8)
@@ -330,8 +370,13 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=30, help="1-token requests per routed figure and round")
     p.add_argument("--contention", type=int, default=0, help="CPU-bound processes running beside the bench")
     p.add_argument("--routed-only", action="store_true", help="only load to ready and the routed 1-token figures")
-    p.add_argument("--batch-variant", action="append", default=[], metavar="NAME=ARGS",
-                   help="one more batch worker with these worker arguments, e.g. 't1=--n-threads 1'")  # fmt: skip
+    p.add_argument(
+        "--batch-variant",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="one more batch worker with these worker arguments, e.g. 't1=--n-threads 1'",
+    )
     args = p.parse_args()
     # Each competitor keeps one CPU busy: "quiet" then means nothing else beside them.
     args.quiet += args.contention / (os.cpu_count() or 1)
@@ -397,8 +442,14 @@ def main() -> None:
 
 def _describe_machine() -> None:
     """What the figures depend on: the CPU, its flags, both builds' flags, the load."""
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())  # fmt: skip
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
     print(f"CPU: {cpu}; {os.cpu_count()} cores; load average {os.getloadavg()}")
     print(f"both builds (llama-cpp-python and llama-server): {' '.join(llama_build.cmake_args())}")
     print(f"llama-cpp-python reports: {llama_build.system_info().strip()}")
@@ -408,13 +459,20 @@ def _report(samples: Samples, args: argparse.Namespace) -> None:
     """Medians, and the median of the per-round ratios to the baseline (paired: same moment)."""
     base = "llama-server" if "llama-server" in samples else "modelrouter legacy"
     names = list(samples)
-    print(f"\n{args.model.name}, {args.tokens} tokens/request, temperature {args.temperature}, {args.rounds} rounds, "
-          f"{os.cpu_count()} CPUs, {platform.machine()}, {time.strftime('%Y-%m-%d')}; ratios vs {base} "
-          "(median of per-round ratios; tok/s: higher is better; ms and s: lower is better)")  # fmt: skip
-    labels = {"one_tps": "one stream tok/s", "ttft_ms": "time to first token ms", "agg4": "4 streams agg tok/s",
-              "agg8": "8 streams agg tok/s", "load_s": "load to ready s",
-              "routed_same_ms": "routed 1-token p50 ms, same prompt",
-              "routed_new_ms": "routed 1-token p50 ms, new prompt"}  # fmt: skip
+    print(
+        f"\n{args.model.name}, {args.tokens} tokens/request, temperature {args.temperature}, {args.rounds} rounds, "
+        f"{os.cpu_count()} CPUs, {platform.machine()}, {time.strftime('%Y-%m-%d')}; ratios vs {base} "
+        "(median of per-round ratios; tok/s: higher is better; ms and s: lower is better)"
+    )
+    labels = {
+        "one_tps": "one stream tok/s",
+        "ttft_ms": "time to first token ms",
+        "agg4": "4 streams agg tok/s",
+        "agg8": "8 streams agg tok/s",
+        "load_s": "load to ready s",
+        "routed_same_ms": "routed 1-token p50 ms, same prompt",
+        "routed_new_ms": "routed 1-token p50 ms, new prompt",
+    }
     others = [n for n in names if n != base]
     print("| measure | " + " | ".join(names) + " | " + " | ".join(f"{n} / {base}" for n in others) + " |")
     print("|---" * (1 + len(names) + len(others)) + "|")
@@ -424,12 +482,15 @@ def _report(samples: Samples, args: argparse.Namespace) -> None:
         vals = " | ".join(f"{statistics.median(samples[n][key]):.2f}" if key in samples[n] else "-" for n in names)
         ratios = " | ".join(
             f"{statistics.median(a / b for a, b in zip(samples[n][key], samples[base][key], strict=True)):.2f}x"
-            if key in samples[n] else "-"
+            if key in samples[n]
+            else "-"
             for n in others
-        )  # fmt: skip
+        )
         print(f"| {label} | {vals} | {ratios} |")
-    print("\nper-round figures: " + json.dumps({n: {k: [round(v, 2) for v in vs] for k, vs in s.items()}
-                                                for n, s in samples.items()}))  # fmt: skip
+    print(
+        "\nper-round figures: "
+        + json.dumps({n: {k: [round(v, 2) for v in vs] for k, vs in s.items()} for n, s in samples.items()})
+    )
 
 
 if __name__ == "__main__":

@@ -86,8 +86,14 @@ def _one_token(client: httpx.Client, base: str, prompt: str) -> float:
 
 def _stream(base: str, i: int, n: int) -> tuple[int, float, float]:
     """One streamed completion: (tokens, time to first token s, total s)."""
-    body = {"model": MODEL, "prompt": f"{PROMPT} {i}", "max_tokens": n, "stream": True, "temperature": 0.8,
-            "seed": 1000 + i}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "prompt": f"{PROMPT} {i}",
+        "max_tokens": n,
+        "stream": True,
+        "temperature": 0.8,
+        "seed": 1000 + i,
+    }
     tokens, first = 0, 0.0
     t0 = time.perf_counter()
     with httpx.Client(timeout=3600) as client, client.stream("POST", f"{base}/v1/completions", json=body) as r:
@@ -104,8 +110,9 @@ def _stream(base: str, i: int, n: int) -> tuple[int, float, float]:
 def _aggregate(base: str, streams: int, n: int, round_: int) -> float:
     results: list[tuple[int, float, float]] = []
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=lambda i=i: results.append(_stream(base, 100 * round_ + i, n)))
-               for i in range(streams)]  # fmt: skip
+    threads = [
+        threading.Thread(target=lambda i=i: results.append(_stream(base, 100 * round_ + i, n))) for i in range(streams)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -164,8 +171,10 @@ def main() -> None:
             for r in range(args.rounds):
                 for n in names[r % len(names) :] + names[: r % len(names)]:
                     rows[n].append(_measure(services[n].url, args, r))
-                    print(f"round {r + 1} {n}: " + json.dumps({k: round(v, 2) for k, v in rows[n][-1].items()}),
-                          flush=True)  # fmt: skip
+                    print(
+                        f"round {r + 1} {n}: " + json.dumps({k: round(v, 2) for k, v in rows[n][-1].items()}),
+                        flush=True,
+                    )
         finally:
             for svc in services.values():
                 svc.stop()
@@ -176,8 +185,10 @@ def _report(rows: dict[str, list[dict[str, float]]], names: list[str], args: arg
     """Medians per target, and the median of the per-round ratios to the first target."""
     base, others = names[0], names[1:]
     loads = [row["load1"] for n in names for row in rows[n]]
-    print(f"\n{args.model.name}, {args.rounds} rounds, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M')}; "
-          f"1-minute load average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f})")  # fmt: skip
+    print(
+        f"\n{args.model.name}, {args.rounds} rounds, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M')}; "
+        f"1-minute load average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f})"
+    )
     print("| measure | " + " | ".join(names) + " | " + " | ".join(f"{n} / {base} (rounds)" for n in others) + " |")
     print("|---" * (1 + len(names) + len(others)) + "|")
     for key, label in MEASURES.items():
@@ -188,8 +199,12 @@ def _report(rows: dict[str, list[dict[str, float]]], names: list[str], args: arg
             cells.append(f"**{statistics.median(ratios):.2f}x** ({', '.join(f'{x:.2f}' for x in ratios)})")
         note = " (lower is better)" if key in LOWER_IS_BETTER else ""
         print(f"| {label}{note} | {vals} | " + " | ".join(cells) + " |")
-    print("| load average (1 min) per round | " + " | ".join(
-        ", ".join(f"{row['load1']:.1f}" for row in rows[n]) for n in names) + " |" + " |" * len(others))  # fmt: skip
+    print(
+        "| load average (1 min) per round | "
+        + " | ".join(", ".join(f"{row['load1']:.1f}" for row in rows[n]) for n in names)
+        + " |"
+        + " |" * len(others)
+    )
 
 
 if __name__ == "__main__":

@@ -111,10 +111,21 @@ def _fold_rate(n: int) -> tuple[float, float]:
             ]
         )
         for start in range(0, n, 1000):
-            store.append([
-                NewEvent(DownloadProgress(job_id=f"job-{i % 5}", bytes_done=i, bytes_total=10**9, bytes_per_second=1e8, eta_seconds=3.0), model=f"m{i % 5}")
-                for i in range(start, start + 1000)
-            ])  # fmt: skip
+            store.append(
+                [
+                    NewEvent(
+                        DownloadProgress(
+                            job_id=f"job-{i % 5}",
+                            bytes_done=i,
+                            bytes_total=10**9,
+                            bytes_per_second=1e8,
+                            eta_seconds=3.0,
+                        ),
+                        model=f"m{i % 5}",
+                    )
+                    for i in range(start, start + 1000)
+                ]
+            )
         t0 = time.perf_counter()
         events = []
         after = 0
@@ -232,8 +243,12 @@ def main() -> None:
     parser.add_argument("--fold-events", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3, help="PostgreSQL: rounds per cell (medians)")
     parser.add_argument("--pg-fsync", choices=["on", "off"], default="on", help="PostgreSQL: the server's fsync")
-    parser.add_argument("--backend", choices=["sqlite", "postgresql", "both"], default=None,
-                        help="default: both where PostgreSQL's binaries are installed")  # fmt: skip
+    parser.add_argument(
+        "--backend",
+        choices=["sqlite", "postgresql", "both"],
+        default=None,
+        help="default: both where PostgreSQL's binaries are installed",
+    )
     args = parser.parse_args()
     # SIGTERM (a timeout) unwinds like an exception, so the throwaway PostgreSQL server is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -64,9 +64,13 @@ def _measure(a_url: str, b_url: str, requests: int, pause: float) -> tuple[list[
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--pause-ms", type=float, default=0.0,
-                        help="idle time before each request: every request appends an event that both nodes' "
-                             "tails then read and fold; back to back, that work overlaps the next request")  # fmt: skip
+    parser.add_argument(
+        "--pause-ms",
+        type=float,
+        default=0.0,
+        help="idle time before each request: every request appends an event that both nodes' "
+        "tails then read and fold; back to back, that work overlaps the next request",
+    )
     args = parser.parse_args()
     pg = PostgresServer().start()
     try:

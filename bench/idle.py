@@ -152,14 +152,19 @@ def main() -> None:
             results[name] = run_mode(name, flag, root, models, args.seconds, args.rounds)
     base, new = results["poll 10 ms"], results["wakeups"]
     print(f"{'':28}{'wakeups':>12}{'poll 10 ms':>12}")
-    for key, label in (("idle_no_model_percent", "idle, no model (% core)"),
-                       ("idle_one_model_percent", "idle, one model (% core)"),
-                       ("sse_p50_ms", "commit -> SSE p50 (ms)"), ("sse_p95_ms", "commit -> SSE p95 (ms)")):  # fmt: skip
+    for key, label in (
+        ("idle_no_model_percent", "idle, no model (% core)"),
+        ("idle_one_model_percent", "idle, one model (% core)"),
+        ("sse_p50_ms", "commit -> SSE p50 (ms)"),
+        ("sse_p95_ms", "commit -> SSE p95 (ms)"),
+    ):
         print(f"{label:28}{new[key]:>12}{base[key]:>12}")
     ok_idle = max(new["idle_no_model_percent"], new["idle_one_model_percent"]) <= IDLE_GOAL_PERCENT
     ok_latency = new["sse_p50_ms"] <= base["sse_p50_ms"]
-    print(f"idle goal (<= {IDLE_GOAL_PERCENT} % of a core): {'met' if ok_idle else 'MISSED'}; "
-          f"latency goal (p50 no worse than the 10 ms poll): {'met' if ok_latency else 'MISSED'}")  # fmt: skip
+    print(
+        f"idle goal (<= {IDLE_GOAL_PERCENT} % of a core): {'met' if ok_idle else 'MISSED'}; "
+        f"latency goal (p50 no worse than the 10 ms poll): {'met' if ok_latency else 'MISSED'}"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -95,10 +95,24 @@ def _llama_cpp_server(path: Path, threads: int) -> tuple[subprocess.Popen[bytes]
         return None
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--port", str(port), "--n_threads", str(threads),
-         "--n_threads_batch", str(threads), "--model_alias", "bench-model"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(path),
+            "--port",
+            str(port),
+            "--n_threads",
+            str(threads),
+            "--n_threads_batch",
+            str(threads),
+            "--model_alias",
+            "bench-model",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:

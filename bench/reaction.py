@@ -154,15 +154,28 @@ def _running(svc: ServiceProcess, job_id: str) -> dict[str, Any] | None:
 
 
 def _inference_argv(model: Path, events: Path) -> list[str]:
-    return [sys.executable, "-m", "workers.inference", "--model-path", str(model), "--model-name", "tiny",
-            "--n-threads", "1", "--events", str(events)]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "workers.inference",
+        "--model-path",
+        str(model),
+        "--model-name",
+        "tiny",
+        "--n-threads",
+        "1",
+        "--events",
+        str(events),
+    ]
 
 
 def inference_stdin_eof(model: Path, tmp: Path, rounds: int) -> list[float]:
     took = []
     for i in range(rounds):
         events = tmp / f"eof-{i}.jsonl"
-        proc = subprocess.Popen(_inference_argv(model, events), stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)  # fmt: skip
+        proc = subprocess.Popen(
+            _inference_argv(model, events), stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT
+        )
         _until(lambda e=events: any(t == "instance_ready" for t, _ in read_jsonl(e)), "instance_ready")
         assert proc.stdin is not None
         sent = time.monotonic()
@@ -199,8 +212,23 @@ def download_sigterm_in_stall(hub: HubServer, tmp: Path, rounds: int) -> list[fl
         info = make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 4 * MB})
         hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.3, "times": None})
         cache, spec = tmp / f"cache-{i}", resolve(repo, endpoint=hub.url).to_spec().to_argv()
-        argv = [sys.executable, "-m", "workers.download", "--job-id", f"j{i}", "--model", repo, "--cache-dir",
-                str(cache), "--spec", spec, "--events", str(tmp / f"dl-{i}.jsonl"), "--stall-timeout", "3600"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "workers.download",
+            "--job-id",
+            f"j{i}",
+            "--model",
+            repo,
+            "--cache-dir",
+            str(cache),
+            "--spec",
+            spec,
+            "--events",
+            str(tmp / f"dl-{i}.jsonl"),
+            "--stall-timeout",
+            "3600",
+        ]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
         partial = CachePaths(cache, repo).incomplete(info.files[0].sha256)
         _until(lambda p=partial: p.exists() and p.stat().st_size >= int(0.3 * 4 * MB), "the stall")

@@ -153,8 +153,13 @@ def _check_row_format() -> None:
     fast, slow = _Rows(), _Rows()
     fast.progress("m", "job-x", 2, 1000)
     for i in range(2):
-        event = ev.DownloadProgress(job_id="job-x", bytes_done=500 * (i + 1), bytes_total=1000,
-                                    bytes_per_second=104857600.0, eta_seconds=float(2 - i))  # fmt: skip
+        event = ev.DownloadProgress(
+            job_id="job-x",
+            bytes_done=500 * (i + 1),
+            bytes_total=1000,
+            bytes_per_second=104857600.0,
+            eta_seconds=float(2 - i),
+        )
         slow.add(event, "m", slow.worker)
     assert [r[1:] for r in fast.rows] == [r[1:] for r in slow.rows], (fast.rows, slow.rows)
 
@@ -169,24 +174,58 @@ def build_rows(n: int) -> list[tuple[Any, ...]]:
         model, job, inst = MODELS[c % len(MODELS)], f"job-{c}", f"inst-{c}"
         total = 4_000_000_000 + c
         blob = f"/bench/hub/models--org--x/blobs/{c:064x}"
-        files = ({"path": "model.gguf", "size": total, "sha256": f"{c:064x}", "blob_path": blob,
-                  "snapshot_path": f"/bench/hub/models--org--x/snapshots/{c:040x}/model.gguf"},)  # fmt: skip
-        rows.add(ev.DownloadRequested(job_id=job, repo=model.split(":")[0], commit=f"{c:040x}", quant="Q4_K_M",
-                                      files=files, total_bytes=total), model)  # fmt: skip
-        rows.add(ev.DownloadStarted(job_id=job, pid=4242, commit=f"{c:040x}", files=files, total_bytes=total),
-                 model, rows.worker)  # fmt: skip
+        files = (
+            {
+                "path": "model.gguf",
+                "size": total,
+                "sha256": f"{c:064x}",
+                "blob_path": blob,
+                "snapshot_path": f"/bench/hub/models--org--x/snapshots/{c:040x}/model.gguf",
+            },
+        )
+        rows.add(
+            ev.DownloadRequested(
+                job_id=job, repo=model.split(":")[0], commit=f"{c:040x}", quant="Q4_K_M", files=files, total_bytes=total
+            ),
+            model,
+        )
+        rows.add(
+            ev.DownloadStarted(job_id=job, pid=4242, commit=f"{c:040x}", files=files, total_bytes=total),
+            model,
+            rows.worker,
+        )
         rows.progress(model, job, per if c < cycles - 1 else max(1, n - len(rows.rows) - 12), total)
-        rows.add(ev.DownloadFinished(job_id=job, commit=f"{c:040x}", files=files, bytes_total=total,
-                                     bytes_transferred=total, duration_ms=40_000.0), model, rows.worker)  # fmt: skip
+        rows.add(
+            ev.DownloadFinished(
+                job_id=job,
+                commit=f"{c:040x}",
+                files=files,
+                bytes_total=total,
+                bytes_transferred=total,
+                duration_ms=40_000.0,
+            ),
+            model,
+            rows.worker,
+        )
         rows.add(ev.InstanceRequested(instance_id=inst, port=9000 + c % 100, params={"n_ctx": 4096}), model)
         rows.add(ev.InstanceLoading(instance_id=inst, pid=5000 + c, endpoint="http://127.0.0.1:9000"), model)
         rows.add(ev.LoadingProgress(instance_id=inst, progress=0.5), model)
-        ready = ev.InstanceReady(instance_id=inst, pid=5000 + c, endpoint="http://127.0.0.1:9000", load_ms=900.0,
-                                 n_ctx=4096, n_params=7_000_000_000, file_size=total, architecture="llama")  # fmt: skip
+        ready = ev.InstanceReady(
+            instance_id=inst,
+            pid=5000 + c,
+            endpoint="http://127.0.0.1:9000",
+            load_ms=900.0,
+            n_ctx=4096,
+            n_params=7_000_000_000,
+            file_size=total,
+            architecture="llama",
+        )
         rows.add(ready, model)
         for _ in range(3):
-            rows.add(ev.RequestCompleted(instance_id=inst, route="/v1/chat/completions", status_code=200,
-                                         duration_ms=250.0), model)  # fmt: skip
+            rows.add(
+                ev.RequestCompleted(instance_id=inst, route="/v1/chat/completions", status_code=200, duration_ms=250.0),
+                model,
+            )
         rows.add(ev.InstanceStopRequested(instance_id=inst, reason="idle"), model)
         rows.add(ev.InstanceStopped(instance_id=inst, reason="idle", exit_code=0), model)
     return rows.rows
@@ -297,8 +336,9 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
-def _cell(template: Path, work: Path, columns: list[tuple[str, Any]], tree: Path | None, repeat: int,
-          label: str) -> dict[str, float]:  # fmt: skip
+def _cell(
+    template: Path, work: Path, columns: list[tuple[str, Any]], tree: Path | None, repeat: int, label: str
+) -> dict[str, float]:
     """Medians of ``repeat`` runs of each column, each run printed with its load and events/s."""
     runs: dict[str, list[float]] = {}
     for _ in range(repeat):

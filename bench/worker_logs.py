@@ -31,7 +31,13 @@ import engine_ab  # beside this file (sys.path above)
 if __name__ == "__main__":
     tree = str(Path(__file__).resolve().parents[1])
     sys.argv[1:1] = [
-        "--tree", f"off={tree}", "--tree", f"verbose={tree}",
-        "--env", "off:LLAMA_ARG_LOG_VERBOSITY=0", "--env", "verbose:LLAMA_ARG_LOG_VERBOSITY=5",
-    ]  # fmt: skip
+        "--tree",
+        f"off={tree}",
+        "--tree",
+        f"verbose={tree}",
+        "--env",
+        "off:LLAMA_ARG_LOG_VERBOSITY=0",
+        "--env",
+        "verbose:LLAMA_ARG_LOG_VERBOSITY=5",
+    ]
     engine_ab.main()

@@ -60,8 +60,16 @@ def render() -> str:
     out = [BEGIN, "", f"Generated from {SOURCE} plus the older flags noted; {len(ARGS)} options.", ""]
     for key, title, text in _SECTIONS:
         rows = [_row(arg) for arg in ARGS if _section(arg) == key]
-        out += [f"### {title} ({len(rows)})", "", text, "", "| option | env | modelrouter | why / how |",
-                "|---|---|---|---|", *rows, ""]  # fmt: skip
+        out += [
+            f"### {title} ({len(rows)})",
+            "",
+            text,
+            "",
+            "| option | env | modelrouter | why / how |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+        ]
     out.append(END)
     return "\n".join(out)
 

@@ -345,8 +345,18 @@ def render(options: list[Option], source: str) -> str:
     """The Python module text for ``options``."""
     lines = [_HEADER.format(source=source, source_literal=_literal(source))]
     for o in options:
-        fields = [o.names, o.negations, o.kind, o.value_hint, o.env, o.help,
-                  "server" in o.examples, o.sampling, o.speculative, o.preset_only]  # fmt: skip
+        fields = [
+            o.names,
+            o.negations,
+            o.kind,
+            o.value_hint,
+            o.env,
+            o.help,
+            "server" in o.examples,
+            o.sampling,
+            o.speculative,
+            o.preset_only,
+        ]
         lines.append(f"    LlamaArg({', '.join(_literal(f) for f in fields)}),\n")
     lines.append(")\n# fmt: on\n")
     return "".join(lines)

@@ -42,15 +42,25 @@ class HubServer:
         self._client = httpx.Client(base_url=self.url, timeout=10.0, trust_env=False)
 
     @classmethod
-    def start(cls, root: str | Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 15.0,
-              verbose: bool = False) -> HubServer:  # fmt: skip
+    def start(
+        cls, root: str | Path, *, host: str = "127.0.0.1", port: int = 0, timeout: float = 15.0, verbose: bool = False
+    ) -> HubServer:
         """Spawn the server on ``root`` and wait until it announced its port."""
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
-        cmd = [sys.executable, "-m", "devtools.hub_server", "--root", str(root),
-               "--port", str(port), "--host", host] + (["--verbose"] if verbose else [])  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "devtools.hub_server",
+            "--root",
+            str(root),
+            "--port",
+            str(port),
+            "--host",
+            host,
+        ] + (["--verbose"] if verbose else [])
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=_PROJECT_ROOT, env=env)
         assert proc.stdout is not None
         line = b""
@@ -121,6 +131,7 @@ class HubServer:
     def __enter__(self) -> HubServer:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

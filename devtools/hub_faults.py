@@ -86,12 +86,22 @@ class Fault:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "kind": self.kind, "repo": self.repo, "path": self.path, "target": self.target,
-            "methods": list(self.methods), "at_fraction": self.at_fraction, "at_offset": self.at_offset,
-            "after_bytes": self.after_bytes, "times": self.remaining, "seconds": self.seconds,
-            "status": self.status, "error_code": self.error_code, "rate": self.rate,
-            "reset": self.reset, "hits": self.hits,
-        }  # fmt: skip
+            "kind": self.kind,
+            "repo": self.repo,
+            "path": self.path,
+            "target": self.target,
+            "methods": list(self.methods),
+            "at_fraction": self.at_fraction,
+            "at_offset": self.at_offset,
+            "after_bytes": self.after_bytes,
+            "times": self.remaining,
+            "seconds": self.seconds,
+            "status": self.status,
+            "error_code": self.error_code,
+            "rate": self.rate,
+            "reset": self.reset,
+            "hits": self.hits,
+        }
 
     def matches(self, target: str, method: str, repo: str | None, path: str | None) -> bool:
         if self.remaining is not None and self.remaining <= 0:

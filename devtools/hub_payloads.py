@@ -49,12 +49,23 @@ def model_json(info: RepoInfo, blobs: bool) -> dict[str, Any]:
                 sib["lfs"] = {"sha256": f.sha256, "size": f.size, "pointerSize": f.pointer_size}
         siblings.append(sib)
     return {
-        "_id": hashlib.sha1(info.repo_id.encode()).hexdigest()[:24], "id": info.repo_id,
-        "modelId": info.repo_id, "author": info.repo_id.split("/")[0], "sha": info.commit,
-        "lastModified": _TIMESTAMP, "createdAt": _TIMESTAMP, "private": info.private,
-        "gated": info.gated, "disabled": False, "downloads": 0, "likes": 0,
-        "library_name": "gguf", "tags": ["gguf"], "siblings": siblings, "usedStorage": info.total_size,
-    }  # fmt: skip
+        "_id": hashlib.sha1(info.repo_id.encode()).hexdigest()[:24],
+        "id": info.repo_id,
+        "modelId": info.repo_id,
+        "author": info.repo_id.split("/")[0],
+        "sha": info.commit,
+        "lastModified": _TIMESTAMP,
+        "createdAt": _TIMESTAMP,
+        "private": info.private,
+        "gated": info.gated,
+        "disabled": False,
+        "downloads": 0,
+        "likes": 0,
+        "library_name": "gguf",
+        "tags": ["gguf"],
+        "siblings": siblings,
+        "usedStorage": info.total_size,
+    }
 
 
 def tree_json(info: RepoInfo, sub: str, recursive: bool) -> list[dict[str, Any]]:

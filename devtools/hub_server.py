@@ -226,9 +226,16 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _record(self, method: str, repo_id: str, path: str | None, status: int | None, rng: str | None = None) -> None:
         self.server.book.record_request(
-            {"method": method, "repo": repo_id, "file": f"{repo_id}/{path}" if path else None,
-             "path": self.path, "range": rng, "status": status, "time": time.time()}
-        )  # fmt: skip
+            {
+                "method": method,
+                "repo": repo_id,
+                "file": f"{repo_id}/{path}" if path else None,
+                "path": self.path,
+                "range": rng,
+                "status": status,
+                "time": time.time(),
+            }
+        )
 
     def _send_body(self, src: Path, start: int, length: int, plan: BodyPlan, key: str) -> None:
         book, gen = self.server.book, self.server.generation

@@ -113,8 +113,18 @@ def sdist() -> Path:
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", str(folder),
-           f"{PACKAGE}=={pinned_version()}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--dest",
+        str(folder),
+        f"{PACKAGE}=={pinned_version()}",
+    ]
     subprocess.run(cmd, check=True, stdout=sys.stderr)
     (archive,) = folder.glob(f"llama_cpp_python-{pinned_version()}.tar.gz")
     return archive
@@ -138,10 +148,20 @@ def vendored_llama_cpp() -> Path:
 
 # llama_print_system_info's feature names -> the /proc/cpuinfo flag the CPU must have to run them.
 _CPU_FLAG = {
-    "SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma", "BMI2": "bmi2",
-    "AVX_VNNI": "avx_vnni", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni",
-    "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8",
-}  # fmt: skip
+    "SSE3": "pni",
+    "SSSE3": "ssse3",
+    "AVX": "avx",
+    "AVX2": "avx2",
+    "F16C": "f16c",
+    "FMA": "fma",
+    "BMI2": "bmi2",
+    "AVX_VNNI": "avx_vnni",
+    "AVX512": "avx512f",
+    "AVX512_VBMI": "avx512vbmi",
+    "AVX512_VNNI": "avx512_vnni",
+    "AVX512_BF16": "avx512_bf16",
+    "AMX_INT8": "amx_int8",
+}
 
 
 def features(info: str) -> set[str]:
@@ -188,8 +208,19 @@ def wheel_problems(wheel: Path) -> list[str]:
 
 def _pip_wheel(out: Path, *, use_cache: bool) -> Path:
     cache = [] if use_cache else ["--no-cache-dir"]
-    cmd = [sys.executable, "-m", "pip", "wheel", *cache, "--no-deps", "--no-binary", PACKAGE, "--wheel-dir",
-           str(out), f"{PACKAGE}=={pinned_version()}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        *cache,
+        "--no-deps",
+        "--no-binary",
+        PACKAGE,
+        "--wheel-dir",
+        str(out),
+        f"{PACKAGE}=={pinned_version()}",
+    ]
     subprocess.run(cmd, env=_env(), check=True, stdout=sys.stderr)
     (wheel,) = out.glob("llama_cpp_python-*.whl")
     return wheel
@@ -207,8 +238,10 @@ def wheelhouse() -> Path:
     cache_root().mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="wheels-", dir=cache_root()))
     flags = " ".join(cmake_args())
-    print(f"{PACKAGE} {pinned_version()}: from pip's cache, or built with {flags} (about 12 min on 2 cores)",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"{PACKAGE} {pinned_version()}: from pip's cache, or built with {flags} (about 12 min on 2 cores)",
+        file=sys.stderr,
+    )
     wheel = _pip_wheel(staging, use_cache=True)
     wrong = wheel_problems(wheel)
     if wrong:
@@ -253,12 +286,23 @@ def llama_server() -> Path:
     source = vendored_llama_cpp()
     with tempfile.TemporaryDirectory(prefix="llama-server-") as tmp:
         build = Path(tmp) / "build"
-        configure = ["cmake", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-                     "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF", *cmake_args()]  # fmt: skip
+        configure = [
+            "cmake",
+            "-S",
+            str(source),
+            "-B",
+            str(build),
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DLLAMA_CURL=OFF",
+            "-DLLAMA_OPENSSL=OFF",
+            "-DBUILD_SHARED_LIBS=OFF",
+            *cmake_args(),
+        ]
         subprocess.run(configure, check=True, stdout=sys.stderr)
         jobs = str(os.cpu_count() or 2)
-        subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], check=True,
-                       stdout=sys.stderr)  # fmt: skip
+        subprocess.run(
+            ["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs], check=True, stdout=sys.stderr
+        )
         binary.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(build / "bin" / "llama-server", binary)
     return binary

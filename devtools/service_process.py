@@ -59,8 +59,17 @@ class ServiceProcess:
     def start(self, timeout: float = 30.0) -> ServiceProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
-        cmd = [sys.executable, "-m", "service.cli", "serve", *self.args, "--home", str(self.home),
-               "--port", str(self.port)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            *self.args,
+            "--home",
+            str(self.home),
+            "--port",
+            str(self.port),
+        ]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         try:
             if self.file_size_limit is not None:

@@ -80,8 +80,9 @@ def small_disk(size_bytes: int, *, owner: str | None = None) -> Iterator[SmallDi
         entry = pwd.getpwnam(owner)
         options = f"size={size_bytes},mode=0700,uid={entry.pw_uid},gid={entry.pw_gid}"
     try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(root)], capture_output=True,
-                              text=True, check=False)  # fmt: skip
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(root)], capture_output=True, text=True, check=False
+        )
         why = done.stderr.strip() or f"exit status {done.returncode}" if done.returncode != 0 else None
     except OSError as exc:  # no mount(8) at all
         why = str(exc)

@@ -263,8 +263,12 @@ def write_tiny_bert(
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    kinds = {"none": gguf.PoolingType.NONE, "mean": gguf.PoolingType.MEAN, "cls": gguf.PoolingType.CLS,
-             "rank": gguf.PoolingType.RANK}  # fmt: skip
+    kinds = {
+        "none": gguf.PoolingType.NONE,
+        "mean": gguf.PoolingType.MEAN,
+        "cls": gguf.PoolingType.CLS,
+        "rank": gguf.PoolingType.RANK,
+    }
     tokens = _bert_vocab()
     w = gguf.GGUFWriter(out, "bert")
     w.add_name(name)
@@ -279,8 +283,10 @@ def write_tiny_bert(
     w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
     w.add_tokenizer_model("bert")
     w.add_token_list(tokens)
-    w.add_token_types([int(gguf.TokenType.CONTROL)] * len(_BERT_SPECIAL)
-                      + [int(gguf.TokenType.NORMAL)] * (len(tokens) - len(_BERT_SPECIAL)))  # fmt: skip
+    w.add_token_types(
+        [int(gguf.TokenType.CONTROL)] * len(_BERT_SPECIAL)
+        + [int(gguf.TokenType.NORMAL)] * (len(tokens) - len(_BERT_SPECIAL))
+    )
     w.add_token_type_count(2)
     w.add_bos_token_id(BERT_CLS_ID)
     w.add_eos_token_id(BERT_SEP_ID)

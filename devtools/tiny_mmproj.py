@@ -133,8 +133,9 @@ def write_tiny_mmproj(
     mat, vec = r.mat, r.vec
 
     # The patch embedding is a convolution: ggml ne [patch, patch, 3, n_embd].
-    w.add_tensor("v.patch_embd.weight", (rng.standard_normal((n_embd, 3, patch_size, patch_size)) * 0.1)
-                 .astype(np.float32))  # fmt: skip
+    w.add_tensor(
+        "v.patch_embd.weight", (rng.standard_normal((n_embd, 3, patch_size, patch_size)) * 0.1).astype(np.float32)
+    )
     w.add_tensor("v.patch_embd.bias", vec(n_embd))
     w.add_tensor("v.position_embd.weight", mat(n_pos, n_embd, 0.02))
     w.add_tensor("v.pre_ln.weight", vec(n_embd, 1.0))

@@ -47,11 +47,34 @@ def frames_at(data: bytes, fps: float) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "video.mp4"
         path.write_bytes(data)
-        probe = ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "stream=width,height",
-                 "-of", "csv=p=0", str(path)]  # fmt: skip
+        probe = [
+            "ffprobe",
+            "-v",
+            "error",
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "stream=width,height",
+            "-of",
+            "csv=p=0",
+            str(path),
+        ]
         width, height = map(int, _run(probe).decode().strip().split(","))
-        cut = ["ffmpeg", "-v", "error", "-nostdin", "-i", str(path), "-vf", f"fps={fps:.6f}",
-               "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]  # fmt: skip
+        cut = [
+            "ffmpeg",
+            "-v",
+            "error",
+            "-nostdin",
+            "-i",
+            str(path),
+            "-vf",
+            f"fps={fps:.6f}",
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            "rgb24",
+            "pipe:1",
+        ]
         return len(_run(cut)) // (width * height * 3)
 
 

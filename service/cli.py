@@ -117,10 +117,14 @@ def _serve(args: argparse.Namespace) -> int:
     # log_config=None: uvicorn's records propagate to our structlog handler.
     config = uvicorn.Config(
         # ws="none": no route is a websocket, and uvicorn's "auto" imports a websocket library (~15 ms).
-        app, log_config=None, access_log=False, lifespan="on", ws="none",
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        ws="none",
         ssl_keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None,
         ssl_certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
-    )  # fmt: skip
+    )
     for sock in sockets:
         log.info("listening", address=_address(sock))
     # What start-up allocated lives as long as the process: collections no longer walk it (main).
@@ -179,7 +183,7 @@ def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
         type=Path,
         help="download cache, HF layout (MODELROUTER_HUB_CACHE; default LLAMA_CACHE, else <home>/hub)",
     )
-    ours.add_argument("--presets", type=Path, help="same as --models-preset (MODELROUTER_PRESETS)")  # fmt: skip
+    ours.add_argument("--presets", type=Path, help="same as --models-preset (MODELROUTER_PRESETS)")
     ours.add_argument("--node", help="join a cluster as this node (needs a postgresql:// URL; MODELROUTER_NODE)")
     ours.add_argument("--advertise-url", help="this node's API for the other nodes (MODELROUTER_ADVERTISE_URL)")
     ours.add_argument(

@@ -258,8 +258,12 @@ async def _catalogue(settings: Settings, live: LiveState, instances: InstanceSup
     except (PresetError, HfSourceError) as exc:
         raise StartupError(str(exc)) from None
     if remote is not None:
-        _log.warning("remote_preset", repo=remote.repo, path=str(remote.path),
-                     note="using preset.ini from a Hub repo: only use presets you trust")  # fmt: skip
+        _log.warning(
+            "remote_preset",
+            repo=remote.repo,
+            path=str(remote.path),
+            note="using preset.ini from a Hub repo: only use presets you trust",
+        )
     on_startup = [m.name for m in live.state.models.values() if m.config.load_on_startup and m.listed]
     if 0 < settings.models_max < len(on_startup):
         msg = f"{len(on_startup)} models to load on startup ({', '.join(sorted(on_startup))}) exceed --models-max"

@@ -17,8 +17,13 @@ import httpx
 
 from tests.eventually import eventually
 
-ENDLESS_THINKING = {"messages": [{"role": "user", "content": "think"}], "chat_template_kwargs": {"thinking": True},
-                    "max_tokens": 0, "ignore_eos": True, "stream": True}  # fmt: skip
+ENDLESS_THINKING = {
+    "messages": [{"role": "user", "content": "think"}],
+    "chat_template_kwargs": {"thinking": True},
+    "max_tokens": 0,
+    "ignore_eos": True,
+    "stream": True,
+}
 NOT_FOUND = {"success": False, "message": "no active completion for this id"}  # llama-server's words
 
 
@@ -83,8 +88,9 @@ def assert_control_refusals(
     assert unknown["error"] == {"code": 400, "message": "unknown control action", "type": "invalid_request_error"}
     assert control(url, {**named, "id": "chatcmpl-x"}, 400, headers)["error"]["message"] == "unknown control action"
     assert control(url, {**named, "id": "chatcmpl-x", "action": "reasoning_end"}, headers=headers) == NOT_FOUND
-    with httpx.stream("POST", url + "/v1/chat/completions", json={**ENDLESS_THINKING, **chat}, headers=headers,
-                      timeout=60) as r:  # fmt: skip
+    with httpx.stream(
+        "POST", url + "/v1/chat/completions", json={**ENDLESS_THINKING, **chat}, headers=headers, timeout=60
+    ) as r:
         stream = deltas(r.iter_raw())  # kept: a dropped generator closes the response, and the chat with it
         first = next(stream)
         answer = control(url, {**named, "id": first["id"], "action": "reasoning_end"}, headers=headers)

@@ -84,12 +84,30 @@ def worker_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def download_command(spec: DownloadSpec | dict[str, Any] | str, cache_dir: Path, events: Path, job_id: str,
-                     *extra: str) -> list[str]:  # fmt: skip
+def download_command(
+    spec: DownloadSpec | dict[str, Any] | str, cache_dir: Path, events: Path, job_id: str, *extra: str
+) -> list[str]:
     spec_arg = spec if isinstance(spec, str) else spec.to_argv() if isinstance(spec, DownloadSpec) else json.dumps(spec)
-    return [sys.executable, "-m", "workers.download", "--job-id", job_id, "--model", "test/model",
-            "--cache-dir", str(cache_dir), "--spec", spec_arg, "--events", str(events),
-            "--retry-base", "0.05", "--retry-cap", "0.5", *extra]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "workers.download",
+        "--job-id",
+        job_id,
+        "--model",
+        "test/model",
+        "--cache-dir",
+        str(cache_dir),
+        "--spec",
+        spec_arg,
+        "--events",
+        str(events),
+        "--retry-base",
+        "0.05",
+        "--retry-cap",
+        "0.5",
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -100,16 +118,25 @@ def spawn_download(tmp_path: Path) -> Iterator[Callable[..., DownloadProc]]:
     """
     started: list[DownloadProc] = []
 
-    def spawn(spec: dict[str, Any] | str, cache_dir: Path, *extra: str, env: dict[str, str] | None = None,
-              preexec_fn: Callable[[], None] | None = None) -> DownloadProc:  # fmt: skip
+    def spawn(
+        spec: dict[str, Any] | str,
+        cache_dir: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> DownloadProc:
         job_id = f"job-{len(started)}"
         events, err_path = tmp_path / f"{job_id}.events.jsonl", tmp_path / f"{job_id}.stderr.log"
         with err_path.open("wb") as err:
             proc = subprocess.Popen(
                 download_command(spec, cache_dir, events, job_id, *extra),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                cwd=REPO_ROOT, env=env or worker_env(), preexec_fn=preexec_fn,
-            )  # fmt: skip
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                cwd=REPO_ROOT,
+                env=env or worker_env(),
+                preexec_fn=preexec_fn,
+            )
         w = DownloadProc(proc, events, err_path, job_id)
         started.append(w)
         return w

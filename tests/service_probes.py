@@ -78,8 +78,9 @@ def still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Pr
 def ps_output(svc: ServiceProcess) -> str:
     """What ``modelrouter ps`` prints against ``svc`` (wide, so no line is cut)."""
     env = {**os.environ, "MODELROUTER_URL": svc.url, "COLUMNS": "250"}
-    done = subprocess.run([sys.executable, "-m", "service.cli", "ps"], capture_output=True, text=True, env=env,
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "ps"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 

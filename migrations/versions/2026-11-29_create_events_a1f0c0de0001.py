@@ -32,8 +32,9 @@ $$
 
 def _position() -> sa.Column[int]:
     postgres = op.get_bind().dialect.name == "postgresql"
-    return sa.Column("position", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
-                     autoincrement=not postgres)  # fmt: skip
+    return sa.Column(
+        "position", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=not postgres
+    )
 
 
 def upgrade() -> None:

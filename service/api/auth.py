@@ -127,8 +127,11 @@ def api_key_middleware(keys: Sequence[str]) -> Callable[[ASGIApp], ASGIApp]:
             _log.warning("unauthorized", path=scope["path"])  # never the presented value
             body = unauthorized_body(scope["path"])
             media = b"application/json" if scope["path"].startswith("/api/") else PROBLEM_JSON.encode()
-            headers = [(b"content-type", media), (b"content-length", str(len(body)).encode()),
-                       (b"www-authenticate", b"Bearer")]  # fmt: skip
+            headers = [
+                (b"content-type", media),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b"Bearer"),
+            ]
             await send(HTTPResponseStartEvent(type="http.response.start", status=401, headers=headers))
             await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))
 

@@ -105,8 +105,9 @@ def _on_rejected(request: Request[Any, Any, Any], exc: CommandRejected) -> Respo
     headers = {"Retry-After": "1"} if status == 503 else None  # capacity, queue full, failed model: worth a retry soon
     extra = dict(exc.extra)
     if exc.code in _LLAMA_MESSAGE:
-        extra.setdefault("error", {"code": status, "message": _LLAMA_MESSAGE[exc.code],
-                                   "type": llama_error_type(status)})  # fmt: skip
+        extra.setdefault(
+            "error", {"code": status, "message": _LLAMA_MESSAGE[exc.code], "type": llama_error_type(status)}
+        )
     return problem_response(request, Problem(status, exc.code, exc.message, headers=headers, **extra))
 
 

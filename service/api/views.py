@@ -206,11 +206,25 @@ def ollama_entry(name: str, multimodal: bool) -> dict[str, Any]:
     """llama-server's single-model ``models`` entry (``get_res_models``): a name and capabilities, the
     rest empty (it manages no hashes)."""
     return {
-        "name": name, "model": name, "modified_at": "", "size": "", "digest": "", "type": "model",
-        "description": "", "tags": [""], "capabilities": ["completion", "multimodal"] if multimodal else ["completion"],
-        "parameters": "", "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
-                                      "parameter_size": "", "quantization_level": ""},
-    }  # fmt: skip
+        "name": name,
+        "model": name,
+        "modified_at": "",
+        "size": "",
+        "digest": "",
+        "type": "model",
+        "description": "",
+        "tags": [""],
+        "capabilities": ["completion", "multimodal"] if multimodal else ["completion"],
+        "parameters": "",
+        "details": {
+            "parent_model": "",
+            "format": "gguf",
+            "family": "",
+            "families": [""],
+            "parameter_size": "",
+            "quantization_level": "",
+        },
+    }
 
 
 _WORKER_SLOTS = 4  # the inference worker's --n-parallel default, when the model's options set none

@@ -156,8 +156,13 @@ def _entries(listing: Listing, warnings: list[str]) -> dict[str, _Entry]:
     if listing.single is not None:
         single = listing.single
         current = entries.get(single.name)
-        entries[single.name] = _Entry(single.source, single.files or (current.files if current else ()),
-                                      current.section if current else None, None, single)  # fmt: skip
+        entries[single.name] = _Entry(
+            single.source,
+            single.files or (current.files if current else ()),
+            current.section if current else None,
+            None,
+            single,
+        )
     return entries
 
 
@@ -178,8 +183,11 @@ def _hidden(listing: Listing, entries: Mapping[str, _Entry], settings: Mapping[s
                 continue  # a draft repo that is not a name: nothing of it is cached
             if files:
                 paths.add(str(files[0].snapshot_path))
-    return {name for name, e in entries.items() if e.source == "cache" and listing.cache.get(name)
-            and listing.cache[name].path in paths}  # fmt: skip
+    return {
+        name
+        for name, e in entries.items()
+        if e.source == "cache" and listing.cache.get(name) and listing.cache[name].path in paths
+    }
 
 
 def desired_models(listing: Listing) -> tuple[dict[str, Desired], list[str]]:

@@ -52,15 +52,17 @@ def _root_files(repo: str, endpoint: str, token: str | None) -> list[str]:
     return [item.path for item in api.list_repo_tree(repo, recursive=False) if isinstance(item, RepoFile)]
 
 
-def _single(spec: ModelSpec, name: str, hf_file: str | None, repos: Sequence[CachedRepo],
-            aliases: tuple[str, ...]) -> SingleModel:  # fmt: skip
+def _single(
+    spec: ModelSpec, name: str, hf_file: str | None, repos: Sequence[CachedRepo], aliases: tuple[str, ...]
+) -> SingleModel:
     cached = find_in_cache(repos, spec.repo, spec.quant, hf_file)
     files = cached.files if cached is not None and cached.name == name else ()
     return SingleModel(name, "cache", files, hf_repo=name, hf_file=hf_file, aliases=aliases)
 
 
-def _offline(spec: ModelSpec, hf_file: str | None, repos: Sequence[CachedRepo],
-             aliases: tuple[str, ...], why: str) -> RemotePreset | SingleModel:  # fmt: skip
+def _offline(
+    spec: ModelSpec, hf_file: str | None, repos: Sequence[CachedRepo], aliases: tuple[str, ...], why: str
+) -> RemotePreset | SingleModel:
     for cached in repos:
         preset = next((f for f in cached.files if f.path == PRESET_FILE), None)
         if cached.repo == spec.repo and preset is not None:
@@ -94,8 +96,9 @@ def resolve_hf(
         if is_preset_repo(_root_files(spec.repo, endpoint, token)):
             from huggingface_hub import hf_hub_download
 
-            path = hf_hub_download(spec.repo, PRESET_FILE, cache_dir=str(cache_dir), endpoint=endpoint,
-                                   token=token or False)  # fmt: skip
+            path = hf_hub_download(
+                spec.repo, PRESET_FILE, cache_dir=str(cache_dir), endpoint=endpoint, token=token or False
+            )
             return RemotePreset(spec.repo, Path(path))
         resolution = resolve(spec, endpoint=endpoint, token=token, hf_file=hf_file)
     except ResolutionError as exc:

@@ -136,9 +136,16 @@ def read_sources(
     preset_files: dict[str, tuple[FileRef, ...]] = {}
     for preset in presets:
         preset_files.update(_preset_files(preset))
-    listing = Listing(cache=cache_models(repos), repos=tuple(repos), local=local, presets=tuple(presets),
-                      preset_files=preset_files, single=single, env_layer=dict(settings.model_env_args),
-                      cli_layer=dict(settings.model_args))  # fmt: skip
+    listing = Listing(
+        cache=cache_models(repos),
+        repos=tuple(repos),
+        local=local,
+        presets=tuple(presets),
+        preset_files=preset_files,
+        single=single,
+        env_layer=dict(settings.model_env_args),
+        cli_layer=dict(settings.model_args),
+    )
     desired, warnings = desired_models(listing)
     return SourcesRead(desired, base_config(listing), listing, present, tuple(refused), tuple(warnings))
 
@@ -148,8 +155,11 @@ def _single_source(settings: Settings, single: SingleModel, present: frozenset[s
     caches, ``--models-dir`` and ``--models-preset`` are not read (llama-server uses them as a router only)."""
     listing = Listing(single=single, env_layer=dict(settings.model_env_args), cli_layer=dict(settings.model_args))
     desired, warnings = desired_models(listing)
-    unused = [f"--{flag}" for flag, value in (("models-dir", settings.models_dir), ("models-preset", settings.presets))
-              if value is not None]  # fmt: skip
+    unused = [
+        f"--{flag}"
+        for flag, value in (("models-dir", settings.models_dir), ("models-preset", settings.presets))
+        if value is not None
+    ]
     if unused:
         warnings.append(f"{' and '.join(unused)} ignored: -m / -hf serve one model, as llama-server does")
     return SourcesRead(desired, base_config(listing), listing, present, (), tuple(warnings), exclusive=False)
@@ -191,9 +201,15 @@ def command_line_model(settings: Settings) -> tuple[RemotePreset | None, SingleM
         return None, None
     repos, _ = scan_caches(settings)
     found = resolve_hf(
-        settings.hf_repo, settings.hf_file, cache_dir=settings.cache_dir, repos=repos,
-        endpoint=settings.hf_endpoint, token=settings.hf_token, offline=settings.offline, aliases=settings.aliases,
-    )  # fmt: skip
+        settings.hf_repo,
+        settings.hf_file,
+        cache_dir=settings.cache_dir,
+        repos=repos,
+        endpoint=settings.hf_endpoint,
+        token=settings.hf_token,
+        offline=settings.offline,
+        aliases=settings.aliases,
+    )
     return (found, None) if isinstance(found, RemotePreset) else (None, found)
 
 

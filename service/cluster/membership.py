@@ -77,10 +77,18 @@ def joined_event(settings: Settings, incarnation: str, memory: int, models: tupl
     assert settings.node is not None and settings.advertise_url is not None
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return ev.NodeJoined(
-        node=settings.node, incarnation=incarnation, url=settings.advertise_url, pid=settings.service_pid,
-        cpus=os.cpu_count() or 1, ram_bytes=ram, memory_bytes=memory, models_max=settings.models_max,
-        models=models, disk_free_bytes=free_bytes(settings.cache_dir), disk_reserve_bytes=settings.disk_reserve_bytes,
-    )  # fmt: skip
+        node=settings.node,
+        incarnation=incarnation,
+        url=settings.advertise_url,
+        pid=settings.service_pid,
+        cpus=os.cpu_count() or 1,
+        ram_bytes=ram,
+        memory_bytes=memory,
+        models_max=settings.models_max,
+        models=models,
+        disk_free_bytes=free_bytes(settings.cache_dir),
+        disk_reserve_bytes=settings.disk_reserve_bytes,
+    )
 
 
 class Membership:
@@ -182,8 +190,9 @@ class Membership:
                 continue  # held: that node lives, however slow
             try:
                 await self._live.sync()  # its node_left, committed before it let go, is then seen
-                decide = functools.partial(cluster.decide_node_lost, node=name, incarnation=incarnation,
-                                           detected_by=self.node)  # fmt: skip
+                decide = functools.partial(
+                    cluster.decide_node_lost, node=name, incarnation=incarnation, detected_by=self.node
+                )
                 applied = await self._interpreter.apply(decide)
             finally:
                 await self._conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(name),))

@@ -49,8 +49,15 @@ def _load(client: Client, console: Console, args: argparse.Namespace) -> int:
 
 
 def _events_params(args: argparse.Namespace) -> dict[str, Any]:
-    return {"model": args.model, "type": args.type or None, "since": args.since, "until": args.until,
-            "after": args.after, "before": args.before, "limit": args.limit}  # fmt: skip
+    return {
+        "model": args.model,
+        "type": args.type or None,
+        "since": args.since,
+        "until": args.until,
+        "after": args.after,
+        "before": args.before,
+        "limit": args.limit,
+    }
 
 
 CLIENT_COMMANDS = ("pull", "ls", "ps", "load", "unload", "rm", "cancel", "run", "history", "logs", "events", "nodes")
@@ -81,41 +88,76 @@ def run_client(argv: Sequence[str]) -> int:
 
 def add_client_commands(sub: Sub) -> None:
     """Register pull, ls, ps, load, unload, rm, cancel, then run, history and events."""
-    p = _command(sub, "pull", "download a model from the Hub, with a progress bar per file",
-                 "  modelrouter pull ggml-org/gemma-3-270m-GGUF:Q4_K_M\n"
-                 "  modelrouter pull bartowski/Qwen2.5-0.5B-Instruct-GGUF      # the default quant\n"
-                 "  Ctrl-C cancels and keeps the partial file; pull again to resume",
-                 lambda c, con, a: pull.pull(c, con, a.model))  # fmt: skip
+    p = _command(
+        sub,
+        "pull",
+        "download a model from the Hub, with a progress bar per file",
+        "  modelrouter pull ggml-org/gemma-3-270m-GGUF:Q4_K_M\n"
+        "  modelrouter pull bartowski/Qwen2.5-0.5B-Instruct-GGUF      # the default quant\n"
+        "  Ctrl-C cancels and keeps the partial file; pull again to resume",
+        lambda c, con, a: pull.pull(c, con, a.model),
+    )
     p.add_argument("model", metavar="REPO[:QUANT]", help="user/repo[:QUANT][@revision]")
 
-    _command(sub, "ls", "list downloaded and discovered models (size, quant, architecture, status)",
-             "  modelrouter ls", lambda c, con, a: tables.ls(c, con))  # fmt: skip
-    _command(sub, "ps", "list running models (pid, uptime, memory, requests in flight, last used)",
-             "  modelrouter ps", lambda c, con, a: tables.ps(c, con))  # fmt: skip
-    _command(sub, "nodes", "list a cluster's nodes (state, memory, what each runs and holds)",
-             "  modelrouter nodes", lambda c, con, a: tables.nodes(c, con))  # fmt: skip
+    _command(
+        sub,
+        "ls",
+        "list downloaded and discovered models (size, quant, architecture, status)",
+        "  modelrouter ls",
+        lambda c, con, a: tables.ls(c, con),
+    )
+    _command(
+        sub,
+        "ps",
+        "list running models (pid, uptime, memory, requests in flight, last used)",
+        "  modelrouter ps",
+        lambda c, con, a: tables.ps(c, con),
+    )
+    _command(
+        sub,
+        "nodes",
+        "list a cluster's nodes (state, memory, what each runs and holds)",
+        "  modelrouter nodes",
+        lambda c, con, a: tables.nodes(c, con),
+    )
 
-    p = _command(sub, "load", "load a model and wait until it is ready",
-                 "  modelrouter load ggml-org/gemma-3-270m-GGUF\n  modelrouter load my-alias --no-wait",
-                 _load)  # fmt: skip
+    p = _command(
+        sub,
+        "load",
+        "load a model and wait until it is ready",
+        "  modelrouter load ggml-org/gemma-3-270m-GGUF\n  modelrouter load my-alias --no-wait",
+        _load,
+    )
     p.add_argument("model", metavar="MODEL", help="name, alias or user/repo")
     p.add_argument("--no-wait", action="store_true", help="return once the load has started")
 
-    p = _command(sub, "unload", "stop a model's worker (or cancel its download)",
-                 "  modelrouter unload ggml-org/gemma-3-270m-GGUF",
-                 lambda c, con, a: control.unload(c, con, a.model))  # fmt: skip
+    p = _command(
+        sub,
+        "unload",
+        "stop a model's worker (or cancel its download)",
+        "  modelrouter unload ggml-org/gemma-3-270m-GGUF",
+        lambda c, con, a: control.unload(c, con, a.model),
+    )
     p.add_argument("model", metavar="MODEL")
 
-    p = _command(sub, "rm", "delete a downloaded model's files",
-                 "  modelrouter rm ggml-org/gemma-3-270m-GGUF:Q4_K_M\n"
-                 "  modelrouter rm ggml-org/gemma-3-270m-GGUF --force   # unload it first",
-                 lambda c, con, a: control.rm(c, con, a.model, force=a.force))  # fmt: skip
+    p = _command(
+        sub,
+        "rm",
+        "delete a downloaded model's files",
+        "  modelrouter rm ggml-org/gemma-3-270m-GGUF:Q4_K_M\n"
+        "  modelrouter rm ggml-org/gemma-3-270m-GGUF --force   # unload it first",
+        lambda c, con, a: control.rm(c, con, a.model, force=a.force),
+    )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--force", action="store_true", help="unload a loaded model first")
 
-    p = _command(sub, "cancel", "cancel a running download (the partial is kept for resume)",
-                 "  modelrouter cancel ggml-org/gemma-3-270m-GGUF:Q4_K_M\n  modelrouter cancel job-3f2a --discard",
-                 lambda c, con, a: control.cancel(c, con, a.target, discard=a.discard))  # fmt: skip
+    p = _command(
+        sub,
+        "cancel",
+        "cancel a running download (the partial is kept for resume)",
+        "  modelrouter cancel ggml-org/gemma-3-270m-GGUF:Q4_K_M\n  modelrouter cancel job-3f2a --discard",
+        lambda c, con, a: control.cancel(c, con, a.target, discard=a.discard),
+    )
     p.add_argument("target", metavar="MODEL|JOB_ID")
     p.add_argument("--discard", action="store_true", help="delete the partial file too")
 
@@ -124,11 +166,15 @@ def add_client_commands(sub: Sub) -> None:
 
 def _add_chat_and_log_commands(sub: Sub) -> None:
     """Register run, history and events (the commands that read answers or the log)."""
-    p = _command(sub, "run", "chat with a model (loads it first); with PROMPT, answer once and exit",
-                 "  modelrouter run ggml-org/gemma-3-270m-GGUF\n"
-                 "  modelrouter run ggml-org/gemma-3-270m-GGUF \"Why is the sky blue?\"\n"
-                 "  echo 'Summarise: ...' | modelrouter run my-model -",
-                 lambda c, con, a: chat.run(c, con, a.model, a.prompt, dict(vars(a))))  # fmt: skip
+    p = _command(
+        sub,
+        "run",
+        "chat with a model (loads it first); with PROMPT, answer once and exit",
+        "  modelrouter run ggml-org/gemma-3-270m-GGUF\n"
+        '  modelrouter run ggml-org/gemma-3-270m-GGUF "Why is the sky blue?"\n'
+        "  echo 'Summarise: ...' | modelrouter run my-model -",
+        lambda c, con, a: chat.run(c, con, a.model, a.prompt, dict(vars(a))),
+    )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("prompt", metavar="PROMPT", nargs="?", help="answer this once and exit ('-' reads stdin)")
     p.add_argument("--system", help="a system message")
@@ -137,9 +183,13 @@ def _add_chat_and_log_commands(sub: Sub) -> None:
     p.add_argument("--seed", type=int, help="sampling seed")
     p.add_argument("--stop", action="append", help="stop the answer at this text (repeatable)")
 
-    p = _command(sub, "history", "a model's timeline: every download and every load, and how each ended",
-                 "  modelrouter history ggml-org/gemma-3-270m-GGUF\n  modelrouter history my-alias --json",
-                 lambda c, con, a: tables.history(c, con, a.model, as_json=a.json))  # fmt: skip
+    p = _command(
+        sub,
+        "history",
+        "a model's timeline: every download and every load, and how each ended",
+        "  modelrouter history ggml-org/gemma-3-270m-GGUF\n  modelrouter history my-alias --json",
+        lambda c, con, a: tables.history(c, con, a.model, as_json=a.json),
+    )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--json", action="store_true", help="the raw JSON of GET /models/{id}/history")
 
@@ -159,12 +209,15 @@ def _add_chat_and_log_commands(sub: Sub) -> None:
     p.add_argument("--tail", type=int, default=100, help="the last N lines, 1..10000 (default 100)")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines as the worker writes them")
 
-    p = _command(sub, "events", "read the event log (the filters of GET /events)",
-                 "  modelrouter events --model ggml-org/gemma-3-270m-GGUF:Q4_K_M\n"
-                 "  modelrouter events --type 'download_*' --since 2026-01-01T00:00:00Z\n"
-                 "  modelrouter events --follow --json | jq .type",
-                 lambda c, con, a: tables.events(c, con, _events_params(a), follow=a.follow,
-                                                 as_json=a.json))  # fmt: skip
+    p = _command(
+        sub,
+        "events",
+        "read the event log (the filters of GET /events)",
+        "  modelrouter events --model ggml-org/gemma-3-270m-GGUF:Q4_K_M\n"
+        "  modelrouter events --type 'download_*' --since 2026-01-01T00:00:00Z\n"
+        "  modelrouter events --follow --json | jq .type",
+        lambda c, con, a: tables.events(c, con, _events_params(a), follow=a.follow, as_json=a.json),
+    )
     p.add_argument("--model", help="one model's events")
     p.add_argument("--type", action="append", help="an event type; repeatable; a trailing * is a prefix")
     p.add_argument("--since", help="ISO-8601 time")

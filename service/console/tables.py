@@ -59,9 +59,14 @@ def ls(client: Client, console: Console) -> int:
         if progress:
             status = f"{status} {progress['fraction'] * 100:.0f}%"
         table.add_row(
-            m["id"], status, _quant(m), size(m.get("size")), arch.get(m["id"], "-"), m.get("source") or "-",
+            m["id"],
+            status,
+            _quant(m),
+            size(m.get("size")),
+            arch.get(m["id"], "-"),
+            m.get("source") or "-",
             ago(m.get("last_used")),
-        )  # fmt: skip
+        )
     console.print(table if models else "no models yet: try `modelrouter pull user/repo:QUANT`")
     return 0
 
@@ -95,10 +100,15 @@ def ps(client: Client, console: Console) -> int:
         loads = client.get(history_path(m["id"]))["loads"]
         last = loads[-1] if loads else {}
         table.add_row(
-            m["id"], m["status"]["value"], str(inst.get("pid") or "-"), duration(last.get("uptime_seconds")),
-            _memory(inst.get("pid")), str(in_flight.get(m["id"], 0)), str(last.get("requests_served", 0)),
+            m["id"],
+            m["status"]["value"],
+            str(inst.get("pid") or "-"),
+            duration(last.get("uptime_seconds")),
+            _memory(inst.get("pid")),
+            str(in_flight.get(m["id"], 0)),
+            str(last.get("requests_served", 0)),
             ago(m.get("last_used")),
-        )  # fmt: skip
+        )
     console.print(table if models else "no model is loaded: try `modelrouter load MODEL` or `modelrouter run MODEL`")
     for m in listed:
         value = m["status"]["value"]
@@ -130,17 +140,25 @@ def history(client: Client, console: Console, name: str, *, as_json: bool = Fals
     for d in body["downloads"]:
         reason = ": ".join(x for x in (d.get("reason"), d.get("message")) if x) or "-"
         downloads.add_row(
-            when(d["requested_at"]), duration(d["duration_seconds"]),
+            when(d["requested_at"]),
+            duration(d["duration_seconds"]),
             f"{size(d['bytes_done'])} / {size(d['bytes_total'])}",
-            size(d["resumed_bytes"]) if d["resumed_bytes"] else "-", d["outcome"], reason,
-        )  # fmt: skip
+            size(d["resumed_bytes"]) if d["resumed_bytes"] else "-",
+            d["outcome"],
+            reason,
+        )
     loads = _table("WHEN", "WHY", "PID", "LOAD TIME", "UPTIME", "REQUESTS", "ENDED", title="loads")
     for x in body["loads"]:
         load_time = duration(x["load_ms"] / 1000) if x.get("load_ms") is not None else "-"
         loads.add_row(
-            when(x["requested_at"]), x["reason"], str(x.get("pid") or "-"), load_time,
-            duration(x.get("uptime_seconds")), str(x["requests_served"]), _ending(x),
-        )  # fmt: skip
+            when(x["requested_at"]),
+            x["reason"],
+            str(x.get("pid") or "-"),
+            load_time,
+            duration(x.get("uptime_seconds")),
+            str(x["requests_served"]),
+            _ending(x),
+        )
     console.print(f"[bold]{body['model']}[/]")
     console.print(downloads if body["downloads"] else "no downloads")
     console.print(loads if body["loads"] else "never loaded")
@@ -158,8 +176,13 @@ def _summary(data: Mapping[str, Any]) -> str:
 
 
 def _line(event: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
-    return (str(event["position"]), when(event["recorded_at"]), event["type"], event.get("model") or "",
-            _summary(event["data"]))  # fmt: skip
+    return (
+        str(event["position"]),
+        when(event["recorded_at"]),
+        event["type"],
+        event.get("model") or "",
+        _summary(event["data"]),
+    )
 
 
 def print_events(console: Console, events: Iterable[Mapping[str, Any]], *, as_json: bool) -> None:
@@ -192,8 +215,14 @@ def nodes(client: Client, console: Console) -> int:
     for n in answer["data"]:
         here = " (this)" if n["name"] == answer.get("node") else ""
         table.add_row(
-            n["name"] + here, n["state"], n["url"], str(n["cpus"]), size(n["memory_bytes"]),
-            size(n["memory_used_bytes"]), ", ".join(n["loaded"]) or "-", ", ".join(n["holds"]) or "-",
-        )  # fmt: skip
+            n["name"] + here,
+            n["state"],
+            n["url"],
+            str(n["cpus"]),
+            size(n["memory_bytes"]),
+            size(n["memory_used_bytes"]),
+            ", ".join(n["loaded"]) or "-",
+            ", ".join(n["holds"]) or "-",
+        )
     console.print(table if answer["data"] else "not a cluster: start `modelrouter serve` with --node (docs/cluster.md)")
     return 0

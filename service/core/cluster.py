@@ -131,8 +131,11 @@ def on_node_lost(state: RouterState, node: str, incarnation: str, detected_by: s
     current = state.nodes.get(node)
     if current is None or current.incarnation != incarnation or current.gone:
         return []
-    out = [Closing(ev.NodeLost(node=node, incarnation=incarnation, detected_by=detected_by), None,
-                   f"node_lost:{incarnation}")]  # fmt: skip
+    out = [
+        Closing(
+            ev.NodeLost(node=node, incarnation=incarnation, detected_by=detected_by), None, f"node_lost:{incarnation}"
+        )
+    ]
     for model in state.models.values():
         inst = model.instance
         if inst is not None and inst.node == node:
@@ -195,8 +198,11 @@ class AbandonEnded(Effect):
 def ended(state: RouterState, running: Mapping[str, str]) -> list[str]:
     """Of the worker processes running here (instance id -> model), those whose instance the log
     no longer has (ended: ``instance_lost`` when this node was recorded lost)."""
-    return sorted(iid for iid, name in running.items() if (m := state.models.get(name)) is None
-                  or m.instance is None or m.instance.instance_id != iid)  # fmt: skip
+    return sorted(
+        iid
+        for iid, name in running.items()
+        if (m := state.models.get(name)) is None or m.instance is None or m.instance.instance_id != iid
+    )
 
 
 def interrupted_here(state: RouterState, running: Collection[str]) -> list[DownloadJob]:

@@ -228,8 +228,13 @@ def waiting_to_start(
     """Queued jobs of ``node`` (in a cluster: those placed on it, or recorded by a service without
     ``--node``) to give a worker now, oldest request first: all of them, or as many as fit beside the
     ``running`` workers when ``max_running`` > 0."""
-    queued = [job for job in state.all_jobs() if job.status is JobStatus.QUEUED and job.job_id not in running
-              and (node is None or job.node is None or job.node == node)]  # fmt: skip
+    queued = [
+        job
+        for job in state.all_jobs()
+        if job.status is JobStatus.QUEUED
+        and job.job_id not in running
+        and (node is None or job.node is None or job.node == node)
+    ]
     if max_running <= 0:
         return queued
     return queued[: max(0, max_running - len(running))]

@@ -205,11 +205,19 @@ def _instance_crashed(state: RouterState, rec: ev.Recorded) -> RouterState:
         e.exit_code, e.signal, max_rss_bytes=e.max_rss_bytes, oom_killed=e.oom_killed, first_request=first
     )
     error = failure(
-        FailureKind.CRASH, "crashed", why.message, rec.recorded_at,
-        exit_code=e.exit_code, signal=e.signal, signal_name=why.reason if e.signal is not None else None,
-        status_code=why.exit_code, hint=why.hint, first_request=first, max_rss_bytes=e.max_rss_bytes,
+        FailureKind.CRASH,
+        "crashed",
+        why.message,
+        rec.recorded_at,
+        exit_code=e.exit_code,
+        signal=e.signal,
+        signal_name=why.reason if e.signal is not None else None,
+        status_code=why.exit_code,
+        hint=why.hint,
+        first_request=first,
+        max_rss_bytes=e.max_rss_bytes,
         stderr_tail=e.stderr_tail,
-    )  # fmt: skip
+    )
     return put_model(
         state,
         model.replace(

@@ -28,10 +28,19 @@ def _node_joined(state: RouterState, rec: ev.Recorded) -> RouterState:
     e = rec.event
     assert isinstance(e, ev.NodeJoined)
     node = NodeState(
-        name=e.node, incarnation=e.incarnation, url=e.url, pid=e.pid, cpus=e.cpus, ram_bytes=e.ram_bytes,
-        memory_bytes=e.memory_bytes, models_max=e.models_max, gpus=tuple(e.gpus), joined_at=rec.recorded_at,
-        disk_free=e.disk_free_bytes, disk_reserve=e.disk_reserve_bytes,
-    )  # fmt: skip
+        name=e.node,
+        incarnation=e.incarnation,
+        url=e.url,
+        pid=e.pid,
+        cpus=e.cpus,
+        ram_bytes=e.ram_bytes,
+        memory_bytes=e.memory_bytes,
+        models_max=e.models_max,
+        gpus=tuple(e.gpus),
+        joined_at=rec.recorded_at,
+        disk_free=e.disk_free_bytes,
+        disk_reserve=e.disk_reserve_bytes,
+    )
     return evolve(state, nodes={**state.nodes, e.node: node})
 
 
@@ -64,10 +73,18 @@ def _model_measured(state: RouterState, rec: ev.Recorded) -> RouterState:
     if model is None:
         return state
     shape = ModelShape(
-        path=e.path, weights_bytes=e.weights_bytes, n_layer=e.n_layer, n_embd=e.n_embd, n_head_kv=e.n_head_kv,
-        n_embd_head_k=e.n_embd_head_k, n_embd_head_v=e.n_embd_head_v, n_vocab=e.n_vocab,
-        n_ctx_train=e.n_ctx_train, sliding_window=e.sliding_window, swa_layers=e.swa_layers,
-    )  # fmt: skip
+        path=e.path,
+        weights_bytes=e.weights_bytes,
+        n_layer=e.n_layer,
+        n_embd=e.n_embd,
+        n_head_kv=e.n_head_kv,
+        n_embd_head_k=e.n_embd_head_k,
+        n_embd_head_v=e.n_embd_head_v,
+        n_vocab=e.n_vocab,
+        n_ctx_train=e.n_ctx_train,
+        sliding_window=e.sliding_window,
+        swa_layers=e.swa_layers,
+    )
     return put_model(state, model.replace(shape=shape))
 
 
@@ -81,8 +98,9 @@ def after(before: RouterState, state: RouterState, rec: ev.Recorded) -> RouterSt
     """What an event's node adds to its handler's result (see the module doc)."""
     node = source_node(rec)
     e = rec.event
-    if node is None or not isinstance(e, (ev.ModelDiscovered, ev.DownloadFinished, ev.ModelRemoved,
-                                          ev.DownloadRequested)):  # fmt: skip
+    if node is None or not isinstance(
+        e, (ev.ModelDiscovered, ev.DownloadFinished, ev.ModelRemoved, ev.DownloadRequested)
+    ):
         return state
     if isinstance(e, ev.DownloadFinished):
         state = _disk_used(state, node, e.bytes_transferred)

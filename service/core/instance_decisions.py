@@ -137,9 +137,11 @@ def slot_facts(state: RouterState, facts: Facts) -> scheduling.SlotFacts:
     exiting = sum(1 for iid in facts.processes if iid not in live)
     local = NodeBudget(facts.node, facts.limits.models_max, facts.memory)
     return scheduling.SlotFacts(
-        models_max=facts.limits.models_max, busy=dict(facts.busy), exiting=exiting,
+        models_max=facts.limits.models_max,
+        busy=dict(facts.busy),
+        exiting=exiting,
         nodes=cluster.budgets(state, facts.node, local),
-    )  # fmt: skip
+    )
 
 
 def _refuse_unfit(state: RouterState, model: ModelState, facts: Facts) -> None:

@@ -238,8 +238,14 @@ def reconcile(state: RouterState, killed: frozenset[str] = frozenset()) -> list[
     """Start-up: every live instance of the previous run is lost (its worker died
     with the service, or was killed by recovery: ``killed`` instance ids)."""
     return [
-        (m.name, ev.InstanceLost(instance_id=m.instance.instance_id, reason="router_restart",
-                                 killed_survivor=m.instance.instance_id in killed))
+        (
+            m.name,
+            ev.InstanceLost(
+                instance_id=m.instance.instance_id,
+                reason="router_restart",
+                killed_survivor=m.instance.instance_id in killed,
+            ),
+        )
         for m in state.models.values()
         if m.instance is not None
-    ]  # fmt: skip
+    ]

@@ -47,9 +47,16 @@ MAX_SLOTS = 256  # the worker's cap on slots (llama.cpp's LLAMA_MAX_SEQ)
 KV_PAD = 256  # llama.cpp pads each KV stream to a multiple of this many cells
 MAX_UBATCH = 512  # the worker's micro-batch: min(n_batch, -ub), -ub 512 by default
 CACHE_TYPE_BYTES = {
-    "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
-    "q4_0": 18 / 32, "q4_1": 20 / 32, "iq4_nl": 18 / 32,
-}  # fmt: skip
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_0": 22 / 32,
+    "q5_1": 24 / 32,
+    "q4_0": 18 / 32,
+    "q4_1": 20 / 32,
+    "iq4_nl": 18 / 32,
+}
 """Bytes per element of llama.cpp's cache types (block size / elements per block)."""
 
 
@@ -68,8 +75,13 @@ class MemoryNeed:
 
     def to_json(self) -> dict[str, JSON]:
         """The API's ``memory`` object."""
-        return {"total_bytes": self.total, "weights_bytes": self.weights, "kv_cache_bytes": self.kv_cache,
-                "compute_bytes": self.compute, "overhead_bytes": self.overhead}  # fmt: skip
+        return {
+            "total_bytes": self.total,
+            "weights_bytes": self.weights,
+            "kv_cache_bytes": self.kv_cache,
+            "compute_bytes": self.compute,
+            "overhead_bytes": self.overhead,
+        }
 
 
 def _int_param(params: Mapping[str, JSON], name: str, default: int) -> int:

@@ -104,9 +104,25 @@ _INT_OPTIONS = {"top_k": "top_k", "seed": "seed", "mirostat": "mirostat_mode"}
 # Accepted and ignored: they configure a load (context, GPU layers, threads...), which a model's
 # preset or command line sets here, or sampling this engine does not offer.
 _LOAD_OPTIONS = frozenset(
-    {"num_keep", "num_batch", "num_gpu", "main_gpu", "use_mmap", "use_mlock", "num_thread", "numa", "low_vram",
-     "vocab_only", "f16_kv", "logits_all", "embedding_only", "repeat_last_n", "penalize_newline", "tfs_z"}
-)  # fmt: skip
+    {
+        "num_keep",
+        "num_batch",
+        "num_gpu",
+        "main_gpu",
+        "use_mmap",
+        "use_mlock",
+        "num_thread",
+        "numa",
+        "low_vram",
+        "vocab_only",
+        "f16_kv",
+        "logits_all",
+        "embedding_only",
+        "repeat_last_n",
+        "penalize_newline",
+        "tfs_z",
+    }
+)
 
 
 def _number(key: str, value: object) -> float:

@@ -113,8 +113,12 @@ class Failure:
 
     def to_json(self) -> dict[str, JSON]:
         """The API's ``error`` object: the common fields, then those of its kind."""
-        out: dict[str, JSON] = {"kind": self.kind.value, "reason": self.reason, "message": self.message,
-                               "at": self.at.isoformat()}  # fmt: skip
+        out: dict[str, JSON] = {
+            "kind": self.kind.value,
+            "reason": self.reason,
+            "message": self.message,
+            "at": self.at.isoformat(),
+        }
         for name in _FAILURE_FIELDS[self.kind]:
             out[name] = getattr(self, name)
         return out
@@ -123,9 +127,17 @@ class Failure:
 _FAILURE_FIELDS = {
     FailureKind.DOWNLOAD: ("retryable", "job_id"),
     FailureKind.LOAD: (),
-    FailureKind.CRASH: ("exit_code", "signal", "signal_name", "status_code", "hint", "first_request",
-                        "max_rss_bytes", "stderr_tail"),
-}  # fmt: skip
+    FailureKind.CRASH: (
+        "exit_code",
+        "signal",
+        "signal_name",
+        "status_code",
+        "hint",
+        "first_request",
+        "max_rss_bytes",
+        "stderr_tail",
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)

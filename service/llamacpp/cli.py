@@ -20,17 +20,25 @@ from service.llamacpp.flags import ARGS, TRUTHY, handling
 
 _PREFIX = "llama:"
 _GROUPS = (
-    ("router", "llama-server: router",
-     "The router itself: where models come from, how it listens, who may call it."),
-    ("model", "llama-server: per-model defaults",
-     "Passed to every model, as llama.cpp's router passes its own options to its children, over "
-     "the presets' values. Options the inference worker cannot honour are accepted, warned about "
-     "once and recorded in model_configured.ignored."),
-    ("sampling", "llama-server: per-model defaults, sampling",
-     "Accepted and recorded; send sampling values per request."),
-    ("speculative", "llama-server: per-model defaults, speculative decoding",
-     "Accepted and recorded; the inference worker has no speculative decoding."),
-)  # fmt: skip
+    ("router", "llama-server: router", "The router itself: where models come from, how it listens, who may call it."),
+    (
+        "model",
+        "llama-server: per-model defaults",
+        "Passed to every model, as llama.cpp's router passes its own options to its children, over "
+        "the presets' values. Options the inference worker cannot honour are accepted, warned about "
+        "once and recorded in model_configured.ignored.",
+    ),
+    (
+        "sampling",
+        "llama-server: per-model defaults, sampling",
+        "Accepted and recorded; send sampling values per request.",
+    ),
+    (
+        "speculative",
+        "llama-server: per-model defaults, speculative decoding",
+        "Accepted and recorded; the inference worker has no speculative decoding.",
+    ),
+)
 
 
 def normalize_argv(argv: Sequence[str]) -> list[str]:
@@ -74,21 +82,31 @@ def _register(group: Any, arg: LlamaArg) -> None:
     if arg.key == "usage":
         group.add_argument(*arg.names, action="help", help="show this help and exit")
     elif arg.key == "api-key":
-        group.add_argument(*arg.names, dest=dest, action="append", metavar="KEY", default=argparse.SUPPRESS,
-                           help=help_text)  # fmt: skip
+        group.add_argument(
+            *arg.names, dest=dest, action="append", metavar="KEY", default=argparse.SUPPRESS, help=help_text
+        )
     elif arg.kind in ("flag", "bool"):
-        group.add_argument(*arg.names, dest=dest, action="store_const", const="1", default=argparse.SUPPRESS,
-                           help=help_text)  # fmt: skip
+        group.add_argument(
+            *arg.names, dest=dest, action="store_const", const="1", default=argparse.SUPPRESS, help=help_text
+        )
         if arg.negations:
-            group.add_argument(*arg.negations, dest=dest, action="store_const", const="0",
-                               default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # fmt: skip
+            group.add_argument(
+                *arg.negations,
+                dest=dest,
+                action="store_const",
+                const="0",
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )
     elif arg.kind == "pair":
-        group.add_argument(*arg.names, dest=dest, nargs=2, metavar=("A", "B"), default=argparse.SUPPRESS,
-                           help=help_text)  # fmt: skip
+        group.add_argument(
+            *arg.names, dest=dest, nargs=2, metavar=("A", "B"), default=argparse.SUPPRESS, help=help_text
+        )
     else:
         kind = _directory if arg.key == "slot-save-path" else _int if arg.kind == "int" else str
-        group.add_argument(*arg.names, dest=dest, type=kind, metavar=_metavar(arg), default=argparse.SUPPRESS,
-                           help=help_text)  # fmt: skip
+        group.add_argument(
+            *arg.names, dest=dest, type=kind, metavar=_metavar(arg), default=argparse.SUPPRESS, help=help_text
+        )
 
 
 def _int(text: str) -> str:

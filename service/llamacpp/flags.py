@@ -36,13 +36,31 @@ Scope = Literal["router", "source", "model", "preset"]
 # vendors, still on many command lines and in preset files (and ``mmap`` is on
 # llama.cpp's remote-preset whitelist): accepted as llama-server used to accept them.
 LEGACY_ARGS: tuple[LlamaArg, ...] = (
-    LlamaArg(("--mlock",), (), "flag", "", "LLAMA_ARG_MLOCK",
-             "force the system to keep the model in RAM (older llama.cpp; now --load-mode mlock)",
-             server_specific=False, sampling=False, speculative=False, preset_only=False),
-    LlamaArg(("--mmap",), ("--no-mmap",), "bool", "", "LLAMA_ARG_MMAP",
-             "memory-map the model (older llama.cpp; now --load-mode)",
-             server_specific=False, sampling=False, speculative=False, preset_only=False),
-)  # fmt: skip
+    LlamaArg(
+        ("--mlock",),
+        (),
+        "flag",
+        "",
+        "LLAMA_ARG_MLOCK",
+        "force the system to keep the model in RAM (older llama.cpp; now --load-mode mlock)",
+        server_specific=False,
+        sampling=False,
+        speculative=False,
+        preset_only=False,
+    ),
+    LlamaArg(
+        ("--mmap",),
+        ("--no-mmap",),
+        "bool",
+        "",
+        "LLAMA_ARG_MMAP",
+        "memory-map the model (older llama.cpp; now --load-mode)",
+        server_specific=False,
+        sampling=False,
+        speculative=False,
+        preset_only=False,
+    ),
+)
 
 ARGS: tuple[LlamaArg, ...] = LLAMA_ARGS + LEGACY_ARGS
 """Every option modelrouter accepts under llama-server's names."""
@@ -112,15 +130,20 @@ _ROUTER_IGNORED: Mapping[str, str] = {
 }
 _SOURCE: Mapping[str, tuple[bool, str]] = {
     "model": (True, "a local GGUF: on the command line llama-server's single-model mode, in a preset its file"),
-    "hf-repo": (True, "a Hub repo: its preset.ini runs as the router's preset, else its GGUF is the model "
-                "(downloaded on first use)"),
+    "hf-repo": (
+        True,
+        "a Hub repo: its preset.ini runs as the router's preset, else its GGUF is the model (downloaded on first use)",
+    ),
     "hf-file": (True, "the file of --hf-repo to use"),
     "alias": (True, "aliases of the single model (command line) or of the preset's model"),
-    "mmproj": (True, "the model's multimodal projector: its worker evaluates images, audio and video "
-               "(GET /models lists image and audio input, as llama.cpp's router)"),
+    "mmproj": (
+        True,
+        "the model's multimodal projector: its worker evaluates images, audio and video "
+        "(GET /models lists image and audio input, as llama.cpp's router)",
+    ),
     "model-url": (False, "downloads come from the Hub only (-hf / hf-repo)"),
     "docker-repo": (False, "downloads come from the Hub only (-hf / hf-repo)"),
-}  # fmt: skip
+}
 _PRESET: Mapping[str, tuple[bool, str]] = {
     "load-on-startup": (True, "load the model when the service starts"),
     "stop-timeout": (True, "seconds from the stop request to SIGKILL for this model (else MODELROUTER_STOP_TIMEOUT)"),
@@ -299,9 +322,22 @@ def lookup(key: str) -> tuple[LlamaArg, bool] | None:
 # llama.cpp's whitelist for presets fetched from a Hub repo (llama-cpp-router.md §4):
 # a remote preset must not name local files or turn on server features.
 REMOTE_KEYS = frozenset(
-    {"model-url", "hf-repo", "hf-repo-draft", "hf-repo-v", "hf-file-v", "mmproj-url", "pooling", "jinja",
-     "batch-size", "ubatch-size", "cache-reuse", "chat-template-kwargs", "mmap"}
-)  # fmt: skip
+    {
+        "model-url",
+        "hf-repo",
+        "hf-repo-draft",
+        "hf-repo-v",
+        "hf-file-v",
+        "mmproj-url",
+        "pooling",
+        "jinja",
+        "batch-size",
+        "ubatch-size",
+        "cache-reuse",
+        "chat-template-kwargs",
+        "mmap",
+    }
+)
 
 
 def allowed_remotely(arg: LlamaArg) -> bool:

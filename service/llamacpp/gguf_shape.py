@@ -107,9 +107,15 @@ def measure(path: Path, weights_bytes: int) -> ev.ModelMeasured:
     share = _SWA_SHARE.get(arch)
     swa_layers = n_layer * share[0] // share[1] if window and share else 0
     return ev.ModelMeasured(
-        path=str(path), weights_bytes=weights_bytes, n_layer=n_layer, n_embd=n_embd, n_head_kv=n_head_kv,
+        path=str(path),
+        weights_bytes=weights_bytes,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head_kv=n_head_kv,
         n_embd_head_k=_int(meta, f"{arch}.attention.key_length", head),
         n_embd_head_v=_int(meta, f"{arch}.attention.value_length", head),
         n_vocab=_int(meta, f"{arch}.vocab_size") or _int(meta, "tokenizer.ggml.tokens"),
-        n_ctx_train=_int(meta, f"{arch}.context_length"), sliding_window=window, swa_layers=swa_layers,
-    )  # fmt: skip
+        n_ctx_train=_int(meta, f"{arch}.context_length"),
+        sliding_window=window,
+        swa_layers=swa_layers,
+    )

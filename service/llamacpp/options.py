@@ -28,9 +28,14 @@ Options = Mapping[str, str]
 OUR_KEYS = frozenset({"ttl", "restart", "aliases", "pin", "hang-timeout"})
 """modelrouter's own preset keys."""
 LEGACY_PARAMS: Mapping[str, type] = {
-    "n_ctx": int, "n_threads": int, "n_threads_batch": int, "n_batch": int, "n_parallel": int,
-    "max_prompt_tokens": int, "chat_format": str,
-}  # fmt: skip
+    "n_ctx": int,
+    "n_threads": int,
+    "n_threads_batch": int,
+    "n_batch": int,
+    "n_parallel": int,
+    "max_prompt_tokens": int,
+    "chat_format": str,
+}
 """Worker parameters by name, as older modelrouter presets wrote them (still ours)."""
 
 

@@ -34,8 +34,9 @@ def _read(path: str, size: int, mtime_ns: int) -> ProjectorCaps:
         meta = read_metadata(Path(path))
     except NotMeasurable:
         return UNREAD
-    return ProjectorCaps(vision=meta.get("clip.has_vision_encoder") is True,
-                         audio=meta.get("clip.has_audio_encoder") is True)  # fmt: skip
+    return ProjectorCaps(
+        vision=meta.get("clip.has_vision_encoder") is True, audio=meta.get("clip.has_audio_encoder") is True
+    )
 
 
 def projector_caps(path: str) -> ProjectorCaps:

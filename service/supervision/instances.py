@@ -48,10 +48,23 @@ from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
 _WAKE_TYPES = frozenset(
-    {"instance_requested", "instance_loading", "loading_progress", "instance_ready", "instance_load_failed",
-     "instance_stop_requested", "instance_stopped", "instance_crashed", "instance_lost", "request_completed",
-     "model_removed", "model_discovered", "download_finished", "model_configured"}
-)  # fmt: skip
+    {
+        "instance_requested",
+        "instance_loading",
+        "loading_progress",
+        "instance_ready",
+        "instance_load_failed",
+        "instance_stop_requested",
+        "instance_stopped",
+        "instance_crashed",
+        "instance_lost",
+        "request_completed",
+        "model_removed",
+        "model_discovered",
+        "download_finished",
+        "model_configured",
+    }
+)
 _TICK_SECONDS = 1.0  # timers (load deadline, idle TTL, restarts) are checked at least this often
 
 
@@ -308,14 +321,23 @@ class InstanceSupervisor:
         if inst is None or inst.status is InstanceStatus.STOPPING:
             return  # stopped before it was spawned: _stop_process records the end
         assert model.path is not None  # loadable() was checked when the slot was given
-        argv = inference_argv(self.settings, model_name, model.path, request.instance_id, request.port,
-                              request.params, mmproj=projector_path(model.files))  # fmt: skip
+        argv = inference_argv(
+            self.settings,
+            model_name,
+            model.path,
+            request.instance_id,
+            request.port,
+            request.params,
+            mmproj=projector_path(model.files),
+        )
         self._models[request.instance_id] = model_name
         try:
             await self._pool.spawn(
-                request.instance_id, argv, name=f"inference:{model_name}:{request.instance_id}",
+                request.instance_id,
+                argv,
+                name=f"inference:{model_name}:{request.instance_id}",
                 env=self.settings.worker_environment(**store_env(self.settings)),
-            )  # fmt: skip
+            )
         except OSError as exc:
             self._models.pop(request.instance_id, None)
             message = str(exc)

@@ -90,15 +90,20 @@ class OnDemandFiles:
         assert hf_repo is not None
         try:
             resolution = await asyncio.to_thread(
-                resolve, hf_repo, endpoint=self.settings.hf_endpoint, token=self.settings.hf_token,
+                resolve,
+                hf_repo,
+                endpoint=self.settings.hf_endpoint,
+                token=self.settings.hf_token,
                 hf_file=model.config.hf_file,
-            )  # fmt: skip
+            )
         except ResolutionError as exc:
             _log.warning("on_demand_download_refused", model=model.name, hf_repo=hf_repo, reason=exc.code)
             raise CommandRejected(
-                "model_failed", f"cannot download model {model.name!r} from {hf_repo}: {exc.message}",
-                model=model.name, reason=exc.code,
-            ) from None  # fmt: skip
+                "model_failed",
+                f"cannot download model {model.name!r} from {hf_repo}: {exc.message}",
+                model=model.name,
+                reason=exc.code,
+            ) from None
         return resolution.to_spec()
 
     async def ready(self, name: str) -> ModelState:

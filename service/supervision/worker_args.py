@@ -65,11 +65,18 @@ _INFERENCE_FLAGS: Mapping[str, str] = {
     "video_timestamp_interval": "--video-timestamp-interval",
     "video_ffmpeg_dir": "--video-ffmpeg-dir",
 }
-_INFERENCE_SWITCHES = {"embedding": "--embedding", "kv_unified": "--kv-unified", "context_shift": "--context-shift",
-                       "swa_full": "--swa-full", "no_host": "--no-host", "check_tensors": "--check-tensors",
-                       "mlock": "--mlock",
-                       "spm_infill": "--spm-infill", "endpoint_props": "--props",
-                       "lora_init_without_apply": "--lora-init-without-apply"}  # fmt: skip
+_INFERENCE_SWITCHES = {
+    "embedding": "--embedding",
+    "kv_unified": "--kv-unified",
+    "context_shift": "--context-shift",
+    "swa_full": "--swa-full",
+    "no_host": "--no-host",
+    "check_tensors": "--check-tensors",
+    "mlock": "--mlock",
+    "spm_infill": "--spm-infill",
+    "endpoint_props": "--props",
+    "lora_init_without_apply": "--lora-init-without-apply",
+}
 
 
 def inference_argv(
@@ -84,16 +91,25 @@ def inference_argv(
     """``python -m workers.inference`` for one instance; unknown params are ignored
     (they are recorded in the event for the audit trail all the same)."""
     argv = [
-        sys.executable, "-m", "workers.inference",
-        "--model-path", path,
-        "--model-name", model,
-        "--instance-id", instance_id,
-        "--host", "127.0.0.1",
-        "--port", str(port),
+        sys.executable,
+        "-m",
+        "workers.inference",
+        "--model-path",
+        path,
+        "--model-name",
+        model,
+        "--instance-id",
+        instance_id,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
         *store_argv(settings),
-        "--parent-pid", str(settings.service_pid),
-        "--log-path", str(log_path(settings.home, "instance", instance_id)),
-    ]  # fmt: skip
+        "--parent-pid",
+        str(settings.service_pid),
+        "--log-path",
+        str(log_path(settings.home, "instance", instance_id)),
+    ]
     for key, flag in _INFERENCE_FLAGS.items():
         if params.get(key) is not None:
             argv += [flag, str(params[key])]
@@ -116,13 +132,21 @@ def inference_argv(
 def download_argv(settings: Settings, job_id: str, model: str, spec: DownloadSpec) -> list[str]:
     """``python -m workers.download`` for one job (``spec``: what the service resolved on the Hub)."""
     return [
-        sys.executable, "-m", "workers.download",
-        "--job-id", job_id,
-        "--model", model,
-        "--cache-dir", str(settings.cache_dir),
-        "--spec", spec.to_argv(),
+        sys.executable,
+        "-m",
+        "workers.download",
+        "--job-id",
+        job_id,
+        "--model",
+        model,
+        "--cache-dir",
+        str(settings.cache_dir),
+        "--spec",
+        spec.to_argv(),
         *store_argv(settings),
-        "--stall-timeout", str(settings.stall_timeout),
-        "--parent-pid", str(settings.service_pid),
+        "--stall-timeout",
+        str(settings.stall_timeout),
+        "--parent-pid",
+        str(settings.service_pid),
         "--stdin-control",
-    ]  # fmt: skip
+    ]

@@ -228,8 +228,11 @@ def test_a_crashed_models_failed_badge_opens_its_reason_and_stderr(browser: WebD
             if css(browser, "details.why[open]") is None:
                 css(browser, '#models tr[data-model="tiny"] details.why summary').click()
             shown = f"killed by {sig.name}"
-            reason = until(browser, lambda d, want=shown: (e := css(d, "details.why[open] .reason")) and want in e.text
-                           and e.text, f"the {sig.name} reason shown")  # fmt: skip
+            reason = until(
+                browser,
+                lambda d, want=shown: (e := css(d, "details.why[open] .reason")) and want in e.text and e.text,
+                f"the {sig.name} reason shown",
+            )
             assert meaning in reason
             assert hint in css(browser, "details.why .hint").text
             assert css(browser, "details.why pre.stderr").text.strip()  # the worker's last lines

@@ -256,8 +256,11 @@ async def test_abandon_ends_at_once_the_requests_waiting_on_a_node_that_went_sil
             await reading
     assert time.monotonic() - started < 1, "at once"
     await stream.aclose()
-    await asyncio.to_thread(lambda: eventually(lambda: sorted(gone) == [b"/health", b"/stream", b"/wait"],
-                                               "the node saw every connection to it closed"))  # fmt: skip
+    await asyncio.to_thread(
+        lambda: eventually(
+            lambda: sorted(gone) == [b"/health", b"/stream", b"/wait"], "the node saw every connection to it closed"
+        )
+    )
     assert not elsewhere.done(), "another node's request goes on"
     again = await client.send("GET", f"{node.url}/health", {}, b"")  # a new connection: the pool was dropped
     assert again.status_code == 200 and len(node.ports) == 4

@@ -46,13 +46,19 @@ def cli_env(svc: ServiceProcess | str, **extra: str) -> dict[str, str]:
     return {**env, "MODELROUTER_URL": url, "COLUMNS": "200", **extra}
 
 
-def cli(svc: ServiceProcess | str, *args: str, timeout: float = 90, input: str = "",
-        **env: str) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def cli(
+    svc: ServiceProcess | str, *args: str, timeout: float = 90, input: str = "", **env: str
+) -> subprocess.CompletedProcess[str]:
     """``python -m service.cli ARGS`` to the end (``input`` on stdin); its output as text."""
     return subprocess.run(
         [sys.executable, "-m", "service.cli", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT, env=cli_env(svc, **env), input=input,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+        env=cli_env(svc, **env),
+        input=input,
+    )
 
 
 # A child inherits its parent's ignored signals and blocked-signal mask across exec, and by the time
@@ -69,6 +75,10 @@ def start_cli(svc: ServiceProcess, *args: str) -> subprocess.Popen[str]:
     """The CLI running in the background, with SIGINT as a terminal gives it (for Ctrl-C tests)."""
     return subprocess.Popen(
         [sys.executable, "-c", _AS_FROM_A_TERMINAL, "-m", "service.cli", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=cli_env(svc),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env=cli_env(svc),
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )

@@ -11,16 +11,30 @@ from service.console.pull import FileBars
 
 
 def test_sse_parser_joins_data_lines_and_skips_comments() -> None:
-    lines = [": keep-alive", "retry: 1000", "", "id: 7", "event: download_progress", "data: {\"a\":", "data: 1}", "",
-             "data: second", ""]  # fmt: skip
+    lines = [
+        ": keep-alive",
+        "retry: 1000",
+        "",
+        "id: 7",
+        "event: download_progress",
+        'data: {"a":',
+        "data: 1}",
+        "",
+        "data: second",
+        "",
+    ]
     assert list(sse_events(iter(lines))) == [("download_progress", "7", '{"a":\n1}'), ("message", "7", "second")]
 
 
 def test_units() -> None:
     assert [size(None), size(999), size(240_224), size(253_100_000)] == ["-", "999 B", "240.2 kB", "253.1 MB"]
     assert [duration(None), duration(0.25), duration(12.34), duration(245), duration(7380)] == [
-        "-", "250 ms", "12.3 s", "4m05s", "2h03m",
-    ]  # fmt: skip
+        "-",
+        "250 ms",
+        "12.3 s",
+        "4m05s",
+        "2h03m",
+    ]
 
 
 def test_job_bytes_fill_the_file_bars_in_path_order() -> None:

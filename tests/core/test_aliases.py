@@ -32,8 +32,10 @@ def world(*more: tuple[ev.Event, str]) -> RouterState:
 
 def after(state: RouterState, *entries: tuple[ev.Event, str | None]) -> RouterState:
     """``state`` with ``entries`` recorded after its events."""
-    tail = [ev.Recorded(state.position + i, f"t{i}", model, event, {}, LATER)
-            for i, (event, model) in enumerate(entries, start=1)]  # fmt: skip
+    tail = [
+        ev.Recorded(state.position + i, f"t{i}", model, event, {}, LATER)
+        for i, (event, model) in enumerate(entries, start=1)
+    ]
     return replay(tail, state)
 
 

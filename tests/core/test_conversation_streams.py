@@ -12,8 +12,11 @@ from tests.core.test_lifecycles import AVAILABLE, READY, M, state_of
 def test_a_ready_model_owns_its_conversations_a_loading_one_asks_for_a_retry_an_unloaded_one_has_none() -> None:
     assert stream_owner(state_of(*READY), M, None) == StreamOwner(M, "http://x", None)
     assert stream_owner(state_of(*READY[:3]), M, None) is NoOwner.LOADING
-    stopped = state_of(*READY, ev.InstanceStopRequested(instance_id="i1", reason="unload"),
-                       ev.InstanceStopped(instance_id="i1", reason="unload"))  # fmt: skip
+    stopped = state_of(
+        *READY,
+        ev.InstanceStopRequested(instance_id="i1", reason="unload"),
+        ev.InstanceStopped(instance_id="i1", reason="unload"),
+    )
     assert stream_owner(stopped, M, None) is NoOwner.GONE
     assert stream_owner(state_of(AVAILABLE), M, None) is NoOwner.GONE
     assert stream_owner(state_of(*READY), None, None) is NoOwner.GONE, "a conversation never seen"

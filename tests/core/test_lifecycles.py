@@ -219,9 +219,9 @@ class TestDownloadLifecycle:
         assert [type(e) for e in events] == ([expected] if expected else [])
 
     def test_queued_jobs_start_in_request_order_within_the_cap(self) -> None:
-        state = state_of(*[
-            example(ev.DownloadRequested, job_id=f"j{i}", repo=f"org/m{i}", files=FILES) for i in range(4)
-        ])  # fmt: skip
+        state = state_of(
+            *[example(ev.DownloadRequested, job_id=f"j{i}", repo=f"org/m{i}", files=FILES) for i in range(4)]
+        )
         assert [j.job_id for j in downloads.waiting_to_start(state, {"j0"}, max_running=2)] == ["j1"]
         assert [j.job_id for j in downloads.waiting_to_start(state, set(), max_running=0)] == ["j0", "j1", "j2", "j3"]
 

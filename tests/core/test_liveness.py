@@ -81,9 +81,14 @@ class TestDecision:
         decided = decide_liveness(state, beats, _facts(16.0, **{M: 2}), 5.0)
         (seen,) = [a.event for a in decided.events]
         assert seen == ev.InstanceUnresponsive(
-            instance_id="i1", cause="no_answer", bound_s=5.0, steps=12, last_step_s=8.0, silent_s=6.0,
+            instance_id="i1",
+            cause="no_answer",
+            bound_s=5.0,
+            steps=12,
+            last_step_s=8.0,
+            silent_s=6.0,
             requests_waiting=2,
-        )  # fmt: skip
+        )
         assert decided.effects == (CutRequests(M, "http://x"), Stop("i1"))
 
     def test_the_model_s_own_hang_timeout_wins(self) -> None:

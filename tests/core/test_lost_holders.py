@@ -27,16 +27,24 @@ JOB = "0f0e0d0c-0b0a-4908-8706-050403020100"
 
 
 def joined_with_disk(node: str, free: int, reserve: int = 0, memory: int = 8 * GiB) -> list[Entry]:
-    event = example(ev.NodeJoined, node=node, incarnation=f"{node}-1", url=f"http://{node}:8080",
-                    memory_bytes=memory, disk_free_bytes=free, disk_reserve_bytes=reserve)  # fmt: skip
+    event = example(
+        ev.NodeJoined,
+        node=node,
+        incarnation=f"{node}-1",
+        url=f"http://{node}:8080",
+        memory_bytes=memory,
+        disk_free_bytes=free,
+        disk_reserve_bytes=reserve,
+    )
     return [(event, None, node)]
 
 
 def pulled(name: str, node: str, size: int = GiB, job: str = JOB) -> list[Entry]:
     """``POST /models`` of ``name`` downloaded by ``node``'s worker, to the end."""
     files = ({"path": "m-Q8_0.gguf", "size": size, "sha256": "0" * 64},)
-    requested = example(ev.DownloadRequested, job_id=job, repo="org/m-GGUF", quant="Q8_0", files=files,
-                        total_bytes=size)  # fmt: skip
+    requested = example(
+        ev.DownloadRequested, job_id=job, repo="org/m-GGUF", quant="Q8_0", files=files, total_bytes=size
+    )
     started = example(ev.DownloadStarted, job_id=job)
     finished = example(ev.DownloadFinished, job_id=job, files=files, bytes_total=size, bytes_transferred=size)
     return [(requested, name, node), (started, name, node), (finished, name, node)]
@@ -96,8 +104,11 @@ class TestPullSite:
         assert cluster.pull_site(world(joined_with_disk("a", 10 * GiB)), None, GiB) is None
 
     def test_a_download_for_a_load_skips_a_node_whose_disk_cannot_take_the_files(self) -> None:
-        state = world(joined_with_disk("a", 64 * GiB, memory=4 * GiB), joined_with_disk("b", GiB, memory=8 * GiB),
-                      [(ev.ModelConfigured(hf_repo="org/m-GGUF:Q8_0"), "m", "a")])  # fmt: skip
+        state = world(
+            joined_with_disk("a", 64 * GiB, memory=4 * GiB),
+            joined_with_disk("b", GiB, memory=8 * GiB),
+            [(ev.ModelConfigured(hf_repo="org/m-GGUF:Q8_0"), "m", "a")],
+        )
         where = scheduling.download_node(state, "m", 512 * MiB, decide.slot_facts(state, facts("a", 4 * GiB)))
         assert where == "b", "b has the memory and room enough"
         where = scheduling.download_node(state, "m", 2 * GiB, decide.slot_facts(state, facts("a", 4 * GiB)))

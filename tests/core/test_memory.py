@@ -8,8 +8,17 @@ from service.core.memory import WORKER_OVERHEAD, KvLayout, estimate, kv_layout, 
 from service.core.node_state import ModelShape
 
 # A Llama-3-8B-like header: 32 layers, 8 KV heads of 128, 128256 tokens, 8192 trained context.
-LLAMA = ModelShape(path="m.gguf", weights_bytes=4_920_000_000, n_layer=32, n_embd=4096, n_head_kv=8,
-                   n_embd_head_k=128, n_embd_head_v=128, n_vocab=128256, n_ctx_train=8192)  # fmt: skip
+LLAMA = ModelShape(
+    path="m.gguf",
+    weights_bytes=4_920_000_000,
+    n_layer=32,
+    n_embd=4096,
+    n_head_kv=8,
+    n_embd_head_k=128,
+    n_embd_head_v=128,
+    n_vocab=128256,
+    n_ctx_train=8192,
+)
 
 
 def test_the_kv_cache_is_the_contexts_cells_times_each_layers_keys_and_values() -> None:
@@ -60,8 +69,19 @@ def test_quantized_cache_types_shrink_the_kv_cache() -> None:
 
 
 def test_sliding_window_layers_keep_only_their_window_and_one_batch() -> None:
-    gemma = ModelShape(path="g.gguf", weights_bytes=1, n_layer=6, n_embd=640, n_head_kv=1, n_embd_head_k=256,
-                       n_embd_head_v=256, n_vocab=262144, n_ctx_train=32768, sliding_window=512, swa_layers=5)  # fmt: skip
+    gemma = ModelShape(
+        path="g.gguf",
+        weights_bytes=1,
+        n_layer=6,
+        n_embd=640,
+        n_head_kv=1,
+        n_embd_head_k=256,
+        n_embd_head_v=256,
+        n_vocab=262144,
+        n_ctx_train=32768,
+        sliding_window=512,
+        swa_layers=5,
+    )
     per_cell = 1 * (256 + 256) * 2
     assert estimate(gemma, {"n_ctx": 8192, "n_parallel": 1}).kv_cache == (1 * 8192 + 5 * (512 + 512)) * per_cell
     # A smaller micro-batch (-ub) leaves fewer extra cells; --swa-full keeps every cell, as llama.cpp does.
@@ -74,9 +94,16 @@ def test_a_model_not_measured_needs_nothing_known() -> None:
     assert need_bytes(None, {}) == 0
 
 
-@pytest.mark.parametrize(("text", "total", "expected"), [
-    ("10%", 1000, 100), ("0%", 1000, 0), ("2G", 0, 2 * 1024**3), ("512M", 0, 512 * 1024**2), ("1234", 0, 1234),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "total", "expected"),
+    [
+        ("10%", 1000, 100),
+        ("0%", 1000, 0),
+        ("2G", 0, 2 * 1024**3),
+        ("512M", 0, 512 * 1024**2),
+        ("1234", 0, 1234),
+    ],
+)
 def test_a_margin_is_bytes_or_a_share_of_the_memory(text: str, total: int, expected: int) -> None:
     assert parse_margin(text, total) == expected
 

@@ -95,8 +95,12 @@ def test_canonical_name() -> None:
 _seg = st.from_regex(r"[A-Za-z0-9_]([A-Za-z0-9_]{0,10})", fullmatch=True)
 
 
-@given(user=_seg, name=_seg, quant=st.none() | st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_]{0,8}", fullmatch=True),
-       revision=st.none() | st.from_regex(r"[a-z0-9][a-z0-9_]{0,8}", fullmatch=True))  # fmt: skip
+@given(
+    user=_seg,
+    name=_seg,
+    quant=st.none() | st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_]{0,8}", fullmatch=True),
+    revision=st.none() | st.from_regex(r"[a-z0-9][a-z0-9_]{0,8}", fullmatch=True),
+)
 def test_str_round_trips(user: str, name: str, quant: str | None, revision: str | None) -> None:
     spec = ModelSpec(f"{user}/{name}", quant.upper() if quant else None, revision)
     assert parse_model_spec(str(spec)) == spec
@@ -137,8 +141,9 @@ def test_quant_named_by_directory_or_prefix() -> None:
 
 
 def test_split_brings_all_parts_in_order() -> None:
-    listing = files("m-Q4_K_M-00003-of-00003.gguf", "m-Q4_K_M-00001-of-00003.gguf",
-                    "m-Q4_K_M-00002-of-00003.gguf", "m-Q8_0.gguf")  # fmt: skip
+    listing = files(
+        "m-Q4_K_M-00003-of-00003.gguf", "m-Q4_K_M-00001-of-00003.gguf", "m-Q4_K_M-00002-of-00003.gguf", "m-Q8_0.gguf"
+    )
     choice = choose_files(listing, "Q4_K_M")
     assert [f.path for f in choice.model_files] == [f"m-Q4_K_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     assert choice.files == choice.model_files

@@ -71,12 +71,30 @@ class TestKeepAlive:
 
 class TestOptions:
     def test_sampling_options_map_onto_the_workers_members(self) -> None:
-        options = {"temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.1, "seed": 42, "num_predict": 7,
-                   "stop": "\n", "repeat_penalty": 1.1, "mirostat": 2, "num_thread": 4, "num_ctx": 512}  # fmt: skip
+        options = {
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "top_k": 20,
+            "min_p": 0.1,
+            "seed": 42,
+            "num_predict": 7,
+            "stop": "\n",
+            "repeat_penalty": 1.1,
+            "mirostat": 2,
+            "num_thread": 4,
+            "num_ctx": 512,
+        }
         assert sampling(options, n_ctx=256) == {
-            "temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.1, "seed": 42, "max_tokens": 7,
-            "stop": ["\n"], "repeat_penalty": 1.1, "mirostat_mode": 2,
-        }  # fmt: skip
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "top_k": 20,
+            "min_p": 0.1,
+            "seed": 42,
+            "max_tokens": 7,
+            "stop": ["\n"],
+            "repeat_penalty": 1.1,
+            "mirostat_mode": 2,
+        }
 
     def test_negative_num_predict_means_no_limit(self) -> None:
         assert sampling({"num_predict": -1}, None) == {}

@@ -41,10 +41,20 @@ def recorded(*entries: Entry, after: RouterState | None = None) -> list[ev.Recor
 def held(name: str, node: str | None = None, *, layers: int = 4, pinned: bool = False) -> list[Entry]:
     """``name`` on disk (on ``node``), measured: ``layers`` makes its KV cache, hence its need, grow."""
     files = ({"path": f"/m/{name}.gguf", "size": GiB},)
-    shape = example(ev.ModelMeasured, path=f"/m/{name}.gguf", weights_bytes=GiB, n_layer=layers, n_head_kv=8,
-                    n_embd_head_k=128, n_embd_head_v=128, n_ctx_train=8192)  # fmt: skip
-    out: list[Entry] = [(ev.ModelDiscovered(source="models_dir", path=f"/m/{name}.gguf", files=files, size=GiB),
-                         name, node), (shape, name, node)]  # fmt: skip
+    shape = example(
+        ev.ModelMeasured,
+        path=f"/m/{name}.gguf",
+        weights_bytes=GiB,
+        n_layer=layers,
+        n_head_kv=8,
+        n_embd_head_k=128,
+        n_embd_head_v=128,
+        n_ctx_train=8192,
+    )
+    out: list[Entry] = [
+        (ev.ModelDiscovered(source="models_dir", path=f"/m/{name}.gguf", files=files, size=GiB), name, node),
+        (shape, name, node),
+    ]
     if pinned:
         out.append((ev.ModelConfigured(pinned=True), name, node))
     return out
@@ -60,8 +70,14 @@ def ready(name: str, node: str | None = None) -> list[Entry]:
 
 
 def joined(node: str, memory: int, models_max: int = 4) -> list[Entry]:
-    event = example(ev.NodeJoined, node=node, incarnation=f"{node}-1", url=f"http://{node}:8080",
-                    memory_bytes=memory, models_max=models_max)  # fmt: skip
+    event = example(
+        ev.NodeJoined,
+        node=node,
+        incarnation=f"{node}-1",
+        url=f"http://{node}:8080",
+        memory_bytes=memory,
+        models_max=models_max,
+    )
     return [(event, None, node)]
 
 
@@ -134,8 +150,9 @@ class TestRefusedAtOnce:
     def test_a_request_is_refused_the_same_way_instead_of_waiting(self) -> None:
         state = world(held("big", layers=64))
         with pytest.raises(CommandRejected, match="needs") as refused:
-            decide.decide_acquire(state, Queue(), "big", autoload=True, mine=None,
-                                  facts=self._facts(need(state, "big") - 1), deadline=60)  # fmt: skip
+            decide.decide_acquire(
+                state, Queue(), "big", autoload=True, mine=None, facts=self._facts(need(state, "big") - 1), deadline=60
+            )
         assert refused.value.code == "insufficient_memory"
 
     def test_one_that_fits_after_evicting_unpinned_models_is_not_refused(self) -> None:
@@ -172,8 +189,9 @@ class TestManyNodes:
         assert plan.where == {"m": "b"}
 
     def test_among_holders_one_that_fits_beats_one_that_must_evict(self) -> None:
-        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("x", "a"), held("m", "a"), held("m", "b"),
-                      ready("x", "a"))  # fmt: skip
+        state = world(
+            joined("a", 8 * GiB), joined("b", 8 * GiB), held("x", "a"), held("m", "a"), held("m", "b"), ready("x", "a")
+        )
         tight = need(state, "x") + need(state, "m") - 1
         plan = plan_slots(state, [Demand("m")], _cluster_facts(state, "a", tight))
         assert plan.where == {"m": "b"} and plan.evict == ()
@@ -182,7 +200,9 @@ class TestManyNodes:
         state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "a"), held("m", "b"), ready("m", "b"))
         closing = cluster.on_node_lost(state, "b", "b-1", detected_by="a")
         assert [(type(c.event).__name__, c.event_id) for c in closing] == [
-            ("NodeLost", "node_lost:b-1"), ("InstanceLost", "instance_lost:i-m")]  # fmt: skip
+            ("NodeLost", "node_lost:b-1"),
+            ("InstanceLost", "instance_lost:i-m"),
+        ]
         state = replay(recorded(*[(c.event, c.model, "a") for c in closing], after=state), state)
         assert state.nodes["b"].lost and state.models["m"].instance is None
         assert cluster.on_node_lost(state, "b", "b-1", detected_by="a") == []  # told once
@@ -194,8 +214,9 @@ class TestManyNodes:
         ``node_lost`` batch left the node unrecorded); a job id is a UUID already."""
         job = "0f0e0d0c-0b0a-4908-8706-050403020100"
         requested = example(ev.DownloadRequested, job_id=job)
-        state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "b"), ready("m", "b"),
-                      [(requested, "org/r:Q4", "b")])  # fmt: skip
+        state = world(
+            joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "b"), ready("m", "b"), [(requested, "org/r:Q4", "b")]
+        )
         closing = cluster.on_node_lost(state, "b", "b-1", detected_by="a")
         kinds = [type(c.event).__name__ for c in closing]
         assert kinds == ["NodeLost", "InstanceLost", "DownloadInterrupted"]
@@ -295,13 +316,15 @@ class TestDownloadsWhereTheModelWillRun:
         assert self._where(state, GiB, self._facts("b", 8 * GiB)) == "b"
 
     def test_a_node_with_a_free_slot_beats_one_that_must_evict_whatever_its_memory(self) -> None:
-        state = world(joined("a", 64 * GiB, models_max=1), joined("b", 8 * GiB), held("x", "a"), ready("x", "a"),
-                      on_the_hub("m"))  # fmt: skip
+        state = world(
+            joined("a", 64 * GiB, models_max=1), joined("b", 8 * GiB), held("x", "a"), ready("x", "a"), on_the_hub("m")
+        )
         assert self._where(state, GiB, self._facts("a", 64 * GiB, models_max=1)) == "b"
 
     def test_a_node_too_small_for_its_files_is_passed_over_even_for_one_that_must_evict(self) -> None:
-        state = world(joined("a", 4 * GiB), joined("b", 8 * GiB, models_max=1), held("x", "b"), ready("x", "b"),
-                      on_the_hub("m"))  # fmt: skip
+        state = world(
+            joined("a", 4 * GiB), joined("b", 8 * GiB, models_max=1), held("x", "b"), ready("x", "b"), on_the_hub("m")
+        )
         assert self._where(state, GiB, self._facts("a", 4 * GiB)) == "a", "fits beats evicts"
         assert self._where(state, 6 * GiB, self._facts("a", 4 * GiB)) == "b", "6 GiB never fit a"
 

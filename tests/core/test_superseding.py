@@ -40,10 +40,21 @@ _progress = st.one_of(
         requests_finished=st.integers(0, 9),
     ),
 )
-_LIFECYCLE = [ev.DownloadRequested, ev.DownloadStarted, ev.DownloadFinished, ev.DownloadFailed,
-              ev.DownloadCancelled, ev.DownloadInterrupted, ev.DownloadResumed, ev.InstanceRequested,
-              ev.InstanceLoading, ev.InstanceReady, ev.InstanceStopRequested, ev.InstanceStopped,
-              ev.InstanceCrashed]  # fmt: skip
+_LIFECYCLE = [
+    ev.DownloadRequested,
+    ev.DownloadStarted,
+    ev.DownloadFinished,
+    ev.DownloadFailed,
+    ev.DownloadCancelled,
+    ev.DownloadInterrupted,
+    ev.DownloadResumed,
+    ev.InstanceRequested,
+    ev.InstanceLoading,
+    ev.InstanceReady,
+    ev.InstanceStopRequested,
+    ev.InstanceStopped,
+    ev.InstanceCrashed,
+]
 """What moves a job or an instance between statuses, in which progress is applied, late or refused."""
 
 

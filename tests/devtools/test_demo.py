@@ -16,8 +16,12 @@ def test_demo_pulls_answers_in_words_and_says_what_next() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MODELROUTER_", "LLAMA_"))}
     result = subprocess.run(
         [sys.executable, "-m", "devtools.demo", "--exit", "--port", "0"],
-        capture_output=True, text=True, timeout=220, cwd=REPO_ROOT, env={**env, "COLUMNS": "160"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=220,
+        cwd=REPO_ROOT,
+        env={**env, "COLUMNS": "160"},
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     out = result.stdout
     assert "253.1/253.1 MB" in out and "downloaded in" in out  # the pull's bar, finished

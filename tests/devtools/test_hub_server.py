@@ -169,8 +169,10 @@ def test_fault_status_corrupt_and_counted(hub: HubServer) -> None:
     repo = unique_repo("status")
     make_repo(hub.root, repo, {"m.gguf": 100_000})
     data = generated_bytes(repo, "m.gguf", 100_000)
-    hub.set_faults({"kind": "status", "path": "m.gguf", "status": 500, "times": 2},
-                   {"kind": "corrupt", "path": "m.gguf", "at_offset": 5000})  # fmt: skip
+    hub.set_faults(
+        {"kind": "status", "path": "m.gguf", "status": 500, "times": 2},
+        {"kind": "corrupt", "path": "m.gguf", "at_offset": 5000},
+    )
     with _client(hub) as c:
         assert c.head(f"/{repo}/resolve/main/m.gguf").status_code == 500
         assert c.get(f"/{repo}/resolve/main/m.gguf").status_code == 500

@@ -74,8 +74,9 @@ def serve(tmp_path: Path, hub: HubServer) -> Iterator[Serve]:
     started: list[ServiceProcess] = []
 
     def start(*args: str, env: dict[str, str] | None = None, home: Path | None = None) -> ServiceProcess:
-        proc = ServiceProcess(home or tmp_path / f"home{len(started)}", args=args,
-                              env={"HF_ENDPOINT": hub.url, **(env or {})})  # fmt: skip
+        proc = ServiceProcess(
+            home or tmp_path / f"home{len(started)}", args=args, env={"HF_ENDPOINT": hub.url, **(env or {})}
+        )
         started.append(proc)
         return proc.start(timeout=60)
 
@@ -95,10 +96,17 @@ def split_repo(hub: HubServer, tiny: bytes, split_parts: tuple[bytes, bytes], pr
     """A repo as large models are laid out on the Hub: a split quant, a single-file quant,
     a multimodal projector and a model card."""
     repo = unique_repo(prefix)
-    make_repo(hub.root, repo, {f"{prefix}-Q4_K_M-00001-of-00002.gguf": split_parts[0],
-                               f"{prefix}-Q4_K_M-00002-of-00002.gguf": split_parts[1],
-                               f"{prefix}-Q8_0.gguf": tiny, "mmproj-F16.gguf": tiny_mmproj_bytes(),
-                               "README.md": b"# model card\n"})  # fmt: skip
+    make_repo(
+        hub.root,
+        repo,
+        {
+            f"{prefix}-Q4_K_M-00001-of-00002.gguf": split_parts[0],
+            f"{prefix}-Q4_K_M-00002-of-00002.gguf": split_parts[1],
+            f"{prefix}-Q8_0.gguf": tiny,
+            "mmproj-F16.gguf": tiny_mmproj_bytes(),
+            "README.md": b"# model card\n",
+        },
+    )
     return repo
 
 
@@ -109,8 +117,7 @@ def models(svc: ServiceProcess, **headers: str) -> dict[str, dict[str, Any]]:
 
 
 def chat(svc: ServiceProcess, model: str, timeout: float = 120, **headers: str) -> httpx.Response:
-    return httpx.post(f"{svc.url}/v1/chat/completions", json={"model": model, **CHAT}, headers=headers,
-                      timeout=timeout)  # fmt: skip
+    return httpx.post(f"{svc.url}/v1/chat/completions", json={"model": model, **CHAT}, headers=headers, timeout=timeout)
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
@@ -161,9 +168,15 @@ def unit_vector(vec: list[float]) -> list[float]:
 
 def assert_preflight(url: str, path: str, origin: str) -> None:
     """An ``OPTIONS`` preflight to ``path`` from ``origin``: llama-server's empty 200 and its headers."""
-    preflight = httpx.options(f"{url}{path}", timeout=30,
-                              headers={"Origin": origin, "Access-Control-Request-Method": "POST",
-                                       "Access-Control-Request-Headers": "authorization, content-type"})  # fmt: skip
+    preflight = httpx.options(
+        f"{url}{path}",
+        timeout=30,
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
     assert preflight.status_code == 200 and preflight.content == b""
     assert preflight.headers["access-control-allow-origin"] == origin
     assert preflight.headers["access-control-allow-credentials"] == "true"

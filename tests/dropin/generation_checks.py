@@ -43,8 +43,14 @@ def n_probs_on_completion(post: Post, events: Events) -> None:
 
 
 def logprobs_on_openai_routes(post: Post, events: Events) -> None:
-    body = {"messages": HELLO, "max_tokens": 4, "temperature": 0, "ignore_eos": True, "logprobs": True,
-            "top_logprobs": 3}  # fmt: skip
+    body = {
+        "messages": HELLO,
+        "max_tokens": 4,
+        "temperature": 0,
+        "ignore_eos": True,
+        "logprobs": True,
+        "top_logprobs": 3,
+    }
     chat = post("/v1/chat/completions", **body)
     choice = chat["choices"][0]
     content = choice["logprobs"]["content"]
@@ -86,8 +92,11 @@ def cache_prompt_reuses_the_prefix(post: Post) -> None:
 
     turn = [{"role": "user", "content": "Tell me about the quick brown fox and the lazy dog."}]
     r1 = post("/v1/chat/completions", messages=turn, max_tokens=2, temperature=0)
-    r2 = post("/v1/chat/completions", messages=[*turn, {"role": "assistant", "content": "ok"},
-                                                {"role": "user", "content": "more"}], max_tokens=2)  # fmt: skip
+    r2 = post(
+        "/v1/chat/completions",
+        messages=[*turn, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}],
+        max_tokens=2,
+    )
     cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached == r2["timings"]["cache_n"] >= r1["usage"]["prompt_tokens"] - 1
     r3 = post("/v1/chat/completions", messages=turn, max_tokens=2, temperature=0, cache_prompt=False)
@@ -122,8 +131,10 @@ def n_and_n_cmpl_give_several_choices(post: Post, events: Events) -> None:
     assert many["usage"]["completion_tokens"] == 2 * one["usage"]["completion_tokens"]
     chunks, done = events("/v1/completions", **body, n=2)
     assert done
-    texts = ["".join(c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["index"] == i)
-             for i in (0, 1)]  # fmt: skip
+    texts = [
+        "".join(c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["index"] == i)
+        for i in (0, 1)
+    ]
     assert texts == [one["choices"][0]["text"]] * 2
     native = post("/completion", prompt="once upon", n_predict=4, temperature=0, n_cmpl=2)
     assert isinstance(native, list) and [a["index"] for a in native] == [0, 1]

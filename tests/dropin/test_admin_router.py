@@ -46,8 +46,17 @@ def admin(tmp_path_factory: pytest.TempPathFactory, saves: Path) -> Iterator[Ser
     """Every administration switch on, two slots."""
     root = tmp_path_factory.mktemp("admin-on")
     write_tiny_gguf(root / "models" / "tiny.gguf")
-    args = ["--models-dir", str(root / "models"), "--slot-save-path", str(saves), "--props", "--metrics",
-            "-np", "2", "--cache-idle-slots"]  # fmt: skip
+    args = [
+        "--models-dir",
+        str(root / "models"),
+        "--slot-save-path",
+        str(saves),
+        "--props",
+        "--metrics",
+        "-np",
+        "2",
+        "--cache-idle-slots",
+    ]
     with ServiceProcess(root / "home", args=args) as proc:
         yield proc
 
@@ -133,8 +142,12 @@ def test_metrics_of_a_model_through_the_router(admin: ServiceProcess) -> None:
 
     _complete(admin, "warm the model up")
     before = scrape()
-    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:requests_processing",
-                 "llamacpp:n_decode_total"):  # fmt: skip
+    for name in (
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "llamacpp:requests_processing",
+        "llamacpp:n_decode_total",
+    ):
         _series(before, name)
     assert "modelrouter_" not in before, "the model's series, not the router's"
     done = _post(admin, "/completion", prompt="count these tokens", n_predict=4, temperature=0, ignore_eos=True)
@@ -216,8 +229,9 @@ def test_an_idle_model_sleeps_through_the_router(bare: ServiceProcess) -> None:
     assert _status(bare, "tiny") == "sleeping", "neither /props nor /metrics wakes it"
     assert _complete(bare, "wake up")["tokens_predicted"] > 0
     assert events(bare, type="instance_requested", model="tiny")[-1]["data"]["reason"] == "wake"
-    wait_until(lambda: len(events(bare, type="instance_stopped", model="tiny")) > len(stopped), "asleep again",
-               timeout=120)  # fmt: skip
+    wait_until(
+        lambda: len(events(bare, type="instance_stopped", model="tiny")) > len(stopped), "asleep again", timeout=120
+    )
     assert _status(bare, "tiny") == "sleeping"
 
 
@@ -233,8 +247,9 @@ def test_pooling_flags_pool_the_per_token_vectors(tmp_path: Path) -> None:
     for pooling in ("none", "cls", "last", "mean"):
         args = ["--models-dir", str(tmp_path / "models"), "--embedding", "--pooling", pooling]
         with ServiceProcess(tmp_path / f"home-{pooling}", args=args) as svc:
-            native = httpx.post(f"{svc.url}/embedding", json={"model": "bert", "content": "abc", "embd_normalize": -1},
-                                timeout=120)  # fmt: skip
+            native = httpx.post(
+                f"{svc.url}/embedding", json={"model": "bert", "content": "abc", "embd_normalize": -1}, timeout=120
+            )
             assert native.status_code == 200, native.text
             rows = native.json()[0]["embedding"]
             if pooling == "none":

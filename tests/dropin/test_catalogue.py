@@ -40,23 +40,38 @@ def cached_repo(cache: Path, repo: str, files: dict[str, bytes], commit: str = C
 
 class TestCacheNames:
     def test_cached_ggufs_are_listed_as_repo_colon_tag(self, tmp_path: Path) -> None:
-        cached_repo(tmp_path, "org/tagged-GGUF", {
-            "model-Q8_0.gguf": b"q8", "model-f16.gguf": b"f16", "model.F32.gguf": b"f32",
-            "untagged.gguf": b"x", "README.md": b"readme",
-        })  # fmt: skip
+        cached_repo(
+            tmp_path,
+            "org/tagged-GGUF",
+            {
+                "model-Q8_0.gguf": b"q8",
+                "model-f16.gguf": b"f16",
+                "model.F32.gguf": b"f32",
+                "untagged.gguf": b"x",
+                "README.md": b"readme",
+            },
+        )
         repos, refused = scan_cache(tmp_path)
         assert sorted(cache_models(repos)) == ["org/tagged-GGUF:F16", "org/tagged-GGUF:F32", "org/tagged-GGUF:Q8_0"]
         assert refused == []
 
     def test_split_parts_are_one_model_with_its_projector_attached(self, tmp_path: Path) -> None:
-        cached_repo(tmp_path, "org/split-GGUF", {
-            "m-Q4_K_M-00001-of-00002.gguf": b"p1", "m-Q4_K_M-00002-of-00002.gguf": b"p2", "mmproj-F16.gguf": b"mm",
-        })  # fmt: skip
+        cached_repo(
+            tmp_path,
+            "org/split-GGUF",
+            {
+                "m-Q4_K_M-00001-of-00002.gguf": b"p1",
+                "m-Q4_K_M-00002-of-00002.gguf": b"p2",
+                "mmproj-F16.gguf": b"mm",
+            },
+        )
         (model,) = cache_models(scan_cache(tmp_path)[0]).values()
         assert model.name == "org/split-GGUF:Q4_K_M"
         assert [f.path for f in model.files] == [
-            "m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf", "mmproj-F16.gguf",
-        ]  # fmt: skip
+            "m-Q4_K_M-00001-of-00002.gguf",
+            "m-Q4_K_M-00002-of-00002.gguf",
+            "mmproj-F16.gguf",
+        ]
         first = model.files[0]
         assert first.sha256 == hashlib.sha256(b"p1").hexdigest() and Path(str(first.blob_path)).is_file()
         assert model.path == first.snapshot_path
@@ -166,10 +181,14 @@ def _found(name: str) -> tuple[ev.Event, str]:
 
 def _running(name: str) -> list[tuple[ev.Event, str]]:
     i = f"i-{name}"
-    ready = ev.InstanceReady(instance_id=i, pid=1, endpoint="http://x", load_ms=1, n_ctx=64, n_params=1, file_size=1,
-                             architecture="llama")  # fmt: skip
-    return [(ev.InstanceRequested(instance_id=i, port=1), name),
-            (ev.InstanceLoading(instance_id=i, pid=1, endpoint="http://x"), name), (ready, name)]  # fmt: skip
+    ready = ev.InstanceReady(
+        instance_id=i, pid=1, endpoint="http://x", load_ms=1, n_ctx=64, n_params=1, file_size=1, architecture="llama"
+    )
+    return [
+        (ev.InstanceRequested(instance_id=i, port=1), name),
+        (ev.InstanceLoading(instance_id=i, pid=1, endpoint="http://x"), name),
+        (ready, name),
+    ]
 
 
 class TestPlan:

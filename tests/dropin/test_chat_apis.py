@@ -125,8 +125,14 @@ def test_reasoning_content_and_reasoning_format(oai: openai.OpenAI) -> None:
 
 
 def test_required_tool_call(oai: openai.OpenAI) -> None:
-    answer = oai.chat.completions.create(model="tools", messages=ASK, tools=[WEATHER], tool_choice="required",  # type: ignore[arg-type]
-                                         max_tokens=200, temperature=0)  # fmt: skip
+    answer = oai.chat.completions.create(
+        model="tools",
+        messages=ASK,
+        tools=[WEATHER],
+        tool_choice="required",  # type: ignore[arg-type]
+        max_tokens=200,
+        temperature=0,
+    )
     choice = answer.choices[0]
     assert choice.finish_reason == "tool_calls"
     calls = choice.message.tool_calls or []
@@ -138,8 +144,14 @@ def test_required_tool_call(oai: openai.OpenAI) -> None:
 def test_streamed_tool_call_deltas_rebuild_the_call(oai: openai.OpenAI) -> None:
     """The first delta of a call carries its index, id and name; the arguments arrive in pieces
     that join to the same call as the whole (greedy) answer."""
-    kwargs: dict[str, Any] = {"model": "tools", "messages": ASK, "tools": [WEATHER], "max_tokens": 200,
-                              "temperature": 0, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "model": "tools",
+        "messages": ASK,
+        "tools": [WEATHER],
+        "max_tokens": 200,
+        "temperature": 0,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    }
     whole = oai.chat.completions.create(**kwargs).choices[0].message.tool_calls or []
     ids, names, args, finish, pieces = streamed_tool_call(oai.chat.completions.create(**kwargs, stream=True))
     assert finish == "tool_calls"
@@ -150,8 +162,14 @@ def test_streamed_tool_call_deltas_rebuild_the_call(oai: openai.OpenAI) -> None:
 def test_a_qwen3_coder_family_call_is_xml_and_arrives_as_json(oai: openai.OpenAI) -> None:
     """A template of another family than Hermes: the required call is written in its XML (the
     grammar in that family's syntax), read back as OpenAI's JSON arguments, whole and streamed."""
-    kwargs: dict[str, Any] = {"model": "coder", "messages": ASK, "tools": [WEATHER], "tool_choice": "required",
-                              "max_tokens": 100, "temperature": 0}  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "model": "coder",
+        "messages": ASK,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "max_tokens": 100,
+        "temperature": 0,
+    }
     choice = oai.chat.completions.create(**kwargs).choices[0]
     assert choice.finish_reason == "tool_calls" and not choice.message.content
     calls = choice.message.tool_calls or []
@@ -169,16 +187,22 @@ def test_a_qwen3_coder_family_call_is_xml_and_arrives_as_json(oai: openai.OpenAI
 def test_a_tool_conversation_renders(svc: ServiceProcess) -> None:
     """An assistant's tool call and the tool's answer go through the template (arguments as objects)."""
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}
-    messages = [*ASK, {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]  # fmt: skip
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
     prompt = _post(svc, "/apply-template", {"model": "tools", "messages": messages, "tools": [WEATHER]})["prompt"]
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>' in prompt
     assert "<tool_response>\nsunny\n</tool_response>" in prompt
 
 
 def test_bad_tools_are_400s(svc: ServiceProcess) -> None:
-    for bad in ({"tools": "x"}, {"tools": [{"type": "function"}]},
-                {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}):  # fmt: skip
+    for bad in (
+        {"tools": "x"},
+        {"tools": [{"type": "function"}]},
+        {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+    ):
         error = _post(svc, "/v1/chat/completions", {"model": "tools", "messages": ASK, **bad}, status=400)
         assert error["error"]["code"] == 400 and error["error"]["message"]
 
@@ -195,8 +219,14 @@ def test_responses_api(oai: openai.OpenAI) -> None:
 
 def test_responses_stream_and_function_calls(oai: openai.OpenAI) -> None:
     tool = {"type": "function", **WEATHER["function"]}
-    with oai.responses.stream(model="tools", input=ASK, tools=[tool], tool_choice="required",  # type: ignore[arg-type]
-                              max_output_tokens=200, temperature=0) as stream:  # fmt: skip
+    with oai.responses.stream(
+        model="tools",
+        input=ASK,
+        tools=[tool],
+        tool_choice="required",  # type: ignore[arg-type]
+        max_output_tokens=200,
+        temperature=0,
+    ) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_response()
     assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
@@ -208,8 +238,9 @@ def test_responses_stream_and_function_calls(oai: openai.OpenAI) -> None:
 
 def test_responses_input_tokens_and_refusals(svc: ServiceProcess) -> None:
     counted = _post(svc, "/v1/responses/input_tokens", {"model": "plain", "input": "hi"})
-    direct = _post(svc, "/v1/chat/completions/input_tokens",
-                   {"model": "plain", "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    direct = _post(
+        svc, "/v1/chat/completions/input_tokens", {"model": "plain", "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert counted["input_tokens"] == direct["input_tokens"] > 0
     stored = _post(svc, "/v1/responses", {"model": "plain", "input": "hi", "previous_response_id": "resp_1"}, 400)
     assert "previous_response_id" in stored["error"]["message"]
@@ -219,13 +250,18 @@ def test_responses_input_tokens_and_refusals(svc: ServiceProcess) -> None:
 
 
 def test_anthropic_messages_with_system_and_parts(claude: anthropic.Anthropic) -> None:
-    message = claude.messages.create(model="plain", max_tokens=5, system="be brief",
-                                     messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}])  # fmt: skip
+    message = claude.messages.create(
+        model="plain",
+        max_tokens=5,
+        system="be brief",
+        messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    )
     assert message.type == "message" and message.role == "assistant"
     assert message.content[0].type == "text" and message.content[0].text
     assert message.stop_reason in ("max_tokens", "end_turn")
-    counted = claude.messages.count_tokens(model="plain", system="be brief",
-                                           messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    counted = claude.messages.count_tokens(
+        model="plain", system="be brief", messages=[{"role": "user", "content": "hi"}]
+    )
     assert counted.input_tokens == message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > 0
 
 
@@ -245,15 +281,27 @@ def test_anthropic_stream_events(claude: anthropic.Anthropic) -> None:
 
 def test_anthropic_tool_use(claude: anthropic.Anthropic) -> None:
     tool = {"name": "get_weather", "description": "the weather", "input_schema": WEATHER["function"]["parameters"]}
-    message = claude.messages.create(model="tools", max_tokens=200, tools=[tool], tool_choice={"type": "any"},  # type: ignore[list-item]
-                                     messages=ASK, extra_body={"temperature": 0})  # type: ignore[arg-type]  # fmt: skip
+    message = claude.messages.create(
+        model="tools",
+        max_tokens=200,
+        tools=[tool],
+        tool_choice={"type": "any"},  # type: ignore[list-item]
+        messages=ASK,
+        extra_body={"temperature": 0},
+    )  # type: ignore[arg-type]
     uses = [b for b in message.content if b.type == "tool_use"]
     assert message.stop_reason == "tool_use" and len(uses) == 1
     assert uses[0].name == "get_weather" and uses[0].input["city"] in ("Paris", "Rome")  # type: ignore[index]
     # The answer goes back as a tool_result block and renders as the template's tool response.
-    follow = claude.messages.count_tokens(model="tools", tools=[tool], messages=[  # type: ignore[list-item]
-        *ASK, {"role": "assistant", "content": [u.model_dump() for u in uses]},  # type: ignore[list-item]
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "sunny"}]}])  # fmt: skip
+    follow = claude.messages.count_tokens(
+        model="tools",
+        tools=[tool],
+        messages=[  # type: ignore[list-item]
+            *ASK,
+            {"role": "assistant", "content": [u.model_dump() for u in uses]},  # type: ignore[list-item]
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "sunny"}]},
+        ],
+    )
     assert follow.input_tokens > 0
 
 
@@ -283,8 +331,11 @@ def test_images_need_a_projector_and_are_evaluated_with_one(svc: ServiceProcess,
     messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]}]
     error = _post(svc, "/v1/chat/completions", {"model": "plain", "messages": messages}, status=400)["error"]
     assert error["message"].startswith("image input is not supported")
-    text = oai.chat.completions.create(model="vision", max_tokens=2, messages=[
-        {"role": "user", "content": [{"type": "text", "text": "what is this?"}]}])  # fmt: skip
+    text = oai.chat.completions.create(
+        model="vision",
+        max_tokens=2,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "what is this?"}]}],
+    )
     seen = oai.chat.completions.create(model="vision", max_tokens=2, messages=messages)
     assert text.usage is not None and seen.usage is not None
     assert seen.usage.prompt_tokens == text.usage.prompt_tokens + image_tokens()
@@ -303,15 +354,17 @@ def test_a_video_reaches_the_models_worker_with_the_routers_video_fps(svc: Servi
     video = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(clip).decode()}}
     content = [{"type": "text", "text": "what happens?"}]
     text = oai.chat.completions.create(model="vision", max_tokens=2, messages=[{"role": "user", "content": content}])
-    seen = oai.chat.completions.create(model="vision", max_tokens=2, messages=[
-        {"role": "user", "content": [*content, video]}])  # type: ignore[list-item]  # fmt: skip
+    seen = oai.chat.completions.create(
+        model="vision", max_tokens=2, messages=[{"role": "user", "content": [*content, video]}]
+    )  # type: ignore[list-item]
     texts = sum(
         len(_post(svc, "/tokenize", {"model": "vision", "content": t})["tokens"]) for t in ("Video:", "[0m0.00s]")
     )
     assert text.usage is not None and seen.usage is not None
     assert seen.usage.prompt_tokens == text.usage.prompt_tokens + frames_at(clip, 2.0) * image_tokens() + texts
-    props = httpx.get(f"{svc.url}/props", params={"model": "vision"}, headers={"Authorization": f"Bearer {KEY}"},
-                      timeout=30).json()  # fmt: skip
+    props = httpx.get(
+        f"{svc.url}/props", params={"model": "vision"}, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+    ).json()
     assert props["modalities"] == {"vision": True, "video": True, "audio": False}
     refused = [{"role": "user", "content": [*content, video]}]
     error = _post(svc, "/v1/chat/completions", {"model": "audio", "messages": refused}, status=400)["error"]
@@ -323,14 +376,17 @@ def test_chat_template_file_and_server_kwargs(tmp_path: Path) -> None:
     GGUF's template) with J's variables, which a request's own ``chat_template_kwargs`` override."""
     model = write_tiny_gguf(tmp_path / "tiny.gguf")
     template = tmp_path / "custom.jinja"
-    template.write_text("{% for m in messages %}[{{ m.role }}@{{ where }}] {{ m.content }}\n{% endfor %}"
-                        "{% if add_generation_prompt %}[assistant]{% endif %}")  # fmt: skip
+    template.write_text(
+        "{% for m in messages %}[{{ m.role }}@{{ where }}] {{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
     args = ["-m", str(model), "--chat-template-file", str(template), "--chat-template-kwargs", '{"where": "home"}']
     with ServiceProcess(tmp_path / "home", args=args) as proc:
 
         def prompt(**extra: Any) -> str:
-            answer = httpx.post(f"{proc.url}/apply-template", json={"model": "tiny", "messages": ASK, **extra},
-                                timeout=120)  # fmt: skip
+            answer = httpx.post(
+                f"{proc.url}/apply-template", json={"model": "tiny", "messages": ASK, **extra}, timeout=120
+            )
             assert answer.status_code == 200, answer.text
             return str(answer.json()["prompt"])
 
@@ -346,8 +402,20 @@ def test_a_bad_template_kwargs_flag_is_refused(tmp_path: Path) -> None:
     import sys
 
     model = write_tiny_gguf(tmp_path / "tiny.gguf")
-    cmd = [sys.executable, "-m", "service.cli", "serve", "-m", str(model), "--chat-template-kwargs", "[1]",
-           "--home", str(tmp_path / "home"), "--port", "0"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "service.cli",
+        "serve",
+        "-m",
+        str(model),
+        "--chat-template-kwargs",
+        "[1]",
+        "--home",
+        str(tmp_path / "home"),
+        "--port",
+        "0",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode != 0 and "chat-template-kwargs" in result.stderr
 
@@ -360,8 +428,9 @@ def test_inline_chat_template(tmp_path: Path) -> None:
         answer = httpx.post(f"{proc.url}/apply-template", json={"model": "tiny", "messages": ASK}, timeout=120)
         assert answer.status_code == 200, answer.text
         assert answer.json()["prompt"] == "<user>What is the weather in Paris?"
-        chat = httpx.post(f"{proc.url}/v1/chat/completions", json={"model": "tiny", "messages": ASK, "max_tokens": 2},
-                          timeout=120)  # fmt: skip
+        chat = httpx.post(
+            f"{proc.url}/v1/chat/completions", json={"model": "tiny", "messages": ASK, "max_tokens": 2}, timeout=120
+        )
         assert chat.status_code == 200, chat.text
 
 
@@ -374,8 +443,9 @@ def test_audio_parts_are_routed_to_an_audio_projector(svc: ServiceProcess, oai: 
     for model in ("plain", "vision"):
         error = _post(svc, "/v1/chat/completions", {"model": model, "messages": messages}, status=400)["error"]
         assert error["message"].startswith("audio input is not supported"), model
-    text = oai.chat.completions.create(model="audio", max_tokens=2, messages=[
-        {"role": "user", "content": [{"type": "text", "text": "what is this?"}]}])  # fmt: skip
+    text = oai.chat.completions.create(
+        model="audio", max_tokens=2, messages=[{"role": "user", "content": [{"type": "text", "text": "what is this?"}]}]
+    )
     heard = oai.chat.completions.create(model="audio", max_tokens=2, messages=messages)  # type: ignore[arg-type]
     assert text.usage is not None and heard.usage is not None
     assert heard.usage.prompt_tokens == text.usage.prompt_tokens + audio_tokens(0.5)
@@ -389,15 +459,24 @@ def test_transcriptions_are_routed_by_the_forms_model(svc: ServiceProcess, oai: 
     heard = oai.audio.transcriptions.create(model="audio", file=("a.wav", wav, "audio/wav"))
     assert isinstance(heard.text, str)
     auth = {"Authorization": f"Bearer {KEY}"}
-    raw = httpx.post(f"{svc.url}/audio/transcriptions", data={"model": "audio", "max_tokens": "2"},
-                     files={"file": ("a.wav", wav, "audio/wav")}, headers=auth, timeout=120)  # fmt: skip
+    raw = httpx.post(
+        f"{svc.url}/audio/transcriptions",
+        data={"model": "audio", "max_tokens": "2"},
+        files={"file": ("a.wav", wav, "audio/wav")},
+        headers=auth,
+        timeout=120,
+    )
     assert raw.status_code == 200 and raw.json()["type"] == "transcript.text.done", raw.text
     assert raw.json()["usage"]["input_tokens"] > audio_tokens(0.5)
-    nameless = httpx.post(f"{svc.url}/v1/audio/transcriptions", files={"file": ("a.wav", wav, "audio/wav")},
-                          headers=auth, timeout=120)  # fmt: skip
+    nameless = httpx.post(
+        f"{svc.url}/v1/audio/transcriptions", files={"file": ("a.wav", wav, "audio/wav")}, headers=auth, timeout=120
+    )
     assert nameless.status_code == 400, nameless.text
     with pytest.raises(openai.APIStatusError) as refused:
         oai.audio.transcriptions.create(model="plain", file=("a.wav", wav, "audio/wav"))
     assert refused.value.status_code == 501
-    assert refused.value.body == {"code": 501, "message": "The current model does not support audio input.",
-                                  "type": "not_supported_error"}  # fmt: skip
+    assert refused.value.body == {
+        "code": 501,
+        "message": "The current model does not support audio input.",
+        "type": "not_supported_error",
+    }

@@ -26,8 +26,22 @@ def _settings(argv: list[str], environ: dict[str, str] | None = None) -> tuple[S
 
 class TestRouterOptions:
     def test_llama_servers_router_flags_set_the_service(self, tmp_path: Path) -> None:
-        settings, _ = _settings(["--models-dir", str(tmp_path), "--models-preset", "my.ini", "--models-max", "2",
-                                 "--no-models-autoload", "--host", "0.0.0.0", "--port", "9000", "--offline"])  # fmt: skip
+        settings, _ = _settings(
+            [
+                "--models-dir",
+                str(tmp_path),
+                "--models-preset",
+                "my.ini",
+                "--models-max",
+                "2",
+                "--no-models-autoload",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "9000",
+                "--offline",
+            ]
+        )
         assert settings.models_dir == tmp_path and settings.presets == Path("my.ini")
         assert (settings.models_max, settings.autoload, settings.host, settings.port) == (2, False, "0.0.0.0", 9000)
         assert settings.offline is True
@@ -50,8 +64,11 @@ class TestRouterOptions:
 
     def test_single_model_flags(self) -> None:
         settings, _ = _settings(["-hf", "ggml-org/gemma-GGUF:Q4_K_M", "--hf-file", "x.gguf", "--alias", "a, b"])
-        assert (settings.hf_repo, settings.hf_file, settings.aliases) == ("ggml-org/gemma-GGUF:Q4_K_M", "x.gguf",
-                                                                           ("a", "b"))  # fmt: skip
+        assert (settings.hf_repo, settings.hf_file, settings.aliases) == (
+            "ggml-org/gemma-GGUF:Q4_K_M",
+            "x.gguf",
+            ("a", "b"),
+        )
 
     def test_a_projector_beside_the_single_model(self, tmp_path: Path) -> None:
         """``-m FILE --mmproj P``: P is among the model's files (its worker gets ``--mmproj``); a projector
@@ -71,8 +88,10 @@ class TestRouterOptions:
     def test_api_keys_add_up_from_flags_file_and_environment(self, tmp_path: Path) -> None:
         keys = tmp_path / "keys"
         keys.write_text("# team keys\nfile-key\n\n")
-        settings, _ = _settings(["--api-key", "key-one", "--api-key", "two,three", "--api-key-file", str(keys)],
-                                {"LLAMA_API_KEY": "env-key"})  # fmt: skip
+        settings, _ = _settings(
+            ["--api-key", "key-one", "--api-key", "two,three", "--api-key-file", str(keys)],
+            {"LLAMA_API_KEY": "env-key"},
+        )
         assert set(settings.api_keys) == {"key-one", "two", "three", "file-key", "env-key"}
         assert "key-one" not in repr(settings) and "key-one" in settings.secrets()
 
@@ -114,8 +133,13 @@ class TestPrecedence:
         assert settings.model_env_args == {"ctx-size": "512", "batch-size": "64"}
 
     def test_hub_endpoint_token_cache_and_offline_variables(self) -> None:
-        environ = {"MODEL_ENDPOINT": "http://mirror/", "HF_ENDPOINT": "http://other", "HF_TOKEN": "hf_x",
-                   "LLAMA_CACHE": "/llama/cache", "HF_HUB_OFFLINE": "1"}  # fmt: skip
+        environ = {
+            "MODEL_ENDPOINT": "http://mirror/",
+            "HF_ENDPOINT": "http://other",
+            "HF_TOKEN": "hf_x",
+            "LLAMA_CACHE": "/llama/cache",
+            "HF_HUB_OFFLINE": "1",
+        }
         settings, _ = _settings([], environ)
         assert settings.hf_endpoint == "http://mirror" and settings.hf_token == "hf_x"
         assert settings.hub_cache == Path("/llama/cache") == settings.llama_cache, "downloads land in LLAMA_CACHE"
@@ -140,8 +164,9 @@ def test_llama_cpp_cache_directory_order(environ: dict[str, str], expected: str)
 
 
 def _serve(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "service.cli", "serve", *argv], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", *argv], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
 
 
 def test_a_flag_llama_server_does_not_know_is_a_usage_error() -> None:

@@ -123,7 +123,10 @@ def test_vertex_predictions_refused_or_empty_as_llama_server(svc: ServiceProcess
     for body in ({"instances": "x"}, {"instances": {"model": "bert"}}, {}):
         answer = httpx.post(f"{svc.url}/predict", json=body, timeout=30)
         assert answer.status_code == 400, answer.text
-        assert answer.json()["error"] == {"code": 400, "type": "invalid_request_error",
-                                          "message": "request body must include an array field named instances"}  # fmt: skip
+        assert answer.json()["error"] == {
+            "code": 400,
+            "type": "invalid_request_error",
+            "message": "request body must include an array field named instances",
+        }
     many = _post(svc, "/predict", 400, instances=[{"@requestFormat": "embeddings", "model": "bert"}] * 129)
     assert many["error"]["message"] == "instances array exceeds maximum size of 128"

@@ -14,14 +14,58 @@ from service.llamacpp.flags import ARGS, BY_NAME, handling, lookup
 ROOT = Path(__file__).resolve().parents[2]
 
 # The flags issue 8 §1 names, each as llama-server spells it.
-ROUTER_FLAGS = ["--models-dir", "--models-preset", "--models-max", "--models-autoload", "--no-models-autoload",
-                "-hf", "--hf-repo", "--hf-file", "--api-key", "--api-key-file", "--offline", "--host", "--port",
-                "--alias"]  # fmt: skip
-MODEL_FLAGS = ["-c", "--ctx-size", "-b", "--batch-size", "-ub", "--ubatch-size", "-t", "--threads", "-tb", "-ngl",
-               "--n-gpu-layers", "-np", "--parallel", "-n", "--n-predict", "--temp", "--seed", "--jinja",
-               "--no-jinja", "--chat-template", "--chat-template-file", "--embedding", "--pooling", "-fa", "-ctk",
-               "-ctv", "--mlock", "--no-mmap", "--cont-batching", "--slots", "--no-slots", "--metrics", "--no-webui",
-               "--verbose"]  # fmt: skip
+ROUTER_FLAGS = [
+    "--models-dir",
+    "--models-preset",
+    "--models-max",
+    "--models-autoload",
+    "--no-models-autoload",
+    "-hf",
+    "--hf-repo",
+    "--hf-file",
+    "--api-key",
+    "--api-key-file",
+    "--offline",
+    "--host",
+    "--port",
+    "--alias",
+]
+MODEL_FLAGS = [
+    "-c",
+    "--ctx-size",
+    "-b",
+    "--batch-size",
+    "-ub",
+    "--ubatch-size",
+    "-t",
+    "--threads",
+    "-tb",
+    "-ngl",
+    "--n-gpu-layers",
+    "-np",
+    "--parallel",
+    "-n",
+    "--n-predict",
+    "--temp",
+    "--seed",
+    "--jinja",
+    "--no-jinja",
+    "--chat-template",
+    "--chat-template-file",
+    "--embedding",
+    "--pooling",
+    "-fa",
+    "-ctk",
+    "-ctv",
+    "--mlock",
+    "--no-mmap",
+    "--cont-batching",
+    "--slots",
+    "--no-slots",
+    "--metrics",
+    "--no-webui",
+    "--verbose",
+]
 
 
 def _all_spellings() -> set[str]:
@@ -79,22 +123,92 @@ def test_the_table_is_llama_servers_own_list() -> None:
 def test_every_decision_names_a_real_option() -> None:
     """A typo in flags.py's tables would silently make an option 'ignored'."""
     honoured = {arg.key for arg in ARGS if handling(arg).honoured}
-    assert {"ctx-size", "threads", "threads-batch", "batch-size", "seed", "embeddings", "parallel", "port",
-            "host", "api-key", "api-key-file", "models-dir", "models-preset", "models-max", "models-autoload",
-            "hf-repo", "hf-file", "alias", "model", "offline", "load-on-startup", "dedup-cache-models", "metrics",
-            "slots", "sleep-idle-seconds", "cors-origins", "cors-methods", "cors-headers", "cors-credentials"} <= honoured  # fmt: skip
+    assert {
+        "ctx-size",
+        "threads",
+        "threads-batch",
+        "batch-size",
+        "seed",
+        "embeddings",
+        "parallel",
+        "port",
+        "host",
+        "api-key",
+        "api-key-file",
+        "models-dir",
+        "models-preset",
+        "models-max",
+        "models-autoload",
+        "hf-repo",
+        "hf-file",
+        "alias",
+        "model",
+        "offline",
+        "load-on-startup",
+        "dedup-cache-models",
+        "metrics",
+        "slots",
+        "sleep-idle-seconds",
+        "cors-origins",
+        "cors-methods",
+        "cors-headers",
+        "cors-credentials",
+    } <= honoured
     params = {handling(arg).param for arg in ARGS if handling(arg).param}
     sampling = {p for p in params if p is not None and p.startswith("sampling.")}
     assert {"sampling.temperature", "sampling.top_k", "sampling.n_predict", "sampling.grammar_file"} <= sampling
-    assert params - sampling == {"n_ctx", "n_threads", "n_threads_batch", "n_batch", "seed", "embedding", "n_parallel",
-                      "chat_format", "pooling", "kv_unified", "context_shift", "spm_infill", "slot_save_path", "lora", "lora_scaled",
-                      "lora_init_without_apply", "endpoint_props", "endpoint_metrics", "endpoint_slots",
-                      "chat_template_file", "chat_template_kwargs", "reasoning_format", "jinja", "video_fps",
-                      "video_timestamp_interval", "video_ffmpeg_dir", "cache_ram", "cache_idle_slots", "n_ubatch",
-                      "flash_attn", "cache_type_k", "cache_type_v", "swa_full", "warmup", "rope_scaling",
-                      "rope_freq_base", "rope_freq_scale", "yarn_orig_ctx", "yarn_ext_factor", "yarn_attn_factor",
-                      "yarn_beta_slow", "yarn_beta_fast", "load_mode", "lazy_mode", "repack", "no_host",
-                      "check_tensors", "mlock", "mmap", "log_prompts_dir"}  # fmt: skip
+    assert params - sampling == {
+        "n_ctx",
+        "n_threads",
+        "n_threads_batch",
+        "n_batch",
+        "seed",
+        "embedding",
+        "n_parallel",
+        "chat_format",
+        "pooling",
+        "kv_unified",
+        "context_shift",
+        "spm_infill",
+        "slot_save_path",
+        "lora",
+        "lora_scaled",
+        "lora_init_without_apply",
+        "endpoint_props",
+        "endpoint_metrics",
+        "endpoint_slots",
+        "chat_template_file",
+        "chat_template_kwargs",
+        "reasoning_format",
+        "jinja",
+        "video_fps",
+        "video_timestamp_interval",
+        "video_ffmpeg_dir",
+        "cache_ram",
+        "cache_idle_slots",
+        "n_ubatch",
+        "flash_attn",
+        "cache_type_k",
+        "cache_type_v",
+        "swa_full",
+        "warmup",
+        "rope_scaling",
+        "rope_freq_base",
+        "rope_freq_scale",
+        "yarn_orig_ctx",
+        "yarn_ext_factor",
+        "yarn_attn_factor",
+        "yarn_beta_slow",
+        "yarn_beta_fast",
+        "load_mode",
+        "lazy_mode",
+        "repack",
+        "no_host",
+        "check_tensors",
+        "mlock",
+        "mmap",
+        "log_prompts_dir",
+    }
 
 
 def test_preset_keys_are_long_and_short_names_and_env_names() -> None:
@@ -105,8 +219,9 @@ def test_preset_keys_are_long_and_short_names_and_env_names() -> None:
 
 
 def _help() -> str:
-    result = subprocess.run([sys.executable, "-m", "service.cli", "serve", "--help"], capture_output=True,
-                            text=True, check=True, cwd=ROOT)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", "--help"], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     return result.stdout
 
 

@@ -52,8 +52,9 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     tiny = write_tiny_gguf(files / "tiny.gguf", n_ctx=1024)
     fim = write_tiny_gguf(files / "fim.gguf", fim=True)
     # Every chat is answered with both calls, written as the template's (Hermes) syntax writes them.
-    tools = write_tiny_gguf(files / "tools.gguf", seed=6, chat_template=TOOLS_TEMPLATE, n_ctx=1024,
-                            reply=f"{WEATHER_CALL}\n{TIME_CALL}")  # fmt: skip
+    tools = write_tiny_gguf(
+        files / "tools.gguf", seed=6, chat_template=TOOLS_TEMPLATE, n_ctx=1024, reply=f"{WEATHER_CALL}\n{TIME_CALL}"
+    )
     preset = root / "models.ini"
     preset.write_text(
         f"[tiny]\nmodel = {tiny}\nc = 512\nnp = 2\n\n"
@@ -231,7 +232,9 @@ def test_parallel_tool_calls_in_one_answer(svc: ServiceProcess) -> None:
     assert both["finish_reason"] == "tool_calls" and not both["message"].get("content")
     calls = both["message"]["tool_calls"]
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-        ("get_weather", {"city": "Paris"}), ("get_time", {"city": "Rome"})]  # fmt: skip
+        ("get_weather", {"city": "Paris"}),
+        ("get_time", {"city": "Rome"}),
+    ]
     assert all(c["type"] == "function" and c["id"] for c in calls) and len({c["id"] for c in calls}) == 2
 
     # llama-server's default is the template's: this one writes several calls of one message.

@@ -154,8 +154,9 @@ def test_pooling_flags_pool_the_per_token_vectors(tmp_path: Path) -> None:
     bert = write_tiny_bert(tmp_path / "bert.gguf")
     rows: dict[str, Any] = {}
     for pooling in ("none", "cls", "last"):
-        with ServiceProcess(tmp_path / f"home-{pooling}", args=["-m", str(bert), "--embedding", "--pooling",
-                                                                pooling]) as svc:  # fmt: skip
+        with ServiceProcess(
+            tmp_path / f"home-{pooling}", args=["-m", str(bert), "--embedding", "--pooling", pooling]
+        ) as svc:
             native = _post(svc, "/embedding", content="abc", embd_normalize=-1)[0]["embedding"]
             if pooling == "none":
                 assert len(native) == 5 and all(len(r) == 64 for r in native), "a vector per token"

@@ -153,8 +153,9 @@ def test_what_the_worker_cannot_serve_is_501(svc: ServiceProcess, path: str) -> 
     body = {"model": "tiny", "input_prefix": "a", "content": "a", "query": "q", "documents": ["d"], "input": "x"}
     error = _error(httpx.post(f"{svc.url}{path}", json=body, timeout=60), 501)
     # llama-server's own words where it has them ("This server does not support reranking. ...").
-    assert error["type"] == "not_supported_error" and ("not supported" in error["message"] or
-                                                       "does not support" in error["message"])  # fmt: skip
+    assert error["type"] == "not_supported_error" and (
+        "not supported" in error["message"] or "does not support" in error["message"]
+    )
 
 
 @pytest.mark.timeout(120)

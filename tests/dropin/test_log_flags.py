@@ -49,10 +49,16 @@ def test_the_workers_log_limits_come_from_modelrouter_variables() -> None:
     """Rotation size, backups and the budget across workers (docs/operations.md, workers' logs)."""
     default = _settings([])
     assert (default.worker_log_max_bytes, default.worker_log_backups, default.worker_log_budget_bytes) == (
-        10 * 1024 * 1024, 3, 256 * 1024 * 1024,
-    )  # fmt: skip
-    env = {"MODELROUTER_WORKER_LOG_MAX_BYTES": "1000", "MODELROUTER_WORKER_LOG_BACKUPS": "1",
-           "MODELROUTER_WORKER_LOG_BUDGET_BYTES": "5000", "MODELROUTER_WORKER_LOG_MAX_PENDING": "7"}  # fmt: skip
+        10 * 1024 * 1024,
+        3,
+        256 * 1024 * 1024,
+    )
+    env = {
+        "MODELROUTER_WORKER_LOG_MAX_BYTES": "1000",
+        "MODELROUTER_WORKER_LOG_BACKUPS": "1",
+        "MODELROUTER_WORKER_LOG_BUDGET_BYTES": "5000",
+        "MODELROUTER_WORKER_LOG_MAX_PENDING": "7",
+    }
     s = _settings([], env)
     assert (s.worker_log_max_bytes, s.worker_log_backups, s.worker_log_budget_bytes) == (1000, 1, 5000)
     assert (default.worker_log_max_pending, s.worker_log_max_pending) == (10_000, 7)

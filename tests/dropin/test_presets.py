@@ -79,8 +79,9 @@ class TestParsing:
 class TestSettings:
     def test_precedence_env_then_global_then_section_then_command_line(self) -> None:
         text = "[*]\nc = 100\nb = 100\nt = 100\n[m]\nb = 200\nt = 200\n"
-        config = _config(text, "m", env={"ctx-size": "1", "batch-size": "1", "threads": "1", "seed": "1"},
-                         cli={"threads": "300"})  # fmt: skip
+        config = _config(
+            text, "m", env={"ctx-size": "1", "batch-size": "1", "threads": "1", "seed": "1"}, cli={"threads": "300"}
+        )
         assert config.params == {"n_ctx": 100, "n_batch": 200, "n_threads": 300, "seed": 1}
 
     def test_options_the_worker_cannot_honour_are_recorded_as_ignored(self) -> None:
@@ -94,8 +95,13 @@ class TestSettings:
         a kwargs value that is no JSON object is refused, as llama-server refuses to start."""
         text = "[m]\nno-jinja = 1\nchat-template = {{ custom }}\nchat-template-file = /t.jinja\n"
         config = _config(text + 'chat-template-kwargs = {"thinking": true}\nreasoning-format = none\n', "m")
-        assert config.params == {"jinja": False, "chat_template": "{{ custom }}", "chat_template_file": "/t.jinja",
-                                 "chat_template_kwargs": '{"thinking": true}', "reasoning_format": "none"}  # fmt: skip
+        assert config.params == {
+            "jinja": False,
+            "chat_template": "{{ custom }}",
+            "chat_template_file": "/t.jinja",
+            "chat_template_kwargs": '{"thinking": true}',
+            "reasoning_format": "none",
+        }
         assert config.ignored == ()
         assert _config("[m]\nchat-template = chatml\n", "m").params == {"chat_format": "chatml"}
         for bad in ("chat-template-kwargs = [1]", "reasoning-format = sometimes"):
@@ -110,21 +116,31 @@ class TestSettings:
     def test_honoured_options_become_worker_parameters(self) -> None:
         text = "[m]\nembedding = true\nchat-template = chatml\nnp = 2\nthreads-batch = 3\nseed = 7\njinja = 1\n"
         config = _config(text, "m")
-        assert config.params == {"embedding": True, "chat_format": "chatml", "n_parallel": 2, "n_threads_batch": 3,
-                                 "seed": 7}  # fmt: skip
+        assert config.params == {
+            "embedding": True,
+            "chat_format": "chatml",
+            "n_parallel": 2,
+            "n_threads_batch": 3,
+            "seed": 7,
+        }
         assert config.ignored == ()
 
     def test_preset_only_keys_and_ours(self) -> None:
         text = "[*]\nrestart = on-failure\n[m]\nload-on-startup = true\nstop-timeout = 5\nttl = 30\naliases = a\nalias = b, c\n"
         config = _config(text, "m")
-        assert (config.load_on_startup, config.stop_timeout, config.ttl_seconds, config.restart) == (True, 5.0, 30.0,
-                                                                                                    "on-failure")  # fmt: skip
+        assert (config.load_on_startup, config.stop_timeout, config.ttl_seconds, config.restart) == (
+            True,
+            5.0,
+            30.0,
+            "on-failure",
+        )
         assert config.aliases == ("b", "c", "a")
         assert "stop-timeout" not in config.ignored, "honoured: the model's SIGKILL deadline on unload"
         assert _config("[m]\nstop-timeout = soon\n", "m").stop_timeout is None, "llama.cpp keeps its default"
 
-    @pytest.mark.parametrize(("value", "loads"), [("1", True), ("on", True), ("Enabled", True), ("yes", False),
-                                                  ("0", False), ("", False)])  # fmt: skip
+    @pytest.mark.parametrize(
+        ("value", "loads"), [("1", True), ("on", True), ("Enabled", True), ("yes", False), ("0", False), ("", False)]
+    )
     def test_load_on_startup_takes_llama_cpps_true_values_only(self, value: str, loads: bool) -> None:
         assert _config(f"[m]\nload-on-startup = {value}\n", "m").load_on_startup is loads
 

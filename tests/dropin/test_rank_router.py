@@ -47,8 +47,9 @@ def test_reranking_flag_serves_the_four_rerank_routes(tmp_path: Path) -> None:
         top = _post(svc, "/v1/reranking", model="rank", query="a cat", documents=DOCS, top_n=2)
         assert top["results"] == answers["/v1/rerank"]["results"][:2]
         tei = _post(svc, "/reranking", model="rank", query="a cat", texts=DOCS, return_text=True)
-        assert [(r["index"], r["text"]) for r in tei] == [(r["index"], DOCS[r["index"]])
-                                                          for r in answers["/v1/rerank"]["results"]]  # fmt: skip
+        assert [(r["index"], r["text"]) for r in tei] == [
+            (r["index"], DOCS[r["index"]]) for r in answers["/v1/rerank"]["results"]
+        ]
         assert _post(svc, "/v1/reranking", 400, query="a cat", documents=DOCS)["status"] == 400
 
 

@@ -35,8 +35,9 @@ def _lookup(svc: ServiceProcess, *ids: str) -> list[dict[str, Any]]:
 def _start(svc: ServiceProcess, conv: str, body: dict[str, Any]) -> bytes:
     """A streamed completion of conversation ``conv``, hung up on after two events."""
     head = b""
-    with httpx.stream("POST", f"{svc.url}/completion", json=body, timeout=120,
-                      headers={**AUTH, "X-Conversation-Id": conv}) as r:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{svc.url}/completion", json=body, timeout=120, headers={**AUTH, "X-Conversation-Id": conv}
+    ) as r:
         assert r.status_code == 200, r.read()
         for part in r.iter_raw():
             head += part
@@ -67,8 +68,9 @@ def test_a_conversation_resumes_is_listed_and_stops_through_the_router(serve: Se
     assert _processing(svc), "the generation went on without its client"
 
     more = b""
-    with httpx.stream("GET", f"{svc.url}/v1/stream", params={"conv_id": "conv-1", "from": 0}, headers=AUTH,
-                      timeout=60) as r:  # fmt: skip
+    with httpx.stream(
+        "GET", f"{svc.url}/v1/stream", params={"conv_id": "conv-1", "from": 0}, headers=AUTH, timeout=60
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         for part in r.iter_raw():
             more += part
@@ -118,8 +120,9 @@ def test_single_model_mode_routes_conversations_to_its_model(serve: Serve, model
     """``-m FILE``: a completion naming no model keeps its stream; replay, lookup and DELETE reach it."""
     svc = serve("-m", str(models_dir / "tiny-a.gguf"), "--api-key", KEY)
     body = {"prompt": "once upon a time", "n_predict": 6, "temperature": 0, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", f"{svc.url}/completion", json=body, timeout=120,
-                      headers={**AUTH, "x-conversation-id": "solo"}) as r:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{svc.url}/completion", json=body, timeout=120, headers={**AUTH, "x-conversation-id": "solo"}
+    ) as r:
         sent = r.read()
     assert _events(sent)[-1]["stop"] is True
     (found,) = _lookup(svc, "solo")
@@ -140,8 +143,9 @@ def test_a_stop_cancels_a_request_still_waiting_for_its_model(serve: Serve, mode
     svc = serve("--models-dir", str(models_dir), env={"LLAMA_SERVER_DEBUG_FAKE_TIMING": "1"})
     body = {"model": "tiny-b", "prompt": "x", "n_predict": 2, "stream": True}
     with ThreadPoolExecutor(1) as pool:
-        parked = pool.submit(httpx.post, f"{svc.url}/completion", json=body, timeout=120,
-                             headers={"X-Conversation-Id": "parked"})  # fmt: skip
+        parked = pool.submit(
+            httpx.post, f"{svc.url}/completion", json=body, timeout=120, headers={"X-Conversation-Id": "parked"}
+        )
         wait_until(lambda: models(svc)["tiny-b"]["status"]["value"] in ("loading", "loaded"), "tiny-b to load")
         stop = httpx.delete(f"{svc.url}/v1/stream", params={"conv_id": "parked"}, timeout=30)
         assert stop.status_code == 204

@@ -24,8 +24,21 @@ def test_sampling_options_default_every_request_and_the_request_wins(
 ) -> None:
     grammar = tmp_path / "ab.gbnf"
     grammar.write_text("root ::= [ab]+\n")
-    svc = serve("-m", str(models_dir / "tiny-a.gguf"), "--temp", "0", "--top-k", "1", "-n", "4", "--ignore-eos",
-                "--grammar-file", str(grammar), "--samplers", "top_k;temperature")  # fmt: skip
+    svc = serve(
+        "-m",
+        str(models_dir / "tiny-a.gguf"),
+        "--temp",
+        "0",
+        "--top-k",
+        "1",
+        "-n",
+        "4",
+        "--ignore-eos",
+        "--grammar-file",
+        str(grammar),
+        "--samplers",
+        "top_k;temperature",
+    )
     wait_for_event(svc, "instance_ready", model="tiny-a", timeout=90)
 
     params = httpx.get(f"{svc.url}/props", timeout=30).json()["default_generation_settings"]["params"]

@@ -29,10 +29,19 @@ def test_api_key_guards_every_endpoint_but_health(serve: Serve, models_dir: Path
     keys.write_text("# one per line\nfile-key-abcdef\n")
     svc = serve("--models-dir", str(models_dir), "--api-key", KEY, "--api-key-file", str(keys))
     assert httpx.get(f"{svc.url}/health", timeout=10).status_code == 200
-    for method, path in [("GET", "/models"), ("GET", "/v1/models"), ("GET", "/events"), ("GET", "/downloads"),
-                         ("GET", "/events/stream"), ("GET", "/models/sse"), ("GET", "/schema/openapi.json"),
-                         ("POST", "/models/load"), ("POST", "/v1/chat/completions"), ("POST", "/models/reload"),
-                         ("DELETE", "/models?model=tiny-a")]:  # fmt: skip
+    for method, path in [
+        ("GET", "/models"),
+        ("GET", "/v1/models"),
+        ("GET", "/events"),
+        ("GET", "/downloads"),
+        ("GET", "/events/stream"),
+        ("GET", "/models/sse"),
+        ("GET", "/schema/openapi.json"),
+        ("POST", "/models/load"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/models/reload"),
+        ("DELETE", "/models?model=tiny-a"),
+    ]:
         answer = httpx.request(method, f"{svc.url}{path}", timeout=10)
         assert answer.status_code == 401, path
         assert answer.json()["error"] == LLAMA_401 and answer.headers["content-type"] == "application/problem+json"
@@ -42,8 +51,9 @@ def test_api_key_guards_every_endpoint_but_health(serve: Serve, models_dir: Path
     assert "tiny-a" in models(svc, Authorization=f"Bearer {KEY}")
     assert "tiny-a" in models(svc, **{"X-Api-Key": "file-key-abcdef"})
     assert chat(svc, "tiny-a", Authorization=f"Bearer {KEY}").status_code == 200
-    with httpx.stream("GET", f"{svc.url}/events/stream", params={"after": 0}, timeout=10,
-                      headers={"X-Api-Key": KEY}) as stream:  # fmt: skip
+    with httpx.stream(
+        "GET", f"{svc.url}/events/stream", params={"after": 0}, timeout=10, headers={"X-Api-Key": KEY}
+    ) as stream:
         assert stream.status_code == 200
     assert KEY not in svc.log_text() and "file-key-abcdef" not in svc.log_text(), "keys are never logged"
     assert httpx.get(f"{svc.url}/health", timeout=10).json()["warnings"] == []

@@ -27,8 +27,12 @@ def test_a_prefilled_llama_cache_is_listed_loaded_and_removable(
 ) -> None:
     cache = tmp_path / "llama-cache"
     tagged = gguf_repo(hub, tiny, "tagged", {"tagged-Q8_0.gguf": tiny, "tagged-F16.gguf": tiny, "README.md": b"x"})
-    split = gguf_repo(hub, tiny, "split", {"m-Q4_K_M-00001-of-00002.gguf": 40 * KB,
-                                          "m-Q4_K_M-00002-of-00002.gguf": 30 * KB, "mmproj-F16.gguf": 10 * KB})  # fmt: skip
+    split = gguf_repo(
+        hub,
+        tiny,
+        "split",
+        {"m-Q4_K_M-00001-of-00002.gguf": 40 * KB, "m-Q4_K_M-00002-of-00002.gguf": 30 * KB, "mmproj-F16.gguf": 10 * KB},
+    )
     _fill(cache, hub, tagged, "tagged-Q8_0.gguf", "tagged-F16.gguf")
     _fill(cache, hub, split, "m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf", "mmproj-F16.gguf")
     svc = serve(env={"LLAMA_CACHE": str(cache)})
@@ -39,7 +43,10 @@ def test_a_prefilled_llama_cache_is_listed_loaded_and_removable(
     assert listed[f"{split}:Q4_K_M"]["source"] == "cache" and listed[f"{split}:Q4_K_M"]["can_remove"] is True
     found = events(svc, type="model_discovered", model=f"{split}:Q4_K_M")[0]["data"]
     assert found["source"] == "cache" and [Path(f["path"]).name for f in found["files"]] == [
-        "m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf", "mmproj-F16.gguf"]  # fmt: skip
+        "m-Q4_K_M-00001-of-00002.gguf",
+        "m-Q4_K_M-00002-of-00002.gguf",
+        "mmproj-F16.gguf",
+    ]
     assert all(f["sha256"] and f["blob_path"] and f["snapshot_path"].startswith(str(cache)) for f in found["files"])
 
     assert chat(svc, f"{tagged}:Q8_0").status_code == 200, "a cached model loads from llama.cpp's cache"

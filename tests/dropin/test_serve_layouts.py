@@ -107,10 +107,12 @@ def test_user_repo_and_aliases_name_a_model_on_every_endpoint(
 
     # user/repo: one tag known -> that tag; several -> 409 listing them, on every endpoint.
     assert chat(svc, one).json()["model"] == f"{one}:Q8_0"
-    for method, path, kwargs in (("POST", "/models/load", {"json": {"model": two}}),
-                                 ("POST", "/models/unload", {"json": {"model": two}}),
-                                 ("POST", "/v1/chat/completions", {"json": {"model": two, **_chat()}}),
-                                 ("DELETE", "/models", {"params": {"model": two}})):  # fmt: skip
+    for method, path, kwargs in (
+        ("POST", "/models/load", {"json": {"model": two}}),
+        ("POST", "/models/unload", {"json": {"model": two}}),
+        ("POST", "/v1/chat/completions", {"json": {"model": two, **_chat()}}),
+        ("DELETE", "/models", {"params": {"model": two}}),
+    ):
         ambiguous = httpx.request(method, f"{svc.url}{path}", timeout=30, **kwargs)  # type: ignore[arg-type]
         assert ambiguous.status_code == 409, (path, ambiguous.text)
         assert ambiguous.json()["candidates"] == [f"{two}:F16", f"{two}:Q8_0"], path
@@ -161,9 +163,25 @@ def test_model_flag_serves_one_local_file(serve: Serve, models_dir: Path, tmp_pa
 
 
 def test_model_flag_naming_a_missing_file_stops_the_start(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "service.cli", "serve", "-m", str(tmp_path / "nope.gguf"),
-                             "--home", str(tmp_path), "--port", "0"], capture_output=True, text=True, timeout=120,
-                            cwd=ROOT, env={**os.environ, "HF_HOME": str(tmp_path)})  # fmt: skip
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            "-m",
+            str(tmp_path / "nope.gguf"),
+            "--home",
+            str(tmp_path),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "HF_HOME": str(tmp_path)},
+    )
     assert result.returncode != 0 and f"-m {tmp_path / 'nope.gguf'}: no such file" in result.stderr + result.stdout
 
 
@@ -174,8 +192,9 @@ def test_model_endpoint_and_hf_token_as_llama_cpp_reads_them(serve: Serve, hub: 
     repo = unique_repo("gated")
     token = "hf_dropin_token_0123456789"
     make_repo(hub.root, repo, {"gated-Q8_0.gguf": tiny}, gated=True, token=token)
-    svc = serve("-hf", repo, env={"MODEL_ENDPOINT": hub.url + "/", "HF_ENDPOINT": "http://127.0.0.1:9",
-                                  "HF_TOKEN": token})  # fmt: skip
+    svc = serve(
+        "-hf", repo, env={"MODEL_ENDPOINT": hub.url + "/", "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": token}
+    )
     wait_for_event(svc, "instance_ready", model=f"{repo}:Q8_0", timeout=60)
     assert chat(svc, repo).status_code == 200
     assert token not in svc.log_text() and token not in httpx.get(f"{svc.url}/events", timeout=10).text
@@ -186,15 +205,23 @@ def test_llama_cpps_environment_alone_configures_the_router(serve: Serve, models
     """``LLAMA_ARG_MODELS_DIR=… LLAMA_ARG_CTX_SIZE=128 LLAMA_ARG_NO_MODELS_AUTOLOAD=1
     LLAMA_API_KEY=k llama-server``: the same variables, the same router."""
     key = "env-key-0123456789"
-    svc = serve(env={"LLAMA_ARG_MODELS_DIR": str(models_dir), "LLAMA_ARG_CTX_SIZE": "128",
-                     "LLAMA_ARG_NO_MODELS_AUTOLOAD": "1", "LLAMA_API_KEY": key, "LLAMA_ARG_MODELS_MAX": "1"})  # fmt: skip
+    svc = serve(
+        env={
+            "LLAMA_ARG_MODELS_DIR": str(models_dir),
+            "LLAMA_ARG_CTX_SIZE": "128",
+            "LLAMA_ARG_NO_MODELS_AUTOLOAD": "1",
+            "LLAMA_API_KEY": key,
+            "LLAMA_ARG_MODELS_MAX": "1",
+        }
+    )
     auth = {"Authorization": f"Bearer {key}"}
     assert httpx.get(f"{svc.url}/models", timeout=10).status_code == 401
     assert set(models(svc, **auth)) == {"tiny-a", "tiny-b"}
     props = httpx.get(f"{svc.url}/props", headers=auth, timeout=10).json()
     assert (props["models_autoload"], props["max_instances"]) == (False, 1)
-    configured = httpx.get(f"{svc.url}/events", params={"type": "model_configured", "model": "tiny-a"},
-                           headers=auth, timeout=10).json()["events"]  # fmt: skip
+    configured = httpx.get(
+        f"{svc.url}/events", params={"type": "model_configured", "model": "tiny-a"}, headers=auth, timeout=10
+    ).json()["events"]
     assert configured[-1]["data"]["params"] == {"n_ctx": 128}
     assert chat(svc, "tiny-a", **auth).status_code == 400, "autoload is off"
 
@@ -211,8 +238,9 @@ def test_the_command_line_issue_8_opens_with(serve: Serve, models_dir: Path, tmp
     assert httpx.get(f"{svc.url}/props", headers=auth, timeout=10).json()["max_instances"] == 2
     assert chat(svc, "m", **auth).status_code == 200
     assert models(svc, **auth)["mine"]["tags"] == ["chat", "tiny"]
-    loading = httpx.get(f"{svc.url}/events", params={"type": "instance_loading", "model": "mine"}, headers=auth,
-                        timeout=10).json()["events"]  # fmt: skip
+    loading = httpx.get(
+        f"{svc.url}/events", params={"type": "instance_loading", "model": "mine"}, headers=auth, timeout=10
+    ).json()["events"]
     assert loading[0]["data"]["params"]["n_ctx"] == 4096, "the command line beats the preset's [*]"
 
 

@@ -157,6 +157,7 @@ def test_no_models_autoload(serve: Serve, models_dir: Path) -> None:
     httpx.post(f"{svc.url}/models/load", json={"model": "tiny-a"}, timeout=30).raise_for_status()
     wait_for_event(svc, "instance_ready", model="tiny-a")
     assert chat(svc, "tiny-a").status_code == 200
-    asked = httpx.post(f"{svc.url}/v1/chat/completions", params={"autoload": "true"},
-                       json={"model": "tiny-b", **CHAT}, timeout=120)  # fmt: skip
+    asked = httpx.post(
+        f"{svc.url}/v1/chat/completions", params={"autoload": "true"}, json={"model": "tiny-b", **CHAT}, timeout=120
+    )
     assert asked.status_code == 200, "?autoload=true overrides it per request, as in llama.cpp"

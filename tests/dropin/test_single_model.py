@@ -49,8 +49,9 @@ def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, mode
     wait_for_event(svc, "instance_ready", model="tiny-a", timeout=90)
 
     client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused", max_retries=0)
-    answer = client.chat.completions.create(model="gpt-3.5-turbo", messages=[{"role": "user", "content": "hi"}],
-                                            max_tokens=3)  # fmt: skip
+    answer = client.chat.completions.create(
+        model="gpt-3.5-turbo", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
     assert answer.model == "tiny-a" and answer.usage is not None and answer.usage.completion_tokens > 0
     assert httpx.post(f"{svc.url}/v1/chat/completions", json=CHAT, timeout=120).status_code == 200, "no model"
     assert httpx.post(f"{svc.url}/completion", json={"prompt": "a", "n_predict": 2}, timeout=120).status_code == 200
@@ -62,10 +63,13 @@ def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, mode
     assert set(meta) == {"vocab_type", "n_vocab", "n_ctx", "n_ctx_train", "n_embd", "n_params", "size", "ftype"}
     assert meta["ftype"] == "F16" and meta["n_vocab"] > 0 and meta["size"] > 0 and meta["n_embd"] > 0
     assert [(m["name"], m["capabilities"]) for m in listing["models"]] == [("tiny-a", ["completion", "multimodal"])]
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(
-        png_bytes(16, 16, (200, 30, 30))).decode()}}  # fmt: skip
-    seen = client.chat.completions.create(model="any", max_tokens=2, messages=[
-        {"role": "user", "content": [{"type": "text", "text": "hi"}, image]}])  # type: ignore[list-item]  # fmt: skip
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(png_bytes(16, 16, (200, 30, 30))).decode()},
+    }
+    seen = client.chat.completions.create(
+        model="any", max_tokens=2, messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]
+    )  # type: ignore[list-item]
     assert seen.usage is not None and seen.usage.prompt_tokens == answer.usage.prompt_tokens + image_tokens()
 
     props = httpx.get(f"{svc.url}/props", timeout=30).json()
@@ -73,8 +77,11 @@ def test_model_file_is_the_one_model_whatever_a_request_names(serve: Serve, mode
     assert props["modalities"]["vision"] is True
     assert props["default_generation_settings"]["n_ctx"] > 0 and props["endpoint_slots"] is False
     slots = httpx.get(f"{svc.url}/slots", timeout=30)
-    assert slots.status_code == 501 and slots.json()["error"] == {"code": 501, "message": NO_SLOTS,
-                                                                  "type": "not_supported_error"}  # fmt: skip
+    assert slots.status_code == 501 and slots.json()["error"] == {
+        "code": 501,
+        "message": NO_SLOTS,
+        "type": "not_supported_error",
+    }
     metrics = httpx.get(f"{svc.url}/metrics", timeout=30)
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
     assert "llamacpp:prompt_tokens_total" in metrics.text and "llamacpp:requests_processing" in metrics.text
@@ -95,26 +102,39 @@ def test_an_audio_projector_serves_audio_and_transcriptions(serve: Serve, models
     svc = serve("-m", str(models_dir / "tiny-a.gguf"), "--mmproj", str(projector))
     wait_for_event(svc, "instance_ready", model="tiny-a", timeout=90)
     assert models(svc)["tiny-a"]["architecture"]["input_modalities"] == ["text", "audio"]
-    assert httpx.get(f"{svc.url}/props", timeout=30).json()["modalities"] == {"vision": False, "video": False,
-                                                                              "audio": True}  # fmt: skip
+    assert httpx.get(f"{svc.url}/props", timeout=30).json()["modalities"] == {
+        "vision": False,
+        "video": False,
+        "audio": True,
+    }
     wav = wav_bytes(0.5)
     part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}
-    heard = httpx.post(f"{svc.url}/v1/chat/completions", timeout=120, json={
-        "max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]})  # fmt: skip
+    heard = httpx.post(
+        f"{svc.url}/v1/chat/completions",
+        timeout=120,
+        json={"max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, part]}]},
+    )
     assert heard.status_code == 200 and heard.json()["usage"]["prompt_tokens"] > audio_tokens(0.5), heard.text
     marker = httpx.get(f"{svc.url}/props", timeout=30).json()["media_marker"]
     prompt = {"prompt_string": f"hear: {marker}<|im_end|>", "multimodal_data": [base64.b64encode(wav).decode()]}
     native = httpx.post(f"{svc.url}/completion", json={"prompt": prompt, "n_predict": 2}, timeout=120)
     assert native.status_code == 200 and native.json()["tokens_evaluated"] > audio_tokens(0.5), native.text
     video = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}
-    refused = httpx.post(f"{svc.url}/v1/chat/completions", timeout=120, json={
-        "max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, video]}]})  # fmt: skip
+    refused = httpx.post(
+        f"{svc.url}/v1/chat/completions",
+        timeout=120,
+        json={"max_tokens": 2, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, video]}]},
+    )
     assert refused.status_code == 400 and refused.json()["error"]["message"].startswith("video input is not supported")
     client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key="unused", max_retries=0)
     said = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", wav, "audio/wav"))
     assert isinstance(said.text, str)
-    nameless = httpx.post(f"{svc.url}/audio/transcriptions", files={"file": ("a.wav", wav, "audio/wav")},
-                          data={"max_tokens": "2"}, timeout=120)  # fmt: skip
+    nameless = httpx.post(
+        f"{svc.url}/audio/transcriptions",
+        files={"file": ("a.wav", wav, "audio/wav")},
+        data={"max_tokens": "2"},
+        timeout=120,
+    )
     assert nameless.status_code == 200 and nameless.json()["type"] == "transcript.text.done", nameless.text
 
 

@@ -57,8 +57,17 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 CTX = 1024  # -np 1: the one slot holds it all (a prompt with tools is ~500 byte-level tokens)
 ASK: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
 # server_slot_stats::to_json (server-common.cpp), without the speculative draft's members.
-TIMINGS = {"cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
-           "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second"}  # fmt: skip
+TIMINGS = {
+    "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+}
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -85,10 +94,28 @@ def chat_files(tmp_path_factory: pytest.TempPathFactory) -> ChatFiles:
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory, chat_files: ChatFiles) -> Iterator[ServiceProcess]:
-    proc = _start(tmp_path_factory.mktemp("single-chat"), "-m", str(chat_files.model), "--jinja", "--api-key", KEY,
-                  "--cors-origins", ORIGIN, "--props", "--lora", str(chat_files.lora), "--lora-init-without-apply",
-                  "--slot-save-path", str(chat_files.saves), "-c", str(CTX), "-np", "1", "--context-shift",
-                  env={"AIP_MODE": "PREDICTION", "LLAMA_SERVER_DEBUG_FAKE_TIMING": "1"})  # fmt: skip
+    proc = _start(
+        tmp_path_factory.mktemp("single-chat"),
+        "-m",
+        str(chat_files.model),
+        "--jinja",
+        "--api-key",
+        KEY,
+        "--cors-origins",
+        ORIGIN,
+        "--props",
+        "--lora",
+        str(chat_files.lora),
+        "--lora-init-without-apply",
+        "--slot-save-path",
+        str(chat_files.saves),
+        "-c",
+        str(CTX),
+        "-np",
+        "1",
+        "--context-shift",
+        env={"AIP_MODE": "PREDICTION", "LLAMA_SERVER_DEBUG_FAKE_TIMING": "1"},
+    )
     yield proc
     proc.stop()
 
@@ -173,8 +200,10 @@ def test_embedding_routes_of_an_embedding_model(bert: ServiceProcess) -> None:
 
     refused = httpx.post(f"{bert.url}/rerank", json={"query": "q", "documents": ["d"]}, timeout=60)
     assert refused.status_code == 501 and refused.json()["error"] == {
-        "code": 501, "message": "This server does not support reranking. Start it with `--reranking`",
-        "type": "not_supported_error"}  # fmt: skip
+        "code": 501,
+        "message": "This server does not support reranking. Start it with `--reranking`",
+        "type": "not_supported_error",
+    }
 
 
 def test_rerank_routes_of_a_reranker(rank: ServiceProcess) -> None:
@@ -190,13 +219,17 @@ def test_rerank_routes_of_a_reranker(rank: ServiceProcess) -> None:
         scores = [r["relevance_score"] for r in body["results"]]
         assert scores == sorted(scores, reverse=True) and len(set(scores)) == 4, path
     assert all(a["results"] == answers["/rerank"]["results"] for a in answers.values())
-    top = httpx.post(f"{rank.url}/v1/rerank", json={"model": "jina-reranker", "query": "a cat", "documents": docs,
-                                                     "top_n": 2}, timeout=60).json()  # fmt: skip
+    top = httpx.post(
+        f"{rank.url}/v1/rerank",
+        json={"model": "jina-reranker", "query": "a cat", "documents": docs, "top_n": 2},
+        timeout=60,
+    ).json()
     assert top["results"] == answers["/rerank"]["results"][:2]
     assert top["model"] == "jina-reranker" and answers["/rerank"]["model"] == "rank", "echoed, else its own"
     tei = httpx.post(f"{rank.url}/rerank", json={"query": "a cat", "texts": docs, "return_text": True}, timeout=60)
-    assert [(r["index"], r["text"]) for r in tei.json()] == [(r["index"], docs[r["index"]])
-                                                             for r in answers["/rerank"]["results"]]  # fmt: skip
+    assert [(r["index"], r["text"]) for r in tei.json()] == [
+        (r["index"], docs[r["index"]]) for r in answers["/rerank"]["results"]
+    ]
     assert httpx.post(f"{rank.url}/rerank", json={"documents": ["x"]}, timeout=60).status_code == 400
 
 
@@ -206,20 +239,27 @@ def test_rerank_routes_of_a_reranker(rank: ServiceProcess) -> None:
 def test_anthropic_messages_plain_streamed_and_counted(svc: ServiceProcess, claude: anthropic.Anthropic) -> None:
     """Any model name an Anthropic client sends reaches the one model; ``count_tokens`` counts what
     ``/v1/messages`` evaluated; the stream's events rebuild the message; a body naming no model too."""
-    message = claude.messages.create(model="claude-3-5-haiku-latest", max_tokens=5, system="be brief",
-                                     messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-                                     extra_body={"temperature": 0})  # greedy: a sampled first token may end it  # fmt: skip
+    message = claude.messages.create(
+        model="claude-3-5-haiku-latest",
+        max_tokens=5,
+        system="be brief",
+        messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        extra_body={"temperature": 0},
+    )  # greedy: a sampled first token may end it
     assert message.type == "message" and message.role == "assistant" and message.content[0].type == "text"
     assert message.stop_reason in ("max_tokens", "end_turn") and message.model == "tools", "the served model's name"
-    counted = claude.messages.count_tokens(model="claude-any", system="be brief",
-                                           messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    counted = claude.messages.count_tokens(
+        model="claude-any", system="be brief", messages=[{"role": "user", "content": "hi"}]
+    )
     assert counted.input_tokens == message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > 0
-    nameless = _post(svc, "/v1/messages/count_tokens", {"system": "be brief", "messages": [
-        {"role": "user", "content": "hi"}]})  # fmt: skip
+    nameless = _post(
+        svc, "/v1/messages/count_tokens", {"system": "be brief", "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert nameless["input_tokens"] == counted.input_tokens
 
-    with claude.messages.stream(model="claude-any", max_tokens=6, messages=[{"role": "user", "content": "hi"}],
-                                extra_body={"temperature": 0}) as stream:  # fmt: skip
+    with claude.messages.stream(
+        model="claude-any", max_tokens=6, messages=[{"role": "user", "content": "hi"}], extra_body={"temperature": 0}
+    ) as stream:
         events = list(stream)
         final = stream.get_final_message()
     kinds = [e.type for e in events]
@@ -231,22 +271,35 @@ def test_anthropic_messages_plain_streamed_and_counted(svc: ServiceProcess, clau
     assert plain["type"] == "message" and plain["usage"]["output_tokens"] > 0
     with pytest.raises(anthropic.AuthenticationError):
         anthropic.Anthropic(base_url=svc.url, api_key="nope", max_retries=0).messages.create(
-            model="claude-any", max_tokens=2, messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+            model="claude-any", max_tokens=2, messages=[{"role": "user", "content": "hi"}]
+        )
 
 
 def test_anthropic_tool_use_and_its_result(claude: anthropic.Anthropic) -> None:
     """``tool_choice: any`` gives one ``tool_use`` block (stop reason ``tool_use``); sent back with its
     ``tool_result``, the conversation renders through the template and counts more tokens."""
     tool: Any = {"name": "get_weather", "description": "the weather", "input_schema": WEATHER["function"]["parameters"]}
-    message = claude.messages.create(model="claude-any", max_tokens=200, tools=[tool], tool_choice={"type": "any"},
-                                     messages=ASK, extra_body={"temperature": 0})  # fmt: skip
+    message = claude.messages.create(
+        model="claude-any",
+        max_tokens=200,
+        tools=[tool],
+        tool_choice={"type": "any"},
+        messages=ASK,
+        extra_body={"temperature": 0},
+    )
     uses = [b for b in message.content if b.type == "tool_use"]
     assert message.stop_reason == "tool_use" and len(uses) == 1 and uses[0].name == "get_weather"
     assert uses[0].input["city"] in ("Paris", "Rome")  # type: ignore[index]
     asked = claude.messages.count_tokens(model="claude-any", tools=[tool], messages=ASK)
-    answered = claude.messages.count_tokens(model="claude-any", tools=[tool], messages=[
-        *ASK, {"role": "assistant", "content": [u.model_dump() for u in uses]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "sunny"}]}])  # fmt: skip
+    answered = claude.messages.count_tokens(
+        model="claude-any",
+        tools=[tool],
+        messages=[
+            *ASK,
+            {"role": "assistant", "content": [u.model_dump() for u in uses]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "sunny"}]},
+        ],
+    )
     assert answered.input_tokens > asked.input_tokens > 0
 
 
@@ -259,8 +312,9 @@ def test_responses_api_and_input_tokens(svc: ServiceProcess, oai: openai.OpenAI)
     assert response.model == "tools"
     assert response.usage is not None and response.usage.input_tokens > 0 and 0 < response.usage.output_tokens <= 5
     tool: Any = {"type": "function", **WEATHER["function"]}
-    with oai.responses.stream(model="gpt-4o", input=ASK, tools=[tool], tool_choice="required",
-                              max_output_tokens=200, temperature=0) as stream:  # fmt: skip
+    with oai.responses.stream(
+        model="gpt-4o", input=ASK, tools=[tool], tool_choice="required", max_output_tokens=200, temperature=0
+    ) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_response()
     assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
@@ -287,16 +341,23 @@ def test_tool_choice_required_and_named_streamed(oai: openai.OpenAI) -> None:
     """``tool_choice: required`` gives a call (finish ``tool_calls``); a named function streamed: the
     first delta carries index, id and name, the arguments arrive in pieces that join to the whole call."""
     tools: Any = [WEATHER]
-    answer = oai.chat.completions.create(model="gpt-3.5-turbo", messages=ASK, tools=tools, tool_choice="required",
-                                         max_tokens=200, temperature=0)  # fmt: skip
+    answer = oai.chat.completions.create(
+        model="gpt-3.5-turbo", messages=ASK, tools=tools, tool_choice="required", max_tokens=200, temperature=0
+    )
     choice = answer.choices[0]
     calls = choice.message.tool_calls or []
     assert choice.finish_reason == "tool_calls" and len(calls) == 1 and calls[0].id
     assert calls[0].function.name == "get_weather"
     assert json.loads(calls[0].function.arguments)["city"] in ("Paris", "Rome")
 
-    kwargs: dict[str, Any] = {"model": "gpt-3.5-turbo", "messages": ASK, "tools": [WEATHER], "max_tokens": 200,
-                              "temperature": 0, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "model": "gpt-3.5-turbo",
+        "messages": ASK,
+        "tools": [WEATHER],
+        "max_tokens": 200,
+        "temperature": 0,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    }
     whole = oai.chat.completions.create(**kwargs).choices[0].message.tool_calls or []
     ids, names, args, finish, pieces = streamed_tool_call(oai.chat.completions.create(**kwargs, stream=True))
     assert finish == "tool_calls" and len(ids) == 1 and names == ["get_weather"] and pieces > 1
@@ -395,8 +456,9 @@ def test_api_key_and_cors_on_every_route(svc: ServiceProcess, chat_files: ChatFi
 def test_lora_adapters_without_a_model(svc: ServiceProcess, chat_files: ChatFiles) -> None:
     """``--lora L --lora-init-without-apply``: ``GET /lora-adapters`` lists L at scale 0 (llama-server's
     shape); a ``POST`` naming no model sets the scale and changes the greedy text, ``[]`` restores it."""
-    assert _get(svc, "/lora-adapters") == [{"id": 0, "path": str(chat_files.lora), "scale": 0.0, "task_name": "",
-                                            "prompt_prefix": ""}]  # fmt: skip
+    assert _get(svc, "/lora-adapters") == [
+        {"id": 0, "path": str(chat_files.lora), "scale": 0.0, "task_name": "", "prompt_prefix": ""}
+    ]
     body = {"prompt": "hello there", "n_predict": 8, "temperature": 0}
     base = _post(svc, "/completion", body)["content"]
     try:
@@ -426,8 +488,9 @@ def test_predict_props_and_wide_completion_bodies(svc: ServiceProcess) -> None:
     assert refused["message"] == "request body must include an array field named instances"
 
     base = {"n_predict": 3, "temperature": 0}
-    forced = _post(svc, "/completion", {**base, "prompt": {"prompt_string": "once"},
-                                        "logit_bias": [[71, 100], ["B", False]]})  # fmt: skip
+    forced = _post(
+        svc, "/completion", {**base, "prompt": {"prompt_string": "once"}, "logit_bias": [[71, 100], ["B", False]]}
+    )
     assert forced["content"] == "AAA"
     banned = _post(svc, "/completion", {**base, "prompt": "once", "logit_bias": [[71, 100], ["A", False]]})
     assert "A" not in banned["content"]
@@ -476,8 +539,9 @@ def test_infill_without_a_model(svc: ServiceProcess) -> None:
     """A llama with FIM tokens: ``/infill`` naming no model evaluates ``[BOS] FIM_PRE prefix FIM_SUF
     suffix FIM_MID`` and answers the native ``/completion`` shape; llama-server's 400s for bad bodies."""
     body = {"input_prefix": "def f(", "input_suffix": "):\n", "n_predict": 3, "temperature": 0}
-    n_prefix, n_suffix = (len(_post(svc, "/tokenize", {"content": text, "parse_special": False})["tokens"])
-                          for text in ("def f(", "):\n"))  # fmt: skip
+    n_prefix, n_suffix = (
+        len(_post(svc, "/tokenize", {"content": text, "parse_special": False})["tokens"]) for text in ("def f(", "):\n")
+    )
     whole = _post(svc, "/infill", body)
     assert whole["stop"] is True and whole["tokens_evaluated"] == 4 + n_prefix + n_suffix
     assert 0 < whole["tokens_predicted"] <= 3 and set(whole["timings"]) >= TIMINGS

@@ -131,19 +131,25 @@ class Chaos:
             return client.delete("/models", params={"model": model, "force": rng.choice(["true", "false"])})
         if op == "reload":  # re-reads the sources: races the catalogue against downloads and removals
             return client.post("/models/reload") if rng.random() < 0.5 else client.get("/models", params={"reload": 1})
-        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": rng.randint(1, 8),
-                "stream": rng.random() < 0.3}  # fmt: skip
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": rng.randint(1, 8),
+            "stream": rng.random() < 0.3,
+        }
         return client.post("/v1/chat/completions", json=body)
 
     def _faults(self, rng: random.Random) -> None:
         while not self.stop.is_set():
             repo = rng.choice(self.repos)
-            fault = rng.choice([
-                {"kind": "drop", "repo": repo, "at_fraction": rng.uniform(0.1, 0.9)},
-                {"kind": "stall", "repo": repo, "seconds": rng.uniform(0.5, 3)},
-                {"kind": "status", "repo": repo, "status": rng.choice([500, 502, 503]), "target": "any"},
-                {"kind": "corrupt", "repo": repo, "at_fraction": rng.uniform(0.1, 0.9)},
-            ])  # fmt: skip
+            fault = rng.choice(
+                [
+                    {"kind": "drop", "repo": repo, "at_fraction": rng.uniform(0.1, 0.9)},
+                    {"kind": "stall", "repo": repo, "seconds": rng.uniform(0.5, 3)},
+                    {"kind": "status", "repo": repo, "status": rng.choice([500, 502, 503]), "target": "any"},
+                    {"kind": "corrupt", "repo": repo, "at_fraction": rng.uniform(0.1, 0.9)},
+                ]
+            )
             throttle = {"kind": "throttle", "rate": 1_000_000}  # ~0.25 s per model: downloads overlap the chaos
             self.hub.set_faults(throttle, fault)
             self.stop.wait(rng.uniform(1, 4))
@@ -325,8 +331,10 @@ def _no_orphans(home: Path) -> list[str]:
 def _verify(home: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "service.cli", "verify", "--home", str(home), "--deep"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -364,8 +372,12 @@ def test_chaos_then_kill9(hub: HubServer, tmp_path: Path, services: list[Service
         repo = unique_repo(f"chaos{i}")
         make_repo(hub.root, repo, {"m-Q4_K_M.gguf": gguf.read_bytes()})
         repos.append(repo)
-    env = {"HF_ENDPOINT": hub.url, "MODELROUTER_MODELS_MAX": str(MODELS_MAX), "MODELROUTER_STALL_TIMEOUT": "2",
-           "MODELROUTER_QUEUE_TIMEOUT": "20"}  # fmt: skip
+    env = {
+        "HF_ENDPOINT": hub.url,
+        "MODELROUTER_MODELS_MAX": str(MODELS_MAX),
+        "MODELROUTER_STALL_TIMEOUT": "2",
+        "MODELROUTER_QUEUE_TIMEOUT": "20",
+    }
     home = tmp_path / "home"
 
     # Run 1: chaos, then the invariants.

@@ -81,8 +81,9 @@ def test_a_plain_request_cut_by_sigsegv_gets_a_problem_naming_it(start_service: 
     svc = start_service()
     pid = _worker_pid(svc)
     answers: list[httpx.Response] = []
-    request = threading.Thread(target=lambda: answers.append(httpx.post(f"{svc.url}/v1/completions", json=LONG,
-                                                                          timeout=60)))  # fmt: skip
+    request = threading.Thread(
+        target=lambda: answers.append(httpx.post(f"{svc.url}/v1/completions", json=LONG, timeout=60))
+    )
     request.start()
     _wait_processing(svc)
     os.kill(pid, signal.SIGSEGV)

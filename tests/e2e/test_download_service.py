@@ -74,13 +74,17 @@ def _worker(job: dict[str, Any]) -> psutil.Process:
 @pytest.mark.timeout(90)
 def test_happy_path_split_gguf_and_mmproj(svc: ServiceProcess, hub: HubServer) -> None:
     repo = unique_repo("split")
-    make_repo(hub.root, repo, {
-        "m-Q4_K_M-00001-of-00002.gguf": 3 * MB,
-        "m-Q4_K_M-00002-of-00002.gguf": 2 * MB,
-        "mmproj-m-f16.gguf": MB,
-        "m-Q8_0.gguf": 4 * MB,
-        "README.md": b"# test\n",
-    })  # fmt: skip
+    make_repo(
+        hub.root,
+        repo,
+        {
+            "m-Q4_K_M-00001-of-00002.gguf": 3 * MB,
+            "m-Q4_K_M-00002-of-00002.gguf": 2 * MB,
+            "mmproj-m-f16.gguf": MB,
+            "m-Q8_0.gguf": 4 * MB,
+            "README.md": b"# test\n",
+        },
+    )
     seen: list[str] = []
     listening = threading.Event()
 

@@ -21,8 +21,14 @@ from service.core.fold import replay
 from tests.e2e.conftest import StartService
 from tests.service_probes import events, model_entry
 
-_FIELDS = ("slots_total", "slots_busy", "queue_depth", "prefill_tokens_per_s", "decode_tokens_per_s",
-           "requests_finished")  # fmt: skip
+_FIELDS = (
+    "slots_total",
+    "slots_busy",
+    "queue_depth",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "requests_finished",
+)
 
 
 @pytest.mark.timeout(120)
@@ -55,8 +61,14 @@ def test_models_shows_the_engine_summary_the_worker_reported(start_service: Star
 def test_the_view_renders_the_last_report_and_drops_it_with_the_instance() -> None:
     t0 = datetime(2026, 12, 1, tzinfo=UTC)
     model, inst = "m", "inst-1"
-    stats = {"slots_total": 4, "slots_busy": 3, "queue_depth": 2, "prefill_tokens_per_s": 812.5,
-             "decode_tokens_per_s": 61.0, "requests_finished": 9}  # fmt: skip
+    stats = {
+        "slots_total": 4,
+        "slots_busy": 3,
+        "queue_depth": 2,
+        "prefill_tokens_per_s": 812.5,
+        "decode_tokens_per_s": 61.0,
+        "requests_finished": 9,
+    }
     payloads: list[ev.Event] = [
         ev.ModelDiscovered(source="models_dir", path="/m.gguf", files=({"path": "m.gguf", "size": 1},), size=1),
         ev.InstanceRequested(instance_id=inst, port=1),
@@ -87,7 +99,16 @@ def test_the_view_renders_the_last_report_and_drops_it_with_the_instance() -> No
     assert engine.updated_at.startswith("2026-12-01T00:00:05")
     stopped = ev.InstanceStopped(instance_id=inst)
     late = ev.InstanceStats(instance_id=inst, **stats)  # a report racing the stop: harmless
-    tail = [ev.Recorded(position=len(recorded) + i + 1, event_id=f"t{i}", model=model, event=p, source={},
-                        recorded_at=t0 + timedelta(minutes=1)) for i, p in enumerate((stopped, late))]  # fmt: skip
+    tail = [
+        ev.Recorded(
+            position=len(recorded) + i + 1,
+            event_id=f"t{i}",
+            model=model,
+            event=p,
+            source={},
+            recorded_at=t0 + timedelta(minutes=1),
+        )
+        for i, p in enumerate((stopped, late))
+    ]
     state = replay([*recorded, *tail])
     assert state.models[model].instance is None and state.anomalies == 0

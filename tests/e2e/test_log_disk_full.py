@@ -93,8 +93,11 @@ def _worker_of_tiny_a(svc: ServiceProcess) -> tuple[psutil.Process, str]:
 def _verify(log: FullLog, home: Path) -> None:
     verified = subprocess.run(
         [sys.executable, "-m", "service.cli", "verify", "--database-url", log.url, "--home", str(home)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 

@@ -42,8 +42,13 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceProce
     presets.write_text(f"[tiny-huge]\nctx-size = {HUGE_CTX}\n\n[tiny-pinned]\npin = true\n")
     need = max(_need(models / f"{n}.gguf", {}) for n in ("tiny-a", "tiny-b", "tiny-pinned"))
     budget = need * 3 // 2
-    env = {"MODELROUTER_MODELS_DIR": str(models), "MODELROUTER_PRESETS": str(presets), "MODELROUTER_MODELS_MAX": "0",
-           "MODELROUTER_MEMORY_BYTES": str(budget), "MODELROUTER_MODELS_MEMORY_MARGIN": "0"}  # fmt: skip
+    env = {
+        "MODELROUTER_MODELS_DIR": str(models),
+        "MODELROUTER_PRESETS": str(presets),
+        "MODELROUTER_MODELS_MAX": "0",
+        "MODELROUTER_MEMORY_BYTES": str(budget),
+        "MODELROUTER_MODELS_MEMORY_MARGIN": "0",
+    }
     proc = ServiceProcess(root / "home", env=env).start()
     try:
         yield proc, budget

@@ -30,8 +30,12 @@ def _presets(tmp_path: Path, text: str) -> Path:
 
 
 def _health_reaches(svc: ServiceProcess, key: str, value: int, timeout: float = 30.0) -> None:
-    eventually(lambda: httpx.get(f"{svc.url}/health", timeout=10).json()[key] == value,
-               f"/health {key} to reach {value}", timeout=timeout, interval=0.02)  # fmt: skip
+    eventually(
+        lambda: httpx.get(f"{svc.url}/health", timeout=10).json()[key] == value,
+        f"/health {key} to reach {value}",
+        timeout=timeout,
+        interval=0.02,
+    )
 
 
 @contextmanager

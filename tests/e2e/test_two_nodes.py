@@ -66,9 +66,13 @@ def _node(
     for i, model in enumerate(models):
         write_tiny_gguf(folder / f"{model}.gguf", seed=i)
     port = int(url.rsplit(":", 1)[1])
-    env = {"MODELROUTER_MODELS_DIR": str(folder), "MODELROUTER_MEMORY_BYTES": str(memory),
-           "MODELROUTER_MODELS_MEMORY_MARGIN": "0", "HF_ENDPOINT": hub,
-           "MODELROUTER_DISK_RESERVE_BYTES": str(reserve)}  # fmt: skip
+    env = {
+        "MODELROUTER_MODELS_DIR": str(folder),
+        "MODELROUTER_MEMORY_BYTES": str(memory),
+        "MODELROUTER_MODELS_MEMORY_MARGIN": "0",
+        "HF_ENDPOINT": hub,
+        "MODELROUTER_DISK_RESERVE_BYTES": str(reserve),
+    }
     # The same presets on every node (an hf-repo model nobody holds yet), and endless generations
     # possible (a full context shifts) for the stream cut by a kill.
     args = ["--api-key", KEY, "--models-preset", str(root / "presets.ini"), "--context-shift"]
@@ -134,8 +138,9 @@ def test_two_nodes_place_forward_and_survive_a_kill(
     assert _get(b, "/nodes")["node"] == "b" and len(_get(b, "/nodes")["data"]) == 2, "any node answers for all"
     assert {e["source"]["node"] for e in _events(a, node="b")} == {"b"}
     env = {**os.environ, "MODELROUTER_URL": a.url, "MODELROUTER_API_KEY": KEY, "COLUMNS": "200"}
-    printed = subprocess.run([sys.executable, "-m", "service.cli", "nodes"], env=env, capture_output=True,
-                             text=True, timeout=60, check=True).stdout  # fmt: skip
+    printed = subprocess.run(
+        [sys.executable, "-m", "service.cli", "nodes"], env=env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     rows = {line.split()[0]: line.split() for line in printed.splitlines()[1:] if line.strip()}
     assert rows["a"][1:3] == ["(this)", "up"] and rows["b"][1] == "up", printed
 
@@ -175,8 +180,10 @@ def test_two_nodes_place_forward_and_survive_a_kill(
     chunks = list(stream)
     assert len(chunks) >= 2 and chunks[-1].choices[0].finish_reason is not None
     # b records a stream's request_completed once its generator ends, after the client saw the last chunk
-    streamed = eventually(lambda: [e for e in _events(b, type="request_completed", model="tiny-b") if e["data"]["stream"]],
-                          "b recorded the streamed request")  # fmt: skip
+    streamed = eventually(
+        lambda: [e for e in _events(b, type="request_completed", model="tiny-b") if e["data"]["stream"]],
+        "b recorded the streamed request",
+    )
     served = _events(b, type="request_completed", model="tiny-b")
     assert streamed and streamed[0] in served, "b streamed it"
     # the first chat, the one while the log was followed, the stream: each recorded once, by b
@@ -192,8 +199,9 @@ def test_two_nodes_place_forward_and_survive_a_kill(
 
     # Both nodes get the same burst for tiny-s at once: one decision wins, one worker, on b (more memory).
     statuses: list[int] = []
-    burst = [threading.Thread(target=lambda s=s: statuses.append(_chat(s, "tiny-s").status_code))
-             for s in (a, b, a, b, a, b)]  # fmt: skip
+    burst = [
+        threading.Thread(target=lambda s=s: statuses.append(_chat(s, "tiny-s").status_code)) for s in (a, b, a, b, a, b)
+    ]
     for t in burst:
         t.start()
     for t in burst:
@@ -243,8 +251,10 @@ def _terminate_lock_connection(svc: ServiceProcess, node: str) -> int:
     connection ends (the other connections, and the node itself, are untouched)."""
     url = svc.args[svc.args.index("--database-url") + 1]
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
-                            (lock_application_name(node),)).fetchall()  # fmt: skip
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (lock_application_name(node),),
+        ).fetchall()
     return sum(1 for (done,) in rows if done)
 
 
@@ -263,8 +273,10 @@ def test_a_node_recorded_lost_while_alive_rejoins_and_a_clean_stop_is_left_not_l
     # ... and a download, held at half way by the hub (once: a resumed request gets the rest).
     repo = unique_repo("cut")
     make_repo(hub.root, repo, {"m-Q4_K_M.gguf": 8 * MiB})
-    hub.set_faults({"kind": "throttle", "repo": repo, "rate": 4 * MiB, "times": 1},
-                   {"kind": "stall", "repo": repo, "at_fraction": 0.5})  # fmt: skip
+    hub.set_faults(
+        {"kind": "throttle", "repo": repo, "rate": 4 * MiB, "times": 1},
+        {"kind": "stall", "repo": repo, "at_fraction": 0.5},
+    )
     job_id = httpx.post(f"{b.url}/models", json={"model": repo}, headers=AUTH, timeout=30).json()["job_id"]
     job = eventually(lambda: (j := _get(b, f"/downloads/{job_id}"))["bytes_done"] >= 2 * MiB and j, "b downloads")
     fetcher = psutil.Process(job["pid"])
@@ -284,8 +296,11 @@ def test_a_node_recorded_lost_while_alive_rejoins_and_a_clean_stop_is_left_not_l
         assert worker.is_running() and fetcher.is_running(), "alive, yet lost in the log"
     finally:
         os.kill(b.pid, signal.SIGCONT)
-    again = eventually(lambda: (n := _nodes(a)) and n["b"]["incarnation"] != first["incarnation"] and n["b"],
-                       "b joined again as a new incarnation", timeout=30)  # fmt: skip
+    again = eventually(
+        lambda: (n := _nodes(a)) and n["b"]["incarnation"] != first["incarnation"] and n["b"],
+        "b joined again as a new incarnation",
+        timeout=30,
+    )
     assert again["state"] == "up"
     eventually(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE, "b's ended worker stopped")
     assert "node_recorded_lost_while_alive" in b.log_text()
@@ -305,7 +320,8 @@ def test_a_node_recorded_lost_while_alive_rejoins_and_a_clean_stop_is_left_not_l
     assert gone["incarnation"] == again["incarnation"]
     left = _events(a, type="node_left")
     assert [(e["data"]["node"], e["data"]["incarnation"], e["source"]["node"]) for e in left] == [
-        ("b", again["incarnation"], "b")]  # fmt: skip
+        ("b", again["incarnation"], "b")
+    ]
     assert len(_events(a, type="node_lost")) == lost_before + 1, "a node that left is not recorded lost"
     assert _nodes(a)["a"]["state"] == "up" and _chat(a, "tiny-s").status_code == 200
 
@@ -344,8 +360,14 @@ def test_a_model_no_node_holds_is_downloaded_by_the_node_that_will_serve_it(
     assert {e["source"]["node"] for e in job_events[1:]} == {"b"}, "b's worker moved the bytes"
     assert _get(a, f"/downloads/{job_id}")["node"] == "b"
     # The job's log, asked of a, is read from b's disk (b ran the job).
-    job_log = eventually(lambda: (j := _get(a, f"/downloads/{job_id}/logs", tail=1000))
-                         and any('"download_finished"' in line for line in j["lines"]) and j, "b's job log through a")  # fmt: skip
+    job_log = eventually(
+        lambda: (
+            (j := _get(a, f"/downloads/{job_id}/logs", tail=1000))
+            and any('"download_finished"' in line for line in j["lines"])
+            and j
+        ),
+        "b's job log through a",
+    )
     assert job_log["log_path"].startswith(str(b.home)) and job_log["job_id"] == job_id
     assert len(_hub_only_files(b.home)) == 1 and _hub_only_files(a.home) == [], "in b's cache, not a's"
     assert _entry(a, "tiny-hub")["held_by"] == ["b"] and _entry(a, "tiny-hub")["status"]["node"] == "b"

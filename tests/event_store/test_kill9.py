@@ -23,10 +23,23 @@ def test_kill9_mid_batch_keeps_log_whole(db_path: Path) -> None:
     acked_ids: set[str] = set()
     for round_ in range(ROUNDS):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.event_store.writer_process", "--db", str(db_path), "--writer", str(round_),
-             "--batches", "100000", "--batch-size", str(BATCH)],
-            stdout=subprocess.PIPE, text=True, bufsize=1,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.event_store.writer_process",
+                "--db",
+                str(db_path),
+                "--writer",
+                str(round_),
+                "--batches",
+                "100000",
+                "--batch-size",
+                str(BATCH),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         assert proc.stdout is not None
         # Wait for the first acknowledgement, then kill at a random moment mid-stream.
         first = proc.stdout.readline()

@@ -32,9 +32,27 @@ def _writer(location: Path | str, number: int) -> subprocess.Popen[str]:
     # Half append through the workers' writer, half through the tools' SQLAlchemy store; batch
     # sizes differ so that batches of several events interleave with single ones. NORMAL keeps
     # SQLite's run about contention, not fsyncs (synchronous does not change locking).
-    argv = [sys.executable, "-m", "tests.event_store.writer_process", "--db", str(location), "--writer", str(number),
-            "--batches", "1000000", "--seconds", str(SECONDS), "--min-batches", str(MIN_BATCHES), "--batch-size", str(1 + number % 3),
-            "--writer-kind", "worker" if number % 2 else "store", "--synchronous", "NORMAL"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.event_store.writer_process",
+        "--db",
+        str(location),
+        "--writer",
+        str(number),
+        "--batches",
+        "1000000",
+        "--seconds",
+        str(SECONDS),
+        "--min-batches",
+        str(MIN_BATCHES),
+        "--batch-size",
+        str(1 + number % 3),
+        "--writer-kind",
+        "worker" if number % 2 else "store",
+        "--synchronous",
+        "NORMAL",
+    ]
     env = {**os.environ, "MODELROUTER_SYNCHRONOUS": "NORMAL"}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
 

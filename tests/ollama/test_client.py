@@ -240,8 +240,9 @@ def test_modelrouter_pull_and_ollama_pull_share_the_job_and_the_events(
         cli = subprocess.Popen(  # our own CLI
             [sys.executable, "-m", "service.cli", "pull", shared],
             env={**os.environ, "MODELROUTER_URL": svc.url, "COLUMNS": "200"},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         running = eventually(lambda: [j for j in _jobs(svc, shared) if j["status"] == "running"], "the CLI's job")
         steps = list(client.pull(f"hf.co/{shared}", stream=True))  # joins the running job
         assert cli.wait(timeout=60) == 0, cli.stdout.read() if cli.stdout else ""

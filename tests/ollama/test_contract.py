@@ -108,9 +108,27 @@ def answers(svc: ServiceProcess, hub_server: HubServer, tmp_path_factory: pytest
     return _answers(svc, publish_tiny(hub_server, tmp_path_factory.mktemp("contract")))
 
 
-LIVE = ["version", "tags", "show", "chat_chunk", "chat_final", "chat_tool_call_chunk", "chat_no_stream",
-        "generate_chunk", "generate_final", "generate_no_stream", "ps", "embed", "embeddings", "pull_manifest",
-        "pull_layer", "generate_load", "chat_load", "generate_unload", "chat_unload"]  # fmt: skip
+LIVE = [
+    "version",
+    "tags",
+    "show",
+    "chat_chunk",
+    "chat_final",
+    "chat_tool_call_chunk",
+    "chat_no_stream",
+    "generate_chunk",
+    "generate_final",
+    "generate_no_stream",
+    "ps",
+    "embed",
+    "embeddings",
+    "pull_manifest",
+    "pull_layer",
+    "generate_load",
+    "chat_load",
+    "generate_unload",
+    "chat_unload",
+]
 
 
 @pytest.mark.parametrize("name", LIVE)

@@ -38,9 +38,15 @@ def _reference(row: tuple[Any, ...]) -> ev.Recorded:
 
 def _row(rec: ev.Recorded) -> tuple[Any, ...]:
     return (
-        rec.position, rec.event_id, rec.type, rec.event.VERSION, rec.model,
-        dumps(rec.event.to_data()), dumps(dict(rec.source)), format_time(rec.recorded_at),
-    )  # fmt: skip
+        rec.position,
+        rec.event_id,
+        rec.type,
+        rec.event.VERSION,
+        rec.model,
+        dumps(rec.event.to_data()),
+        dumps(dict(rec.source)),
+        format_time(rec.recorded_at),
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -105,8 +111,13 @@ def test_parse_time_accepts_and_rejects_like_strptime(text: str) -> None:
     assert parse_time(text).utcoffset() is not None
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=10))  # fmt: skip
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+        lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+        max_leaves=10,
+    )
+)
 def test_loads_equals_json_loads(value: object) -> None:
     for text in (dumps(value), json.dumps(value), f" {json.dumps(value)}\n"):
         assert loads(text) == json.loads(text)

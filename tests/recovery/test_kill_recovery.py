@@ -151,9 +151,25 @@ def test_kill9_during_appends_from_three_workers_and_the_service(tmp_path: Path)
     svc = ServiceProcess(home).start()
     db = home / "modelrouter.db"
     writers = [
-        subprocess.Popen([sys.executable, "-m", "tests.event_store.writer_process", "--db", str(db), "--writer", str(w), "--batches", "100000", "--batch-size", "5"], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.event_store.writer_process",
+                "--db",
+                str(db),
+                "--writer",
+                str(w),
+                "--batches",
+                "100000",
+                "--batch-size",
+                "5",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for w in range(3)
-    ]  # fmt: skip
+    ]
     acks: list[list[str]] = [[] for _ in writers]
     readers = [
         threading.Thread(target=_collect_acks, args=(p, a), daemon=True) for p, a in zip(writers, acks, strict=True)

@@ -71,9 +71,16 @@ def test_a_damaged_log_refuses_to_serve_with_quick_checks_verdict(tmp_path: Path
     home.mkdir()
     upgrade(db)
     store = SyncEventStore(db, source={"kind": "test"})
-    store.append([new_event("download_requested", {"job_id": f"j{i}", "repo": "org/r", "commit": "c" * 40,
-                                                   "files": [], "total_bytes": 10}, model=f"org/r{i}:Q8_0")
-                  for i in range(3000)])  # fmt: skip
+    store.append(
+        [
+            new_event(
+                "download_requested",
+                {"job_id": f"j{i}", "repo": "org/r", "commit": "c" * 40, "files": [], "total_bytes": 10},
+                model=f"org/r{i}:Q8_0",
+            )
+            for i in range(3000)
+        ]
+    )
     store.close()
     with sqlite3.connect(db) as conn:
         page_size, pages = (
@@ -87,7 +94,11 @@ def test_a_damaged_log_refuses_to_serve_with_quick_checks_verdict(tmp_path: Path
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLAMA_", "MODELROUTER_"))}
     serve = subprocess.run(
         [sys.executable, "-m", "service.cli", "serve", "--home", str(home), "--port", str(free_port())],
-        env={**env, "HF_HOME": str(tmp_path / "hf")}, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        env={**env, "HF_HOME": str(tmp_path / "hf")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert serve.returncode != 0
     assert "failed PRAGMA quick_check" in serve.stdout + serve.stderr, serve.stdout + serve.stderr

@@ -135,10 +135,19 @@ class Rig:
         child = await self.child_of(model)
         iid = child.instance_id
         await self.worker(
-            model, ev.InstanceLoading(instance_id=iid, pid=child.pid, endpoint=f"http://127.0.0.1:{child.pid}"),
-            ev.InstanceReady(instance_id=iid, pid=child.pid, endpoint=f"http://127.0.0.1:{child.pid}", load_ms=1.0,
-                             n_ctx=4096, n_params=1000, file_size=1, architecture="llama"),
-        )  # fmt: skip
+            model,
+            ev.InstanceLoading(instance_id=iid, pid=child.pid, endpoint=f"http://127.0.0.1:{child.pid}"),
+            ev.InstanceReady(
+                instance_id=iid,
+                pid=child.pid,
+                endpoint=f"http://127.0.0.1:{child.pid}",
+                load_ms=1.0,
+                n_ctx=4096,
+                n_params=1000,
+                file_size=1,
+                architecture="llama",
+            ),
+        )
         return child
 
     async def child_of(self, model: str, timeout: float = 5.0) -> FakeChild:
@@ -194,17 +203,32 @@ async def rig(
     }
     config = Settings(home=tmp_path, **values)  # type: ignore[arg-type]  # test overrides
     sup = InstanceSupervisor(
-        config, live,
-        Effects(clock=clock, spawn=spawner, free_port=lambda: next(ports), new_id=lambda: f"i{next(ids)}", jitter=lambda: 0.0,
-                heartbeat=heartbeat),
-    )  # fmt: skip
+        config,
+        live,
+        Effects(
+            clock=clock,
+            spawn=spawner,
+            free_port=lambda: next(ports),
+            new_id=lambda: f"i{next(ids)}",
+            jitter=lambda: 0.0,
+            heartbeat=heartbeat,
+        ),
+    )
     the_rig = Rig(sup, live, clock, spawner)
     live.add_listener(lambda r, _s: the_rig.log.append((r.type, r.model)))
     paths = {m: str((files or {}).get(m, f"/m/{m}.gguf")) for m in models}
     sizes = {m: Path(paths[m]).stat().st_size if m in (files or {}) else 1 for m in models}
-    await live.record([
-        NewEvent(ev.ModelDiscovered(source="models_dir", path=paths[m], files=({"path": paths[m], "size": sizes[m]},), size=sizes[m]), model=m) for m in models
-    ])  # fmt: skip
+    await live.record(
+        [
+            NewEvent(
+                ev.ModelDiscovered(
+                    source="models_dir", path=paths[m], files=({"path": paths[m], "size": sizes[m]},), size=sizes[m]
+                ),
+                model=m,
+            )
+            for m in models
+        ]
+    )
     runner = asyncio.create_task(sup.run())
     try:
         yield the_rig

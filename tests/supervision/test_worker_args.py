@@ -48,8 +48,10 @@ def test_chat_template_options_and_the_projector_parse_as_the_worker_reads_them(
     """Every flag the service writes is one the worker's own parser takes, with the same value."""
     from workers.inference._cli import parse_args
 
-    text = ('[tiny]\nmodel = /m/tiny.gguf\nno-jinja = 1\nchat-template = {{ messages }}\n'
-            'chat-template-file = /t.jinja\nchat-template-kwargs = {"a": 1}\nreasoning-format = none\n')  # fmt: skip
+    text = (
+        "[tiny]\nmodel = /m/tiny.gguf\nno-jinja = 1\nchat-template = {{ messages }}\n"
+        'chat-template-file = /t.jinja\nchat-template-kwargs = {"a": 1}\nreasoning-format = none\n'
+    )
     [section] = parse_preset(text, "test.ini").sections
     params = dict(model_settings(section.options, section.extras).config.params)
     settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
@@ -67,8 +69,10 @@ def test_video_options_reach_the_worker_as_it_reads_them(tmp_path: Path) -> None
     from service.llamacpp.options import OptionError
     from workers.inference._cli import parse_args
 
-    text = ("[tiny]\nmodel = /m/tiny.gguf\nvideo-fps = 1.5\nLLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL = 250\n"
-            "video-ffmpeg-dir = /opt/ffmpeg/bin\n")  # fmt: skip
+    text = (
+        "[tiny]\nmodel = /m/tiny.gguf\nvideo-fps = 1.5\nLLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL = 250\n"
+        "video-ffmpeg-dir = /opt/ffmpeg/bin\n"
+    )
     [section] = parse_preset(text, "test.ini").sections
     params = dict(model_settings(section.options, section.extras).config.params)
     assert params == {"video_fps": 1.5, "video_timestamp_interval": 250, "video_ffmpeg_dir": "/opt/ffmpeg/bin"}
@@ -101,10 +105,18 @@ def test_sampling_options_become_every_requests_defaults(tmp_path: Path) -> None
     settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
     argv = inference_argv(settings, "tiny", "/m/tiny.gguf", "tiny-1", 9000, dict(config.params))
     assert json.loads(argv[argv.index("--sampling-defaults") + 1]) == {
-        "temperature": 0.25, "top_k": 7, "n_predict": 12, "mirostat_tau": 4.5, "samplers": "kt",
-        "logit_bias": [[15, 1.5], [16, float("-inf")]], "dry_sequence_breakers": [], "ignore_eos": True,
-        "json_schema": {"type": "object"}, "n_keep": -1, "n_cache_reuse": 256,
-    }  # fmt: skip
+        "temperature": 0.25,
+        "top_k": 7,
+        "n_predict": 12,
+        "mirostat_tau": 4.5,
+        "samplers": "kt",
+        "logit_bias": [[15, 1.5], [16, float("-inf")]],
+        "dry_sequence_breakers": [],
+        "ignore_eos": True,
+        "json_schema": {"type": "object"},
+        "n_keep": -1,
+        "n_cache_reuse": 256,
+    }
     assert "--sampling-defaults" not in inference_argv(settings, "t", "/m/t.gguf", "t-1", 9000, {})
     # on the command line (a preset's ';' starts a comment, as in llama.cpp's INI)
     names = model_settings({"samplers": "top_k;temperature"}, {}).config.params["sampling"]
@@ -143,23 +155,37 @@ def test_context_options_reach_the_worker_as_it_reads_them(tmp_path: Path) -> No
     from service.llamacpp.options import OptionError
     from workers.inference._cli import model_fields, parse_args, rope_fields
 
-    text = ("[m]\nmodel = /m/m.gguf\nub = 128\nfa = off\nctk = q8_0\ncache-type-v = Q4_0\nswa-full = true\n"
-            "no-warmup = 1\nrope-scaling = yarn\nrope-scale = 4\nrope-freq-base = 50000\nyarn-orig-ctx = 2048\n"
-            "LLAMA_ARG_YARN_BETA_FAST = 16\nlzm = on\nno-repack = 1\ncheck-tensors = 1\nmlock = 1\nno-mmap = 1\n")  # fmt: skip
+    text = (
+        "[m]\nmodel = /m/m.gguf\nub = 128\nfa = off\nctk = q8_0\ncache-type-v = Q4_0\nswa-full = true\n"
+        "no-warmup = 1\nrope-scaling = yarn\nrope-scale = 4\nrope-freq-base = 50000\nyarn-orig-ctx = 2048\n"
+        "LLAMA_ARG_YARN_BETA_FAST = 16\nlzm = on\nno-repack = 1\ncheck-tensors = 1\nmlock = 1\nno-mmap = 1\n"
+    )
     [section] = parse_preset(text, "test.ini").sections
     params = dict(model_settings(section.options, section.extras).config.params)
     settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
     args = parse_args(inference_argv(settings, "m", "/m/m.gguf", "m-1", 9000, params)[3:])
     assert (args.ubatch_size, args.flash_attn, args.cache_type_k, args.cache_type_v) == (128, "off", "q8_0", "q4_0")
     assert args.swa_full is True and args.warmup is False
-    assert dict(rope_fields(args)) == {"rope_scaling_type": 2, "rope_freq_scale": 0.25, "rope_freq_base": 50000.0,
-                                       "yarn_orig_ctx": 2048, "yarn_beta_fast": 16.0}  # fmt: skip
+    assert dict(rope_fields(args)) == {
+        "rope_scaling_type": 2,
+        "rope_freq_scale": 0.25,
+        "rope_freq_base": 50000.0,
+        "yarn_orig_ctx": 2048,
+        "yarn_beta_fast": 16.0,
+    }
     assert dict(model_fields(args)) == {"load_mode": 2, "lazy_mode": 2, "use_extra_bufts": False, "check_tensors": True}
     plain = parse_args(inference_argv(settings, "t", "/m/t.gguf", "t-1", 9000, {})[3:])
     assert (plain.flash_attn, plain.cache_type_k, plain.warmup, rope_fields(plain)) == ("auto", "f16", True, ())
     assert model_fields(plain) == ()
-    for bad in ("fa = sometimes", "ctk = q3_k", "rope-scaling = ntk", "rope-scale = 0", "rope-freq-base = fast",
-                "load-mode = fast", "lazy-mode = sometimes"):  # fmt: skip
+    for bad in (
+        "fa = sometimes",
+        "ctk = q3_k",
+        "rope-scaling = ntk",
+        "rope-scale = 0",
+        "rope-freq-base = fast",
+        "load-mode = fast",
+        "lazy-mode = sometimes",
+    ):
         [section] = parse_preset(f"[b]\nmodel = /m/b.gguf\n{bad}\n", "test.ini").sections
         with pytest.raises(OptionError):
             model_settings(section.options, section.extras)

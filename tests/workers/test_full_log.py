@@ -89,16 +89,23 @@ def test_an_inference_worker_retries_its_lifecycle_events_until_the_full_log_tak
     assert _types(db, *LIFECYCLE) == [], "nothing can have landed on a full disk"
 
     disk.free()
-    eventually(lambda: _types(db, *LIFECYCLE) == LIFECYCLE[:2], "loading, then ready", timeout=120,
-               abort=lambda: _alive(worker))  # fmt: skip
+    eventually(
+        lambda: _types(db, *LIFECYCLE) == LIFECYCLE[:2],
+        "loading, then ready",
+        timeout=120,
+        abort=lambda: _alive(worker),
+    )
     assert _logged(worker, "log_writable_again", type="instance_loading")
 
     fill_log(disk, db)  # full again, now while it serves: the stop's own event is refused
     assert worker.proc.stdin is not None
     worker.proc.stdin.write(b"stop requested\n")
     worker.proc.stdin.flush()
-    eventually(lambda: _logged(worker, "log_disk_full", type="instance_stopped"), "the refusal of its stop",
-               abort=lambda: _alive(worker))  # fmt: skip
+    eventually(
+        lambda: _logged(worker, "log_disk_full", type="instance_stopped"),
+        "the refusal of its stop",
+        abort=lambda: _alive(worker),
+    )
     disk.free()
     assert worker.wait_exit(60) == 0, worker.stderr_tail()
     assert _types(db, *LIFECYCLE) == LIFECYCLE, "each lifecycle event exactly once, in order"
@@ -116,15 +123,19 @@ def test_a_download_that_finishes_while_the_log_is_full_is_recorded_finished_onc
     command[command.index("--events") : command.index("--events") + 2] = ["--db", str(db)]
     stderr = tmp_path / "download.stderr"
     with stderr.open("wb") as err:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO_ROOT,
-                                env=worker_env())  # fmt: skip
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO_ROOT, env=worker_env()
+        )
     worker = DownloadProc(proc, tmp_path / "unused", stderr, "j1")
     try:
         eventually(lambda: _types(db, "download_started"), "download_started", abort=lambda: _alive(worker))
         fill_log(disk, db)
         hub.reset()  # the stalled response is cut: the worker resumes with a Range request and finishes
-        eventually(lambda: _logged(worker, "log_disk_full", type="download_finished"), "the refusal",
-                   abort=lambda: _alive(worker))  # fmt: skip
+        eventually(
+            lambda: _logged(worker, "log_disk_full", type="download_finished"),
+            "the refusal",
+            abort=lambda: _alive(worker),
+        )
         assert _logged(worker, "event_skipped_log_full", type="download_progress"), "its final 100 % is skipped"
         disk.free()
         assert worker.wait(60) == 0, worker.stderr()

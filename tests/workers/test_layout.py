@@ -43,8 +43,15 @@ def test_every_exported_name_resolves(name: str) -> None:
 def _loaded_after(statement: str) -> list[str]:
     """The modules a fresh interpreter has loaded after ``statement``."""
     code = f"import sys; {statement}; import json; print(json.dumps(sorted(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
-                          env=worker_env(), timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=worker_env(),
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     loaded: list[str] = json.loads(done.stdout.splitlines()[-1])
     return loaded
@@ -66,6 +73,13 @@ def test_the_inference_package_loads_nothing_before_its_main_records_early_signa
 def test_the_inference_workers_path_to_ready_skips_what_it_needs_later() -> None:
     loaded = _loaded_after("import workers.inference._worker")
     assert "workers.inference.engine._batch" in loaded and "workers.inference.http._server" in loaded
-    later = ("gguf", "numpy", "jinja2", "llama_cpp.llama", "workers.inference.llama._gguf_check",
-             "workers.inference.llama._tokenize", "workers.inference.http._front")  # fmt: skip
+    later = (
+        "gguf",
+        "numpy",
+        "jinja2",
+        "llama_cpp.llama",
+        "workers.inference.llama._gguf_check",
+        "workers.inference.llama._tokenize",
+        "workers.inference.http._front",
+    )
     assert not [m for m in loaded if m in later or m.startswith(tuple(f"{p}." for p in later))]

@@ -76,15 +76,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--database-url", help="PostgreSQL event store (postgresql://user@host/db), instead of --db")
     p.add_argument("--events", help="JSON-lines event file when --db is absent ('-' = stdout)")
     p.add_argument("--parent-pid", type=int, help="exit at once if our parent is not this pid")
-    p.add_argument("--stdin-control", action="store_true",
-                   help="read 'cancel' / 'cancel discard' lines from stdin; EOF means the parent died")  # fmt: skip
+    p.add_argument(
+        "--stdin-control",
+        action="store_true",
+        help="read 'cancel' / 'cancel discard' lines from stdin; EOF means the parent died",
+    )
     env = os.environ.get
-    p.add_argument("--stall-timeout", type=float, default=float(env("MODELROUTER_STALL_TIMEOUT", "30")),
-                   help="seconds without a byte before a retry (env MODELROUTER_STALL_TIMEOUT)")  # fmt: skip
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=float(env("MODELROUTER_STALL_TIMEOUT", "30")),
+        help="seconds without a byte before a retry (env MODELROUTER_STALL_TIMEOUT)",
+    )
     p.add_argument("--retry-base", type=float, default=float(env("MODELROUTER_RETRY_BASE", "1.0")))
     p.add_argument("--retry-cap", type=float, default=float(env("MODELROUTER_RETRY_CAP", "30.0")))
-    p.add_argument("--max-retries", type=int, default=int(env("MODELROUTER_MAX_RETRIES", "5")),
-                   help="failed attempts in a row without progress before giving up")  # fmt: skip
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=int(env("MODELROUTER_MAX_RETRIES", "5")),
+        help="failed attempts in a row without progress before giving up",
+    )
     p.add_argument("--no-fsync", action="store_true", help="skip fsync before publishing (benchmarks only)")
     return p
 
@@ -104,9 +115,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from workers.runtime import DOWNLOAD_WORKER, WorkerRuntime
 
-    runtime = WorkerRuntime.open(DOWNLOAD_WORKER, model=args.model, owner_id=args.job_id,
-                                 db=args.database_url or args.db,
-                                 events=args.events, parent=parent)  # fmt: skip
+    runtime = WorkerRuntime.open(
+        DOWNLOAD_WORKER,
+        model=args.model,
+        owner_id=args.job_id,
+        db=args.database_url or args.db,
+        events=args.events,
+        parent=parent,
+    )
     try:
         return _run(args, runtime, interrupts)
     finally:
@@ -135,12 +151,26 @@ def _run(args: argparse.Namespace, runtime: WorkerRuntime, interrupts: Interrupt
         spec = load_spec(args.spec)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return fail(f"invalid --spec: {type(exc).__name__}: {exc}")
-    cfg = TransferConfig(stall_timeout=args.stall_timeout, max_retries=args.max_retries,
-                         retry_base=args.retry_base, retry_cap=args.retry_cap, fsync=not args.no_fsync)  # fmt: skip
+    cfg = TransferConfig(
+        stall_timeout=args.stall_timeout,
+        max_retries=args.max_retries,
+        retry_base=args.retry_base,
+        retry_cap=args.retry_cap,
+        fsync=not args.no_fsync,
+    )
     token = os.environ.get("HF_TOKEN") or None
     try:
-        return run_job(args.job_id, spec, args.cache_dir, runtime.emit, interrupts, cfg, token,
-                       pid_started_at=runtime.started_at, log=runtime.log.info)  # fmt: skip
+        return run_job(
+            args.job_id,
+            spec,
+            args.cache_dir,
+            runtime.emit,
+            interrupts,
+            cfg,
+            token,
+            pid_started_at=runtime.started_at,
+            log=runtime.log.info,
+        )
     except Exception as exc:
         runtime.log.exception("worker_error")
         return fail(f"{type(exc).__name__}: {exc}")

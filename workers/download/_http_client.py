@@ -166,16 +166,20 @@ def _connect(url: str, timeouts: Timeouts) -> tuple[http.client.HTTPConnection, 
     proxy = _proxy_for(scheme, host)
     conn: http.client.HTTPConnection
     if proxy is None:
-        conn = (http.client.HTTPSConnection(host, port, timeout=timeouts.connect, context=_tls_context())
-                if scheme == "https" else http.client.HTTPConnection(host, port, timeout=timeouts.connect))  # fmt: skip
+        conn = (
+            http.client.HTTPSConnection(host, port, timeout=timeouts.connect, context=_tls_context())
+            if scheme == "https"
+            else http.client.HTTPConnection(host, port, timeout=timeouts.connect)
+        )
     else:
         p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
         if p.scheme.lower() != "http" or not p.hostname:
             raise HttpUnsupported(f"unsupported proxy {p.scheme}://{p.hostname}: only http:// proxies")
         auth = _proxy_auth(p.username, p.password)
         if scheme == "https":
-            conn = http.client.HTTPSConnection(p.hostname, p.port or 80, timeout=timeouts.connect,
-                                               context=_tls_context())  # fmt: skip
+            conn = http.client.HTTPSConnection(
+                p.hostname, p.port or 80, timeout=timeouts.connect, context=_tls_context()
+            )
             conn.set_tunnel(host, port, headers=auth)
         else:
             conn = http.client.HTTPConnection(p.hostname, p.port or 80, timeout=timeouts.connect)

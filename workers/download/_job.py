@@ -53,9 +53,18 @@ def load_spec(arg: str) -> DownloadSpec:
     return DownloadSpec(spec.repo, spec.revision, spec.commit, spec.quant, endpoint, spec.files, spec.reserve_bytes)
 
 
-def run_job(job_id: str, spec: DownloadSpec, cache_dir: Path, emit: Callable[[ev.Event], None], interrupts: Interrupts,
-            cfg: TransferConfig, token: str | None, *, pid_started_at: float | None = None,
-            log: Callable[..., None] = lambda *a, **k: None) -> int:  # fmt: skip
+def run_job(
+    job_id: str,
+    spec: DownloadSpec,
+    cache_dir: Path,
+    emit: Callable[[ev.Event], None],
+    interrupts: Interrupts,
+    cfg: TransferConfig,
+    token: str | None,
+    *,
+    pid_started_at: float | None = None,
+    log: Callable[..., None] = lambda *a, **k: None,
+) -> int:
     """Run the job to completion, failure or cancellation; return the exit code.
 
     ``emit`` records this job's events (the runtime's typed emit)."""
@@ -86,22 +95,35 @@ def run_job(job_id: str, spec: DownloadSpec, cache_dir: Path, emit: Callable[[ev
         short = shortfall(needed=missing, free=shutil.disk_usage(paths.blobs_dir).free, reserve=spec.reserve_bytes)
         if short is not None:  # the service's rule, checked again now that the bytes are about to land
             return fail("disk_full", f"{short.message} (in {paths.blobs_dir})", False)
-        emit(ev.DownloadStarted(job_id=job_id, pid=os.getpid(), pid_started_at=pid_started_at, commit=spec.commit,
-                                files=files, total_bytes=spec.total_bytes, resumed_bytes=done))  # fmt: skip
+        emit(
+            ev.DownloadStarted(
+                job_id=job_id,
+                pid=os.getpid(),
+                pid_started_at=pid_started_at,
+                commit=spec.commit,
+                files=files,
+                total_bytes=spec.total_bytes,
+                resumed_bytes=done,
+            )
+        )
         meter = ProgressMeter(spec.total_bytes, done, lambda d: emit(ev.DownloadProgress(job_id=job_id, **d)))
         headers = hub_headers(token)
         for sha, f in sorted(blobs.items(), key=lambda kv: kv[1].path):
             if on_disk[sha] == f.size and paths.blob(sha).exists():
                 continue  # published by an earlier job: verified then, counts as done
             url = f.url or file_url(spec.endpoint, spec.repo, spec.commit, f.path)
-            fetch_blob(url, headers, str(paths.incomplete(sha)), f.size, sha, cfg, meter, interrupts,
-                       on_disk[sha], log)  # fmt: skip
+            fetch_blob(url, headers, str(paths.incomplete(sha)), f.size, sha, cfg, meter, interrupts, on_disk[sha], log)
             publish_blob(paths.incomplete(sha), paths.blob(sha))
         published = _publish_snapshot(paths, spec)
         meter.finish()
-        finished = ev.DownloadFinished(job_id=job_id, commit=spec.commit, files=published,
-                                       bytes_total=spec.total_bytes, bytes_transferred=meter.transferred,
-                                       duration_ms=round((time.monotonic() - began) * 1000, 1))  # fmt: skip
+        finished = ev.DownloadFinished(
+            job_id=job_id,
+            commit=spec.commit,
+            files=published,
+            bytes_total=spec.total_bytes,
+            bytes_transferred=meter.transferred,
+            duration_ms=round((time.monotonic() - began) * 1000, 1),
+        )
         log("download_finished", bytes_transferred=finished.bytes_transferred, duration_ms=finished.duration_ms)
         emit(finished)
         return EXIT_FINISHED
@@ -133,14 +155,23 @@ def _publish_snapshot(paths: CachePaths, spec: DownloadSpec) -> tuple[FileRef, .
     published = []
     for f in spec.files:
         link = link_snapshot(paths, spec.commit, f.path, f.sha256)
-        published.append(FileRef(path=f.path, size=f.size, sha256=f.sha256, blob_path=str(paths.blob(f.sha256)),
-                                 snapshot_path=str(link)))  # fmt: skip
+        published.append(
+            FileRef(
+                path=f.path, size=f.size, sha256=f.sha256, blob_path=str(paths.blob(f.sha256)), snapshot_path=str(link)
+            )
+        )
     write_ref(paths, spec.revision, spec.commit)
     return tuple(published)
 
 
-def _on_interrupted(stop: Interrupted, job_id: str, paths: CachePaths, blobs: dict[str, SpecFile],
-                    emit: Callable[[ev.Event], None], log: Callable[..., None]) -> int:  # fmt: skip
+def _on_interrupted(
+    stop: Interrupted,
+    job_id: str,
+    paths: CachePaths,
+    blobs: dict[str, SpecFile],
+    emit: Callable[[ev.Event], None],
+    log: Callable[..., None],
+) -> int:
     """A cancel (the partials kept, or discarded, then ``download_cancelled``) or the parent's death."""
     if stop.kind == PARENT:
         # The service's recovery records download_interrupted itself.

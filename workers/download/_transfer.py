@@ -87,8 +87,9 @@ class ProgressMeter:
     ``transferred`` the bytes this process received; the rate uses the latter.
     """
 
-    def __init__(self, total: int, done: int, emit: Callable[[dict[str, Any]], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, total: int, done: int, emit: Callable[[dict[str, Any]], None], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.total, self.done, self.transferred = total, done, 0
         self._emit, self._clock = emit, clock
         self._last_time: float | None = None
@@ -114,16 +115,28 @@ class ProgressMeter:
         self._rate = update_rate(self._rate, now, self.transferred)
         rate = self._rate.rate
         self._last_time, self._last_done = now, self.done
-        self._emit({
-            "bytes_done": self.done, "bytes_total": self.total,
-            "bytes_per_second": round(rate, 1) if rate is not None else None,
-            "eta_seconds": _round(eta_seconds(self.done, self.total, rate)),
-        })  # fmt: skip
+        self._emit(
+            {
+                "bytes_done": self.done,
+                "bytes_total": self.total,
+                "bytes_per_second": round(rate, 1) if rate is not None else None,
+                "eta_seconds": _round(eta_seconds(self.done, self.total, rate)),
+            }
+        )
 
 
-def fetch_blob(url: str, headers: dict[str, str], partial_path: str, size: int, sha256: str,
-               cfg: TransferConfig, meter: ProgressMeter, interrupts: Interrupts, counted: int,
-               log: Callable[..., None] = lambda *a, **k: None) -> None:  # fmt: skip
+def fetch_blob(
+    url: str,
+    headers: dict[str, str],
+    partial_path: str,
+    size: int,
+    sha256: str,
+    cfg: TransferConfig,
+    meter: ProgressMeter,
+    interrupts: Interrupts,
+    counted: int,
+    log: Callable[..., None] = lambda *a, **k: None,
+) -> None:
     """Download ``url`` into ``partial_path`` until it holds ``size`` bytes hashing to ``sha256``.
 
     ``counted`` is how many bytes of this partial the meter already counts
@@ -143,8 +156,9 @@ def fetch_blob(url: str, headers: dict[str, str], partial_path: str, size: int, 
             except _Retry as exc:
                 failures = 1 if part.have > before else failures + 1
                 if failures > cfg.max_retries:
-                    raise TransferError("network", f"{exc}; gave up after {failures} attempts without progress",
-                                        retryable=True) from exc  # fmt: skip
+                    raise TransferError(
+                        "network", f"{exc}; gave up after {failures} attempts without progress", retryable=True
+                    ) from exc
                 delay = retry_delay(failures, cfg.retry_base, cfg.retry_cap, random.random())
                 if exc.retry_after is not None:
                     delay = max(delay, min(exc.retry_after, cfg.retry_cap))
@@ -154,16 +168,25 @@ def fetch_blob(url: str, headers: dict[str, str], partial_path: str, size: int, 
         digest = part.digest(interrupts)
         if digest != sha256:
             os.unlink(partial_path)
-            raise TransferError("checksum_mismatch", f"sha256 of {url} is {digest}, "
-                                f"expected {sha256}; partial deleted", retryable=True)  # fmt: skip
+            raise TransferError(
+                "checksum_mismatch", f"sha256 of {url} is {digest}, expected {sha256}; partial deleted", retryable=True
+            )
         if cfg.fsync:
             part.sync()
     finally:
         part.close()
 
 
-def _attempt(url: str, headers: dict[str, str], part: PartialFile, size: int, cfg: TransferConfig,
-             meter: ProgressMeter, interrupts: Interrupts, buf: memoryview) -> None:  # fmt: skip
+def _attempt(
+    url: str,
+    headers: dict[str, str],
+    part: PartialFile,
+    size: int,
+    cfg: TransferConfig,
+    meter: ProgressMeter,
+    interrupts: Interrupts,
+    buf: memoryview,
+) -> None:
     req_headers = dict(headers)
     if part.have > 0:
         req_headers["Range"] = f"bytes={part.have}-"
@@ -183,8 +206,15 @@ def _attempt(url: str, headers: dict[str, str], part: PartialFile, size: int, cf
         resp.close()
 
 
-def _receive(resp: Response, part: PartialFile, size: int, cfg: TransferConfig, meter: ProgressMeter,
-             interrupts: Interrupts, buf: memoryview) -> None:  # fmt: skip
+def _receive(
+    resp: Response,
+    part: PartialFile,
+    size: int,
+    cfg: TransferConfig,
+    meter: ProgressMeter,
+    interrupts: Interrupts,
+    buf: memoryview,
+) -> None:
     """Receive the body into ``buf`` and append it to the partial in batches.
 
     ``buf[done:pos]`` is received but not yet written. Batching turns many
@@ -270,8 +300,9 @@ def _status_error(resp: Response) -> TransferError:
     status, code = resp.status, resp.headers.get("X-Error-Code")
     detail = resp.headers.get("X-Error-Message") or resp.reason
     if code == "GatedRepo" or (code is None and status in (401, 403)):
-        return TransferError("unauthorized", f"HTTP {status} {code or ''}: {detail} (check HF_TOKEN)".strip(),
-                             retryable=False)  # fmt: skip
+        return TransferError(
+            "unauthorized", f"HTTP {status} {code or ''}: {detail} (check HF_TOKEN)".strip(), retryable=False
+        )
     if code in ("RepoNotFound", "RevisionNotFound", "EntryNotFound") or status in (404, 410):
         return TransferError("not_found", f"HTTP {status} {code or ''}: {detail}", retryable=False)
     return TransferError("internal", f"unexpected HTTP {status} from {resp.url}: {detail}", retryable=False)

@@ -71,8 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-prompt-tokens", type=int, default=0, help="longer prompts get a 400; 0 = the context size - 1"
     )
     p.add_argument("--embedding", "--embeddings", action="store_true", help="serve /embedding and /v1/embeddings")
-    p.add_argument("--pooling", choices=["none", "mean", "cls", "last", "rank"], default=None,
-                   help="pooling of embeddings (default: the model's)")  # fmt: skip
+    p.add_argument(
+        "--pooling",
+        choices=["none", "mean", "cls", "last", "rank"],
+        default=None,
+        help="pooling of embeddings (default: the model's)",
+    )
     p.add_argument("--reranking", "--rerank", action="store_true", help="serve /rerank (--embedding --pooling rank)")
     p.add_argument("--context-shift", action="store_true", help="a full context drops old tokens (n_keep kept)")
     p.add_argument("--spm-infill", action="store_true", help="/infill prompts suffix first (SPM)")
@@ -88,8 +92,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-metrics", dest="metrics", action="store_false", help="GET /metrics: 501 (llama-server's)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="GET /slots: 501 (llama-server's)")
     p.add_argument("--stop-timeout", type=float, default=5.0, help="grace for the running request on stop (s)")
-    p.add_argument("--stats-interval", type=float, default=STATS_INTERVAL_S,
-                   help="instance_stats at most this often, when changed (s; 0 = never)")  # fmt: skip
+    p.add_argument(
+        "--stats-interval",
+        type=float,
+        default=STATS_INTERVAL_S,
+        help="instance_stats at most this often, when changed (s; 0 = never)",
+    )
     p.add_argument("--db", default=None, help="SQLite event store to append events to")
     p.add_argument("--database-url", default=None, help="PostgreSQL event store (postgresql://...), instead of --db")
     p.add_argument("--events", default=None, help="JSONL event file ('-' = stdout, the default without --db)")
@@ -111,10 +119,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _kv_cache_args(p: argparse.ArgumentParser) -> None:
     """Where slots' KV cells live, and where they go when a slot is idle (llama-server's names)."""
     p.add_argument("--kv-unified", action="store_true", help="one KV pool for all slots (each may use all of -c)")
-    p.add_argument("--cache-ram", "-cram", type=int, default=8192,
-                   help="RAM prompt cache of slots' KV state, MiB (-1: no limit, 0: off), as llama-server")  # fmt: skip
-    p.add_argument("--cache-idle-slots", action=argparse.BooleanOptionalAction, default=True,
-                   help="idle slots go to the prompt cache when a request starts (cleared from a KV pool)")  # fmt: skip
+    p.add_argument(
+        "--cache-ram",
+        "-cram",
+        type=int,
+        default=8192,
+        help="RAM prompt cache of slots' KV state, MiB (-1: no limit, 0: off), as llama-server",
+    )
+    p.add_argument(
+        "--cache-idle-slots",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="idle slots go to the prompt cache when a request starts (cleared from a KV pool)",
+    )
     p.add_argument("--slot-save-path", default=None, help="directory of POST /slots/{id}?action=save|restore files")
     p.add_argument("--log-prompts-dir", default=None, help="each completion's prompt to DIR/<ms>.txt (llama-server's)")
 
@@ -141,8 +158,14 @@ def _context_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True, help="an empty run before ready")
     p.add_argument("--rope-scaling", choices=list(ROPE_SCALING), default=None, help="RoPE frequency scaling method")
     p.add_argument("--rope-scale", type=float, default=None, help="expand the context N times (rope-freq-scale 1/N)")
-    for name in ("rope-freq-base", "rope-freq-scale", "yarn-ext-factor", "yarn-attn-factor", "yarn-beta-slow",
-                 "yarn-beta-fast"):  # fmt: skip
+    for name in (
+        "rope-freq-base",
+        "rope-freq-scale",
+        "yarn-ext-factor",
+        "yarn-attn-factor",
+        "yarn-beta-slow",
+        "yarn-beta-fast",
+    ):
         p.add_argument(f"--{name}", type=float, default=None, help="as llama-server (default: the model's)")
     p.add_argument("--yarn-orig-ctx", type=int, default=None, help="YaRN: original context size of the model")
 
@@ -183,8 +206,15 @@ def rope_fields(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
         fields["rope_scaling_type"] = ROPE_SCALING[args.rope_scaling]
     if args.rope_scale:
         fields["rope_freq_scale"] = 1.0 / args.rope_scale
-    for name in ("rope_freq_base", "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_slow",
-                 "yarn_beta_fast", "yarn_orig_ctx"):  # fmt: skip
+    for name in (
+        "rope_freq_base",
+        "rope_freq_scale",
+        "yarn_ext_factor",
+        "yarn_attn_factor",
+        "yarn_beta_slow",
+        "yarn_beta_fast",
+        "yarn_orig_ctx",
+    ):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     return tuple(fields.items())
@@ -195,8 +225,9 @@ def _template_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat-format", default=None, help="llama-cpp-python chat format; default: GGUF template")
     p.add_argument("--chat-template", default=None, help="the Jinja chat template's text (not a built-in name)")
     p.add_argument("--chat-template-file", default=None, help="Jinja chat template (default: the GGUF's, else ChatML)")
-    p.add_argument("--no-jinja", dest="jinja", action="store_false",
-                   help="llama.cpp's built-in templates (C API) instead of Jinja")  # fmt: skip
+    p.add_argument(
+        "--no-jinja", dest="jinja", action="store_false", help="llama.cpp's built-in templates (C API) instead of Jinja"
+    )
     p.add_argument("--chat-template-kwargs", default=None, help="JSON object of extra template variables")
     p.add_argument("--reasoning-format", default="auto", choices=["none", "auto", "deepseek", "deepseek-legacy"])
     p.add_argument(
@@ -207,8 +238,12 @@ def _template_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mmproj", default=None, help="the model's multimodal projector: chats may carry images")
     # llama-server's video options (common_params' defaults); videos are read by ffprobe and ffmpeg
     p.add_argument("--video-fps", type=float, default=4.0, help="target video frame rate (<= 0: the video's own)")
-    p.add_argument("--video-timestamp-interval", type=int, default=5000,
-                   help="milliseconds between a video's timestamp texts (<= 0: none)")  # fmt: skip
+    p.add_argument(
+        "--video-timestamp-interval",
+        type=int,
+        default=5000,
+        help="milliseconds between a video's timestamp texts (<= 0: none)",
+    )
     p.add_argument("--video-ffmpeg-dir", default=None, help="directory of ffmpeg and ffprobe (default: PATH)")
 
 

@@ -69,12 +69,23 @@ def load_projector(
 def context_config(args: argparse.Namespace) -> ContextConfig:
     """The batch engine's context, from the worker's command line."""
     return ContextConfig(
-        args.n_ctx, args.n_parallel, args.n_batch, args.n_threads, args.n_threads_batch, warmup=args.warmup,
-        embedding=bool(args.embedding), pooling=POOLING.get(args.pooling or "", -1), kv_unified=args.kv_unified,
-        n_ubatch=args.ubatch_size, flash_attn=FLASH_ATTN[args.flash_attn], type_k=CACHE_TYPES[args.cache_type_k],
-        type_v=CACHE_TYPES[args.cache_type_v], swa_full=args.swa_full, rope=rope_fields(args),
+        args.n_ctx,
+        args.n_parallel,
+        args.n_batch,
+        args.n_threads,
+        args.n_threads_batch,
+        warmup=args.warmup,
+        embedding=bool(args.embedding),
+        pooling=POOLING.get(args.pooling or "", -1),
+        kv_unified=args.kv_unified,
+        n_ubatch=args.ubatch_size,
+        flash_attn=FLASH_ATTN[args.flash_attn],
+        type_k=CACHE_TYPES[args.cache_type_k],
+        type_v=CACHE_TYPES[args.cache_type_v],
+        swa_full=args.swa_full,
+        rope=rope_fields(args),
         model=model_fields(args),
-    )  # fmt: skip
+    )
 
 
 def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:

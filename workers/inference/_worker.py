@@ -48,14 +48,23 @@ class Worker:
         self.pid = os.getpid()
         self.engine = build_engine(args, on_finished=log.info)  # one log line per finished request
         front = FrontOptions(
-            chat_format=args.chat_format, default_seed=args.seed, max_prompt_tokens=args.max_prompt_tokens,
-            spm_infill=args.spm_infill, slot_save_path=args.slot_save_path, endpoint_props=args.props,
-            predict_route=predict_route(os.environ), log_prompts_dir=args.log_prompts_dir,
-            endpoint_metrics=args.metrics, endpoint_slots=args.slots,
-            chat_template=args.chat_template, chat_template_file=args.chat_template_file, jinja=args.jinja,
-            chat_template_kwargs=args.chat_template_kwargs, reasoning_format=args.reasoning_format,
+            chat_format=args.chat_format,
+            default_seed=args.seed,
+            max_prompt_tokens=args.max_prompt_tokens,
+            spm_infill=args.spm_infill,
+            slot_save_path=args.slot_save_path,
+            endpoint_props=args.props,
+            predict_route=predict_route(os.environ),
+            log_prompts_dir=args.log_prompts_dir,
+            endpoint_metrics=args.metrics,
+            endpoint_slots=args.slots,
+            chat_template=args.chat_template,
+            chat_template_file=args.chat_template_file,
+            jinja=args.jinja,
+            chat_template_kwargs=args.chat_template_kwargs,
+            reasoning_format=args.reasoning_format,
             mmproj=args.mmproj,
-        )  # fmt: skip
+        )
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""
         self._state_lock = threading.Lock()  # held to record an event together with the change it reports
@@ -232,8 +241,11 @@ class Worker:
         try:
             server, self.endpoint = self._bind()
         except OSError as exc:
-            self.emit(ev.InstanceLoadFailed(instance_id=a.instance_id, reason="port_unavailable",
-                                            message=f"cannot bind: {exc}"))  # fmt: skip
+            self.emit(
+                ev.InstanceLoadFailed(
+                    instance_id=a.instance_id, reason="port_unavailable", message=f"cannot bind: {exc}"
+                )
+            )
             self.log.error("bind_failed", error=str(exc))
             return EXIT_LOAD_FAILED
         # poll_interval only bounds how late a shutdown() is noticed, and the worker never calls it (it exits

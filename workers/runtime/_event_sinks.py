@@ -83,8 +83,9 @@ class JsonlSink:
             self._fd = -1
 
 
-def open_sink(db_path: str | None, *, source: Mapping[str, Any], events_path: str | None = None,
-              stdout_fd: int = 1) -> EventSink:  # fmt: skip
+def open_sink(
+    db_path: str | None, *, source: Mapping[str, Any], events_path: str | None = None, stdout_fd: int = 1
+) -> EventSink:
     """The sink named on a worker's command line: ``--db`` store, else ``--events`` file, else stdout
     (``stdout_fd``: a private ``dup`` of fd 1 where a library may redirect fd 1 meanwhile)."""
     if db_path:

@@ -93,8 +93,9 @@ def worker_secrets(environ: Mapping[str, str] = os.environ) -> tuple[str | None,
 class WorkerRuntime:
     """One per worker process; see the module docstring."""
 
-    def __init__(self, kind: WorkerKind, *, model: str, owner_id: str, sink: EventSink, log: WorkerLog,
-                 parent: Parent) -> None:  # fmt: skip
+    def __init__(
+        self, kind: WorkerKind, *, model: str, owner_id: str, sink: EventSink, log: WorkerLog, parent: Parent
+    ) -> None:
         self.kind = kind
         self.model = model
         self.owner_id = owner_id
@@ -105,9 +106,18 @@ class WorkerRuntime:
         self._full_log = FullLogPolicy(log, parent.gone)
 
     @classmethod
-    def open(cls, kind: WorkerKind, *, model: str, owner_id: str, db: str | None, events: str | None,
-             parent: Parent | None = None, log_level: str = "info",
-             private_stdout: bool = False) -> WorkerRuntime:  # fmt: skip
+    def open(
+        cls,
+        kind: WorkerKind,
+        *,
+        model: str,
+        owner_id: str,
+        db: str | None,
+        events: str | None,
+        parent: Parent | None = None,
+        log_level: str = "info",
+        private_stdout: bool = False,
+    ) -> WorkerRuntime:
         """The runtime for the command line's ``--db`` / ``--events`` and identity.
 
         ``private_stdout``: JSON lines to stdout go to a ``dup`` of fd 1, for a
@@ -116,8 +126,9 @@ class WorkerRuntime:
         source = {"kind": kind.name, kind.owner_field: owner_id, "pid": os.getpid(), **_node()}
         stdout_fd = os.dup(1) if private_stdout and not db and events in (None, "-") else 1
         sink = open_sink(db, source=source, events_path=events, stdout_fd=stdout_fd)
-        log = WorkerLog.to_stderr(level=log_level, secrets=worker_secrets(), pid=os.getpid(), model=model,
-                                  **{kind.owner_field: owner_id})  # fmt: skip
+        log = WorkerLog.to_stderr(
+            level=log_level, secrets=worker_secrets(), pid=os.getpid(), model=model, **{kind.owner_field: owner_id}
+        )
         return cls(kind, model=model, owner_id=owner_id, sink=sink, log=log, parent=parent or Parent())
 
     @property

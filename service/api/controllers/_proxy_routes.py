@@ -190,12 +190,18 @@ def _router_props(settings: Settings) -> s.RouterProps:
 
 def _props_route(single: bool) -> Any:
     answer = (
-        ResponseSpec(data_container=dict[str, Any], description="The model's properties (llama-server's `/props`)",
-                     generate_examples=False)
+        ResponseSpec(
+            data_container=dict[str, Any],
+            description="The model's properties (llama-server's `/props`)",
+            generate_examples=False,
+        )
         if single
-        else ResponseSpec(data_container=s.RouterProps, generate_examples=False,
-                          description="The router's properties; with `?model=`, that model's worker's `/props`")
-    )  # fmt: skip
+        else ResponseSpec(
+            data_container=s.RouterProps,
+            generate_examples=False,
+            description="The router's properties; with `?model=`, that model's worker's `/props`",
+        )
+    )
 
     @get("/props", operation_id="getProps", tags=["inference"], responses={200: answer, **PROXIED_PROBLEMS})
     async def get_props(
@@ -291,18 +297,22 @@ def _form_operation(single: bool) -> type[Operation]:
     text = Schema(type=OpenAPIType.STRING)
     fields: dict[str, Schema | Reference] = {
         "file": Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, description="the sound (WAV, MP3, FLAC)"),
-        "model": text, "prompt": text, "language": text,
+        "model": text,
+        "prompt": text,
+        "language": text,
         "response_format": Schema(type=OpenAPIType.STRING, enum=["json"]),
         "stream": Schema(type=OpenAPIType.STRING, enum=["true", "false"]),
-        "max_tokens": text, "temperature": text,
-    }  # fmt: skip
+        "max_tokens": text,
+        "temperature": text,
+    }
     form = Schema(type=OpenAPIType.OBJECT, properties=fields, required=["file"] if single else ["file", "model"])
 
     @dataclass
     class FormOperation(Operation):
         def __post_init__(self) -> None:
-            self.request_body = RequestBody(content={"multipart/form-data": OpenAPIMediaType(schema=form)},
-                                            required=True)  # fmt: skip
+            self.request_body = RequestBody(
+                content={"multipart/form-data": OpenAPIMediaType(schema=form)}, required=True
+            )
 
     return FormOperation
 
@@ -311,9 +321,15 @@ def _transcription_route(path: str, single: bool) -> Any:
     description = "OpenAI's audio transcription (a multipart form: `file`, `model`, `prompt`, `language`, ...), "
     description += "forwarded unchanged to the one model." if single else "forwarded unchanged to the form's `model`."
 
-    @post(path, operation_id=_operation_id("post", path), tags=["inference"], status_code=HTTP_200_OK,
-          description=description, responses={**PROXIED_ANSWER, **PROXIED_PROBLEMS},
-          operation_class=_form_operation(single))  # fmt: skip
+    @post(
+        path,
+        operation_id=_operation_id("post", path),
+        tags=["inference"],
+        status_code=HTTP_200_OK,
+        description=description,
+        responses={**PROXIED_ANSWER, **PROXIED_PROBLEMS},
+        operation_class=_form_operation(single),
+    )
     async def handler(
         request: Request[Any, Any, Any], forwarding: Forwarding, autoload: Autoload = None
     ) -> Response[Any]:

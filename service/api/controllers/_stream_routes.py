@@ -51,11 +51,15 @@ def _conv_id(request: Request[Any, Any, Any]) -> str:
     description="llama-server's resumable stream: `?conv_id=` (the `X-Conversation-Id` of a streamed "
     "completion) from byte `?from=`, replayed then followed to its end, from the worker that serves it.",
     responses={
-        200: ResponseSpec(data_container=str, media_type="text/event-stream", generate_examples=False,
-                          description="The conversation's SSE bytes from `from` on"),
+        200: ResponseSpec(
+            data_container=str,
+            media_type="text/event-stream",
+            generate_examples=False,
+            description="The conversation's SSE bytes from `from` on",
+        ),
         **problems(400, 404, 503),
     },
-)  # fmt: skip
+)
 async def get_stream(request: Request[Any, Any, Any], forwarding: Forwarding) -> Response[Any]:
     """``GET /v1/stream?conv_id=&from=``: 400 without ``conv_id``; 404 for a conversation no ready
     model serves; 503 while its model loads."""
@@ -113,12 +117,17 @@ async def _ask(fwd: Forwarding, owner: StreamOwner, ids: list[str], request: Req
     operation_id="postV1StreamsLookup",
     tags=["inference"],
     status_code=HTTP_200_OK,
-    description="llama-server's lookup: `{\"conversation_ids\": [...]}` → the sessions of those ids (and their "
+    description='llama-server\'s lookup: `{"conversation_ids": [...]}` → the sessions of those ids (and their '
     "`id::…` sub-conversations) on the workers that serve them, never others.",
-    responses={200: ResponseSpec(data_container=list[dict[str, Any]], generate_examples=False,
-                                 description="`[{conversation_id, is_done, total_bytes, started_at, completed_at}]`"),
-               **problems(400)},
-)  # fmt: skip
+    responses={
+        200: ResponseSpec(
+            data_container=list[dict[str, Any]],
+            generate_examples=False,
+            description="`[{conversation_id, is_done, total_bytes, started_at, completed_at}]`",
+        ),
+        **problems(400),
+    },
+)
 async def lookup_streams(
     data: s.StreamsLookupRequest, request: Request[Any, Any, Any], forwarding: Forwarding
 ) -> Response[list[Any]]:

@@ -11,9 +11,22 @@ from service.api.ollama._errors import OLLAMA_EXCEPTION_HANDLERS
 from service.api.ollama._pull import pull
 
 OLLAMA_HANDLERS = (
-    c.version, c.version_head, c.tags, c.tags_head, c.ps, c.show, c.delete_model, c.copy, c.create, c.push,
-    pull, chat, generate, embed, embeddings,
-)  # fmt: skip
+    c.version,
+    c.version_head,
+    c.tags,
+    c.tags_head,
+    c.ps,
+    c.show,
+    c.delete_model,
+    c.copy,
+    c.create,
+    c.push,
+    pull,
+    chat,
+    generate,
+    embed,
+    embeddings,
+)
 
 
 def ollama_router() -> Router:

@@ -58,8 +58,16 @@ def _partial_size(cache: Path, repo: str, sha: str) -> int:
 
 @pytest.mark.timeout(60)
 def test_download_split_model_into_hf_cache(hub: HubServer, spawn_download: Spawn, tmp_path: Path) -> None:
-    repo, info = _repo(hub, {"m-Q4_K_M-00001-of-00002.gguf": 3 * MB, "m-Q4_K_M-00002-of-00002.gguf": 2 * MB,
-                             "mmproj-m-F16.gguf": 300_000, "m-Q8_0.gguf": 1000, "README.md": b"x"})  # fmt: skip
+    repo, info = _repo(
+        hub,
+        {
+            "m-Q4_K_M-00001-of-00002.gguf": 3 * MB,
+            "m-Q4_K_M-00002-of-00002.gguf": 2 * MB,
+            "mmproj-m-F16.gguf": 300_000,
+            "m-Q8_0.gguf": 1000,
+            "README.md": b"x",
+        },
+    )
     spec, cache = _spec(hub, repo), tmp_path / "hub"
     w = spawn_download(spec, cache)
     assert w.wait() == 0, w.stderr()
@@ -140,8 +148,10 @@ def test_kill9_at_half_then_new_worker_resumes(hub: HubServer, spawn_download: S
 @pytest.mark.timeout(60)
 def test_stall_and_server_error_are_retried(hub: HubServer, spawn_download: Spawn, tmp_path: Path) -> None:
     repo, _ = _repo(hub, {"m-Q4_K_M.gguf": 2 * MB})
-    hub.set_faults({"kind": "status", "repo": repo, "status": 503, "methods": ["GET"]},
-                   {"kind": "stall", "repo": repo, "at_fraction": 0.2, "seconds": 30})  # fmt: skip
+    hub.set_faults(
+        {"kind": "status", "repo": repo, "status": 503, "methods": ["GET"]},
+        {"kind": "stall", "repo": repo, "at_fraction": 0.2, "seconds": 30},
+    )
     w = spawn_download(_spec(hub, repo), tmp_path / "hub", "--stall-timeout", "0.5")
     assert w.wait() == 0, w.stderr()
     assert "stalled" in w.stderr() and "HTTP 503" in w.stderr()
@@ -272,7 +282,11 @@ def test_http_errors_are_not_retried(hub: HubServer, spawn_download: Spawn, tmp_
     w = spawn_download(spec, tmp_path / "b")
     assert w.wait() == 1
     assert w.of_type("download_failed")[0] | {"message": ""} == {
-        "job_id": w.job_id, "reason": "unauthorized", "message": "", "retryable": False}  # fmt: skip
+        "job_id": w.job_id,
+        "reason": "unauthorized",
+        "message": "",
+        "retryable": False,
+    }
     ok = spawn_download(spec, tmp_path / "b", env=worker_env(HF_TOKEN="hf_good"))
     assert ok.wait() == 0, ok.stderr()
 
@@ -296,8 +310,13 @@ def test_file_size_limit_reports_disk_full_and_keeps_partial(
 
 @pytest.mark.timeout(30)
 def test_not_enough_free_space_fails_before_starting(hub: HubServer, spawn_download: Spawn, tmp_path: Path) -> None:
-    spec = {"repo": "u/huge", "revision": "main", "commit": "c" * 40, "endpoint": hub.url,
-            "files": [{"path": "huge.gguf", "size": 1 << 60, "sha256": "d" * 64}]}  # fmt: skip
+    spec = {
+        "repo": "u/huge",
+        "revision": "main",
+        "commit": "c" * 40,
+        "endpoint": hub.url,
+        "files": [{"path": "huge.gguf", "size": 1 << 60, "sha256": "d" * 64}],
+    }
     w = spawn_download(spec, tmp_path / "hub")
     assert w.wait() == 1
     assert w.types() == ["download_failed"]
@@ -324,8 +343,13 @@ def test_blob_locked_by_another_process_fails_fast(hub: HubServer, spawn_downloa
 def test_bad_spec_and_usage(spawn_download: Spawn, tmp_path: Path) -> None:
     w = spawn_download('{"repo": "u/r", "commit": "xyz", "files": []}', tmp_path / "hub")
     assert w.wait() == 1 and w.of_type("download_failed")[0]["reason"] == "internal"
-    usage = subprocess.run([sys.executable, "-m", "workers.download"], cwd=REPO_ROOT, env=worker_env(),
-                           capture_output=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    usage = subprocess.run(
+        [sys.executable, "-m", "workers.download"],
+        cwd=REPO_ROOT,
+        env=worker_env(),
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
     assert usage.returncode == 64
 
 

@@ -249,8 +249,15 @@ def servers() -> Iterator[Callable[..., _Server]]:
         s.close()
 
 
-def _fetch(url: str, path: Path, *, headers: dict[str, str] | None = None, interrupts: Interrupts | None = None,
-           counted: int = 0, emit: Callable[[dict[str, Any]], None] = lambda _: None) -> ProgressMeter:  # fmt: skip
+def _fetch(
+    url: str,
+    path: Path,
+    *,
+    headers: dict[str, str] | None = None,
+    interrupts: Interrupts | None = None,
+    counted: int = 0,
+    emit: Callable[[dict[str, Any]], None] = lambda _: None,
+) -> ProgressMeter:
     meter = ProgressMeter(len(DATA), counted, emit)
     cfg = TransferConfig(stall_timeout=5, connect_timeout=5, max_retries=1, retry_base=0.01, retry_cap=0.05)
     fetch_blob(url, headers or {}, str(path), len(DATA), SHA, cfg, meter, interrupts or Interrupts(), counted)

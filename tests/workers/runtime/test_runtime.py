@@ -118,8 +118,14 @@ def _spawn_controlled(hub: HubServer, tmp_path: Path, name: str) -> tuple[Downlo
     spec = resolve(repo, endpoint=hub.url).to_spec()
     cmd = download_command(spec, cache, events, name, "--stdin-control", "--stall-timeout", "3600")
     with err.open("wb") as errf:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errf, cwd=REPO_ROOT,
-                                env=worker_env(HF_TOKEN=TOKEN))  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errf,
+            cwd=REPO_ROOT,
+            env=worker_env(HF_TOKEN=TOKEN),
+        )
     w = DownloadProc(proc, events, err, name)
     partial = cache / f"models--{repo.replace('/', '--')}" / "blobs" / f"{info.files[0].sha256}.incomplete"
     w.wait_until(lambda: partial.exists() and partial.stat().st_size >= 600_000, timeout=120, what="the stall")

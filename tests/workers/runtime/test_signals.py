@@ -23,8 +23,13 @@ from tests.conftest_hub import REPO_ROOT, worker_env
 def _probe(scenario: str) -> dict[str, object]:
     done = subprocess.run(
         [sys.executable, "-m", "tests.workers.runtime.signal_probe", scenario],
-        capture_output=True, text=True, cwd=REPO_ROOT, env=worker_env(), timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=worker_env(),
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     report: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
     assert "error" not in report, report

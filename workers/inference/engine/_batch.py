@@ -55,9 +55,15 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
     :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
     def __init__(
-        self, model_name: str, *, n_parallel: int = 4, embedding: bool = False, context_shift: bool = False,
-        cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB, cache_idle_slots: bool = True,
-    ) -> None:  # fmt: skip
+        self,
+        model_name: str,
+        *,
+        n_parallel: int = 4,
+        embedding: bool = False,
+        context_shift: bool = False,
+        cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB,
+        cache_idle_slots: bool = True,
+    ) -> None:
         self.model_name = model_name
         self.cache_ram_mib, self.cache_idle_slots = cache_ram_mib, cache_idle_slots  # --cache-ram, --cache-idle-slots
         self.prompt_cache: PromptCache | None = None  # made in _setup unless --cache-ram 0

@@ -75,9 +75,12 @@ class EngineMetrics:
             ("predicted_tokens_seconds", "Average generation throughput in tokens/s", predicted_rate),
             ("requests_processing", "Number of requests processing", processing),
             ("requests_deferred", "Number of requests deferred", deferred),
-            ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
-             _rate(self.n_busy_slots, self.n_decode)),
-        ]  # fmt: skip
+            (
+                "n_busy_slots_per_decode",
+                "Average number of busy slots per llama_decode() call",
+                _rate(self.n_busy_slots, self.n_decode),
+            ),
+        ]
         lines: list[str] = []
         for kind, items in (("counter", counters), ("gauge", gauges)):
             for name, help_text, value in items:

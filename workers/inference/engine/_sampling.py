@@ -29,13 +29,36 @@ DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p"
 DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
 # llama.cpp's names (common_sampler_types_from_names, with its aliases) and --sampler-seq letters
 SAMPLER_NAMES = {
-    "dry": "dry", "top_k": "top_k", "top_p": "top_p", "nucleus": "top_p", "top_n_sigma": "top_n_sigma",
-    "typ_p": "typ_p", "typical_p": "typ_p", "typ": "typ_p", "typical": "typ_p", "min_p": "min_p",
-    "temperature": "temperature", "temp": "temperature", "xtc": "xtc", "infill": "infill",
-    "penalties": "penalties", "adaptive_p": "adaptive_p",
-}  # fmt: skip
-SAMPLER_LETTERS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
-                   "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}  # fmt: skip
+    "dry": "dry",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "nucleus": "top_p",
+    "top_n_sigma": "top_n_sigma",
+    "typ_p": "typ_p",
+    "typical_p": "typ_p",
+    "typ": "typ_p",
+    "typical": "typ_p",
+    "min_p": "min_p",
+    "temperature": "temperature",
+    "temp": "temperature",
+    "xtc": "xtc",
+    "infill": "infill",
+    "penalties": "penalties",
+    "adaptive_p": "adaptive_p",
+}
+SAMPLER_LETTERS = {
+    "d": "dry",
+    "k": "top_k",
+    "y": "typ_p",
+    "p": "top_p",
+    "s": "top_n_sigma",
+    "m": "min_p",
+    "t": "temperature",
+    "x": "xtc",
+    "i": "infill",
+    "e": "penalties",
+    "a": "adaptive_p",
+}
 
 
 def sampler_order(value: Any) -> tuple[str, ...] | None:
@@ -46,8 +69,11 @@ def sampler_order(value: Any) -> tuple[str, ...] | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         canon = {k.replace("_", ""): v for k, v in SAMPLER_NAMES.items()}
         names = (v.strip().lower().replace("-", "_") for v in value)
-        return tuple(SAMPLER_NAMES.get(n) or canon[n.replace("_", "")] for n in names
-                     if n in SAMPLER_NAMES or n.replace("_", "") in canon)  # fmt: skip
+        return tuple(
+            SAMPLER_NAMES.get(n) or canon[n.replace("_", "")]
+            for n in names
+            if n in SAMPLER_NAMES or n.replace("_", "") in canon
+        )
     return None
 
 
@@ -141,8 +167,11 @@ def build_chain(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, default_se
     ``n_ctx``: what a ``-1`` look-back (``repeat_last_n``, ``dry_penalty_last_n``) means, as in llama-server."""
     if p.penalty_last_n == -1 or p.dry_penalty_last_n == -1:
         whole = max(n_ctx, 0)
-        p = replace(p, penalty_last_n=whole if p.penalty_last_n == -1 else p.penalty_last_n,
-                    dry_penalty_last_n=whole if p.dry_penalty_last_n == -1 else p.dry_penalty_last_n)  # fmt: skip
+        p = replace(
+            p,
+            penalty_last_n=whole if p.penalty_last_n == -1 else p.penalty_last_n,
+            dry_penalty_last_n=whole if p.dry_penalty_last_n == -1 else p.dry_penalty_last_n,
+        )
     seed = p.seed if p.seed is not None else default_seed
     seed = LLAMA_DEFAULT_SEED if seed is None else seed & 0xFFFFFFFF
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
@@ -207,8 +236,9 @@ def _ordered(lc: Any, vocab: Any, p: SamplingParams, name: str, seed: int) -> An
     if name == "dry" and p.dry_multiplier > 0.0:
         breakers = [b.encode("utf-8") for b in p.dry_sequence_breakers]
         arr = (ctypes.c_char_p * max(len(breakers), 1))(*breakers)
-        return lc.llama_sampler_init_dry(vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length,
-                                         p.dry_penalty_last_n, arr, len(breakers))  # fmt: skip
+        return lc.llama_sampler_init_dry(
+            vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, arr, len(breakers)
+        )
     if name == "top_n_sigma" and p.top_n_sigma > 0.0:
         return lc.llama_sampler_init_top_n_sigma(p.top_n_sigma)
     if name == "top_k":

@@ -49,8 +49,13 @@ def _save(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
     if n == 0:
         raise RequestRejected("Unable to save slot")
     ms = (time.perf_counter() - t0) * 1000.0
-    return {"id_slot": slot.id, "filename": act.filename, "n_saved": len(slot.cache), "n_written": n,
-            "timings": {"save_ms": round(ms, 3)}}  # fmt: skip
+    return {
+        "id_slot": slot.id,
+        "filename": act.filename,
+        "n_saved": len(slot.cache),
+        "n_written": n,
+        "timings": {"save_ms": round(ms, 3)},
+    }
 
 
 def _restore(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
@@ -71,8 +76,13 @@ def _restore(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
     slot.cache.extend(restored)
     slot.lora = llm.lora.key  # a saved slot's adapters are unknown: taken as the worker's own
     ms = (time.perf_counter() - t0) * 1000.0
-    return {"id_slot": slot.id, "filename": act.filename, "n_restored": len(restored), "n_read": n,
-            "timings": {"restore_ms": round(ms, 3)}}  # fmt: skip
+    return {
+        "id_slot": slot.id,
+        "filename": act.filename,
+        "n_restored": len(restored),
+        "n_read": n,
+        "timings": {"restore_ms": round(ms, 3)},
+    }
 
 
 def _erase(llm: LlamaModel, slot: Slot, _act: SlotAction) -> dict[str, Any]:

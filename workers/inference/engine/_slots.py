@@ -197,8 +197,12 @@ class Slot:
         out["n_prompt_tokens"] = len(req.prompt)
         out["n_prompt_tokens_processed"] = self.timings.prompt_n
         out["n_prompt_tokens_cache"] = self.timings.cache_n
-        out["params"] = {**req.params.to_json(), "n_predict": req.max_tokens or -1, "stop": list(req.stop),
-                         "lora": [{"id": i, "scale": scale} for i, scale in req.lora or ()]}  # fmt: skip
+        out["params"] = {
+            **req.params.to_json(),
+            "n_predict": req.max_tokens or -1,
+            "stop": list(req.stop),
+            "lora": [{"id": i, "scale": scale} for i, scale in req.lora or ()],
+        }
         out["next_token"] = [
             {
                 "has_next_token": self.is_processing,

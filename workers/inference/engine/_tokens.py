@@ -77,8 +77,12 @@ class TokenMixin:
             s.timings.t_prompt_done = now
         self.metrics.on_finish(s.timings, max(len(x.cache) for x in self.slots))
         timings = s.timings.to_json()
-        info = {"id_slot": s.id, "tokens_cached": len(s.cache), "stopping_word": text.stopped_by or "",
-                "truncated": s.truncated}  # fmt: skip
+        info = {
+            "id_slot": s.id,
+            "tokens_cached": len(s.cache),
+            "stopping_word": text.stopped_by or "",
+            "truncated": s.truncated,
+        }
         self._release(s, now, keep_cache=True)  # before the reply ends: /slots never lags behind it
         req.out.put(("d", reason, timings, info))
         log_finished(self.on_finished, req.id, req.cmpl_id, reason, timings, **info)

@@ -145,8 +145,11 @@ def _stop_reason(run: ChatRun) -> str:
 
 
 def _usage(run: ChatRun) -> dict[str, int]:
-    return {"cache_read_input_tokens": run.n_cached, "input_tokens": run.n_prompt - run.n_cached,
-            "output_tokens": run.n_predicted}  # fmt: skip
+    return {
+        "cache_read_input_tokens": run.n_cached,
+        "input_tokens": run.n_prompt - run.n_cached,
+        "output_tokens": run.n_predicted,
+    }
 
 
 def _tool_input(arguments: str) -> Any:
@@ -176,8 +179,16 @@ class AnthropicMessage:
 
     def _head(self, content: list[dict[str, Any]], stop_reason: str | None) -> dict[str, Any]:
         word = self.run.stopping_word if stop_reason else ""
-        return {"id": self.id, "type": "message", "role": "assistant", "content": content, "model": self.model,
-                "stop_reason": stop_reason, "stop_sequence": word or None, "usage": _usage(self.run)}  # fmt: skip
+        return {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "content": content,
+            "model": self.model,
+            "stop_reason": stop_reason,
+            "stop_sequence": word or None,
+            "usage": _usage(self.run),
+        }
 
     def whole(self) -> dict[str, Any]:
         msg = self.run.run()
@@ -210,8 +221,9 @@ class _Blocks:
         yield from self.close()
         self.index += 1
         self.kind = kind
-        yield SseEvent("content_block_start", {"type": "content_block_start", "index": self.index,
-                                               "content_block": block})  # fmt: skip
+        yield SseEvent(
+            "content_block_start", {"type": "content_block_start", "index": self.index, "content_block": block}
+        )
 
     def _delta(self, delta: dict[str, Any]) -> SseEvent:
         return SseEvent("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})

@@ -80,8 +80,15 @@ class OpenAIChat:
         choice: dict[str, Any] = {"finish_reason": finish, "index": 0, "delta": delta}
         if "logprobs" in extra:
             choice["logprobs"] = {"content": extra.pop("logprobs")}
-        return {"choices": [choice], "created": self.created, "id": self.id, "model": self.model,
-                "system_fingerprint": build_info(), "object": "chat.completion.chunk", **extra}  # fmt: skip
+        return {
+            "choices": [choice],
+            "created": self.created,
+            "id": self.id,
+            "model": self.model,
+            "system_fingerprint": build_info(),
+            "object": "chat.completion.chunk",
+            **extra,
+        }
 
     def chunks(self, include_usage: bool) -> Iterator[dict[str, Any]]:
         yield self._chunk({"role": "assistant", "content": None})
@@ -96,6 +103,11 @@ class OpenAIChat:
             yield self._chunk({}, self.run.finish_reason, timings=timings)
             return
         yield self._chunk({}, self.run.finish_reason)
-        base = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "system_fingerprint": build_info()}  # fmt: skip
+        base = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": build_info(),
+        }
         yield {**base, "choices": [], "usage": usage_json(self.run), "timings": timings}

@@ -154,7 +154,7 @@ def _content(text: str, fam: Family, final: bool, markers: tuple[str, ...]) -> s
 
 def _parse_harmony(
     text: str, reasoning_format: str, final: bool, ids: Callable[[int], str], tools: bool
-) -> ChatMessage:  # fmt: skip
+) -> ChatMessage:
     if reasoning_format == "none":
         keep = 0 if final else held(text, HARMONY_MARKERS)
         return ChatMessage(content=text[: len(text) - keep])
@@ -166,10 +166,16 @@ def _parse_harmony(
 
 
 def parse(
-    text: str, *, syntax: str | None, reasoning_format: str = "deepseek", thinking: bool = False,
-    final: bool = True, ids: Callable[[int], str] = lambda i: f"call_{i}", family: str | None = None,
+    text: str,
+    *,
+    syntax: str | None,
+    reasoning_format: str = "deepseek",
+    thinking: bool = False,
+    final: bool = True,
+    ids: Callable[[int], str] = lambda i: f"call_{i}",
+    family: str | None = None,
     types: Types | None = None,
-) -> ChatMessage:  # fmt: skip
+) -> ChatMessage:
     """The message ``text`` (all of the output so far) means.
 
     ``syntax``: the tool-call syntax, None: tools are not parsed; ``family``: the template's family,

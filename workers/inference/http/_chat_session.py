@@ -175,8 +175,9 @@ def _with_system(messages: list[Message], text: str) -> list[Message]:
 def _tools_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Message]:
     """The tools, for a template that writes calls but not the tools (minja's polyfill, which
     llama.cpp used before its autoparser; without it such a model cannot know what it may call)."""
-    text = _POLYFILL_PROMPT + json.dumps([{"type": "function", "function": fn} for fn in fns], indent=2,
-                                         ensure_ascii=False)  # fmt: skip
+    text = _POLYFILL_PROMPT + json.dumps(
+        [{"type": "function", "function": fn} for fn in fns], indent=2, ensure_ascii=False
+    )
     return _with_system(messages, text)
 
 
@@ -217,8 +218,9 @@ def chat_prompt(
         if not native:
             messages = _tools_system(messages, fns) if own else _generic_system(messages, fns)
             tools = None
-    rendered = renderer.render(messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
-                               kwargs=kwargs)  # fmt: skip
+    rendered = renderer.render(
+        messages, tools=tools or None, add_generation_prompt=add_generation_prompt, kwargs=kwargs
+    )
     return rendered, syntax, grammar
 
 
@@ -304,8 +306,16 @@ class ChatRun:
 
     def _parse(self, final: bool) -> ChatMessage:
         p = self.plan
-        return parse(self.text, syntax=p.syntax, reasoning_format=p.reasoning_format, thinking=p.thinking,
-                     final=final, ids=lambda i: f"call_{self._ids}{i}", family=p.family, types=p.types)  # fmt: skip
+        return parse(
+            self.text,
+            syntax=p.syntax,
+            reasoning_format=p.reasoning_format,
+            thinking=p.thinking,
+            final=final,
+            ids=lambda i: f"call_{self._ids}{i}",
+            family=p.family,
+            types=p.types,
+        )
 
     def deltas(self) -> Iterator[tuple[list[Delta], list[dict[str, Any]]]]:
         """Each step's deltas (and its logprobs entries), until the output ends; then :attr:`message` is whole."""

@@ -116,14 +116,22 @@ class JinjaRenderer:
             raise ValueError(msg) from exc
 
     def render(
-        self, messages: Sequence[Message], *, tools: list[Any] | None, add_generation_prompt: bool,
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: list[Any] | None,
+        add_generation_prompt: bool,
         kwargs: dict[str, Any],
-    ) -> Rendered:  # fmt: skip
+    ) -> Rendered:
         formatter = self._with_prompt if add_generation_prompt else self._without
         now = datetime.datetime.now()
         # llama.cpp's common_chat_extra_context: FireFunction's template writes today's date
-        context = {"enable_thinking": True, "datetime": now.strftime("%b %d %Y"),
-                   "date_string": now.strftime("%d %b %Y"), **kwargs}  # fmt: skip
+        context = {
+            "enable_thinking": True,
+            "datetime": now.strftime("%b %d %Y"),
+            "date_string": now.strftime("%d %b %Y"),
+            **kwargs,
+        }
         if tools:
             context["tools"] = tools
         if WRITES_FUNCTIONS in self.source:  # FireFunction v2 reads the tools as JSON text, as llama.cpp gave them
@@ -156,9 +164,13 @@ class LegacyRenderer:
         self._lc = llm.lc
 
     def render(
-        self, messages: Sequence[Message], *, tools: list[Any] | None, add_generation_prompt: bool,
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: list[Any] | None,
+        add_generation_prompt: bool,
         kwargs: dict[str, Any],
-    ) -> Rendered:  # fmt: skip
+    ) -> Rendered:
         lc = self._lc
         texts = [(str(m.get("role", "")).encode(), message_text(m.get("content")).encode()) for m in messages]
         chat = (lc.llama_chat_message * len(texts))(*(lc.llama_chat_message(r, c) for r, c in texts))
@@ -213,9 +225,13 @@ class HandlerRenderer:
         self.source = name
 
     def render(
-        self, messages: Sequence[Message], *, tools: list[Any] | None, add_generation_prompt: bool,
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: list[Any] | None,
+        add_generation_prompt: bool,
         kwargs: dict[str, Any],
-    ) -> Rendered:  # fmt: skip
+    ) -> Rendered:
         msgs = [{**m, "content": message_text(m.get("content"))} for m in messages]
         try:
             self._handler(llama=_Probe(self._front), messages=msgs, max_tokens=1)

@@ -272,20 +272,37 @@ class CompletionFront:
             media = media_prompt(self, prompt, media_files, add_bos=True)
         tokens = media.tokens if media is not None else self._prompt_tokens(prompt)
         params = SamplingParams(
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-            repeat_penalty=repeat_penalty, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, seed=seed,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            typical_p=typical_p,
+            repeat_penalty=repeat_penalty,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+            mirostat_mode=mirostat_mode,
+            mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta,
+            seed=seed,
             logit_bias=self._bias(logit_bias),
-            grammar=_gbnf(grammar), n_probs=-1 if logprobs is None else int(logprobs), **(llama_sampling or {}),
-        )  # fmt: skip
+            grammar=_gbnf(grammar),
+            n_probs=-1 if logprobs is None else int(logprobs),
+            **(llama_sampling or {}),
+        )
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         ctx = self._ctx()
         cmpl_id = f"cmpl-{uuid.uuid4()}"
         req = self._submit(tokens, params, max_tokens or 0, stops, media, ctx.cmpl_id or cmpl_id)
-        settings = generation_settings({**params.to_json(), "stop": list(stops)}, n_predict=max_tokens or -1,
-                                       stream=stream, n_keep=ctx.n_keep, ignore_eos=ctx.ignore_eos,
-                                       logit_bias=params.logit_bias, reasoning_format=self.reasoning_format,
-                                       lora=ctx.lora or ())  # fmt: skip
+        settings = generation_settings(
+            {**params.to_json(), "stop": list(stops)},
+            n_predict=max_tokens or -1,
+            stream=stream,
+            n_keep=ctx.n_keep,
+            ignore_eos=ctx.ignore_eos,
+            logit_bias=params.logit_bias,
+            reasoning_format=self.reasoning_format,
+            lora=ctx.lora or (),
+        )
         ctx.result.update(params=settings, prompt=prompt if isinstance(prompt, str) else "", n_prompt=len(tokens))
         head = ""
         if echo:
@@ -346,8 +363,21 @@ class CompletionFront:
         except SamplerError as exc:
             raise ApiError(400, str(exc)) from None
         c = self._ctx()
-        req = Request(tokens, params, max_tokens, stops, c.cache_prompt, c.n_keep, chain, media, c.lora, c.id_slot,
-                      c.n_cache_reuse, cmpl_id, c.reasoning)  # fmt: skip
+        req = Request(
+            tokens,
+            params,
+            max_tokens,
+            stops,
+            c.cache_prompt,
+            c.n_keep,
+            chain,
+            media,
+            c.lora,
+            c.id_slot,
+            c.n_cache_reuse,
+            cmpl_id,
+            c.reasoning,
+        )
         try:
             self.engine.enqueue(req)
         except EngineError:

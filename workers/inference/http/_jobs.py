@@ -52,8 +52,7 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
         kwargs, stream = completion_request(llama_server.native_completion_body(body), name, media=media)
         return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
     if route in ("/rerank", "/reranking"):
-        raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)",
-                       _NOT_SUPPORTED)  # fmt: skip
+        raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)", _NOT_SUPPORTED)
     if not app.engine.embedding_enabled:
         msg = "This server does not support embeddings. Start it with `--embeddings`"
         raise ApiError(501, msg, _NOT_SUPPORTED)
@@ -91,5 +90,4 @@ def media_error(err: MediaInput, app: InferenceApp) -> ApiError:
     the engine cannot evaluate it (``--engine legacy``)."""
     if app.front_options.mmproj is None or app.engine.has_front:
         return err
-    return ApiError(501, f"{err.kind} input needs the batch engine (this worker runs --engine legacy)",
-                    _NOT_SUPPORTED)  # fmt: skip
+    return ApiError(501, f"{err.kind} input needs the batch engine (this worker runs --engine legacy)", _NOT_SUPPORTED)

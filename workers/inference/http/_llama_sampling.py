@@ -10,12 +10,21 @@ from workers.inference.http._errors import ApiError
 
 # llama-server's sampling fields beyond llama-cpp-python's keywords -> SamplingParams fields
 _LLAMA_FLOATS = {
-    "dry_multiplier": "dry_multiplier", "dry_base": "dry_base", "xtc_probability": "xtc_probability",
-    "xtc_threshold": "xtc_threshold", "top_n_sigma": "top_n_sigma", "dynatemp_range": "dynatemp_range",
-    "dynatemp_exponent": "dynatemp_exponent", "adaptive_target": "adaptive_target", "adaptive_decay": "adaptive_decay",
-}  # fmt: skip
-_LLAMA_INTS = {"dry_allowed_length": "dry_allowed_length", "dry_penalty_last_n": "dry_penalty_last_n",
-               "repeat_last_n": "penalty_last_n"}  # fmt: skip
+    "dry_multiplier": "dry_multiplier",
+    "dry_base": "dry_base",
+    "xtc_probability": "xtc_probability",
+    "xtc_threshold": "xtc_threshold",
+    "top_n_sigma": "top_n_sigma",
+    "dynatemp_range": "dynatemp_range",
+    "dynatemp_exponent": "dynatemp_exponent",
+    "adaptive_target": "adaptive_target",
+    "adaptive_decay": "adaptive_decay",
+}
+_LLAMA_INTS = {
+    "dry_allowed_length": "dry_allowed_length",
+    "dry_penalty_last_n": "dry_penalty_last_n",
+    "repeat_last_n": "penalty_last_n",
+}
 
 
 def _is_number(v: Any) -> bool:

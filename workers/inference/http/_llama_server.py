@@ -154,11 +154,25 @@ def generation_settings(
     ``task_params::to_json``: a request's ``generation_settings``, or with ``whole`` false the
     shorter form ``/props`` shows. Keys for what this worker does not have (speculative decoding,
     lazy grammars, backend sampling) carry llama-server's values when it does not use them either."""
-    out = {**params, "max_tokens": n_predict, "n_predict": n_predict, "n_keep": n_keep, "n_discard": 0,
-           "ignore_eos": ignore_eos, "stream": stream, "min_keep": 0, "chat_format": "Content-only",
-           "reasoning_format": reasoning_format, "reasoning_in_content": False, "generation_prompt": "",
-           "speculative.types": "none", "timings_per_token": False, "post_sampling_probs": False,
-           "backend_sampling": False, "lora": [{"id": i, "scale": scale} for i, scale in lora]}  # fmt: skip
+    out = {
+        **params,
+        "max_tokens": n_predict,
+        "n_predict": n_predict,
+        "n_keep": n_keep,
+        "n_discard": 0,
+        "ignore_eos": ignore_eos,
+        "stream": stream,
+        "min_keep": 0,
+        "chat_format": "Content-only",
+        "reasoning_format": reasoning_format,
+        "reasoning_in_content": False,
+        "generation_prompt": "",
+        "speculative.types": "none",
+        "timings_per_token": False,
+        "post_sampling_probs": False,
+        "backend_sampling": False,
+        "lora": [{"id": i, "scale": scale} for i, scale in lora],
+    }
     if whole:  # -inf (ignore_eos) is null in JSON, as nlohmann writes it
         out["logit_bias"] = [{"bias": b if math.isfinite(b) else None, "token": t} for t, b in logit_bias]
         out.update(grammar_lazy=False, grammar_triggers=[], preserved_tokens=[])
@@ -181,8 +195,9 @@ def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> 
 
     llm = front.llm
     params = {**SamplingParams().to_json(), "stop": [], **shown(opts.sampling_defaults)}
-    params = generation_settings(params, n_predict=int(params.pop("n_predict", -1)), whole=False,
-                                 reasoning_format=front.reasoning_format)  # fmt: skip
+    params = generation_settings(
+        params, n_predict=int(params.pop("n_predict", -1)), whole=False, reasoning_format=front.reasoning_format
+    )
     source = getattr(front.renderer(), "source", "")
     return {
         "default_generation_settings": {"params": params, "n_ctx": llm.n_ctx},
@@ -294,8 +309,15 @@ def native_chunks(chunks: Iterator[dict[str, Any]], req: dict[str, Any]) -> Iter
         choice = (chunk.get("choices") or [{}])[0]
         if choice.get("finish_reason") is None:
             n += 1
-            part = {"index": 0, "content": choice.get("text", ""), "tokens": [], "stop": False, "id_slot": -1,
-                    "tokens_predicted": n, "tokens_evaluated": int(req.get("n_prompt", 0))}  # fmt: skip
+            part = {
+                "index": 0,
+                "content": choice.get("text", ""),
+                "tokens": [],
+                "stop": False,
+                "id_slot": -1,
+                "tokens_predicted": n,
+                "tokens_evaluated": int(req.get("n_prompt", 0)),
+            }
             probs = req.get("probs") or []
             if len(probs) > seen:  # the tokens of this chunk
                 part["completion_probabilities"], seen = probs[seen:], len(probs)

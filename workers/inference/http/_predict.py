@@ -21,9 +21,24 @@ from workers.inference.http._errors import ApiError, answer_for
 MAX_INSTANCES = 128
 # The worker's POST routes; an alias both forms share goes to the OpenAI one (/v1), listed first
 # (llama-server's alias table is an unordered map, so which one it picks is unspecified).
-PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/rerank", "/v1/reranking",
-         "/chat/completions", "/completions", "/completion", "/infill", "/embeddings", "/embedding", "/rerank",
-         "/reranking", "/tokenize", "/detokenize", "/apply-template")  # fmt: skip
+PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/rerank",
+    "/v1/reranking",
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/infill",
+    "/embeddings",
+    "/embedding",
+    "/rerank",
+    "/reranking",
+    "/tokenize",
+    "/detokenize",
+    "/apply-template",
+)
 
 
 def gcp_format(path: str) -> str:

@@ -202,8 +202,14 @@ def chat_request(body: dict[str, Any], model_name: str, *, media: bool = False) 
     kwargs["messages"] = [normalize_message(i, m, files) for i, m in enumerate(messages)]
     if files:
         kwargs["media"] = files
-    for key in ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_format",
-                "add_generation_prompt"):  # fmt: skip
+    for key in (
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "chat_template_kwargs",
+        "reasoning_format",
+        "add_generation_prompt",
+    ):
         if body.get(key) is not None:
             kwargs[key] = body[key]
     if body.get("functions") is not None and "tools" not in kwargs:  # OpenAI's older names for the same

@@ -93,8 +93,12 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(400, "'input' is required")
     if body.get("previous_response_id"):
         raise ApiError(400, "llama.cpp does not support 'previous_response_id'.")
-    chat = {k: v for k, v in body.items() if k not in ("input", "instructions", "tools", "max_output_tokens",
-                                                        "reasoning", "store", "previous_response_id")}  # fmt: skip
+    chat = {
+        k: v
+        for k, v in body.items()
+        if k
+        not in ("input", "instructions", "tools", "max_output_tokens", "reasoning", "store", "previous_response_id")
+    }
     messages: list[dict[str, Any]] = []
     if body.get("instructions") is not None:
         messages.append({"role": "system", "content": str(body["instructions"])})
@@ -111,8 +115,11 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if tools is not None:
         if not isinstance(tools, list):
             raise ApiError(400, "'tools' must be an array of objects")
-        fns = [{k: v for k, v in t.items() if k != "type"} for t in tools if isinstance(t, dict)
-               and t.get("type") == "function"]  # fmt: skip
+        fns = [
+            {k: v for k, v in t.items() if k != "type"}
+            for t in tools
+            if isinstance(t, dict) and t.get("type") == "function"
+        ]
         if fns:
             chat["tools"] = [{"type": "function", "function": fn} for fn in fns]
     choice = body.get("tool_choice")
@@ -125,8 +132,12 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
 
 def _usage(run: ChatRun) -> dict[str, Any]:
     n = run.n_predicted
-    return {"input_tokens": run.n_prompt, "output_tokens": n, "total_tokens": run.n_prompt + n,
-            "input_tokens_details": {"cached_tokens": run.n_cached}}  # fmt: skip
+    return {
+        "input_tokens": run.n_prompt,
+        "output_tokens": n,
+        "total_tokens": run.n_prompt + n,
+        "input_tokens_details": {"cached_tokens": run.n_cached},
+    }
 
 
 class Response:
@@ -143,20 +154,43 @@ class Response:
         out: list[dict[str, Any]] = []
         if msg.reasoning_content:
             text = {"type": "reasoning_text", "text": msg.reasoning_content}
-            out.append({"id": self._rs_id, "type": "reasoning", "summary": [], "content": [text],
-                        "encrypted_content": "", "status": status})  # fmt: skip
+            out.append(
+                {
+                    "id": self._rs_id,
+                    "type": "reasoning",
+                    "summary": [],
+                    "content": [text],
+                    "encrypted_content": "",
+                    "status": status,
+                }
+            )
         if msg.content:
             part = {"type": "output_text", "annotations": [], "logprobs": [], "text": msg.content}
-            out.append({"id": self._msg_id, "type": "message", "role": "assistant", "status": status,
-                        "content": [part]})  # fmt: skip
+            out.append(
+                {"id": self._msg_id, "type": "message", "role": "assistant", "status": status, "content": [part]}
+            )
         for call in msg.tool_calls:
-            out.append({"id": f"fc_{call.id}", "type": "function_call", "status": status,
-                        "arguments": call.arguments, "call_id": call.id, "name": call.name})  # fmt: skip
+            out.append(
+                {
+                    "id": f"fc_{call.id}",
+                    "type": "function_call",
+                    "status": status,
+                    "arguments": call.arguments,
+                    "call_id": call.id,
+                    "name": call.name,
+                }
+            )
         return out
 
     def _response(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
-        out = {"id": self.id, "object": "response", "created_at": self.created, "status": status,
-               "model": self.model, "output": output}  # fmt: skip
+        out = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "model": self.model,
+            "output": output,
+        }
         if status == "completed":
             out.update(completed_at=int(time.time()), usage=_usage(self.run))
         return out
@@ -183,8 +217,12 @@ class Response:
                 yield self._event("response.output_text.done", text=text, **ids)
                 yield self._event("response.content_part.done", part=item["content"][0], **ids)
             elif item["type"] == "function_call":
-                yield self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                                  arguments=item["arguments"])  # fmt: skip
+                yield self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=item["arguments"],
+                )
             yield self._event("response.output_item.done", item=item, output_index=index)
         completed = self._event("response.completed", response=self._response("completed", output))
         completed.data["timings"] = self.run.result.get("timings", {})
@@ -197,28 +235,64 @@ class Response:
     def _delta(self, d: Delta, items: list[str]) -> Iterator[SseEvent]:
         if d.reasoning_content:
             if "reasoning" not in items:
-                item = {"id": self._rs_id, "type": "reasoning", "summary": [], "content": [],
-                        "encrypted_content": "", "status": "in_progress"}  # fmt: skip
+                item = {
+                    "id": self._rs_id,
+                    "type": "reasoning",
+                    "summary": [],
+                    "content": [],
+                    "encrypted_content": "",
+                    "status": "in_progress",
+                }
                 yield self._added("reasoning", item, items)
-            yield self._event("response.reasoning_text.delta", delta=d.reasoning_content, item_id=self._rs_id,
-                              output_index=items.index("reasoning"), content_index=0)  # fmt: skip
+            yield self._event(
+                "response.reasoning_text.delta",
+                delta=d.reasoning_content,
+                item_id=self._rs_id,
+                output_index=items.index("reasoning"),
+                content_index=0,
+            )
         if d.content:
             if "message" not in items:
-                item = {"id": self._msg_id, "type": "message", "role": "assistant", "status": "in_progress",
-                        "content": []}  # fmt: skip
+                item = {
+                    "id": self._msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "in_progress",
+                    "content": [],
+                }
                 yield self._added("message", item, items)
                 part = {"type": "output_text", "text": "", "annotations": []}
-                yield self._event("response.content_part.added", item_id=self._msg_id, output_index=len(items) - 1,
-                                  content_index=0, part=part)  # fmt: skip
-            yield self._event("response.output_text.delta", delta=d.content, item_id=self._msg_id,
-                              output_index=items.index("message"), content_index=0)  # fmt: skip
+                yield self._event(
+                    "response.content_part.added",
+                    item_id=self._msg_id,
+                    output_index=len(items) - 1,
+                    content_index=0,
+                    part=part,
+                )
+            yield self._event(
+                "response.output_text.delta",
+                delta=d.content,
+                item_id=self._msg_id,
+                output_index=items.index("message"),
+                content_index=0,
+            )
         if d.tool_index >= 0:
             call = self.run.message.tool_calls[d.tool_index]
             key = f"fc_{call.id}"
             if key not in items:
-                item = {"id": key, "type": "function_call", "status": "in_progress", "arguments": "",
-                        "call_id": call.id, "name": call.name}  # fmt: skip
+                item = {
+                    "id": key,
+                    "type": "function_call",
+                    "status": "in_progress",
+                    "arguments": "",
+                    "call_id": call.id,
+                    "name": call.name,
+                }
                 yield self._added(key, item, items)
             if d.tool_arguments:
-                yield self._event("response.function_call_arguments.delta", delta=d.tool_arguments, item_id=key,
-                                  output_index=items.index(key))  # fmt: skip
+                yield self._event(
+                    "response.function_call_arguments.delta",
+                    delta=d.tool_arguments,
+                    item_id=key,
+                    output_index=items.index(key),
+                )

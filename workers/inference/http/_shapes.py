@@ -40,8 +40,12 @@ class CompletionShaper:
 
     def _usage(self, timings: dict[str, Any]) -> dict[str, Any]:
         n = int(timings.get("predicted_n", 0))
-        return {"prompt_tokens": self.n_prompt, "completion_tokens": n, "total_tokens": self.n_prompt + n,
-                "prompt_tokens_details": {"cached_tokens": int(timings.get("cache_n", 0))}}  # fmt: skip
+        return {
+            "prompt_tokens": self.n_prompt,
+            "completion_tokens": n,
+            "total_tokens": self.n_prompt + n,
+            "prompt_tokens_details": {"cached_tokens": int(timings.get("cache_n", 0))},
+        }
 
     def _logprobs(self, lp: tuple[int, float, list[int], list[float]] | None, text_len: int) -> dict[str, Any] | None:
         if lp is None:
@@ -50,13 +54,20 @@ class CompletionShaper:
         token_str = self.llm.piece(token).decode("utf-8", errors="ignore")
         tops = {self.llm.piece(t).decode("utf-8", errors="ignore"): v for t, v in zip(top, top_lp, strict=True)}
         tops[token_str] = chosen
-        entry = {**self._native(token, chosen), "top_logprobs": [
-            self._native(t, v) for t, v in zip(top, top_lp, strict=True)]}  # fmt: skip
+        entry = {
+            **self._native(token, chosen),
+            "top_logprobs": [self._native(t, v) for t, v in zip(top, top_lp, strict=True)],
+        }
         if self.native_probs is not None:
             self.native_probs.append(entry)
         # OpenAI's legacy fields (what its clients parse) and llama-server's ``content`` entries
-        out = {"tokens": [token_str], "text_offset": [self._offset], "token_logprobs": [chosen], "top_logprobs": [tops],
-               "content": [entry]}  # fmt: skip
+        out = {
+            "tokens": [token_str],
+            "text_offset": [self._offset],
+            "token_logprobs": [chosen],
+            "top_logprobs": [tops],
+            "content": [entry],
+        }
         self._offset += text_len
         return out
 

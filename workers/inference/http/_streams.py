@@ -139,10 +139,15 @@ class Sessions:
             s for rid in wanted for s in live if s.conversation_id == rid or s.conversation_id.startswith(rid + "::")
         ]
         return [
-            {"conversation_id": s.conversation_id, "is_done": s.done, "total_bytes": s.total,
-             "started_at": s.started_at, "completed_at": s.completed_at}
+            {
+                "conversation_id": s.conversation_id,
+                "is_done": s.done,
+                "total_bytes": s.total,
+                "started_at": s.started_at,
+                "completed_at": s.completed_at,
+            }
             for s in found
-        ]  # fmt: skip
+        ]
 
 
 def _conv_id(path: str) -> str:

@@ -29,10 +29,20 @@ DEFAULTS = {
     "supports_tools": True,
     "supports_typed_content": False,
 }
-_PRESERVE = {"preserve_thinking": True, "clear_thinking": False, "truncate_history_thinking": False,
-             "drop_thinking": False}  # fmt: skip
-_TOOL = {"type": "function", "function": {"name": "TOOL_MARKER", "description": "Tool description", "parameters": {
-    "type": "object", "properties": {"arg": {"type": "string"}}, "required": ["arg"]}}}  # fmt: skip
+_PRESERVE = {
+    "preserve_thinking": True,
+    "clear_thinking": False,
+    "truncate_history_thinking": False,
+    "drop_thinking": False,
+}
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "TOOL_MARKER",
+        "description": "Tool description",
+        "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}, "required": ["arg"]},
+    },
+}
 
 
 def _user(content: Any) -> dict[str, Any]:
@@ -45,9 +55,13 @@ def _call(name: str, arguments: Any) -> dict[str, Any]:
 
 def _calls(*calls: dict[str, Any]) -> list[dict[str, Any]]:
     """A chat whose assistant turn makes ``calls``, answered, then a new user turn."""
-    return [_user("User message"), {"role": "assistant", "content": "", "tool_calls": list(calls)},
-            {"role": "tool", "content": "Tool response", "tool_call_id": calls[0]["id"]},
-            {"role": "assistant", "content": "Done"}, _user("User message")]  # fmt: skip
+    return [
+        _user("User message"),
+        {"role": "assistant", "content": "", "tool_calls": list(calls)},
+        {"role": "tool", "content": "Tool response", "tool_call_id": calls[0]["id"]},
+        {"role": "assistant", "content": "Done"},
+        _user("User message"),
+    ]
 
 
 @functools.cache
@@ -79,14 +93,22 @@ def template_caps(source: str) -> dict[str, bool]:
 
     probe("supports_string_content", lambda t: "STRING_MARKER" in t, [_user("STRING_MARKER")])
     probe("supports_typed_content", lambda t: "TYPED_MARKER" in t, [_user([{"type": "text", "text": "TYPED_MARKER"}])])
-    probe("supports_system_role", lambda t: "SYSTEM_MARKER" in t,
-          [{"role": "system", "content": "SYSTEM_MARKER"}, _user("User message")])  # fmt: skip
+    probe(
+        "supports_system_role",
+        lambda t: "SYSTEM_MARKER" in t,
+        [{"role": "system", "content": "SYSTEM_MARKER"}, _user("User message")],
+    )
     probe("supports_tools", lambda t: "TOOL_MARKER" in t, [_user("User message")], tools=[_TOOL])
-    probe("supports_tool_calls", lambda t: "CALL_MARKER" in t, _calls(_call("CALL_MARKER", '{"arg": "v"}')),
-          tools=[_TOOL])  # fmt: skip
+    probe(
+        "supports_tool_calls", lambda t: "CALL_MARKER" in t, _calls(_call("CALL_MARKER", '{"arg": "v"}')), tools=[_TOOL]
+    )
     if caps["supports_tool_calls"]:
-        probe("supports_object_arguments", lambda t: "ARG_MARKER" in t,
-              _calls(_call("CALL_MARKER", {"arg": "ARG_MARKER"})), tools=[_TOOL])  # fmt: skip
+        probe(
+            "supports_object_arguments",
+            lambda t: "ARG_MARKER" in t,
+            _calls(_call("CALL_MARKER", {"arg": "ARG_MARKER"})),
+            tools=[_TOOL],
+        )
         probe(
             "supports_parallel_tool_calls",
             lambda t: "FIRST_CALL" in t and "SECOND_CALL" in t,
@@ -95,8 +117,11 @@ def template_caps(source: str) -> dict[str, bool]:
         )
     else:
         caps["supports_parallel_tool_calls"] = False
-    reasoned = [_user("User message"), {"role": "assistant", "content": "Answer", "reasoning_content": "THINK_MARKER"},
-                _user("User message")]  # fmt: skip
+    reasoned = [
+        _user("User message"),
+        {"role": "assistant", "content": "Answer", "reasoning_content": "THINK_MARKER"},
+        _user("User message"),
+    ]
     probe("supports_preserve_reasoning", lambda t: "THINK_MARKER" in t, reasoned, **_PRESERVE)
     caps["supports_reasoning_effort"] = bool({"reasoning_effort", "reasoning_strength"} & names)
     return caps

@@ -91,9 +91,13 @@ class Transcription:
 
     def _done(self, text: str) -> dict[str, Any]:
         run = self.run
-        usage = {"type": "tokens", "input_tokens": run.n_prompt, "output_tokens": run.n_predicted,
-                 "total_tokens": run.n_prompt + run.n_predicted,
-                 "input_tokens_details": {"cached_tokens": run.n_cached}}  # fmt: skip
+        usage = {
+            "type": "tokens",
+            "input_tokens": run.n_prompt,
+            "output_tokens": run.n_predicted,
+            "total_tokens": run.n_prompt + run.n_predicted,
+            "input_tokens_details": {"cached_tokens": run.n_cached},
+        }
         return {"type": "transcript.text.done", "text": text, "usage": usage}
 
     def whole(self) -> dict[str, Any]:

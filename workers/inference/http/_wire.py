@@ -14,10 +14,12 @@ from typing import Any
 
 from workers.inference.http._errors import ApiError
 
-SSE_HEAD = b"".join((
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n",
-    b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n",
-))  # fmt: skip
+SSE_HEAD = b"".join(
+    (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n",
+        b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n",
+    )
+)
 
 
 def json_bytes(obj: Any) -> bytes:

@@ -121,8 +121,16 @@ def load_model(
 
     restore, keepalive = _with_progress_callback(progress)
     log.mark()
-    kwargs = _llama_kwargs(info, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads_batch, n_batch=n_batch,
-                           embedding=embedding, chat_format=chat_format, seed=seed)  # fmt: skip
+    kwargs = _llama_kwargs(
+        info,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_threads_batch=n_threads_batch,
+        n_batch=n_batch,
+        embedding=embedding,
+        chat_format=chat_format,
+        seed=seed,
+    )
     try:
         llm = llama_cpp.Llama(model_path, **kwargs)
     except MemoryError as exc:
@@ -147,8 +155,17 @@ def load_model(
     )
 
 
-def _llama_kwargs(info: GGUFInfo, *, n_ctx: int, n_threads: int, n_threads_batch: int, n_batch: int,
-                  embedding: bool, chat_format: str | None, seed: int | None) -> dict[str, Any]:  # fmt: skip
+def _llama_kwargs(
+    info: GGUFInfo,
+    *,
+    n_ctx: int,
+    n_threads: int,
+    n_threads_batch: int,
+    n_batch: int,
+    embedding: bool,
+    chat_format: str | None,
+    seed: int | None,
+) -> dict[str, Any]:
     """``llama_cpp.Llama``'s keyword arguments for this model and these settings."""
     import llama_cpp
 

@@ -207,9 +207,17 @@ class LlamaModel:
         """
         pooling = self.second_context_pooling()
         n = max(self.cfg.n_batch, self.cfg.n_parallel)
-        cfg = ContextConfig(n_ctx=n, n_parallel=self.cfg.n_parallel, n_batch=n, n_threads=self.cfg.n_threads,
-                            n_threads_batch=self.cfg.n_threads_batch, warmup=False, embedding=True,
-                            pooling=pooling, kv_unified=True)  # fmt: skip
+        cfg = ContextConfig(
+            n_ctx=n,
+            n_parallel=self.cfg.n_parallel,
+            n_batch=n,
+            n_threads=self.cfg.n_threads,
+            n_threads_batch=self.cfg.n_threads_batch,
+            warmup=False,
+            embedding=True,
+            pooling=pooling,
+            kv_unified=True,
+        )
         p = self.lc.llama_context_default_params()
         p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = n, n, n, min(max(1, cfg.n_parallel), MAX_SLOTS)
         p.n_threads, p.n_threads_batch = cfg.n_threads, cfg.n_threads_batch

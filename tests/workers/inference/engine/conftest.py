@@ -14,7 +14,8 @@ from workers.inference.llama import ContextConfig, LlamaLog, LlamaModel, load_ll
 def tiny_llm(tiny_gguf: Path) -> Iterator[LlamaModel]:
     log = LlamaLog(lambda level, text: None)
     log.install()
-    llm = load_llama(str(tiny_gguf), ContextConfig(n_ctx=128, n_parallel=1, warmup=False), log=log,
-                     on_progress=lambda p: True).llm  # fmt: skip
+    llm = load_llama(
+        str(tiny_gguf), ContextConfig(n_ctx=128, n_parallel=1, warmup=False), log=log, on_progress=lambda p: True
+    ).llm
     yield llm
     llm.close()

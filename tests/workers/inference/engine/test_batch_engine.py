@@ -275,8 +275,13 @@ class TestSamplingAndFormats:
         """llama-cpp-python's chat handler turns a named tool_choice into a grammar and tool_calls."""
         params = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}
         tools = [{"type": "function", "function": {"name": "get_weather", "parameters": params}}]
-        body = {"messages": [{"role": "user", "content": "weather?"}], "tools": tools, "max_tokens": 200,
-                "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "seed": 1}  # fmt: skip
+        body = {
+            "messages": [{"role": "user", "content": "weather?"}],
+            "tools": tools,
+            "max_tokens": 200,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "seed": 1,
+        }
         choice = httpx.post(f"{engine_worker.endpoint}/v1/chat/completions", json=body, timeout=60).json()["choices"][0]
         assert choice["finish_reason"] == "tool_calls"
         call = choice["message"]["tool_calls"][0]["function"]

@@ -51,11 +51,16 @@ def _first_logprobs(answer: dict[str, Any]) -> list[float]:
     return [t["logprob"] for t in answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]]
 
 
-def _transcribe(url: str, route: str = "/v1/audio/transcriptions", status: int = 200, *,
-                file: bytes | None = TONE, **fields: str) -> httpx.Response:  # fmt: skip
+def _transcribe(
+    url: str, route: str = "/v1/audio/transcriptions", status: int = 200, *, file: bytes | None = TONE, **fields: str
+) -> httpx.Response:
     files = {"file": ("sound.wav", file, "audio/wav")} if file is not None else None
-    answer = httpx.post(url + route, data={"model": "whisper-1", "max_tokens": "3", "temperature": "0", **fields},
-                        files=files, timeout=60)  # fmt: skip
+    answer = httpx.post(
+        url + route,
+        data={"model": "whisper-1", "max_tokens": "3", "temperature": "0", **fields},
+        files=files,
+        timeout=60,
+    )
     assert answer.status_code == status, answer.text
     return answer
 
@@ -86,8 +91,9 @@ def test_completion_multimodal_data_takes_audio(worker: WorkerProc) -> None:
 
     def complete(text: str, *files: bytes) -> dict[str, Any]:
         prompt = {"prompt_string": text, "multimodal_data": [base64.b64encode(f).decode() for f in files]}
-        answer = httpx.post(url + "/completion", json={"prompt": prompt, "n_predict": 2, "cache_prompt": False},
-                            timeout=60)  # fmt: skip
+        answer = httpx.post(
+            url + "/completion", json={"prompt": prompt, "n_predict": 2, "cache_prompt": False}, timeout=60
+        )
         assert answer.status_code == 200, answer.text
         result: dict[str, Any] = answer.json()
         return result
@@ -109,8 +115,10 @@ def test_what_the_projector_cannot_take_gets_llama_servers_400(worker: WorkerPro
         return str(error["message"])
 
     hint = " input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(
-        png_bytes(8, 8, (9, 9, 9))).decode()}}  # fmt: skip
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(png_bytes(8, 8, (9, 9, 9))).decode()},
+    }
     assert refused(image) == "image" + hint
     for kind in ("video_url", "input_video"):
         assert refused({"type": kind, kind: {"url": "data:video/mp4;base64,AAAA"}}) == "video" + hint
@@ -145,9 +153,13 @@ def test_transcriptions_answer_openais_shape(worker: WorkerProc) -> None:
 def test_a_streamed_transcription_sends_deltas_then_the_whole_text(worker: WorkerProc) -> None:
     """``stream=true`` (a form field, a string): ``transcript.text.delta`` events, the
     ``transcript.text.done`` answer, then ``[DONE]``, as llama-server streams them."""
-    with httpx.stream("POST", worker.endpoint + "/v1/audio/transcriptions", timeout=60,
-                      data={"stream": "true", "max_tokens": "3", "temperature": "0"},
-                      files={"file": ("a.wav", TONE, "audio/wav")}) as answer:  # fmt: skip
+    with httpx.stream(
+        "POST",
+        worker.endpoint + "/v1/audio/transcriptions",
+        timeout=60,
+        data={"stream": "true", "max_tokens": "3", "temperature": "0"},
+        files={"file": ("a.wav", TONE, "audio/wav")},
+    ) as answer:
         assert answer.status_code == 200 and answer.headers["content-type"] == "text/event-stream"
         lines = [line[len("data: ") :] for line in answer.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "[DONE]"

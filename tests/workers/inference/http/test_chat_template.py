@@ -34,8 +34,9 @@ CHATML_TEXT = (
 def _load(path: Path) -> LlamaModel:
     log = LlamaLog(lambda level, text: None)
     log.install()
-    return load_llama(str(path), ContextConfig(n_ctx=128, n_parallel=1, warmup=False), log=log,
-                      on_progress=lambda p: True).llm  # fmt: skip
+    return load_llama(
+        str(path), ContextConfig(n_ctx=128, n_parallel=1, warmup=False), log=log, on_progress=lambda p: True
+    ).llm
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,9 @@ def start(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., st
         events, stderr_path = tmp / "events.jsonl", tmp / "stderr.log"
         with stderr_path.open("wb") as err:
             cmd = worker_command(model, instance_id=f"e{len(started)}", events=events, extra=list(flags))
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
-                                    cwd=REPO_ROOT, env=worker_env())  # fmt: skip
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO_ROOT, env=worker_env()
+            )
         w = WorkerProc(proc, events, stderr_path, f"e{len(started)}")
         started.append(w)
         return w.wait_ready()

@@ -70,8 +70,7 @@ def test_an_image_is_evaluated_and_counted_as_llama_server_counts_it(worker: Wor
     again = _chat(url, _image(RED), cache_prompt=False, logprobs=True, top_logprobs=3)
     assert again["choices"][0]["message"]["content"] == red["choices"][0]["message"]["content"]
     assert _first_logprobs(again) == _first_logprobs(red)
-    assert httpx.get(url + "/props", timeout=30).json()["modalities"] == {"vision": True, "video": True,
-                                                                          "audio": False}  # fmt: skip
+    assert httpx.get(url + "/props", timeout=30).json()["modalities"] == {"vision": True, "video": True, "audio": False}
 
 
 def test_completion_multimodal_data_with_the_props_marker(worker: WorkerProc) -> None:
@@ -84,8 +83,9 @@ def test_completion_multimodal_data_with_the_props_marker(worker: WorkerProc) ->
 
     def complete(text: str, *files: bytes, status: int = 200) -> dict[str, Any]:
         prompt = {"prompt_string": text, "multimodal_data": [base64.b64encode(f).decode() for f in files]}
-        answer = httpx.post(url + "/completion", json={"prompt": prompt, "n_predict": 2, "cache_prompt": False},
-                            timeout=60)  # fmt: skip
+        answer = httpx.post(
+            url + "/completion", json={"prompt": prompt, "n_predict": 2, "cache_prompt": False}, timeout=60
+        )
         assert answer.status_code == status, answer.text
         result: dict[str, Any] = answer.json()
         return result
@@ -140,10 +140,13 @@ def test_an_http_image_url_is_downloaded_as_llama_server_does(worker: WorkerProc
     answer its data URI gives; a URL that fails is llama-server's "Failed to download image"."""
     (tmp_path / "red.png").write_bytes(RED)
     with serving(tmp_path) as base:
-        fetched = _chat(worker.endpoint, {"type": "image_url", "image_url": {"url": f"{base}/red.png"}},
-                        logprobs=True, top_logprobs=3)  # fmt: skip
-        missing = _chat(worker.endpoint, {"type": "image_url", "image_url": {"url": f"{base}/gone.png"}},
-                        status=400)  # fmt: skip
+        fetched = _chat(
+            worker.endpoint,
+            {"type": "image_url", "image_url": {"url": f"{base}/red.png"}},
+            logprobs=True,
+            top_logprobs=3,
+        )
+        missing = _chat(worker.endpoint, {"type": "image_url", "image_url": {"url": f"{base}/gone.png"}}, status=400)
     inline = _chat(worker.endpoint, _image(RED), logprobs=True, top_logprobs=3)
     assert _first_logprobs(fetched) == _first_logprobs(inline)
     assert missing["error"]["message"] == "Failed to download image"
@@ -158,8 +161,13 @@ def test_an_image_chat_runs_while_another_slot_streams_text(worker: WorkerProc) 
     started, stop = threading.Event(), threading.Event()
 
     def stream() -> None:
-        body = {"messages": [{"role": "user", "content": "go on"}], "max_tokens": 1500, "temperature": 0,
-                "ignore_eos": True, "stream": True}  # fmt: skip
+        body = {
+            "messages": [{"role": "user", "content": "go on"}],
+            "max_tokens": 1500,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+        }
         with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as answer:
             for line in answer.iter_lines():
                 if line.startswith("data: {"):
@@ -196,8 +204,9 @@ def test_anthropic_image_blocks_are_evaluated(worker: WorkerProc) -> None:
     source = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(RED).decode()}
     assert tokens({"type": "image", "source": source}) == tokens() + N_IMAGE
     content = [{"type": "text", "text": "hi"}, {"type": "image", "source": source}]
-    counted = httpx.post(url + "/v1/messages/count_tokens", json={"messages": [{"role": "user", "content": content}]},
-                         timeout=60)  # fmt: skip
+    counted = httpx.post(
+        url + "/v1/messages/count_tokens", json={"messages": [{"role": "user", "content": content}]}, timeout=60
+    )
     assert counted.status_code == 200, counted.text
     assert counted.json()["input_tokens"] == tokens({"type": "image", "source": source})
 

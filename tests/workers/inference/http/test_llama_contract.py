@@ -20,15 +20,56 @@ from workers.inference.http._template_caps import DEFAULTS, template_caps
 CHAT = [{"role": "user", "content": "hi"}]
 # llama-server's task_params::to_json keys (a request's generation_settings)
 SETTINGS = {
-    "seed", "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p", "top_n_sigma",
-    "xtc_probability", "xtc_threshold", "typical_p", "repeat_last_n", "repeat_penalty", "presence_penalty",
-    "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
-    "dry_sequence_breakers", "mirostat", "mirostat_tau", "mirostat_eta", "adaptive_target", "adaptive_decay", "stop",
-    "max_tokens", "n_predict", "n_keep", "n_discard", "ignore_eos", "stream", "logit_bias", "n_probs", "min_keep",
-    "grammar", "grammar_lazy", "grammar_triggers", "preserved_tokens", "chat_format", "reasoning_format",
-    "reasoning_in_content", "generation_prompt", "samplers", "speculative.types", "timings_per_token",
-    "post_sampling_probs", "backend_sampling", "lora",
-}  # fmt: skip
+    "seed",
+    "temperature",
+    "dynatemp_range",
+    "dynatemp_exponent",
+    "top_k",
+    "top_p",
+    "min_p",
+    "top_n_sigma",
+    "xtc_probability",
+    "xtc_threshold",
+    "typical_p",
+    "repeat_last_n",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "adaptive_target",
+    "adaptive_decay",
+    "stop",
+    "max_tokens",
+    "n_predict",
+    "n_keep",
+    "n_discard",
+    "ignore_eos",
+    "stream",
+    "logit_bias",
+    "n_probs",
+    "min_keep",
+    "grammar",
+    "grammar_lazy",
+    "grammar_triggers",
+    "preserved_tokens",
+    "chat_format",
+    "reasoning_format",
+    "reasoning_in_content",
+    "generation_prompt",
+    "samplers",
+    "speculative.types",
+    "timings_per_token",
+    "post_sampling_probs",
+    "backend_sampling",
+    "lora",
+}
 
 
 def _post(url: str, path: str, **body: Any) -> Any:
@@ -59,8 +100,9 @@ def test_openai_objects_carry_the_fingerprint_and_usage_details(ready_worker: Wo
     assert last["usage"]["completion_tokens"] == 3 and "prompt_tokens_details" in last["usage"]
     chat = _post(url, "/v1/chat/completions", messages=CHAT, max_tokens=2)
     assert chat["system_fingerprint"] == props["build_info"]
-    chat_chunks = _stream(url, "/v1/chat/completions", messages=CHAT, max_tokens=2,
-                          stream_options={"include_usage": True})  # fmt: skip
+    chat_chunks = _stream(
+        url, "/v1/chat/completions", messages=CHAT, max_tokens=2, stream_options={"include_usage": True}
+    )
     assert all(c["system_fingerprint"] == props["build_info"] for c in chat_chunks)
 
 
@@ -98,8 +140,20 @@ def test_generation_settings_are_llama_servers_whole_set(ready_worker: WorkerPro
     )  # ignore_eos: -inf, null in JSON as nlohmann writes it
     props = httpx.get(f"{url}/props", timeout=30).json()
     params = props["default_generation_settings"]["params"]
-    assert {"max_tokens", "n_keep", "n_discard", "ignore_eos", "stream", "min_keep", "chat_format",
-            "speculative.types", "timings_per_token", "post_sampling_probs", "backend_sampling", "lora"} <= set(params)  # fmt: skip
+    assert {
+        "max_tokens",
+        "n_keep",
+        "n_discard",
+        "ignore_eos",
+        "stream",
+        "min_keep",
+        "chat_format",
+        "speculative.types",
+        "timings_per_token",
+        "post_sampling_probs",
+        "backend_sampling",
+        "lora",
+    } <= set(params)
     assert params["max_tokens"] == -1 and params["chat_format"] == "Content-only"
 
 
@@ -113,8 +167,12 @@ def test_props_names_the_file_type_and_the_templates_capabilities(ready_worker: 
 
 def test_chatml_capabilities_are_what_llama_server_reported() -> None:
     """llama-server's ``chat_template_caps`` for the tiny GGUF's ChatML template (no tools in it)."""
-    assert template_caps(CHATML_TEMPLATE) == {**DEFAULTS, "supports_tools": False, "supports_tool_calls": False,
-                                              "supports_parallel_tool_calls": False}  # fmt: skip
+    assert template_caps(CHATML_TEMPLATE) == {
+        **DEFAULTS,
+        "supports_tools": False,
+        "supports_tool_calls": False,
+        "supports_parallel_tool_calls": False,
+    }
 
 
 def test_a_template_with_tools_typed_content_and_reasoning_effort() -> None:

@@ -134,8 +134,10 @@ def test_n_completions_and_seeds_streamed_or_not(spawn_worker: Any, tiny_gguf: P
     assert {c["text"] for c in many["choices"]} == {whole["choices"][0]["text"]}, "children copy the seed"
     assert many["usage"]["completion_tokens"] == 3 * whole["usage"]["completion_tokens"]
     chunks = _sse(url, "/v1/completions", **body, n=2)
-    texts = ["".join(c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["index"] == i)
-             for i in (0, 1)]  # fmt: skip
+    texts = [
+        "".join(c["choices"][0]["text"] for c in chunks if c["choices"] and c["choices"][0]["index"] == i)
+        for i in (0, 1)
+    ]
     assert texts == [streamed, streamed]
     native = _post(url, "/completion", prompt="once upon", n_predict=4, temperature=0, n_cmpl=2)
     assert isinstance(native, list) and [a["index"] for a in native] == [0, 1]

@@ -56,8 +56,14 @@ def test_a_request_brings_its_own_adapter_scales(spawn_worker: Any, tiny_gguf: P
     # started once the stream runs, has finished; the stream's text is a prefix of what scale 0 gives
     # alone, the other's is its own.
     alone = _with(url, 1.0, 24)["content"]
-    endless = {"prompt": "hello there", "n_predict": -1, "temperature": 0, "ignore_eos": True, "stream": True,
-               "lora": [{"id": 0, "scale": 0.0}]}  # fmt: skip
+    endless = {
+        "prompt": "hello there",
+        "n_predict": -1,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "lora": [{"id": 0, "scale": 0.0}],
+    }
     pieces: list[str] = []
     with ThreadPoolExecutor(1) as pool, httpx.stream("POST", url + "/completion", json=endless, timeout=60) as r:
         lines = (json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: "))

@@ -27,14 +27,16 @@ def test_route_names_and_the_environment() -> None:
 def test_predict_runs_each_instance_as_its_route(spawn_worker: Any, tiny_gguf: Path) -> None:
     url = spawn_worker(tiny_gguf, "-np", "2", env={"AIP_MODE": "PREDICTION"}).wait_ready()
     chat = {"@requestFormat": "chatCompletions", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
-    body = {"instances": [
-        chat,
-        {"@requestFormat": "/v1/completions", "prompt": "once", "max_tokens": 3, "stream": True},
-        {"@requestFormat": "tokenize", "content": "hello"},
-        {"@requestFormat": "noSuchThing"},
-        {"max_tokens": 2},
-        "not an object",
-    ]}  # fmt: skip
+    body = {
+        "instances": [
+            chat,
+            {"@requestFormat": "/v1/completions", "prompt": "once", "max_tokens": 3, "stream": True},
+            {"@requestFormat": "tokenize", "content": "hello"},
+            {"@requestFormat": "noSuchThing"},
+            {"max_tokens": 2},
+            "not an object",
+        ]
+    }
     answer = httpx.post(url + "/predict", json=body, timeout=60)
     assert answer.status_code == 200, answer.text
     first, second, tokens, unknown, unnamed, bad = answer.json()["predictions"]

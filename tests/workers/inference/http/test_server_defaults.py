@@ -22,9 +22,14 @@ def test_a_default_fills_only_what_the_request_leaves_out() -> None:
 
 @pytest.mark.parametrize(
     ("route", "field"),
-    [("/completions", "max_tokens"), ("/chat/completions", "max_tokens"), ("/completion", "n_predict"),
-     ("/infill", "n_predict"), ("/responses", "max_output_tokens")],
-)  # fmt: skip
+    [
+        ("/completions", "max_tokens"),
+        ("/chat/completions", "max_tokens"),
+        ("/completion", "n_predict"),
+        ("/infill", "n_predict"),
+        ("/responses", "max_output_tokens"),
+    ],
+)
 def test_n_predict_becomes_the_routes_own_length_field(route: str, field: str) -> None:
     assert with_defaults({}, DEFAULTS, route)[field] == 7
     for given in ("max_tokens", "max_completion_tokens", "n_predict", "max_output_tokens"):

@@ -57,8 +57,16 @@ def paced(tmp_path_factory: pytest.TempPathFactory, ffmpeg: None) -> Iterator[tu
     bin_dir.mkdir()
     for name in ("ffmpeg", "ffprobe"):
         _wrapper(bin_dir, name)
-    extra = ["--mmproj", str(projector), "--video-fps", "2", "--video-timestamp-interval", "500",
-             "--video-ffmpeg-dir", str(bin_dir)]  # fmt: skip
+    extra = [
+        "--mmproj",
+        str(projector),
+        "--video-fps",
+        "2",
+        "--video-timestamp-interval",
+        "500",
+        "--video-ffmpeg-dir",
+        str(bin_dir),
+    ]
     with started_worker(tmp, model, "video-paced", extra) as w:
         yield w, bin_dir
 
@@ -159,8 +167,13 @@ def test_an_http_video_url_is_downloaded(worker: WorkerProc, clip: bytes, tmp_pa
     data URI's."""
     (tmp_path / "clip.mp4").write_bytes(clip)
     with serving(tmp_path) as base:
-        fetched = _chat(worker.endpoint, {"type": "video_url", "video_url": {"url": f"{base}/clip.mp4"}},
-                        cache_prompt=False, logprobs=True, top_logprobs=3)  # fmt: skip
+        fetched = _chat(
+            worker.endpoint,
+            {"type": "video_url", "video_url": {"url": f"{base}/clip.mp4"}},
+            cache_prompt=False,
+            logprobs=True,
+            top_logprobs=3,
+        )
     inline = _chat(worker.endpoint, _video(clip), cache_prompt=False, logprobs=True, top_logprobs=3)
     assert fetched["usage"]["prompt_tokens"] == inline["usage"]["prompt_tokens"]
     assert _first_logprobs(fetched) == _first_logprobs(inline)

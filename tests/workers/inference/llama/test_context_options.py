@@ -24,9 +24,34 @@ from workers.inference.llama._load import _context_params, model_params
 
 pytest.importorskip("llama_cpp")
 
-FLAGS = ["-ub", "128", "-fa", "off", "-ctk", "q8_0", "-ctv", "q4_0", "--swa-full", "--no-warmup",
-         "--rope-scaling", "yarn", "--rope-freq-base", "50000", "--rope-scale", "4", "--yarn-orig-ctx", "2048",
-         "--yarn-ext-factor", "0.5", "--yarn-attn-factor", "1.5", "--yarn-beta-slow", "2", "--yarn-beta-fast", "16"]  # fmt: skip
+FLAGS = [
+    "-ub",
+    "128",
+    "-fa",
+    "off",
+    "-ctk",
+    "q8_0",
+    "-ctv",
+    "q4_0",
+    "--swa-full",
+    "--no-warmup",
+    "--rope-scaling",
+    "yarn",
+    "--rope-freq-base",
+    "50000",
+    "--rope-scale",
+    "4",
+    "--yarn-orig-ctx",
+    "2048",
+    "--yarn-ext-factor",
+    "0.5",
+    "--yarn-attn-factor",
+    "1.5",
+    "--yarn-beta-slow",
+    "2",
+    "--yarn-beta-fast",
+    "16",
+]
 
 
 def test_the_options_reach_llama_context_params() -> None:
@@ -85,10 +110,12 @@ def test_a_q8_0_kv_cache_holds_a_slot_in_about_half_the_bytes(
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("model", "flags", "words"),
-    [("wide_heads", ("-ctv", "q8_0", "-fa", "off"), "quantized V cache requires flash_attn"),
-     ("tiny_gguf", ("-ctk", "q8_0"), "does not divide n_embd_head_k=16")],
+    [
+        ("wide_heads", ("-ctv", "q8_0", "-fa", "off"), "quantized V cache requires flash_attn"),
+        ("tiny_gguf", ("-ctk", "q8_0"), "does not divide n_embd_head_k=16"),
+    ],
     ids=["v-without-fa", "block-size"],
-)  # fmt: skip
+)
 def test_options_the_context_refuses_fail_the_load_in_llama_cpps_words(
     spawn_worker: Any, request: pytest.FixtureRequest, model: str, flags: tuple[str, ...], words: str
 ) -> None:
@@ -116,9 +143,15 @@ def test_another_rope_base_frequency_changes_the_next_token_probabilities(spawn_
 
 @pytest.mark.parametrize(
     ("flags", "load_mode"),
-    [((), None), (("--load-mode", "dio"), 4), (("--mlock",), 3), (("--no-mmap",), 0), (("--mlock", "--no-mmap"), 2),
-     (("-lm", "mmap", "--no-mmap"), 1)],
-)  # fmt: skip
+    [
+        ((), None),
+        (("--load-mode", "dio"), 4),
+        (("--mlock",), 3),
+        (("--no-mmap",), 0),
+        (("--mlock", "--no-mmap"), 2),
+        (("-lm", "mmap", "--no-mmap"), 1),
+    ],
+)
 def test_load_options_reach_llama_model_params(flags: tuple[str, ...], load_mode: int | None) -> None:
     """``--load-mode`` as llama-server; the older ``--mlock`` and ``--no-mmap`` mean what they meant
     (mmap and mlock together; no mmap), and ``--load-mode`` wins over them."""
@@ -126,8 +159,12 @@ def test_load_options_reach_llama_model_params(flags: tuple[str, ...], load_mode
     cfg = context_config(parse_args(["--model-path", "m.gguf", *flags]))
     p = model_params(lc, cfg.model)
     assert p.load_mode == (lc.llama_model_default_params().load_mode if load_mode is None else load_mode)
-    extra = model_params(lc, context_config(parse_args(["--model-path", "m", "-lzm", "on", "--no-repack",
-                                                            "--no-host", "--check-tensors"])).model)  # fmt: skip
+    extra = model_params(
+        lc,
+        context_config(
+            parse_args(["--model-path", "m", "-lzm", "on", "--no-repack", "--no-host", "--check-tensors"])
+        ).model,
+    )
     assert (extra.lazy_mode, extra.use_extra_bufts, extra.no_host, extra.check_tensors) == (2, False, True, True)
 
 

@@ -37,6 +37,7 @@ def test_loading_the_bindings_sets_the_bound_first() -> None:
     """In a fresh interpreter (libgomp reads its environment once, when it loads)."""
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=120, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [None, OMP_SPIN]
