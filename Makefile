@@ -32,7 +32,7 @@ llama-server: | $(BIN)/python
 	$(LLAMA_BUILD) llama-server
 
 migrate: install
-	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/python -c "from service.settings import Settings; from service.migrate import upgrade; upgrade(Settings.from_env().db_path)"
+	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/python -c "from service.settings import Settings; from service.recovery.migrate import upgrade; upgrade(Settings.from_env().db_path)"
 
 run: migrate
 	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/modelrouter serve

@@ -41,7 +41,7 @@ from service.event_store.codec import TIME_FORMAT
 from service.event_store.postgres.sql import PSYCOPG
 from service.event_store.pragmas import BUSY_TIMEOUT_MS, configure_connection
 from service.event_store.worker_writer import open_writer
-from service.migrate import upgrade, upgrade_url
+from service.recovery.migrate import upgrade, upgrade_url
 
 _INSERT = (
     "INSERT INTO events (event_id, type, schema_version, model, data, source, recorded_at) "

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
-from service.migrate import upgrade_url
+from service.recovery.migrate import upgrade_url
 from service.supervision.ports import free_port
 
 BODY = {"model": "bench-model", "prompt": "The sea is", "max_tokens": 1, "temperature": 0, "seed": 1}

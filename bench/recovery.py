@@ -52,7 +52,7 @@ from service.core.snapshot import FOLD_VERSION
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, dumps, encode, format_time
 from service.event_store.snapshots import save_snapshot_file
-from service.migrate import upgrade
+from service.recovery.migrate import upgrade
 from service.recovery.rebuild import rebuild_state
 
 _INSERT = (
@@ -71,7 +71,7 @@ ENV = {
 SHIM = """
 import sys
 from service import startup
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.recovery.rebuild import rebuild_state
 
 class RebuildingLiveState(LiveState):

@@ -18,7 +18,7 @@ import httpx
 from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
-from service.migrate import upgrade_url
+from service.recovery.migrate import upgrade_url
 from service.supervision.ports import free_port
 
 GiB = 1024**3

@@ -1,6 +1,6 @@
-"""Generate ``service/llama_args.py``: llama-server's options, read from llama.cpp's ``common/arg.cpp``.
+"""Generate ``service/llamacpp/upstream_args.py``: llama-server's options, read from llama.cpp's ``common/arg.cpp``.
 
-    python -m devtools.extract_llama_args [--source DIR] [--output service/llama_args.py] [--check]
+    python -m devtools.extract_llama_args [--source DIR] [--output service/llamacpp/upstream_args.py] [--check]
 
 Why generated: modelrouter must accept exactly the flags llama-server
 accepts (an unknown one is a usage error there too), with their env names and
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from devtools import llama_build
 
-DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "service" / "llama_args.py"
+DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "service" / "llamacpp" / "upstream_args.py"
 _NAMED_EXAMPLE_SETS = {"mmproj_examples": ("mtmd", "server", "cli", "tts")}
 _PRINTF = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?(?:l|ll|z|h)?[diufeEgGxXscp]")
 

@@ -21,7 +21,7 @@ def _run(connection: Connection) -> None:
 
 
 def run_migrations_online() -> None:
-    """Use the connection handed in by ``service.migrate`` if any,
+    """Use the connection handed in by ``service.recovery.migrate`` if any,
     else open one from settings (the ``alembic`` command line)."""
     supplied = config.attributes.get("connection")
     if supplied is not None:

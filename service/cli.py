@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from service import __version__
-from service.llamacpp.cli import add_llama_arguments, env_options, given_options, normalize_argv
+from service.llamacpp.command_line import add_llama_arguments, env_options, given_options, normalize_argv
 from service.llamacpp.router_args import UsageError, llama_cache_dir, router_args
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def _serve(args: argparse.Namespace) -> int:
     # not see it. The workers get the environment as it was (Settings.environment).
     if settings.offline:
         os.environ.pop("HF_HUB_OFFLINE", None)
-    from service.binding import BindError, listening_sockets
+    from service.outside.binding import BindError, listening_sockets
 
     try:
         sockets = listening_sockets(settings.hosts, settings.port)
@@ -108,7 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
     import structlog
     import uvicorn
 
-    from service.api import create_app
+    from service.app import create_app
 
     log = structlog.get_logger("modelrouter.cli")
     for warning in warnings:
@@ -137,7 +137,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _start_logging(settings: Settings) -> bool:
     """The service's log as llama-server's log flags ask; False (said on stderr) when ``--log-file``
     cannot be opened (a missing directory, no permission)."""
-    from service.logging_config import configure_logging
+    from service.outside.logging_config import configure_logging
 
     try:
         configure_logging(

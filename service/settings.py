@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from service.core.flags import parse_bool
+from service.core.booleans import parse_bool
 from service.core.liveness import DEFAULT_HANG_TIMEOUT
 from service.core.memory import parse_margin
 from service.event_store.urls import check_url, is_postgres, redacted, sqlite_path, without_password
@@ -50,7 +50,7 @@ class Settings:
     models_dir: Path | None = None
     """Optional directory of local GGUF files (MODELROUTER_MODELS_DIR)."""
     presets: Path | None = None
-    """Optional INI file of per-model settings (MODELROUTER_PRESETS); see service/presets.py."""
+    """Optional INI file of per-model settings (MODELROUTER_PRESETS); see service/llamacpp/presets.py."""
     hf_endpoint: str = "https://huggingface.co"
     """Hub endpoint (HF_ENDPOINT)."""
     hf_token: str | None = None

@@ -21,6 +21,8 @@ import httpx
 import structlog
 
 from service import __version__
+from service.api.metrics import Gauges, RouterMetrics
+from service.api.parts import ServiceParts
 from service.catalogue.hf_source import HfSourceError
 from service.catalogue.sources import Catalogue, command_line_model
 from service.cluster.lost_nodes import AbandonLost
@@ -32,25 +34,23 @@ from service.core.state import DownloadJob
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, from_append
+from service.event_store.live_state import LiveState
 from service.event_store.rows import LogDiskFull, StoreUnavailable
-from service.hop_client import hop_client
-from service.live_state import LiveState
-from service.metrics import Gauges, RouterMetrics
-from service.migrate import upgrade, upgrade_url
-from service.presets import PresetError
+from service.llamacpp.presets import PresetError
+from service.outside.hop_client import hop_client
+from service.recovery.migrate import upgrade, upgrade_url
 from service.recovery.rebuild import RebuildResult, rebuild_state
 from service.recovery.reconcile import elapsed_ms, plan_reconcile
 from service.recovery.snapshotter import Snapshotter
-from service.runtime import Runtime
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
-from service.supervision.effects import Effects, LoggedSpawn
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.interpreter import Interpreter
 from service.supervision.log_files import LogLimits
+from service.supervision.model_removal import ModelRemover
 from service.supervision.on_demand import OnDemandFiles
-from service.supervision.removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
+from service.supervision.surroundings import LoggedSpawn, Surroundings
 from service.supervision.worker_logs import WorkerLogs
 
 _log = structlog.get_logger(__name__)
@@ -103,7 +103,7 @@ async def _rebuild_checked(settings: Settings, store: AsyncEventStore) -> Rebuil
     return rebuilt
 
 
-async def start(settings: Settings) -> Runtime:
+async def start(settings: Settings) -> ServiceParts:
     """Open the log, rebuild the fold, build the supervisors, recover what the last run left, then
     read the model sources, resume downloads and load ``load-on-startup`` models (docs/architecture.md)."""
     started = time.perf_counter()
@@ -155,15 +155,17 @@ async def start(settings: Settings) -> Runtime:
     return runtime
 
 
-def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapshotter: Snapshotter) -> Runtime:
+def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapshotter: Snapshotter) -> ServiceParts:
     """The composition root: the interpreter, the supervisors over it, metrics, the HTTP client."""
     interpreter = Interpreter(live)  # the one writer of what the supervisors decide
     limits = LogLimits(settings.worker_log_max_bytes, settings.worker_log_backups, settings.worker_log_budget_bytes)
     worker_logs = WorkerLogs(
         settings.home, limits=limits, secrets=settings.secrets(), max_pending=settings.worker_log_max_pending
     )
-    effects = Effects(spawn=LoggedSpawn(worker_logs))  # each worker's lines: the service's log and its own file
-    downloads = DownloadSupervisor(settings, live, effects, interpreter=interpreter)
+    surroundings = Surroundings(
+        spawn=LoggedSpawn(worker_logs)
+    )  # each worker's lines: the service's log and its own file
+    downloads = DownloadSupervisor(settings, live, surroundings, interpreter=interpreter)
     files = OnDemandFiles(settings, live, downloads)
     http = hop_client(
         # llama-server's -to/--timeout on the hop to the workers, as its router applies it to its children.
@@ -171,12 +173,14 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
         httpx.Limits(max_connections=256, max_keepalive_connections=64),
     )
     snapshots = SleepSnapshots(http)
-    instances = InstanceSupervisor(settings, live, effects, interpreter=interpreter, files=files, snapshots=snapshots)
+    instances = InstanceSupervisor(
+        settings, live, surroundings, interpreter=interpreter, files=files, snapshots=snapshots
+    )
     # Added after the catch-up: event counters count from this process's start.
     gauges = Gauges(in_flight=lambda: sum(instances.busy.values()), queued=lambda: instances.queue_length)
     metrics = RouterMetrics(lambda: live.state, gauges)
     live.add_listener(metrics.on_folded)
-    return Runtime(
+    return ServiceParts(
         settings=settings,
         store=store,
         live=live,
@@ -192,7 +196,7 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
     )
 
 
-async def _join(runtime: Runtime, node: str) -> None:
+async def _join(runtime: ServiceParts, node: str) -> None:
     """Take this node's lock, append ``node_joined`` with what it holds, watch the other nodes,
     carry out what they decide for this one, and cut the requests forwarded to a lost one
     (docs/cluster.md)."""
@@ -207,7 +211,7 @@ async def _join(runtime: Runtime, node: str) -> None:
     runtime.background.add(watch)
 
 
-async def _resume_and_load(runtime: Runtime, interrupted: Sequence[DownloadJob]) -> int:
+async def _resume_and_load(runtime: ServiceParts, interrupted: Sequence[DownloadJob]) -> int:
     """Resume the downloads the last run left (unless told not to), start the instance supervisor,
     load ``load-on-startup`` models; returns how many downloads were resumed."""
     resumed = 0
@@ -271,7 +275,7 @@ async def _catalogue(settings: Settings, live: LiveState, instances: InstanceSup
     return catalogue
 
 
-async def stop(runtime: Runtime) -> None:
+async def stop(runtime: ServiceParts) -> None:
     """SIGTERM/SIGINT path: stop children cleanly, then record ``router_stopped``."""
     try:
         await runtime.instances.shutdown()

@@ -21,7 +21,7 @@ from devtools.tiny_video import ffmpeg_missing
 share_ssl_contexts()  # every httpx.get of the suite made a new SSL context: ~50 ms of CPU each
 
 pytest_plugins = ["tests.conftest_hub"]
-from service.migrate import upgrade, upgrade_url  # noqa: E402
+from service.recovery.migrate import upgrade, upgrade_url  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 

@@ -128,13 +128,13 @@ def test_security_doc_names_real_settings() -> None:
 
 def test_operations_doc_names_real_settings_and_metrics() -> None:
     """docs/operations.md cites only variables the service reads, and lists every
-    series ``service/metrics.py`` defines."""
+    series ``service/api/metrics.py`` defines."""
     text = (ROOT / "docs" / "operations.md").read_text()
     cited = set(re.findall(r"MODELROUTER_[A-Z_]+", text))
     known = set(re.findall(r"MODELROUTER_[A-Z_]+", (ROOT / "service" / "settings.py").read_text()))
     assert cited and cited <= known, sorted(cited - known)
-    defined = set(re.findall(r'f"\{_PREFIX\}_([a-z_]+)"', (ROOT / "service" / "metrics.py").read_text()))
-    defined |= set(re.findall(r'_gauge\(\s*"([a-z_]+)"', (ROOT / "service" / "metrics.py").read_text()))
+    defined = set(re.findall(r'f"\{_PREFIX\}_([a-z_]+)"', (ROOT / "service" / "api" / "metrics.py").read_text()))
+    defined |= set(re.findall(r'_gauge\(\s*"([a-z_]+)"', (ROOT / "service" / "api" / "metrics.py").read_text()))
     documented = set(re.findall(r"`modelrouter_([a-z_]+)", text))
     # Counters are exposed with a ``_total`` suffix.
     assert len(defined) > 15 and defined <= {d.removesuffix("_total") for d in documented}, sorted(

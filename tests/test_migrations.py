@@ -14,7 +14,7 @@ from alembic.script import ScriptDirectory
 
 import migrations
 from devtools.postgres_server import PostgresServer
-from service.migrate import alembic_config, at_head, upgrade
+from service.recovery.migrate import alembic_config, at_head, upgrade
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -32,7 +32,7 @@ def test_an_exception_log_carries_no_frame_locals_and_no_secret() -> None:
     """The traceback of a frame holding Settings, and a message quoting the token."""
     script = textwrap.dedent(f"""
         import structlog
-        from service.logging_config import configure_logging
+        from service.outside.logging_config import configure_logging
         from service.settings import Settings
 
         configure_logging(json=True, secrets=[{TOKEN!r}])

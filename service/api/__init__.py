@@ -1,7 +1,2 @@
-"""The thin HTTP API: handlers decide nothing, they call the core and append."""
-
-from __future__ import annotations
-
-from service.api.app import create_app
-
-__all__ = ["create_app"]
+"""The thin HTTP API: handlers decide nothing, they call the core and append. The app itself is
+:func:`service.app.create_app`."""

@@ -108,7 +108,7 @@ def unauthorized_body(path: str) -> bytes:
 
 
 def api_key_middleware(keys: Sequence[str]) -> Callable[[ASGIApp], ASGIApp]:
-    """An ASGI middleware factory, wrapped around the whole app before routing (``service.api.app``), as
+    """An ASGI middleware factory, wrapped around the whole app before routing (``service.app``), as
     llama-server checks keys before routing (an unknown path is a 401 without one); a no-op without keys."""
     checker = KeyChecker(keys)
 

@@ -81,7 +81,7 @@ def _origin(scope: Scope) -> str | None:
 
 
 def cors_middleware(settings: Settings) -> Callable[[ASGIApp], ASGIApp]:
-    """An ASGI middleware factory, wrapped around the whole app before routing (``service.api.app``):
+    """An ASGI middleware factory, wrapped around the whole app before routing (``service.app``):
     outermost, so that a 401, a problem or an unknown path's 404 carries the CORS headers too, as
     llama-server's do."""
     policy = CorsPolicy(settings)

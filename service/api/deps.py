@@ -2,7 +2,7 @@
 
 ``create_app`` registers :func:`dependencies` once, app-wide; a handler names the
 pieces it uses as parameters (``live: LiveState``, ``settings: Settings``...) and
-receives nothing else. The pieces come from the ``Runtime`` that
+receives nothing else. The pieces come from the ``ServiceParts`` that
 :func:`service.startup.start` (the composition root) keeps in ``app.state``, and
 from the :class:`~service.api.streams.EventStreams` the lifespan puts beside it.
 
@@ -18,26 +18,26 @@ from __future__ import annotations
 from litestar.datastructures import State
 from litestar.di import Provide
 
+from service.api.metrics import RouterMetrics
+from service.api.parts import ServiceParts
 from service.api.proxy import Forwarding
 from service.api.streams import EventStreams
 from service.catalogue.sources import Catalogue
 from service.core.server_mode import ServerMode
 from service.event_store.async_store import AsyncEventStore
-from service.live_state import LiveState
-from service.metrics import RouterMetrics
-from service.runtime import Runtime
+from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
-from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor
-from service.supervision.removal import ModelRemover
+from service.supervision.model_removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.startup_loads import StartupLoads
+from service.supervision.surroundings import Clock
 from service.supervision.worker_logs import WorkerLogs
 
 
-def _runtime(state: State) -> Runtime:
-    runtime: Runtime = state.runtime
+def _runtime(state: State) -> ServiceParts:
+    runtime: ServiceParts = state.runtime
     return runtime
 
 

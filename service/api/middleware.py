@@ -9,14 +9,14 @@ import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.runtime import IdSource
-from service.supervision.effects import Clock
+from service.api.parts import IdSource
+from service.supervision.surroundings import Clock
 
 _log = structlog.get_logger("modelrouter.access")
 
 
 def request_id_middleware(new_id: IdSource, clock: Clock) -> Callable[[ASGIApp], ASGIApp]:
-    """An ASGI middleware factory (wrapped around the whole app, ``service.api.app``): bind ``request_id``
+    """An ASGI middleware factory (wrapped around the whole app, ``service.app``): bind ``request_id``
     (from ``X-Request-ID``, else ``new_id()``) for the request's duration, echo it in the
     response, and log one canonical access line, timed by ``clock``."""
 

@@ -20,8 +20,8 @@ from litestar.handlers import HTTPRouteHandler
 
 from service.api.schemas import PROBLEM_JSON
 from service.core.errors import CommandRejected
+from service.event_store.live_state import StateUnavailable
 from service.event_store.rows import LogDiskFull, StoreUnavailable
-from service.live_state import StateUnavailable
 
 _log = structlog.get_logger(__name__)
 

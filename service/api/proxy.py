@@ -23,10 +23,11 @@ import structlog
 from litestar import Request, Response
 from litestar.response import Stream
 
+from service.api.conversations import CONVERSATION_HEADER, ConversationOwners, conversation_id
+from service.api.metrics import RouterMetrics
 from service.api.problems import Problem, llama_error_type, problem_response
 from service.cluster.forwarding import forward_headers
 from service.cluster.node_client import NodeClient
-from service.conversations import CONVERSATION_HEADER, ConversationOwners, conversation_id
 from service.core import events as ev
 from service.core.decision import Append
 from service.core.errors import CommandRejected
@@ -34,11 +35,10 @@ from service.core.instance_lifecycle import crash_rejection
 from service.core.liveness import unresponsive_rejection
 from service.core.server_mode import ROUTER, ServerMode, target_model
 from service.core.state import UNRESPONSIVE, RouterState
-from service.live_state import LiveState
-from service.metrics import RouterMetrics
-from service.supervision.effects import Clock
+from service.event_store.live_state import LiveState
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.leases import Lease, WorkerUnresponsive
+from service.supervision.surroundings import Clock
 
 _FORWARD_HEADERS = ("content-type", "accept", CONVERSATION_HEADER)
 _log = structlog.get_logger(__name__)

@@ -2,8 +2,8 @@
 how many are open, held against ``max_streams``, and the page reads in flight that
 streams at the same place join (:mod:`service.api.controllers._events`).
 
-One per running app: the lifespan makes it beside the ``Runtime``, so it lives and
-ends with the service, as the counters did on the ``Runtime`` before.
+One per running app: the lifespan makes it beside the ``ServiceParts``, so it lives and
+ends with the service, as the counters did on the ``ServiceParts`` before.
 """
 
 from __future__ import annotations

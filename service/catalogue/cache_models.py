@@ -43,7 +43,7 @@ class CacheModel:
 
 
 def _record(f: CachedFile) -> FileRef:
-    # snapshot_path, blob_path and sha256: what removal (service/core/removal.py) needs.
+    # snapshot_path, blob_path and sha256: what removal (service/core/removal_plan.py) needs.
     return FileRef(path=f.path, size=f.size, sha256=f.sha256, snapshot_path=f.snapshot_path, blob_path=f.blob_path)
 
 

@@ -25,7 +25,7 @@ from service.core.events import FileRef
 from service.core.model_spec import InvalidModelName, parse_model_spec
 from service.core.state import ModelConfig
 from service.llamacpp.options import ModelSettings, OptionError, Options, merge, model_settings
-from service.presets import Preset, PresetError, Section
+from service.llamacpp.presets import Preset, PresetError, Section
 
 Files = tuple[FileRef, ...]
 

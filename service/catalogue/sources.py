@@ -32,9 +32,9 @@ from service.core.decision import Append, Decision, nothing
 from service.core.errors import CommandRejected
 from service.core.events import FileRef
 from service.core.state import ModelConfig, RouterState
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.llamacpp.flags import BY_NAME, handling
-from service.presets import Preset, PresetError, read_preset
+from service.llamacpp.presets import Preset, PresetError, read_preset
 from service.settings import Settings
 from service.supervision.instances import InstanceSupervisor
 

@@ -43,9 +43,9 @@ from service.core import cluster
 from service.core import events as ev
 from service.core.decision import Append
 from service.downloads.cache_files import free_bytes
+from service.event_store.live_state import LiveState, StateUnavailable
 from service.event_store.rows import StoreUnavailable
 from service.event_store.urls import libpq_url
-from service.live_state import LiveState, StateUnavailable
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor

@@ -1,7 +1,7 @@
 """Which values never reach a log line, and what replaces them.
 
 Pure and stdlib-only because two loggers share it: the service's structlog
-processor (:func:`service.logging_config.redactor`) and the workers' JSON-lines
+processor (:func:`service.outside.logging_config.redactor`) and the workers' JSON-lines
 logger (``workers/runtime/_log.py``), which may import only ``service.core`` and
 ``service.event_store``. Either way a secret (the Hub token, API keys) is
 replaced wherever it appears in a line (issue 11 §1.4).

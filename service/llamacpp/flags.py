@@ -1,6 +1,6 @@
 """What modelrouter does with each llama-server option: the decisions behind the generated table.
 
-:mod:`service.llama_args` lists every option llama-server accepts, read from
+:mod:`service.llamacpp.upstream_args` lists every option llama-server accepts, read from
 llama.cpp's ``arg.cpp``. This module says how each one is handled, in four
 scopes:
 
@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from service.llama_args import LLAMA_ARGS, LlamaArg
 from service.llamacpp.sampling_defaults import field_of
+from service.llamacpp.upstream_args import LLAMA_ARGS, LlamaArg
 
 Scope = Literal["router", "source", "model", "preset"]
 

@@ -149,7 +149,7 @@ def router_args(
 ) -> RouterArgs:
     """Overrides for ``Settings.from_env`` from llama-server's options given on the
     command line (``cli``, ``cli_keys``) and in the environment (``env``: by option
-    key, see :func:`service.llamacpp.cli.env_options`; ``environ``: the raw variables)."""
+    key, see :func:`service.llamacpp.command_line.env_options`; ``environ``: the raw variables)."""
     overrides: dict[str, Any] = {}
     warnings: list[str] = []
     for key in sorted(set(cli) | set(env)):

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, inspect
 from service.event_store import statements
 from service.event_store.engines import sync_engine_for
 from service.event_store.urls import check_url, display_name, is_sqlite, sqlite_path
-from service.migrate import upgrade_url
+from service.recovery.migrate import upgrade_url
 
 PAGE = 5000
 _INSERT = (

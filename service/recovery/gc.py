@@ -15,7 +15,7 @@ from service.core import events as ev
 from service.core.fold import replay
 from service.downloads.cache_files import find_partials
 from service.event_store import EventFilter, NewEvent, SyncEventStore
-from service.migrate import upgrade_url
+from service.recovery.migrate import upgrade_url
 from service.recovery.reconcile import referenced_blobs
 from service.settings import Settings
 

@@ -22,10 +22,10 @@ from service.core.processes import ProcessExit
 from service.core.state import DownloadJob, JobStatus, RouterState
 from service.downloads.cache_files import partial_bytes
 from service.downloads.resolution import worker_spec
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
-from service.supervision.effects import Effects
 from service.supervision.interpreter import Interpreter
+from service.supervision.surroundings import Surroundings
 from service.supervision.worker_args import download_argv, store_env
 from service.supervision.worker_pool import WorkerPool
 
@@ -42,13 +42,13 @@ class DownloadSupervisor:
         self,
         settings: Settings,
         live: LiveState,
-        effects: Effects | None = None,
+        surroundings: Surroundings | None = None,
         *,
         interpreter: Interpreter | None = None,
     ) -> None:
         self.settings = settings
         self.live = live
-        self.fx = effects or Effects()
+        self.fx = surroundings or Surroundings()
         self._pool = WorkerPool(self.fx.spawn, self._on_exit)
         self._specs: dict[str, DownloadSpec] = {}  # job id -> worker spec, until its worker starts
         self._lock = asyncio.Lock()

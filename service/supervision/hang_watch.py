@@ -17,12 +17,12 @@ import structlog
 
 from service.core import instance_decisions as decide
 from service.core.instance_hangs import CutRequests, decide_liveness, watched
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
-from service.supervision.effects import Clock, Probe
 from service.supervision.heartbeats import Heartbeats
 from service.supervision.interpreter import Interpreter
 from service.supervision.leases import Leases
+from service.supervision.surroundings import Clock, Probe
 
 _log = structlog.get_logger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 
 from service.core.liveness import HEARTBEAT_S, IDLE_HEARTBEAT_S, Beat, first_beat, heard
-from service.hop_client import hop_client
-from service.supervision.effects import Clock, Probe
+from service.outside.hop_client import hop_client
+from service.supervision.surroundings import Clock, Probe
 
 PROBE_TIMEOUT_S = 5.0  # one question's limit; the hang bound is judged from the last answer, not from this
 

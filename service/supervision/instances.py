@@ -34,15 +34,15 @@ from service.core.errors import CommandRejected
 from service.core.model_spec import projector_path
 from service.core.processes import ProcessExit
 from service.core.state import InstanceStatus, ModelState, RouterState
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
-from service.supervision.effects import Effects
 from service.supervision.hang_watch import HangWatch
 from service.supervision.interpreter import Interpreter
 from service.supervision.leases import Lease
 from service.supervision.measure import Measurer, memory_budget
 from service.supervision.on_demand import OnDemandFiles
 from service.supervision.sleep import SleepSnapshots
+from service.supervision.surroundings import Surroundings
 from service.supervision.worker_args import inference_argv, store_env
 from service.supervision.worker_pool import WorkerPool
 
@@ -75,7 +75,7 @@ class InstanceSupervisor:
         self,
         settings: Settings,
         live: LiveState,
-        effects: Effects | None = None,
+        surroundings: Surroundings | None = None,
         *,
         interpreter: Interpreter | None = None,
         files: OnDemandFiles | None = None,
@@ -83,7 +83,7 @@ class InstanceSupervisor:
     ) -> None:
         self.settings = settings
         self.live = live
-        self.fx = effects or Effects()
+        self.fx = surroundings or Surroundings()
         self.fake_timing = settings.fake_timing  # start-up turns it off in single-model mode (server_mode)
         self.busy: dict[str, int] = {}
         self.queue = Queue()

@@ -29,8 +29,8 @@ import structlog
 from service.core.decision import Append, Decision, Effect
 from service.core.state import RouterState
 from service.event_store.codec import from_append
+from service.event_store.live_state import LiveState
 from service.event_store.rows import FULL_RETRY_CAP_S, FULL_RETRY_FIRST_S, LogDiskFull
-from service.live_state import LiveState
 
 A = TypeVar("A")
 E = TypeVar("E", bound=Effect)

@@ -19,7 +19,7 @@ from service.core import events as ev
 from service.core.cluster import own_view
 from service.core.measuring import ToMeasure, decide_measured, to_measure
 from service.core.memory import parse_margin
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.llamacpp.gguf_shape import NotMeasurable, measure
 from service.settings import Settings
 from service.supervision.interpreter import Interpreter

@@ -29,7 +29,7 @@ from service.core.placement import held_live
 from service.core.scheduling import SlotFacts, download_node, pulled_from
 from service.core.state import JobStatus, ModelState, RouterState
 from service.downloads.resolution import ResolutionError, resolve, worker_spec
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 import structlog
 
 from service.core.processes import ProcessExit
-from service.supervision.effects import Child, Spawner
+from service.supervision.surroundings import Child, Spawner
 
 OnExit = Callable[[str, ProcessExit], Awaitable[None]]
 ABANDON_GRACE_SECONDS = 5.0

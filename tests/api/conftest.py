@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from litestar.testing import AsyncTestClient
 
-from service.api import create_app
+from service.app import create_app
 from service.settings import Settings
 
 

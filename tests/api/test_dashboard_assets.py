@@ -15,8 +15,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from devtools.service_process import ServiceProcess
-from service.api import create_app
 from service.api.controllers import STATIC
+from service.app import create_app
 from service.core import events as ev
 from service.settings import Settings
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from litestar.testing import AsyncTestClient
 
-from service.api import create_app
+from service.app import create_app
 from service.event_store import SyncEventStore, new_event
 from service.settings import Settings
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.hop_client import hop_client
+from service.outside.hop_client import hop_client
 from tests.tls import self_signed
 
 

@@ -14,7 +14,7 @@ from litestar.testing import AsyncTestClient
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
-from service.api import create_app
+from service.app import create_app
 from service.settings import Settings
 from tests.conftest_hub import unique_repo
 

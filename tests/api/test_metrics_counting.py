@@ -9,10 +9,10 @@ from itertools import count
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.api.metrics import Gauges, RouterMetrics
 from service.core import events as ev
 from service.core.state import RouterState
-from service.live_state import TailHealth
-from service.metrics import Gauges, RouterMetrics
+from service.event_store.live_state import TailHealth
 
 _positions = count(1)
 

@@ -14,8 +14,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from devtools.tiny_gguf import write_tiny_gguf
-from service.api import create_app
-from service.live_state import LiveState, StateUnavailable
+from service.app import create_app
+from service.event_store.live_state import LiveState, StateUnavailable
 from service.settings import Settings
 from tests.eventually import eventually_async
 

@@ -3,7 +3,7 @@ and the ephemeral conversation → model map that feeds it."""
 
 from __future__ import annotations
 
-from service.conversations import ConversationOwners
+from service.api.conversations import ConversationOwners
 from service.core import events as ev
 from service.core.conversation_streams import NoOwner, StreamOwner, stream_owner
 from tests.core.test_lifecycles import AVAILABLE, READY, M, state_of

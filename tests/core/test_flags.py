@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from service.core.flags import parse_bool
+from service.core.booleans import parse_bool
 from service.llamacpp.options import model_settings
-from service.presets import parse_preset
+from service.llamacpp.presets import parse_preset
 from service.settings import Settings
 
 

@@ -18,8 +18,8 @@ from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_split_tiny_gguf, write_tiny_gguf
 from devtools.tiny_mmproj import tiny_mmproj_bytes
-from service.api.app import create_app
 from service.api.auth import PUBLIC_PATHS, PUBLIC_PREFIX
+from service.app import create_app
 from service.settings import Settings
 from tests.conftest_hub import unique_repo
 from tests.eventually import eventually

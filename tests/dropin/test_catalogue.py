@@ -17,7 +17,7 @@ from service.core import events as ev
 from service.core.errors import CommandRejected
 from service.core.events import FileRef
 from service.core.state import ModelConfig, RouterState
-from service.presets import parse_preset
+from service.llamacpp.presets import parse_preset
 from tests.core.test_lifecycles import state_of
 
 COMMIT = "c" * 40

@@ -12,7 +12,7 @@ from service.catalogue.hf_source import HfSourceError
 from service.catalogue.sources import command_line_model
 from service.cli import build_parser, serve_settings
 from service.core.model_spec import projector_path
-from service.llamacpp.cli import normalize_argv
+from service.llamacpp.command_line import normalize_argv
 from service.llamacpp.router_args import UsageError, llama_cache_dir
 from service.settings import Settings
 

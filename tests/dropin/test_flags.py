@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from devtools import extract_llama_args, llama_build
-from service.llama_args import LLAMA_ARGS
 from service.llamacpp.flags import ARGS, BY_NAME, handling, lookup
+from service.llamacpp.upstream_args import LLAMA_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +73,7 @@ def _all_spellings() -> set[str]:
 
 
 def test_the_committed_table_is_what_the_extractor_reads_from_llama_cpp() -> None:
-    """``service/llama_args.py`` is generated; a hand edit or a llama.cpp update shows here. The sources
+    """``service/llamacpp/upstream_args.py`` is generated; a hand edit or a llama.cpp update shows here. The sources
     are the pinned llama-cpp-python sdist's (from the package index, cached by devtools.llama_build)."""
     source = llama_build.vendored_llama_cpp()
     assert extract_llama_args.main(["--check", "--source", str(source)]) == 0

@@ -19,7 +19,7 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from service.cli import LOG_LEVELS, build_parser, serve_settings
-from service.llamacpp.cli import normalize_argv
+from service.llamacpp.command_line import normalize_argv
 from service.llamacpp.router_args import UsageError
 from service.settings import Settings
 from tests.eventually import eventually
@@ -72,7 +72,7 @@ def _lines(tmp_path: Path, **options: object) -> tuple[str, str]:
     script = textwrap.dedent(f"""
         import structlog
         from pathlib import Path
-        from service.logging_config import configure_logging
+        from service.outside.logging_config import configure_logging
         configure_logging(file=Path({str(log_file)!r}), **{options!r})
         structlog.get_logger("t").info("hello_there", answer=42)
         structlog.get_logger("t").error("an_error_too")

@@ -6,7 +6,7 @@ import pytest
 
 from service.core.state import ModelConfig
 from service.llamacpp.options import OptionError, command_line, merge, model_settings, model_tags, preset_ini
-from service.presets import PresetError, canonical_section_name, parse_preset
+from service.llamacpp.presets import PresetError, canonical_section_name, parse_preset
 
 README_EXAMPLE = """
 version = 1

@@ -24,7 +24,7 @@ import pytest
 from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.small_disk import SmallDisk, fill_log
-from service.migrate import upgrade
+from service.recovery.migrate import upgrade
 from tests.eventually import eventually
 from tests.service_probes import events, inference_children, model_entry, still_running, wait_for_event
 from tests.small_disks import mounted

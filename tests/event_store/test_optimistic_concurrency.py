@@ -17,8 +17,8 @@ from service.core.state import RouterState
 from service.event_store import SyncEventStore
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
+from service.event_store.live_state import LiveState
 from service.event_store.rows import ConcurrencyConflict
-from service.live_state import LiveState
 
 M = "org/a-GGUF:Q4_K_M"
 

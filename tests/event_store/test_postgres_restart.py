@@ -17,13 +17,13 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from devtools.postgres_server import PostgresServer
-from service.api import create_app
+from service.app import create_app
 from service.core import events as ev
 from service.event_store import EventFilter, NewEvent, SyncEventStore
+from service.event_store.live_state import LiveState
 from service.event_store.rows import StoreUnavailable
 from service.event_store.worker_writer import EventWriter, open_writer
-from service.live_state import LiveState
-from service.migrate import upgrade_url
+from service.recovery.migrate import upgrade_url
 from service.settings import Settings
 
 

@@ -9,9 +9,9 @@ import psycopg
 
 from service.core import events as ev
 from service.event_store.async_store import AsyncEventStore
+from service.event_store.live_state import LiveState
 from service.event_store.postgres.sql import APPEND_LOCK
 from service.event_store.worker_writer import open_writer
-from service.live_state import LiveState
 
 
 def _progress(done: int) -> ev.DownloadProgress:

@@ -20,7 +20,7 @@ import pytest
 from service.core.events import Recorded
 from service.core.state import RouterState
 from service.event_store.async_store import AsyncEventStore
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 
 WRITERS, SECONDS = 8, 10.0
 # Each writer appends for SECONDS and at least MIN_BATCHES batches (1500 events in all), so a slow

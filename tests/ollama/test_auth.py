@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from litestar.testing import AsyncTestClient
 
-from service.api.app import create_app
+from service.app import create_app
 from service.settings import Settings
 
 KEY = "sk-ollama-test-key"

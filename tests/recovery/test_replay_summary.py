@@ -30,7 +30,7 @@ from service.event_store.replay import fold_page, planned_pages, read_page, read
 from service.event_store.replay_summary import SUMMARY_SQL, plan_summary
 from service.event_store.schema import metadata
 from service.event_store.statements import head
-from service.migrate import upgrade
+from service.recovery.migrate import upgrade
 from tests.core.test_superseding import progress_heavy
 from tests.recovery.test_fast_decode import _row
 

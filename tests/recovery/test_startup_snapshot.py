@@ -12,7 +12,7 @@ import httpx
 
 from devtools.service_process import ServiceProcess
 from service.event_store import SyncEventStore, new_event
-from service.migrate import upgrade
+from service.recovery.migrate import upgrade
 from service.supervision.ports import free_port
 from tests.eventually import eventually
 from tests.recovery.conftest import LogBackend

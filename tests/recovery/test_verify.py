@@ -168,7 +168,7 @@ def test_main_exit_codes_and_json(log: Path, blobs: Path, capsys: pytest.Capture
 def test_main_finds_the_database_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MODELROUTER_DATABASE_URL", raising=False)
     home = tmp_path / "home"
-    from service.migrate import upgrade
+    from service.recovery.migrate import upgrade
 
     upgrade(home / "modelrouter.db")
     assert main(["--home", str(home)]) == 0

@@ -19,12 +19,12 @@ from pathlib import Path
 from service.core import events as ev
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
-from service.live_state import LiveState
-from service.migrate import upgrade
+from service.event_store.live_state import LiveState
+from service.recovery.migrate import upgrade
 from service.settings import Settings
 from service.supervision.child_process import ExitStatus
-from service.supervision.effects import Effects, Probe
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.surroundings import Probe, Surroundings
 from tests.eventually import eventually_async
 
 
@@ -205,7 +205,7 @@ async def rig(
     sup = InstanceSupervisor(
         config,
         live,
-        Effects(
+        Surroundings(
             clock=clock,
             spawn=spawner,
             free_port=lambda: next(ports),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from service.llamacpp.options import model_settings
-from service.presets import parse_preset
+from service.llamacpp.presets import parse_preset
 from service.settings import Settings
 from service.supervision.worker_args import inference_argv
 

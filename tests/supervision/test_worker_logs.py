@@ -17,8 +17,8 @@ from pathlib import Path
 
 from service.core.server_mode import ServerMode
 from service.supervision.child_process import ChildProcess
-from service.supervision.effects import LoggedSpawn
 from service.supervision.log_files import LogLimits, RotatingFile, enforce_budget, log_dir, tail_lines
+from service.supervision.surroundings import LoggedSpawn
 from service.supervision.worker_logs import WorkerLogs
 from tests.eventually import eventually_async
 

@@ -18,7 +18,7 @@ from service.core.disk_budget import check_disk
 from service.core.state import RouterState
 from service.downloads.cache_files import free_bytes, partial_bytes
 from service.downloads.resolution import Resolution, ResolutionError, resolve
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 

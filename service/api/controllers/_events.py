@@ -37,8 +37,8 @@ from service.api.streams import EventStreams, StreamHold
 from service.core.events import Recorded
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import dumps, to_wire
+from service.event_store.live_state import LiveState
 from service.event_store.statements import EventFilter
-from service.live_state import LiveState
 from service.settings import Settings
 
 _PAGE = 500

@@ -21,7 +21,7 @@ from service import __version__
 from service.api.schemas import ErrorObject, HealthView, TailView
 from service.api.streams import EventStreams
 from service.core.server_mode import ServerMode, not_serving
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.startup_loads import StartupLoads

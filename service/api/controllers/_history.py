@@ -37,10 +37,10 @@ from service.core.events import Recorded
 from service.core.history import HISTORY_TYPES, DownloadRecord, LoadRecord, ModelHistory, model_history
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import format_time
+from service.event_store.live_state import LiveState
 from service.event_store.statements import EventFilter
-from service.live_state import LiveState
 from service.settings import Settings
-from service.supervision.effects import Clock
+from service.supervision.surroundings import Clock
 from service.supervision.worker_logs import WorkerLogs
 
 _PAGE = 1000

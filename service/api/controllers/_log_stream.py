@@ -49,10 +49,10 @@ from service.api.schemas import problems
 from service.api.streams import EventStreams
 from service.core.errors import CommandRejected
 from service.event_store.async_store import AsyncEventStore
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
-from service.supervision.effects import Clock
 from service.supervision.log_files import tail_offset
+from service.supervision.surroundings import Clock
 from service.supervision.worker_logs import WorkerLogs
 
 _POLL_SECONDS = 0.25

@@ -28,7 +28,7 @@ from service.api.proxy import Forwarding
 from service.api.schemas import WorkerLogView, problems
 from service.cluster.forwarding import forward_headers
 from service.cluster.node_client import NodeResponse
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.log_files import tail_lines
 from service.supervision.worker_logs import WorkerLogs

@@ -1,6 +1,6 @@
 """``GET /metrics``, as llama-server answers it: only with ``--metrics`` (else its 501).
 
-Router mode: the router's own series (``modelrouter_*``, :mod:`service.metrics`),
+Router mode: the router's own series (``modelrouter_*``, :mod:`service.api.metrics`),
 or with ``?model=`` that model's worker's (llama-server's ``llamacpp:*``
 names), as llama.cpp's router routes it. Single-model mode: the model's
 ``llamacpp:*`` series, then the router's. A sleeping model's series are what
@@ -18,13 +18,13 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import SkipValidation
 
 from service.api.controllers._proxy_routes import Autoload
+from service.api.metrics import CONTENT_TYPE, RouterMetrics
 from service.api.problems import Problem
 from service.api.proxy import Forwarding, proxy_request
 from service.api.schemas import ModelParam, problems
 from service.core.server_mode import target_model
 from service.core.state import InstanceStatus, ModelState, ModelStatus
-from service.live_state import LiveState
-from service.metrics import CONTENT_TYPE, RouterMetrics
+from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.sleep import SleepSnapshots
 

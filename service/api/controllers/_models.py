@@ -20,10 +20,10 @@ from service.api.schemas import (
 from service.api.views import job_view, model_view, models_view
 from service.core.instance_decisions import unload_target
 from service.core.server_mode import ServerMode
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
-from service.supervision.removal import ModelRemover
+from service.supervision.model_removal import ModelRemover
 
 _DISCARD = Parameter(description="Delete the partial file of a cancelled download (default: keep it to resume)")
 _FORCE = Parameter(description="Stop a loaded model's worker first (default: refuse with 409)")

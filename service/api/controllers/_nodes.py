@@ -9,7 +9,7 @@ from service.core.cluster import disk_room
 from service.core.placement import model_need, node_of
 from service.core.state import RouterState
 from service.event_store.codec import format_time
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
 
 

@@ -45,7 +45,7 @@ from service.api.schemas import ModelParam, model_optional, problems
 from service.api.views import sleeping_props
 from service.core.server_mode import target_model
 from service.core.state import ModelStatus
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.sleep import SleepSnapshots
 

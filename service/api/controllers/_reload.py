@@ -20,7 +20,7 @@ from service.api.deps import provide_catalogue
 from service.api.problems import Problem
 from service.api.schemas import ReloadAnswer, problems
 from service.catalogue.sources import Catalogue
-from service.presets import PresetError
+from service.llamacpp.presets import PresetError
 
 _LISTINGS = frozenset({"/models", "/v1/models"})
 _TRUE = frozenset({"1", "true", "yes", "on"})

@@ -2,7 +2,7 @@
 
 As llama.cpp's router (``server-models.cpp``, ``router_stream_get`` and friends):
 a conversation goes to the worker of the model its last request carrying
-``X-Conversation-Id`` went to (:class:`service.conversations.ConversationOwners`,
+``X-Conversation-Id`` went to (:class:`service.api.conversations.ConversationOwners`,
 filled by :func:`service.api.proxy.proxy_request`), while that model is ready.
 Nothing here loads or wakes a model: an unloaded model's sessions are gone, so
 its conversations are "not found" (a loading one's: 503, retry later), never a 5xx.

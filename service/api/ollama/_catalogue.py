@@ -15,10 +15,10 @@ from service.api.problems import Problem
 from service.core.aliases import add_alias, alias_owner, remove_alias
 from service.core.ollama import model_name
 from service.core.state import ModelState, RouterState
-from service.live_state import LiveState
-from service.supervision.effects import Clock
+from service.event_store.live_state import LiveState
 from service.supervision.instances import InstanceSupervisor
-from service.supervision.removal import ModelRemover
+from service.supervision.model_removal import ModelRemover
+from service.supervision.surroundings import Clock
 
 OLLAMA_VERSION = "0.33.0"
 """The Ollama release whose ``docs/api.md`` and ``api/types.go`` these routes follow; clients

@@ -30,7 +30,7 @@ from service.api.problems import Problem
 from service.api.proxy import Forwarding
 from service.core.ollama import keep_alive_seconds, model_name
 from service.event_store.codec import format_time
-from service.supervision.effects import Clock
+from service.supervision.surroundings import Clock
 
 Line = Callable[..., msgspec.Struct]
 BodyFor = Callable[[str, int | None], dict[str, Any]]

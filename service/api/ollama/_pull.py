@@ -26,7 +26,7 @@ from service.api.problems import Problem
 from service.api.schemas import DownloadAnswer
 from service.core.ollama import model_name, pull_status
 from service.core.state import DownloadJob, JobStatus, RouterState
-from service.live_state import LiveState
+from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from service.core import events as ev
 from service.core.decision import Append
 from service.core.errors import CommandRejected
-from service.core.removal import plan_removal
+from service.core.removal_plan import plan_removal
 from service.core.state import RouterState
-from service.downloads.removal import remove_files
-from service.live_state import LiveState
+from service.downloads.file_deletion import remove_files
+from service.event_store.live_state import LiveState
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
 

@@ -4,7 +4,7 @@ The decision is taken over the fold: every finished download recorded the
 files it published (``snapshot_path`` links and ``blob_path`` blobs with their
 sha256). The model's links go; a blob goes only when no other model the log
 knows still uses it (another quant or revision of the same repo may share
-it). The effect (``service/downloads/removal.py``) re-checks the links on
+it). The effect (``service/downloads/file_deletion.py``) re-checks the links on
 disk before it deletes a blob, for files the log never saw.
 """
 

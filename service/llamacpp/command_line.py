@@ -15,8 +15,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from service.llama_args import LlamaArg
 from service.llamacpp.flags import ARGS, TRUTHY, handling
+from service.llamacpp.upstream_args import LlamaArg
 
 _PREFIX = "llama:"
 _GROUPS = (

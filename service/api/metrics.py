@@ -5,7 +5,7 @@
   queue, the log position and the tail's lag. No second copy of the state to
   drift from the first: the scrape renders what ``GET /models`` would.
 * **Counters and histograms fed by the events themselves** (:meth:`RouterMetrics.on_folded`,
-  a :class:`~service.live_state.LiveState` listener): loads and their durations,
+  a :class:`~service.event_store.live_state.LiveState` listener): loads and their durations,
   crashes, restarts, stops, downloads by outcome, bytes downloaded, proxied
   requests and their latency. They count from this process's start, as
   Prometheus expects of a counter (``rate()`` handles the reset); the log keeps
@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from service.core import events as ev
 from service.core.state import InstanceStatus, JobStatus, ModelStatus, RouterState
-from service.live_state import TailHealth
+from service.event_store.live_state import TailHealth
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _PREFIX = "modelrouter"

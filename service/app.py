@@ -23,8 +23,8 @@ from service.api.request import ApiRequest, reject_control_characters
 from service.api.streams import EventStreams
 from service.api.timeouts import io_timeout_middleware
 from service.core.server_mode import may_be_single
+from service.outside.world import SystemClock, new_request_id
 from service.settings import Settings
-from service.world import SystemClock, new_request_id
 
 _log = structlog.get_logger(__name__)
 
@@ -64,7 +64,7 @@ def create_app(settings: Settings) -> Litestar:
         request_max_body_size=settings.max_body_bytes,
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(title="modelrouter", version=__version__, path="/schema"),
-        logging_config=None,  # structlog is configured by the process (service.logging_config)
+        logging_config=None,  # structlog is configured by the process (service.outside.logging_config)
         debug=False,
     )
     return _before_routing(app, settings)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from service.outside.world import SystemClock, new_instance_id, new_job_id
 from service.supervision.child_process import ChildProcess, ExitStatus
 from service.supervision.ports import free_port
 from service.supervision.worker_logs import WorkerLogs
-from service.world import SystemClock, new_instance_id, new_job_id
 
 
 class Child(Protocol):
@@ -80,7 +80,7 @@ class LoggedSpawn:
 
 
 @dataclass(frozen=True, slots=True)
-class Effects:
+class Surroundings:
     """The injected outside world of a supervisor; the defaults are the real one."""
 
     clock: Clock = field(default_factory=SystemClock)

@@ -11,23 +11,23 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from service.api.conversations import ConversationOwners
+from service.api.metrics import RouterMetrics
 from service.catalogue.sources import Catalogue
 from service.cluster.node_client import NodeClient
-from service.conversations import ConversationOwners
 from service.core.server_mode import ROUTER, ServerMode
 from service.event_store.async_store import AsyncEventStore
-from service.live_state import LiveState
-from service.metrics import RouterMetrics
+from service.event_store.live_state import LiveState
+from service.outside.world import SystemClock
 from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
-from service.supervision.effects import Clock
 from service.supervision.instances import InstanceSupervisor
-from service.supervision.removal import ModelRemover
+from service.supervision.model_removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.startup_loads import StartupLoads
+from service.supervision.surroundings import Clock
 from service.supervision.worker_logs import WorkerLogs
-from service.world import SystemClock
 
 if TYPE_CHECKING:
     from service.cluster.membership import Membership  # psycopg: only a cluster loads it
@@ -40,7 +40,7 @@ BackgroundTasks = set[asyncio.Task[Any]]
 
 
 @dataclass
-class Runtime:
+class ServiceParts:
     settings: Settings
     store: AsyncEventStore
     live: LiveState

@@ -1,6 +1,6 @@
 """Delete a model's files from the HF cache, as a :class:`RemovalPlan` says.
 
-The plan (``service/core/removal.py``) was decided over the log. Before a blob
+The plan (``service/core/removal_plan.py``) was decided over the log. Before a blob
 goes, the links left in its repo folder are checked once more, so that a blob
 a snapshot the log never saw still points at (``hf download`` into a shared
 cache, say) is kept. Empty snapshot folders are removed too.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.core.cache_layout import CachePaths
-from service.core.removal import RemovalPlan
+from service.core.removal_plan import RemovalPlan
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The real outside world's clock and ids: the one place the service reads the wall clock and draws uuids.
 
 Supervision and the API never call ``datetime.now``, ``time.time`` or ``uuid4``
-themselves: they are handed a clock and id sources (``Effects``, the API's
+themselves: they are handed a clock and id sources (``Surroundings``, the API's
 providers), whose defaults are these. Tests hand fakes instead.
 """
 
