@@ -251,7 +251,6 @@ SIZE_EXCEPTIONS: dict[str, str] = {
     "service/console/commands.py:add_client_commands": "pending: split in step 3 after ruff's layout",
     "service/console/commands.py:_add_chat_and_log_commands": "pending: split in step 3 after ruff's layout",
     "service/supervision/instances.py": "pending: split in step 3 after ruff's layout",
-    "workers/download/_job.py:run_job": "pending: split in step 3 after ruff's layout",
     "workers/inference/_cli.py:parse_args": "pending: split in step 3 after ruff's layout",
     "workers/inference/_worker.py:run": "pending: split in step 3 after ruff's layout",
     "workers/inference/engine/_batch.py": "pending: split in step 3 after ruff's layout",

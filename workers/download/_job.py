@@ -17,6 +17,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -53,6 +54,22 @@ def load_spec(arg: str) -> DownloadSpec:
     return DownloadSpec(spec.repo, spec.revision, spec.commit, spec.quant, endpoint, spec.files, spec.reserve_bytes)
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What every step of one job reports through: its id, spec, cache paths, events and log."""
+
+    job_id: str
+    spec: DownloadSpec
+    paths: CachePaths
+    emit: Callable[[ev.Event], None]
+    log: Callable[..., None]
+
+    def fail(self, reason: str, message: str, retryable: bool) -> int:
+        self.log("download_failed", reason=reason, message=message, retryable=retryable)
+        self.emit(ev.DownloadFailed(job_id=self.job_id, reason=reason, message=message, retryable=retryable))
+        return EXIT_FAILED
+
+
 def run_job(
     job_id: str,
     spec: DownloadSpec,
@@ -69,72 +86,79 @@ def run_job(
 
     ``emit`` records this job's events (the runtime's typed emit)."""
     began = time.monotonic()
-    paths = CachePaths(cache_dir, spec.repo)
+    job = _Job(job_id, spec, CachePaths(cache_dir, spec.repo), emit, log)
     blobs = {f.sha256: f for f in spec.files}  # one blob may back several paths
-    files = spec.refs()
-
-    def fail(reason: str, message: str, retryable: bool) -> int:
-        log("download_failed", reason=reason, message=message, retryable=retryable)
-        emit(ev.DownloadFailed(job_id=job_id, reason=reason, message=message, retryable=retryable))
-        return EXIT_FAILED
-
     locks: list[int] = []
     try:
-        ensure_dirs(paths)
+        ensure_dirs(job.paths)
         for sha in sorted(blobs):
-            locks.append(acquire_lock(paths.lock(sha)))
+            locks.append(acquire_lock(job.paths.lock(sha)))
     except LockHeld as exc:
-        return _release(locks, fail("internal", str(exc), True))
+        return _release(locks, job.fail("internal", str(exc), True))
     except OSError as exc:
-        return _release(locks, fail(*_os_failure(exc)))
+        return _release(locks, job.fail(*_os_failure(exc)))
     try:
-        on_disk = {sha: _bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items()}
-        done = sum(on_disk.values())
-        log("download_resolved", **_resolved(spec, done))
-        missing = sum(f.size - on_disk[sha] for sha, f in blobs.items())
-        short = shortfall(needed=missing, free=shutil.disk_usage(paths.blobs_dir).free, reserve=spec.reserve_bytes)
-        if short is not None:  # the service's rule, checked again now that the bytes are about to land
-            return fail("disk_full", f"{short.message} (in {paths.blobs_dir})", False)
-        emit(
-            ev.DownloadStarted(
-                job_id=job_id,
-                pid=os.getpid(),
-                pid_started_at=pid_started_at,
-                commit=spec.commit,
-                files=files,
-                total_bytes=spec.total_bytes,
-                resumed_bytes=done,
-            )
-        )
-        meter = ProgressMeter(spec.total_bytes, done, lambda d: emit(ev.DownloadProgress(job_id=job_id, **d)))
-        headers = hub_headers(token)
-        for sha, f in sorted(blobs.items(), key=lambda kv: kv[1].path):
-            if on_disk[sha] == f.size and paths.blob(sha).exists():
-                continue  # published by an earlier job: verified then, counts as done
-            url = f.url or file_url(spec.endpoint, spec.repo, spec.commit, f.path)
-            fetch_blob(url, headers, str(paths.incomplete(sha)), f.size, sha, cfg, meter, interrupts, on_disk[sha], log)
-            publish_blob(paths.incomplete(sha), paths.blob(sha))
-        published = _publish_snapshot(paths, spec)
-        meter.finish()
-        finished = ev.DownloadFinished(
-            job_id=job_id,
-            commit=spec.commit,
-            files=published,
-            bytes_total=spec.total_bytes,
-            bytes_transferred=meter.transferred,
-            duration_ms=round((time.monotonic() - began) * 1000, 1),
-        )
-        log("download_finished", bytes_transferred=finished.bytes_transferred, duration_ms=finished.duration_ms)
-        emit(finished)
-        return EXIT_FINISHED
+        return _transfer(job, blobs, interrupts, cfg, token, pid_started_at, began)
     except Interrupted as stop:
-        return _on_interrupted(stop, job_id, paths, blobs, emit, log)
+        return _on_interrupted(stop, job_id, job.paths, blobs, emit, log)
     except TransferError as exc:
-        return fail(exc.reason, exc.message, exc.retryable)
+        return job.fail(exc.reason, exc.message, exc.retryable)
     except OSError as exc:
-        return fail(*_os_failure(exc))
+        return job.fail(*_os_failure(exc))
     finally:
         _release(locks, 0)
+
+
+def _transfer(
+    job: _Job,
+    blobs: dict[str, SpecFile],
+    interrupts: Interrupts,
+    cfg: TransferConfig,
+    token: str | None,
+    pid_started_at: float | None,
+    began: float,
+) -> int:
+    """With every blob locked: check the disk, fetch what is missing, publish, report."""
+    spec, paths = job.spec, job.paths
+    on_disk = {sha: _bytes_on_disk(paths, sha, f.size) for sha, f in blobs.items()}
+    done = sum(on_disk.values())
+    job.log("download_resolved", **_resolved(spec, done))
+    missing = sum(f.size - on_disk[sha] for sha, f in blobs.items())
+    short = shortfall(needed=missing, free=shutil.disk_usage(paths.blobs_dir).free, reserve=spec.reserve_bytes)
+    if short is not None:  # the service's rule, checked again now that the bytes are about to land
+        return job.fail("disk_full", f"{short.message} (in {paths.blobs_dir})", False)
+    job.emit(
+        ev.DownloadStarted(
+            job_id=job.job_id,
+            pid=os.getpid(),
+            pid_started_at=pid_started_at,
+            commit=spec.commit,
+            files=spec.refs(),
+            total_bytes=spec.total_bytes,
+            resumed_bytes=done,
+        )
+    )
+    meter = ProgressMeter(spec.total_bytes, done, lambda d: job.emit(ev.DownloadProgress(job_id=job.job_id, **d)))
+    headers = hub_headers(token)
+    for sha, f in sorted(blobs.items(), key=lambda kv: kv[1].path):
+        if on_disk[sha] == f.size and paths.blob(sha).exists():
+            continue  # published by an earlier job: verified then, counts as done
+        url = f.url or file_url(spec.endpoint, spec.repo, spec.commit, f.path)
+        fetch_blob(url, headers, str(paths.incomplete(sha)), f.size, sha, cfg, meter, interrupts, on_disk[sha], job.log)
+        publish_blob(paths.incomplete(sha), paths.blob(sha))
+    published = _publish_snapshot(paths, spec)
+    meter.finish()
+    finished = ev.DownloadFinished(
+        job_id=job.job_id,
+        commit=spec.commit,
+        files=published,
+        bytes_total=spec.total_bytes,
+        bytes_transferred=meter.transferred,
+        duration_ms=round((time.monotonic() - began) * 1000, 1),
+    )
+    job.log("download_finished", bytes_transferred=finished.bytes_transferred, duration_ms=finished.duration_ms)
+    job.emit(finished)
+    return EXIT_FINISHED
 
 
 def _resolved(spec: DownloadSpec, resumed_bytes: int) -> dict[str, object]:
