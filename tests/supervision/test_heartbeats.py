@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from service.core.liveness import HEARTBEAT_S, IDLE_HEARTBEAT_S
 from service.supervision.heartbeats import Heartbeats
 from tests.supervision.fakes import FakeClock, FakeHeartbeat, until
+from tests.supervision.worker_answers import answering
 
 
 class TestHeartbeats:
@@ -49,3 +51,18 @@ class TestHeartbeats:
         beats.watch({"i1": "http://w"})
         await until(lambda: probe.asked == 3 and not beats._out, what="the idle worker asked again")
         await beats.close()
+
+
+async def test_without_a_probe_the_worker_is_asked_over_http_and_a_bad_answer_is_silence() -> None:
+    """The default probe: ``GET /engine/heartbeat`` on the worker's endpoint, a JSON object or nothing."""
+    clock = FakeClock()
+    beats = Heartbeats(clock)
+    beat = json.dumps({"steps": 7, "step_s": 0.5, "waiting": 2}).encode()
+    with answering({"/engine/heartbeat": (200, beat)}) as answers, answering({}) as silent:
+        beats.watch({"i1": answers, "i2": silent}, busy={answers, silent})
+        await until(lambda: beats.beats["i1"].steps == 7, what="the answer heard")
+        await until(lambda: not beats._out, what="the 404 read as no answer")
+    heard = beats.beats["i1"]
+    assert (heard.step_s, heard.waiting, heard.seen_at) == (0.5, 2, clock.mono)
+    assert beats.beats["i2"].steps == 0 and beats.beats["i2"].step_s is None  # still its first beat
+    await beats.close()
