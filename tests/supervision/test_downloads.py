@@ -17,6 +17,7 @@ import pytest
 
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
+from service.core import events as ev
 from service.core.cache_layout import CachePaths
 from service.core.contracts import DownloadSpec
 from service.core.event_base import Recorded
@@ -95,7 +96,8 @@ async def downloads(home: Path, hub: HubServer, **values: object) -> AsyncIterat
         await store.close()
 
 
-async def _repo(hub: HubServer, size: int, prefix: str = "dl") -> tuple[str, DownloadSpec]:
+async def repo_on_hub(hub: HubServer, size: int, prefix: str = "dl") -> tuple[str, DownloadSpec]:
+    """A repo of one GGUF of ``size`` bytes on the test Hub, and what the service resolves it to."""
     repo = unique_repo(prefix)
     make_repo(hub.root, repo, {"m-Q4_K_M.gguf": size})
     resolution = await asyncio.to_thread(resolve, repo, endpoint=hub.url)
@@ -105,7 +107,7 @@ async def _repo(hub: HubServer, size: int, prefix: str = "dl") -> tuple[str, Dow
 async def test_a_download_runs_to_finished_and_its_workers_events_land_in_the_log(
     tmp_path: Path, hub: HubServer
 ) -> None:
-    repo, spec = await _repo(hub, 3 * MB)
+    repo, spec = await repo_on_hub(hub, 3 * MB)
     async with downloads(tmp_path, hub) as d:
         job_id, joined, already = await d.sup.request(repo, spec)
         assert (job_id, joined, already) == ("job1", False, False)
@@ -122,7 +124,7 @@ async def test_a_download_runs_to_finished_and_its_workers_events_land_in_the_lo
 
 
 async def test_a_second_request_for_a_model_joins_its_running_job(tmp_path: Path, hub: HubServer) -> None:
-    repo, spec = await _repo(hub, 4 * MB)
+    repo, spec = await repo_on_hub(hub, 4 * MB)
     hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
     async with downloads(tmp_path, hub) as d:
         job_id, _, _ = await d.sup.request(repo, spec)
@@ -135,7 +137,7 @@ async def test_a_second_request_for_a_model_joins_its_running_job(tmp_path: Path
 
 
 async def test_a_cancel_stops_the_worker_and_keeps_its_partial(tmp_path: Path, hub: HubServer) -> None:
-    repo, spec = await _repo(hub, 4 * MB)
+    repo, spec = await repo_on_hub(hub, 4 * MB)
     hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
     async with downloads(tmp_path, hub) as d:
         job_id, _, _ = await d.sup.request(repo, spec)
@@ -146,13 +148,13 @@ async def test_a_cancel_stops_the_worker_and_keeps_its_partial(tmp_path: Path, h
         assert d.types(job_id)[-2:] == ["download_cancel_requested", "download_cancelled"]
         cancelled = d.of(job_id)[-1]
         assert cancelled.source["kind"] == "download_worker"  # the worker said so itself, from its stdin line
-        assert cancelled.event.bytes_on_disk > 0  # type: ignore[attr-defined]
+        assert isinstance(cancelled.event, ev.DownloadCancelled) and cancelled.event.bytes_on_disk > 0
         assert [p.stat().st_size > 0 for p in d.partials(ended)] == [True]
         assert running.pid is not None and not _alive(running.pid)
 
 
 async def test_a_cancel_with_discard_deletes_the_partial(tmp_path: Path, hub: HubServer) -> None:
-    repo, spec = await _repo(hub, 4 * MB)
+    repo, spec = await repo_on_hub(hub, 4 * MB)
     hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
     async with downloads(tmp_path, hub) as d:
         job_id, _, _ = await d.sup.request(repo, spec)
@@ -164,8 +166,8 @@ async def test_a_cancel_with_discard_deletes_the_partial(tmp_path: Path, hub: Hu
 
 
 async def test_queued_jobs_start_in_request_order_as_download_slots_free(tmp_path: Path, hub: HubServer) -> None:
-    first, first_spec = await _repo(hub, 4 * MB, "first")
-    second, second_spec = await _repo(hub, 1 * MB, "second")
+    first, first_spec = await repo_on_hub(hub, 4 * MB, "first")
+    second, second_spec = await repo_on_hub(hub, 1 * MB, "second")
     hub.set_faults({"kind": "stall", "repo": first, "at_fraction": 0.5})
     async with downloads(tmp_path, hub, max_downloads=1) as d:
         one, _, _ = await d.sup.request(first, first_spec)
@@ -176,15 +178,15 @@ async def test_queued_jobs_start_in_request_order_as_download_slots_free(tmp_pat
         hub.reset()
         await d.status(one, JobStatus.FINISHED)
         assert (await d.status(two, JobStatus.FINISHED)).bytes_done == 1 * MB
-        starts = [r.event.job_id for r in d.records if r.type == "download_started"]  # type: ignore[attr-defined]
+        starts = [r.event.job_id for r in d.records if isinstance(r.event, ev.DownloadStarted)]
         assert starts == [one, two]
 
 
 async def test_a_queued_job_without_a_worker_is_cancelled_by_the_supervisor_at_once(
     tmp_path: Path, hub: HubServer
 ) -> None:
-    first, first_spec = await _repo(hub, 4 * MB, "first")
-    second, second_spec = await _repo(hub, 1 * MB, "second")
+    first, first_spec = await repo_on_hub(hub, 4 * MB, "first")
+    second, second_spec = await repo_on_hub(hub, 1 * MB, "second")
     hub.set_faults({"kind": "stall", "repo": first, "at_fraction": 0.5})
     async with downloads(tmp_path, hub, max_downloads=1) as d:
         one, _, _ = await d.sup.request(first, first_spec)
@@ -200,7 +202,7 @@ async def test_a_queued_job_without_a_worker_is_cancelled_by_the_supervisor_at_o
 async def test_a_worker_that_dies_without_an_outcome_is_recorded_crashed_and_retryable(
     tmp_path: Path, hub: HubServer
 ) -> None:
-    repo, spec = await _repo(hub, 4 * MB)
+    repo, spec = await repo_on_hub(hub, 4 * MB)
     hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
     async with downloads(tmp_path, hub) as d:
         job_id, _, _ = await d.sup.request(repo, spec)
@@ -213,7 +215,7 @@ async def test_a_worker_that_dies_without_an_outcome_is_recorded_crashed_and_ret
         assert "signal 9" in failed.error.message, failed.error.message
         last = d.of(job_id)[-1]
         assert last.type == "download_failed" and last.source["kind"] == "router"
-        assert last.event.retryable  # type: ignore[attr-defined]
+        assert isinstance(last.event, ev.DownloadFailed) and last.event.retryable
         # The fold says the job ended: the next request is a new job, which resumes from the partial.
         hub.reset()
         again, joined, _ = await d.sup.request(repo, spec)
@@ -226,7 +228,7 @@ async def test_a_worker_that_dies_without_an_outcome_is_recorded_crashed_and_ret
 async def test_a_transient_hub_error_is_retried_by_the_worker_and_the_job_finishes(
     tmp_path: Path, hub: HubServer
 ) -> None:
-    repo, spec = await _repo(hub, 1 * MB)
+    repo, spec = await repo_on_hub(hub, 1 * MB)
     hub.set_faults({"kind": "status", "repo": repo, "status": 500, "times": 2, "methods": ["GET"]})
     env = {**os.environ, "MODELROUTER_RETRY_BASE": "0.05", "MODELROUTER_RETRY_CAP": "0.2"}
     async with downloads(tmp_path, hub, environment=env) as d:
@@ -242,7 +244,7 @@ async def test_a_transient_hub_error_is_retried_by_the_worker_and_the_job_finish
 async def test_an_interrupted_partial_is_resumed_from_its_bytes_by_the_next_supervisor(
     tmp_path: Path, hub: HubServer
 ) -> None:
-    repo, spec = await _repo(hub, 4 * MB)
+    repo, spec = await repo_on_hub(hub, 4 * MB)
     hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
     async with downloads(tmp_path, hub) as d:
         job_id, _, _ = await d.sup.request(repo, spec)
@@ -250,7 +252,9 @@ async def test_an_interrupted_partial_is_resumed_from_its_bytes_by_the_next_supe
         await d.progress(job_id, 1)
         await d.sup.shutdown()  # stdin EOF: the worker stops, keeping its partial
         interrupted = await d.status(job_id, JobStatus.INTERRUPTED)
-        kept = d.of(job_id)[-1].event.bytes_on_disk  # type: ignore[attr-defined]
+        ended = d.of(job_id)[-1].event
+        assert isinstance(ended, ev.DownloadInterrupted)
+        kept = ended.bytes_on_disk
         assert kept > 0 and [p.stat().st_size for p in d.partials(interrupted)] == [kept]
     hub.reset()
     hub.reset_stats()
@@ -259,10 +263,10 @@ async def test_an_interrupted_partial_is_resumed_from_its_bytes_by_the_next_supe
         await d.sup.resume(d.job(job_id), hub.url)
         done = await d.status(job_id, JobStatus.FINISHED, JobStatus.FAILED)
         assert done.status is JobStatus.FINISHED, done.error
-        types = d.types(job_id)
-        assert types[0] == "download_resumed" and d.of(job_id)[0].event.bytes_on_disk == kept  # type: ignore[attr-defined]
-        started = next(r.event for r in d.of(job_id) if r.type == "download_started")
-        assert started.resumed_bytes == kept  # type: ignore[attr-defined]
+        resumed = d.of(job_id)[0].event
+        assert isinstance(resumed, ev.DownloadResumed) and resumed.bytes_on_disk == kept
+        started = next(r.event for r in d.of(job_id) if isinstance(r.event, ev.DownloadStarted))
+        assert started.resumed_bytes == kept
         assert hub.bytes_served(repo, "m-Q4_K_M.gguf") == 4 * MB - kept
 
 
