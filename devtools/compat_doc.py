@@ -6,7 +6,7 @@ The prose of the document is written by hand; the part between the
 ``BEGIN GENERATED`` and ``END GENERATED`` markers is :func:`render` of
 :data:`service.llamacpp.flags.ARGS` and :func:`service.llamacpp.flags.handling`,
 so the document cannot drift from what ``serve`` accepts
-(``tests/dropin/test_flags.py`` checks it).
+(``tests/llamacpp/test_flags.py`` checks it).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from service.core import events as ev
 from service.event_store.async_store import AsyncEventStore
@@ -111,6 +112,19 @@ class FakeSpawner:
 
     def live(self) -> list[FakeChild]:
         return [c for c in self.children if not c.exited]
+
+
+class FakeHeartbeat:
+    """A worker's heartbeat: answers ``steps`` while ``alive``, else nothing (as a stopped process)."""
+
+    def __init__(self) -> None:
+        self.alive = True
+        self.steps = 0
+        self.asked = 0
+
+    async def __call__(self, endpoint: str, timeout: float) -> Mapping[str, Any] | None:
+        self.asked += 1
+        return {"steps": self.steps, "step_s": None} if self.alive else None
 
 
 @dataclass

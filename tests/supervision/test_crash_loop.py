@@ -7,7 +7,7 @@ from pathlib import Path
 
 from service.core import events as ev
 from tests.supervision.fakes import Rig, rig, until
-from tests.supervision.test_instance_driver import Request
+from tests.supervision.test_instances import Request
 
 
 async def _crash_serving_a_first_request(r: Rig, sig: int = signal.SIGSEGV) -> None:

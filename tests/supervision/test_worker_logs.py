@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 import threading
 from pathlib import Path
 
 from service.core.server_mode import ServerMode
 from service.supervision.child_process import ChildProcess
-from service.supervision.log_files import LogLimits, RotatingFile, enforce_budget, log_dir, tail_lines
+from service.supervision.log_files import log_dir
 from service.supervision.surroundings import LoggedSpawn
 from service.supervision.worker_logs import WorkerLogs
 from tests.eventually import eventually_async
@@ -102,23 +101,6 @@ async def test_single_model_mode_forwards_its_models_lines_bare_as_llama_server(
     logs.close()
 
 
-async def test_the_crash_tail_is_read_from_the_file_after_a_sigkill(tmp_path: Path) -> None:
-    """A killed worker's last lines: in the file, and the tail the crash report gets comes from it."""
-    logs = WorkerLogs(tmp_path, forward=Seen())
-    code = "import sys, time\nprint('loading tensors', file=sys.stderr, flush=True)\ntime.sleep(120)\n"
-    child = await ChildProcess.spawn(_python(code), name="inference:m:i-9", log=logs.stream("x", "instance", "i-9"))
-    path = logs.path("instance", "i-9")
-    await eventually_async(
-        lambda: path.exists() and "loading tensors" in path.read_text(), "the line in the file", timeout=60
-    )
-    child.signal_group(signal.SIGKILL)
-    status = await child.wait()
-    assert status.signal == signal.SIGKILL
-    assert child.stderr_tail().strip() == "loading tensors"
-    assert tail_lines(path, 5) == ["loading tensors"]  # what a restarted service reads back
-    logs.close()
-
-
 async def test_a_flood_is_dropped_and_counted_without_blocking_the_worker(tmp_path: Path) -> None:
     """With the console held, a worker writing 20,000 lines still runs to its end: the reader drops
     what is past the bound and says how many; every line is either in the file or counted."""
@@ -139,28 +121,3 @@ async def test_a_flood_is_dropped_and_counted_without_blocking_the_worker(tmp_pa
     assert notices and sum(int(n.split()[1]) for n in notices) == stream.dropped
     assert len(lines) - len(notices) + stream.dropped == total + 1
     logs.close()
-
-
-def test_a_file_rotates_at_its_size_and_keeps_its_backups(tmp_path: Path) -> None:
-    path = tmp_path / "instance-a.log"
-    f = RotatingFile(path, LogLimits(max_bytes=100, backups=2))
-    for i in range(40):
-        f.write(f"line {i:04d} .........\n".encode())  # 20 bytes a line: 5 a file
-    f.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["instance-a.log", "instance-a.log.1", "instance-a.log.2"]
-    assert all(p.stat().st_size <= 100 for p in tmp_path.iterdir())
-    assert path.read_text().splitlines()[-1].startswith("line 0039")
-    assert (tmp_path / "instance-a.log.2").read_text().startswith("line 0025")
-    assert tail_lines(path, 7)[0].startswith("line 0033")  # the tail reaches into .1
-
-
-def test_the_budget_deletes_the_oldest_files_first_never_an_open_one(tmp_path: Path) -> None:
-    import os
-
-    for i, name in enumerate(["a.log", "b.log", "c.log", "d.log"]):
-        p = tmp_path / name
-        p.write_bytes(b"x" * 100)
-        os.utime(p, (1000 + i, 1000 + i))
-    deleted = enforce_budget(tmp_path, 250, active=[tmp_path / "a.log"])
-    assert [p.name for p in deleted] == ["b.log", "c.log"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log", "d.log"]
