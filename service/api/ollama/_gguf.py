@@ -64,7 +64,7 @@ class _Damaged(Exception):
 class GgufFacts:
     """A model file's header, as far as Ollama's answers need it."""
 
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)  # free-form: the header's key-value pairs, any GGUF type
     parameter_count: int = 0
 
     @property
