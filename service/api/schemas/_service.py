@@ -7,6 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 from service.api.schemas._common import ErrorObject
+from service.core.events import EventPayload, EventSource
 
 
 class EventView(msgspec.Struct, frozen=True):
@@ -18,8 +19,8 @@ class EventView(msgspec.Struct, frozen=True):
     type: str
     schema_version: int
     model: str | None
-    data: dict[str, Any]
-    source: dict[str, Any]
+    data: EventPayload
+    source: EventSource
     recorded_at: str
 
 
