@@ -5,7 +5,7 @@ One read beside the fold: a projector's modalities come from its file's header (
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from msgspec import UNSET, UnsetType
 
@@ -212,8 +212,36 @@ def ollama_entry(name: str, multimodal: bool) -> SingleModel:
 _WORKER_SLOTS = 4  # the inference worker's --n-parallel default, when the model's options set none
 
 
-# Any: llama-server's /props object, JSON values of several types.
-def sleeping_props(model: ModelState, build_info: str) -> dict[str, Any]:
+class _Settings(TypedDict):
+    params: dict[str, object]  # empty: the worker's own settings were not kept
+    n_ctx: int
+
+
+class _Modalities(TypedDict):
+    vision: bool
+    video: bool
+    audio: bool
+
+
+class SleepingProps(TypedDict):
+    """llama-server's ``GET /props`` as far as the log knows it (a sleeping model's)."""
+
+    default_generation_settings: _Settings
+    total_slots: object  # the preset's n_parallel as it was set
+    model_alias: str
+    model_path: str
+    modalities: _Modalities
+    endpoint_slots: bool
+    endpoint_props: bool
+    endpoint_metrics: bool
+    chat_template: str
+    bos_token: str
+    eos_token: str
+    build_info: str
+    is_sleeping: bool
+
+
+def sleeping_props(model: ModelState, build_info: str) -> SleepingProps:
     """``GET /props`` of a sleeping model whose worker's own answer was not kept (the service restarted
     while it slept): llama-server's shape, from what the log knows; ``is_sleeping: true``."""
     params = model.config.params

@@ -29,6 +29,7 @@ from service.core.event_base import EventSource as EventSource
 from service.core.event_base import FileRef as FileRef
 from service.core.event_base import Recorded as Recorded
 from service.core.event_base import ServerMeta as ServerMeta
+from service.core.event_base import StoredFile as StoredFile
 from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
 from service.core.hang_events import InstanceUnresponsive as InstanceUnresponsive
