@@ -28,7 +28,7 @@ from service.core import events as ev
 from workers.inference._cli import EXIT_ERROR, EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, parse_args, predict_route
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
-from workers.inference.engine import EngineMonitor
+from workers.inference.engine import EngineMonitor, EngineStats
 from workers.inference.http import FrontOptions, InferenceApp, bind_server, load_sampling_defaults, model_info
 from workers.inference.llama import LlamaLog, Loaded, LoadError
 from workers.runtime import INFERENCE_WORKER, Parent, Wakeup, WorkerRuntime
@@ -203,7 +203,7 @@ class Worker:
         """``instance_stats`` whenever the engine's load changed, at most every ``--stats-interval`` s
         (so an idle model appends nothing, a busy one a few events a minute)."""
         interval = self.args.stats_interval
-        last: dict[str, Any] | None = None
+        last: EngineStats | None = None
         last_at = -interval
         while True:
             time.sleep(min(interval, 1.0))

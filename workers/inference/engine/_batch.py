@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from workers.inference.engine._admission import AdmissionMixin
 from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, EmbedRequest
@@ -44,6 +44,7 @@ from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
 from workers.inference.engine._slots import Request, Slot, lora_sets
 from workers.inference.engine._step import StepMixin
 from workers.inference.engine._step_clock import StepClock
+from workers.inference.engine._views import Heartbeat
 from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel, LoraKey
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
     def cancel_running(self) -> None:
         self.force_cancel = True  # read by the next step; no lock: this may run in a signal handler
 
-    def heartbeat(self) -> dict[str, Any]:
+    def heartbeat(self) -> Heartbeat:
         """The engine's progress (:class:`StepClock`); read without the lock, so a hung step cannot block it."""
         return self.clock.beat(len(self._pending) + sum(1 for s in self.slots if s.is_processing))
 
