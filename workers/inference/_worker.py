@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from service.core import events as ev
 from workers.inference._cli import EXIT_ERROR, EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, parse_args, predict_route
@@ -34,6 +34,16 @@ from workers.inference.llama import LlamaLog, Loaded, LoadError
 from workers.runtime import INFERENCE_WORKER, Parent, Wakeup, WorkerRuntime
 
 PROGRESS_INTERVAL_S = 0.2
+
+
+class LoadFacts(TypedDict):
+    """What ``instance_ready`` (the event and its log line) says of the load, beside llama-server's meta."""
+
+    load_ms: float
+    n_ctx: int
+    n_params: int
+    file_size: int
+    architecture: str
 
 
 class Worker:
@@ -168,7 +178,7 @@ class Worker:
         return load(self.args, self._llama_log, self._on_progress)
 
     def _on_loaded(self, loaded: Loaded) -> bool:
-        meta: dict[str, Any] = {
+        meta: LoadFacts = {
             "load_ms": loaded.load_ms,
             "n_ctx": loaded.n_ctx,
             "n_params": loaded.n_params,

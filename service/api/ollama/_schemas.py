@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from service.api.ollama._gguf import Metadata
 from service.api.schemas import ModelName
 
 KeepAlive = float | str | None
@@ -147,7 +148,7 @@ class Shown(msgspec.Struct, frozen=True):
     parameters: str
     template: str
     details: Details
-    model_info: dict[str, Any]  # free-form: the GGUF's metadata keys, as Ollama shows them
+    model_info: Metadata
     capabilities: list[str]
     modified_at: str
 
