@@ -253,7 +253,6 @@ SIZE_EXCEPTIONS: dict[str, str] = {
     "service/supervision/instances.py": "pending: split in step 3 after ruff's layout",
     "workers/inference/_cli.py:parse_args": "pending: split in step 3 after ruff's layout",
     "workers/inference/_worker.py:run": "pending: split in step 3 after ruff's layout",
-    "workers/inference/engine/_batch.py": "pending: split in step 3 after ruff's layout",
     "workers/inference/http/_front.py": "pending: split in step 3 after ruff's layout",
     "workers/inference/http/_front.py:create_completion": "pending: split in step 3 after ruff's layout",
     "workers/inference/http/_responses.py:_delta": "pending: split in step 3 after ruff's layout",

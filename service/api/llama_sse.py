@@ -9,9 +9,21 @@ events by :func:`to_llama` (``models_reloaded`` is its ``{"model": "*",
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from service.core import events as ev
+
+SseData = dict[str, object]
+"""An event's ``data`` on llama.cpp's ``/models/sse``: its shape is the event's (``status``, ``progress``...)."""
+
+
+class LlamaModelEvent(TypedDict, total=False):
+    """One llama.cpp ``/models/sse`` payload (``models_reload`` has no ``data``)."""
+
+    model: str | None
+    event: str
+    data: SseData
+
 
 _ENDED = {
     ev.InstanceStopped: "unloaded",
@@ -21,7 +33,7 @@ _ENDED = {
 }
 
 
-def _status(recorded: ev.Recorded) -> tuple[str, dict[str, Any]] | None:
+def _status(recorded: ev.Recorded) -> tuple[str, SseData] | None:
     e = recorded.event
     if isinstance(e, ev.InstanceRequested):
         return "model_status", {"status": "loading"}
@@ -42,7 +54,7 @@ def _status(recorded: ev.Recorded) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def to_llama(recorded: ev.Recorded) -> dict[str, Any] | None:
+def to_llama(recorded: ev.Recorded) -> LlamaModelEvent | None:
     """The llama.cpp ``/models/sse`` payload for one of our events, or None when
     llama.cpp has no such event."""
     e = recorded.event

@@ -25,6 +25,13 @@ from service.event_store.rows import LogDiskFull, StoreUnavailable
 
 _log = structlog.get_logger(__name__)
 
+ProblemBody = dict[str, object]
+"""An ``application/problem+json`` body: RFC 9457's members, llama.cpp's ``error`` beside them, and the
+extension members a problem adds (``errors``, ``limit``, ``location``, a rejection's own): free-form
+by design, as RFC 9457 lets each problem type add its own (schema: ``ProblemDetails``)."""
+FieldProblem = dict[str, object]
+"""One invalid field as Litestar reports it (``key``, ``message``, ``source``), passed on as it came."""
+
 # CommandRejected.code -> HTTP status; codes are also the problem "type" suffix.
 # Exactly the codes the service raises as CommandRejected (tests/api/test_problems.py);
 # a Problem carries its own status.
@@ -80,9 +87,9 @@ class Problem(Exception):
         self.extra = extra
 
 
-def problem_response(request: Request[Any, Any, Any], problem: Problem) -> Response[dict[str, Any]]:
+def problem_response(request: Request[Any, Any, Any], problem: Problem) -> Response[ProblemBody]:
     """The one renderer of error bodies (schema: ``ProblemDetails``)."""
-    body = {
+    body: ProblemBody = {
         "type": f"/problems/{problem.code}",
         "title": problem.code.replace("_", " "),
         "status": problem.status,
@@ -96,11 +103,11 @@ def problem_response(request: Request[Any, Any, Any], problem: Problem) -> Respo
     return Response(body, status_code=problem.status, media_type=PROBLEM_JSON, headers=problem.headers)
 
 
-def _on_problem(request: Request[Any, Any, Any], exc: Problem) -> Response[dict[str, Any]]:
+def _on_problem(request: Request[Any, Any, Any], exc: Problem) -> Response[ProblemBody]:
     return problem_response(request, exc)
 
 
-def _on_rejected(request: Request[Any, Any, Any], exc: CommandRejected) -> Response[dict[str, Any]]:
+def _on_rejected(request: Request[Any, Any, Any], exc: CommandRejected) -> Response[ProblemBody]:
     status = _STATUS_BY_CODE.get(exc.code, 409)
     headers = {"Retry-After": "1"} if status == 503 else None  # capacity, queue full, failed model: worth a retry soon
     extra = dict(exc.extra)
@@ -118,18 +125,19 @@ def _wire_name(request: Request[Any, Any, Any], key: str) -> str:
     return getattr(kwarg, "header", None) or getattr(kwarg, "query", None) or key
 
 
-def _field_errors(request: Request[Any, Any, Any], exc: ValidationException) -> list[dict[str, Any]]:
+def _field_errors(request: Request[Any, Any, Any], exc: ValidationException) -> list[FieldProblem]:
     extra = exc.extra if isinstance(exc.extra, list) else [exc.extra] if exc.extra else []
-    errors = [dict(e) if isinstance(e, dict) else {"message": str(e)} for e in extra]
+    errors: list[FieldProblem] = [dict(e) if isinstance(e, dict) else {"message": str(e)} for e in extra]
     for error in errors:
-        if isinstance(error.get("key"), str):
-            error["key"] = _wire_name(request, error["key"])
+        key = error.get("key")
+        if isinstance(key, str):
+            error["key"] = _wire_name(request, key)
     return errors
 
 
-def _on_http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+def _on_http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[ProblemBody]:
     status = exc.status_code
-    extra: dict[str, Any] = {}
+    extra: ProblemBody = {}
     detail = str(exc.detail)
     if isinstance(exc, ValidationException):
         errors = _field_errors(request, exc)
@@ -150,11 +158,11 @@ def _on_http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[di
     return problem_response(request, Problem(status, code, detail, headers=dict(exc.headers or {}), **extra))
 
 
-def _on_stale(request: Request[Any, Any, Any], exc: StateUnavailable) -> Response[dict[str, Any]]:
+def _on_stale(request: Request[Any, Any, Any], exc: StateUnavailable) -> Response[ProblemBody]:
     return problem_response(request, Problem(503, "state_unavailable", str(exc), headers={"Retry-After": "1"}))
 
 
-def _on_store_down(request: Request[Any, Any, Any], exc: StoreUnavailable) -> Response[dict[str, Any]]:
+def _on_store_down(request: Request[Any, Any, Any], exc: StoreUnavailable) -> Response[ProblemBody]:
     _log.error("store_unavailable", detail=str(exc))
     return problem_response(request, Problem(503, "store_unavailable", str(exc), headers={"Retry-After": "1"}))
 
@@ -164,7 +172,7 @@ _NO_507 = frozenset({"inference", "ollama"})
 507, and their clients read a 503 as "retry later", which a full log disk is."""
 
 
-def _on_log_full(request: Request[Any, Any, Any], exc: LogDiskFull) -> Response[dict[str, Any]]:
+def _on_log_full(request: Request[Any, Any, Any], exc: LogDiskFull) -> Response[ProblemBody]:
     _log.error("log_disk_full", detail=str(exc))
     handler = request.scope.get("route_handler")  # none when raised before routing (a middleware's append)
     tags = handler.resolve_tags() if isinstance(handler, HTTPRouteHandler) else ()
@@ -173,7 +181,7 @@ def _on_log_full(request: Request[Any, Any, Any], exc: LogDiskFull) -> Response[
     return problem_response(request, problem)
 
 
-def _on_bug(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+def _on_bug(request: Request[Any, Any, Any], exc: Exception) -> Response[ProblemBody]:
     _log.exception("unhandled_exception", path=request.url.path)
     return problem_response(request, Problem(500, "internal_error", "internal error (a bug): see the service log"))
 

@@ -5,7 +5,7 @@ One read beside the fold: a projector's modalities come from its file's header (
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from msgspec import UNSET, UnsetType
 
@@ -20,8 +20,9 @@ from service.api.schemas import (
     ModelList,
     ModelStatusView,
     ProgressView,
+    SingleModel,
 )
-from service.core.events import FileRef
+from service.core.events import FileRef, ServerMeta
 from service.core.memory import estimate
 from service.core.model_spec import projector_path
 from service.core.server_mode import ROUTER, ServerMode, listed
@@ -180,7 +181,7 @@ def _files_on(model: ModelState, state: RouterState) -> list[FilesOnView]:
     return out
 
 
-def _loaded_meta(model: ModelState) -> dict[str, Any] | UnsetType:
+def _loaded_meta(model: ModelState) -> ServerMeta | UnsetType:
     """llama-server's ``meta`` of a loaded model, as its worker's ``instance_ready`` gave it."""
     inst = model.instance
     if inst is None or inst.status is not InstanceStatus.READY or not inst.model_info:
@@ -202,36 +203,45 @@ def models_view(state: RouterState, mode: ServerMode = ROUTER) -> ModelList:
     return ModelList(object="list", data=data, models=[ollama_entry(data[0].id, multimodal)])
 
 
-def ollama_entry(name: str, multimodal: bool) -> dict[str, Any]:
-    """llama-server's single-model ``models`` entry (``get_res_models``): a name and capabilities, the
-    rest empty (it manages no hashes)."""
-    return {
-        "name": name,
-        "model": name,
-        "modified_at": "",
-        "size": "",
-        "digest": "",
-        "type": "model",
-        "description": "",
-        "tags": [""],
-        "capabilities": ["completion", "multimodal"] if multimodal else ["completion"],
-        "parameters": "",
-        "details": {
-            "parent_model": "",
-            "format": "gguf",
-            "family": "",
-            "families": [""],
-            "parameter_size": "",
-            "quantization_level": "",
-        },
-    }
+def ollama_entry(name: str, multimodal: bool) -> SingleModel:
+    """llama-server's single-model ``models`` entry (``get_res_models``)."""
+    capabilities = ["completion", "multimodal"] if multimodal else ["completion"]
+    return SingleModel(name=name, model=name, capabilities=capabilities)
 
 
 _WORKER_SLOTS = 4  # the inference worker's --n-parallel default, when the model's options set none
 
 
-# Any: llama-server's /props object, JSON values of several types.
-def sleeping_props(model: ModelState, build_info: str) -> dict[str, Any]:
+class _Settings(TypedDict):
+    params: dict[str, object]  # empty: the worker's own settings were not kept
+    n_ctx: int
+
+
+class _Modalities(TypedDict):
+    vision: bool
+    video: bool
+    audio: bool
+
+
+class SleepingProps(TypedDict):
+    """llama-server's ``GET /props`` as far as the log knows it (a sleeping model's)."""
+
+    default_generation_settings: _Settings
+    total_slots: object  # the preset's n_parallel as it was set
+    model_alias: str
+    model_path: str
+    modalities: _Modalities
+    endpoint_slots: bool
+    endpoint_props: bool
+    endpoint_metrics: bool
+    chat_template: str
+    bos_token: str
+    eos_token: str
+    build_info: str
+    is_sleeping: bool
+
+
+def sleeping_props(model: ModelState, build_info: str) -> SleepingProps:
     """``GET /props`` of a sleeping model whose worker's own answer was not kept (the service restarted
     while it slept): llama-server's shape, from what the log knows; ``is_sleeping: true``."""
     params = model.config.params

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Mapping
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from service.console.client import Client, CliError, without_hint
+from service.console.client import Body, Client, CliError, without_hint
 from service.console.format import duration
 
 _LOAD_TYPES = ("instance_*", "loading_progress")
@@ -55,7 +55,7 @@ def _crashed(client: Client, model: str) -> CliError:
     return CliError(f"{model}: {message}; see `modelrouter history {model}`", hint=error.get("hint"))
 
 
-def _reply(client: Client, body: dict[str, Any]) -> str:
+def _reply(client: Client, body: Body) -> str:
     """Stream one answer to stdout; return its text."""
     parts: list[str] = []
     with client.stream("POST", "/v1/chat/completions", json=body) as events:
@@ -77,7 +77,7 @@ def _reply(client: Client, body: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def run(client: Client, console: Console, name: str, prompt: str | None, options: dict[str, Any]) -> int:
+def run(client: Client, console: Console, name: str, prompt: str | None, options: Mapping[str, object]) -> int:
     """Chat with ``name``: one answer for ``prompt``, else an interactive session."""
     model = load(client, console, name)
     messages: list[dict[str, str]] = []

@@ -11,13 +11,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from service.event_store.codec import WireEvent
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # Control calls answer at once; chat and streams have no overall deadline.
 _TIMEOUT = httpx.Timeout(30.0, read=None)
+
+Query = Mapping[str, str | int | float | list[str] | None]
+"""A GET's query parameters (``GET /events``' filters): a None value is left out."""
+Body = Mapping[str, object]
+"""A request body, sent as JSON."""
 
 
 class CliError(Exception):
@@ -109,7 +117,7 @@ class Client:
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
 
-    def post(self, path: str, body: Mapping[str, Any]) -> Any:
+    def post(self, path: str, body: Body) -> Any:
         return self.request("POST", path, json=dict(body))
 
     @contextmanager
@@ -127,7 +135,7 @@ class Client:
             raise CliError(f"{method} {path} failed: {exc}") from None
 
     @contextmanager
-    def events(self, params: Mapping[str, Any]) -> Iterator[Iterator[dict[str, Any]]]:
+    def events(self, params: Query) -> Iterator[Iterator[WireEvent]]:
         """``GET /events/stream`` with ``params``: each event's JSON (see docs/api.md)."""
         with self.stream("GET", "/events/stream", params=dict(params)) as raw:
             yield (json.loads(data) for _event, _id, data in raw if data)

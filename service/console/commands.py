@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeAlias
 from rich.console import Console
 
 from service.console import chat, control, logs, pull, tables
-from service.console.client import Client, CliError
+from service.console.client import Client, CliError, Query
 
 _ENV = "environment: MODELROUTER_URL (default http://127.0.0.1:8080), MODELROUTER_API_KEY (sent as a bearer token)"
 Sub: TypeAlias = "argparse._SubParsersAction[Any]"  # of modelrouter's own parser class
@@ -48,7 +48,7 @@ def _load(client: Client, console: Console, args: argparse.Namespace) -> int:
     return 0
 
 
-def _events_params(args: argparse.Namespace) -> dict[str, Any]:
+def _events_params(args: argparse.Namespace) -> Query:
     return {
         "model": args.model,
         "type": args.type or None,

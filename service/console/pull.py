@@ -8,7 +8,7 @@ and the next ``pull`` resumes it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -21,8 +21,12 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from service.console.client import Client, CliError
+from service.console.client import Client, CliError, Query
 from service.console.format import duration, size
+
+if TYPE_CHECKING:
+    from service.core.events import StoredFile
+    from service.event_store.codec import WireEvent
 
 HINTS = {
     "not_found": "check the repo name and quant: the Hub has no such file",
@@ -40,7 +44,7 @@ EXIT_INTERRUPTED = 130  # as a shell reports a command stopped by SIGINT
 class FileBars:
     """The bars of one job's files, fed with its events."""
 
-    def __init__(self, progress: Progress, files: list[dict[str, Any]]) -> None:
+    def __init__(self, progress: Progress, files: list[StoredFile]) -> None:
         self.progress = progress
         self.files = sorted((str(f["path"]), int(f.get("size") or 0)) for f in files)
         self.tasks: list[TaskID] = [progress.add_task(path, total=sz or None) for path, sz in self.files]
@@ -53,7 +57,7 @@ class FileBars:
             left -= done
 
 
-def _stream_params(model: str, after: int) -> dict[str, Any]:
+def _stream_params(model: str, after: int) -> Query:
     return {"model": model, "type": "download_*", "after": after}
 
 
@@ -108,7 +112,7 @@ def pull(client: Client, console: Console, name: str) -> int:
     raise CliError("the event stream ended before the download did; run pull again to resume")
 
 
-def _report(console: Console, model: str, event: dict[str, Any]) -> int:
+def _report(console: Console, model: str, event: WireEvent) -> int:
     data = event["data"]
     kind = event["type"]
     if kind == "download_finished":

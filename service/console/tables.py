@@ -6,15 +6,19 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import psutil
 from rich.console import Console
 from rich.table import Table
 
-from service.console.client import Client
+from service.console.client import Client, Query
 from service.console.format import ago, duration, size, when
+
+if TYPE_CHECKING:
+    from service.core.events import EventPayload
+    from service.event_store.codec import WireEvent
 
 _RUNNING = ("loading", "loaded", "unloading", "unresponsive")
 _SUMMARY = 200  # characters of an event's data on one line; --json has all of it
@@ -27,7 +31,7 @@ def _table(*headers: str, title: str | None = None) -> Table:
     return table
 
 
-def _quant(model: Mapping[str, Any]) -> str:
+def _quant(model: Mapping[str, object]) -> str:  # a GET /models entry
     name = str(model["id"])
     if ":" in name:
         return name.rsplit(":", 1)[1]
@@ -120,7 +124,7 @@ def ps(client: Client, console: Console) -> int:
     return 0
 
 
-def _ending(load: Mapping[str, Any]) -> str:
+def _ending(load: Mapping[str, object]) -> str:  # one of GET /models/{model}/history's loads
     ended = str(load["ended"])
     if ended == "crashed":
         how = f"signal {load['signal']}" if load.get("signal") else f"exit {load.get('exit_code')}"
@@ -169,13 +173,13 @@ def history(client: Client, console: Console, name: str, *, as_json: bool = Fals
     return 0
 
 
-def _summary(data: Mapping[str, Any]) -> str:
+def _summary(data: EventPayload) -> str:
     shown = {k: v for k, v in data.items() if k not in ("files", "params", "args", "stderr_tail", "commit")}
     text = " ".join(f"{k}={v}" for k, v in shown.items())
     return text if len(text) <= _SUMMARY else text[: _SUMMARY - 1] + "…"
 
 
-def _line(event: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
+def _line(event: WireEvent) -> tuple[str, str, str, str, str]:
     return (
         str(event["position"]),
         when(event["recorded_at"]),
@@ -185,7 +189,7 @@ def _line(event: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
     )
 
 
-def print_events(console: Console, events: Iterable[Mapping[str, Any]], *, as_json: bool) -> None:
+def print_events(console: Console, events: Iterable[WireEvent], *, as_json: bool) -> None:
     for event in events:
         if as_json:
             # Plain stdout, one object per line: for jq and scripts, not for rich.
@@ -194,7 +198,7 @@ def print_events(console: Console, events: Iterable[Mapping[str, Any]], *, as_js
             console.print("  ".join(_line(event)), highlight=False, soft_wrap=True)
 
 
-def events(client: Client, console: Console, params: Mapping[str, Any], *, follow: bool, as_json: bool) -> int:
+def events(client: Client, console: Console, params: Query, *, follow: bool, as_json: bool) -> int:
     """One page of ``GET /events`` (or, with ``follow``, the stream from now or ``--after``)."""
     if follow:
         stream_params = {k: v for k, v in params.items() if k != "limit" and v is not None}

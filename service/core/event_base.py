@@ -12,14 +12,45 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from service.core.errors import InvalidEvent
 
-__all__ = ["JSON", "Event", "FileRef", "Recorded", "coerce_files", "required_fields"]
+__all__ = [
+    "JSON",
+    "Event",
+    "EventPayload",
+    "EventSource",
+    "FileRef",
+    "Recorded",
+    "ServerMeta",
+    "StoredFile",
+    "coerce_files",
+    "required_fields",
+]
 
 JSON = Any  # Any: JSON is recursive; each reader narrows the shape it expects
 """A JSON-compatible value (dict, list, str, int, float, bool, None)."""
+EventPayload = dict[str, JSON]
+"""An event's JSON payload as stored in the log's ``data`` column. Free-form until it is read into its
+typed event: each event type's fields narrow it (:meth:`Event.from_data`, :mod:`service.core.upcasting`)."""
+EventSource = Mapping[str, JSON]
+"""Who wrote an event, as stored in its ``source`` column: ``kind``, ``pid``, the writer's own id and
+node. Free-form: the keys vary by writer (a worker names its instance or its download)."""
+
+ServerMeta = Mapping[str, JSON]
+"""llama-server's model ``meta`` (vocabulary, context, parameter counts...) as a worker reported it in
+``instance_ready``: free-form, kept for the catalogue and shown as it came."""
+
+
+class StoredFile(TypedDict, total=False):
+    """A :class:`FileRef` as the log stores it: ``path`` and ``size`` always, the rest once known."""
+
+    path: str
+    size: int
+    sha256: str
+    blob_path: str
+    snapshot_path: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +60,12 @@ class Event:
     TYPE: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
 
-    def to_data(self) -> dict[str, JSON]:
+    def to_data(self) -> EventPayload:
         """The JSON payload stored in the ``data`` column."""
         return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_data(cls, data: Mapping[str, JSON]) -> Event:
+    def from_data(cls, data: EventPayload) -> Event:
         """Build from a current-version payload that is about to be *written*.
 
         Strict: an unknown key or a missing required field raises
@@ -89,21 +120,28 @@ class FileRef:
     blob_path: str | None = None
     snapshot_path: str | None = None
 
-    def to_json(self) -> dict[str, JSON]:
+    def to_json(self) -> StoredFile:
         """The stored object."""
-        out: dict[str, JSON] = {"path": self.path, "size": self.size}
-        for name in ("sha256", "blob_path", "snapshot_path"):
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = value
+        out: StoredFile = {"path": self.path, "size": self.size}
+        if self.sha256 is not None:
+            out["sha256"] = self.sha256
+        if self.blob_path is not None:
+            out["blob_path"] = self.blob_path
+        if self.snapshot_path is not None:
+            out["snapshot_path"] = self.snapshot_path
         return out
 
     @classmethod
-    def of(cls, value: FileRef | Mapping[str, JSON]) -> FileRef:
+    def of(cls, value: FileRef | StoredFile) -> FileRef:
         """``value`` as a FileRef (a stored or hand-written object is read tolerantly)."""
         if isinstance(value, FileRef):
             return value
-        size, sha, blob, link = (value.get(k) for k in ("size", "sha256", "blob_path", "snapshot_path"))
+        size, sha, blob, link = (
+            value.get("size"),
+            value.get("sha256"),
+            value.get("blob_path"),
+            value.get("snapshot_path"),
+        )
         return cls(
             path=str(value.get("path") or ""),
             size=int(size or 0),
@@ -134,7 +172,7 @@ class Recorded:
     event_id: str
     model: str | None
     event: Event
-    source: Mapping[str, JSON]
+    source: EventSource
     recorded_at: datetime
 
     @property

@@ -24,8 +24,12 @@ from service.core.alias_events import ModelAliased as ModelAliased
 from service.core.alias_events import ModelAliasRemoved as ModelAliasRemoved
 from service.core.event_base import JSON as JSON
 from service.core.event_base import Event as Event
+from service.core.event_base import EventPayload as EventPayload
+from service.core.event_base import EventSource as EventSource
 from service.core.event_base import FileRef as FileRef
 from service.core.event_base import Recorded as Recorded
+from service.core.event_base import ServerMeta as ServerMeta
+from service.core.event_base import StoredFile as StoredFile
 from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
 from service.core.hang_events import InstanceUnresponsive as InstanceUnresponsive
@@ -254,7 +258,7 @@ class InstanceReady(Event):
     n_params: int
     file_size: int
     architecture: str
-    model_info: Mapping[str, JSON] = dataclasses.field(default_factory=dict)  # llama-server's meta (catalogue)
+    model_info: ServerMeta = dataclasses.field(default_factory=dict)  # llama-server's meta (catalogue)
     log_path: str | None = None  # the file the service keeps the worker's lines in (None: logged before issue 37)
 
 

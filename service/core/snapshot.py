@@ -32,6 +32,10 @@ from service.core.state import RouterState
 FOLD_VERSION: int = 15
 """Version of the fold's semantics and of the state's shape; stored with each snapshot."""
 
+SnapshotJSON = dict[str, JSON]
+"""One of the fold's dataclasses as a snapshot stores it: a JSON object, field name to encoded value.
+Free-form as JSON: its shape is the dataclass's, checked field by field when it is read back."""
+
 # Any (in the encoders and decoders below): a codec is built per field type, so it takes and gives that
 # field's values, whatever their type; the state's own annotations say which.
 Encoder = Callable[[Any], Any]
@@ -98,7 +102,7 @@ def _dataclass_codec(cls: type) -> tuple[Encoder, Decoder]:
     plan = [(f.name, *_codec_for(hints[f.name])) for f in dataclasses.fields(cls)]
     names = frozenset(name for name, _, _ in plan)
 
-    def encode(obj: Any) -> dict[str, Any]:  # Any: as Encoder's
+    def encode(obj: Any) -> SnapshotJSON:  # Any: as Encoder's
         return {name: enc(getattr(obj, name)) for name, enc, _ in plan}
 
     def decode(data: Any) -> Any:  # Any: as Decoder's
@@ -116,13 +120,13 @@ def _dataclass_codec(cls: type) -> tuple[Encoder, Decoder]:
 _ENCODE_STATE, _DECODE_STATE = _dataclass_codec(RouterState)
 
 
-def state_to_json(state: RouterState) -> dict[str, JSON]:
+def state_to_json(state: RouterState) -> SnapshotJSON:
     """A JSON-compatible dict holding every field of ``state`` (``json.dumps``-able)."""
-    result: dict[str, JSON] = _ENCODE_STATE(state)
+    result: SnapshotJSON = _ENCODE_STATE(state)
     return result
 
 
-def state_from_json(data: dict[str, JSON]) -> RouterState:
+def state_from_json(data: SnapshotJSON) -> RouterState:
     """Inverse of :func:`state_to_json`; raises ``ValueError``/``TypeError`` on a
     dict of another shape."""
     state: RouterState = _DECODE_STATE(data)

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, cast
 
 from service.core.errors import CommandRejected
-from service.core.events import JSON, FileRef
+from service.core.events import JSON, FileRef, ServerMeta
 from service.core.node_state import Holding, ModelShape, NodeState
 
 _T = TypeVar("_T")
@@ -111,9 +111,9 @@ class Failure:
     max_rss_bytes: int | None = None
     stderr_tail: str = ""
 
-    def to_json(self) -> dict[str, JSON]:
+    def to_json(self) -> FailureJSON:
         """The API's ``error`` object: the common fields, then those of its kind."""
-        out: dict[str, JSON] = {
+        out: dict[str, object] = {
             "kind": self.kind.value,
             "reason": self.reason,
             "message": self.message,
@@ -121,7 +121,27 @@ class Failure:
         }
         for name in _FAILURE_FIELDS[self.kind]:
             out[name] = getattr(self, name)
-        return out
+        return cast("FailureJSON", out)
+
+
+class FailureJSON(TypedDict, total=False):
+    """A :class:`Failure` as the API shows it: ``kind``, ``reason``, ``message`` and ``at`` always,
+    then the fields of its kind (``_FAILURE_FIELDS``)."""
+
+    kind: str
+    reason: str
+    message: str
+    at: str
+    retryable: bool | None
+    job_id: str | None
+    exit_code: int | None
+    signal: int | None
+    signal_name: str | None
+    status_code: int | None
+    hint: str | None
+    first_request: bool
+    max_rss_bytes: int | None
+    stderr_tail: str
 
 
 _FAILURE_FIELDS = {
@@ -193,7 +213,7 @@ class Instance:
     n_ctx: int | None = None
     n_params: int | None = None
     architecture: str | None = None
-    model_info: Mapping[str, JSON] = field(default_factory=dict)  # llama-server's meta, from instance_ready
+    model_info: ServerMeta = field(default_factory=dict)  # llama-server's meta, from instance_ready
     requested_at: datetime | None = None
     ready_at: datetime | None = None
     stop_reason: str | None = None

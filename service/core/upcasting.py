@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from service.core.errors import UnknownEventType, UnknownSchemaVersion
-from service.core.events import EVENT_TYPES, JSON, Event, required_fields
+from service.core.events import EVENT_TYPES, Event, EventPayload, required_fields
 
-Upcaster = Callable[[Mapping[str, JSON]], dict[str, JSON]]
+Upcaster = Callable[[EventPayload], EventPayload]
 
 
-def _download_progress_v1_v2(data: Mapping[str, JSON]) -> dict[str, JSON]:
+def _download_progress_v1_v2(data: EventPayload) -> EventPayload:
     # v1 mirrored llama.cpp's {done, total}; v2 names the unit and adds rate/ETA.
     return {
         "job_id": data.get("job_id", ""),
@@ -43,7 +43,7 @@ UPCASTERS: Mapping[tuple[str, int], Upcaster] = {
 """(type, from_version) -> function producing the from_version + 1 payload."""
 
 
-def upcast(type_: str, version: int, data: Mapping[str, JSON]) -> dict[str, JSON]:
+def upcast(type_: str, version: int, data: EventPayload) -> EventPayload:
     """Return ``data`` lifted to the current version of ``type_``.
 
     Raises :class:`UnknownEventType` for a type this code does not know and
@@ -65,13 +65,13 @@ def upcast(type_: str, version: int, data: Mapping[str, JSON]) -> dict[str, JSON
     return current
 
 
-def decode(type_: str, version: int, data: Mapping[str, JSON]) -> Event:
+def decode(type_: str, version: int, data: EventPayload) -> Event:
     """Upcast and build the typed event from a *stored* payload (tolerant: see the module docstring)."""
     payload = upcast(type_, version, data)  # raises for unknown types first
     return stored_event(EVENT_TYPES[type_], payload)
 
 
-def stored_event(cls: type[Event], data: Mapping[str, JSON]) -> Event:
+def stored_event(cls: type[Event], data: EventPayload) -> Event:
     """``cls`` from a current-version stored payload: unknown keys ignored, missing
     required fields read as their zero value, lists frozen into tuples."""
     names, zeros = _reading_plan(cls)

@@ -9,11 +9,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from service.core.events import LogWritesResumed, Recorded
+from service.core.events import EventSource, LogWritesResumed, Recorded
 from service.event_store import statements
 from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.engines import async_engine_for
@@ -50,7 +50,7 @@ class AsyncEventStore:
     :attr:`outage`; the first append that lands afterwards carries a ``log_writes_resumed``
     event in its transaction, which closes it (:meth:`retry_outage` tries that alone)."""
 
-    def __init__(self, location: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
+    def __init__(self, location: Path | str, *, source: EventSource, synchronous: Synchronous = "FULL") -> None:
         text = str(location)
         self.postgres = is_postgres(text)
         self.path: Path | None = None if self.postgres else sqlite_path(text) if is_sqlite(text) else Path(text)
@@ -60,7 +60,7 @@ class AsyncEventStore:
         """What messages name: the file, or the database's URL without its password."""
         self.outage: WriteOutage | None = None
         """Set while the log's disk refuses appends (until one lands again)."""
-        self.source = {**source, "pid": source.get("pid", os.getpid())}
+        self.source: EventSource = {**source, "pid": source.get("pid", os.getpid())}
         self._writer: AsyncEngine = async_engine_for(location, synchronous, write=True)
         self._reader: AsyncEngine = async_engine_for(location, synchronous, write=False)
         self._lock = asyncio.Lock()

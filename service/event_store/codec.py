@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from service.core.decision import Append
 from service.core.errors import InvalidEvent, UnknownEventType
-from service.core.events import EVENT_TYPES, Event, Recorded
+from service.core.events import EVENT_TYPES, Event, EventPayload, EventSource, Recorded
 from service.core.upcasting import decode
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -34,7 +34,7 @@ def from_append(append: Append) -> NewEvent:
     return NewEvent(append.event, model=append.model, event_id=append.event_id)
 
 
-def new_event(type_: str, data: Mapping[str, Any], model: str | None = None, event_id: str | None = None) -> NewEvent:
+def new_event(type_: str, data: EventPayload, model: str | None = None, event_id: str | None = None) -> NewEvent:
     """A ``NewEvent`` from a type string and a current-version JSON payload.
 
     For payloads that arrive as JSON (tools, fixtures); code builds the event
@@ -122,7 +122,7 @@ def _loads(value: Any) -> Any:
     return loads(value) if isinstance(value, (str, bytes)) else value
 
 
-PayloadDecoder = Callable[[Mapping[str, Any]], Event]
+PayloadDecoder = Callable[[EventPayload], Event]
 _DECODERS: dict[tuple[str, int], PayloadDecoder] = {}
 
 
@@ -131,7 +131,7 @@ def _current_decoder(cls: type[Event]) -> PayloadDecoder:
     count = len(names)
     type_, version = cls.TYPE, cls.VERSION
 
-    def build(data: Mapping[str, Any]) -> Event:
+    def build(data: EventPayload) -> Event:
         # The common case (exactly the class's keys -- every row ``encode``
         # writes -- and no lists to freeze) skips the copy, key filtering,
         # zero-filling and list->tuple walk of ``decode``; the result is equal.
@@ -207,7 +207,20 @@ def decode_rows(rows: Iterable[Sequence[Any]]) -> list[Recorded]:
     return out
 
 
-def to_wire(recorded: Recorded) -> dict[str, Any]:
+class WireEvent(TypedDict):
+    """One event as ``GET /events`` and SSE ``data:`` carry it (:class:`service.api.schemas.EventView`)."""
+
+    position: int
+    id: str
+    type: str
+    schema_version: int
+    model: str | None
+    data: EventPayload
+    source: EventSource
+    recorded_at: str
+
+
+def to_wire(recorded: Recorded) -> WireEvent:
     """The JSON shape of ``GET /events`` and SSE ``data:``."""
     return {
         "position": recorded.position,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from service.core.events import EventSource
 from service.event_store.codec import NewEvent, dumps, encode, format_time
 from service.event_store.unavailable import describe, disk_full_cause
 
@@ -105,7 +106,7 @@ class ConcurrencyConflict(Exception):
 def insert_rows(
     cursor: Any,
     batch: Sequence[NewEvent],
-    source: dict[str, Any],
+    source: EventSource,
     expect: Mapping[str, int] | None = None,
     sql: AppendSQL = SQLITE,
     now: Callable[[], datetime] = _utc_now,

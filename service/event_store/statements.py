@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, func, or_, select
 
+from service.core.events import EventSource
 from service.event_store.codec import NewEvent, format_time, loads
 from service.event_store.rows import SQLITE, AppendSQL, insert_rows
 from service.event_store.schema import events
@@ -74,7 +75,7 @@ def append_sql(conn: Connection) -> AppendSQL:
 
 
 def append(
-    conn: Connection, batch: Sequence[NewEvent], source: dict[str, Any], expect: Mapping[str, int] | None = None
+    conn: Connection, batch: Sequence[NewEvent], source: EventSource, expect: Mapping[str, int] | None = None
 ) -> list[int]:
     """Append ``batch`` in one transaction (``BEGIN IMMEDIATE`` on SQLite): all or nothing.
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Connection
 
-from service.core.events import Event, Recorded
+from service.core.events import Event, EventSource, Recorded
 from service.event_store import statements
 from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.engines import sync_engine_for
@@ -32,12 +31,12 @@ class SyncEventStore:
     ``{"kind": "download_worker", "pid": 1234}``.
     """
 
-    def __init__(self, location: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous = "FULL") -> None:
+    def __init__(self, location: Path | str, *, source: EventSource, synchronous: Synchronous = "FULL") -> None:
         text = str(location)
         self.postgres = is_postgres(text)
         path = None if self.postgres else sqlite_path(text) if is_sqlite(text) else Path(text)
         self.path = path
-        self.source = {**source, "pid": source.get("pid", os.getpid())}
+        self.source: EventSource = {**source, "pid": source.get("pid", os.getpid())}
         self._reader = sync_engine_for(location, synchronous, write=False)
         self._write_lock = threading.Lock()  # workers may append from a helper thread
         self._write_conn: Connection | None = None

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from service.core.events import Event
+from service.core.events import Event, EventSource
 from service.event_store.codec import NewEvent
 from service.event_store.pragmas import BUSY_TIMEOUT_MS, Synchronous, configure_connection
 from service.event_store.rows import LogDiskFull, insert_rows
@@ -27,7 +27,7 @@ from service.event_store.wakeup import Waker
 class EventWriter(Protocol):
     """What a worker appends through, whichever database holds the log."""
 
-    source: dict[str, Any]
+    source: EventSource
 
     def append(self, batch: Sequence[NewEvent]) -> list[int]: ...
 
@@ -36,7 +36,7 @@ class EventWriter(Protocol):
     def close(self) -> None: ...
 
 
-def open_writer(target: Path | str, *, source: Mapping[str, Any]) -> EventWriter:
+def open_writer(target: Path | str, *, source: EventSource) -> EventWriter:
     """The writer for a worker's ``--db PATH`` or ``--database-url URL``: stdlib sqlite3 for a
     file (or ``sqlite:///`` URL), psycopg for ``postgresql://`` -- imported only then."""
     text = str(target)
@@ -50,9 +50,9 @@ def open_writer(target: Path | str, *, source: Mapping[str, Any]) -> EventWriter
 class WorkerEventWriter:
     """Append-only access to the log from a worker process."""
 
-    def __init__(self, path: Path | str, *, source: Mapping[str, Any], synchronous: Synchronous | None = None) -> None:
+    def __init__(self, path: Path | str, *, source: EventSource, synchronous: Synchronous | None = None) -> None:
         level = synchronous or os.environ.get("MODELROUTER_SYNCHRONOUS", "FULL").upper()
-        self.source = {**source, "pid": source.get("pid", os.getpid())}
+        self.source: EventSource = {**source, "pid": source.get("pid", os.getpid())}
         self.location = str(path)
         # Opened here, in this process: never inherit a connection across fork.
         self._conn = sqlite3.connect(

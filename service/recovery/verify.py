@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from service.core import events as ev
 from service.core.fold import fold
@@ -40,6 +40,22 @@ from service.recovery.verify_db import LogDatabase, PostgresLog, SqliteLog
 OK, FAIL, WARN, SKIP = "OK", "FAIL", "WARN", "SKIP"
 _PAGE = 5000
 _MAX_ITEMS = 20  # per check; the count says how many more there were
+
+
+class CheckJSON(TypedDict):
+    name: str
+    status: str
+    detail: str
+    items: list[str]
+
+
+class ReportJSON(TypedDict):
+    """``modelrouter verify --json``."""
+
+    db: str
+    deep: bool
+    ok: bool
+    checks: list[CheckJSON]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +93,7 @@ class VerifyReport:
         lines.append(f"FAILED: {', '.join(failed)}" if failed else "all checks passed")
         return "\n".join(lines)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReportJSON:
         return {
             "db": self.db_path,
             "deep": self.deep,

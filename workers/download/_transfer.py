@@ -32,7 +32,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from service.core.backoff import retry_delay
 from service.core.progress import RateState, eta_seconds, should_emit, update_rate
@@ -80,6 +80,15 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
+class Progress(TypedDict):
+    """The members of ``download_progress`` a meter measures (the job's id is the caller's)."""
+
+    bytes_done: int
+    bytes_total: int
+    bytes_per_second: float | None
+    eta_seconds: float | None
+
+
 class ProgressMeter:
     """Job-wide byte counters and throttled ``download_progress`` emission.
 
@@ -88,7 +97,7 @@ class ProgressMeter:
     """
 
     def __init__(
-        self, total: int, done: int, emit: Callable[[dict[str, Any]], None], clock: Callable[[], float] = time.monotonic
+        self, total: int, done: int, emit: Callable[[Progress], None], clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.total, self.done, self.transferred = total, done, 0
         self._emit, self._clock = emit, clock

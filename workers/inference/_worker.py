@@ -22,18 +22,28 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from service.core import events as ev
 from workers.inference._cli import EXIT_ERROR, EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, parse_args, predict_route
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
-from workers.inference.engine import EngineMonitor
+from workers.inference.engine import EngineMonitor, EngineStats
 from workers.inference.http import FrontOptions, InferenceApp, bind_server, load_sampling_defaults, model_info
 from workers.inference.llama import LlamaLog, Loaded, LoadError
 from workers.runtime import INFERENCE_WORKER, Parent, Wakeup, WorkerRuntime
 
 PROGRESS_INTERVAL_S = 0.2
+
+
+class LoadFacts(TypedDict):
+    """What ``instance_ready`` (the event and its log line) says of the load, beside llama-server's meta."""
+
+    load_ms: float
+    n_ctx: int
+    n_params: int
+    file_size: int
+    architecture: str
 
 
 class Worker:
@@ -168,7 +178,7 @@ class Worker:
         return load(self.args, self._llama_log, self._on_progress)
 
     def _on_loaded(self, loaded: Loaded) -> bool:
-        meta: dict[str, Any] = {
+        meta: LoadFacts = {
             "load_ms": loaded.load_ms,
             "n_ctx": loaded.n_ctx,
             "n_params": loaded.n_params,
@@ -203,7 +213,7 @@ class Worker:
         """``instance_stats`` whenever the engine's load changed, at most every ``--stats-interval`` s
         (so an idle model appends nothing, a busy one a few events a minute)."""
         interval = self.args.stats_interval
-        last: dict[str, Any] | None = None
+        last: EngineStats | None = None
         last_at = -interval
         while True:
             time.sleep(min(interval, 1.0))

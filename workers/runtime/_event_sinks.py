@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from service.core.events import Event
+from service.core.events import Event, EventPayload, EventSource
 from service.event_store.worker_writer import open_writer
 
 
@@ -33,7 +32,7 @@ class EventSink(Protocol):
 class StoreSink:
     """Appends to the event store, one transaction per event, stamped with the worker's source."""
 
-    def __init__(self, db_path: str | Path, source: Mapping[str, Any]) -> None:
+    def __init__(self, db_path: str | Path, source: EventSource) -> None:
         # No SQLAlchemy (~0.2 s per worker start): stdlib sqlite3, or psycopg for a PostgreSQL URL.
         self.writer = open_writer(db_path, source=source)
 
@@ -84,7 +83,7 @@ class JsonlSink:
 
 
 def open_sink(
-    db_path: str | None, *, source: Mapping[str, Any], events_path: str | None = None, stdout_fd: int = 1
+    db_path: str | None, *, source: EventSource, events_path: str | None = None, stdout_fd: int = 1
 ) -> EventSink:
     """The sink named on a worker's command line: ``--db`` store, else ``--events`` file, else stdout
     (``stdout_fd``: a private ``dup`` of fd 1 where a library may redirect fd 1 meanwhile)."""
@@ -95,9 +94,9 @@ def open_sink(
     return JsonlSink.to_path(events_path)
 
 
-def parse_jsonl(text: str) -> list[tuple[str, dict[str, Any]]]:
+def parse_jsonl(text: str) -> list[tuple[str, EventPayload]]:
     """Events from JSONL text; a torn last line (writer still busy or killed) is skipped."""
-    out: list[tuple[str, dict[str, Any]]] = []
+    out: list[tuple[str, EventPayload]] = []
     for line in text.splitlines():
         try:
             obj = json.loads(line)
@@ -108,7 +107,7 @@ def parse_jsonl(text: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def read_jsonl(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+def read_jsonl(path: str | Path) -> list[tuple[str, EventPayload]]:
     """All events written so far by a :class:`JsonlSink` to ``path`` ([] if none yet)."""
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")

@@ -30,6 +30,10 @@ from service.core.redaction import redact, secret_values
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 
+LogFields = Mapping[str, object]
+"""A log line's key-value pairs: free-form, any value ``json.dumps`` can write (others as ``str``)."""
+
+
 class WorkerLog:
     """A bound JSON-lines logger; :meth:`bind` returns a child sharing the same descriptor."""
 
@@ -39,7 +43,7 @@ class WorkerLog:
         *,
         level: str = "info",
         secrets: Iterable[str | None] = (),
-        context: Mapping[str, Any] | None = None,
+        context: LogFields | None = None,
         _lock: threading.Lock | None = None,
     ) -> None:
         self._fd = fd
@@ -77,7 +81,7 @@ class WorkerLog:
         """``error`` plus the traceback being handled (text only, no frame locals)."""
         self._line(40, "error", event, {**fields, "exception": traceback.format_exc()})
 
-    def _line(self, rank: int, level: str, event: str, fields: Mapping[str, Any]) -> None:
+    def _line(self, rank: int, level: str, event: str, fields: LogFields) -> None:
         if rank < self._min:
             return
         now = time.time()

@@ -35,7 +35,6 @@ import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from service.core import events as ev
 from service.core.errors import InvalidEvent
@@ -132,7 +131,7 @@ class WorkerRuntime:
         return cls(kind, model=model, owner_id=owner_id, sink=sink, log=log, parent=parent or Parent())
 
     @property
-    def source(self) -> dict[str, Any]:
+    def source(self) -> ev.EventSource:
         """What the event store records as each event's ``source``."""
         return {"kind": self.kind.name, self.kind.owner_field: self.owner_id, "pid": self.pid, **_node()}
 

@@ -25,6 +25,7 @@ from service.api.ollama import _translate as t
 from service.api.ollama._catalogue import find_model
 from service.api.ollama._errors import error_line, ollama_errors
 from service.api.ollama._pull import NDJSON
+from service.api.ollama._upstream import Answer, Choice, FunctionDelta, Timings, ToolCallDelta, Usage, WorkerBody
 from service.api.ollama._worker import Trip, call, events, hold, open_stream
 from service.api.problems import Problem
 from service.api.proxy import Forwarding
@@ -33,7 +34,7 @@ from service.event_store.codec import format_time
 from service.supervision.surroundings import Clock
 
 Line = Callable[..., msgspec.Struct]
-BodyFor = Callable[[str, int | None], dict[str, Any]]
+BodyFor = Callable[[str, int | None], WorkerBody]
 _ERRORS = ollama_errors(400, 401, 404, 409, 413, 503)
 
 
@@ -50,30 +51,31 @@ class _Calls:
     """Tool calls streamed as OpenAI deltas (by ``index``, arguments in pieces), put together."""
 
     def __init__(self) -> None:
-        self.parts: dict[int, dict[str, Any]] = {}
+        self.names: dict[int, str] = {}
+        self.arguments: dict[int, str] = {}
 
-    def add(self, deltas: list[dict[str, Any]]) -> None:
+    def add(self, deltas: list[ToolCallDelta]) -> None:
         for delta in deltas:
-            call_ = self.parts.setdefault(int(delta.get("index", 0)), {"function": {"name": "", "arguments": ""}})
-            function = delta.get("function") or {}
-            call_["function"]["name"] += function.get("name") or ""
-            call_["function"]["arguments"] += function.get("arguments") or ""
+            function = delta.function or FunctionDelta()
+            self.names[delta.index] = self.names.get(delta.index, "") + (function.name or "")
+            self.arguments[delta.index] = self.arguments.get(delta.index, "") + (function.arguments or "")
 
-    def done(self) -> list[dict[str, Any]]:
-        return t.tool_calls_in([self.parts[i] for i in sorted(self.parts)])
+    def done(self) -> list[o.ToolCall]:
+        whole = [FunctionDelta(self.names[i], self.arguments[i]) for i in sorted(self.names)]
+        return t.tool_calls_in([ToolCallDelta(i, f) for i, f in enumerate(whole)])
 
 
 async def _lines(trip: Trip, upstream: httpx.Response, name: str, line: Line, clock: Clock) -> AsyncIterator[bytes]:
     calls, finish = _Calls(), None
-    timings: dict[str, Any] = {}
-    usage: dict[str, Any] = {}
+    timings: Timings | None = None
+    usage: Usage | None = None
     try:
         async for chunk in events(trip, upstream):
-            timings = chunk.get("timings") or timings
-            usage = chunk.get("usage") or usage
+            timings = chunk.timings or timings
+            usage = chunk.usage or usage
             for choice in t.choices_of(chunk):
-                finish = choice.get("finish_reason") or finish
-                calls.add((choice.get("delta") or {}).get("tool_calls") or [])
+                finish = choice.finish_reason or finish
+                calls.add((choice.delta.tool_calls if choice.delta else None) or [])
                 text = t.choice_text(choice)
                 if text:
                     yield _encode(line(name, format_time(clock.now()), text, False))
@@ -109,10 +111,10 @@ async def _infer(
         upstream = await open_stream(trip, path, body)
         return Stream(_lines(trip, upstream, name, line, clock), media_type=NDJSON)
     answer = await call(trip, path, body)
-    choice = (t.choices_of(answer) or [{}])[0]
-    calls = t.tool_calls_in((choice.get("message") or {}).get("tool_calls") or [])
-    extra = t.counters(answer.get("timings") or {}, answer.get("usage") or {}, trip.load_ns, trip.elapsed_ns())
-    reason = t.done_reason(choice.get("finish_reason"))
+    choice = (t.choices_of(answer) or [Choice()])[0]
+    calls = t.tool_calls_in((choice.message.tool_calls if choice.message else None) or [])
+    extra = t.counters(answer.timings, answer.usage, trip.load_ns, trip.elapsed_ns())
+    reason = t.done_reason(choice.finish_reason)
     stamp = format_time(clock.now())
     return Response(line(name, stamp, t.choice_text(choice), True, done_reason=reason, tool_calls=calls, **extra))
 
@@ -137,7 +139,7 @@ async def chat(data: o.ChatBody, forwarding: Forwarding, clock: SkipValidation[C
         reason = await _load_or_unload(forwarding, data.model, "/api/chat", keep)
         return Response(t.chat_line(data.model, format_time(clock.now()), "", True, done_reason=reason))
 
-    def body_for(model: str, n_ctx: int | None) -> dict[str, Any]:
+    def body_for(model: str, n_ctx: int | None) -> WorkerBody:
         return t.chat_body(data, model, n_ctx)
 
     return await _infer(
@@ -159,7 +161,7 @@ async def generate(data: o.GenerateBody, forwarding: Forwarding, clock: SkipVali
         reason = await _load_or_unload(forwarding, data.model, "/api/generate", keep)
         return Response(t.generate_line(data.model, format_time(clock.now()), "", True, done_reason=reason))
 
-    def body_for(model: str, n_ctx: int | None) -> dict[str, Any]:
+    def body_for(model: str, n_ctx: int | None) -> WorkerBody:
         return t.generate_body(data, model, n_ctx)
 
     path = t.generate_path(data)
@@ -177,17 +179,17 @@ def _shorten(vector: list[float], dimensions: int | None) -> list[float]:
     return [x / norm for x in cut]
 
 
-async def _embed(fwd: Forwarding, name: str, route: str, inputs: list[str], keep: float | None) -> tuple[Trip, Any]:
+async def _embed(fwd: Forwarding, name: str, route: str, inputs: list[str], keep: float | None) -> tuple[Trip, Answer]:
     trip = await hold(fwd, model_name(name), route, keep)
     if not inputs:
         await trip.end(200)
-        return trip, {"data": [], "usage": {}}
+        return trip, Answer(data=[])
     return trip, await call(trip, "/v1/embeddings", {"model": trip.model, "input": inputs})
 
 
-def _vectors(answer: dict[str, Any]) -> list[list[float]]:
-    rows = sorted(answer.get("data") or [], key=lambda d: int(d.get("index", 0)))
-    return [list(map(float, row["embedding"])) for row in rows]
+def _vectors(answer: Answer) -> list[list[float]]:
+    rows = sorted(answer.data or [], key=lambda d: d.index)
+    return [list(row.embedding) for row in rows]
 
 
 @post(
@@ -209,7 +211,7 @@ async def embed(data: o.EmbedBody, forwarding: Forwarding) -> o.Embedded:
         embeddings=[_shorten(v, data.dimensions) for v in _vectors(answer)],
         total_duration=trip.elapsed_ns(),
         load_duration=trip.load_ns,
-        prompt_eval_count=int((answer.get("usage") or {}).get("prompt_tokens", 0)),
+        prompt_eval_count=int((answer.usage.prompt_tokens if answer.usage else 0) or 0),
     )
 
 

@@ -60,11 +60,16 @@ class _Damaged(Exception):
     """The header ends early or holds impossible values."""
 
 
+Metadata = dict[str, Any]
+"""A GGUF header's key-value pairs: free-form, any key a converter wrote, of any GGUF type (shown as
+``/api/show``'s ``model_info``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class GgufFacts:
     """A model file's header, as far as Ollama's answers need it."""
 
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: Metadata = field(default_factory=dict)
     parameter_count: int = 0
 
     @property

@@ -8,19 +8,25 @@ from typing import Annotated, Any
 
 import msgspec
 
+from service.api.ollama._gguf import Metadata
 from service.api.schemas import ModelName
 
 KeepAlive = float | str | None
 """Seconds, or a Go duration (``"5m"``, ``"1h30m"``); 0 unloads after the request, negative never."""
-Format = Annotated[str | dict[str, Any] | None, msgspec.Meta(description='"json", or a JSON schema object')]
-Options = dict[str, Any] | None
+JSONSchema = dict[str, Any]
+"""A JSON schema (``format``, a tool's ``parameters``): free-form, passed to the worker as it came."""
+Format = Annotated[str | JSONSchema | None, msgspec.Meta(description='"json", or a JSON schema object')]
+Options = dict[str, Any] | None  # free-form: checked name by name in service.core.ollama.sampling
+HistoryCall = dict[str, Any]
+"""A tool call of the history as the client wrote it: free-form, read tolerantly (a call without a
+``function`` object still counts), as Ollama's own decoder does."""
 
 
 class Message(msgspec.Struct, frozen=True):
     role: str
     content: str = ""
     images: list[str] | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[HistoryCall] | None = None
     tool_name: str | None = None
     thinking: str | None = None
 
@@ -28,7 +34,7 @@ class Message(msgspec.Struct, frozen=True):
 class ChatBody(msgspec.Struct, frozen=True):
     model: ModelName
     messages: list[Message] = msgspec.field(default_factory=list)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[JSONSchema] | None = None  # OpenAI's tool objects, their parameters a JSON schema
     format: Format = None
     options: Options = None
     stream: bool = True
@@ -142,7 +148,7 @@ class Shown(msgspec.Struct, frozen=True):
     parameters: str
     template: str
     details: Details
-    model_info: dict[str, Any]
+    model_info: Metadata
     capabilities: list[str]
     modified_at: str
 
@@ -154,10 +160,21 @@ class ProgressLine(msgspec.Struct, frozen=True, omit_defaults=True):
     completed: int | None = None
 
 
+class CalledFunction(msgspec.Struct, frozen=True):
+    name: str
+    arguments: object  # the JSON the model wrote for the tool's parameters (an object, as asked)
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """A tool call of an answer: arguments an object, as Ollama answers them."""
+
+    function: CalledFunction
+
+
 class ChatMessageOut(msgspec.Struct, frozen=True, omit_defaults=True):
     role: str
     content: str
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChunk(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
+from service.api.ollama._upstream import Answer, WorkerBody, answer_of
 from service.api.problems import Problem
 from service.api.proxy import Forwarding, unresponsive_problem
 from service.core import events as ev
@@ -103,8 +103,8 @@ def _dropped(trip: Trip, exc: httpx.HTTPError) -> Problem:
     return Problem(503, "model_failed", f"the worker of model {trip.model!r} stopped answering: {type(exc).__name__}")
 
 
-async def call(trip: Trip, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    """POST ``body`` to the worker and answer its JSON; its error as a problem with its message.
+async def call(trip: Trip, path: str, body: WorkerBody) -> Answer:
+    """POST ``body`` to the worker and answer its answer; its error as a problem with its message.
     The trip ends here."""
     status = 503
     try:
@@ -117,11 +117,10 @@ async def call(trip: Trip, path: str, body: dict[str, Any]) -> dict[str, Any]:
         await trip.end(status)
     if status >= 400:
         raise _refusal(status, answer.content)
-    result: dict[str, Any] = answer.json()
-    return result
+    return answer_of(answer.json())
 
 
-async def open_stream(trip: Trip, path: str, body: dict[str, Any]) -> httpx.Response:
+async def open_stream(trip: Trip, path: str, body: WorkerBody) -> httpx.Response:
     """Start a streamed call; a worker that refuses the request (before any event) is a problem.
     On success the caller reads :func:`events` and the trip ends when they are done."""
     trip.stream = True
@@ -143,8 +142,8 @@ async def open_stream(trip: Trip, path: str, body: dict[str, Any]) -> httpx.Resp
     return upstream
 
 
-async def events(trip: Trip, upstream: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The worker's server-sent events as objects (``data: [DONE]`` ends them); the trip ends with them.
+async def events(trip: Trip, upstream: httpx.Response) -> AsyncIterator[Answer]:
+    """The worker's server-sent events as answers (``data: [DONE]`` ends them); the trip ends with them.
     A worker that hangs up mid-stream raises :class:`Problem` (the caller writes Ollama's error line)."""
     status = upstream.status_code
     lines = upstream.aiter_lines()
@@ -162,7 +161,7 @@ async def events(trip: Trip, upstream: httpx.Response) -> AsyncIterator[dict[str
             chunk = json.loads(data)
             if isinstance(chunk, dict) and "error" in chunk:
                 raise Problem(500, "worker_error", _worker_message(data.encode()))
-            yield chunk
+            yield answer_of(chunk)
     except httpx.HTTPError as exc:
         status = 503
         raise _dropped(trip, exc) from None

@@ -11,6 +11,7 @@ from service.api.schemas._catalogue import (
     ModelList,
     ModelStatusView,
     ProgressView,
+    SingleModel,
 )
 from service.api.schemas._common import (
     MAX_NAME_LENGTH,
@@ -102,6 +103,7 @@ __all__ = [
     "RemoveAnswer",
     "RerankRequest",
     "RouterProps",
+    "SingleModel",
     "SinglePredictRequest",
     "StreamsLookupRequest",
     "TailView",

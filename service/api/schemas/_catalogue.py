@@ -8,6 +8,9 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from service.core.events import ServerMeta
+from service.core.state import FailureJSON
+
 ModelStatusValue = Literal[
     "downloading", "unloaded", "loading", "loaded", "unloading", "unresponsive", "failed", "sleeping", "absent"
 ]
@@ -63,7 +66,7 @@ class InstanceView(msgspec.Struct, frozen=True):
     progress: float
     load_ms: float | None
     n_ctx: int | None
-    args: dict[str, Any]
+    args: dict[str, Any]  # free-form: the launch options by name, as instance_requested recorded them
     engine: EngineStatsView | UnsetType = UNSET
 
 
@@ -78,7 +81,7 @@ class ModelStatusView(msgspec.Struct, frozen=True):
     progress: ProgressView | UnsetType = UNSET
     instance: InstanceView | UnsetType = UNSET
     failed: bool | UnsetType = UNSET
-    error: dict[str, Any] | UnsetType = UNSET
+    error: FailureJSON | UnsetType = UNSET
     exit_code: int | UnsetType = UNSET
     node: str | UnsetType = UNSET
     """Ours, in a cluster: the node whose worker runs it."""
@@ -108,8 +111,8 @@ class ModelEntry(msgspec.Struct, frozen=True):
     path: str | None
     size: int
     last_used: str | None
-    last_error: dict[str, Any] | None
-    memory: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    last_error: FailureJSON | None
+    memory: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # free-form here: service.core.memory's parts
     """Ours: the estimated need once loaded (``total_bytes`` and its parts), once the header was read."""
     pinned: bool | msgspec.UnsetType = msgspec.UNSET
     """Ours: the preset's ``pin = true`` (never evicted); absent when false."""
@@ -117,9 +120,35 @@ class ModelEntry(msgspec.Struct, frozen=True):
     """Ours, in a cluster: the nodes that hold the model's files (``status.node`` says where it runs)."""
     files_on: list[FilesOnView] | msgspec.UnsetType = msgspec.UNSET
     """Ours, in a cluster: each copy of the files, by node, with that node's state."""
-    meta: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    meta: ServerMeta | msgspec.UnsetType = msgspec.UNSET
     """llama-server's, while the model is loaded: ``vocab_type``, ``n_vocab``, ``n_ctx``, ``n_ctx_train``,
     ``n_embd``, ``n_params``, ``size``, ``ftype``, as its worker's ``instance_ready`` recorded them."""
+
+
+class SingleModelDetails(msgspec.Struct, frozen=True):
+    parent_model: str = ""
+    format: str = "gguf"
+    family: str = ""
+    families: list[str] = msgspec.field(default_factory=lambda: [""])
+    parameter_size: str = ""
+    quantization_level: str = ""
+
+
+class SingleModel(msgspec.Struct, frozen=True):
+    """llama-server's single-model ``models`` entry (``get_res_models``): a name and capabilities, the
+    rest empty (it manages no hashes)."""
+
+    name: str
+    model: str
+    modified_at: str = ""
+    size: str = ""
+    digest: str = ""
+    type: str = "model"
+    description: str = ""
+    tags: list[str] = msgspec.field(default_factory=lambda: [""])
+    capabilities: list[str] = msgspec.field(default_factory=lambda: ["completion"])
+    parameters: str = ""
+    details: SingleModelDetails = msgspec.field(default_factory=SingleModelDetails)
 
 
 class ModelList(msgspec.Struct, frozen=True):
@@ -127,5 +156,5 @@ class ModelList(msgspec.Struct, frozen=True):
 
     object: Literal["list"]
     data: list[ModelEntry]
-    models: list[dict[str, Any]] | msgspec.UnsetType = msgspec.UNSET
+    models: list[SingleModel] | msgspec.UnsetType = msgspec.UNSET
     """llama-server's, in single-model mode: its model in Ollama's list shape (``get_res_models``)."""

@@ -84,7 +84,7 @@ class ProblemDetails(msgspec.Struct, frozen=True):
     known_types: list[str] | msgspec.UnsetType = msgspec.UNSET
     available_quants: list[str] | msgspec.UnsetType = msgspec.UNSET
     limit: int | msgspec.UnsetType = msgspec.UNSET
-    extra: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    extra: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # free-form: a problem type's own members
 
 
 _WHY = {

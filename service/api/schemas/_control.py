@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from service.api.schemas._catalogue import JobStatusValue, ModelEntry, ModelStatusValue
 from service.api.schemas._common import ModelName
+from service.core.state import FailureJSON
 
 
 class ModelCommand(msgspec.Struct, frozen=True):
@@ -43,7 +42,7 @@ class JobView(msgspec.Struct, frozen=True):
     requested_at: str | None
     started_at: str | None
     finished_at: str | None
-    error: dict[str, Any] | None
+    error: FailureJSON | None
     node: str | msgspec.UnsetType = msgspec.UNSET
     """Ours, in a cluster: the node whose worker moves the bytes, into its own cache."""
 

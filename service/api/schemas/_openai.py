@@ -17,6 +17,11 @@ from msgspec import UNSET, Meta, UnsetType
 
 from service.api.schemas._common import ModelName
 
+PassedOn = dict[str, Any]
+"""A member the router checks only for being an object and passes to the worker as it came: free-form
+here, the worker validates it as llama-server does (a tool's JSON schema, a ``response_format``, a
+history's tool calls, a file part, ``stream_options``, ``/infill``'s extra chunks)."""
+
 
 class _Body(msgspec.Struct, frozen=True):
     model: ModelName
@@ -61,7 +66,7 @@ class VideoPart(msgspec.Struct, frozen=True, tag_field="type", tag="input_video"
 
 
 class FilePart(msgspec.Struct, frozen=True, tag_field="type", tag="file"):
-    file: dict[str, Any]
+    file: PassedOn
 
 
 ContentPart = TextPart | ImagePart | AudioPart | VideoUrlPart | VideoPart | FilePart
@@ -86,7 +91,7 @@ class UserMessage(msgspec.Struct, frozen=True, tag_field="role", tag="user"):
 class AssistantMessage(msgspec.Struct, frozen=True, tag_field="role", tag="assistant"):
     content: str | list[ContentPart] | None = None
     name: str | UnsetType = UNSET
-    tool_calls: list[dict[str, Any]] | UnsetType | None = UNSET
+    tool_calls: list[PassedOn] | UnsetType | None = UNSET
     reasoning_content: str | UnsetType | None = UNSET
 
 
@@ -133,7 +138,7 @@ class _Sampling(_Body, frozen=True):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: LogitBias | None = None
-    stream_options: dict[str, Any] | None = None
+    stream_options: PassedOn | None = None
     n_probs: Annotated[int, Meta(ge=0)] | None = None
     n_cmpl: Annotated[int, Meta(ge=1)] | None = None
     ignore_eos: bool | None = None
@@ -146,9 +151,9 @@ class ChatRequest(_Sampling, frozen=True, kw_only=True):
 
     messages: Messages
     max_completion_tokens: int | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
+    tools: list[PassedOn] | None = None
+    tool_choice: str | PassedOn | None = None
+    response_format: PassedOn | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
 
@@ -205,7 +210,7 @@ class InfillRequest(_Body, frozen=True):
 
     input_prefix: str | None = None
     input_suffix: str | None = None
-    input_extra: list[dict[str, Any]] | None = None
+    input_extra: list[PassedOn] | None = None
     prompt: str | None = None
     stream: bool | None = None
 

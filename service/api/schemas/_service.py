@@ -7,6 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 from service.api.schemas._common import ErrorObject
+from service.core.events import EventPayload, EventSource
 
 
 class EventView(msgspec.Struct, frozen=True):
@@ -18,8 +19,8 @@ class EventView(msgspec.Struct, frozen=True):
     type: str
     schema_version: int
     model: str | None
-    data: dict[str, Any]
-    source: dict[str, Any]
+    data: EventPayload
+    source: EventSource
     recorded_at: str
 
 
@@ -67,7 +68,7 @@ class HealthView(msgspec.Struct, frozen=True):
 class GenerationSettings(msgspec.Struct, frozen=True):
     """A placeholder llama.cpp's router sends so its web UI does not break."""
 
-    params: dict[str, Any]
+    params: dict[str, Any]  # free-form: llama.cpp's router sends {} here, its web UI reads any member
     n_ctx: int
 
 
@@ -81,7 +82,7 @@ class RouterProps(msgspec.Struct, frozen=True):
     model_path: str
     default_generation_settings: GenerationSettings
     build_info: str
-    ui_settings: dict[str, Any] = msgspec.field(default_factory=dict)
+    ui_settings: dict[str, Any] = msgspec.field(default_factory=dict)  # free-form: llama.cpp's --ui-config JSON
     """llama.cpp's web UI defaults (``--ui-config``); none: its web UI is not served here."""
     cors_proxy_enabled: bool = False
     """llama.cpp's MCP CORS proxy (``--ui-mcp-proxy``): ``/cors-proxy`` is always its 403 here."""

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
-from service.core.events import Event
+from service.core.events import Event, EventSource
 from service.event_store.codec import NewEvent
 from service.event_store.postgres.sql import PSYCOPG
 from service.event_store.rows import LogDiskFull, StoreUnavailable, insert_rows
@@ -35,9 +35,9 @@ CONNECT_TIMEOUT_S = 10
 class PostgresWorkerEventWriter:
     """Append-only access to a PostgreSQL log from a worker process."""
 
-    def __init__(self, url: str, *, source: Mapping[str, Any], connect: bool = True) -> None:
+    def __init__(self, url: str, *, source: EventSource, connect: bool = True) -> None:
         self.url = url
-        self.source = {**source, "pid": source.get("pid", os.getpid())}
+        self.source: EventSource = {**source, "pid": source.get("pid", os.getpid())}
         self._lock = threading.Lock()  # a worker may emit from a helper thread
         self._conn: psycopg.Connection[Any] | None = None
         if connect:

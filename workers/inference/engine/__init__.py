@@ -47,6 +47,7 @@ from workers.inference.engine._sampling import (
 )
 from workers.inference.engine._slot_files import SlotAction
 from workers.inference.engine._slots import Request
+from workers.inference.engine._views import EngineStats, Heartbeat, SlotAnswer, SlotView, Step
 
 __all__ = [
     "IDLE",
@@ -57,9 +58,11 @@ __all__ = [
     "EngineFailed",
     "EngineMonitor",
     "EngineNotReady",
+    "EngineStats",
     "EngineStopping",
     "FinishedLog",
     "FrontFactory",
+    "Heartbeat",
     "Job",
     "JobRunner",
     "LegacyEngine",
@@ -72,6 +75,9 @@ __all__ = [
     "SamplerError",
     "SamplingParams",
     "SlotAction",
+    "SlotAnswer",
+    "SlotView",
+    "Step",
     "ThinkTags",
     "Watched",
     "build_chain",

@@ -52,6 +52,12 @@ class Watched:
         return item
 
 
+JobArgs = dict[str, Any]
+"""A job's keyword arguments (``llama_cpp.Llama``'s ``create_*`` ones, which the batch engine reads by the
+same names) and its ``options`` (``cache_prompt``, ``include_usage``, ``lora``): free-form, built by the
+dialect that took the request, and read by name on the engine thread."""
+
+
 class Job:
     """One request: what to run, and how its results reach the HTTP thread.
 
@@ -64,9 +70,7 @@ class Job:
 
     POLL_S = 0.05
 
-    def __init__(
-        self, kind: str, kwargs: dict[str, Any], *, stream: bool = False, options: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, kind: str, kwargs: JobArgs, *, stream: bool = False, options: JobArgs | None = None) -> None:
         self.kind = kind  # "chat" | "completion" | "embedding"
         self.kwargs = kwargs
         self.stream = stream

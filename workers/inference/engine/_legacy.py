@@ -26,6 +26,12 @@ from workers.inference.engine._finished import FinishedLog, log_finished
 from workers.inference.engine._job import END, Job
 from workers.inference.engine._slots import Timings
 from workers.inference.engine._step_clock import StepClock
+from workers.inference.engine._views import Heartbeat
+
+LlamaAnswer = dict[str, Any]
+"""An answer, stream chunk or ``usage`` of ``llama_cpp.Llama`` (its own TypedDicts, one per call kind, are
+untyped to mypy here): free-form, passed on as it came; only ``id``, ``finish_reason``, the token counts and
+an embedding's ``data`` are read."""
 
 if TYPE_CHECKING:
     from workers.inference.engine._protocol import FrontFactory
@@ -72,7 +78,7 @@ class LegacyEngine:
     def has_front(self) -> bool:
         return False
 
-    def heartbeat(self) -> dict[str, Any]:
+    def heartbeat(self) -> Heartbeat:
         """The engine's progress (:class:`StepClock`): steps, the one in progress, jobs waiting."""
         return self.clock.beat(self._queue.qsize() + (self._current is not None))
 
@@ -234,7 +240,7 @@ class LegacyEngine:
                 close()
         self._finished(timings, *ending, None)
 
-    def _finished(self, timings: Timings, cmpl_id: str, stop: str, usage: dict[str, Any] | None) -> None:
+    def _finished(self, timings: Timings, cmpl_id: str, stop: str, usage: LlamaAnswer | None) -> None:
         """The request's ``request_finished`` line. What ``llama_cpp.Llama`` does not say is counted
         here: ``prompt_n`` is the whole prompt (``cache_n`` 0: it does not say how much it reused),
         and a stream's ``predicted_n`` the tokens sampled (an end-of-generation token included, as
@@ -256,13 +262,13 @@ class LegacyEngine:
         )
 
 
-def _ending(answer: dict[str, Any]) -> tuple[str, str]:
+def _ending(answer: LlamaAnswer) -> tuple[str, str]:
     """An answer's (or a stream chunk's) id and finish reason (empty while it runs)."""
-    choices: list[dict[str, Any]] = answer.get("choices") or [{}]
+    choices: list[LlamaAnswer] = answer.get("choices") or [{}]
     return str(answer.get("id") or ""), str(choices[0].get("finish_reason") or "")
 
 
-def _encode_embeddings(result: dict[str, Any], fmt: str) -> dict[str, Any]:
+def _encode_embeddings(result: LlamaAnswer, fmt: str) -> LlamaAnswer:
     """Apply ``encoding_format``; base64 is little-endian float32, as OpenAI sends it."""
     if fmt == "base64":
         import numpy as np  # only embedding workers get here; numpy costs ~0.1 s of start-up

@@ -16,9 +16,9 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 from workers.inference.engine._slots import Request, Slot, Timings
+from workers.inference.engine._views import EngineStats, SlotView, Step
 
 
 @dataclass
@@ -46,7 +46,7 @@ class EngineMetrics:
         self.predicted_seconds += max(t.t_end - t.t_prompt_done, 0.0)
         self.n_tokens_max = max(self.n_tokens_max, longest_sequence)
 
-    def summary(self, slots_total: int, slots_busy: int, queue_depth: int) -> dict[str, Any]:
+    def summary(self, slots_total: int, slots_busy: int, queue_depth: int) -> EngineStats:
         """The load summary of ``instance_stats``: slots, queue, average throughputs (rounded)."""
         return {
             "slots_total": slots_total,
@@ -111,7 +111,7 @@ class StepLog:
     and :meth:`json`, since HTTP threads read the log."""
 
     def __init__(self, size: int = STEP_LOG) -> None:
-        self._steps: deque[dict[str, Any]] = deque(maxlen=size)
+        self._steps: deque[Step] = deque(maxlen=size)
         self._n = 0
         self._ended: list[int] = []
 
@@ -125,7 +125,7 @@ class StepLog:
         self._steps.append({"step": self._n, "decoded": decoded, "prefilled": prefilled, "ended": self._ended})
         self._ended = []
 
-    def json(self) -> list[dict[str, Any]]:
+    def json(self) -> list[Step]:
         return list(self._steps)
 
 
@@ -139,17 +139,17 @@ class EngineMonitorMixin:
     _cv: threading.Condition
     _pending: deque[Request]
 
-    def slots_json(self) -> list[dict[str, Any]]:
+    def slots_json(self) -> list[SlotView]:
         with self._cv:
             return [s.to_json() for s in self.slots]
 
-    def steps_json(self) -> list[dict[str, Any]]:
+    def steps_json(self) -> list[Step]:
         """The step log, oldest first (``decoded``: request ids; ``prefilled``: ``[id, prompt length,
         tokens evaluated]``; ``ended``: requests released in or before that step)."""
         with self._cv:
             return self.step_log.json()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> EngineStats:
         """The load summary of ``instance_stats``: slots, queue, average throughputs (rounded)."""
         with self._cv:
             busy, queued = sum(1 for s in self.slots if s.is_processing), len(self._pending)

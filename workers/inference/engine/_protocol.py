@@ -16,12 +16,13 @@ the HTTP thread), and the front queues :class:`Request` s on a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from workers.inference.engine._embed import EmbedRequest
     from workers.inference.engine._job import Job
     from workers.inference.engine._slots import Request
+    from workers.inference.engine._views import EngineStats, Heartbeat, SlotView, Step
     from workers.inference.llama import LlamaModel, Loaded
 
 
@@ -69,13 +70,13 @@ FrontFactory = Callable[["RequestQueue", "LlamaModel"], JobRunner]
 class EngineMonitor(Protocol):
     """An engine's live state: ``GET /slots``, ``/engine/steps``, ``/metrics`` and ``instance_stats``."""
 
-    def slots_json(self) -> list[dict[str, Any]]: ...
+    def slots_json(self) -> list[SlotView]: ...
 
-    def steps_json(self) -> list[dict[str, Any]]: ...
+    def steps_json(self) -> list[Step]: ...
 
     def metrics_text(self) -> str: ...
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> EngineStats: ...
 
 
 class Engine(Protocol):
@@ -128,6 +129,6 @@ class Engine(Protocol):
         """End whatever runs now (a second stop request); safe in a signal handler (no locks)."""
         ...
 
-    def heartbeat(self) -> dict[str, Any]:
+    def heartbeat(self) -> Heartbeat:
         """Its progress for the service's liveness check (``GET /engine/heartbeat``), without a lock."""
         ...

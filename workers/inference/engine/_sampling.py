@@ -22,7 +22,7 @@ import ctypes
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp picks a random seed
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
@@ -77,6 +77,39 @@ def sampler_order(value: Any) -> tuple[str, ...] | None:
     return None
 
 
+class SamplingView(TypedDict):
+    """A request's sampling as llama-server shows it: the ``params`` of ``/slots`` and ``/props``."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    typical_p: float
+    repeat_penalty: float
+    presence_penalty: float
+    frequency_penalty: float
+    repeat_last_n: int
+    mirostat: int
+    mirostat_tau: float
+    mirostat_eta: float
+    seed: int
+    n_probs: int
+    grammar: str
+    dry_multiplier: float
+    dry_base: float
+    dry_allowed_length: int
+    dry_penalty_last_n: int
+    dry_sequence_breakers: list[str]
+    xtc_probability: float
+    xtc_threshold: float
+    top_n_sigma: float
+    dynatemp_range: float
+    dynatemp_exponent: float
+    adaptive_target: float
+    adaptive_decay: float
+    samplers: list[str]
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Validated sampling settings of one request (defaults: llama-cpp-python's completion defaults)."""
@@ -112,7 +145,7 @@ class SamplingParams:
     adaptive_decay: float = 0.9
     samplers: tuple[str, ...] = DEFAULT_SAMPLERS
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SamplingView:
         """The ``params`` object of ``/slots`` (llama-server's names where they exist)."""
         return {
             "temperature": self.temperature,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine._errors import EngineNotReady, RequestRejected
 from workers.inference.engine._slots import Slot, holds_media
+from workers.inference.engine._views import Done, SlotAnswer, SlotErased, SlotRestored, SlotSaved
 
 if TYPE_CHECKING:
     from workers.inference.engine._kept_logits import KeptLogits
@@ -40,7 +41,7 @@ class SlotAction:
     out: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
 
 
-def _save(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
+def _save(llm: LlamaModel, slot: Slot, act: SlotAction) -> SlotSaved:
     if holds_media(slot):  # an image's stand-in tokens mean nothing in another process
         raise RequestRejected("Unable to save slot: it holds image tokens, which a slot file cannot carry")
     t0 = time.perf_counter()
@@ -58,7 +59,7 @@ def _save(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
     }
 
 
-def _restore(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
+def _restore(llm: LlamaModel, slot: Slot, act: SlotAction) -> SlotRestored:
     t0 = time.perf_counter()
     cap = llm.n_ctx
     tokens = (llm.lc.llama_token * cap)()
@@ -85,14 +86,14 @@ def _restore(llm: LlamaModel, slot: Slot, act: SlotAction) -> dict[str, Any]:
     }
 
 
-def _erase(llm: LlamaModel, slot: Slot, _act: SlotAction) -> dict[str, Any]:
+def _erase(llm: LlamaModel, slot: Slot, _act: SlotAction) -> SlotErased:
     n = len(slot.cache)
     llm.seq_rm(slot.id, 0, -1)
     slot.cache.clear()
     return {"id_slot": slot.id, "n_erased": n}
 
 
-def _set_lora(llm: LlamaModel, slots: list[Slot], act: SlotAction) -> dict[str, Any]:
+def _set_lora(llm: LlamaModel, slots: list[Slot], act: SlotAction) -> Done:
     """New adapter scales; every slot's cached tokens were computed with the old ones, so they go."""
     for adapter, scale in zip(llm.lora.adapters, act.scales, strict=True):
         adapter.scale = scale
@@ -118,7 +119,7 @@ class SlotActionsMixin:
     _actions: deque[SlotAction]
     kept: KeptLogits
 
-    def run_slot_action(self, act: SlotAction, timeout: float = 300.0) -> dict[str, Any]:
+    def run_slot_action(self, act: SlotAction, timeout: float = 300.0) -> SlotAnswer:
         """Run ``act`` on the engine thread and return llama-server's answer (raises its error)."""
         if act.action not in (*_ACTIONS, "lora"):
             raise RequestRejected("Invalid action")
@@ -136,7 +137,7 @@ class SlotActionsMixin:
             raise RequestRejected(f"slot {act.slot_id} stayed busy for {timeout:.0f} s") from None
         if isinstance(result, BaseException):
             raise result
-        answer: dict[str, Any] = result
+        answer: SlotAnswer = result
         return answer
 
     def _run_slot_actions(self) -> None:

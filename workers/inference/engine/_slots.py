@@ -19,6 +19,7 @@ from typing import Any
 
 from workers.inference.engine._reasoning import ReasoningControl
 from workers.inference.engine._sampling import SamplingParams
+from workers.inference.engine._views import SlotView
 
 _request_ids = itertools.count(1)
 
@@ -185,9 +186,9 @@ class Slot:
             return -1
         return max(req.max_tokens - self.n_decoded, 0)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SlotView:
         """llama-server's ``/slots`` entry (without the prompt and generated text)."""
-        out: dict[str, Any] = {"id": self.id, "n_ctx": self.n_ctx, "speculative": False}
+        out: SlotView = {"id": self.id, "n_ctx": self.n_ctx, "speculative": False}
         out["is_processing"] = self.is_processing
         out["n_cached"] = len(self.cache)  # modelrouter's: tokens whose KV cells the slot holds
         req = self.request or self.last_request

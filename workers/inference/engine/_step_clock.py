@@ -11,7 +11,8 @@ HTTP thread answers while a long step lasts; the service then sees ``step_s`` gr
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from workers.inference.engine._views import Heartbeat
 
 
 class StepClock:
@@ -34,7 +35,7 @@ class StepClock:
         self.steps += 1
         self._since = None
 
-    def beat(self, waiting: int) -> dict[str, Any]:
+    def beat(self, waiting: int) -> Heartbeat:
         """The heartbeat's answer: ``steps``, ``step_s`` (how long the step in progress has run, None
         when idle), ``slowest_s`` (the longest step so far) and ``waiting`` (requests queued or running)."""
         since = self._since

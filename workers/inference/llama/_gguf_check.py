@@ -55,6 +55,10 @@ class _OutOfBytes(Exception):
     """The header walk ran past end of file."""
 
 
+GgufMetadata = dict[str, Any]
+"""A GGUF header's key-value pairs (scalars and strings only): free-form, any key a converter wrote."""
+
+
 @dataclass(frozen=True)
 class GGUFInfo:
     """What the pre-check learned; ``metadata`` holds scalar/string keys only."""
@@ -66,7 +70,7 @@ class GGUFInfo:
     n_kv: int
     data_offset: int
     data_end: int
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: GgufMetadata = field(default_factory=dict)
 
     @property
     def architecture(self) -> str | None:
@@ -154,7 +158,7 @@ def _walk(cur: _Cursor, path: Path, size: int) -> GGUFInfo:
     # garbage, not truncation (a cut file keeps its counts and hits EOF below).
     if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
         raise GGUFCheckError("corrupt", f"implausible header counts (tensors={n_tensors}, kv={n_kv})")
-    metadata: dict[str, Any] = {}
+    metadata: GgufMetadata = {}
     for _ in range(n_kv):
         key = cur.string()
         vtype = cur.unpack("<I")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 LoraKey = tuple[tuple[int, float], ...]
 """An adapter set: ``(adapter id, scale)`` for each adapter whose scale is not 0, by id."""
@@ -24,6 +24,16 @@ BAD_REQUEST_LORA = "Error: 'lora' must be an array of objects with 'id' and 'sca
 
 def key_of(scales: list[float]) -> LoraKey:
     return tuple((i, s) for i, s in enumerate(scales) if s != 0.0)
+
+
+class AdapterView(TypedDict):
+    """One adapter of llama-server's ``GET /lora-adapters``."""
+
+    id: int
+    path: str
+    scale: float
+    task_name: str
+    prompt_prefix: str
 
 
 class LoraError(ValueError):
@@ -111,7 +121,7 @@ class LoraSet:
             given[ident] = float(scale)
         return [given.get(i, 0.0) for i in range(len(self.adapters))]
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[AdapterView]:
         """llama-server's ``GET /lora-adapters``."""
         return [
             {"id": i, "path": a.path, "scale": a.scale, "task_name": "", "prompt_prefix": ""}

@@ -1,0 +1,116 @@
+"""One step's batch: which tokens go into a ``llama_decode``, and what becomes of its rows.
+
+The generating slots' pending tokens go first, then prompt chunks in arrival order up to ``n_batch``
+tokens (chunked prefill); after the decode each row with logits is sampled with its request's chain.
+Kept apart from the step loop (:mod:`workers.inference.engine._batch`), which decides when a step runs
+and which slots it holds, because this is the part that knows the batch's layout.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from workers.inference.engine._errors import EngineError, EngineFailed
+from workers.inference.engine._media import text_end
+from workers.inference.engine._slots import Slot, SlotState, shift_context
+from workers.inference.engine._tokens import TokenMixin
+
+if TYPE_CHECKING:
+    from workers.inference.engine._kept_logits import KeptLogits
+    from workers.inference.engine._row_sampler import RowSampler
+    from workers.inference.llama import Batch, LoraKey
+
+
+class StepMixin(TokenMixin):
+    """The batch engine's filling of one batch and committing of its rows (on the engine thread)."""
+
+    kept: KeptLogits
+    sampler: RowSampler
+    _budget: int
+
+    def _fail(self, s: Slot, err: EngineError) -> None:
+        raise NotImplementedError  # the engine's
+
+    def _fill(self, batch: Batch, lora: LoraKey | None = None) -> tuple[list[Slot], list[tuple[Slot, list[int]]]]:
+        """Generating slots' tokens first, then prompt chunks in arrival order, up to ``n_batch``
+        (only the slots with adapter set ``lora`` unless it is None)."""
+        assert self.llm is not None
+        gen: list[Slot] = []
+        now = time.monotonic()
+        for s in self.slots:
+            if s.state is not SlotState.GENERATING or (lora is not None and s.lora != lora):
+                continue
+            if len(s.cache) + 1 >= self.llm.n_ctx and not (self.context_shift and shift_context(self.llm, s)):
+                s.truncated = True
+                self._finish(s, "length", now)  # the context is full (--context-shift makes room instead)
+                continue
+            s.batch_index = batch.add([s.pending], len(s.cache) + s.pos_delta, s.id, True)
+            gen.append(s)
+        chunks: list[tuple[Slot, list[int]]] = []
+        budget = min(self._budget, batch.capacity - batch.n)
+        prefilling = [s for s in self.slots if s.state is SlotState.PROMPT and (lora is None or s.lora == lora)]
+        for s in sorted(prefilling, key=lambda s: s.request.id if s.request else 0):
+            if budget <= 0 or s.request is None:
+                break
+            prompt, done = s.request.prompt, s.n_prompt_done
+            part = prompt[done : text_end(s.request, done, budget)]
+            if not part:
+                continue  # an image comes next: decoded at the start of the next step
+            last = done + len(part) == len(prompt)
+            row = batch.add(part, done + s.pos_delta, s.id, last)
+            s.batch_index = row if last else -1
+            chunks.append((s, part))
+            budget -= len(part)
+        return gen, chunks
+
+    def _commit(self, gen: list[Slot], chunks: list[tuple[Slot, list[int]]], now: float) -> None:
+        assert self.llm is not None
+        for s in gen:
+            s.cache.append(s.pending)
+        for s, part in chunks:
+            s.cache.extend(part)
+            s.n_prompt_done += len(part)
+            s.timings.prompt_n += len(part)
+            self.metrics.prompt_tokens += len(part)
+            if s.batch_index >= 0:
+                s.state, s.timings.t_prompt_done = SlotState.GENERATING, now
+        ctx, kept = self.llm.ctx, self.kept
+        rows = [s for s in self.slots if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None]
+        forced = {s.id: t for s in rows if (t := _forced(s)) is not None}  # a reasoning being ended
+        jobs = [(s.chain, s.batch_index) for s in rows]
+        sampled = iter(self.sampler.sample(ctx, [j for s, j in zip(rows, jobs, strict=True) if s.id not in forced]))
+        tokens = []
+        for s in rows:
+            if s.id in forced and s.request is not None and not s.request.params.grammar:
+                # The chain takes it as its choice (penalties); not a grammar's, which throws (abort) on a
+                # token it does not allow: it goes on from what it accepted, the forced tag beside it.
+                self.llm.lc.llama_sampler_accept(s.chain, forced[s.id])
+            tokens.append(forced[s.id] if s.id in forced else next(sampled))
+        for s, (_, index), token in zip(rows, jobs, tokens, strict=True):
+            self._on_token(s, token, now)
+            if not s.is_processing:  # it ended here: keep the logits after what the slot holds
+                kept.keep(s.id, ctx, index, s.cache)
+        for s in self.slots:
+            s.batch_index = -1
+
+    def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
+        """``1``: no room in the KV cache (nothing was decoded): shrink prompt chunks, or end the
+        longest generation; anything else is an error for every request in the batch."""
+        for s in self.slots:
+            s.batch_index = -1
+        if ret == 1 and chunks and self._budget > 1:
+            self._budget //= 2  # restored after the next successful step
+            return
+        if ret == 1 and gen:
+            self._finish(max(gen, key=lambda s: len(s.cache)), "length", time.monotonic())
+            return
+        err = EngineFailed(f"llama_decode failed ({ret})")
+        for s in {*gen, *(c[0] for c in chunks)}:
+            self._fail(s, err)
+
+
+def _forced(s: Slot) -> int | None:
+    """The token a slot's request must take in place of sampling (its reasoning being ended), or None."""
+    req = s.request
+    return req.reasoning.forced_token() if req is not None and req.reasoning is not None else None
