@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,14 +73,13 @@ def _product_modules() -> Iterator[tuple[str, Path]]:
             yield _module_name(path), path
 
 
-def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
-    """``(line, dotted target)`` per import; ``from a import b`` targets ``a.b``
-    when ``b`` is a module, else ``a`` (and ``a.b`` for private-name checks)."""
-    package = _package_of(module, path)
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+def _import_statements(package: str, tree: ast.AST) -> Iterator[tuple[int, str, str | None]]:
+    """``(line, base, name)`` per imported name: ``from a import b`` is ``(line, "a", "b")``, ``import a.b``
+    is ``(line, "a.b", None)``; relative imports are resolved against ``package``."""
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                yield node.lineno, alias.name, None
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -89,7 +88,18 @@ def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
             if base == "__future__":
                 continue
             for alias in node.names:
-                yield node.lineno, f"{base}.{alias.name}"
+                yield node.lineno, base, alias.name
+
+
+def _parse(path: Path) -> ast.AST:
+    return ast.parse(path.read_text(), str(path))
+
+
+def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """``(line, dotted target)`` per import; ``from a import b`` targets ``a.b``
+    when ``b`` is a module, else ``a`` (and ``a.b`` for private-name checks)."""
+    for line, base, name in _import_statements(_package_of(module, path), _parse(path)):
+        yield line, base if name is None else f"{base}.{name}"
 
 
 def _node(target: str) -> str | None:
@@ -183,6 +193,144 @@ def test_the_package_import_graph_is_acyclic() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "d": {"a", "c"}}) is None
+
+
+# --- issue 30: no cycle between modules, siblings imported directly ---------------------------
+
+PENDING_CYCLES = ("workers.inference.http",)
+"""Packages whose modules may still be in an import cycle: removed when branch i30-rooms lands."""
+
+
+def _module_of(target: str, is_module: Callable[[str], bool] = _is_module) -> str | None:
+    """The product module (a package's ``__init__`` included) that holds a dotted target."""
+    while target and not is_module(target):
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _module_edges(
+    statements: Iterable[tuple[int, str, str | None]], is_module: Callable[[str], bool] = _is_module
+) -> set[str]:
+    """The modules an import graph's node depends on: ``import a.b`` on ``a.b``; ``from a import b`` on
+    ``a`` (its names are looked up there, so ``a``'s front runs first) and on ``a.b`` too when that is a
+    module."""
+    edges = set()
+    for _line, base, name in statements:
+        edges.add(_module_of(base, is_module))
+        if name is not None and is_module(f"{base}.{name}"):
+            edges.add(_module_of(f"{base}.{name}", is_module))
+    return {edge for edge in edges if edge is not None}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    graph = {}
+    for module, path in _product_modules():
+        if module.split(".")[0] in ("service", "workers"):
+            statements = _import_statements(_package_of(module, path), _parse(path))
+            edges = _module_edges(statements) - {module}
+            graph[module] = {edge for edge in edges if edge.split(".")[0] in ("service", "workers")}
+    return graph
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    return seen
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of modules that import one another, directly or not (a strongly connected component)."""
+    reach = {node: _reachable(graph, node) for node in graph}
+    groups = {frozenset({node} | {other for other in reach[node] if node in reach.get(other, ())}) for node in graph}
+    return sorted(sorted(group) for group in groups if len(group) > 1)
+
+
+def _pending(cycle: list[str]) -> bool:
+    return any(_within(module, package) for module in cycle for package in PENDING_CYCLES)
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """Function-level and ``TYPE_CHECKING`` imports count; a package's ``__init__`` is a module."""
+    graph = _module_graph()
+    assert {"service.app", "service.event_store", "workers.inference.engine._batch"} <= set(graph)  # the scan works
+    cycles = [", ".join(cycle) for cycle in _cycles(graph) if not _pending(cycle)]
+    assert not cycles, "modules that import one another:\n" + "\n".join(cycles)
+
+
+def test_every_pending_cycle_is_still_there() -> None:
+    cycles = _cycles(_module_graph())
+    stale = [package for package in PENDING_CYCLES if not any(_pending(cycle) for cycle in cycles)]
+    assert not stale, f"no cycle left in {stale}: remove it from PENDING_CYCLES"
+
+
+def test_the_module_cycle_finder_finds_each_cycle_through_a_front() -> None:
+    modules = {"pkg", "pkg.a", "pkg.b", "pkg.c", "other", "other.x"}
+    front_imports_a = _module_edges([(1, "pkg.a", "run")], modules.__contains__)
+    a_imports_b_through_the_front = _module_edges([(1, "pkg", "b")], modules.__contains__)
+    b_imports_a_name = _module_edges([(1, "pkg.a", "helper")], modules.__contains__)
+    c_imports_directly = _module_edges([(1, "pkg.a", None), (2, "pkg.b", "f")], modules.__contains__)
+    assert (a_imports_b_through_the_front, c_imports_directly) == ({"pkg", "pkg.b"}, {"pkg.a", "pkg.b"})
+    graph = {
+        "pkg": front_imports_a,
+        "pkg.a": a_imports_b_through_the_front,
+        "pkg.b": b_imports_a_name,
+        "pkg.c": c_imports_directly,
+        "other": {"other.x"},
+        "other.x": {"other"},
+    }
+    assert _cycles(graph) == [["other", "other.x"], ["pkg", "pkg.a", "pkg.b"]]
+    graph["pkg.a"] = {"pkg.b"}  # imports its sibling directly: only a and b are left in a circle
+    assert _cycles(graph) == [["other", "other.x"], ["pkg.a", "pkg.b"]]
+
+
+def _front_defines(package: str) -> set[str]:
+    """The names a package's ``__init__`` defines itself (not those it imports)."""
+    tree = _parse(ROOT / package.replace(".", "/") / "__init__.py")
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def _through_own_front(
+    package: str, statements: Iterable[tuple[int, str, str | None]], front_defines: Collection[str]
+) -> list[tuple[int, str]]:
+    """``(line, name)`` for each ``from package import name`` (or ``from . import name``) of a module
+    of ``package`` where the name is not the front's own: a sibling module, or a name one holds."""
+    return [
+        (line, name)
+        for line, base, name in statements
+        if name is not None and base == package and name not in front_defines
+    ]
+
+
+def test_modules_import_their_siblings_directly_not_through_their_packages_front() -> None:
+    bad = []
+    for module, path in _product_modules():
+        if path.name == "__init__.py" or _pending([module]):
+            continue
+        package = _package_of(module, path)
+        statements = _import_statements(package, _parse(path))
+        found = _through_own_front(package, statements, _front_defines(package))
+        bad += [f"{module}:{line} imports {name} through {package}" for line, name in found]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_front_check_finds_a_sibling_imported_through_the_front() -> None:
+    source = (
+        "from . import b\nfrom pkg import c as see, VERSION\nfrom pkg.d import f\nimport pkg.e\nfrom other import g\n"
+    )
+    statements = _import_statements("pkg", ast.parse(source))
+    assert _through_own_front("pkg", statements, {"VERSION"}) == [(1, "b"), (2, "c")]
 
 
 def test_workers_import_only_the_core_and_the_event_store() -> None:

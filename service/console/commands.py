@@ -14,7 +14,11 @@ from typing import Any, NoReturn, TypeAlias
 
 from rich.console import Console
 
-from service.console import chat, control, logs, pull, tables
+import service.console.chat as chat
+import service.console.control as control
+import service.console.logs as logs
+import service.console.pull as pull
+import service.console.tables as tables
 from service.console.client import Client, CliError
 
 _ENV = "environment: MODELROUTER_URL (default http://127.0.0.1:8080), MODELROUTER_API_KEY (sent as a bearer token)"

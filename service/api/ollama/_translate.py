@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from service.api.ollama import _schemas as o
+import service.api.ollama._schemas as o
 from service.core.ollama import InvalidRequest, response_format, sampling
 
 _DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop", "function_call": "stop"}
