@@ -32,10 +32,11 @@ PRODUCT = ("service", "workers", "migrations")
 TOOLING = {"devtools", "tests", "bench"}
 WORKERS_MAY_IMPORT = {"service", "service.core", "service.event_store"}
 WORKER_PARTS = ("workers.runtime", "workers.download", "workers.inference")
+# Besides the root package ``workers`` (its ``lazy_exports``, which the parts' fronts share).
 WORKER_PARTS_MAY_IMPORT = {
-    "workers.runtime": set(),
-    "workers.download": {"workers.runtime"},
-    "workers.inference": {"workers.runtime"},
+    "workers.runtime": {"workers"},
+    "workers.download": {"workers", "workers.runtime"},
+    "workers.inference": {"workers", "workers.runtime"},
 }
 # What each layer of the inference worker may import of the inference worker (a layer knows nothing above it).
 INFERENCE_LAYERS_MAY_IMPORT = {
