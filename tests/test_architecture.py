@@ -397,8 +397,6 @@ HARD_MODULE_LINES = 600
 # split by idea, not to compress: ``ruff format`` lays out all code, and what holds one idea that
 # splitting would scatter is named here.
 SIZE_EXCEPTIONS: dict[str, str] = {
-    "service/console/commands.py:add_client_commands": "pending: split in step 3 after ruff's layout",
-    "service/console/commands.py:_add_chat_and_log_commands": "pending: split in step 3 after ruff's layout",
     "service/supervision/instances.py": "pending: split in step 3 after ruff's layout",
     "workers/download/_job.py:run_job": "pending: split in step 3 after ruff's layout",
     "workers/inference/_cli.py:parse_args": "pending: split in step 3 after ruff's layout",

@@ -91,7 +91,15 @@ def run_client(argv: Sequence[str]) -> int:
 
 
 def add_client_commands(sub: Sub) -> None:
-    """Register pull, ls, ps, load, unload, rm, cancel, then run, history and events."""
+    """Register the client commands, in the order ``--help`` lists them."""
+    _add_pull_command(sub)
+    _add_listing_commands(sub)
+    _add_model_commands(sub)
+    _add_run_command(sub)
+    _add_log_commands(sub)
+
+
+def _add_pull_command(sub: Sub) -> None:
     p = _command(
         sub,
         "pull",
@@ -103,6 +111,9 @@ def add_client_commands(sub: Sub) -> None:
     )
     p.add_argument("model", metavar="REPO[:QUANT]", help="user/repo[:QUANT][@revision]")
 
+
+def _add_listing_commands(sub: Sub) -> None:
+    """ls, ps and nodes: tables of what the service holds and runs."""
     _command(
         sub,
         "ls",
@@ -125,6 +136,9 @@ def add_client_commands(sub: Sub) -> None:
         lambda c, con, a: tables.nodes(c, con),
     )
 
+
+def _add_model_commands(sub: Sub) -> None:
+    """load, unload, rm and cancel: the commands that change a model or its download."""
     p = _command(
         sub,
         "load",
@@ -165,11 +179,8 @@ def add_client_commands(sub: Sub) -> None:
     p.add_argument("target", metavar="MODEL|JOB_ID")
     p.add_argument("--discard", action="store_true", help="delete the partial file too")
 
-    _add_chat_and_log_commands(sub)
 
-
-def _add_chat_and_log_commands(sub: Sub) -> None:
-    """Register run, history and events (the commands that read answers or the log)."""
+def _add_run_command(sub: Sub) -> None:
     p = _command(
         sub,
         "run",
@@ -187,6 +198,9 @@ def _add_chat_and_log_commands(sub: Sub) -> None:
     p.add_argument("--seed", type=int, help="sampling seed")
     p.add_argument("--stop", action="append", help="stop the answer at this text (repeatable)")
 
+
+def _add_log_commands(sub: Sub) -> None:
+    """history, logs and events: the commands that read a model's timeline, a worker's log or the event log."""
     p = _command(
         sub,
         "history",
