@@ -1,23 +1,42 @@
-"""House rules on imports, checked on the source (AST), so a violation fails before it runs.
+"""House rules, checked on the source (AST), so a violation fails before it runs.
+
+Imports (those inside functions and under ``TYPE_CHECKING`` count: they are dependencies too):
 
 * The product (``service/``, ``workers/``, ``migrations/``) never imports test tooling (``devtools``,
   ``tests``, ``bench``).
 * No module imports another package's private ``_module`` or ``_name``.
-* The import graph between packages is acyclic. Its nodes are the packages
-  ``service.core``, ``service.event_store``, ``service.api``, ``service.supervision``,
-  ``service.recovery``, ``service.downloads`` and the workers' three parts
-  (``workers.runtime``, ``workers.download``, ``workers.inference``), plus each top-level
-  module of ``service`` (``service.startup``, ``service.event_store.live_state``, ...) on its own, and
-  ``migrations`` (which imports the event store's schema: running them is ``service.recovery.migrate``'s).
+* No modules import one another, directly or round a circle. The nodes are the modules of
+  ``service/`` and ``workers/``, a package's ``__init__`` among them; ``import a.b`` depends on
+  ``a.b``, and ``from a import b`` on ``a`` (``b`` is looked up in ``a``'s front, which runs first)
+  and on ``a.b`` too when that is a module. The circles left in ``workers.inference.http`` are
+  allowed (``PENDING_CYCLES``) until its split into rooms lands.
+* A module imports its siblings directly (``import service.core.events as ev``,
+  ``from service.core.events import Event``), never through its own package's front
+  (``from service.core import events``, ``from . import events``): only what the front defines
+  itself is taken from it. A front that imports its modules would otherwise close a circle with each.
+* Between packages the graph is acyclic too. Its nodes are the packages and root modules of
+  ``service`` (``service.core``, ``service.api``, ``service.event_store``, ``service.app``,
+  ``service.startup``, ...), the workers' three parts (``workers.runtime``, ``workers.download``,
+  ``workers.inference``), the root packages ``service`` and ``workers``, and ``migrations`` (which
+  imports the event store's schema: running them is ``service.recovery.migrate``'s).
 * Workers import ``service.core`` and ``service.event_store`` only (STYLE.md house rule 4),
   besides the root ``service`` package for ``__version__``.
-* The download and inference workers share only the runtime: neither imports the other,
-  and the runtime imports neither.
+* The download and inference workers share only the runtime (and the root ``workers`` package's
+  ``lazy_exports``, which the lazy fronts share): neither imports the other, and the runtime imports
+  neither.
 * Inside the inference worker, layers: ``llama`` (llama.cpp) <- ``engine`` <- ``http``
   <- the worker itself; the engine knows no HTTP, and llama.cpp's layer knows neither.
   ``http`` sees one thing of the worker: its states (``/health`` reports them).
 
-Imports inside functions and under ``TYPE_CHECKING`` count: they are dependencies too.
+The drivers (``service/supervision``, ``service/api``): no ``nonlocal``; events are appended only
+through the interpreter; settings, the clock and ids come from outside (``service/outside/world.py``).
+
+Size and layout: modules up to 400 lines and functions up to 60, except what ``SIZE_EXCEPTIONS``
+names with a reason (none past 600, and each entry still needed); ``ruff format`` lays out all code
+(no ``# fmt: skip``/``# fmt: off`` but in generated tables).
+
+The core: every ``Any`` in ``service/core`` says why, and ``tests/core`` tests pure functions (no
+fixture, process or network).
 """
 
 from __future__ import annotations
