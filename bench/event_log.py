@@ -36,10 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devtools.postgres_server import PostgresServer, pg_bin_dir, running_postgres
 from service.core.events import DownloadProgress, DownloadRequested
 from service.core.fold import replay
-from service.event_store import EventFilter, NewEvent, SyncEventStore
-from service.event_store.codec import TIME_FORMAT
+from service.event_store.codec import TIME_FORMAT, NewEvent
 from service.event_store.postgres.sql import PSYCOPG
 from service.event_store.pragmas import BUSY_TIMEOUT_MS, configure_connection
+from service.event_store.statements import EventFilter
+from service.event_store.sync_store import SyncEventStore
 from service.event_store.worker_writer import open_writer
 from service.recovery.migrate import upgrade, upgrade_url
 

@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
-from service.event_store import SyncEventStore, new_event
+from service.event_store.codec import new_event
+from service.event_store.sync_store import SyncEventStore
 
 IDLE_GOAL_PERCENT = 0.5
 MODES = {"wakeups": "true", "poll 10 ms": "false"}

@@ -46,7 +46,8 @@ from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from service.core.cache_layout import CachePaths
 from service.downloads.resolution import resolve
-from service.event_store import SyncEventStore, new_event
+from service.event_store.codec import new_event
+from service.event_store.sync_store import SyncEventStore
 from workers.runtime import read_jsonl
 
 MB = 1024 * 1024

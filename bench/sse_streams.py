@@ -33,7 +33,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools.service_process import ServiceProcess
-from service.event_store import SyncEventStore, new_event
+from service.event_store.codec import new_event
+from service.event_store.sync_store import SyncEventStore
 
 
 async def _open_stream(port: int, ready: asyncio.Event, got: dict[str, float], opened: list[int]) -> None:

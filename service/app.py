@@ -11,7 +11,8 @@ import structlog
 from litestar import Litestar, Request
 from litestar.openapi import OpenAPIConfig
 
-from service import __version__, startup
+import service.startup as startup
+from service import __version__
 from service.api.auth import api_key_middleware
 from service.api.controllers import reload_before_listing, route_handlers
 from service.api.cors import cors_middleware

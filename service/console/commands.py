@@ -14,7 +14,11 @@ from typing import Any, NoReturn, TypeAlias
 
 from rich.console import Console
 
-from service.console import chat, control, logs, pull, tables
+import service.console.chat as chat
+import service.console.control as control
+import service.console.logs as logs
+import service.console.pull as pull
+import service.console.tables as tables
 from service.console.client import Client, CliError, Query
 
 _ENV = "environment: MODELROUTER_URL (default http://127.0.0.1:8080), MODELROUTER_API_KEY (sent as a bearer token)"
@@ -87,7 +91,15 @@ def run_client(argv: Sequence[str]) -> int:
 
 
 def add_client_commands(sub: Sub) -> None:
-    """Register pull, ls, ps, load, unload, rm, cancel, then run, history and events."""
+    """Register the client commands, in the order ``--help`` lists them."""
+    _add_pull_command(sub)
+    _add_listing_commands(sub)
+    _add_model_commands(sub)
+    _add_run_command(sub)
+    _add_log_commands(sub)
+
+
+def _add_pull_command(sub: Sub) -> None:
     p = _command(
         sub,
         "pull",
@@ -99,6 +111,9 @@ def add_client_commands(sub: Sub) -> None:
     )
     p.add_argument("model", metavar="REPO[:QUANT]", help="user/repo[:QUANT][@revision]")
 
+
+def _add_listing_commands(sub: Sub) -> None:
+    """ls, ps and nodes: tables of what the service holds and runs."""
     _command(
         sub,
         "ls",
@@ -121,6 +136,9 @@ def add_client_commands(sub: Sub) -> None:
         lambda c, con, a: tables.nodes(c, con),
     )
 
+
+def _add_model_commands(sub: Sub) -> None:
+    """load, unload, rm and cancel: the commands that change a model or its download."""
     p = _command(
         sub,
         "load",
@@ -161,11 +179,8 @@ def add_client_commands(sub: Sub) -> None:
     p.add_argument("target", metavar="MODEL|JOB_ID")
     p.add_argument("--discard", action="store_true", help="delete the partial file too")
 
-    _add_chat_and_log_commands(sub)
 
-
-def _add_chat_and_log_commands(sub: Sub) -> None:
-    """Register run, history and events (the commands that read answers or the log)."""
+def _add_run_command(sub: Sub) -> None:
     p = _command(
         sub,
         "run",
@@ -183,6 +198,9 @@ def _add_chat_and_log_commands(sub: Sub) -> None:
     p.add_argument("--seed", type=int, help="sampling seed")
     p.add_argument("--stop", action="append", help="stop the answer at this text (repeatable)")
 
+
+def _add_log_commands(sub: Sub) -> None:
+    """history, logs and events: the commands that read a model's timeline, a worker's log or the event log."""
     p = _command(
         sub,
         "history",

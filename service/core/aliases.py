@@ -14,7 +14,7 @@ Pure: stdlib only.
 
 from __future__ import annotations
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.decision import Decision, about, nothing
 from service.core.errors import CommandRejected
 from service.core.state import ModelState, RouterState

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.decision import Append, Decision, Effect
 from service.core.node_state import NodeState
 from service.core.placement import NodeBudget

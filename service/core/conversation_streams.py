@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from service.core import cluster
+import service.core.cluster as cluster
 from service.core.state import InstanceStatus, ModelStatus, RouterState
 
 

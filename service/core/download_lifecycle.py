@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.contracts import DownloadSpec
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.errors import CommandRejected

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import Enum
 
-from service.core import events as ev
-from service.core import fold_catalogue, fold_downloads, fold_instances, fold_nodes
+import service.core.events as ev
+import service.core.fold_catalogue as fold_catalogue
+import service.core.fold_downloads as fold_downloads
+import service.core.fold_instances as fold_instances
+import service.core.fold_nodes as fold_nodes
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
 from service.core.fold_support import HANDLERS, job_of, model_of
 from service.core.instance_lifecycle import INSTANCE_LIFECYCLE

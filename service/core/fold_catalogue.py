@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.fold_support import (
     ensure_model,
     model_of,

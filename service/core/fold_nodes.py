@@ -17,7 +17,7 @@ Pure module: stdlib only.
 
 from __future__ import annotations
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.fold_support import ensure_model, model_of, on, primary_path, put_model
 from service.core.node_state import Holding, ModelShape, NodeState
 from service.core.state import RouterState, evolve

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.state import (
     DownloadJob,
     Failure,

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterable
 from datetime import datetime
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.events import Recorded
 
 # The event types the timeline reads: the service asks the store for these only.

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from service.core import cluster, placement, scheduling
-from service.core import events as ev
-from service.core import instance_lifecycle as lifecycle
+import service.core.cluster as cluster
+import service.core.events as ev
+import service.core.instance_lifecycle as lifecycle
+import service.core.scheduling as scheduling
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.demand_queue import Demanded, Dropped, Queue, QueueEdit, RestartArmed, Started, Waiting, edit
 from service.core.errors import CommandRejected
@@ -31,7 +32,7 @@ from service.core.instance_exits import decide_closed as decide_closed
 from service.core.instance_exits import decide_exit as decide_exit
 from service.core.instance_exits import decide_spawn_failed as decide_spawn_failed
 from service.core.instance_exits import restart_timer as restart_timer
-from service.core.placement import NodeBudget
+from service.core.placement import NodeBudget, insufficient_memory, loads
 from service.core.state import FailureKind, Instance, InstanceStatus, ModelState, ModelStatus, RouterState
 
 # --- the effects ----------------------------------------------------------------------
@@ -148,7 +149,7 @@ def _refuse_unfit(state: RouterState, model: ModelState, facts: Facts) -> None:
     """507 ``insufficient_memory`` at once for a model no node could ever hold."""
     slots = slot_facts(state, facts)
     budgets = slots.budgets()
-    placement.insufficient_memory(model, budgets, placement.loads(state, budgets, slots.exiting))
+    insufficient_memory(model, budgets, loads(state, budgets, slots.exiting))
 
 
 def _edits(queue: Queue, edits: tuple[QueueEdit, ...]) -> Queue:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from service.core import events as ev
-from service.core import instance_lifecycle as lifecycle
+import service.core.events as ev
+import service.core.instance_lifecycle as lifecycle
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.demand_queue import RestartArmed
 from service.core.processes import ProcessExit

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from service.core import cluster
-from service.core import events as ev
+import service.core.cluster as cluster
+import service.core.events as ev
 from service.core.decision import Append, Decision, Effect
 from service.core.instance_decisions import Facts, Stop
 from service.core.liveness import Beat, bound_for, judge

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.backoff import retry_delay
 from service.core.errors import CommandRejected
 from service.core.processes import ProcessExit

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.decision import Append, Decision, nothing
 from service.core.errors import CommandRejected
 from service.core.state import RouterState

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from service.core import placement
+import service.core.placement as placement
 from service.core.errors import CommandRejected
 from service.core.placement import NodeBudget, Verdict
 from service.core.state import DownloadJob, Instance, InstanceStatus, JobStatus, ModelState, ModelStatus, RouterState

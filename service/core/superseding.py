@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from service.core import events as ev
+import service.core.events as ev
 from service.core.fold import fold
 from service.core.state import RouterState, evolve
 

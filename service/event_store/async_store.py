@@ -13,8 +13,8 @@ from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+import service.event_store.statements as statements
 from service.core.events import EventSource, LogWritesResumed, Recorded
-from service.event_store import statements
 from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.engines import async_engine_for
 from service.event_store.pragmas import Synchronous

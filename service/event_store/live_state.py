@@ -25,12 +25,13 @@ import structlog
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+import service.event_store.statements as statements
+import service.event_store.wakeup as wakeup
 from service.core.backoff import retry_delay
 from service.core.decision import Decision
 from service.core.events import Recorded
 from service.core.fold import fold
 from service.core.state import RouterState
-from service.event_store import statements, wakeup
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent, from_append, to_recorded
 from service.event_store.rows import ConcurrencyConflict, StoreUnavailable

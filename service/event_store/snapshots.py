@@ -24,6 +24,7 @@ from sqlalchemy import Connection
 from service.core.snapshot import state_from_json, state_to_json
 from service.core.state import RouterState
 from service.event_store.codec import dumps, format_time, loads
+from service.event_store.engines import sync_engine_for
 from service.event_store.statements import autobegin, raw_sql
 
 KEEP = 3
@@ -142,8 +143,6 @@ def list_snapshots(conn: Connection) -> list[SnapshotInfo]:
 
 def save_snapshot_file(db_path: Path | str, state: RouterState, fold_version: int, *, keep: int = KEEP) -> int:
     """:func:`save_snapshot` on the SQLite file at ``db_path``, or a PostgreSQL URL (tools, tests)."""
-    from service.event_store.engines import sync_engine_for
-
     engine = sync_engine_for(db_path, write=True)
     try:
         with engine.connect() as conn:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
+import service.event_store.statements as statements
 from service.core.events import Event, EventSource, Recorded
-from service.event_store import statements
 from service.event_store.codec import NewEvent, to_recorded
 from service.event_store.engines import sync_engine_for
 from service.event_store.pragmas import Synchronous

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import service.llamacpp.sampling_defaults as sampling_defaults
 from service.core.memory import CACHE_TYPE_BYTES
 from service.core.state import ModelConfig
-from service.llamacpp import sampling_defaults
 from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, FALSEY, TRUTHY, handling, is_falsey
 
 Options = Mapping[str, str]

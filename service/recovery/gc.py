@@ -14,7 +14,9 @@ from pathlib import Path
 from service.core import events as ev
 from service.core.fold import replay
 from service.downloads.cache_files import find_partials
-from service.event_store import EventFilter, NewEvent, SyncEventStore
+from service.event_store.codec import NewEvent
+from service.event_store.statements import EventFilter
+from service.event_store.sync_store import SyncEventStore
 from service.recovery.migrate import upgrade_url
 from service.recovery.reconcile import referenced_blobs
 from service.settings import Settings

@@ -34,6 +34,7 @@ from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
 from service.event_store.codec import decode_rows, to_recorded
 from service.event_store.snapshots import decode_state
+from service.event_store.urls import is_postgres, redacted, sqlite_path
 from service.recovery.files import FileFindings, check_model_files
 from service.recovery.verify_db import LogDatabase, PostgresLog, SqliteLog
 
@@ -305,8 +306,6 @@ def verify(db_path: Path, *, deep: bool = False) -> VerifyReport:
 
 def verify_url(url: str, *, deep: bool = False) -> VerifyReport:
     """:func:`verify` for the log a database URL names (a ``sqlite:///`` file, or PostgreSQL)."""
-    from service.event_store.urls import is_postgres, redacted, sqlite_path
-
     if not is_postgres(url):
         return verify(sqlite_path(url), deep=deep)
     return _verify(redacted(url), lambda: PostgresLog(url), deep)

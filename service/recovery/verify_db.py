@@ -12,6 +12,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Protocol
 
+from service.event_store.urls import libpq_url, redacted
+
 SQLITE_TRIGGERS = ("events_no_update", "events_no_delete")
 POSTGRES_TRIGGERS = (*SQLITE_TRIGGERS, "events_no_truncate")
 
@@ -104,9 +106,7 @@ class PostgresLog:
     snapshot_sql = "SELECT id, position, fold_version, state::text FROM snapshots ORDER BY position, id"
 
     def __init__(self, url: str) -> None:
-        import psycopg
-
-        from service.event_store.urls import libpq_url, redacted
+        import psycopg  # only for a PostgreSQL log
 
         self.name = redacted(url)
         self._conn = psycopg.connect(libpq_url(url), connect_timeout=10)

@@ -10,7 +10,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from service.app import create_app
-from service.event_store import SyncEventStore, new_event
+from service.event_store.codec import new_event
+from service.event_store.sync_store import SyncEventStore
 from service.settings import Settings
 
 

@@ -13,7 +13,8 @@ import pytest
 from httpx_sse import ServerSentEvent, connect_sse
 
 from devtools.service_process import ServiceProcess
-from service.event_store import SyncEventStore, new_event
+from service.event_store.codec import new_event
+from service.event_store.sync_store import SyncEventStore
 
 
 @pytest.fixture

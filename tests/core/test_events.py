@@ -10,7 +10,7 @@ import pytest
 from service.core import events as ev
 from service.core.errors import InvalidEvent, UnknownEventType
 from service.core.upcasting import decode
-from service.event_store import new_event
+from service.event_store.codec import new_event
 
 IDENTITIES = {"job_id", "instance_id", "pid", "port", "endpoint", "path"}
 

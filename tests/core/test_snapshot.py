@@ -251,7 +251,9 @@ FINGERPRINTS = {
     13: ("6740988a22a18b1c", "bbfae94d283abce3"),  # Instance.model_info (llama-server's meta) from instance_ready
     14: ("060080875ebd2268", "88d5e6f77d2ca944"),  # a node's free disk (node_joined, download_finished, removals)
     # 14 on the hung-worker branch: ("57715581feaad79d", "6fbb991123c55fc0"), ModelConfig.hang_timeout, unresponsive
-    15: ("075f34984a9d9c9b", "a7972746475751d2"),  # both 14s: a node's free disk and the hang watch
+    # 15 before issue 30: ("075f34984a9d9c9b", "a7972746475751d2"); the same fold, its modules now
+    # importing service.core.events directly (import service.core.events as ev) instead of through the front
+    15: ("075f34984a9d9c9b", "b2d461f184d0e572"),  # both 14s: a node's free disk and the hang watch
 }
 
 

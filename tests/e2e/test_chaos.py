@@ -39,7 +39,8 @@ from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from service.api.views import models_view
 from service.core.fold import replay
-from service.event_store import EventFilter, SyncEventStore
+from service.event_store.statements import EventFilter
+from service.event_store.sync_store import SyncEventStore
 from tests.conftest_hub import unique_repo
 
 SEED = int(os.environ.get("MODELROUTER_CHAOS_SEED", str(random.SystemRandom().randrange(1 << 30))))

@@ -208,7 +208,7 @@ def test_graceful_shutdown_stops_children_and_records_it(start_service: StartSer
     # uvicorn re-raises the signal after a clean shutdown, so the status is "killed by SIGTERM".
     assert svc.stop() in (0, -signal.SIGTERM)
     assert still_running(workers, 30) == []
-    from service.event_store import SyncEventStore
+    from service.event_store.sync_store import SyncEventStore
 
     store = SyncEventStore(svc.home / "modelrouter.db", source={"kind": "test"})
     recorded = [r for r in store.read() if r.type != "instance_stats"]  # load reports may interleave

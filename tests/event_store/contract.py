@@ -26,8 +26,9 @@ import pytest
 
 from service.core import events as ev
 from service.core.errors import InvalidEvent
-from service.event_store import NewEvent, SyncEventStore
+from service.event_store.codec import NewEvent
 from service.event_store.postgres.sql import APPEND_LOCK, CHANNEL
+from service.event_store.sync_store import SyncEventStore
 
 
 class Writer(Protocol):

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from service.event_store import SyncEventStore
+from service.event_store.sync_store import SyncEventStore
 
 
 def main() -> int:

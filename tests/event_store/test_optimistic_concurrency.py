@@ -14,11 +14,11 @@ import pytest
 from service.core import events as ev
 from service.core.decision import Append, Decision, nothing
 from service.core.state import RouterState
-from service.event_store import SyncEventStore
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import NewEvent
 from service.event_store.live_state import LiveState
 from service.event_store.rows import ConcurrencyConflict
+from service.event_store.sync_store import SyncEventStore
 
 M = "org/a-GGUF:Q4_K_M"
 

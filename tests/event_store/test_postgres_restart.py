@@ -19,9 +19,11 @@ from litestar.testing import AsyncTestClient
 from devtools.postgres_server import PostgresServer
 from service.app import create_app
 from service.core import events as ev
-from service.event_store import EventFilter, NewEvent, SyncEventStore
+from service.event_store.codec import NewEvent
 from service.event_store.live_state import LiveState
 from service.event_store.rows import StoreUnavailable
+from service.event_store.statements import EventFilter
+from service.event_store.sync_store import SyncEventStore
 from service.event_store.worker_writer import EventWriter, open_writer
 from service.recovery.migrate import upgrade_url
 from service.settings import Settings

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import psycopg
 
-from service.event_store import EventFilter, NewEvent, SyncEventStore
+from service.event_store.codec import NewEvent
 from service.event_store.postgres.sql import PSYCOPG
 from service.event_store.rows import insert_rows
+from service.event_store.statements import EventFilter
+from service.event_store.sync_store import SyncEventStore
 from tests.event_store.contract import started
 
 HOUR = timedelta(hours=1)

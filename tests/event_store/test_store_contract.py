@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from service.event_store import EventFilter, NewEvent, SyncEventStore, new_event
 from service.event_store.async_store import AsyncEventStore
+from service.event_store.codec import NewEvent, new_event
+from service.event_store.statements import EventFilter
+from service.event_store.sync_store import SyncEventStore
 from service.event_store.worker_writer import WorkerEventWriter, open_writer
 from tests.event_store.contract import Writer, WriterContract, started
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from service.core import events as ev
-from service.event_store import SyncEventStore
+from service.event_store.sync_store import SyncEventStore
 from service.event_store.worker_writer import WorkerEventWriter
 
 
@@ -54,7 +54,7 @@ def test_the_service_on_sqlite_loads_no_postgresql_driver(db_path: Path) -> None
     code = (
         "import sys, asyncio; import service.startup, service.api, service.cli;"
         "from service.event_store.async_store import AsyncEventStore;"
-        "from service.event_store import SyncEventStore;"
+        "from service.event_store.sync_store import SyncEventStore;"
         f"s = AsyncEventStore({str(db_path)!r}, source={{'kind': 't'}}); print(asyncio.run(s.head()));"
         f"SyncEventStore({str(db_path)!r}, source={{'kind': 't'}}).head();"
         "print([m for m in ('asyncpg', 'psycopg') if m in sys.modules])"

@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 
 from service.core.events import DownloadProgress
-from service.event_store import NewEvent, SyncEventStore
+from service.event_store.codec import NewEvent
+from service.event_store.sync_store import SyncEventStore
 from service.event_store.worker_writer import open_writer
 
 

@@ -6,7 +6,8 @@ import hashlib
 from pathlib import Path
 
 from service.core import events as ev
-from service.event_store import NewEvent, SyncEventStore
+from service.event_store.codec import NewEvent
+from service.event_store.sync_store import SyncEventStore
 
 MODEL = "org/a-GGUF:Q4_K_M"
 OTHER = "org/b-GGUF:Q8_0"

@@ -16,9 +16,19 @@ from service.core import events as ev
 from service.core.fold import replay
 from service.core.state import RouterState
 from service.core.upcasting import decode
-from service.event_store import EventFilter, NewEvent, SyncEventStore
-from service.event_store.codec import TIME_FORMAT, decode_rows, dumps, format_time, loads, parse_time, to_recorded
+from service.event_store.codec import (
+    TIME_FORMAT,
+    NewEvent,
+    decode_rows,
+    dumps,
+    format_time,
+    loads,
+    parse_time,
+    to_recorded,
+)
 from service.event_store.replay import fold_rows
+from service.event_store.statements import EventFilter
+from service.event_store.sync_store import SyncEventStore
 from tests.core.strategies import event_sequences
 from tests.core.test_superseding import progress_heavy
 

@@ -14,9 +14,11 @@ from devtools.postgres_server import PostgresServer
 from service.cli import main
 from service.core.fold import replay
 from service.core.snapshot import FOLD_VERSION
-from service.event_store import EventFilter, NewEvent, SyncEventStore
 from service.event_store.async_store import AsyncEventStore
+from service.event_store.codec import NewEvent
 from service.event_store.snapshots import save_snapshot_file
+from service.event_store.statements import EventFilter
+from service.event_store.sync_store import SyncEventStore
 from service.recovery.copy_log import CopyRefused, copy_log
 from service.recovery.gc import collect
 from service.recovery.rebuild import rebuild_state

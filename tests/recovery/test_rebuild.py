@@ -14,7 +14,6 @@ from structlog.testing import capture_logs
 from service.core.fold import replay
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
-from service.event_store import EventFilter, SyncEventStore
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.engines import sync_engine_for
 from service.event_store.replay import fold_page, read_page
@@ -25,7 +24,8 @@ from service.event_store.snapshots import (
     load_latest_snapshot,
     save_snapshot_file,
 )
-from service.event_store.statements import select_page_raw
+from service.event_store.statements import EventFilter, select_page_raw
+from service.event_store.sync_store import SyncEventStore
 from service.recovery import RebuildResult, Snapshotter, rebuild_state
 from tests.recovery.histories import history, write_history
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 
 from devtools.service_process import ServiceProcess
-from service.event_store import SyncEventStore, new_event
+from service.event_store.codec import new_event
+from service.event_store.sync_store import SyncEventStore
 from service.recovery.migrate import upgrade
 from service.supervision.ports import free_port
 from tests.eventually import eventually

@@ -11,8 +11,8 @@ import pytest
 from service.core.fold import replay
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
-from service.event_store import EventFilter
 from service.event_store.snapshots import save_snapshot_file
+from service.event_store.statements import EventFilter
 from service.recovery.verify import VerifyReport, main, verify
 from tests.recovery.histories import history, publish_files, write_history
 
@@ -180,7 +180,7 @@ def test_verify_while_the_log_grows_sees_one_consistent_state(log: Path) -> None
     import threading
 
     from service.core import events as ev
-    from service.event_store import NewEvent
+    from service.event_store.codec import NewEvent
 
     store = write_history(log, history(progress=2000))
     stop = threading.Event()

@@ -22,7 +22,8 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.small_disk import SmallDisk, fill_log
 from service.downloads.resolution import resolve
-from service.event_store import EventFilter, SyncEventStore
+from service.event_store.statements import EventFilter
+from service.event_store.sync_store import SyncEventStore
 from service.recovery.migrate import upgrade
 from tests.conftest_hub import REPO_ROOT, DownloadProc, download_command, unique_repo, worker_env
 from tests.eventually import eventually

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from service import __version__
 from service.core import events as ev
 from service.core.contracts import DownloadSpec, SpecFile
 from service.core.disk_budget import shortfall
@@ -222,8 +223,6 @@ def file_url(endpoint: str, repo: str, commit: str, path: str) -> str:
 
 def hub_headers(token: str | None) -> dict[str, str]:
     """What ``build_hf_headers(token=token or False)`` sends, plus raw bytes only."""
-    from service import __version__
-
     headers = {
         "User-Agent": f"modelrouter/{__version__}; python/{sys.version.split()[0]}",
         "Accept-Encoding": "identity",  # sizes and ranges are about raw bytes

@@ -9,13 +9,15 @@
 * :mod:`workers.inference.http`: the HTTP server, the OpenAI and llama-server routes, the request front.
 
 Exports load lazily: ``python -m workers.inference`` imports this package before
-its ``__main__`` records early stop signals, so nothing slow may load here.
+its ``__main__`` records early stop signals, so nothing slow may load here (plain imports:
+~180 ms).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from workers import lazy_exports
 
 if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on first use (__getattr__)
     from workers.inference._lifecycle import WORKER_LIFECYCLE, Trigger, WorkerState, next_state
@@ -31,9 +33,4 @@ _HOMES = {
     "main": "workers.inference._worker",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
+__getattr__ = lazy_exports(__name__, _HOMES)

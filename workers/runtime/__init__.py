@@ -17,8 +17,9 @@ before anything slow is imported, and those need only :class:`Parent` and
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from workers import lazy_exports
 
 if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on first use (__getattr__)
     from workers.runtime._event_sinks import EventSink, JsonlSink, StoreSink, open_sink, parse_jsonl, read_jsonl
@@ -84,9 +85,4 @@ _HOMES = {
     "Wakeup": "workers.runtime._wakeup",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
+__getattr__ = lazy_exports(__name__, _HOMES)

@@ -8,7 +8,7 @@ from litestar import MediaType, Request, Response, delete, get, head, post
 from litestar.params import Body, SkipValidation
 from litestar.status_codes import HTTP_200_OK
 
-from service.api.ollama import _schemas as o
+import service.api.ollama._schemas as o
 from service.api.ollama._errors import ollama_errors
 from service.api.ollama._views import ps_view, show_view, tags_view
 from service.api.problems import Problem

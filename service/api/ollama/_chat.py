@@ -20,8 +20,8 @@ from litestar.params import SkipValidation
 from litestar.response import Stream
 from litestar.status_codes import HTTP_200_OK
 
-from service.api.ollama import _schemas as o
-from service.api.ollama import _translate as t
+import service.api.ollama._schemas as o
+import service.api.ollama._translate as t
 from service.api.ollama._catalogue import find_model
 from service.api.ollama._errors import error_line, ollama_errors
 from service.api.ollama._pull import NDJSON

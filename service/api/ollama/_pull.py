@@ -19,8 +19,8 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import Stream
 from litestar.status_codes import HTTP_200_OK
 
+import service.api.ollama._schemas as o
 from service.api.controllers import start_download
-from service.api.ollama import _schemas as o
 from service.api.ollama._errors import error_line, ollama_errors
 from service.api.problems import Problem
 from service.api.schemas import DownloadAnswer

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from litestar import Router
 
+import service.api.ollama._catalogue as c
 from service.api.controllers import options_handlers
-from service.api.ollama import _catalogue as c
 from service.api.ollama._chat import chat, embed, embeddings, generate
 from service.api.ollama._errors import OLLAMA_EXCEPTION_HANDLERS
 from service.api.ollama._pull import pull

@@ -12,7 +12,7 @@ from typing import Any
 
 from msgspec import UnsetType
 
-from service.api.ollama import _schemas as o
+import service.api.ollama._schemas as o
 from service.api.ollama._upstream import (
     Answer,
     Choice,

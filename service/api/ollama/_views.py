@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timedelta
 
-from service.api.ollama import _schemas as o
+import service.api.ollama._schemas as o
 from service.api.ollama._gguf import GgufFacts, gguf_facts, parameter_size
 from service.core.scheduling import idle_limit
 from service.core.state import InstanceStatus, ModelState, RouterState

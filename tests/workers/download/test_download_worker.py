@@ -385,7 +385,7 @@ def test_progress_meter_throttles_with_a_fake_clock() -> None:
 
 @pytest.mark.timeout(60)
 def test_events_go_to_the_event_store_with_db(hub: HubServer, tmp_path: Path, db_path: Path) -> None:
-    from service.event_store import SyncEventStore
+    from service.event_store.sync_store import SyncEventStore
 
     repo, info = _repo(hub, {"m-Q4_K_M.gguf": 100_000})
     cmd = download_command(_spec(hub, repo), tmp_path / "hub", tmp_path / "unused.jsonl", "db-job")

@@ -425,7 +425,7 @@ def test_sigkill_of_parent_kills_the_worker(tmp_path: Path, tiny_gguf: Path, wor
 
 @pytest.mark.timeout(60)
 def test_events_go_to_the_sqlite_store_with_db(spawn_worker: Spawn, tiny_gguf: Path, db_path: Path) -> None:
-    from service.event_store import SyncEventStore
+    from service.event_store.sync_store import SyncEventStore
 
     w = spawn_worker(tiny_gguf, "--db", str(db_path), instance_id="dbinst")
     store = SyncEventStore(db_path, source={"kind": "test"})

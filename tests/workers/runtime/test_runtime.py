@@ -16,7 +16,7 @@ from devtools.hub_server import HubServer
 from service.core import events as ev
 from service.core.errors import InvalidEvent
 from service.downloads.resolution import resolve
-from service.event_store import SyncEventStore
+from service.event_store.sync_store import SyncEventStore
 from tests.conftest_hub import REPO_ROOT, DownloadProc, download_command, unique_repo, worker_env
 from workers.runtime import DOWNLOAD_WORKER, INFERENCE_WORKER, WorkerLog, WorkerRuntime, read_jsonl
 

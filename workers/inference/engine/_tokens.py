@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from workers.inference.engine._finished import FinishedLog, log_finished
 from workers.inference.engine._kept_logits import logits_row
 from workers.inference.engine._metrics import EngineMetrics
+from workers.inference.engine._sampling import token_logprobs
 from workers.inference.engine._slots import Slot
 
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ class TokenMixin:
         self.metrics.tokens_predicted += 1
         lp = None
         if req.params.n_probs >= 0:
-            from workers.inference.engine._sampling import token_logprobs
-
             row = kept if kept is not None else logits_row(llm.lc, llm.ctx, s.batch_index, llm.n_vocab)
             chosen, top, top_lp = token_logprobs(row, token, req.params.n_probs)
             lp = (token, chosen, top, top_lp)

@@ -102,6 +102,7 @@ def load_model(
     seed: int | None,
 ) -> LoadedModel:
     """Pre-check, then load; raises :class:`LoadError`. Call on the thread that will own the model."""
+    # gguf and numpy (~60 ms): the batch engine's path to ready never loads them
     from workers.inference.llama._gguf_check import GGUFCheckError, inspect_gguf
 
     t0 = time.monotonic()
