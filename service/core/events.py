@@ -29,6 +29,7 @@ from service.core.event_base import Recorded as Recorded
 from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
 from service.core.hang_events import InstanceUnresponsive as InstanceUnresponsive
+from service.core.launch import InferenceLaunch, Params
 from service.core.node_events import ModelMeasured as ModelMeasured
 from service.core.node_events import NodeJoined as NodeJoined
 from service.core.node_events import NodeLeft as NodeLeft
@@ -222,8 +223,13 @@ class InstanceRequested(Event):
     instance_id: str
     reason: str = "load"
     port: int
-    params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    params: Params = dataclasses.field(default_factory=dict)  # the launch, as the model's parameters
     node: str | None = None
+
+    @property
+    def launch(self) -> InferenceLaunch:
+        """The worker's launch: the typed reading of ``params`` (its unknown keys left out)."""
+        return InferenceLaunch.from_params(self.params)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
