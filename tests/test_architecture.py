@@ -253,13 +253,10 @@ SIZE_EXCEPTIONS: dict[str, str] = {
     "service/core/launch.py": "the inference launch's option table, one field per option, and its readers",
     "service/supervision/instances.py": "pending: split in step 3 after ruff's layout",
     "workers/download/_job.py:run_job": "pending: split in step 3 after ruff's layout",
-    "workers/inference/_cli.py:parse_args": "pending: split in step 3 after ruff's layout",
-    "workers/inference/_worker.py:run": "pending: split in step 3 after ruff's layout",
     "workers/inference/engine/_batch.py": "pending: split in step 3 after ruff's layout",
     "workers/inference/http/_front.py": "pending: split in step 3 after ruff's layout",
     "workers/inference/http/_front.py:create_completion": "pending: split in step 3 after ruff's layout",
     "workers/inference/http/_responses.py:_delta": "pending: split in step 3 after ruff's layout",
-    "workers/inference/llama/_legacy_load.py:load_model": "pending: split in step 3 after ruff's layout",
 }
 
 
