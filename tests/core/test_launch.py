@@ -13,62 +13,25 @@ from service.core.launch import DEFAULTS, ROWS, InferenceLaunch
 from service.core.upcasting import decode
 from service.llamacpp.flags import BY_NAME
 
-# A value other than the worker's default for every option, of its type and among its choices.
-EVERY_OPTION_SET = InferenceLaunch(
-    n_ctx=8192,
-    n_threads=3,
-    n_threads_batch=2,
-    n_batch=256,
-    n_ubatch=128,
-    flash_attn="off",
-    cache_type_k="q8_0",
-    cache_type_v="q4_0",
-    kv_unified=True,
-    swa_full=True,
-    embedding=True,
-    pooling="rank",
-    warmup=False,
-    rope_scaling="yarn",
-    rope_freq_base=50000.0,
-    rope_freq_scale=0.25,
-    yarn_ext_factor=0.5,
-    yarn_attn_factor=1.5,
-    yarn_beta_slow=2.0,
-    yarn_beta_fast=16.0,
-    yarn_orig_ctx=2048,
-    load_mode="mlock",
-    lazy_mode="on",
-    repack=False,
-    no_host=True,
-    check_tensors=True,
-    mlock=True,
-    mmap=False,
-    n_parallel=2,
-    max_prompt_tokens=1000,
-    context_shift=True,
-    spm_infill=True,
-    cache_ram=0,
-    cache_idle_slots=False,
-    slot_save_path="/tmp/slots",
-    log_prompts_dir="/tmp/prompts",
-    lora=("/a.gguf,/b.gguf", "/c.gguf"),
-    lora_scaled=("/d.gguf:0.5",),
-    lora_init_without_apply=True,
-    endpoint_props=True,
-    endpoint_metrics=False,
-    endpoint_slots=False,
-    chat_format="chatml",
-    chat_template="{{ messages }}",
-    chat_template_file="/t.jinja",
-    jinja=False,
-    chat_template_kwargs='{"a": 1}',
-    reasoning_format="none",
-    video_fps=1.5,
-    video_timestamp_interval=250,
-    video_ffmpeg_dir="/opt/ffmpeg",
-    seed=42,
-    sampling='{"temperature":0.25}',
-)
+
+def _other_value(name: str) -> object:
+    """A value of option ``name`` that is not the worker's default: of its type, among its choices."""
+    row, default = ROWS[name], DEFAULTS[name]
+    if isinstance(default, bool):
+        return not default
+    if row.kind == "list":
+        return ("/a.gguf,/b.gguf", "/c.gguf")
+    if row.kind == "json":
+        return '{"temperature":0.25}'
+    if row.choices is not None:
+        return next(choice for choice in row.choices if choice != default)
+    samples = {int: 7, float: 0.5, str: "/some/path"}
+    if row.parse in samples:
+        return samples[row.parse] if samples[row.parse] != default else row.parse("3")
+    return next(v for v in (row.parse(w) for w in ("on", "off")) if v != default)  # a normaliser (-fa)
+
+
+EVERY_OPTION_SET = InferenceLaunch(**{name: _other_value(name) for name in ROWS})  # type: ignore[arg-type]  # each of its row's type
 
 
 def test_the_example_sets_every_option_of_the_table() -> None:
@@ -160,11 +123,12 @@ def test_an_old_instance_requested_reads_as_the_same_launch() -> None:
 
 
 def test_llama_fields_are_the_set_options_of_their_struct_with_llama_cpps_numbers() -> None:
-    assert dict(EVERY_OPTION_SET.llama_fields("model")) == {
+    launch = dataclasses.replace(EVERY_OPTION_SET, load_mode="mlock", lazy_mode="on", rope_scaling="yarn")
+    assert dict(launch.llama_fields("model")) == {
         "load_mode": 2,
         "lazy_mode": 2,
         "no_host": True,
         "check_tensors": True,
     }
-    assert dict(EVERY_OPTION_SET.llama_fields("context"))["rope_scaling_type"] == 2
+    assert dict(launch.llama_fields("context"))["rope_scaling_type"] == 2
     assert InferenceLaunch().llama_fields("context") == ()
