@@ -123,6 +123,15 @@ class InferenceLaunch:
         "LLAMA_ARG_SWA_FULL",
         help="full-size cache for sliding-window layers",
     )
+    kv_offload: bool = option(
+        True,
+        "--kv-offload",
+        "context",
+        "kv-offload",
+        "LLAMA_ARG_KV_OFFLOAD",
+        llama="offload_kqv",
+        help="the KV cache and its attention ops on the GPU (--no-kv-offload: in RAM); nothing to move on a CPU",
+    )
     embedding: bool = option(
         False,
         "--embedding --embeddings",
