@@ -31,7 +31,7 @@ class SpecFile:
     sha256: str
     url: str | None = None  # huggingface_hub's hf_hub_url for it, pinned to the commit
 
-    def to_json(self) -> dict[str, JSON]:
+    def to_json(self) -> dict[str, JSON]:  # a JSON document: the --spec value's
         return {"path": self.path, "size": self.size, "sha256": self.sha256, "url": self.url}
 
     def ref(self) -> FileRef:
@@ -63,7 +63,7 @@ class DownloadSpec:
         """The same job with the disk reserve it must respect."""
         return DownloadSpec(self.repo, self.revision, self.commit, self.quant, self.endpoint, self.files, reserve_bytes)
 
-    def to_json(self) -> dict[str, JSON]:
+    def to_json(self) -> dict[str, JSON]:  # a JSON document: the --spec value
         return {
             "repo": self.repo,
             "revision": self.revision,
@@ -89,7 +89,7 @@ class DownloadSpec:
         return cls.from_json(obj)
 
     @classmethod
-    def from_json(cls, obj: Mapping[str, JSON]) -> DownloadSpec:
+    def from_json(cls, obj: Mapping[str, JSON]) -> DownloadSpec:  # a JSON document, checked here
         """Validate strictly: these values become file names inside the cache."""
         raw_files = obj.get("files")
         if not isinstance(raw_files, list) or not raw_files:

@@ -22,6 +22,15 @@ from typing import ClassVar
 
 from service.core.alias_events import ModelAliased as ModelAliased
 from service.core.alias_events import ModelAliasRemoved as ModelAliasRemoved
+from service.core.download_events import DownloadCancelled as DownloadCancelled
+from service.core.download_events import DownloadCancelRequested as DownloadCancelRequested
+from service.core.download_events import DownloadFailed as DownloadFailed
+from service.core.download_events import DownloadFinished as DownloadFinished
+from service.core.download_events import DownloadInterrupted as DownloadInterrupted
+from service.core.download_events import DownloadProgress as DownloadProgress
+from service.core.download_events import DownloadRequested as DownloadRequested
+from service.core.download_events import DownloadResumed as DownloadResumed
+from service.core.download_events import DownloadStarted as DownloadStarted
 from service.core.event_base import JSON as JSON
 from service.core.event_base import Event as Event
 from service.core.event_base import EventPayload as EventPayload
@@ -33,6 +42,7 @@ from service.core.event_base import StoredFile as StoredFile
 from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
 from service.core.hang_events import InstanceUnresponsive as InstanceUnresponsive
+from service.core.launch import InferenceLaunch, Params
 from service.core.node_events import ModelMeasured as ModelMeasured
 from service.core.node_events import NodeJoined as NodeJoined
 from service.core.node_events import NodeLeft as NodeLeft
@@ -112,108 +122,6 @@ class ModelsReloaded(Event):
     unloaded: tuple[str, ...] = ()
 
 
-# --- downloads ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DownloadRequested(Event):
-    TYPE: ClassVar[str] = "download_requested"
-    job_id: str
-    repo: str
-    revision: str = "main"
-    commit: str
-    quant: str | None = None
-    files: tuple[FileRef, ...]
-    total_bytes: int
-    node: str | None = None  # a cluster: the node that downloads it (its supervisor); None: the writer
-
-    def __post_init__(self) -> None:
-        coerce_files(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DownloadStarted(Event):
-    TYPE: ClassVar[str] = "download_started"
-    job_id: str
-    pid: int
-    commit: str
-    files: tuple[FileRef, ...]
-    total_bytes: int
-    resumed_bytes: int = 0
-    pid_started_at: float | None = None
-
-    def __post_init__(self) -> None:
-        coerce_files(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DownloadProgress(Event):
-    """v2; v1 was ``{job_id, done, total}`` (llama.cpp's shape), see upcasting."""
-
-    TYPE: ClassVar[str] = "download_progress"
-    VERSION: ClassVar[int] = 2
-    job_id: str
-    bytes_done: int
-    bytes_total: int
-    bytes_per_second: float | None = None
-    eta_seconds: float | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DownloadFinished(Event):
-    TYPE: ClassVar[str] = "download_finished"
-    job_id: str
-    commit: str
-    files: tuple[FileRef, ...]
-    bytes_total: int
-    bytes_transferred: int
-    duration_ms: float
-
-    def __post_init__(self) -> None:
-        coerce_files(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DownloadFailed(Event):
-    TYPE: ClassVar[str] = "download_failed"
-    job_id: str
-    reason: str = "internal"
-    message: str
-    retryable: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DownloadCancelRequested(Event):
-    TYPE: ClassVar[str] = "download_cancel_requested"
-    job_id: str
-    discard: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DownloadCancelled(Event):
-    TYPE: ClassVar[str] = "download_cancelled"
-    job_id: str
-    discarded: bool = False
-    bytes_on_disk: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DownloadInterrupted(Event):
-    TYPE: ClassVar[str] = "download_interrupted"
-    job_id: str
-    bytes_on_disk: int
-    reason: str = "router_restart"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DownloadResumed(Event):
-    """The service started a new worker for an interrupted job (same job id)."""
-
-    TYPE: ClassVar[str] = "download_resumed"
-    job_id: str
-    bytes_on_disk: int
-
-
 # --- inference instances -----------------------------------------------------
 
 
@@ -226,8 +134,13 @@ class InstanceRequested(Event):
     instance_id: str
     reason: str = "load"
     port: int
-    params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    params: Params = dataclasses.field(default_factory=dict)  # the launch, as the model's parameters
     node: str | None = None
+
+    @property
+    def launch(self) -> InferenceLaunch:
+        """The worker's launch: the typed reading of ``params`` (its unknown keys left out)."""
+        return InferenceLaunch.from_params(self.params)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,7 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from service.core.event_base import JSON
+from service.core.launch import InferenceLaunch, Params
 from service.core.node_state import ModelShape
+
+Options = Mapping[str, str]
+"""llama-server's options by key, as written (a model's ``args``)."""
 
 WORKER_OVERHEAD = 64 * 1024 * 1024
 """An inference worker's own resident memory before any model: Python, llama.cpp, numpy (measured ~55 MB)."""
@@ -73,7 +77,7 @@ class MemoryNeed:
     def total(self) -> int:
         return self.weights + self.kv_cache + self.compute + self.overhead
 
-    def to_json(self) -> dict[str, JSON]:
+    def to_json(self) -> dict[str, JSON]:  # a JSON document: the API's
         """The API's ``memory`` object."""
         return {
             "total_bytes": self.total,
@@ -84,17 +88,12 @@ class MemoryNeed:
         }
 
 
-def _int_param(params: Mapping[str, JSON], name: str, default: int) -> int:
-    value = params.get(name)
-    try:
-        number = int(value) if value is not None else default
-    except (TypeError, ValueError):
-        return default
-    return number if number > 0 else default
+def _launch(params: InferenceLaunch | Params) -> InferenceLaunch:
+    return params if isinstance(params, InferenceLaunch) else InferenceLaunch.from_params(params)
 
 
-def _flag(params: Mapping[str, JSON], name: str) -> bool:
-    return params.get(name) in (True, 1, "1", "true")
+def _positive(value: int, default: int) -> int:
+    return value if value > 0 else default
 
 
 def _pad(cells: int) -> int:
@@ -111,44 +110,40 @@ class KvLayout:
     swa_cells: int
 
 
-def slots(params: Mapping[str, JSON]) -> int:
+def slots(params: InferenceLaunch | Params) -> int:
     """The worker's slots: ``n_parallel`` (-1 or unset: 4, at most 256); an embedding worker runs one."""
-    if _flag(params, "embedding"):
+    launch = _launch(params)
+    if launch.embedding:
         return 1
-    return min(_int_param(params, "n_parallel", DEFAULT_N_PARALLEL), MAX_SLOTS)
+    return min(_positive(launch.n_parallel, DEFAULT_N_PARALLEL), MAX_SLOTS)
 
 
-def kv_layout(shape: ModelShape, params: Mapping[str, JSON]) -> KvLayout:
+def kv_layout(shape: ModelShape, params: InferenceLaunch | Params) -> KvLayout:
     """As the worker sizes its context (``workers/inference/llama/_load.py``), then llama.cpp pads it:
     ``-np`` auto or ``kv_unified``: one pool of ``n_ctx`` cells (0: the training context); else a
     stream per slot of ``n_ctx / n_parallel``, capped to the training context."""
-    value = params.get("n_ctx")
-    try:
-        n_ctx = int(value) if value is not None else DEFAULT_N_CTX
-    except (TypeError, ValueError):
-        n_ctx = DEFAULT_N_CTX
+    launch = _launch(params)
     train = max(shape.n_ctx_train, 0)
-    total = (train or DEFAULT_N_CTX) if n_ctx <= 0 else n_ctx
-    n_seq = slots(params)
-    ubatch = min(_int_param(params, "n_batch", DEFAULT_N_BATCH), _int_param(params, "n_ubatch", MAX_UBATCH))
-    full = shape.sliding_window <= 0 or _flag(params, "swa_full")  # --swa-full: every cell, as other layers
+    total = (train or DEFAULT_N_CTX) if launch.n_ctx <= 0 else launch.n_ctx
+    n_seq = slots(launch)
+    ubatch = min(_positive(launch.n_batch, DEFAULT_N_BATCH), _positive(launch.n_ubatch, MAX_UBATCH))
+    full = shape.sliding_window <= 0 or launch.swa_full  # --swa-full: every cell, as other layers
     window = 1 << 40 if full else shape.sliding_window
-    auto = _int_param(params, "n_parallel", -1) < 0  # unset or -1: the worker's auto, one pool
-    if auto or _flag(params, "kv_unified"):
+    if launch.n_parallel <= 0 or launch.kv_unified:  # unset or -1: the worker's auto, one pool
         cells = _pad(total)
         return KvLayout(1, cells, min(cells, _pad(window * n_seq + ubatch)))
     cells = _pad(min(max(total // n_seq, 1), train or total))
     return KvLayout(n_seq, cells, min(cells, _pad(window + ubatch)))
 
 
-def estimate(shape: ModelShape, params: Mapping[str, JSON], args: Mapping[str, JSON] | None = None) -> MemoryNeed:
-    """The need of ``shape`` loaded with ``params`` (the worker's) and ``args`` (llama-server's options:
-    ``cache-type-k``, ``cache-type-v``)."""
-    options = args or {}
-    bytes_k = CACHE_TYPE_BYTES.get(str(options.get("cache-type-k") or "f16").lower(), 2.0)
-    bytes_v = CACHE_TYPE_BYTES.get(str(options.get("cache-type-v") or "f16").lower(), 2.0)
-    kv_cells = kv_layout(shape, params)
-    n_batch = min(_int_param(params, "n_batch", DEFAULT_N_BATCH), kv_cells.cells)
+def estimate(shape: ModelShape, params: InferenceLaunch | Params, args: Options | None = None) -> MemoryNeed:
+    """The need of ``shape`` loaded with ``params`` (the worker's launch, or a model's parameters); the
+    cache types are the launch's, or ``args``' (llama-server's options as written: ``cache-type-k``)."""
+    launch, options = _launch(params), args or {}
+    bytes_k = CACHE_TYPE_BYTES.get(str(options.get("cache-type-k") or launch.cache_type_k).lower(), 2.0)
+    bytes_v = CACHE_TYPE_BYTES.get(str(options.get("cache-type-v") or launch.cache_type_v).lower(), 2.0)
+    kv_cells = kv_layout(shape, launch)
+    n_batch = min(_positive(launch.n_batch, DEFAULT_N_BATCH), kv_cells.cells)
     per_cell = shape.n_head_kv * (shape.n_embd_head_k * bytes_k + shape.n_embd_head_v * bytes_v)
     swa = max(0, min(shape.swa_layers, shape.n_layer)) if shape.sliding_window > 0 else 0
     cells = (shape.n_layer - swa) * kv_cells.cells + swa * kv_cells.swa_cells
@@ -157,7 +152,7 @@ def estimate(shape: ModelShape, params: Mapping[str, JSON], args: Mapping[str, J
     return MemoryNeed(weights=shape.weights_bytes, kv_cache=kv, compute=compute)
 
 
-def need_bytes(shape: ModelShape | None, params: Mapping[str, JSON], args: Mapping[str, JSON] | None = None) -> int:
+def need_bytes(shape: ModelShape | None, params: InferenceLaunch | Params, args: Options | None = None) -> int:
     """:func:`estimate`'s total, or 0 for a model not measured yet (it is placed by count alone)."""
     return 0 if shape is None else estimate(shape, params, args).total
 

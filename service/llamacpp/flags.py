@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from service.core.launch import BY_KEY, ROWS
 from service.llamacpp.sampling_defaults import field_of
 from service.llamacpp.upstream_args import LLAMA_ARGS, LlamaArg
 
@@ -279,6 +280,9 @@ def handling(arg: LlamaArg) -> Handling:
     if key in _MODEL:
         param, note = _MODEL[key]
         return Handling("model", True, note, param or None)
+    if key in BY_KEY:  # the launch's table: an option the worker takes as it is
+        name = BY_KEY[key]
+        return Handling("model", True, ROWS[name].help, name)
     if field_of(key) is not None:
         return Handling("model", True, _SAMPLING_DEFAULT, f"sampling.{field_of(key)}")
     if arg.sampling:

@@ -15,13 +15,17 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import service.llamacpp.sampling_defaults as sampling_defaults
+from service.core import launch
+from service.core import launch_rows as rows
+from service.core.event_base import JSON
 from service.core.memory import CACHE_TYPE_BYTES
 from service.core.state import ModelConfig
 from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, FALSEY, TRUTHY, handling, is_falsey
 
+Converted = dict[str, JSON]  # free-form: worker parameters as the log records them (launch.Params)
+"""The worker parameters an option sets (``{"n_ctx": 4096}``), read by ``InferenceLaunch.from_params``."""
 Options = Mapping[str, str]
 """llama-server options by canonical key (``ctx-size``), values as written."""
 
@@ -142,18 +146,18 @@ def _choice(key: str, value: str, allowed: tuple[str, ...]) -> str:
     return value.strip()
 
 
-REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")  # llama-server's --reasoning-format
+REASONING_FORMATS = tuple(rows.REASONING_FORMATS)  # llama-server's --reasoning-format
 
 
-def _positive(param: str) -> Callable[[str, str], dict[str, Any]]:
-    def convert(key: str, value: str) -> dict[str, Any]:
+def _positive(param: str) -> Callable[[str, str], Converted]:
+    def convert(key: str, value: str) -> Converted:
         number = _int(key, value)
         return {param: number} if number > 0 else {}  # <= 0: llama.cpp's "auto", the worker's default
 
     return convert
 
 
-def _parallel(key: str, value: str) -> dict[str, Any]:
+def _parallel(key: str, value: str) -> Converted:
     number = _int(key, value)
     if number == 0:
         msg = f"{key} = 0: invalid value for n_parallel (-1 = auto)"
@@ -161,13 +165,13 @@ def _parallel(key: str, value: str) -> dict[str, Any]:
     return {"n_parallel": number} if number > 0 else {}
 
 
-_POOLINGS = ("none", "mean", "cls", "last", "rank")
+_POOLINGS = tuple(rows.POOLING)
 KV_CACHE_TYPES = tuple(CACHE_TYPE_BYTES)  # llama-server's kv_cache_types
-ROPE_SCALINGS = ("none", "linear", "yarn")
-LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")  # llama-server's --load-mode
+ROPE_SCALINGS = tuple(rows.ROPE_SCALING)
+LOAD_MODES = tuple(rows.LOAD_MODES)  # llama-server's --load-mode
 
 
-def _flash_attn(key: str, value: str) -> dict[str, Any]:
+def _flash_attn(key: str, value: str) -> Converted:
     word = value.strip().lower()
     if word == "auto":
         return {}  # the worker's default, llama.cpp's
@@ -177,7 +181,7 @@ def _flash_attn(key: str, value: str) -> dict[str, Any]:
     raise OptionError(msg)
 
 
-def _rope_scale(key: str, value: str) -> dict[str, Any]:
+def _rope_scale(key: str, value: str) -> Converted:
     factor = _float(key, value)
     if factor <= 0:
         msg = f"{key} = {value!r}: expected a factor above 0"
@@ -185,18 +189,18 @@ def _rope_scale(key: str, value: str) -> dict[str, Any]:
     return {"rope_freq_scale": 1.0 / factor}  # as llama-server: expands the context N times
 
 
-def _number(param: str) -> Callable[[str, str], dict[str, Any]]:
+def _number(param: str) -> Callable[[str, str], Converted]:
     return lambda k, v: {param: _float(k, v)}
 
 
-def _pooling(key: str, value: str) -> dict[str, Any]:
+def _pooling(key: str, value: str) -> Converted:
     if value.strip() not in _POOLINGS:
         msg = f"{key} = {value!r}: expected one of {', '.join(_POOLINGS)}"
         raise OptionError(msg)
     return {"pooling": value.strip()}
 
 
-_CONVERT: Mapping[str, Callable[[str, str], dict[str, Any]]] = {
+_CONVERT: Mapping[str, Callable[[str, str], Converted]] = {
     "ctx-size": lambda k, v: {"n_ctx": _int(k, v)},
     "threads": _positive("n_threads"),
     "threads-batch": _positive("n_threads_batch"),
@@ -258,9 +262,28 @@ _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
 }
 
 
-def translate(options: Options) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _from_table(key: str, value: str) -> Converted:
+    """An option as the launch's table declares it: a switch by llama.cpp's truthy and falsey words, a
+    value parsed by its row (left out when it is the worker's default, which needs no flag)."""
+    name = launch.BY_KEY[key]
+    row, default = launch.ROWS[name], launch.DEFAULTS[name]
+    if row.kind in ("switch", "unswitch", "both"):
+        on = not is_falsey(value)
+        return {} if on == default else {name: on}
+    try:
+        parsed = row.parse(value.strip())
+    except ValueError:
+        msg = f"{key} = {value!r}: expected {row.parse.__name__} (--{key})"
+        raise OptionError(msg) from None
+    if row.choices is not None and parsed not in row.choices:
+        msg = f"{key} = {value!r}: expected one of {', '.join(row.choices)}"
+        raise OptionError(msg)
+    return {} if parsed == default else {name: parsed}
+
+
+def translate(options: Options) -> tuple[Converted, tuple[str, ...]]:
     """``(worker params, ignored keys)`` for a model's merged per-model options."""
-    params: dict[str, Any] = {}
+    params: Converted = {}
     ignored: list[str] = []
     for key, value in sorted(options.items()):
         arg = BY_NAME.get(key)
@@ -279,13 +302,15 @@ def translate(options: Options) -> tuple[dict[str, Any], tuple[str, ...]]:
             elif key == "chat-template":
                 name = value.strip()
                 params.update({"chat_format": CHAT_FORMATS[name]} if name in CHAT_FORMATS else {"chat_template": value})
+        elif key in launch.BY_KEY:  # an option the launch's table names is a value of its row
+            params.update(_from_table(key, value))
         else:
             ignored.append(key)
     return params, tuple(ignored)
 
 
-def _legacy(extras: Mapping[str, str]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
+def _legacy(extras: Mapping[str, str]) -> Converted:
+    params: Converted = {}
     for key, kind in LEGACY_PARAMS.items():
         if key in extras:
             params[key] = _int(key, extras[key]) if kind is int else extras[key].strip()

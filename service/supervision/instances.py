@@ -327,7 +327,7 @@ class InstanceSupervisor:
             model.path,
             request.instance_id,
             request.port,
-            request.params,
+            request.launch,
             mmproj=projector_path(model.files),
         )
         self._models[request.instance_id] = model_name

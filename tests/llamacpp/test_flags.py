@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from devtools import extract_llama_args, llama_build
 from service.llamacpp.flags import ARGS, BY_NAME, handling, lookup
 from service.llamacpp.upstream_args import LLAMA_ARGS
@@ -208,7 +210,37 @@ def test_every_decision_names_a_real_option() -> None:
         "mlock",
         "mmap",
         "log_prompts_dir",
+        "kv_offload",
     }
+
+
+@pytest.mark.parametrize(
+    "spelling", ["no-kv-offload = 1", "nkvo = true", "kv-offload = off", "LLAMA_ARG_NO_KV_OFFLOAD = 1"]
+)
+def test_no_kv_offload_reaches_llama_context_params(tmp_path: Path, spelling: str) -> None:
+    """llama-server's ``-nkvo`` (a preset's key, its short name, its falsey value or its env name) is no
+    longer ignored: it becomes the worker's ``--no-kv-offload`` and llama.cpp's ``offload_kqv`` false.
+    A CPU build has nothing to offload, so what can be checked is that the value reaches llama.cpp."""
+    pytest.importorskip("llama_cpp")
+    from service.llamacpp.options import model_settings
+    from service.llamacpp.presets import parse_preset
+    from service.settings import Settings
+    from service.supervision.worker_args import inference_argv
+    from workers.inference._cli import parse_args
+    from workers.inference._engine_setup import context_config
+    from workers.inference.llama._bindings import lowlevel
+    from workers.inference.llama._load import _context_params
+
+    settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
+    off, on = parse_preset(f"[off]\nmodel = /m/m.gguf\n{spelling}\n[on]\nmodel = /m/m.gguf\n", "t.ini").sections
+    config = model_settings(off.options, off.extras).config
+    assert "kv-offload" not in config.ignored and config.params == {"kv_offload": False}
+    argv = inference_argv(settings, "m", "/m/m.gguf", "m-1", 9000, dict(config.params))
+    assert "--no-kv-offload" in argv
+    assert _context_params(lowlevel(), context_config(parse_args(argv[3:])), 8192).offload_kqv is False
+    plain = inference_argv(settings, "m", "/m/m.gguf", "m-1", 9000, dict(model_settings(on.options, {}).config.params))
+    assert "--no-kv-offload" not in plain
+    assert _context_params(lowlevel(), context_config(parse_args(plain[3:])), 8192).offload_kqv is True
 
 
 def test_preset_keys_are_long_and_short_names_and_env_names() -> None:

@@ -9,18 +9,18 @@ embeddings in its own context (``--pooling``, the model's by default).
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 from collections.abc import Callable
 
-from workers.inference._cli import model_fields, rope_fields
+from workers.inference._cli import WorkerArgs, model_fields, rope_fields
 from workers.inference.engine import BatchEngine, Engine, FinishedLog, LegacyEngine
 from workers.inference.llama import (
     CACHE_TYPES,
     FLASH_ATTN,
     POOLING,
     ContextConfig,
+    LegacyOptions,
     LlamaLog,
     LlamaModel,
     Loaded,
@@ -33,7 +33,7 @@ from workers.inference.llama import (
 )
 
 
-def build_engine(args: argparse.Namespace, *, on_finished: FinishedLog | None = None) -> Engine:
+def build_engine(args: WorkerArgs, *, on_finished: FinishedLog | None = None) -> Engine:
     """The engine ``args`` ask for; ``on_finished`` logs each finished request (either engine)."""
     engine: BatchEngine | LegacyEngine
     if args.engine == "legacy":
@@ -66,19 +66,19 @@ def load_projector(
         raise LoadError("load_error", f"{exc}: {why}" if why else str(exc)) from None
 
 
-def context_config(args: argparse.Namespace) -> ContextConfig:
+def context_config(args: WorkerArgs) -> ContextConfig:
     """The batch engine's context, from the worker's command line."""
     return ContextConfig(
         args.n_ctx,
         args.n_parallel,
         args.n_batch,
-        args.n_threads,
-        args.n_threads_batch,
+        args.threads,
+        args.threads_batch,
         warmup=args.warmup,
         embedding=bool(args.embedding),
         pooling=POOLING.get(args.pooling or "", -1),
         kv_unified=args.kv_unified,
-        n_ubatch=args.ubatch_size,
+        n_ubatch=args.n_ubatch,
         flash_attn=FLASH_ATTN[args.flash_attn],
         type_k=CACHE_TYPES[args.cache_type_k],
         type_v=CACHE_TYPES[args.cache_type_v],
@@ -88,29 +88,23 @@ def context_config(args: argparse.Namespace) -> ContextConfig:
     )
 
 
-def load(args: argparse.Namespace, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:
+def load(args: WorkerArgs, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:
     """Load the model the way the chosen engine needs it (on the thread that will own it)."""
     if args.engine == "batch":
         # numpy, jinja2 and the chat formats (~0.3 s of CPU) load while llama.cpp loads the model.
         threading.Thread(target=complete_import, name="chat-import", daemon=True).start()
         loaded = load_llama(args.model_path, context_config(args), log=log, on_progress=on_progress)
         llm = loaded.llm
-        llm.lora.load(llm.lc, llm.model, llm.ctx, args.lora_specs)  # a bad adapter fails the load, as llama-server
+        llm.lora.load(
+            llm.lc, llm.model, llm.ctx, list(args.lora_specs)
+        )  # a bad adapter fails the load, as llama-server
         if args.mmproj:
             t0 = time.monotonic()
             video = VideoOptions(args.video_fps, args.video_timestamp_interval, args.video_ffmpeg_dir or None)
-            llm.projector = load_projector(args.mmproj, llm, log, args.n_threads_batch, video)
+            llm.projector = load_projector(args.mmproj, llm, log, args.threads_batch, video)
             loaded.phases["projector_ms"] = round((time.monotonic() - t0) * 1000.0, 3)  # logged with instance_ready
         return loaded
-    return load_model(
-        args.model_path,
-        log=log,
-        on_progress=on_progress,
-        n_ctx=args.n_ctx,
-        n_threads=args.n_threads,
-        n_threads_batch=args.n_threads_batch,
-        n_batch=args.n_batch,
-        embedding=args.embedding,
-        chat_format=args.chat_format,
-        seed=args.seed,
+    legacy = LegacyOptions(
+        args.n_ctx, args.threads, args.threads_batch, args.n_batch, args.embedding, args.chat_format, args.seed
     )
+    return load_model(args.model_path, legacy, log=log, on_progress=on_progress)

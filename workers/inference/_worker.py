@@ -13,7 +13,6 @@ thread, so they are plain attributes plus a wake-up pipe for the main thread
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import errno
 import os
@@ -25,7 +24,15 @@ from collections.abc import Sequence
 from typing import Any, TypedDict
 
 from service.core import events as ev
-from workers.inference._cli import EXIT_ERROR, EXIT_LOAD_FAILED, EXIT_OK, EXIT_ORPHANED, parse_args, predict_route
+from workers.inference._cli import (
+    EXIT_ERROR,
+    EXIT_LOAD_FAILED,
+    EXIT_OK,
+    EXIT_ORPHANED,
+    WorkerArgs,
+    parse_args,
+    predict_route,
+)
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
 from workers.inference.engine import EngineMonitor, EngineStats
@@ -49,7 +56,7 @@ class LoadFacts(TypedDict):
 class Worker:
     """Lifecycle of one inference process; see the module docstring."""
 
-    def __init__(self, args: argparse.Namespace, runtime: WorkerRuntime, early_signals: Sequence[int] = ()) -> None:
+    def __init__(self, args: WorkerArgs, runtime: WorkerRuntime, early_signals: Sequence[int] = ()) -> None:
         self.args = args
         # Stop signals taken before run() installs the handlers: still growing until then, so read there.
         self._early_signals = early_signals
@@ -63,11 +70,11 @@ class Worker:
             max_prompt_tokens=args.max_prompt_tokens,
             spm_infill=args.spm_infill,
             slot_save_path=args.slot_save_path,
-            endpoint_props=args.props,
+            endpoint_props=args.endpoint_props,
             predict_route=predict_route(os.environ),
             log_prompts_dir=args.log_prompts_dir,
-            endpoint_metrics=args.metrics,
-            endpoint_slots=args.slots,
+            endpoint_metrics=args.endpoint_metrics,
+            endpoint_slots=args.endpoint_slots,
             chat_template=args.chat_template,
             chat_template_file=args.chat_template_file,
             jinja=args.jinja,
@@ -168,7 +175,7 @@ class Worker:
 
     def _load(self) -> Loaded:
         try:  # --grammar-file / --json-schema-file are read now: a bad one fails the load, as llama-server's start
-            defaults = load_sampling_defaults(self.args.sampling_defaults)
+            defaults = load_sampling_defaults(self.args.sampling)
             self.app.front_options = dataclasses.replace(self.app.front_options, sampling_defaults=defaults)
         except (OSError, ValueError) as exc:
             raise LoadError("bad_sampling_default", f"sampling defaults: {exc}") from None
@@ -237,6 +244,42 @@ class Worker:
 
     # -- main thread ----------------------------------------------------------
 
+    def _serve(self) -> Any:
+        """Bind and serve HTTP (``/health`` answers ``loading`` at once); None: the port could not be
+        bound (``instance_load_failed`` recorded)."""
+        try:
+            server, self.endpoint = self._bind()
+        except OSError as exc:
+            self.emit(
+                ev.InstanceLoadFailed(
+                    instance_id=self.args.instance_id, reason="port_unavailable", message=f"cannot bind: {exc}"
+                )
+            )
+            self.log.error("bind_failed", error=str(exc))
+            return None
+        # poll_interval only bounds how late a shutdown() is noticed, and the worker never calls it (it exits
+        # instead): a long one keeps an idle worker from waking ten times a second.
+        serve = {"poll_interval": 5.0}
+        threading.Thread(target=server.serve_forever, kwargs=serve, name="http", daemon=True).start()
+        return server
+
+    def _loading_params(self) -> dict[str, ev.JSON]:
+        """``instance_loading``'s ``params``: what this worker runs with."""
+        a = self.args
+        return {
+            "model_path": a.model_path,
+            "model_name": a.model_name,
+            "n_ctx": a.n_ctx,
+            "n_threads": a.threads,
+            "n_threads_batch": a.threads_batch,
+            "n_batch": a.n_batch,
+            "n_parallel": a.n_parallel if a.engine == "batch" else 1,
+            "engine": a.engine,
+            "embedding": bool(a.embedding),
+            "chat_format": a.chat_format,
+            "seed": a.seed,
+        }
+
     def run(self) -> int:
         a = self.args
         if not self.runtime.parent.die_with(signal.SIGTERM):
@@ -248,33 +291,10 @@ class Worker:
         for early in self._early_signals:
             self._on_signal(early, None)
         self.runtime.control({"stop": self._on_stop_command}, on_eof=self._on_stdin_eof)
-        try:
-            server, self.endpoint = self._bind()
-        except OSError as exc:
-            self.emit(
-                ev.InstanceLoadFailed(
-                    instance_id=a.instance_id, reason="port_unavailable", message=f"cannot bind: {exc}"
-                )
-            )
-            self.log.error("bind_failed", error=str(exc))
+        server = self._serve()
+        if server is None:
             return EXIT_LOAD_FAILED
-        # poll_interval only bounds how late a shutdown() is noticed, and the worker never calls it (it exits
-        # instead): a long one keeps an idle worker from waking ten times a second.
-        serve = {"poll_interval": 5.0}
-        threading.Thread(target=server.serve_forever, kwargs=serve, name="http", daemon=True).start()
-        params = {
-            "model_path": a.model_path,
-            "model_name": a.model_name,
-            "n_ctx": a.n_ctx,
-            "n_threads": a.n_threads,
-            "n_threads_batch": a.n_threads_batch,
-            "n_batch": a.n_batch,
-            "n_parallel": a.n_parallel if a.engine == "batch" else 1,
-            "engine": a.engine,
-            "embedding": bool(a.embedding),
-            "chat_format": a.chat_format,
-            "seed": a.seed,
-        }
+        params = self._loading_params()
         self.emit(
             ev.InstanceLoading(
                 instance_id=a.instance_id,

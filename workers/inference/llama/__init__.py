@@ -26,7 +26,7 @@ from workers import lazy_exports
 if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on first use (__getattr__)
     from workers.inference.llama._bindings import complete_import, lowlevel
     from workers.inference.llama._gguf_check import GGUFCheckError, GGUFInfo, inspect_gguf
-    from workers.inference.llama._legacy_load import LoadedModel, load_model
+    from workers.inference.llama._legacy_load import LegacyOptions, LoadedModel, load_model
     from workers.inference.llama._load import Loaded, LoadedLlama, load_llama
     from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
     from workers.inference.llama._lora import LoraError, LoraKey, LoraSet, parse_specs
@@ -58,6 +58,7 @@ __all__ = [
     "ContextConfig",
     "GGUFCheckError",
     "GGUFInfo",
+    "LegacyOptions",
     "LlamaLog",
     "LlamaModel",
     "LoadError",
@@ -93,6 +94,7 @@ _HOMES = {
     "GGUFCheckError": "workers.inference.llama._gguf_check",
     "GGUFInfo": "workers.inference.llama._gguf_check",
     "inspect_gguf": "workers.inference.llama._gguf_check",
+    "LegacyOptions": "workers.inference.llama._legacy_load",
     "LoadedModel": "workers.inference.llama._legacy_load",
     "load_model": "workers.inference.llama._legacy_load",
     "Loaded": "workers.inference.llama._load",

@@ -88,18 +88,21 @@ def effective_n_ctx(requested: int, info: GGUFInfo) -> int:
     return trained if requested <= 0 else min(requested, trained)
 
 
+@dataclass(frozen=True, slots=True)
+class LegacyOptions:
+    """The options ``llama_cpp.Llama`` takes from the worker's launch."""
+
+    n_ctx: int
+    n_threads: int
+    n_threads_batch: int
+    n_batch: int
+    embedding: bool
+    chat_format: str | None
+    seed: int | None
+
+
 def load_model(
-    model_path: str,
-    *,
-    log: LlamaLog,
-    on_progress: Callable[[float], bool],
-    n_ctx: int,
-    n_threads: int,
-    n_threads_batch: int,
-    n_batch: int,
-    embedding: bool,
-    chat_format: str | None,
-    seed: int | None,
+    model_path: str, options: LegacyOptions, *, log: LlamaLog, on_progress: Callable[[float], bool]
 ) -> LoadedModel:
     """Pre-check, then load; raises :class:`LoadError`. Call on the thread that will own the model."""
     # gguf and numpy (~60 ms): the batch engine's path to ready never loads them
@@ -122,16 +125,7 @@ def load_model(
 
     restore, keepalive = _with_progress_callback(progress)
     log.mark()
-    kwargs = _llama_kwargs(
-        info,
-        n_ctx=n_ctx,
-        n_threads=n_threads,
-        n_threads_batch=n_threads_batch,
-        n_batch=n_batch,
-        embedding=embedding,
-        chat_format=chat_format,
-        seed=seed,
-    )
+    kwargs = _llama_kwargs(info, options)
     try:
         llm = llama_cpp.Llama(model_path, **kwargs)
     except MemoryError as exc:
@@ -156,32 +150,22 @@ def load_model(
     )
 
 
-def _llama_kwargs(
-    info: GGUFInfo,
-    *,
-    n_ctx: int,
-    n_threads: int,
-    n_threads_batch: int,
-    n_batch: int,
-    embedding: bool,
-    chat_format: str | None,
-    seed: int | None,
-) -> dict[str, Any]:
+def _llama_kwargs(info: GGUFInfo, options: LegacyOptions) -> dict[str, Any]:  # Any: Llama's keyword arguments
     """``llama_cpp.Llama``'s keyword arguments for this model and these settings."""
     import llama_cpp
 
-    kwargs: dict[str, Any] = dict(
-        n_ctx=effective_n_ctx(n_ctx, info),
-        n_threads=n_threads,
-        n_threads_batch=n_threads_batch,
-        n_batch=n_batch,
-        embedding=embedding,
-        chat_format=chat_format,
+    kwargs: dict[str, Any] = dict(  # Any: Llama's keyword arguments
+        n_ctx=effective_n_ctx(options.n_ctx, info),
+        n_threads=options.n_threads,
+        n_threads_batch=options.n_threads_batch,
+        n_batch=options.n_batch,
+        embedding=options.embedding,
+        chat_format=options.chat_format,
         verbose=False,
     )
-    if seed is not None:
-        kwargs["seed"] = seed
-    if embedding and f"{info.architecture}.pooling_type" not in info.metadata:
+    if options.seed is not None:
+        kwargs["seed"] = options.seed
+    if options.embedding and f"{info.architecture}.pooling_type" not in info.metadata:
         # Generative models carry no pooling type, and llama.cpp's default
         # ("none") yields one vector per *token*; OpenAI clients expect one
         # per input, so mean-pool like most embedding models.

@@ -14,21 +14,13 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
+from service.core import launch_rows as rows
 from workers.inference.llama._lora import LoraSet
 
 MAX_SLOTS = 256  # LLAMA_MAX_SEQ
-POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
-"""llama.cpp's ``llama_pooling_type`` values by ``--pooling`` name (-1: the model's own)."""
-CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6, "q5_1": 7}
-"""``ggml_type`` values by ``--cache-type-k/-v`` name: llama-server's ``kv_cache_types``."""
-FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
-"""``llama_flash_attn_type`` values by ``--flash-attn`` value."""
-ROPE_SCALING = {"none": 0, "linear": 1, "yarn": 2}
-"""``llama_rope_scaling_type`` values by ``--rope-scaling`` name."""
-LOAD_MODES = {"auto": -1, "none": 0, "mmap": 1, "mlock": 2, "mmap+mlock": 3, "dio": 4}
-"""``llama_load_mode`` values by ``--load-mode`` name."""
-LAZY_MODES = {"off": 0, "auto": 1, "on": 2}
-"""``llama_lazy_mode`` values by ``--lazy-mode`` name."""
+# llama.cpp's enums by option value: one table, the launch's (service.core.launch_rows)
+CACHE_TYPES, POOLING, FLASH_ATTN = rows.CACHE_TYPES, rows.POOLING, rows.FLASH_ATTN
+ROPE_SCALING, LOAD_MODES, LAZY_MODES = rows.ROPE_SCALING, rows.LOAD_MODES, rows.LAZY_MODES
 
 
 @dataclass(frozen=True)
@@ -50,7 +42,7 @@ class ContextConfig:
     type_k: int = 1  # CACHE_TYPES value (-ctk), f16
     type_v: int = 1  # CACHE_TYPES value (-ctv), f16
     swa_full: bool = False  # --swa-full: sliding-window layers keep every cell, as the others
-    rope: tuple[tuple[str, float], ...] = ()  # llama_context_params RoPE/YaRN fields set (--rope-*, --yarn-*)
+    rope: tuple[tuple[str, float], ...] = ()  # llama_context_params fields the options set (--rope-*, --yarn-*...)
     model: tuple[tuple[str, int], ...] = ()  # llama_model_params fields set (--load-mode, --no-repack, ...)
 
 
