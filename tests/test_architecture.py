@@ -585,3 +585,12 @@ def test_every_size_exception_is_still_needed() -> None:
         if not any(length > MAX_FUNCTION_LINES for length in lengths):
             stale.append(key)
     assert not stale, "no longer past the limit: " + ", ".join(stale)
+
+
+SERVICE_ROOT = {"__init__.py", "app.py", "cli.py", "settings.py", "startup.py"}
+"""The service root holds its entry points only: the app, the command line, the settings, the start-up."""
+
+
+def test_the_service_root_holds_only_its_entry_points() -> None:
+    extra = sorted(p.name for p in (ROOT / "service").glob("*.py") if p.name not in SERVICE_ROOT)
+    assert not extra, f"move into the package they belong to: {extra}"
