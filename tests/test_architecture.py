@@ -46,6 +46,7 @@ INFERENCE_LAYERS_MAY_IMPORT = {
         "workers.inference.engine",
         "workers.inference.llama",
         "workers.inference.WorkerState",
+        "workers.inference._lifecycle",  # the worker's states, from their own module (no cycle through the front)
     ),
 }
 
@@ -225,14 +226,69 @@ def test_the_layer_check_finds_an_upward_import() -> None:
         ("workers.inference.engine._batch", 1, "workers.inference.http.ApiError"),
         ("workers.inference.llama._model", 2, "workers.inference.engine.Request"),
         ("workers.inference.engine._job", 3, "workers.inference.WorkerState"),
-        ("workers.inference.http._app", 4, "workers.inference.WorkerState"),
-        ("workers.inference.http._server", 5, "workers.inference.engine.Job"),
+        ("workers.inference.http.server._app", 4, "workers.inference.WorkerState"),
+        ("workers.inference.http.server._handler", 5, "workers.inference.engine.Job"),
         ("workers.inference._worker", 6, "workers.inference.http.InferenceApp"),
     ]
     assert _layer_violations(imports) == [
         "workers.inference.engine._batch:1 imports workers.inference.http.ApiError",
         "workers.inference.llama._model:2 imports workers.inference.engine.Request",
         "workers.inference.engine._job:3 imports workers.inference.WorkerState",
+    ]
+
+
+# The inference worker's HTTP side in three rooms over a floor: chat knows neither dialects nor server,
+# dialects may know chat, server may know both; every room may import the floor (the private modules
+# at the package's root: ``_errors``, ``_options``), which imports no room. Only the package's front
+# (``workers.inference.http`` itself) imports the rooms from above.
+HTTP = "workers.inference.http"
+HTTP_ROOMS_MAY_IMPORT = {
+    f"{HTTP}.chat": (f"{HTTP}.chat",),
+    f"{HTTP}.dialects": (f"{HTTP}.chat", f"{HTTP}.dialects"),
+    f"{HTTP}.server": (f"{HTTP}.chat", f"{HTTP}.dialects", f"{HTTP}.server"),
+}
+
+
+def _on_http_floor(target: str) -> bool:
+    parts = target.split(".")
+    return _within(target, HTTP) and len(parts) > 3 and parts[3].startswith("_") and not parts[3].startswith("__")
+
+
+def _room_violations(imports: Iterable[tuple[str, int, str]]) -> list[str]:
+    """``module:line imports target`` for each import inside the HTTP side that its room may not make."""
+    bad = []
+    for module, line, target in imports:
+        if module == HTTP or not _within(module, HTTP) or not _within(target, HTTP):
+            continue
+        room = next((r for r in HTTP_ROOMS_MAY_IMPORT if _within(module, r)), None)
+        allowed = HTTP_ROOMS_MAY_IMPORT[room] if room is not None else ()  # the floor imports no room
+        if not any(_within(target, a) for a in allowed) and not _on_http_floor(target):
+            bad.append(f"{module}:{line} imports {target}")
+    return bad
+
+
+def test_the_http_rooms_import_only_downwards() -> None:
+    imports = [(module, line, target) for module, path in _product_modules() for line, target in _imports(module, path)]
+    bad = _room_violations(imports)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_room_check_finds_an_upward_import() -> None:
+    imports = [
+        (f"{HTTP}.chat._session", 1, f"{HTTP}.dialects.chat_request"),
+        (f"{HTTP}.dialects._requests", 2, f"{HTTP}.server.InferenceApp"),
+        (f"{HTTP}.chat._parse", 3, f"{HTTP}.ApiError"),
+        (f"{HTTP}._errors", 4, f"{HTTP}.chat.ChatRun"),
+        (f"{HTTP}.server._handler", 5, f"{HTTP}.dialects.predict"),
+        (f"{HTTP}.dialects._compat", 6, f"{HTTP}.chat.ChatRun"),
+        (f"{HTTP}.chat._media", 7, f"{HTTP}._errors.ApiError"),
+        (HTTP, 8, f"{HTTP}.server.bind_server"),
+    ]
+    assert _room_violations(imports) == [
+        f"{HTTP}.chat._session:1 imports {HTTP}.dialects.chat_request",
+        f"{HTTP}.dialects._requests:2 imports {HTTP}.server.InferenceApp",
+        f"{HTTP}.chat._parse:3 imports {HTTP}.ApiError",
+        f"{HTTP}._errors:4 imports {HTTP}.chat.ChatRun",
     ]
 
 
@@ -255,9 +311,9 @@ SIZE_EXCEPTIONS: dict[str, str] = {
     "workers/inference/_cli.py:parse_args": "pending: split in step 3 after ruff's layout",
     "workers/inference/_worker.py:run": "pending: split in step 3 after ruff's layout",
     "workers/inference/engine/_batch.py": "pending: split in step 3 after ruff's layout",
-    "workers/inference/http/_front.py": "pending: split in step 3 after ruff's layout",
-    "workers/inference/http/_front.py:create_completion": "pending: split in step 3 after ruff's layout",
-    "workers/inference/http/_responses.py:_delta": "pending: split in step 3 after ruff's layout",
+    "workers/inference/http/server/_front.py": "pending: split in step 3 after ruff's layout",
+    "workers/inference/http/server/_front.py:create_completion": "pending: split in step 3 after ruff's layout",
+    "workers/inference/http/dialects/_responses.py:_delta": "pending: split in step 3 after ruff's layout",
     "workers/inference/llama/_legacy_load.py:load_model": "pending: split in step 3 after ruff's layout",
 }
 

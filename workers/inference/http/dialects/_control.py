@@ -14,11 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine import ReasoningControl, ThinkTags
-from workers.inference.http._chat_formats import FAMILIES
 from workers.inference.http._errors import ApiError
+from workers.inference.http.chat import FAMILIES, ChatPlan
 
 if TYPE_CHECKING:
-    from workers.inference.http._chat_session import ChatPlan
     from workers.inference.llama import LlamaModel
 
 ACTIONS = ("reasoning_end",)

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from workers.inference.engine import sampler_order
+
 # every way a request can say how many tokens to generate
 _LENGTH_FIELDS = ("max_tokens", "max_completion_tokens", "n_predict", "max_output_tokens")
 
@@ -69,7 +71,5 @@ def shown(defaults: Mapping[str, Any]) -> dict[str, Any]:
     """The defaults as ``/props``' ``default_generation_settings.params`` names them."""
     out = {k: v for k, v in defaults.items() if k not in ("json_schema", "logit_bias")}
     if isinstance(out.get("samplers"), str):  # --sampler-seq letters, shown as names as llama-server does
-        from workers.inference.engine import sampler_order
-
         out["samplers"] = list(sampler_order(out["samplers"]) or ())
     return out

@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from workers.inference.http import _anthropic, _responses
-from workers.inference.http._chat_session import ChatRun
-from workers.inference.http._requests import chat_request
-from workers.inference.http._server_defaults import with_defaults
-from workers.inference.http._transcriptions import Transcription
+from workers.inference.http.chat import CHAT_DEFAULTS, ChatRun, media_prompt
+from workers.inference.http.dialects._anthropic import AnthropicMessage
+from workers.inference.http.dialects._anthropic import to_chat as anthropic_to_chat
+from workers.inference.http.dialects._requests import chat_request
+from workers.inference.http.dialects._responses import Response
+from workers.inference.http.dialects._responses import to_chat as responses_to_chat
+from workers.inference.http.dialects._server_defaults import with_defaults
+from workers.inference.http.dialects._transcriptions import Transcription
 
 
 def _same(body: dict[str, Any]) -> dict[str, Any]:
@@ -25,8 +28,8 @@ def _same(body: dict[str, Any]) -> dict[str, Any]:
 
 
 _CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "messages": _anthropic.to_chat,
-    "responses": _responses.to_chat,
+    "messages": anthropic_to_chat,
+    "responses": responses_to_chat,
     "chat": _same,
 }
 
@@ -35,24 +38,22 @@ def compat_request(
     kind: str, body: dict[str, Any], model_name: str, *, media: bool = False, defaults: Mapping[str, Any] = {}
 ) -> tuple[dict[str, Any], bool]:
     """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body (``media``: as
-    :func:`~workers.inference.http._requests.chat_request`; ``defaults``: the server's sampling defaults,
+    :func:`~workers.inference.http.dialects._requests.chat_request`; ``defaults``: the server's sampling defaults,
     merged under the converted chat, whose own length field then counts)."""
     return chat_request(with_defaults(_CONVERT[kind](body), defaults, "/chat/completions"), model_name, media=media)
 
 
 def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, result: dict[str, Any]) -> Any:
     """Run a converted request as a chat; the answer in ``kind``'s shape (events when streaming)."""
-    from workers.inference.http._front import CHAT_DEFAULTS
-
     kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
     run = ChatRun(front, front.plan_chat({**CHAT_DEFAULTS, **kwargs}), result)
     shaper: Any
     if kind == "messages":
-        shaper = _anthropic.AnthropicMessage(run, front.model_name)
+        shaper = AnthropicMessage(run, front.model_name)
     elif kind == "transcription":
         shaper = Transcription(run)
     else:
-        shaper = _responses.Response(run, front.model_name)
+        shaper = Response(run, front.model_name)
     if not stream:
         return shaper.whole()
     events: Iterator[Any] = shaper.events()
@@ -67,8 +68,6 @@ def count_tokens(kind: str) -> Any:
         plan = front.plan_chat(kwargs)
         rendered = plan.rendered
         if plan.media:  # images count their tokens, as the projector splits the prompt
-            from workers.inference.http._media import media_prompt
-
             n = len(media_prompt(front, rendered.prompt, plan.media, add_bos=rendered.add_special).tokens)
         else:
             n = len(front.tokenize(rendered.prompt.encode(), add_bos=rendered.add_special, special=True))

@@ -26,10 +26,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from workers.inference.http._chat_parse import ChatMessage, Delta
-from workers.inference.http._chat_session import ChatRun
 from workers.inference.http._errors import ApiError
-from workers.inference.http._sse import SseEvent
+from workers.inference.http.chat import ChatMessage, ChatRun, Delta
+from workers.inference.http.dialects._sse import SseEvent
 
 
 def _input_parts(item: dict[str, Any]) -> list[dict[str, Any]]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.inference.http._embeddings import tokenize_mixed
 from workers.inference.http._errors import ApiError
+from workers.inference.http.dialects._embeddings import tokenize_mixed
 
 
 def _text(front: Any, text: str) -> list[int]:

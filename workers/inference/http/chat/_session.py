@@ -12,13 +12,13 @@ evaluated. Tools (llama-server's ``common_chat_templates_apply_jinja``):
   constrained to the generic JSON (a tool call, or ``{"response": ...}``);
 * ``tool_choice`` ``required`` (or a named function) constrains the output to
   tool calls in the template family's syntax with a grammar built from the
-  tools' JSON schemas (:mod:`workers.inference.http._chat_grammar`), one call
+  tools' JSON schemas (:mod:`workers.inference.http.chat._grammar`), one call
   unless ``parallel_tool_calls`` (by default, as llama-server: the template's
   ``supports_parallel_tool_calls``); ``auto`` lets the model choose and parses
   what it wrote; ``none`` parses no tool calls.
 
 :class:`ChatRun` then reads the engine's token stream and re-parses the text so far
-after every token (:mod:`workers.inference.http._chat_parse`), yielding the
+after every token (:mod:`workers.inference.http.chat._parse`), yielding the
 deltas a stream sends; the whole answer is the last parse.
 """
 
@@ -31,8 +31,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.inference.http._chat_grammar import tool_grammar as family_grammar
-from workers.inference.http._chat_parse import (
+from workers.inference.http._errors import ApiError
+from workers.inference.http.chat._grammar import tool_grammar as family_grammar
+from workers.inference.http.chat._media import media_prompt
+from workers.inference.http.chat._parse import (
     ChatMessage,
     Delta,
     diff,
@@ -41,11 +43,12 @@ from workers.inference.http._chat_parse import (
     template_knows_tools,
     thinking_prompt,
 )
-from workers.inference.http._chat_template import Message, Rendered, message_text
-from workers.inference.http._errors import ApiError
-from workers.inference.http._template_caps import template_caps
+from workers.inference.http.chat._template import Message, Rendered, message_text
+from workers.inference.http.chat._template_caps import template_caps
 
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+# The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
+CHAT_DEFAULTS = {"temperature": 0.2, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.0}
 _CHAT_ONLY = (
     "messages",
     "tools",
@@ -291,8 +294,6 @@ class ChatRun:
         if front.log_prompt is not None:  # llama-server's --log-prompts-dir: a chat's rendered prompt
             front.log_prompt(rendered.prompt)
         if plan.media:  # the projector splits the prompt at its markers and encodes each image
-            from workers.inference.http._media import media_prompt
-
             media = media_prompt(front, rendered.prompt, plan.media, add_bos=rendered.add_special)
             tokens = media.tokens
         else:

@@ -9,7 +9,7 @@ that may open ``</think>``, an unfinished tool call's JSON) is held back until
 the next token decides it.
 
 Tool-call syntaxes, chosen from the chat template's text as llama.cpp
-recognises the families (:mod:`workers.inference.http._chat_formats` has the
+recognises the families (:mod:`workers.inference.http.chat._formats` has the
 list and each family's reader), among them:
 
 * ``hermes`` (Qwen 2.5/3, Hermes, Granite 4, many fine-tunes):
@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.inference.http._chat_formats import FAMILIES, THINK, WRITES_FUNCTIONS, Family, family_of
-from workers.inference.http._chat_markup import HARMONY_MARKERS, Types, calls_in, harmony, held
+from workers.inference.http.chat._formats import FAMILIES, THINK, WRITES_FUNCTIONS, Family, family_of
+from workers.inference.http.chat._markup import HARMONY_MARKERS, Types, calls_in, harmony, held
 
 THINK_OPEN, THINK_CLOSE = THINK
 SYNTAXES = tuple(FAMILIES)

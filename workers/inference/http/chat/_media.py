@@ -37,6 +37,19 @@ MAX_DOWNLOAD = 10 * 1024 * 1024  # llama-server's common_remote_params.max_size 
 DOWNLOAD_TIMEOUT_S = 10.0
 MEDIA_PARTS = {"image_url": "image", "input_audio": "audio", "video_url": "video", "input_video": "video"}
 _B64 = re.compile(r"[A-Za-z0-9+/]*")
+Media = list[tuple[str, bytes]]
+"""A chat's media files in order, with their kind (``image``, ``audio``, ``video``)."""
+
+
+class MediaInput(ApiError):
+    """An image, audio or video part the model cannot take: llama-server's answer when it has no
+    projector (or one without that modality); the legacy engine answers 501 instead."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(
+            400, f"{kind} input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+        )
+        self.kind = kind
 
 
 def lenient_b64decode(text: str) -> bytes:
@@ -100,8 +113,6 @@ def _takes(projector: Any) -> dict[str, bool]:
 def media_prompt(front: Any, prompt: str, files: Sequence[tuple[str, bytes]], *, add_bos: bool) -> MediaPrompt:
     """A rendered chat with media markers, tokenized and its images encoded by the model's projector (on
     the request's HTTP thread: see :mod:`workers.inference.llama._mtmd`); llama-server's errors as 400s."""
-    from workers.inference.http._requests import MediaInput
-
     projector = front.llm.projector
     takes = _takes(projector)
     for kind, _ in files:

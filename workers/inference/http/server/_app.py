@@ -11,48 +11,22 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workers.inference import WorkerState
+from workers.inference._lifecycle import WorkerState
 from workers.inference.engine import Engine, RequestQueue
-from workers.inference.http._prompt_log import prompt_logger
-from workers.inference.http._streams import Sessions
+from workers.inference.http._options import FrontOptions
+from workers.inference.http.chat import TemplateOptions
+from workers.inference.http.server._prompt_log import prompt_logger
+from workers.inference.http.server._streams import Sessions
 
 if TYPE_CHECKING:
-    from workers.inference.http._chat_template import TemplateOptions
-    from workers.inference.http._front import CompletionFront  # loaded with the model (make_front)
+    from workers.inference.http.server._front import CompletionFront  # loaded with the model (make_front)
     from workers.inference.llama import LlamaModel
-
-
-@dataclass(frozen=True)
-class FrontOptions:
-    """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``,
-    ``--spm-infill``, ``--slot-save-path``, ``--props``, which of llama-server's monitoring endpoints
-    answer (``--no-metrics``, ``--no-slots``), and the chat template's options (``--chat-template-file``,
-    ``--no-jinja``, ``--chat-template-kwargs``, ``--reasoning-format``)."""
-
-    chat_format: str | None = None
-    default_seed: int | None = None
-    max_prompt_tokens: int = 0
-    spm_infill: bool = False
-    slot_save_path: str | None = None
-    log_prompts_dir: str | None = None  # llama-server's --log-prompts-dir (_prompt_log)
-    endpoint_props: bool = False
-    predict_route: str | None = None  # Vertex AI's POST route (AIP_MODE=PREDICTION), else none
-    endpoint_metrics: bool = True  # llama-server's --metrics (the service passes --no-metrics without it)
-    endpoint_slots: bool = True  # llama-server's --slots / --no-slots
-    chat_template: str | None = None  # --chat-template's text (a built-in name arrives as chat_format)
-    chat_template_file: str | None = None
-    jinja: bool = True
-    chat_template_kwargs: str | None = None  # a JSON object's text
-    reasoning_format: str = "auto"
-    mmproj: str | None = None  # --mmproj: the model's projector (chats may carry images, see _jobs)
-    # llama-server's sampling options (--temp, -n, --grammar-file...): every request's defaults (_server_defaults)
-    sampling_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,7 +62,7 @@ class InferenceApp:
     def make_front(self, engine: RequestQueue, llm: LlamaModel) -> CompletionFront:
         """The request front for ``engine`` (an engine's ``make_front``): called once, on the
         engine thread, when the model has loaded."""
-        from workers.inference.http._front import CompletionFront
+        from workers.inference.http.server._front import CompletionFront
 
         opts = self.front_options
         self.front = CompletionFront(
@@ -113,8 +87,6 @@ class InferenceApp:
 def template_options(opts: FrontOptions) -> TemplateOptions:
     """The chat template's options; an unreadable template file or bad kwargs fail the load
     (llama-server refuses to start on both)."""
-    from workers.inference.http._chat_template import TemplateOptions
-
     text = opts.chat_template
     if opts.chat_template_file is not None:  # llama-server: the file's text replaces --chat-template's
         try:

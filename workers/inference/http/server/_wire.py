@@ -13,6 +13,7 @@ from http import HTTPStatus
 from typing import Any
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http.dialects import SseEvent
 
 SSE_HEAD = b"".join(
     (
@@ -24,6 +25,13 @@ SSE_HEAD = b"".join(
 
 def json_bytes(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def sse_bytes(item: Any) -> bytes:
+    """One server-sent event: a named one (``SseEvent``) as ``event:`` + ``data:``, else ``data:`` alone."""
+    if isinstance(item, SseEvent):
+        return b"event: " + item.name.encode() + b"\ndata: " + json_bytes(item.data) + b"\n\n"
+    return b"data: " + json_bytes(item) + b"\n\n"
 
 
 def phrase(status: int) -> str:

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from workers.inference.http._chat_formats import DS_CALL, DS_CALL_END, DS_SECTION, DS_SECTION_END, DS_SEP
-from workers.inference.http._chat_markup import DSML
 from workers.inference.http._errors import ApiError
+from workers.inference.http.chat._formats import DS_CALL, DS_CALL_END, DS_SECTION, DS_SECTION_END, DS_SEP
+from workers.inference.http.chat._markup import DSML
 
 NL = "\n"
 

@@ -6,19 +6,23 @@ from collections.abc import Callable
 from typing import Any
 
 from workers.inference.engine import Job
-from workers.inference.http import _llama_server as llama_server
-from workers.inference.http._app import InferenceApp
-from workers.inference.http._compat import compat_request
 from workers.inference.http._errors import ApiError
-from workers.inference.http._requests import (
-    MediaInput,
+from workers.inference.http.chat import MediaInput
+from workers.inference.http.dialects import (
+    NO_AUDIO,
     chat_request,
+    compat_request,
     completion_request,
     embedding_request,
+    infill_tokens,
+    native_completion_body,
+    parse_form,
     parse_json_object,
     request_options,
+    transcription_chat,
+    with_defaults,
 )
-from workers.inference.http._server_defaults import with_defaults
+from workers.inference.http.server._app import InferenceApp
 
 _NOT_SUPPORTED = "not_supported_error"
 COMPAT_KINDS = {"/messages": "messages", "/responses": "responses"}  # Anthropic's and OpenAI's, over chats
@@ -43,13 +47,11 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
         kwargs, stream = completion_request(body, name, media=media)
         return Job("completion", kwargs, stream=stream, options=request_options(body))
     if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
-        from workers.inference.http._infill import infill_tokens
-
         body = {**body, "prompt": infill_tokens(front(route), body, spm=app.front_options.spm_infill)}
         route = "/completion"
     if route == "/completion":  # llama-server's own shape
         front(route)
-        kwargs, stream = completion_request(llama_server.native_completion_body(body), name, media=media)
+        kwargs, stream = completion_request(native_completion_body(body), name, media=media)
         return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
     if route in ("/rerank", "/reranking"):
         raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)", _NOT_SUPPORTED)
@@ -70,12 +72,10 @@ def job_for(app: InferenceApp, front: Callable[[str], Any], route: str, content_
 def transcription_job(app: InferenceApp, front: Callable[[str], Any], content_type: str, raw: bytes) -> Job:
     """The chat job of OpenAI's ``/v1/audio/transcriptions`` form (:mod:`._transcriptions`); llama-server's
     501 when the model's projector takes no audio."""
-    from workers.inference.http._transcriptions import NO_AUDIO, parse_form, to_chat
-
     projector = getattr(front("/audio/transcriptions").llm, "projector", None)
     if projector is None or not projector.audio:
         raise ApiError(501, NO_AUDIO, _NOT_SUPPORTED)
-    body = to_chat(*parse_form(content_type, raw))
+    body = transcription_chat(*parse_form(content_type, raw))
     kwargs, stream = chat_request(body, app.model_name, media=True)
     return Job("transcription", kwargs, stream=stream, options=request_options(body))
 

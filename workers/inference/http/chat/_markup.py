@@ -3,7 +3,7 @@ written it, XML parameters (Qwen3-Coder, Seed-OSS, GLM, MiniMax-M2, DeepSeek's D
 literals (LFM2) and GPT-OSS's harmony channels.
 
 Everything here reads a partial output as well as a whole one, so that its
-result only grows as tokens arrive (see :mod:`workers.inference.http._chat_formats`).
+result only grows as tokens arrive (see :mod:`workers.inference.http.chat._formats`).
 """
 
 from __future__ import annotations

@@ -26,15 +26,15 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers.inference.engine import SamplingParams
 from workers.inference.http._errors import ApiError
-from workers.inference.http._requests import normalize_message
+from workers.inference.http._options import FrontOptions
+from workers.inference.http.chat import template_caps
+from workers.inference.http.dialects._requests import normalize_message
+from workers.inference.http.dialects._server_defaults import shown
 from workers.inference.llama import MEDIA_MARKER
-
-if TYPE_CHECKING:
-    from workers.inference.http._app import FrontOptions
 
 
 @functools.cache
@@ -128,7 +128,7 @@ _TEMPLATE_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "chat_template_
 
 def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
     """``POST /apply-template``: the prompt a chat request with this body evaluates, without inference
-    (the same :func:`~workers.inference.http._chat_session.chat_prompt`, tools and kwargs included)."""
+    (the same :func:`~workers.inference.http.chat._session.chat_prompt`, tools and kwargs included)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' is required and must be a non-empty list")
@@ -190,9 +190,6 @@ def _modalities(llm: Any) -> dict[str, bool]:
 def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> dict[str, Any]:
     """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies (the
     endpoint switches and the server's sampling defaults from ``opts``)."""
-    from workers.inference.http._server_defaults import shown
-    from workers.inference.http._template_caps import template_caps
-
     llm = front.llm
     params = {**SamplingParams().to_json(), "stop": [], **shown(opts.sampling_defaults)}
     params = generation_settings(
@@ -270,7 +267,7 @@ def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
 def native_whole(result: dict[str, Any], req: dict[str, Any], *, stream: bool = False) -> dict[str, Any]:
     """An OpenAI completion object → llama-server's ``/completion`` response.
 
-    ``req`` is the request's record (:class:`workers.inference.http._front._RequestContext`'s
+    ``req`` is the request's record (:class:`workers.inference.http.server._front._RequestContext`'s
     ``result``): ``params``, ``prompt``, ``n_prompt``, and once finished ``timings``
     and the engine's ``final`` info (``id_slot``, ``tokens_cached``, ``stopping_word``).
     """

@@ -12,7 +12,7 @@ connection survives them; every SSE event is flushed as its own chunk.
 Routes (``/v1`` prefix optional): ``GET /health``, ``GET /v1/models``,
 ``GET /slots`` and ``GET /metrics`` (batch engine, llama-server's shapes),
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``;
-llama-server's own (batch engine, :mod:`workers.inference.http._llama_server`): ``GET /props``, ``POST
+llama-server's own (batch engine, :mod:`workers.inference.http.dialects._llama_server`): ``GET /props``, ``POST
 /tokenize``, ``/detokenize``, ``/apply-template``, ``/completion``, ``/v1/audio/transcriptions``,
 ``/v1/chat/completions/control``; others: 501.
 
@@ -30,34 +30,37 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from workers.inference import WorkerState
+from workers.inference._lifecycle import WorkerState
 from workers.inference.engine import EngineError, Job
-from workers.inference.http import _admin_routes as admin
-from workers.inference.http import _llama_server as llama_server
-from workers.inference.http import _streams as streams
-from workers.inference.http._app import InferenceApp
-from workers.inference.http._compat import count_tokens
-from workers.inference.http._control import control
 from workers.inference.http._errors import ApiError, answer_for
-from workers.inference.http._jobs import COMPAT_KINDS, job_for, make_job, media_error
-from workers.inference.http._predict import predict
-from workers.inference.http._requests import (
-    MediaInput,
+from workers.inference.http.chat import MediaInput
+from workers.inference.http.dialects import (
+    apply_template,
+    control,
+    count_tokens,
+    detokenize,
+    embedding_answer,
     parse_json_object,
+    predict,
+    props,
+    tokenize,
 )
-from workers.inference.http._sse import sse_bytes
-from workers.inference.http._wire import SSE_HEAD, json_bytes, phrase, read_body
+from workers.inference.http.server._admin_routes import post_props, set_lora, slot_action
+from workers.inference.http.server._app import InferenceApp
+from workers.inference.http.server._jobs import COMPAT_KINDS, job_for, make_job, media_error
+from workers.inference.http.server._streams import Session, replay, replay_offset
+from workers.inference.http.server._wire import SSE_HEAD, json_bytes, phrase, read_body, sse_bytes
 
 if TYPE_CHECKING:
-    from workers.inference.http._front import CompletionFront
+    from workers.inference.http.server._front import CompletionFront
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _NOT_SUPPORTED = "not_supported_error"
 _EMBEDDING_ROUTES = ("/embeddings", "/embedding", "/rerank", "/reranking")
 _LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
-    "/tokenize": llama_server.tokenize,
-    "/detokenize": llama_server.detokenize,
-    "/apply-template": llama_server.apply_template,
+    "/tokenize": tokenize,
+    "/detokenize": detokenize,
+    "/apply-template": apply_template,
     "/messages/count_tokens": count_tokens("messages"),
     "/chat/completions/input_tokens": count_tokens("chat"),
     "/responses/input_tokens": count_tokens("responses"),
@@ -143,7 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if route == "/lora-adapters":
                     self._send_json(200, front.llm.lora.to_json())
                 else:
-                    self._send_json(200, llama_server.props(front, app.engine.slot_count, app.model_name, opts))
+                    self._send_json(200, props(front, app.engine.slot_count, app.model_name, opts))
             except ApiError as err:
                 self._send_api_error(err)
         else:
@@ -199,7 +202,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _post(self) -> None:
         route = self._route()
-        session: streams.Session | None = None
+        session: Session | None = None
         try:
             raw = self._read_body()
             if route == self.app.front_options.predict_route:  # Vertex AI (AIP_MODE=PREDICTION)
@@ -261,14 +264,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise
 
     def _admin_route(self, route: str, raw: bytes) -> Any:
-        """Slot files, LoRA scales and props (:mod:`workers.inference.http._admin_routes`)."""
+        """Slot files, LoRA scales and props (:mod:`workers.inference.http.server._admin_routes`)."""
         if route == "/props":
-            return admin.post_props(self.app.front_options.endpoint_props)
+            return post_props(self.app.front_options.endpoint_props)
         front, engine = self._front(route), self.app.engine
         if route == "/lora-adapters":
-            return admin.set_lora(engine, front, raw)
+            return set_lora(engine, front, raw)
         body = parse_json_object(raw or b"{}")
-        return admin.slot_action(engine, self.app.front_options.slot_save_path, self.path, route, body)
+        return slot_action(engine, self.app.front_options.slot_save_path, self.path, route, body)
 
     def _answer(self, path: str, body: dict[str, Any]) -> Any:
         """A POST route's JSON answer, not written: each of ``/predict``'s instances."""
@@ -284,10 +287,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _embedding_route(self, route: str, body: dict[str, Any], oai: bool | None = None) -> Any:
         """Embeddings and rerank on the batch engine; llama-server: only ``/v1/embeddings`` is OpenAI's."""
-        from workers.inference.http._embeddings import answer
-
         oai = self.path.split("?", 1)[0].startswith("/v1/") if oai is None else oai
-        return answer(self._front(route), route, body, oai=oai, gone=self._client_gone)
+        return embedding_answer(self._front(route), route, body, oai=oai, gone=self._client_gone)
 
     # -- job results --------------------------------------------------------
 
@@ -308,7 +309,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _write_chunk(self, payload: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
 
-    def _emit(self, payload: bytes, session: streams.Session | None) -> None:
+    def _emit(self, payload: bytes, session: Session | None) -> None:
         """One SSE event to the client, and to the conversation's session (which outlives the client)."""
         if session is not None:
             session.append(payload)
@@ -320,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise
                 self._gone = self.close_connection = True  # the generation goes on, into the session
 
-    def _respond_stream(self, job: Job, session: streams.Session | None = None) -> None:
+    def _respond_stream(self, job: Job, session: Session | None = None) -> None:
         results = job.results()
         # Errors before the first chunk (e.g. prompt longer than the context)
         # still get a proper status code instead of a 200 stream.
@@ -369,7 +370,7 @@ class _Handler(BaseHTTPRequestHandler):
         """``GET /v1/stream?conv_id=&from=``: a conversation's stream from a byte offset, followed to its end."""
         try:
             session = self.app.streams.get(self.path)
-            offset = streams.replay_offset(self.path)
+            offset = replay_offset(self.path)
             if offset < session.dropped:
                 raise ApiError(400, "Stream offset lost, please restart")
             self.wfile.write(SSE_HEAD)
@@ -377,7 +378,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_api_error(err)
             return
         try:
-            streams.replay(session, offset, self._write_chunk, self._client_gone)
+            replay(session, offset, self._write_chunk, self._client_gone)
             self.wfile.write(b"0\r\n\r\n")
         except (OSError, ApiError):  # the reader left, or fell behind what the session keeps
             self.close_connection = True

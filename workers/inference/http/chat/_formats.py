@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workers.inference.http._chat_markup import (
+from workers.inference.http.chat._markup import (
     DEEPSEEK_DSML,
     DSML,
     GLM,
@@ -296,7 +296,7 @@ FAMILIES: dict[str, Family] = {
         Family("granite", json_list("<|tool_call|>", arg_keys=("arguments", "parameters")), starts=("<|tool_call|>",)),
         Family("hermes", hermes, starts=("<tool_call>",)),
         Family("mistral", mistral, starts=("[TOOL_CALLS]",), think=(("[THINK]", "[/THINK]"), THINK)),
-        Family("llama3", _no_calls),  # bare JSON: read in _chat_parse, where a partial one is held
+        Family("llama3", _no_calls),  # bare JSON: read in _parse, where a partial one is held
         Family("generic", _no_calls),
     )
 }

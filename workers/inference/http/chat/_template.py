@@ -34,8 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.inference.http._chat_formats import WRITES_FUNCTIONS
 from workers.inference.http._errors import ApiError
+from workers.inference.http.chat._formats import WRITES_FUNCTIONS
 from workers.inference.llama import LlamaModel
 
 # llama.cpp's CHATML_TEMPLATE_SRC, byte for byte: the template of a GGUF that has none.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from workers.inference.http._llama_server import build_info
+from workers.inference.http.dialects._llama_server import build_info
 from workers.inference.llama import LlamaModel
 
 

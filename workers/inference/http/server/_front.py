@@ -2,7 +2,7 @@
 
 It offers the part of ``llama_cpp.Llama``'s interface the handlers use (``tokenize``,
 ``create_completion``, ``create_chat_completion``), backed by the batch engine; chats are
-rendered and read by ``_chat_session``. Rendering and tokenizing happen on the request's own
+rendered and read by ``chat._session``. Rendering and tokenizing happen on the request's own
 HTTP thread (ctypes releases the GIL while llama.cpp tokenizes), so a long prompt never
 holds up the engine's step loop.
 
@@ -33,16 +33,23 @@ from workers.inference.engine import (
     build_chain,
     strict_json_strings,
 )
-from workers.inference.http._chat_template import TemplateOptions
-from workers.inference.http._control import reasoning_control
 from workers.inference.http._errors import ApiError, too_long
-from workers.inference.http._llama_server import generation_settings
-from workers.inference.http._shapes import CompletionShaper, with_final_fields
+from workers.inference.http.chat import CHAT_DEFAULTS, ChatRun, TemplateOptions, build_renderer, media_prompt, plan_chat
+from workers.inference.http.dialects import (
+    CompletionShaper,
+    OpenAIChat,
+    generation_settings,
+    native_chunks,
+    native_whole,
+    reasoning_control,
+    run_compat,
+    tokenize_mixed,
+    with_final_fields,
+)
+from workers.inference.http.server._multi import run_many
 from workers.inference.llama import LlamaModel, LoraKey, MediaPrompt, Tokenizer, TokenizingCancelled
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
-# The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
-CHAT_DEFAULTS = {"temperature": 0.2, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.0}
 
 
 @dataclass
@@ -95,11 +102,10 @@ class CompletionFront:
         else:
             threading.Thread(target=self._prepare_chat, name="chat-format", daemon=True).start()
 
-    # -- chat templates (workers.inference.http._chat_template) -------------------
+    # -- chat templates (workers.inference.http.chat._template) -------------------
 
     def _prepare_chat(self) -> None:
         try:
-            from workers.inference.http._chat_template import build_renderer
             from workers.inference.llama import complete_import
 
             complete_import()  # usually done already, while the model loaded
@@ -110,7 +116,7 @@ class CompletionFront:
             self._renderer_ready.set()
 
     def renderer(self) -> Any:
-        """How this model's chats become prompts (a ``_chat_template`` renderer)."""
+        """How this model's chats become prompts (a ``chat._template`` renderer)."""
         self._renderer_ready.wait()
         if self._renderer_error is not None:
             raise ApiError(500, f"chat template unavailable: {self._renderer_error}", "server_error")
@@ -118,8 +124,6 @@ class CompletionFront:
 
     def plan_chat(self, kwargs: dict[str, Any]) -> Any:
         """A validated chat request as a ``ChatPlan`` (what is rendered, parsed and constrained)."""
-        from workers.inference.http._chat_session import plan_chat
-
         try:
             return plan_chat(self.renderer(), kwargs, self.template.default_kwargs, self.reasoning_format)
         except (ValueError, TypeError, KeyError) as exc:  # raised by chat templates on bad input
@@ -133,8 +137,6 @@ class CompletionFront:
             raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
         opts = job.options
         if opts.get("n_cmpl", 1) > 1:
-            from workers.inference.http._multi import run_many
-
             if opts["n_cmpl"] > self.engine.slot_count:
                 raise ApiError(400, f"'n_cmpl' must be at most the number of slots ({self.engine.slot_count})")
             run_many(self, job, opts["n_cmpl"])
@@ -152,8 +154,6 @@ class CompletionFront:
             if job.kind == "chat":
                 result = self.create_chat_completion(**job.kwargs, include_usage=bool(opts.get("include_usage")))
             elif job.kind in ("messages", "responses", "transcription"):
-                from workers.inference.http._compat import run_compat
-
                 result = run_compat(self, job.kind, job.kwargs, job.stream, ctx.result)
             else:
                 self.log_prompt and self.log_prompt(job.kwargs.get("prompt"))  # llama-server's --log-prompts-dir
@@ -163,8 +163,6 @@ class CompletionFront:
         finally:
             self._local.ctx = None
         if opts.get("native"):  # llama-server's /completion
-            from workers.inference.http._llama_server import native_chunks, native_whole
-
             # ctx.result: params, prompt and n_prompt now; timings, usage and the final info once done
             if job.stream:
                 job.attach(native_chunks(result, ctx.result))
@@ -223,10 +221,7 @@ class CompletionFront:
 
     def create_chat_completion(self, **kwargs: Any) -> Any:
         """A chat: the rendered prompt through :meth:`create_completion`, its output read as a
-        message (``workers.inference.http._chat_session``), in OpenAI's shape."""
-        from workers.inference.http._chat_openai import OpenAIChat
-        from workers.inference.http._chat_session import ChatRun
-
+        message (``workers.inference.http.chat._session``), in OpenAI's shape."""
         stream = bool(kwargs.pop("stream", False))
         include_usage = bool(kwargs.pop("include_usage", False))
         plan = self.plan_chat({**CHAT_DEFAULTS, **kwargs})
@@ -267,8 +262,6 @@ class CompletionFront:
         """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming
         (``media``: the prompt's images, whose ``tokens`` are then the prompt: ``_media.media_prompt``)."""
         if media_files and isinstance(prompt, str):  # /completion's multimodal_data
-            from workers.inference.http._media import media_prompt
-
             media = media_prompt(self, prompt, media_files, add_bos=True)
         tokens = media.tokens if media is not None else self._prompt_tokens(prompt)
         params = SamplingParams(
@@ -334,8 +327,6 @@ class CompletionFront:
     def _prompt_tokens(self, prompt: str | list[int | str]) -> list[int]:
         if isinstance(prompt, list) and any(isinstance(t, str) for t in prompt):
             # strings mixed with token ids (llama-server's tokenize_mixed: BOS before a leading string)
-            from workers.inference.http._embeddings import tokenize_mixed
-
             prompt = list(tokenize_mixed(self, prompt, add_special=True, parse_special=True))
         if isinstance(prompt, list):
             ids = [int(t) for t in prompt]

@@ -14,7 +14,9 @@ import json
 from typing import Any
 
 from workers.inference.http._errors import ApiError
-from workers.inference.http._llama_sampling import llama_constraint, llama_sampling
+from workers.inference.http.chat import MEDIA_PARTS, Media, MediaInput, lenient_b64decode, load_media, part_url
+from workers.inference.http.dialects._llama_sampling import llama_constraint, llama_sampling
+from workers.inference.llama import MEDIA_MARKER
 
 _FLOAT_PARAMS = (
     "temperature",
@@ -117,34 +119,15 @@ def _stream_flag(body: dict[str, Any]) -> bool:
     return stream
 
 
-_MEDIA = {"image_url": "image", "input_audio": "audio", "video_url": "video", "input_video": "video"}
-Media = list[tuple[str, bytes]]
-"""A chat's media files in order, with their kind (``image``, ``audio``, ``video``)."""
-
-
-class MediaInput(ApiError):
-    """An image, audio or video part the model cannot take: llama-server's answer when it has no
-    projector (or one without that modality); the legacy engine answers 501 instead."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(
-            400, f"{kind} input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
-        )
-        self.kind = kind
-
-
 def _media_content(i: int, content: list[Any], media: Media) -> str:
     """Parts with media as one string, as llama-server joins them: each media part becomes the
     marker (its file goes to ``media``), text parts are joined by newlines but none is put next
     to a marker (``common_chat_msg::to_json_oaicompat``)."""
-    from workers.inference.http._media import load_media, part_url
-    from workers.inference.llama import MEDIA_MARKER
-
     text, after_marker = "", False
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind in _MEDIA:
-            media.append((_MEDIA[kind], load_media(part_url(part))))
+        if kind in MEDIA_PARTS:
+            media.append((MEDIA_PARTS[kind], load_media(part_url(part))))
             text, after_marker = text + MEDIA_MARKER, True
         elif kind == "text" and isinstance(part.get("text"), str):
             text += ("\n" if text and not after_marker else "") + part["text"]
@@ -173,15 +156,15 @@ def normalize_message(i: int, msg: Any, media: Media | None = None) -> dict[str,
     if (
         isinstance(content, list)
         and media is not None
-        and any(isinstance(p, dict) and p.get("type") in _MEDIA for p in content)
+        and any(isinstance(p, dict) and p.get("type") in MEDIA_PARTS for p in content)
     ):
         out["content"] = _media_content(i, content, media)
     elif isinstance(content, list):
         # Multi-part content: text parts are joined; media parts need a projector (see MediaInput).
         texts = []
         for part in content:
-            if isinstance(part, dict) and part.get("type") in _MEDIA:
-                raise MediaInput(_MEDIA[part["type"]])
+            if isinstance(part, dict) and part.get("type") in MEDIA_PARTS:
+                raise MediaInput(MEDIA_PARTS[part["type"]])
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise ApiError(400, f"messages[{i}].content: only text parts are supported")
             texts.append(part["text"])
@@ -279,8 +262,6 @@ def _prompt(prompt: Any, media: Media | None = None) -> str | list[int | str]:
         if files and media is None:
             raise ApiError(400, "Multimodal data provided, but model does not support multimodal requests.")
         if files and media is not None:
-            from workers.inference.http._media import lenient_b64decode
-
             if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
                 raise ApiError(400, "'multimodal_data' must be a list of base64 strings")
             media.extend(("media", lenient_b64decode(f)) for f in files)

@@ -1,4 +1,4 @@
-"""A :class:`~workers.inference.http._chat_session.ChatRun` in OpenAI's chat shapes (llama-server's
+"""A :class:`~workers.inference.http.chat._session.ChatRun` in OpenAI's chat shapes (llama-server's
 ``to_json_oaicompat_chat`` and ``_stream``): ``chat.completion``, or ``chat.completion.chunk``
 deltas opening with the assistant's role and ending with the finish reason (and a usage chunk
 when ``stream_options.include_usage`` asks), ``timings`` on the last one."""
@@ -10,9 +10,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from workers.inference.http._chat_parse import ChatMessage, Delta, tool_call_json
-from workers.inference.http._chat_session import ChatRun
-from workers.inference.http._llama_server import build_info
+from workers.inference.http.chat import ChatMessage, ChatRun, Delta, tool_call_json
+from workers.inference.http.dialects._llama_server import build_info
 
 
 def message_json(msg: ChatMessage) -> dict[str, Any]:

@@ -20,9 +20,9 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-from workers.inference.http._chat_session import ChatRun
 from workers.inference.http._errors import ApiError
-from workers.inference.http._requests import parse_json_object
+from workers.inference.http.chat import ChatRun
+from workers.inference.http.dialects._requests import parse_json_object
 
 ASR_PROMPT = "Transcribe audio to text"  # common_chat_get_asr_prompt (LFM2's template aside)
 NO_AUDIO = "The current model does not support audio input."
@@ -62,7 +62,7 @@ def _number(fields: dict[str, str], key: str, kind: type[int] | type[float]) -> 
         raise ApiError(400, f"'{key}' must be a number") from None
 
 
-def to_chat(fields: dict[str, str], files: dict[str, bytes]) -> dict[str, Any]:
+def transcription_chat(fields: dict[str, str], files: dict[str, bytes]) -> dict[str, Any]:
     """The chat request a transcription is (``convert_transcriptions_to_chatcmpl``)."""
     if "file" not in files:
         raise ApiError(400, "No input file found for transcription")
