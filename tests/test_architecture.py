@@ -311,9 +311,6 @@ SIZE_EXCEPTIONS: dict[str, str] = {
     "workers/inference/_cli.py:parse_args": "pending: split in step 3 after ruff's layout",
     "workers/inference/_worker.py:run": "pending: split in step 3 after ruff's layout",
     "workers/inference/engine/_batch.py": "pending: split in step 3 after ruff's layout",
-    "workers/inference/http/server/_front.py": "pending: split in step 3 after ruff's layout",
-    "workers/inference/http/server/_front.py:create_completion": "pending: split in step 3 after ruff's layout",
-    "workers/inference/http/dialects/_responses.py:_delta": "pending: split in step 3 after ruff's layout",
     "workers/inference/llama/_legacy_load.py:load_model": "pending: split in step 3 after ruff's layout",
 }
 

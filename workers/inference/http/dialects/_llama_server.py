@@ -267,9 +267,8 @@ def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
 def native_whole(result: dict[str, Any], req: dict[str, Any], *, stream: bool = False) -> dict[str, Any]:
     """An OpenAI completion object → llama-server's ``/completion`` response.
 
-    ``req`` is the request's record (:class:`workers.inference.http.server._front._RequestContext`'s
-    ``result``): ``params``, ``prompt``, ``n_prompt``, and once finished ``timings``
-    and the engine's ``final`` info (``id_slot``, ``tokens_cached``, ``stopping_word``).
+    ``req`` is the request's record (kept by the front): ``params``, ``prompt``, ``n_prompt``,
+    and once finished ``timings`` and the engine's ``final`` info (``id_slot``, ``tokens_cached``, ``stopping_word``).
     """
     choice = result["choices"][0]
     final = req.get("final") or {}

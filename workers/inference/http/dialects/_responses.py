@@ -233,65 +233,74 @@ class Response:
 
     def _delta(self, d: Delta, items: list[str]) -> Iterator[SseEvent]:
         if d.reasoning_content:
-            if "reasoning" not in items:
-                item = {
-                    "id": self._rs_id,
-                    "type": "reasoning",
-                    "summary": [],
-                    "content": [],
-                    "encrypted_content": "",
-                    "status": "in_progress",
-                }
-                yield self._added("reasoning", item, items)
-            yield self._event(
-                "response.reasoning_text.delta",
-                delta=d.reasoning_content,
-                item_id=self._rs_id,
-                output_index=items.index("reasoning"),
-                content_index=0,
-            )
+            yield from self._reasoning_delta(d.reasoning_content, items)
         if d.content:
-            if "message" not in items:
-                item = {
-                    "id": self._msg_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "status": "in_progress",
-                    "content": [],
-                }
-                yield self._added("message", item, items)
-                part = {"type": "output_text", "text": "", "annotations": []}
-                yield self._event(
-                    "response.content_part.added",
-                    item_id=self._msg_id,
-                    output_index=len(items) - 1,
-                    content_index=0,
-                    part=part,
-                )
-            yield self._event(
-                "response.output_text.delta",
-                delta=d.content,
-                item_id=self._msg_id,
-                output_index=items.index("message"),
-                content_index=0,
-            )
+            yield from self._text_delta(d.content, items)
         if d.tool_index >= 0:
-            call = self.run.message.tool_calls[d.tool_index]
-            key = f"fc_{call.id}"
-            if key not in items:
-                item = {
-                    "id": key,
-                    "type": "function_call",
-                    "status": "in_progress",
-                    "arguments": "",
-                    "call_id": call.id,
-                    "name": call.name,
-                }
-                yield self._added(key, item, items)
-            if d.tool_arguments:
-                yield self._event(
-                    "response.function_call_arguments.delta",
-                    delta=d.tool_arguments,
-                    item_id=key,
-                    output_index=items.index(key),
-                )
+            yield from self._tool_delta(d, items)
+
+    def _reasoning_delta(self, text: str, items: list[str]) -> Iterator[SseEvent]:
+        if "reasoning" not in items:
+            item = {
+                "id": self._rs_id,
+                "type": "reasoning",
+                "summary": [],
+                "content": [],
+                "encrypted_content": "",
+                "status": "in_progress",
+            }
+            yield self._added("reasoning", item, items)
+        yield self._event(
+            "response.reasoning_text.delta",
+            delta=text,
+            item_id=self._rs_id,
+            output_index=items.index("reasoning"),
+            content_index=0,
+        )
+
+    def _text_delta(self, text: str, items: list[str]) -> Iterator[SseEvent]:
+        if "message" not in items:
+            item = {
+                "id": self._msg_id,
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+            yield self._added("message", item, items)
+            part = {"type": "output_text", "text": "", "annotations": []}
+            yield self._event(
+                "response.content_part.added",
+                item_id=self._msg_id,
+                output_index=len(items) - 1,
+                content_index=0,
+                part=part,
+            )
+        yield self._event(
+            "response.output_text.delta",
+            delta=text,
+            item_id=self._msg_id,
+            output_index=items.index("message"),
+            content_index=0,
+        )
+
+    def _tool_delta(self, d: Delta, items: list[str]) -> Iterator[SseEvent]:
+        call = self.run.message.tool_calls[d.tool_index]
+        key = f"fc_{call.id}"
+        if key not in items:
+            item = {
+                "id": key,
+                "type": "function_call",
+                "status": "in_progress",
+                "arguments": "",
+                "call_id": call.id,
+                "name": call.name,
+            }
+            yield self._added(key, item, items)
+        if d.tool_arguments:
+            yield self._event(
+                "response.function_call_arguments.delta",
+                delta=d.tool_arguments,
+                item_id=key,
+                output_index=items.index(key),
+            )

@@ -7,7 +7,7 @@ HTTP thread (ctypes releases the GIL while llama.cpp tokenizes), so a long promp
 holds up the engine's step loop.
 
 Per-request extras that OpenAI's signature has no room for (the disconnect check, ``cache_prompt``,
-``lora``, ``id_slot``, ``n_cache_reuse``) travel in a thread-local :class:`_RequestContext`.
+``lora``, ``id_slot``, ``n_cache_reuse``) travel in a thread-local :class:`RequestContext`.
 """
 
 from __future__ import annotations
@@ -15,23 +15,17 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from workers.inference.engine import (
-    IDLE,
     EngineError,
     Job,
-    ReasoningControl,
     Request,
-    RequesterLeft,
     RequestQueue,
     SamplerError,
     SamplingParams,
-    Watched,
     build_chain,
-    strict_json_strings,
 )
 from workers.inference.http._errors import ApiError, too_long
 from workers.inference.http.chat import CHAT_DEFAULTS, ChatRun, TemplateOptions, build_renderer, media_prompt, plan_chat
@@ -47,23 +41,8 @@ from workers.inference.http.dialects import (
     with_final_fields,
 )
 from workers.inference.http.server._multi import run_many
-from workers.inference.llama import LlamaModel, LoraKey, MediaPrompt, Tokenizer, TokenizingCancelled
-
-POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
-
-
-@dataclass
-class _RequestContext:
-    client_gone: Callable[[], bool] | None = None
-    cache_prompt: bool = True
-    ignore_eos: bool = False
-    n_keep: int = 0
-    lora: LoraKey | None = None  # the request's own adapter set; None: the worker's
-    id_slot: int = -1  # llama-server's id_slot: the slot the request must run in, -1: any
-    n_cache_reuse: int = 0  # llama-server's: min run of cached tokens shifted into place (--cache-reuse)
-    cmpl_id: str = ""  # a chat's id (``chatcmpl-…``), set before its completion runs: a control names it
-    reasoning: ReasoningControl | None = None  # a chat's reasoning_control
-    result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
+from workers.inference.http.server._request import RequestContext, gbnf_text, request_events
+from workers.inference.llama import LlamaModel, MediaPrompt, Tokenizer, TokenizingCancelled
 
 
 class CompletionFront:
@@ -142,7 +121,7 @@ class CompletionFront:
             run_many(self, job, opts["n_cmpl"])
             return
         try:  # a ValueError (a bad template input, a LoraError) is the client's: 400
-            self._local.ctx = ctx = _RequestContext(
+            self._local.ctx = ctx = RequestContext(
                 client_gone=job.client_gone,
                 cache_prompt=opts.get("cache_prompt", True),
                 ignore_eos=opts.get("ignore_eos", False),
@@ -181,9 +160,9 @@ class CompletionFront:
         context's (:meth:`~workers.inference.llama.LlamaModel.second_context_pooling`)."""
         return self.llm.pooling if self.engine.embedding_enabled else self.llm.second_context_pooling()
 
-    def _ctx(self) -> _RequestContext:
+    def _ctx(self) -> RequestContext:
         ctx = getattr(self._local, "ctx", None)
-        return ctx if ctx is not None else _RequestContext()
+        return ctx if ctx is not None else RequestContext()
 
     # -- Llama's surface, as the chat handlers use it ----------------------------------
 
@@ -278,7 +257,7 @@ class CompletionFront:
             mirostat_eta=mirostat_eta,
             seed=seed,
             logit_bias=self._bias(logit_bias),
-            grammar=_gbnf(grammar),
+            grammar=gbnf_text(grammar),
             n_probs=-1 if logprobs is None else int(logprobs),
             **(llama_sampling or {}),
         )
@@ -286,9 +265,43 @@ class CompletionFront:
         ctx = self._ctx()
         cmpl_id = f"cmpl-{uuid.uuid4()}"
         req = self._submit(tokens, params, max_tokens or 0, stops, media, ctx.cmpl_id or cmpl_id)
-        settings = generation_settings(
+        self._record(ctx, params, stops, max_tokens=max_tokens or -1, stream=stream)
+        ctx.result.update(prompt=prompt if isinstance(prompt, str) else "", n_prompt=len(tokens))
+        return self._shaped(
+            req, ctx, cmpl_id, prompt, tokens, echo=echo, suffix=suffix or "", logprobs=bool(logprobs), stream=stream
+        )
+
+    def _shaped(
+        self,
+        req: Request,
+        ctx: RequestContext,
+        cmpl_id: str,
+        prompt: str | list[int | str],
+        tokens: list[int],
+        *,
+        echo: bool,
+        suffix: str,
+        logprobs: bool,
+        stream: bool,
+    ) -> Any:
+        """The request's events as OpenAI completion chunks, or as the whole completion (``echo``: after the prompt)."""
+        head = ""
+        if echo:
+            head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
+        probs = ctx.result.setdefault("probs", []) if logprobs else None
+        shape = CompletionShaper(cmpl_id, int(time.time()), self.model_name, len(tokens), self.llm, probs)
+        events, result = request_events(self.engine, req, ctx.client_gone), ctx.result
+        if stream:
+            return shape.chunks(events, head, suffix, result)
+        return shape.whole(events, head, suffix, result)
+
+    def _record(
+        self, ctx: RequestContext, params: SamplingParams, stops: tuple[str, ...], *, max_tokens: int, stream: bool
+    ) -> None:
+        """The request's ``generation_settings`` (what ``/completion`` answers with) into its record."""
+        ctx.result["params"] = generation_settings(
             {**params.to_json(), "stop": list(stops)},
-            n_predict=max_tokens or -1,
+            n_predict=max_tokens,
             stream=stream,
             n_keep=ctx.n_keep,
             ignore_eos=ctx.ignore_eos,
@@ -296,16 +309,6 @@ class CompletionFront:
             reasoning_format=self.reasoning_format,
             lora=ctx.lora or (),
         )
-        ctx.result.update(params=settings, prompt=prompt if isinstance(prompt, str) else "", n_prompt=len(tokens))
-        head = ""
-        if echo:
-            head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
-        probs = ctx.result.setdefault("probs", []) if logprobs else None
-        shape = CompletionShaper(cmpl_id, int(time.time()), self.model_name, len(tokens), self.llm, probs)
-        events, result = self._events(req, ctx.client_gone), ctx.result
-        if stream:
-            return shape.chunks(events, head, suffix or "", result)
-        return shape.whole(events, head, suffix or "", result)
 
     # -- internals -----------------------------------------------------------------
 
@@ -375,36 +378,3 @@ class CompletionFront:
             self.llm.lc.llama_sampler_free(chain)
             raise
         return req
-
-    def _events(self, req: Request, gone: Callable[[], bool] | None) -> Iterator[tuple[Any, ...]]:
-        """The request's queue until its end; a hung-up client or an abandoned iterator cancels it.
-
-        ``gone`` is passed in, not read from the request context: a generator's
-        body first runs at the first ``next()``, after :meth:`run_job` returned.
-        """
-        done = False
-        try:
-            watched = Watched(req.out, gone, POLL_S)
-            while True:
-                try:
-                    item = watched.get()
-                except RequesterLeft:
-                    raise ApiError(499, "client disconnected", "cancelled") from None
-                if item is IDLE:
-                    continue
-                if item[0] == "e":
-                    done = True
-                    raise item[1]
-                yield item
-                if item[0] == "d":
-                    done = True
-                    return
-        finally:
-            if not done:
-                self.engine.cancel(req)
-
-
-def _gbnf(grammar: Any) -> str | None:
-    """The GBNF text of a ``LlamaGrammar`` (what the chat handlers pass), JSON strings made strict."""
-    text = getattr(grammar, "_grammar", None)
-    return strict_json_strings(text) if text else None
