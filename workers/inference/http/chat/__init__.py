@@ -22,7 +22,7 @@ from workers.inference.http.chat._media import (
     media_prompt,
     part_url,
 )
-from workers.inference.http.chat._parse import ChatMessage, Delta, tool_call_json
+from workers.inference.http.chat._parse import ChatMessage, Delta, ToolCallJson, tool_call_json
 from workers.inference.http.chat._session import CHAT_DEFAULTS, ChatPlan, ChatRun, plan_chat
 from workers.inference.http.chat._template import TemplateOptions, build_renderer
 from workers.inference.http.chat._template_caps import template_caps
@@ -38,6 +38,7 @@ __all__ = [
     "Media",
     "MediaInput",
     "TemplateOptions",
+    "ToolCallJson",
     "build_renderer",
     "lenient_b64decode",
     "load_media",

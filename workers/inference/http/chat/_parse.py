@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from workers.inference.http.chat._formats import FAMILIES, THINK, WRITES_FUNCTIONS, Family, family_of
 from workers.inference.http.chat._markup import HARMONY_MARKERS, Types, calls_in, harmony, held
@@ -230,6 +230,19 @@ def diff(before: ChatMessage, after: ChatMessage) -> list[Delta]:
     return out
 
 
-def tool_call_json(call: ToolCall) -> dict[str, Any]:
+class FunctionCallJson(TypedDict):
+    name: str
+    arguments: str
+
+
+class ToolCallJson(TypedDict):
+    """A tool call in OpenAI's shape."""
+
+    type: str
+    function: FunctionCallJson
+    id: str
+
+
+def tool_call_json(call: ToolCall) -> ToolCallJson:
     """A tool call in OpenAI's shape."""
     return {"type": "function", "function": {"name": call.name, "arguments": call.arguments}, "id": call.id}

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._record import CompletionLogprobs, RequestRecord, TokenProbs
 from workers.inference.http.chat._grammar import tool_grammar as family_grammar
 from workers.inference.http.chat._media import media_prompt
 from workers.inference.http.chat._parse import (
@@ -270,7 +271,7 @@ def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], r
     )
 
 
-def _chat_logprobs(lp: dict[str, Any] | None, top: int) -> list[dict[str, Any]]:
+def _chat_logprobs(lp: CompletionLogprobs | None, top: int) -> list[TokenProbs]:
     """A completion chunk's logprobs as OpenAI chat ``logprobs.content`` entries: llama-server's
     (``id``, ``token``, ``bytes``, ``logprob``, and the ``top`` likeliest as ``top_logprobs``)."""
     if not lp:
@@ -281,7 +282,7 @@ def _chat_logprobs(lp: dict[str, Any] | None, top: int) -> list[dict[str, Any]]:
 class ChatRun:
     """A chat on the batch engine: submit the planned prompt, read the output as deltas."""
 
-    def __init__(self, front: Any, plan: ChatPlan, result: dict[str, Any]) -> None:
+    def __init__(self, front: Any, plan: ChatPlan, result: RequestRecord) -> None:
         from llama_cpp.llama_grammar import LlamaGrammar
 
         self.plan = plan
@@ -289,7 +290,7 @@ class ChatRun:
         self.message = ChatMessage()
         self.text = ""
         self.finish_reason = "stop"
-        self.logprobs: list[dict[str, Any]] = []
+        self.logprobs: list[TokenProbs] = []
         rendered, media = plan.rendered, None
         if front.log_prompt is not None:  # llama-server's --log-prompts-dir: a chat's rendered prompt
             front.log_prompt(rendered.prompt)
@@ -318,7 +319,7 @@ class ChatRun:
             types=p.types,
         )
 
-    def deltas(self) -> Iterator[tuple[list[Delta], list[dict[str, Any]]]]:
+    def deltas(self) -> Iterator[tuple[list[Delta], list[TokenProbs]]]:
         """Each step's deltas (and its logprobs entries), until the output ends; then :attr:`message` is whole."""
         for chunk in self._chunks:
             choice = chunk["choices"][0]
@@ -355,4 +356,5 @@ class ChatRun:
 
     @property
     def stopping_word(self) -> str:
-        return str((self.result.get("final") or {}).get("stopping_word", ""))
+        final = self.result.get("final")
+        return final["stopping_word"] if final else ""

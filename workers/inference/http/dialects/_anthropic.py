@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from workers.inference.http._errors import ApiError
 from workers.inference.http.chat import ChatMessage, ChatRun, Delta
@@ -137,13 +137,44 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
+class Usage(TypedDict):
+    cache_read_input_tokens: NotRequired[int]
+    input_tokens: NotRequired[int]
+    output_tokens: int
+
+
+class Block(TypedDict):
+    """A content block: ``thinking`` (with its ``signature``), ``text`` or ``tool_use``."""
+
+    type: str
+    thinking: NotRequired[str]
+    signature: NotRequired[str]
+    text: NotRequired[str]
+    id: NotRequired[str]
+    name: NotRequired[str]
+    input: NotRequired[object]  # the call's arguments, parsed from the JSON the model wrote
+
+
+class Message(TypedDict):
+    """Anthropic's ``message`` (``to_json_anthropic``)."""
+
+    id: str
+    type: str
+    role: str
+    content: list[Block]
+    model: str
+    stop_reason: str | None
+    stop_sequence: str | None
+    usage: Usage
+
+
 def _stop_reason(run: ChatRun) -> str:
     if run.finish_reason == "length":
         return "max_tokens"
     return "tool_use" if run.message.tool_calls else "end_turn"
 
 
-def _usage(run: ChatRun) -> dict[str, int]:
+def _usage(run: ChatRun) -> Usage:
     return {
         "cache_read_input_tokens": run.n_cached,
         "input_tokens": run.n_prompt - run.n_cached,
@@ -151,15 +182,15 @@ def _usage(run: ChatRun) -> dict[str, int]:
     }
 
 
-def _tool_input(arguments: str) -> Any:
+def _tool_input(arguments: str) -> object:
     try:
         return json.loads(arguments)
     except json.JSONDecodeError:
         return {}
 
 
-def _blocks(msg: ChatMessage) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
+def _blocks(msg: ChatMessage) -> list[Block]:
+    blocks: list[Block] = []
     if msg.reasoning_content:
         blocks.append({"type": "thinking", "thinking": msg.reasoning_content, "signature": ""})
     if msg.content:
@@ -176,7 +207,7 @@ class AnthropicMessage:
         self.run, self.model = run, model
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
 
-    def _head(self, content: list[dict[str, Any]], stop_reason: str | None) -> dict[str, Any]:
+    def _head(self, content: list[Block], stop_reason: str | None) -> Message:
         word = self.run.stopping_word if stop_reason else ""
         return {
             "id": self.id,
@@ -189,7 +220,7 @@ class AnthropicMessage:
             "usage": _usage(self.run),
         }
 
-    def whole(self) -> dict[str, Any]:
+    def whole(self) -> Message:
         msg = self.run.run()
         return self._head(_blocks(msg), _stop_reason(self.run))
 
@@ -216,7 +247,7 @@ class _Blocks:
         self.index = -1
         self.kind: tuple[str, int] | None = None  # ("thinking"|"text"|"tool_use", tool index)
 
-    def _start(self, kind: tuple[str, int], block: dict[str, Any]) -> Iterator[SseEvent]:
+    def _start(self, kind: tuple[str, int], block: Block) -> Iterator[SseEvent]:
         yield from self.close()
         self.index += 1
         self.kind = kind
@@ -224,7 +255,7 @@ class _Blocks:
             "content_block_start", {"type": "content_block_start", "index": self.index, "content_block": block}
         )
 
-    def _delta(self, delta: dict[str, Any]) -> SseEvent:
+    def _delta(self, delta: dict[str, str]) -> SseEvent:
         return SseEvent("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
 
     def feed(self, d: Delta) -> Iterator[SseEvent]:
@@ -238,7 +269,7 @@ class _Blocks:
             yield self._delta({"type": "text_delta", "text": d.content})
         if d.tool_index >= 0:
             if self.kind != ("tool_use", d.tool_index):
-                block = {"type": "tool_use", "id": d.tool_id, "name": d.tool_name, "input": {}}
+                block: Block = {"type": "tool_use", "id": d.tool_id, "name": d.tool_name, "input": {}}
                 yield from self._start(("tool_use", d.tool_index), block)
             if d.tool_arguments:
                 yield self._delta({"type": "input_json_delta", "partial_json": d.tool_arguments})

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from workers.inference.http._record import RequestRecord
 from workers.inference.http.chat import CHAT_DEFAULTS, ChatRun, media_prompt
 from workers.inference.http.dialects._anthropic import AnthropicMessage
 from workers.inference.http.dialects._anthropic import to_chat as anthropic_to_chat
@@ -43,7 +44,7 @@ def compat_request(
     return chat_request(with_defaults(_CONVERT[kind](body), defaults, "/chat/completions"), model_name, media=media)
 
 
-def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, result: dict[str, Any]) -> Any:
+def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, result: RequestRecord) -> Any:
     """Run a converted request as a chat; the answer in ``kind``'s shape (events when streaming)."""
     kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
     run = ChatRun(front, front.plan_chat({**CHAT_DEFAULTS, **kwargs}), result)

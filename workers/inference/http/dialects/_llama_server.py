@@ -26,11 +26,12 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from workers.inference.engine import SamplingParams
 from workers.inference.http._errors import ApiError
 from workers.inference.http._options import FrontOptions
+from workers.inference.http._record import RequestRecord, TextCompletion, Timings, TokenProbs
 from workers.inference.http.chat import template_caps
 from workers.inference.http.dialects._requests import normalize_message
 from workers.inference.http.dialects._server_defaults import shown
@@ -264,50 +265,76 @@ def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def native_whole(result: dict[str, Any], req: dict[str, Any], *, stream: bool = False) -> dict[str, Any]:
+class NativeCompletion(TypedDict):
+    """llama-server's ``/completion`` response (``completion_probabilities`` first, when asked for)."""
+
+    completion_probabilities: NotRequired[list[TokenProbs]]
+    index: int
+    content: str
+    tokens: list[int]
+    id_slot: int
+    stop: bool
+    model: NotRequired[str]
+    tokens_predicted: int
+    tokens_evaluated: int
+    generation_settings: NotRequired[dict[str, object]]
+    prompt: NotRequired[str]
+    has_new_line: NotRequired[bool]
+    truncated: NotRequired[bool]
+    stop_type: NotRequired[str]
+    stopping_word: NotRequired[str]
+    tokens_cached: NotRequired[int]
+    timings: NotRequired[Timings]
+
+
+def native_whole(result: TextCompletion, req: RequestRecord) -> NativeCompletion:
     """An OpenAI completion object → llama-server's ``/completion`` response.
 
     ``req`` is the request's record (kept by the front): ``params``, ``prompt``, ``n_prompt``,
     and once finished ``timings`` and the engine's ``final`` info (``id_slot``, ``tokens_cached``, ``stopping_word``).
     """
     choice = result["choices"][0]
-    final = req.get("final") or {}
-    text = choice.get("text", "")
-    word = final.get("stopping_word", "")
-    reason = choice.get("finish_reason")
-    probs = {"completion_probabilities": req["probs"]} if req.get("probs") and not stream else {}
-    return {
-        **probs,
+    return _native_whole(choice["text"], choice["finish_reason"], result["model"], req, stream=False)
+
+
+def _native_whole(text: str, reason: str | None, model: str, req: RequestRecord, *, stream: bool) -> NativeCompletion:
+    final = req.get("final")
+    word = final["stopping_word"] if final else ""
+    out: NativeCompletion = {
         "index": 0,
         "content": text,
         "tokens": [],
-        "id_slot": final.get("id_slot", -1),
+        "id_slot": final["id_slot"] if final else -1,
         "stop": True,
-        "model": result.get("model", ""),
+        "model": model,
         "tokens_predicted": int(req.get("timings", {}).get("predicted_n", 0)),
         "tokens_evaluated": int(req.get("n_prompt", 0)),
         "generation_settings": req.get("params", {}),
         "prompt": req.get("prompt", ""),
         "has_new_line": "\n" in text,
-        "truncated": bool(final.get("truncated", False)),
+        "truncated": bool(final["truncated"]) if final else False,
         "stop_type": "word" if word else ("limit" if reason == "length" else "eos"),
         "stopping_word": word,
-        "tokens_cached": final.get("tokens_cached", 0),
+        "tokens_cached": final["tokens_cached"] if final else 0,
         "timings": req.get("timings", {}),
     }
+    probs = req.get("probs")
+    if probs and not stream:
+        return {"completion_probabilities": probs, **out}
+    return out
 
 
-def native_chunks(chunks: Iterator[dict[str, Any]], req: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def native_chunks(chunks: Iterator[TextCompletion], req: RequestRecord) -> Iterator[NativeCompletion]:
     """OpenAI completion chunks → llama-server's ``/completion`` stream: partial objects
     with ``stop: false``, then the whole response (empty ``content``, ``stop: true``)."""
     n = seen = 0
     for chunk in chunks:
-        choice = (chunk.get("choices") or [{}])[0]
-        if choice.get("finish_reason") is None:
+        choice = chunk["choices"][0]
+        if choice["finish_reason"] is None:
             n += 1
-            part = {
+            part: NativeCompletion = {
                 "index": 0,
-                "content": choice.get("text", ""),
+                "content": choice["text"],
                 "tokens": [],
                 "stop": False,
                 "id_slot": -1,
@@ -319,6 +346,4 @@ def native_chunks(chunks: Iterator[dict[str, Any]], req: dict[str, Any]) -> Iter
                 part["completion_probabilities"], seen = probs[seen:], len(probs)
             yield part
             continue
-        reason = choice.get("finish_reason")
-        last = {"model": chunk.get("model", ""), "choices": [{"text": "", "finish_reason": reason}]}
-        yield native_whole(last, req, stream=True)
+        yield _native_whole("", choice["finish_reason"], chunk["model"], req, stream=True)

@@ -24,9 +24,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._record import CachedTokens
 from workers.inference.http.chat import ChatMessage, ChatRun, Delta
 from workers.inference.http.dialects._sse import SseEvent
 
@@ -129,7 +130,51 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def _usage(run: ChatRun) -> dict[str, Any]:
+class Usage(TypedDict):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    input_tokens_details: CachedTokens
+
+
+class Part(TypedDict):
+    """A ``reasoning_text`` or ``output_text`` content part."""
+
+    type: str
+    annotations: NotRequired[list[object]]  # always empty here
+    logprobs: NotRequired[list[object]]  # always empty here
+    text: str
+
+
+class Item(TypedDict):
+    """An output item: ``reasoning``, ``message`` or ``function_call``."""
+
+    id: str
+    type: str
+    summary: NotRequired[list[object]]  # always empty here
+    role: NotRequired[str]
+    content: NotRequired[list[Part]]
+    encrypted_content: NotRequired[str]
+    status: str
+    arguments: NotRequired[str]
+    call_id: NotRequired[str]
+    name: NotRequired[str]
+
+
+class ResponseJson(TypedDict):
+    """The ``response`` object."""
+
+    id: str
+    object: str
+    created_at: int
+    status: str
+    model: str
+    output: list[Item]
+    completed_at: NotRequired[int]
+    usage: NotRequired[Usage]
+
+
+def _usage(run: ChatRun) -> Usage:
     n = run.n_predicted
     return {
         "input_tokens": run.n_prompt,
@@ -149,10 +194,10 @@ class Response:
         self._msg_id, self._rs_id = f"msg_{uuid.uuid4().hex}", f"rs_{uuid.uuid4().hex}"
         self._seq = 0
 
-    def _output(self, msg: ChatMessage, status: str = "completed") -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def _output(self, msg: ChatMessage, status: str = "completed") -> list[Item]:
+        out: list[Item] = []
         if msg.reasoning_content:
-            text = {"type": "reasoning_text", "text": msg.reasoning_content}
+            text: Part = {"type": "reasoning_text", "text": msg.reasoning_content}
             out.append(
                 {
                     "id": self._rs_id,
@@ -164,7 +209,7 @@ class Response:
                 }
             )
         if msg.content:
-            part = {"type": "output_text", "annotations": [], "logprobs": [], "text": msg.content}
+            part: Part = {"type": "output_text", "annotations": [], "logprobs": [], "text": msg.content}
             out.append(
                 {"id": self._msg_id, "type": "message", "role": "assistant", "status": status, "content": [part]}
             )
@@ -181,8 +226,8 @@ class Response:
             )
         return out
 
-    def _response(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
-        out = {
+    def _response(self, status: str, output: list[Item]) -> ResponseJson:
+        out: ResponseJson = {
             "id": self.id,
             "object": "response",
             "created_at": self.created,
@@ -191,13 +236,13 @@ class Response:
             "output": output,
         }
         if status == "completed":
-            out.update(completed_at=int(time.time()), usage=_usage(self.run))
+            out["completed_at"], out["usage"] = int(time.time()), _usage(self.run)
         return out
 
-    def whole(self) -> dict[str, Any]:
+    def whole(self) -> ResponseJson:
         return self._response("completed", self._output(self.run.run()))
 
-    def _event(self, name: str, **data: Any) -> SseEvent:
+    def _event(self, name: str, **data: object) -> SseEvent:
         self._seq += 1
         return SseEvent(name, {"type": name, "sequence_number": self._seq - 1, **data})
 
@@ -227,7 +272,7 @@ class Response:
         completed.data["timings"] = self.run.result.get("timings", {})
         yield completed
 
-    def _added(self, key: str, item: dict[str, Any], items: list[str]) -> SseEvent:
+    def _added(self, key: str, item: Item, items: list[str]) -> SseEvent:
         items.append(key)
         return self._event("response.output_item.added", item=item, output_index=len(items) - 1)
 
@@ -241,7 +286,7 @@ class Response:
 
     def _reasoning_delta(self, text: str, items: list[str]) -> Iterator[SseEvent]:
         if "reasoning" not in items:
-            item = {
+            item: Item = {
                 "id": self._rs_id,
                 "type": "reasoning",
                 "summary": [],
@@ -260,7 +305,7 @@ class Response:
 
     def _text_delta(self, text: str, items: list[str]) -> Iterator[SseEvent]:
         if "message" not in items:
-            item = {
+            item: Item = {
                 "id": self._msg_id,
                 "type": "message",
                 "role": "assistant",
@@ -288,7 +333,7 @@ class Response:
         call = self.run.message.tool_calls[d.tool_index]
         key = f"fc_{call.id}"
         if key not in items:
-            item = {
+            item: Item = {
                 "id": key,
                 "type": "function_call",
                 "status": "in_progress",

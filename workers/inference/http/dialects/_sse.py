@@ -4,10 +4,9 @@ Responses streams send them; plain dicts stream as ``data:`` lines only (OpenAI 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
 class SseEvent:
     name: str
-    data: dict[str, Any]  # Any: the event's JSON values
+    data: dict[str, object]  # the event's JSON object, written as it is

@@ -18,9 +18,10 @@ import email.parser
 import email.policy
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._record import CachedTokens
 from workers.inference.http.chat import ChatRun
 from workers.inference.http.dialects._requests import parse_json_object
 
@@ -83,15 +84,29 @@ def transcription_chat(fields: dict[str, str], files: dict[str, bytes]) -> dict[
     return body
 
 
+class TranscriptUsage(TypedDict):
+    type: str
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    input_tokens_details: CachedTokens
+
+
+class TranscriptDone(TypedDict):
+    type: str
+    text: str
+    usage: TranscriptUsage
+
+
 class Transcription:
     """Shapes one chat run as OpenAI's transcription, or its stream of events."""
 
     def __init__(self, run: ChatRun) -> None:
         self.run = run
 
-    def _done(self, text: str) -> dict[str, Any]:
+    def _done(self, text: str) -> TranscriptDone:
         run = self.run
-        usage = {
+        usage: TranscriptUsage = {
             "type": "tokens",
             "input_tokens": run.n_prompt,
             "output_tokens": run.n_predicted,
@@ -100,10 +115,10 @@ class Transcription:
         }
         return {"type": "transcript.text.done", "text": text, "usage": usage}
 
-    def whole(self) -> dict[str, Any]:
+    def whole(self) -> TranscriptDone:
         return self._done(self.run.run().content or "")
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> Iterator[dict[str, str] | TranscriptDone]:
         for deltas, _ in self.run.deltas():
             for d in deltas:
                 if d.content:

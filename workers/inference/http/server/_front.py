@@ -266,7 +266,7 @@ class CompletionFront:
         cmpl_id = f"cmpl-{uuid.uuid4()}"
         req = self._submit(tokens, params, max_tokens or 0, stops, media, ctx.cmpl_id or cmpl_id)
         self._record(ctx, params, stops, max_tokens=max_tokens or -1, stream=stream)
-        ctx.result.update(prompt=prompt if isinstance(prompt, str) else "", n_prompt=len(tokens))
+        ctx.result["prompt"], ctx.result["n_prompt"] = prompt if isinstance(prompt, str) else "", len(tokens)
         return self._shaped(
             req, ctx, cmpl_id, prompt, tokens, echo=echo, suffix=suffix or "", logprobs=bool(logprobs), stream=stream
         )

@@ -20,6 +20,7 @@ from workers.inference.engine import (
     strict_json_strings,
 )
 from workers.inference.http._errors import ApiError
+from workers.inference.http._record import RequestRecord
 from workers.inference.llama import LoraKey
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
@@ -38,7 +39,7 @@ class RequestContext:
     n_cache_reuse: int = 0  # llama-server's: min run of cached tokens shifted into place (--cache-reuse)
     cmpl_id: str = ""  # a chat's id (``chatcmpl-…``), set before its completion runs: a control names it
     reasoning: ReasoningControl | None = None  # a chat's reasoning_control
-    result: dict[str, Any] = field(default_factory=dict)  # timings and usage, once finished
+    result: RequestRecord = field(default_factory=lambda: RequestRecord())  # timings and usage, once finished
 
 
 def request_events(engine: RequestQueue, req: Request, gone: Callable[[], bool] | None) -> Iterator[tuple[Any, ...]]:
