@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from workers.inference.http._json import Json
 
 
 @dataclass(frozen=True)
@@ -35,4 +36,4 @@ class FrontOptions:
     reasoning_format: str = "auto"
     mmproj: str | None = None  # --mmproj: the model's projector (chats may carry images, see _jobs)
     # llama-server's sampling options (--temp, -n, --grammar-file...): every request's defaults (_server_defaults)
-    sampling_defaults: Mapping[str, Any] = field(default_factory=dict)
+    sampling_defaults: Mapping[str, Json] = field(default_factory=dict)

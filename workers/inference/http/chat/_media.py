@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workers.inference.http._errors import ApiError, too_long
+from workers.inference.http._json import JsonObject
 from workers.inference.llama import MediaError, MediaPrompt
 
 MAX_DOWNLOAD = 10 * 1024 * 1024  # llama-server's common_remote_params.max_size for media
@@ -93,7 +94,7 @@ def load_media(url: str) -> bytes:
     return data
 
 
-def part_url(part: dict[str, Any]) -> str:
+def part_url(part: JsonObject) -> str:
     """The URL (or data) of a media part, where llama-server looks for it."""
     kind = part.get("type")
     inner = part.get(str(kind))

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject
 from workers.inference.http.chat import ChatMessage, ChatRun, Delta
 from workers.inference.http.dialects._sse import SseEvent
 
@@ -98,7 +99,7 @@ def _system(system: Any) -> str:
     raise ApiError(400, "'system' must be a string or a list of text blocks")
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+def to_chat(body: JsonObject) -> dict[str, Any]:
     """An Anthropic request as an OpenAI chat request (see the module docstring)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -113,14 +114,15 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             continue
         out += _message(msg)
     chat: dict[str, Any] = {"messages": out, "max_tokens": body.get("max_tokens", 4096)}
-    if isinstance(body.get("tools"), list):
+    tools = body.get("tools")
+    if isinstance(tools, list):
         fns = [
             {
                 "name": t.get("name", ""),
                 "description": t.get("description", ""),
                 "parameters": t.get("input_schema") or {},
             }
-            for t in body["tools"]
+            for t in tools
             if isinstance(t, dict)
         ]
         chat["tools"] = [{"type": "function", "function": fn} for fn in fns]

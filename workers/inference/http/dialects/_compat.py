@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from workers.inference.http._json import Json, JsonObject
 from workers.inference.http._record import RequestRecord
 from workers.inference.http.chat import CHAT_DEFAULTS, ChatRun, media_prompt
 from workers.inference.http.dialects._anthropic import AnthropicMessage
@@ -24,7 +25,7 @@ from workers.inference.http.dialects._server_defaults import with_defaults
 from workers.inference.http.dialects._transcriptions import Transcription
 
 
-def _same(body: dict[str, Any]) -> dict[str, Any]:
+def _same(body: JsonObject) -> dict[str, Any]:
     return body
 
 
@@ -36,7 +37,7 @@ _CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 
 def compat_request(
-    kind: str, body: dict[str, Any], model_name: str, *, media: bool = False, defaults: Mapping[str, Any] = {}
+    kind: str, body: JsonObject, model_name: str, *, media: bool = False, defaults: Mapping[str, Json] = {}
 ) -> tuple[dict[str, Any], bool]:
     """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body (``media``: as
     :func:`~workers.inference.http.dialects._requests.chat_request`; ``defaults``: the server's sampling defaults,
@@ -64,7 +65,7 @@ def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, resu
 def count_tokens(kind: str) -> Any:
     """The handler of ``kind``'s token count: ``{"input_tokens": N}`` (plus ``object`` for OpenAI's)."""
 
-    def handle(front: Any, body: dict[str, Any]) -> dict[str, Any]:
+    def handle(front: Any, body: JsonObject) -> dict[str, Any]:
         kwargs, _ = compat_request(kind, body, front.model_name, media=front.llm.projector is not None)
         plan = front.plan_chat(kwargs)
         rendered = plan.rendered

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine import ReasoningControl, ThinkTags
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject
 from workers.inference.http.chat import FAMILIES, ChatPlan
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 ACTIONS = ("reasoning_end",)
 
 
-def control(engine: Any, body: dict[str, Any]) -> dict[str, Any]:
+def control(engine: Any, body: JsonObject) -> dict[str, Any]:
     """The control's answer (``engine``: the batch engine, the caller checked; the legacy one has no slots)."""
     cmpl_id = body.get("id")
     if not isinstance(cmpl_id, str) or not cmpl_id:

@@ -24,13 +24,10 @@ from typing import Any
 
 from workers.inference.engine import EmbedRequest, wait_embeddings
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject, is_token
 from workers.inference.llama import POOLING
 
 _NOT_SUPPORTED = "not_supported_error"
-
-
-def _is_token(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def tokenize_mixed(front: Any, prompt: Any, *, add_special: bool, parse_special: bool) -> list[int]:
@@ -43,7 +40,7 @@ def tokenize_mixed(front: Any, prompt: Any, *, add_special: bool, parse_special:
         if isinstance(part, str):
             data = part.encode("utf-8")
             tokens += llm.tokenize_whole(data, add_special=add_special and i == 0, parse_special=parse_special)
-        elif _is_token(part):
+        elif is_token(part):
             tokens.append(part)
         else:
             raise ApiError(400, "prompt elements must be strings or token ids")
@@ -67,7 +64,7 @@ def _content_text(content: Any) -> str:
 
 def tokenize_subprompt(front: Any, p: Any, *, add_special: bool = True) -> list[int]:
     """One input (``tokenize_input_subprompt``, plus OpenAI's ``{"content": [...]}`` objects)."""
-    if isinstance(p, str) or (isinstance(p, list) and all(isinstance(x, str) or _is_token(x) for x in p)):
+    if isinstance(p, str) or (isinstance(p, list) and all(isinstance(x, str) or is_token(x) for x in p)):
         return tokenize_mixed(front, p, add_special=add_special, parse_special=True)
     if isinstance(p, dict):
         if "multimodal_data" in p:
@@ -85,7 +82,7 @@ def tokenize_subprompt(front: Any, p: Any, *, add_special: bool = True) -> list[
 
 def tokenize_prompts(front: Any, prompt: Any) -> list[list[int]]:
     """``tokenize_input_prompts``: a list without integers is several inputs, anything else one."""
-    if isinstance(prompt, list) and not any(_is_token(x) for x in prompt):
+    if isinstance(prompt, list) and not any(is_token(x) for x in prompt):
         if not prompt:
             raise ApiError(400, '"input" must not be empty')
         return [tokenize_subprompt(front, p) for p in prompt]
@@ -109,7 +106,7 @@ def _run(front: Any, sequences: list[list[int]], normalize: int, gone: Any) -> l
     return wait_embeddings(reqs, gone)
 
 
-def embeddings(front: Any, body: dict[str, Any], *, oai: bool, gone: Any) -> Any:
+def embeddings(front: Any, body: JsonObject, *, oai: bool, gone: Any) -> Any:
     """``/embedding``, ``/embeddings`` (``oai`` False) and ``/v1/embeddings`` (``oai`` True)."""
     if "input" in body:
         prompt = body["input"]
@@ -121,7 +118,7 @@ def embeddings(front: Any, body: dict[str, Any], *, oai: bool, gone: Any) -> Any
     if fmt not in ("float", "base64"):
         raise ApiError(400, "The format to return the embeddings in. Can be either float or base64")
     normalize = body.get("embd_normalize", 2)
-    if not _is_token(normalize):
+    if not is_token(normalize):
         raise ApiError(400, "'embd_normalize' must be an integer")
     pooling = front.embedding_pooling()
     if oai and pooling == POOLING["none"]:
@@ -166,7 +163,7 @@ def rerank_tokens(front: Any, query: str, doc: str) -> list[int]:
     return out
 
 
-def rerank(front: Any, body: dict[str, Any], *, gone: Any) -> Any:
+def rerank(front: Any, body: JsonObject, *, gone: Any) -> Any:
     """``/rerank`` and its aliases (module docstring)."""
     if front.embedding_pooling() != POOLING["rank"]:
         raise ApiError(501, "This server does not support reranking. Start it with `--reranking`", _NOT_SUPPORTED)
@@ -180,7 +177,7 @@ def rerank(front: Any, body: dict[str, Any], *, gone: Any) -> Any:
     if not isinstance(docs, list) or not docs or not all(isinstance(d, str) for d in docs):
         raise ApiError(400, '"documents" must be a non-empty string array')
     top_n = body.get("top_n", len(docs))
-    if not _is_token(top_n):
+    if not is_token(top_n):
         raise ApiError(400, "'top_n' must be an integer")
     results = _run(front, [rerank_tokens(front, query, d) for d in docs], -1, gone)
     label = "score" if tei else "relevance_score"
@@ -200,7 +197,7 @@ def rerank(front: Any, body: dict[str, Any], *, gone: Any) -> Any:
     return {"model": body.get("model") or front.model_name, "object": "list", "usage": usage, "results": ranked}
 
 
-def answer(front: Any, route: str, body: dict[str, Any], *, oai: bool, gone: Any) -> Any:
+def answer(front: Any, route: str, body: JsonObject, *, oai: bool, gone: Any) -> Any:
     """The answer of an embedding route (``/rerank`` and ``/reranking`` rank, the others embed)."""
     if route in ("/rerank", "/reranking"):
         return rerank(front, body, gone=gone)

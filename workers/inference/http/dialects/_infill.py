@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject
 from workers.inference.http.dialects._embeddings import tokenize_mixed
 
 
@@ -20,7 +21,7 @@ def _text(front: Any, text: str) -> list[int]:
     return list(front.llm.tokenize_whole(text.encode("utf-8"), add_special=False, parse_special=False))
 
 
-def _checked(body: dict[str, Any]) -> list[dict[str, Any]]:
+def _checked(body: JsonObject) -> list[dict[str, Any]]:
     if "prompt" in body and not isinstance(body["prompt"], str):
         raise ApiError(400, '"prompt" must be a string')
     for key in ("input_prefix", "input_suffix"):
@@ -54,7 +55,7 @@ def _extra_tokens(front: Any, extra: list[dict[str, Any]]) -> list[int]:
     return out
 
 
-def infill_tokens(front: Any, body: dict[str, Any], *, spm: bool) -> list[int]:
+def infill_tokens(front: Any, body: JsonObject, *, spm: bool) -> list[int]:
     """The FIM prompt of an ``/infill`` request (module docstring); 501 without FIM tokens."""
     llm, lc = front.llm, front.llm.lc
     pre, suf, mid = (
@@ -69,7 +70,8 @@ def infill_tokens(front: Any, body: dict[str, Any], *, spm: bool) -> list[int]:
     prefix = tokenize_mixed(front, body["input_prefix"], add_special=False, parse_special=False)
     suffix = tokenize_mixed(front, body["input_suffix"], add_special=False, parse_special=False)
     n_batch, n_ctx = llm.n_batch, llm.n_ctx
-    n_predict = body.get("n_predict", -1) if isinstance(body.get("n_predict", -1), int) else -1
+    asked = body.get("n_predict", -1)
+    n_predict = asked if isinstance(asked, int) else -1
     take_prefix = min(len(prefix), 3 * (n_batch // 4))
     take_suffix = min(len(suffix), max(0, n_batch // 4 - (2 + len(prompt))))
     take_extra = min(max(0, n_ctx - n_batch - 2 * n_predict), len(extra))

@@ -3,10 +3,12 @@ chat's own ``grammar``/``json_schema`` (pure validation, as :mod:`._requests`)."
 
 from __future__ import annotations
 
-from typing import Any
-
 from workers.inference.engine import sampler_order
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject, is_number
+
+# SamplingParams' own fields (floats, ints, the DRY breakers, the sampler order), by name
+LlamaSampling = dict[str, float | int | tuple[str, ...]]
 
 # llama-server's sampling fields beyond llama-cpp-python's keywords -> SamplingParams fields
 _LLAMA_FLOATS = {
@@ -27,29 +29,27 @@ _LLAMA_INTS = {
 }
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def llama_sampling(body: dict[str, Any]) -> dict[str, Any]:
+def llama_sampling(body: JsonObject) -> LlamaSampling:
     """llama.cpp's samplers that llama-cpp-python's keywords lack (DRY, XTC, top-n-sigma, dynamic
     temperature, adaptive-p, ``repeat_last_n``, the ``samplers`` order), as SamplingParams fields."""
-    out: dict[str, Any] = {}
+    out: LlamaSampling = {}
     for key, field in _LLAMA_FLOATS.items():
-        if body.get(key) is not None:
-            if not _is_number(body[key]):
+        value = body.get(key)
+        if value is not None:
+            if not is_number(value):
                 raise ApiError(400, f"'{key}' must be a number")
-            out[field] = float(body[key])
+            out[field] = float(value)
     for key, field in _LLAMA_INTS.items():
-        if body.get(key) is not None:
-            if not isinstance(body[key], int) or isinstance(body[key], bool) or body[key] < -1:
+        value = body.get(key)
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < -1:
                 raise ApiError(400, f"'{key}' must be an integer >= -1")
-            out[field] = body[key]
+            out[field] = value
     breakers = body.get("dry_sequence_breakers")
     if breakers is not None:
         if not isinstance(breakers, list) or not breakers or not all(isinstance(b, str) for b in breakers):
             raise ApiError(400, "Error: dry_sequence_breakers must be a non-empty array of strings")
-        out["dry_sequence_breakers"] = tuple(breakers)
+        out["dry_sequence_breakers"] = tuple(str(b) for b in breakers)  # all strings (checked above)
     if body.get("samplers") is not None:
         order = sampler_order(body["samplers"])
         if order is None:
@@ -58,7 +58,7 @@ def llama_sampling(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def llama_constraint(body: dict[str, Any]) -> dict[str, Any]:
+def llama_constraint(body: JsonObject) -> JsonObject:
     """llama-server's ``grammar`` (GBNF) or ``json_schema`` on a chat, as a response format."""
     if body.get("grammar") is not None:
         if not isinstance(body["grammar"], str):

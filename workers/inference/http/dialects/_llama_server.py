@@ -30,6 +30,7 @@ from typing import Any, NotRequired, TypedDict
 
 from workers.inference.engine import SamplingParams
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject, is_token
 from workers.inference.http._options import FrontOptions
 from workers.inference.http._record import RequestRecord, TextCompletion, Timings, TokenProbs
 from workers.inference.http.chat import template_caps
@@ -50,11 +51,7 @@ def build_info() -> str:
         return "b0-modelrouter"
 
 
-def _is_token(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+def _flag(body: JsonObject, key: str, default: bool) -> bool:
     v = body.get(key)
     if v is None:
         return default
@@ -80,7 +77,7 @@ def _piece(llm: Any, token: int) -> bytes:
     return buf.raw[: max(n, 0)]
 
 
-def tokenize(front: Any, body: dict[str, Any]) -> dict[str, Any]:
+def tokenize(front: Any, body: JsonObject) -> dict[str, Any]:
     """``POST /tokenize``."""
     llm = front.llm
     add_special = _flag(body, "add_special", False)
@@ -90,7 +87,7 @@ def tokenize(front: Any, body: dict[str, Any]) -> dict[str, Any]:
     if content is None:
         return {"tokens": []}
     parts = content if isinstance(content, list) else [content]
-    if not all(isinstance(p, str) or _is_token(p) for p in parts):
+    if not all(isinstance(p, str) or is_token(p) for p in parts):
         raise ApiError(400, "'content' must be a string or a list of strings and token ids")
     tokens: list[int] = []
     for i, part in enumerate(parts):
@@ -113,12 +110,12 @@ def tokenize(front: Any, body: dict[str, Any]) -> dict[str, Any]:
     return {"tokens": out}
 
 
-def detokenize(front: Any, body: dict[str, Any]) -> dict[str, Any]:
+def detokenize(front: Any, body: JsonObject) -> dict[str, Any]:
     """``POST /detokenize``."""
     tokens = body.get("tokens")
     if tokens is None:
         return {"content": ""}
-    if not isinstance(tokens, list) or not all(_is_token(t) for t in tokens):
+    if not isinstance(tokens, list) or not all(is_token(t) for t in tokens):
         raise ApiError(400, "'tokens' must be a list of token ids")
     _check_ids(tokens, front.llm.n_vocab)
     return {"content": b"".join(_piece(front.llm, t) for t in tokens).decode("utf-8", errors="replace")}
@@ -127,7 +124,7 @@ def detokenize(front: Any, body: dict[str, Any]) -> dict[str, Any]:
 _TEMPLATE_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt")
 
 
-def apply_template(front: Any, body: dict[str, Any]) -> dict[str, Any]:
+def apply_template(front: Any, body: JsonObject) -> dict[str, Any]:
     """``POST /apply-template``: the prompt a chat request with this body evaluates, without inference
     (the same :func:`~workers.inference.http.chat._session.chat_prompt`, tools and kwargs included)."""
     messages = body.get("messages")
@@ -247,19 +244,19 @@ def _ftype(llm: Any) -> str:
 # -- /completion (llama-server's native shape) ---------------------------------------
 
 
-def native_completion_body(body: dict[str, Any]) -> dict[str, Any]:
+def native_completion_body(body: JsonObject) -> dict[str, Any]:
     """llama-server's ``/completion`` request as an OpenAI completion request:
     ``n_predict`` (default -1: until the context is full) is ``max_tokens``, ``n_probs`` is ``logprobs``."""
     out = dict(body)
     n_probs = out.pop("n_probs", None)
     if n_probs is not None:
-        if not _is_token(n_probs) or n_probs < 0:
+        if not is_token(n_probs) or n_probs < 0:
             raise ApiError(400, "'n_probs' must be an integer >= 0")
         if n_probs > 0:  # each token's completion_probabilities: its own and the n_probs likeliest
             out["logprobs"] = n_probs
     n_predict = out.pop("n_predict", None)
     if "max_tokens" not in out:
-        if n_predict is not None and (not _is_token(n_predict) or n_predict < -1):
+        if n_predict is not None and (not is_token(n_predict) or n_predict < -1):
             raise ApiError(400, "'n_predict' must be an integer >= -1")
         out["max_tokens"] = 0 if n_predict is None or n_predict < 0 else n_predict
     return out

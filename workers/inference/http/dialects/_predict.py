@@ -17,6 +17,7 @@ from typing import Any
 
 from workers.inference.engine import EngineError
 from workers.inference.http._errors import ApiError, answer_for
+from workers.inference.http._json import JsonObject
 
 MAX_INSTANCES = 128
 # The worker's POST routes; an alias both forms share goes to the OpenAI one (/v1), listed first
@@ -59,7 +60,7 @@ def _path_of(fmt: str) -> str:
     return path
 
 
-def predict(body: dict[str, Any], answer: Callable[[str, dict[str, Any]], Any]) -> dict[str, Any]:
+def predict(body: JsonObject, answer: Callable[[str, dict[str, Any]], Any]) -> dict[str, Any]:
     """Every instance through ``answer(path, body)``, concurrently; llama-server's ``predictions``."""
     instances = body.get("instances")
     if not isinstance(instances, list):

@@ -11,12 +11,32 @@ Every refusal is a :class:`workers.inference.http._errors.ApiError` (400 unless 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import Json, JsonObject, LlamaKwargs, is_number, is_strings, is_token
 from workers.inference.http.chat import MEDIA_PARTS, Media, MediaInput, lenient_b64decode, load_media, part_url
 from workers.inference.http.dialects._llama_sampling import llama_constraint, llama_sampling
 from workers.inference.llama import MEDIA_MARKER
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+
+class RequestOptions(TypedDict, total=False):
+    """What a request asks beyond ``Llama``'s signature (:func:`request_options`), and ``native``:
+    llama-server's own ``/completion`` shape."""
+
+    cache_prompt: bool
+    ignore_eos: bool
+    lora: list[Json]  # the request's adapter set, checked against the adapters by the front
+    n_cmpl: int
+    n_cache_reuse: int
+    id_slot: int
+    n_keep: int
+    include_usage: bool
+    native: bool
+
 
 _FLOAT_PARAMS = (
     "temperature",
@@ -34,7 +54,7 @@ _INT_PARAMS = ("top_k", "seed", "mirostat_mode")
 _ROLES = {"system", "user", "assistant", "tool", "function", "developer"}
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
+def parse_json_object(raw: bytes) -> JsonObject:
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -44,18 +64,15 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _sampling_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+def _sampling_kwargs(body: JsonObject) -> LlamaKwargs:
     """Validated sampling parameters common to chat and completions."""
-    out: dict[str, Any] = {}
+    out: LlamaKwargs = {}
     for key in _FLOAT_PARAMS:
-        if body.get(key) is not None:
-            if not _is_number(body[key]):
+        value = body.get(key)
+        if value is not None:
+            if not is_number(value):
                 raise ApiError(400, f"'{key}' must be a number")
-            out[key] = float(body[key])
+            out[key] = float(value)
     if body.get("mirostat") is not None and body.get("mirostat_mode") is None:  # llama-server's name
         body = {**body, "mirostat_mode": body["mirostat"]}
     for key in _INT_PARAMS:
@@ -84,15 +101,15 @@ def _sampling_kwargs(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _bias_value(v: Any) -> float:
+def _bias_value(v: Json) -> float:
     if v is False:
         return float("-inf")  # llama-server: false bans the token
-    if not _is_number(v):
+    if not is_number(v):
         raise ApiError(400, "'logit_bias' values must be numbers or false")
     return float(v)
 
 
-def _bias_key(k: Any) -> int | str:
+def _bias_key(k: Json) -> int | str:
     if isinstance(k, str):
         return int(k) if k.strip().lstrip("-").isdigit() else k  # a token id, else text to tokenize
     if isinstance(k, int) and not isinstance(k, bool):
@@ -100,17 +117,17 @@ def _bias_key(k: Any) -> int | str:
     raise ApiError(400, "'logit_bias' keys must be token ids or strings")
 
 
-def logit_bias(bias: Any) -> list[tuple[int | str, float]]:
+def logit_bias(bias: Json) -> list[tuple[int | str, float]]:
     """llama-server's forms: ``{"id or text": bias}`` or ``[[id or text, bias], ...]`` (``false``:
     never sample it); text is tokenized by the front and each of its tokens biased."""
     if isinstance(bias, dict):
         return [(_bias_key(k), _bias_value(v)) for k, v in bias.items()]
     if isinstance(bias, list) and all(isinstance(p, list) and len(p) == 2 for p in bias):
-        return [(_bias_key(k), _bias_value(v)) for k, v in bias]
+        return [(_bias_key(p[0]), _bias_value(p[1])) for p in bias if isinstance(p, list)]  # all are pairs
     raise ApiError(400, "'logit_bias' must be an object or a list of [token, bias] pairs")
 
 
-def _stream_flag(body: dict[str, Any]) -> bool:
+def _stream_flag(body: JsonObject) -> bool:
     stream = body.get("stream", False)
     if stream is None:
         return False
@@ -119,25 +136,26 @@ def _stream_flag(body: dict[str, Any]) -> bool:
     return stream
 
 
-def _media_content(i: int, content: list[Any], media: Media) -> str:
+def _media_content(i: int, content: list[Json], media: Media) -> str:
     """Parts with media as one string, as llama-server joins them: each media part becomes the
     marker (its file goes to ``media``), text parts are joined by newlines but none is put next
     to a marker (``common_chat_msg::to_json_oaicompat``)."""
     text, after_marker = "", False
     for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
+        fields = part if isinstance(part, dict) else {}
+        kind, piece = fields.get("type"), fields.get("text")
         if kind in MEDIA_PARTS:
-            media.append((MEDIA_PARTS[kind], load_media(part_url(part))))
+            media.append((MEDIA_PARTS[str(kind)], load_media(part_url(fields))))
             text, after_marker = text + MEDIA_MARKER, True
-        elif kind == "text" and isinstance(part.get("text"), str):
-            text += ("\n" if text and not after_marker else "") + part["text"]
+        elif kind == "text" and isinstance(piece, str):
+            text += ("\n" if text and not after_marker else "") + piece
             after_marker = False
         else:
             raise ApiError(400, f"messages[{i}].content: unsupported content[].type")
     return text
 
 
-def normalize_message(i: int, msg: Any, media: Media | None = None) -> dict[str, Any]:
+def normalize_message(i: int, msg: Json, media: Media | None = None) -> JsonObject:
     """One chat message, validated; media parts need ``media`` (a model with a projector: their files
     are appended to it and the content carries markers), else they are refused (:class:`MediaInput`)."""
     if not isinstance(msg, dict):
@@ -164,17 +182,18 @@ def normalize_message(i: int, msg: Any, media: Media | None = None) -> dict[str,
         texts = []
         for part in content:
             if isinstance(part, dict) and part.get("type") in MEDIA_PARTS:
-                raise MediaInput(MEDIA_PARTS[part["type"]])
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise MediaInput(MEDIA_PARTS[str(part["type"])])
+            piece = part.get("text") if isinstance(part, dict) else None
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(piece, str):
                 raise ApiError(400, f"messages[{i}].content: only text parts are supported")
-            texts.append(part["text"])
+            texts.append(piece)
         out["content"] = "".join(texts)
     elif content is not None and not isinstance(content, str):
         raise ApiError(400, f"messages[{i}].content must be a string, a list of parts or null")
     return out
 
 
-def chat_request(body: dict[str, Any], model_name: str, *, media: bool = False) -> tuple[dict[str, Any], bool]:
+def chat_request(body: JsonObject, model_name: str, *, media: bool = False) -> tuple[LlamaKwargs, bool]:
     """kwargs for ``Llama.create_chat_completion`` and the stream flag; ``media``: the model takes
     media parts (its files go to ``kwargs["media"]``)."""
     messages = body.get("messages")
@@ -196,7 +215,8 @@ def chat_request(body: dict[str, Any], model_name: str, *, media: bool = False) 
         if body.get(key) is not None:
             kwargs[key] = body[key]
     if body.get("functions") is not None and "tools" not in kwargs:  # OpenAI's older names for the same
-        kwargs["tools"] = [{"type": "function", "function": f} for f in body["functions"]]
+        functions = cast("list[Json]", body["functions"])  # iterated as given, as it always was
+        kwargs["tools"] = [{"type": "function", "function": f} for f in functions]
         if isinstance(body.get("function_call"), (str, dict)):
             fc = body["function_call"]
             kwargs["tool_choice"] = fc if isinstance(fc, str) else {"type": "function", "function": fc}
@@ -220,7 +240,7 @@ def chat_request(body: dict[str, Any], model_name: str, *, media: bool = False) 
     return kwargs, stream
 
 
-def _response_format(fmt: Any) -> dict[str, Any]:
+def _response_format(fmt: Json) -> JsonObject:
     """OpenAI's ``json_schema`` form folded into llama-cpp-python's ``json_object`` + ``schema``."""
     if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
         raise ApiError(400, "'response_format.type' must be 'text', 'json_object' or 'json_schema'")
@@ -232,7 +252,7 @@ def _response_format(fmt: Any) -> dict[str, Any]:
     return {"type": "json_object", "schema": spec.get("schema", {})}
 
 
-def _grammar(body: dict[str, Any]) -> Any:
+def _grammar(body: JsonObject) -> LlamaGrammar | None:
     """llama-server's ``grammar`` (GBNF) or ``json_schema`` on completions, as a ``LlamaGrammar``."""
     from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf  # light: no numpy
 
@@ -251,7 +271,7 @@ def _grammar(body: dict[str, Any]) -> Any:
         raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
 
 
-def _prompt(prompt: Any, media: Media | None = None) -> str | list[int | str]:
+def _prompt(prompt: Json, media: Media | None = None) -> str | list[int | str]:
     """One completion prompt in llama-server's forms: a string, token ids, strings mixed with
     ids, or ``{"prompt_string": ..., "multimodal_data": [base64, ...]}`` (the files go to ``media``
     for a model with a projector; the string holds one ``/props`` ``media_marker`` per file)."""
@@ -262,31 +282,29 @@ def _prompt(prompt: Any, media: Media | None = None) -> str | list[int | str]:
         if files and media is None:
             raise ApiError(400, "Multimodal data provided, but model does not support multimodal requests.")
         if files and media is not None:
-            if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            if not is_strings(files):
                 raise ApiError(400, "'multimodal_data' must be a list of base64 strings")
             media.extend(("media", lenient_b64decode(f)) for f in files)
         prompt = prompt.get("prompt_string")
     if isinstance(prompt, str):
         return prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(t, str) or _is_token(t) for t in prompt):
-        if any(isinstance(t, str) for t in prompt) and not any(_is_token(t) for t in prompt):
-            raise ApiError(400, "only one prompt per request is supported (send one request per prompt)")
-        return prompt
+    if isinstance(prompt, list) and prompt:
+        parts = [t for t in prompt if isinstance(t, str) or is_token(t)]
+        if len(parts) == len(prompt):  # every one a string or a token id
+            if any(isinstance(t, str) for t in parts) and not any(is_token(t) for t in parts):
+                raise ApiError(400, "only one prompt per request is supported (send one request per prompt)")
+            return parts
     raise ApiError(400, "'prompt' is required: a string, token ids, strings mixed with token ids, or an object")
 
 
-def _is_token(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def completion_request(body: dict[str, Any], model_name: str, *, media: bool = False) -> tuple[dict[str, Any], bool]:
+def completion_request(body: JsonObject, model_name: str, *, media: bool = False) -> tuple[LlamaKwargs, bool]:
     """kwargs for ``Llama.create_completion`` and the stream flag (``media``: as :func:`chat_request`)."""
     files: Media | None = [] if media else None
     prompt = _prompt(body.get("prompt"), files)
     if files:
         if not isinstance(prompt, str):
             raise ApiError(400, "'multimodal_data' needs a 'prompt_string'")
-        body = {**body, "media_files": files}
+        body = {**body, "media_files": cast("Json", files)}  # (kind, bytes) pairs, for the front only
     kwargs = _sampling_kwargs(body)
     kwargs["prompt"] = prompt
     if body.get("suffix") is not None:
@@ -308,12 +326,12 @@ def completion_request(body: dict[str, Any], model_name: str, *, media: bool = F
     return kwargs, stream
 
 
-def request_options(body: dict[str, Any]) -> dict[str, Any]:
+def request_options(body: JsonObject) -> RequestOptions:
     """Options outside ``Llama``'s signature: ``cache_prompt`` (llama-server's, default true),
     ``ignore_eos`` (llama-server's: end-of-generation tokens are never sampled), ``id_slot``,
     ``lora``, ``n_cmpl``, ``n_keep``, ``n_cache_reuse`` (llama-server's) and ``stream_options.include_usage``
     (OpenAI's)."""
-    opts: dict[str, Any] = {}
+    opts: RequestOptions = {}
     for key in ("cache_prompt", "ignore_eos"):
         value = body.get(key)
         if value is not None:
@@ -328,12 +346,12 @@ def request_options(body: dict[str, Any]) -> dict[str, Any]:
             opts["lora"] = lora
     n_cmpl = body.get("n_cmpl", body.get("n"))  # llama-server: "n" is n_cmpl's OpenAI alias
     if n_cmpl is not None:
-        if not _is_token(n_cmpl) or n_cmpl < 1:
+        if not is_token(n_cmpl) or n_cmpl < 1:
             raise ApiError(400, "'n_cmpl' (or 'n') must be an integer >= 1")
         opts["n_cmpl"] = n_cmpl
     n_cache_reuse = body.get("n_cache_reuse")
     if n_cache_reuse is not None:  # llama-server: 0 (off) to INT32_MAX
-        if not _is_token(n_cache_reuse) or n_cache_reuse < 0:
+        if not is_token(n_cache_reuse) or n_cache_reuse < 0:
             raise ApiError(400, "'n_cache_reuse' must be an integer >= 0")
         opts["n_cache_reuse"] = n_cache_reuse
     id_slot = body.get("id_slot")
@@ -343,7 +361,7 @@ def request_options(body: dict[str, Any]) -> dict[str, Any]:
         opts["id_slot"] = max(id_slot, -1)
     n_keep = body.get("n_keep")
     if n_keep is not None:
-        if not _is_token(n_keep) or n_keep < -1:
+        if not is_token(n_keep) or n_keep < -1:
             raise ApiError(400, "'n_keep' must be an integer >= -1")
         opts["n_keep"] = n_keep
     stream_options = body.get("stream_options")
@@ -354,12 +372,12 @@ def request_options(body: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-def embedding_request(body: dict[str, Any]) -> tuple[list[str], str]:
+def embedding_request(body: JsonObject) -> tuple[list[str], str]:
     """The inputs (always a list) and the encoding format (``float``/``base64``)."""
     inp = body.get("input")
     if isinstance(inp, str):
         inp = [inp]
-    if not isinstance(inp, list) or not inp or not all(isinstance(s, str) for s in inp):
+    if not is_strings(inp) or not inp:
         raise ApiError(400, "'input' is required: a string or a non-empty list of strings")
     fmt = body.get("encoding_format") or "float"
     if fmt not in ("float", "base64"):

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject
 from workers.inference.http._record import CachedTokens
 from workers.inference.http.chat import ChatMessage, ChatRun, Delta
 from workers.inference.http.dialects._sse import SseEvent
@@ -87,7 +88,7 @@ def _item(item: Any, messages: list[dict[str, Any]]) -> None:
         raise ApiError(400, "Cannot determine type of 'item'")
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+def to_chat(body: JsonObject) -> dict[str, Any]:
     """A Responses request as an OpenAI chat request (see the module docstring)."""
     if "input" not in body:
         raise ApiError(400, "'input' is required")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.inference.engine import sampler_order
+from workers.inference.http._json import Json, JsonObject, is_number
 
 # every way a request can say how many tokens to generate
 _LENGTH_FIELDS = ("max_tokens", "max_completion_tokens", "n_predict", "max_output_tokens")
@@ -40,7 +41,7 @@ def load(text: str | None) -> dict[str, Any]:
     return defaults
 
 
-def with_defaults(body: dict[str, Any], defaults: Mapping[str, Any], route: str) -> dict[str, Any]:
+def with_defaults(body: JsonObject, defaults: Mapping[str, Json], route: str) -> dict[str, Any]:
     """``body`` with each default the request does not set; ``n_predict`` becomes the route's own
     length field (``n_predict`` on ``/completion``, ``max_output_tokens`` on ``/responses``,
     ``max_tokens`` elsewhere) when the request names no length."""
@@ -62,12 +63,14 @@ def with_defaults(body: dict[str, Any], defaults: Mapping[str, Any], route: str)
     if n_predict is not None and not any(out.get(k) is not None for k in _LENGTH_FIELDS):
         if route in ("/completion", "/infill"):
             out["n_predict"] = n_predict
-        elif n_predict >= 0 and route != "/messages":  # Anthropic's max_tokens is the client's to give
+        elif (
+            is_number(n_predict) and n_predict >= 0 and route != "/messages"
+        ):  # Anthropic's max_tokens is the client's to give
             out["max_output_tokens" if route == "/responses" else "max_tokens"] = n_predict
     return out
 
 
-def shown(defaults: Mapping[str, Any]) -> dict[str, Any]:
+def shown(defaults: Mapping[str, Json]) -> dict[str, Any]:
     """The defaults as ``/props``' ``default_generation_settings.params`` names them."""
     out = {k: v for k, v in defaults.items() if k not in ("json_schema", "logit_bias")}
     if isinstance(out.get("samplers"), str):  # --sampler-seq letters, shown as names as llama-server does

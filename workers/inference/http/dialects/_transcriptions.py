@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any, TypedDict
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject
 from workers.inference.http._record import CachedTokens
 from workers.inference.http.chat import ChatRun
 from workers.inference.http.dialects._requests import parse_json_object
@@ -72,8 +73,8 @@ def transcription_chat(fields: dict[str, str], files: dict[str, bytes]) -> dict[
     prompt = fields.get("prompt") or ASR_PROMPT
     if fields.get("language"):
         prompt += f" (language: {fields['language']})"
-    audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(files["file"]).decode()}}
-    body: dict[str, Any] = {
+    audio: JsonObject = {"type": "input_audio", "input_audio": {"data": base64.b64encode(files["file"]).decode()}}
+    body: JsonObject = {
         "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}, audio]}],
         "stream": fields.get("stream", "false") == "true",
     }

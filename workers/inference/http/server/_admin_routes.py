@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject
 
 _NOT_SUPPORTED = "not_supported_error"
 
@@ -27,7 +28,7 @@ def valid_filename(name: str) -> bool:
     return 0 < len(name.encode()) <= 255 and name not in (".", "..") and not bad and name.strip() == name
 
 
-def slot_action(engine: Any, save_dir: str | None, path: str, route: str, body: dict[str, Any]) -> Any:
+def slot_action(engine: Any, save_dir: str | None, path: str, route: str, body: JsonObject) -> Any:
     """``POST /slots/{id}?action=…`` on ``engine`` (the batch engine: the caller checked)."""
     from workers.inference.engine import SlotAction
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from workers.inference._lifecycle import WorkerState
 from workers.inference.engine import EngineError, Job
 from workers.inference.http._errors import ApiError, answer_for
+from workers.inference.http._json import JsonObject
 from workers.inference.http.chat import MediaInput
 from workers.inference.http.dialects import (
     apply_template,
@@ -273,7 +274,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = parse_json_object(raw or b"{}")
         return slot_action(engine, self.app.front_options.slot_save_path, self.path, route, body)
 
-    def _answer(self, path: str, body: dict[str, Any]) -> Any:
+    def _answer(self, path: str, body: JsonObject) -> Any:
         """A POST route's JSON answer, not written: each of ``/predict``'s instances."""
         route = path[3:] if path.startswith("/v1/") else path
         if route in _LLAMA_ROUTES:
@@ -285,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.app.engine.submit(job)
         return list(job.results())[-1]
 
-    def _embedding_route(self, route: str, body: dict[str, Any], oai: bool | None = None) -> Any:
+    def _embedding_route(self, route: str, body: JsonObject, oai: bool | None = None) -> Any:
         """Embeddings and rerank on the batch engine; llama-server: only ``/v1/embeddings`` is OpenAI's."""
         oai = self.path.split("?", 1)[0].startswith("/v1/") if oai is None else oai
         return embedding_answer(self._front(route), route, body, oai=oai, gone=self._client_gone)

@@ -7,6 +7,7 @@ from typing import Any
 
 from workers.inference.engine import Job
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject
 from workers.inference.http.chat import MediaInput
 from workers.inference.http.dialects import (
     NO_AUDIO,
@@ -28,7 +29,7 @@ _NOT_SUPPORTED = "not_supported_error"
 COMPAT_KINDS = {"/messages": "messages", "/responses": "responses"}  # Anthropic's and OpenAI's, over chats
 
 
-def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: dict[str, Any]) -> Job:
+def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: JsonObject) -> Job:
     """The engine job of a completion, chat, infill or embedding request (``front(route)``: 501/503 checks)."""
     name = app.model_name
     media = takes_media(app)
@@ -37,15 +38,18 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: d
         front(route)
         kwargs, stream = compat_request(COMPAT_KINDS[route], body, name, media=media, defaults=defaults)
         return Job(
-            COMPAT_KINDS[route], kwargs, stream=stream, options=request_options(with_defaults(body, defaults, route))
+            COMPAT_KINDS[route],
+            kwargs,
+            stream=stream,
+            options=dict(request_options(with_defaults(body, defaults, route))),
         )
     body = with_defaults(body, defaults, route)
     if route == "/chat/completions":
         kwargs, stream = chat_request(body, name, media=media)
-        return Job("chat", kwargs, stream=stream, options=request_options(body))
+        return Job("chat", kwargs, stream=stream, options=dict(request_options(body)))
     if route == "/completions":
         kwargs, stream = completion_request(body, name, media=media)
-        return Job("completion", kwargs, stream=stream, options=request_options(body))
+        return Job("completion", kwargs, stream=stream, options=dict(request_options(body)))
     if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
         body = {**body, "prompt": infill_tokens(front(route), body, spm=app.front_options.spm_infill)}
         route = "/completion"
@@ -77,7 +81,7 @@ def transcription_job(app: InferenceApp, front: Callable[[str], Any], content_ty
         raise ApiError(501, NO_AUDIO, _NOT_SUPPORTED)
     body = transcription_chat(*parse_form(content_type, raw))
     kwargs, stream = chat_request(body, app.model_name, media=True)
-    return Job("transcription", kwargs, stream=stream, options=request_options(body))
+    return Job("transcription", kwargs, stream=stream, options=dict(request_options(body)))
 
 
 def takes_media(app: InferenceApp) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject
 
 TTL_S = 300.0
 MAX_BYTES = 4 * 1024 * 1024
@@ -129,7 +130,7 @@ class Sessions:
         if session is not None:
             self.evict(session, cancel=True)
 
-    def lookup(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+    def lookup(self, body: JsonObject) -> list[dict[str, Any]]:
         ids = body.get("conversation_ids")
         wanted = [i for i in ids if isinstance(i, str) and i] if isinstance(ids, list) else []
         with self._lock:
