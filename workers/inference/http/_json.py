@@ -8,7 +8,7 @@ becomes: the keyword arguments of ``llama_cpp.Llama``'s completion calls.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias, TypeGuard
 
 # Sequence and Mapping (read-only, so a list of objects is a list of JSON values); isinstance narrows
@@ -40,3 +40,14 @@ def is_strings(v: Json) -> TypeGuard[list[str]]:
 def is_token_ids(v: Json) -> TypeGuard[list[int]]:
     """A JSON array of integers."""
     return isinstance(v, list) and all(is_token(t) for t in v)
+
+
+def items(v: Json) -> Iterable[Json]:
+    """``v`` iterated as Python iterates it: an array's items, an object's keys, a string's characters;
+    any other value raises Python's own ``TypeError`` (what the converters that iterate an unchecked
+    field have always let through)."""
+    if isinstance(v, (str, Sequence)):
+        return v
+    if isinstance(v, Mapping):
+        return iter(v)
+    raise TypeError(f"'{type(v).__name__}' object is not iterable")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from workers.inference.http._json import JsonObject
+
 Timings = dict[str, float]  # the engine's (``SlotTimings.to_json``): token counts and milliseconds
 
 
@@ -54,7 +56,7 @@ class RequestRecord(TypedDict, total=False):
     submitted; ``probs`` as tokens come (``/completion``'s ``n_probs``); ``timings``, ``usage`` and
     ``final`` once finished."""
 
-    params: dict[str, object]  # llama-server's generation_settings, written as they are (never read back)
+    params: JsonObject  # llama-server's generation_settings, written as they are (never read back)
     prompt: str
     n_prompt: int
     probs: list[TokenProbs]

@@ -18,6 +18,7 @@ from workers.inference.http.dialects._control import control, reasoning_control
 from workers.inference.http.dialects._embeddings import answer as embedding_answer
 from workers.inference.http.dialects._embeddings import tokenize_mixed
 from workers.inference.http.dialects._infill import infill_tokens
+from workers.inference.http.dialects._llama_sampling import LlamaSampling
 from workers.inference.http.dialects._llama_server import (
     apply_template,
     detokenize,
@@ -47,6 +48,7 @@ from workers.inference.http.dialects._transcriptions import NO_AUDIO, parse_form
 __all__ = [
     "NO_AUDIO",
     "CompletionShaper",
+    "LlamaSampling",
     "OpenAIChat",
     "SseEvent",
     "apply_template",

@@ -30,7 +30,7 @@ from workers.inference.http.dialects._sse import SseEvent
 _PASSED = ("temperature", "top_p", "top_k", "stream", "chat_template_kwargs")
 
 
-def _image_part(source: Any) -> dict[str, Any] | None:
+def _image_part(source: Any) -> JsonObject | None:
     if not isinstance(source, dict):
         return None
     if source.get("type") == "base64":
@@ -41,7 +41,7 @@ def _image_part(source: Any) -> dict[str, Any] | None:
     return None
 
 
-def _tool_result(block: dict[str, Any]) -> dict[str, Any]:
+def _tool_result(block: JsonObject) -> JsonObject:
     content = block.get("content")
     if isinstance(content, list):
         blocks = [c for c in content if isinstance(c, dict)]
@@ -55,14 +55,14 @@ def _tool_result(block: dict[str, Any]) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": content}
 
 
-def _message(msg: dict[str, Any]) -> list[dict[str, Any]]:
+def _message(msg: JsonObject) -> list[JsonObject]:
     """One Anthropic message -> OpenAI messages (its tool results become tool messages after it)."""
     content = msg.get("content")
     if not isinstance(content, list):
         return [msg]
-    parts: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
+    parts: list[JsonObject] = []
+    calls: list[JsonObject] = []
+    results: list[JsonObject] = []
     reasoning = ""
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None
@@ -80,9 +80,9 @@ def _message(msg: dict[str, Any]) -> list[dict[str, Any]]:
             results.append(_tool_result(block))
         else:
             raise ApiError(400, f"unsupported content block type {kind!r}")
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     if parts or calls or reasoning:
-        new: dict[str, Any] = {"role": msg.get("role"), "content": parts or ""}
+        new: JsonObject = {"role": msg.get("role"), "content": parts or ""}
         if calls:
             new["tool_calls"] = calls
         if reasoning:
@@ -99,12 +99,12 @@ def _system(system: Any) -> str:
     raise ApiError(400, "'system' must be a string or a list of text blocks")
 
 
-def to_chat(body: JsonObject) -> dict[str, Any]:
+def to_chat(body: JsonObject) -> JsonObject:
     """An Anthropic request as an OpenAI chat request (see the module docstring)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise ApiError(400, "'messages' is required and must be a list")
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     if body.get("system") is not None:
         out.append({"role": "system", "content": _system(body["system"])})
     for i, msg in enumerate(messages):
@@ -113,7 +113,7 @@ def to_chat(body: JsonObject) -> dict[str, Any]:
         if "content" not in msg and msg.get("role") == "assistant":
             continue
         out += _message(msg)
-    chat: dict[str, Any] = {"messages": out, "max_tokens": body.get("max_tokens", 4096)}
+    chat: JsonObject = {"messages": out, "max_tokens": body.get("max_tokens", 4096)}
     tools = body.get("tools")
     if isinstance(tools, list):
         fns = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from workers.inference.http._json import Json, JsonObject
+from workers.inference.http._json import Json, JsonObject, LlamaKwargs
 from workers.inference.http._record import RequestRecord
 from workers.inference.http.chat import CHAT_DEFAULTS, ChatRun, media_prompt
 from workers.inference.http.dialects._anthropic import AnthropicMessage
@@ -25,11 +25,11 @@ from workers.inference.http.dialects._server_defaults import with_defaults
 from workers.inference.http.dialects._transcriptions import Transcription
 
 
-def _same(body: JsonObject) -> dict[str, Any]:
+def _same(body: JsonObject) -> JsonObject:
     return body
 
 
-_CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+_CONVERT: dict[str, Callable[[JsonObject], JsonObject]] = {
     "messages": anthropic_to_chat,
     "responses": responses_to_chat,
     "chat": _same,
@@ -38,14 +38,14 @@ _CONVERT: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 def compat_request(
     kind: str, body: JsonObject, model_name: str, *, media: bool = False, defaults: Mapping[str, Json] = {}
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[LlamaKwargs, bool]:
     """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body (``media``: as
     :func:`~workers.inference.http.dialects._requests.chat_request`; ``defaults``: the server's sampling defaults,
     merged under the converted chat, whose own length field then counts)."""
     return chat_request(with_defaults(_CONVERT[kind](body), defaults, "/chat/completions"), model_name, media=media)
 
 
-def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, result: RequestRecord) -> Any:
+def run_compat(front: Any, kind: str, kwargs: LlamaKwargs, stream: bool, result: RequestRecord) -> Any:
     """Run a converted request as a chat; the answer in ``kind``'s shape (events when streaming)."""
     kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
     run = ChatRun(front, front.plan_chat({**CHAT_DEFAULTS, **kwargs}), result)
@@ -65,7 +65,7 @@ def run_compat(front: Any, kind: str, kwargs: dict[str, Any], stream: bool, resu
 def count_tokens(kind: str) -> Any:
     """The handler of ``kind``'s token count: ``{"input_tokens": N}`` (plus ``object`` for OpenAI's)."""
 
-    def handle(front: Any, body: JsonObject) -> dict[str, Any]:
+    def handle(front: Any, body: JsonObject) -> JsonObject:
         kwargs, _ = compat_request(kind, body, front.model_name, media=front.llm.projector is not None)
         plan = front.plan_chat(kwargs)
         rendered = plan.rendered

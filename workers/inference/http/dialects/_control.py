@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 ACTIONS = ("reasoning_end",)
 
 
-def control(engine: Any, body: JsonObject) -> dict[str, Any]:
+def control(engine: Any, body: JsonObject) -> JsonObject:
     """The control's answer (``engine``: the batch engine, the caller checked; the legacy one has no slots)."""
     cmpl_id = body.get("id")
     if not isinstance(cmpl_id, str) or not cmpl_id:

@@ -128,7 +128,7 @@ def embeddings(front: Any, body: JsonObject, *, oai: bool, gone: Any) -> Any:
         return [{"index": i, "embedding": vectors} for i, (vectors, _n) in enumerate(results)]
     data = []
     for i, (vectors, _n) in enumerate(results):
-        item: dict[str, Any] = {"embedding": vectors[0], "index": i, "object": "embedding"}
+        item: JsonObject = {"embedding": vectors[0], "index": i, "object": "embedding"}
         if fmt == "base64":
             import numpy as np  # already loaded by the engine's embedding step
 
@@ -182,13 +182,13 @@ def rerank(front: Any, body: JsonObject, *, gone: Any) -> Any:
     results = _run(front, [rerank_tokens(front, query, d) for d in docs], -1, gone)
     label = "score" if tei else "relevance_score"
     with_text = tei and bool(body.get("return_text", False))
-    ranked = []
-    for i, (vectors, _n) in enumerate(results):
-        elem: dict[str, Any] = {"index": i, label: vectors[0][0]}
+    scores = [vectors[0][0] for vectors, _n in results]
+    ranked: list[JsonObject] = []
+    for i in sorted(range(len(scores)), key=lambda i: -scores[i]):  # best first (stable: ties keep their order)
+        elem: JsonObject = {"index": i, label: scores[i]}
         if with_text:
             elem["text"] = docs[i]
         ranked.append(elem)
-    ranked.sort(key=lambda e: -e[label])
     ranked = ranked[: max(top_n, 0)]
     if tei:
         return ranked

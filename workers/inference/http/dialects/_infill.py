@@ -21,7 +21,7 @@ def _text(front: Any, text: str) -> list[int]:
     return list(front.llm.tokenize_whole(text.encode("utf-8"), add_special=False, parse_special=False))
 
 
-def _checked(body: JsonObject) -> list[dict[str, Any]]:
+def _checked(body: JsonObject) -> list[JsonObject]:
     if "prompt" in body and not isinstance(body["prompt"], str):
         raise ApiError(400, '"prompt" must be a string')
     for key in ("input_prefix", "input_suffix"):
@@ -38,7 +38,7 @@ def _checked(body: JsonObject) -> list[dict[str, Any]]:
     return extra
 
 
-def _extra_tokens(front: Any, extra: list[dict[str, Any]]) -> list[int]:
+def _extra_tokens(front: Any, extra: list[JsonObject]) -> list[int]:
     llm, lc = front.llm, front.llm.lc
     rep, sep = int(lc.llama_vocab_fim_rep(llm.vocab)), int(lc.llama_vocab_fim_sep(llm.vocab))
     out: list[int] = []
@@ -46,10 +46,10 @@ def _extra_tokens(front: Any, extra: list[dict[str, Any]]) -> list[int]:
         out += [rep, *_text(front, "myproject\n")]
     for chunk in extra:
         if sep >= 0:
-            out += [sep, *_text(front, chunk.get("filename", "tmp") + "\n")]
+            out += [sep, *_text(front, str(chunk.get("filename", "tmp")) + "\n")]  # a string (checked)
         else:
             out += _text(front, "\n\n--- snippet ---\n\n")
-        out += _text(front, chunk["text"])
+        out += _text(front, str(chunk["text"]))  # a string (checked)
     if sep >= 0:
         out += [sep, *_text(front, "filename\n")]
     return out

@@ -3,15 +3,47 @@ chat's own ``grammar``/``json_schema`` (pure validation, as :mod:`._requests`)."
 
 from __future__ import annotations
 
+from typing import Literal, TypedDict
+
 from workers.inference.engine import sampler_order
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import JsonObject, is_number
 
-# SamplingParams' own fields (floats, ints, the DRY breakers, the sampler order), by name
-LlamaSampling = dict[str, float | int | tuple[str, ...]]
+FloatField = Literal[
+    "dry_multiplier",
+    "dry_base",
+    "xtc_probability",
+    "xtc_threshold",
+    "top_n_sigma",
+    "dynatemp_range",
+    "dynatemp_exponent",
+    "adaptive_target",
+    "adaptive_decay",
+]
+IntField = Literal["dry_allowed_length", "dry_penalty_last_n", "penalty_last_n"]
+
+
+class LlamaSampling(TypedDict, total=False):
+    """SamplingParams' own fields that a request set (``SamplingParams(**these)``)."""
+
+    dry_multiplier: float
+    dry_base: float
+    xtc_probability: float
+    xtc_threshold: float
+    top_n_sigma: float
+    dynatemp_range: float
+    dynatemp_exponent: float
+    adaptive_target: float
+    adaptive_decay: float
+    dry_allowed_length: int
+    dry_penalty_last_n: int
+    penalty_last_n: int
+    dry_sequence_breakers: tuple[str, ...]
+    samplers: tuple[str, ...]
+
 
 # llama-server's sampling fields beyond llama-cpp-python's keywords -> SamplingParams fields
-_LLAMA_FLOATS = {
+_LLAMA_FLOATS: dict[str, FloatField] = {
     "dry_multiplier": "dry_multiplier",
     "dry_base": "dry_base",
     "xtc_probability": "xtc_probability",
@@ -22,7 +54,7 @@ _LLAMA_FLOATS = {
     "adaptive_target": "adaptive_target",
     "adaptive_decay": "adaptive_decay",
 }
-_LLAMA_INTS = {
+_LLAMA_INTS: dict[str, IntField] = {
     "dry_allowed_length": "dry_allowed_length",
     "dry_penalty_last_n": "dry_penalty_last_n",
     "repeat_last_n": "penalty_last_n",
@@ -39,12 +71,12 @@ def llama_sampling(body: JsonObject) -> LlamaSampling:
             if not is_number(value):
                 raise ApiError(400, f"'{key}' must be a number")
             out[field] = float(value)
-    for key, field in _LLAMA_INTS.items():
+    for key, int_field in _LLAMA_INTS.items():
         value = body.get(key)
         if value is not None:
             if not isinstance(value, int) or isinstance(value, bool) or value < -1:
                 raise ApiError(400, f"'{key}' must be an integer >= -1")
-            out[field] = value
+            out[int_field] = value
     breakers = body.get("dry_sequence_breakers")
     if breakers is not None:
         if not isinstance(breakers, list) or not breakers or not all(isinstance(b, str) for b in breakers):

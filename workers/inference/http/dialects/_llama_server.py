@@ -77,7 +77,7 @@ def _piece(llm: Any, token: int) -> bytes:
     return buf.raw[: max(n, 0)]
 
 
-def tokenize(front: Any, body: JsonObject) -> dict[str, Any]:
+def tokenize(front: Any, body: JsonObject) -> JsonObject:
     """``POST /tokenize``."""
     llm = front.llm
     add_special = _flag(body, "add_special", False)
@@ -99,7 +99,7 @@ def tokenize(front: Any, body: JsonObject) -> dict[str, Any]:
     _check_ids(tokens, llm.n_vocab)
     if not with_pieces:
         return {"tokens": tokens}
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for t in tokens:
         raw = _piece(llm, t)
         try:
@@ -110,7 +110,7 @@ def tokenize(front: Any, body: JsonObject) -> dict[str, Any]:
     return {"tokens": out}
 
 
-def detokenize(front: Any, body: JsonObject) -> dict[str, Any]:
+def detokenize(front: Any, body: JsonObject) -> JsonObject:
     """``POST /detokenize``."""
     tokens = body.get("tokens")
     if tokens is None:
@@ -124,20 +124,20 @@ def detokenize(front: Any, body: JsonObject) -> dict[str, Any]:
 _TEMPLATE_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt")
 
 
-def apply_template(front: Any, body: JsonObject) -> dict[str, Any]:
+def apply_template(front: Any, body: JsonObject) -> JsonObject:
     """``POST /apply-template``: the prompt a chat request with this body evaluates, without inference
     (the same :func:`~workers.inference.http.chat._session.chat_prompt`, tools and kwargs included)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     media: list[tuple[str, bytes]] | None = [] if getattr(front.llm, "projector", None) is not None else None
-    kwargs: dict[str, Any] = {"messages": [normalize_message(i, m, media) for i, m in enumerate(messages)]}
+    kwargs: JsonObject = {"messages": [normalize_message(i, m, media) for i, m in enumerate(messages)]}
     kwargs.update({key: body[key] for key in _TEMPLATE_KEYS if body.get(key) is not None})
     return {"prompt": front.plan_chat(kwargs).rendered.prompt}
 
 
 def generation_settings(
-    params: dict[str, Any],
+    params: JsonObject,
     *,
     n_predict: int = -1,
     stream: bool = False,
@@ -147,7 +147,7 @@ def generation_settings(
     reasoning_format: str = "none",
     lora: Sequence[tuple[int, float]] = (),
     whole: bool = True,
-) -> dict[str, Any]:
+) -> JsonObject:
     """``params`` (the sampler's, :meth:`SamplingParams.to_json`) with the rest of llama-server's
     ``task_params::to_json``: a request's ``generation_settings``, or with ``whole`` false the
     shorter form ``/props`` shows. Keys for what this worker does not have (speculative decoding,
@@ -185,7 +185,7 @@ def _modalities(llm: Any) -> dict[str, bool]:
     return {"vision": projector.vision, "video": projector.video, "audio": projector.audio}
 
 
-def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> dict[str, Any]:
+def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> JsonObject:
     """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies (the
     endpoint switches and the server's sampling defaults from ``opts``)."""
     llm = front.llm
@@ -217,7 +217,7 @@ def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> 
     }
 
 
-def model_info(llm: Any) -> dict[str, Any]:
+def model_info(llm: Any) -> JsonObject:
     """llama-server's ``meta`` of a ``/v1/models`` entry (``get_res_model_info``); empty for a model
     that is not one of ours (the legacy engine's ``llama_cpp.Llama``)."""
     lc, model = getattr(llm, "lc", None), getattr(llm, "model", None)
@@ -244,7 +244,7 @@ def _ftype(llm: Any) -> str:
 # -- /completion (llama-server's native shape) ---------------------------------------
 
 
-def native_completion_body(body: JsonObject) -> dict[str, Any]:
+def native_completion_body(body: JsonObject) -> JsonObject:
     """llama-server's ``/completion`` request as an OpenAI completion request:
     ``n_predict`` (default -1: until the context is full) is ``max_tokens``, ``n_probs`` is ``logprobs``."""
     out = dict(body)
@@ -274,7 +274,7 @@ class NativeCompletion(TypedDict):
     model: NotRequired[str]
     tokens_predicted: int
     tokens_evaluated: int
-    generation_settings: NotRequired[dict[str, object]]
+    generation_settings: NotRequired[JsonObject]
     prompt: NotRequired[str]
     has_new_line: NotRequired[bool]
     truncated: NotRequired[bool]

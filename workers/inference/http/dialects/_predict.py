@@ -60,7 +60,7 @@ def _path_of(fmt: str) -> str:
     return path
 
 
-def predict(body: JsonObject, answer: Callable[[str, dict[str, Any]], Any]) -> dict[str, Any]:
+def predict(body: JsonObject, answer: Callable[[str, JsonObject], Any]) -> JsonObject:
     """Every instance through ``answer(path, body)``, concurrently; llama-server's ``predictions``."""
     instances = body.get("instances")
     if not isinstance(instances, list):

@@ -24,62 +24,64 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from workers.inference.http._errors import ApiError
-from workers.inference.http._json import JsonObject
+from workers.inference.http._json import Json, JsonObject, items
 from workers.inference.http._record import CachedTokens
 from workers.inference.http.chat import ChatMessage, ChatRun, Delta
 from workers.inference.http.dialects._sse import SseEvent
 
 
-def _input_parts(item: dict[str, Any]) -> list[dict[str, Any]]:
-    parts = []
-    for part in item.get("content") or []:
-        kind = part.get("type") if isinstance(part, dict) else None
+def _input_parts(item: JsonObject) -> list[JsonObject]:
+    parts: list[JsonObject] = []
+    for part in items(item.get("content") or []):
+        fields = part if isinstance(part, dict) else {}
+        kind, text = fields.get("type"), fields.get("text")
         if kind in ("input_text", "output_text"):
-            if not isinstance(part.get("text"), str):
+            if not isinstance(text, str):
                 raise ApiError(400, f"'{kind}' requires 'text'")
-            parts.append({"type": "text", "text": part["text"]})
+            parts.append({"type": "text", "text": text})
         elif kind == "input_image":
-            if "image_url" not in part:
+            if "image_url" not in fields:
                 raise ApiError(400, "'image_url' is required")
-            parts.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
+            parts.append({"type": "image_url", "image_url": {"url": fields["image_url"]}})
         elif kind == "refusal":
-            parts.append({"type": "text", "text": str(part.get("refusal", ""))})
+            parts.append({"type": "text", "text": str(fields.get("refusal", ""))})
         else:
             raise ApiError(400, "'type' must be one of 'input_text', 'input_image' or 'output_text'")
     return parts
 
 
-def _item(item: Any, messages: list[dict[str, Any]]) -> None:
+def _item(item: Json, messages: list[JsonObject]) -> None:
     """Append one input item to ``messages`` (an assistant's items merge into one message)."""
     if not isinstance(item, dict):
         raise ApiError(400, "'input' items must be objects")
-    if isinstance(item.get("content"), str):
-        item = {**item, "content": [{"type": "input_text", "text": item["content"]}]}
+    content = item.get("content")
+    if isinstance(content, str):
+        item = {**item, "content": [{"type": "input_text", "text": content}]}
     prev = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
     role, kind = item.get("role"), item.get("type", "message")
     if role in ("user", "system", "developer") and kind == "message":
         messages.append({"role": role, "content": _input_parts(item)})
     elif role == "assistant" and kind == "message":
         if prev is not None:
-            prev["content"] = [*(prev.get("content") or []), *_input_parts(item)]
+            prev["content"] = [*items(prev.get("content") or []), *_input_parts(item)]
         else:
             messages.append({"role": "assistant", "content": _input_parts(item)})
     elif kind == "function_call":
         fn = {"name": str(item.get("name", "")), "arguments": str(item.get("arguments", ""))}
-        call = {"id": str(item.get("call_id", "")), "type": "function", "function": fn}
+        call: JsonObject = {"id": str(item.get("call_id", "")), "type": "function", "function": fn}
         if prev is not None:
-            prev["tool_calls"] = [*(prev.get("tool_calls") or []), call]
+            prev["tool_calls"] = [*items(prev.get("tool_calls") or []), call]
         else:
             messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
     elif kind == "function_call_output":
         output = item.get("output")
-        content = output if isinstance(output, str) else _input_parts({"content": output})
-        messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")), "content": content})
+        answer = output if isinstance(output, str) else _input_parts({"content": output})
+        messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")), "content": answer})
     elif kind == "reasoning":
-        text = "".join(str(c.get("text", "")) for c in item.get("content") or [] if isinstance(c, dict))
+        text = "".join(str(c.get("text", "")) for c in items(item.get("content") or []) if isinstance(c, dict))
         if prev is not None:
             prev["reasoning_content"] = text
         else:
@@ -88,7 +90,7 @@ def _item(item: Any, messages: list[dict[str, Any]]) -> None:
         raise ApiError(400, "Cannot determine type of 'item'")
 
 
-def to_chat(body: JsonObject) -> dict[str, Any]:
+def to_chat(body: JsonObject) -> JsonObject:
     """A Responses request as an OpenAI chat request (see the module docstring)."""
     if "input" not in body:
         raise ApiError(400, "'input' is required")
@@ -100,7 +102,7 @@ def to_chat(body: JsonObject) -> dict[str, Any]:
         if k
         not in ("input", "instructions", "tools", "max_output_tokens", "reasoning", "store", "previous_response_id")
     }
-    messages: list[dict[str, Any]] = []
+    messages: list[JsonObject] = []
     if body.get("instructions") is not None:
         messages.append({"role": "system", "content": str(body["instructions"])})
     inp = body["input"]

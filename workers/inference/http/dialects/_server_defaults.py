@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from workers.inference.engine import sampler_order
 from workers.inference.http._json import Json, JsonObject, is_number
@@ -23,7 +22,7 @@ from workers.inference.http._json import Json, JsonObject, is_number
 _LENGTH_FIELDS = ("max_tokens", "max_completion_tokens", "n_predict", "max_output_tokens")
 
 
-def load(text: str | None) -> dict[str, Any]:
+def load(text: str | None) -> JsonObject:
     """The defaults object, its ``grammar_file`` and ``json_schema_file`` read (``OSError`` or
     ``ValueError`` naming the file: the worker fails to load, as llama-server fails to start)."""
     if not text:
@@ -41,7 +40,7 @@ def load(text: str | None) -> dict[str, Any]:
     return defaults
 
 
-def with_defaults(body: JsonObject, defaults: Mapping[str, Json], route: str) -> dict[str, Any]:
+def with_defaults(body: JsonObject, defaults: Mapping[str, Json], route: str) -> JsonObject:
     """``body`` with each default the request does not set; ``n_predict`` becomes the route's own
     length field (``n_predict`` on ``/completion``, ``max_output_tokens`` on ``/responses``,
     ``max_tokens`` elsewhere) when the request names no length."""
@@ -70,7 +69,7 @@ def with_defaults(body: JsonObject, defaults: Mapping[str, Json], route: str) ->
     return out
 
 
-def shown(defaults: Mapping[str, Json]) -> dict[str, Any]:
+def shown(defaults: Mapping[str, Json]) -> JsonObject:
     """The defaults as ``/props``' ``default_generation_settings.params`` names them."""
     out = {k: v for k, v in defaults.items() if k not in ("json_schema", "logit_bias")}
     if isinstance(out.get("samplers"), str):  # --sampler-seq letters, shown as names as llama-server does

@@ -18,7 +18,7 @@ import email.parser
 import email.policy
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import JsonObject
@@ -64,7 +64,7 @@ def _number(fields: dict[str, str], key: str, kind: type[int] | type[float]) -> 
         raise ApiError(400, f"'{key}' must be a number") from None
 
 
-def transcription_chat(fields: dict[str, str], files: dict[str, bytes]) -> dict[str, Any]:
+def transcription_chat(fields: dict[str, str], files: dict[str, bytes]) -> JsonObject:
     """The chat request a transcription is (``convert_transcriptions_to_chatcmpl``)."""
     if "file" not in files:
         raise ApiError(400, "No input file found for transcription")

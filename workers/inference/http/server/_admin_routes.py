@@ -65,7 +65,7 @@ def set_lora(engine: Any, front: Any, raw: bytes) -> Any:
     return engine.run_slot_action(SlotAction("lora", -1, scales=tuple(scales)))
 
 
-def post_props(enabled: bool) -> dict[str, Any]:
+def post_props(enabled: bool) -> JsonObject:
     if not enabled:
         msg = "This server does not support changing global properties. Start it with `--props`"
         raise ApiError(501, msg, _NOT_SUPPORTED)

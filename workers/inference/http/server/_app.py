@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.inference._lifecycle import WorkerState
 from workers.inference.engine import Engine, RequestQueue
+from workers.inference.http._json import JsonObject
 from workers.inference.http._options import FrontOptions
 from workers.inference.http.chat import TemplateOptions
 from workers.inference.http.server._prompt_log import prompt_logger
@@ -39,7 +40,7 @@ class InferenceApp:
     front_options: FrontOptions = field(default_factory=FrontOptions)
     streams: Sessions = field(default_factory=Sessions)  # resumable streams by X-Conversation-Id
     status: WorkerState = WorkerState.LOADING
-    model_meta: dict[str, Any] = field(default_factory=dict)
+    model_meta: JsonObject = field(default_factory=dict)
     created: int = field(default_factory=lambda: int(time.time()))
     front: CompletionFront | None = None  # the engine's request front, once loaded (make_front)
     # POST responses still being written; a graceful stop waits for them,
@@ -93,7 +94,7 @@ def template_options(opts: FrontOptions) -> TemplateOptions:
             text = Path(opts.chat_template_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"--chat-template-file {opts.chat_template_file}: {exc}") from None
-    kwargs: dict[str, Any] = {}
+    kwargs: JsonObject = {}
     if opts.chat_template_kwargs:
         try:
             kwargs = json.loads(opts.chat_template_kwargs)

@@ -28,9 +28,19 @@ from workers.inference.engine import (
     build_chain,
 )
 from workers.inference.http._errors import ApiError, too_long
-from workers.inference.http.chat import CHAT_DEFAULTS, ChatRun, TemplateOptions, build_renderer, media_prompt, plan_chat
+from workers.inference.http._json import LlamaKwargs
+from workers.inference.http.chat import (
+    CHAT_DEFAULTS,
+    ChatPlan,
+    ChatRun,
+    TemplateOptions,
+    build_renderer,
+    media_prompt,
+    plan_chat,
+)
 from workers.inference.http.dialects import (
     CompletionShaper,
+    LlamaSampling,
     OpenAIChat,
     generation_settings,
     native_chunks,
@@ -101,7 +111,7 @@ class CompletionFront:
             raise ApiError(500, f"chat template unavailable: {self._renderer_error}", "server_error")
         return self._renderer
 
-    def plan_chat(self, kwargs: dict[str, Any]) -> Any:
+    def plan_chat(self, kwargs: LlamaKwargs) -> ChatPlan:
         """A validated chat request as a ``ChatPlan`` (what is rendered, parsed and constrained)."""
         try:
             return plan_chat(self.renderer(), kwargs, self.template.default_kwargs, self.reasoning_format)
@@ -235,7 +245,7 @@ class CompletionFront:
         logit_bias: dict[Any, float] | list[tuple[int | str, float]] | None = None,
         media: MediaPrompt | None = None,
         media_files: list[tuple[str, bytes]] | None = None,
-        llama_sampling: dict[str, Any] | None = None,
+        llama_sampling: LlamaSampling | None = None,
         **_ignored: Any,  # model, tfs_z, logits_processor, stopping_criteria: see docs/api.md
     ) -> Any:
         """``Llama.create_completion``: a completion dict, or an iterator of chunks when streaming

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _NOT_SUPPORTED = "not_supported_error"
 _EMBEDDING_ROUTES = ("/embeddings", "/embedding", "/rerank", "/reranking")
-_LLAMA_ROUTES: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
+_LLAMA_ROUTES: dict[str, Callable[[Any, JsonObject], JsonObject]] = {
     "/tokenize": tokenize,
     "/detokenize": detokenize,
     "/apply-template": apply_template,

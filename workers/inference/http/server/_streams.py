@@ -130,7 +130,7 @@ class Sessions:
         if session is not None:
             self.evict(session, cancel=True)
 
-    def lookup(self, body: JsonObject) -> list[dict[str, Any]]:
+    def lookup(self, body: JsonObject) -> list[JsonObject]:
         ids = body.get("conversation_ids")
         wanted = [i for i in ids if isinstance(i, str) and i] if isinstance(ids, list) else []
         with self._lock:
