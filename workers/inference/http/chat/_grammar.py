@@ -198,6 +198,7 @@ def _visit(conv: Any, schema: Any, name: str) -> str:  # Any: the converter and 
         raise ApiError(400, f"a tool's parameters cannot be turned into a grammar: {exc}") from None
 
 
+# Any: the converter, and a tool's parameters JSON schema as the client sent it
 def _xml_params(conv: Any, shape: _XmlShape, params: dict[str, Any], rule: str) -> str:
     """The GBNF sequence of one call's parameters (required ones first, in order, then optional ones)."""
     props = params.get("properties") or {}
@@ -219,7 +220,12 @@ def _xml_params(conv: Any, shape: _XmlShape, params: dict[str, Any], rule: str) 
 
 
 def tool_grammar(
-    syntax: str, fns: list[dict[str, Any]], names: list[str], *, parallel: bool, template: str = ""
+    syntax: str,
+    fns: list[dict[str, Any]],  # Any: each tool's function as the client sent it (parameters: a JSON schema)
+    names: list[str],
+    *,
+    parallel: bool,
+    template: str = "",
 ) -> str | None:
     """GBNF that makes the output tool calls in ``syntax`` (None: no grammar for this family)."""
     conv = _converter()

@@ -130,6 +130,7 @@ def _typed(raw: str, schema: Any) -> Any:  # Any: a JSON value, from a JSON sche
         return raw
 
 
+# Any: ``props`` are a tool's parameters JSON schema ``properties``, as the client sent them
 def _xml_args(body: str, spec: _Xml, props: Mapping[str, Any], closed: bool, final: bool) -> str:
     """The JSON arguments of one call so far: every whole parameter, then the text so far of a
     ``string`` one still being written (so long code streams as it is written; held back: what may

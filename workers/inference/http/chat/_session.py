@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import Json, JsonObject, LlamaKwargs
 from workers.inference.http._record import CompletionLogprobs, RequestRecord, TokenProbs
 from workers.inference.http.chat._grammar import tool_grammar as family_grammar
 from workers.inference.http.chat._media import media_prompt
@@ -82,17 +83,18 @@ class ChatPlan:
     rendered: Rendered
     syntax: str | None  # tool-call syntax to parse, None: no tools
     family: str  # the template's family (its reasoning tags, GPT-OSS's channels)
-    types: dict[str, Any]  # Any: each tool's parameters schema, by name (XML parameters' JSON types)
+    # Any: each tool's parameters JSON schema as the client sent it, by name (the XML readers' value types)
+    types: dict[str, Any]
     grammar: str | None  # GBNF constraining the output
     thinking: bool  # the prompt already opened <think>
     reasoning_format: str
     logprobs: int | None  # top logprobs per token, None: none asked for
-    sampling: dict[str, Any] = field(default_factory=dict)  # Any: create_completion's keyword values
+    sampling: LlamaKwargs = field(default_factory=dict)  # create_completion's keyword values
     media: tuple[tuple[str, bytes], ...] = ()  # the chat's media files (kind, bytes), one marker each in the prompt
     reasoning_control: bool = False  # its reasoning may be ended while it runs (llama-server's; _control)
 
 
-def _tool_functions(tools: Any) -> list[dict[str, Any]]:
+def _tool_functions(tools: Json) -> list[JsonObject]:
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise ApiError(400, "'tools' must be a list of objects")
     fns = []
@@ -122,8 +124,8 @@ def _choice(tool_choice: Any, names: list[str]) -> tuple[str, list[str]]:
     raise ApiError(400, "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {...}}")
 
 
-def _call_schema(fns: list[dict[str, Any]], names: list[str], args_key: str) -> dict[str, Any]:
-    variants = [
+def _call_schema(fns: list[JsonObject], names: list[str], args_key: str) -> JsonObject:
+    variants: list[JsonObject] = [
         {
             "type": "object",
             "properties": {"name": {"const": fn["name"]}, args_key: fn.get("parameters") or {"type": "object"}},
@@ -135,7 +137,7 @@ def _call_schema(fns: list[dict[str, Any]], names: list[str], args_key: str) -> 
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
-def _gbnf(schema: dict[str, Any], rule: str) -> str:
+def _gbnf(schema: Json, rule: str) -> str:
     """The GBNF of ``schema`` with its root renamed ``rule`` (to embed it in a larger grammar)."""
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
@@ -147,22 +149,26 @@ def _gbnf(schema: dict[str, Any], rule: str) -> str:
 
 
 def tool_grammar(
-    syntax: str, fns: list[dict[str, Any]], names: list[str], *, parallel: bool, free: bool, template: str = ""
+    syntax: str, fns: list[JsonObject], names: list[str], *, parallel: bool, free: bool, template: str = ""
 ) -> str | None:
     """GBNF for tool calls in ``syntax``; ``free`` (generic syntax only): a plain answer is allowed too.
     None: the family has no grammar here (LFM2), the output is parsed without one."""
     if syntax == "generic":
         call = _call_schema(fns, names, "arguments")
-        calls = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
-        schema: dict[str, Any] = {"type": "object", "properties": {"tool_calls": calls}, "required": ["tool_calls"]}
+        calls: JsonObject = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
+        schema: JsonObject = {"type": "object", "properties": {"tool_calls": calls}, "required": ["tool_calls"]}
         if free:
-            answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
+            answer: JsonObject = {
+                "type": "object",
+                "properties": {"response": {"type": "string"}},
+                "required": ["response"],
+            }
             schema = {"anyOf": [schema, answer]}
         return _gbnf(schema, "root")
     return family_grammar(syntax, fns, names, parallel=parallel, template=template)
 
 
-def _generic_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Message]:
+def _generic_system(messages: list[Message], fns: list[JsonObject]) -> list[Message]:
     """llama.cpp's generic tool prompt, added to (or as) the system message."""
     text = f"{_GENERIC_PROMPT}\n\nAvailable tools:\n" + "\n".join(json.dumps(fn, ensure_ascii=False) for fn in fns)
     return _with_system(messages, text)
@@ -176,7 +182,7 @@ def _with_system(messages: list[Message], text: str) -> list[Message]:
     return [{"role": "system", "content": text}, *messages]
 
 
-def _tools_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Message]:
+def _tools_system(messages: list[Message], fns: list[JsonObject]) -> list[Message]:
     """The tools, for a template that writes calls but not the tools (minja's polyfill, which
     llama.cpp used before its autoparser; without it such a model cannot know what it may call)."""
     text = _POLYFILL_PROMPT + json.dumps(
@@ -185,16 +191,14 @@ def _tools_system(messages: list[Message], fns: list[dict[str, Any]]) -> list[Me
     return _with_system(messages, text)
 
 
-def _kwargs(body: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+def _kwargs(body: LlamaKwargs, defaults: JsonObject) -> JsonObject:
     extra = body.get("chat_template_kwargs")
     if extra is not None and not isinstance(extra, dict):
         raise ApiError(400, "'chat_template_kwargs' must be an object")
     return {**defaults, **(extra or {})}
 
 
-def chat_prompt(
-    renderer: Any, body: dict[str, Any], defaults: dict[str, Any]
-) -> tuple[Rendered, str | None, str | None]:
+def chat_prompt(renderer: Any, body: LlamaKwargs, defaults: JsonObject) -> tuple[Rendered, str | None, str | None]:
     """``(rendered prompt, tool syntax, grammar)`` of a validated chat request (see the module docstring)."""
     messages: list[Message] = list(body["messages"])
     tools = body.get("tools")
@@ -206,7 +210,7 @@ def chat_prompt(
     kwargs = _kwargs(body, defaults)
     if tools:
         fns = _tool_functions(tools)
-        mode, names = _choice(body.get("tool_choice"), [fn["name"] for fn in fns])
+        mode, names = _choice(body.get("tool_choice"), [str(fn["name"]) for fn in fns])  # strings (checked)
         source = getattr(renderer, "source", "")
         family = syntax_of(source)
         native = template_knows_tools(source)
@@ -228,7 +232,7 @@ def chat_prompt(
     return rendered, syntax, grammar
 
 
-def _response_grammar(fmt: dict[str, Any] | None) -> str | None:
+def _response_grammar(fmt: JsonObject | None) -> str | None:
     if not fmt or fmt.get("type") == "text":
         return None
     if fmt.get("type") == "gbnf":  # llama-server's own ``grammar`` field on a chat (_requests.chat_request)
@@ -239,7 +243,7 @@ def _response_grammar(fmt: dict[str, Any] | None) -> str | None:
     return _gbnf(schema, "root") if schema else JSON_GBNF
 
 
-def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], reasoning_default: str) -> ChatPlan:
+def plan_chat(renderer: Any, kwargs: LlamaKwargs, defaults: JsonObject, reasoning_default: str) -> ChatPlan:
     """A validated chat request (``_requests.chat_request``'s kwargs) as a :class:`ChatPlan`."""
     rendered, syntax, grammar = chat_prompt(renderer, kwargs, defaults)
     if grammar is None:
@@ -255,7 +259,7 @@ def plan_chat(renderer: Any, kwargs: dict[str, Any], defaults: dict[str, Any], r
         sampling["stop"] = [*sampling.get("stop", []), *rendered.stops]
     family = syntax_of(getattr(renderer, "source", "") or "")
     tools = kwargs.get("tools") if syntax is not None else None
-    types = {fn["name"]: fn.get("parameters") or {} for fn in _tool_functions(tools)} if tools else {}
+    types = {str(fn["name"]): fn.get("parameters") or {} for fn in _tool_functions(tools)} if tools else {}
     return ChatPlan(
         rendered=rendered,
         syntax=syntax,

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject
 from workers.inference.http.chat._formats import WRITES_FUNCTIONS
 from workers.inference.llama import LlamaModel
 
@@ -66,7 +67,7 @@ class TemplateOptions:
 
     template_text: str | None = None  # --chat-template-file's contents
     jinja: bool = True
-    default_kwargs: dict[str, Any] = field(default_factory=dict)  # Any: --chat-template-kwargs' JSON values
+    default_kwargs: JsonObject = field(default_factory=dict)  # --chat-template-kwargs' JSON values
 
 
 def message_text(content: Any) -> str:
@@ -121,12 +122,13 @@ class JinjaRenderer:
         *,
         tools: list[Any] | None,
         add_generation_prompt: bool,
-        kwargs: dict[str, Any],
+        kwargs: JsonObject,
     ) -> Rendered:
         formatter = self._with_prompt if add_generation_prompt else self._without
         now = datetime.datetime.now()
         # llama.cpp's common_chat_extra_context: FireFunction's template writes today's date
-        context = {
+        # Any: the template's variables, as jinja takes them (llama-cpp-python types its formatter's keywords)
+        context: dict[str, Any] = {
             "enable_thinking": True,
             "datetime": now.strftime("%b %d %Y"),
             "date_string": now.strftime("%d %b %Y"),
@@ -169,7 +171,7 @@ class LegacyRenderer:
         *,
         tools: list[Any] | None,
         add_generation_prompt: bool,
-        kwargs: dict[str, Any],
+        kwargs: JsonObject,
     ) -> Rendered:
         lc = self._lc
         texts = [(str(m.get("role", "")).encode(), message_text(m.get("content")).encode()) for m in messages]
@@ -230,7 +232,7 @@ class HandlerRenderer:
         *,
         tools: list[Any] | None,
         add_generation_prompt: bool,
-        kwargs: dict[str, Any],
+        kwargs: JsonObject,
     ) -> Rendered:
         msgs = [{**m, "content": message_text(m.get("content"))} for m in messages]
         try:

@@ -45,15 +45,19 @@ _TOOL = {
 }
 
 
-def _user(content: Any) -> dict[str, Any]:
+# Any: a probe message's values, as the template under test reads them (strings, parts, calls)
+Probe = dict[str, Any]
+
+
+def _user(content: Any) -> Probe:
     return {"role": "user", "content": content}
 
 
-def _call(name: str, arguments: Any) -> dict[str, Any]:
+def _call(name: str, arguments: Any) -> Probe:
     return {"id": f"call_{name}", "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _calls(*calls: dict[str, Any]) -> list[dict[str, Any]]:
+def _calls(*calls: Probe) -> list[Probe]:
     """A chat whose assistant turn makes ``calls``, answered, then a new user turn."""
     return [
         _user("User message"),
@@ -86,7 +90,7 @@ def template_caps(source: str) -> dict[str, bool]:
         except Exception:  # raise_exception(), a type error: this probe tells nothing
             return None
 
-    def probe(key: str, found: Callable[[str], bool], messages: list[dict[str, Any]], **extra: Any) -> None:
+    def probe(key: str, found: Callable[[str], bool], messages: list[Probe], **extra: Any) -> None:
         text = out(messages, **extra)
         if text is not None:
             caps[key] = found(text)
