@@ -239,8 +239,8 @@ def test_the_layer_check_finds_an_upward_import() -> None:
 
 # The inference worker's HTTP side in three rooms over a floor: chat knows neither dialects nor server,
 # dialects may know chat, server may know both; every room may import the floor (the private modules
-# at the package's root: ``_errors``, ``_options``), which imports no room. Only the package's front
-# (``workers.inference.http`` itself) imports the rooms from above.
+# at the package's root: ``_errors``, ``_options``, ``_json``, ``_record``), which imports no room.
+# Only the package's front (``workers.inference.http`` itself) imports the rooms from above.
 HTTP = "workers.inference.http"
 HTTP_ROOMS_MAY_IMPORT = {
     f"{HTTP}.chat": (f"{HTTP}.chat",),

@@ -4,7 +4,9 @@
 * :mod:`.dialects`: the APIs spoken (OpenAI, Anthropic, Responses, llama-server's own, Vertex AI);
 * :mod:`.server`: the HTTP/1.1 server, routes, jobs, streams, the request front;
 * the floor, which every room may import and which imports no room: ``_errors``
-  (:class:`ApiError`, :func:`answer_for`) and ``_options`` (:class:`FrontOptions`).
+  (:class:`ApiError`, :func:`answer_for`), ``_options`` (:class:`FrontOptions`), ``_json``
+  (a request body's JSON values and their checks) and ``_record`` (what a request leaves on
+  record, and the completion objects its answers are shaped from).
 
 Chat knows neither dialects nor server; dialects may know chat; server may know both
 (``tests/test_architecture.py`` ``HTTP_ROOMS_MAY_IMPORT``). The request front and the chat
