@@ -16,6 +16,7 @@ import os
 from typing import Any
 from urllib.parse import parse_qs
 
+from workers.inference.engine import SlotAction
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import JsonObject
 
@@ -30,8 +31,6 @@ def valid_filename(name: str) -> bool:
 
 def slot_action(engine: Any, save_dir: str | None, path: str, route: str, body: JsonObject) -> Any:
     """``POST /slots/{id}?action=…`` on ``engine`` (the batch engine: the caller checked)."""
-    from workers.inference.engine import SlotAction
-
     if not save_dir:
         msg = "This server does not support slots action. Start it with `--slot-save-path`"
         raise ApiError(501, msg, _NOT_SUPPORTED)
@@ -51,7 +50,6 @@ def slot_action(engine: Any, save_dir: str | None, path: str, route: str, body: 
 
 def set_lora(engine: Any, front: Any, raw: bytes) -> Any:
     """``POST /lora-adapters``: new scales for the adapters ``--lora`` loaded."""
-    from workers.inference.engine import SlotAction
     from workers.inference.llama import LoraError
 
     try:
