@@ -8,8 +8,7 @@ Imports (those inside functions and under ``TYPE_CHECKING`` count: they are depe
 * No modules import one another, directly or round a circle. The nodes are the modules of
   ``service/`` and ``workers/``, a package's ``__init__`` among them; ``import a.b`` depends on
   ``a.b``, and ``from a import b`` on ``a`` (``b`` is looked up in ``a``'s front, which runs first)
-  and on ``a.b`` too when that is a module. The circles left in ``workers.inference.http`` are
-  allowed (``PENDING_CYCLES``) until its split into rooms lands.
+  and on ``a.b`` too when that is a module.
 * A module imports its siblings directly (``import service.core.events as ev``,
   ``from service.core.events import Event``), never through its own package's front
   (``from service.core import events``, ``from . import events``): only what the front defines
@@ -66,6 +65,7 @@ INFERENCE_LAYERS_MAY_IMPORT = {
         "workers.inference.engine",
         "workers.inference.llama",
         "workers.inference.WorkerState",
+        "workers.inference._lifecycle",  # the worker's states, from their own module (no cycle through the front)
     ),
 }
 
@@ -217,9 +217,6 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 # --- issue 30: no cycle between modules, siblings imported directly ---------------------------
 
-PENDING_CYCLES = ("workers.inference.http",)
-"""Packages whose modules may still be in an import cycle: removed when branch i30-rooms lands."""
-
 
 def _module_of(target: str, is_module: Callable[[str], bool] = _is_module) -> str | None:
     """The product module (a package's ``__init__`` included) that holds a dotted target."""
@@ -270,22 +267,12 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(sorted(group) for group in groups if len(group) > 1)
 
 
-def _pending(cycle: list[str]) -> bool:
-    return any(_within(module, package) for module in cycle for package in PENDING_CYCLES)
-
-
 def test_no_two_modules_import_each_other() -> None:
     """Function-level and ``TYPE_CHECKING`` imports count; a package's ``__init__`` is a module."""
     graph = _module_graph()
     assert {"service.app", "service.event_store", "workers.inference.engine._batch"} <= set(graph)  # the scan works
-    cycles = [", ".join(cycle) for cycle in _cycles(graph) if not _pending(cycle)]
+    cycles = [", ".join(cycle) for cycle in _cycles(graph)]
     assert not cycles, "modules that import one another:\n" + "\n".join(cycles)
-
-
-def test_every_pending_cycle_is_still_there() -> None:
-    cycles = _cycles(_module_graph())
-    stale = [package for package in PENDING_CYCLES if not any(_pending(cycle) for cycle in cycles)]
-    assert not stale, f"no cycle left in {stale}: remove it from PENDING_CYCLES"
 
 
 def test_the_module_cycle_finder_finds_each_cycle_through_a_front() -> None:
@@ -336,7 +323,7 @@ def _through_own_front(
 def test_modules_import_their_siblings_directly_not_through_their_packages_front() -> None:
     bad = []
     for module, path in _product_modules():
-        if path.name == "__init__.py" or _pending([module]):
+        if path.name == "__init__.py":
             continue
         package = _package_of(module, path)
         statements = _import_statements(package, _parse(path))
@@ -393,14 +380,69 @@ def test_the_layer_check_finds_an_upward_import() -> None:
         ("workers.inference.engine._batch", 1, "workers.inference.http.ApiError"),
         ("workers.inference.llama._model", 2, "workers.inference.engine.Request"),
         ("workers.inference.engine._job", 3, "workers.inference.WorkerState"),
-        ("workers.inference.http._app", 4, "workers.inference.WorkerState"),
-        ("workers.inference.http._server", 5, "workers.inference.engine.Job"),
+        ("workers.inference.http.server._app", 4, "workers.inference.WorkerState"),
+        ("workers.inference.http.server._handler", 5, "workers.inference.engine.Job"),
         ("workers.inference._worker", 6, "workers.inference.http.InferenceApp"),
     ]
     assert _layer_violations(imports) == [
         "workers.inference.engine._batch:1 imports workers.inference.http.ApiError",
         "workers.inference.llama._model:2 imports workers.inference.engine.Request",
         "workers.inference.engine._job:3 imports workers.inference.WorkerState",
+    ]
+
+
+# The inference worker's HTTP side in three rooms over a floor: chat knows neither dialects nor server,
+# dialects may know chat, server may know both; every room may import the floor (the private modules
+# at the package's root: ``_errors``, ``_options``, ``_json``, ``_record``), which imports no room.
+# Only the package's front (``workers.inference.http`` itself) imports the rooms from above.
+HTTP = "workers.inference.http"
+HTTP_ROOMS_MAY_IMPORT = {
+    f"{HTTP}.chat": (f"{HTTP}.chat",),
+    f"{HTTP}.dialects": (f"{HTTP}.chat", f"{HTTP}.dialects"),
+    f"{HTTP}.server": (f"{HTTP}.chat", f"{HTTP}.dialects", f"{HTTP}.server"),
+}
+
+
+def _on_http_floor(target: str) -> bool:
+    parts = target.split(".")
+    return _within(target, HTTP) and len(parts) > 3 and parts[3].startswith("_") and not parts[3].startswith("__")
+
+
+def _room_violations(imports: Iterable[tuple[str, int, str]]) -> list[str]:
+    """``module:line imports target`` for each import inside the HTTP side that its room may not make."""
+    bad = []
+    for module, line, target in imports:
+        if module == HTTP or not _within(module, HTTP) or not _within(target, HTTP):
+            continue
+        room = next((r for r in HTTP_ROOMS_MAY_IMPORT if _within(module, r)), None)
+        allowed = HTTP_ROOMS_MAY_IMPORT[room] if room is not None else ()  # the floor imports no room
+        if not any(_within(target, a) for a in allowed) and not _on_http_floor(target):
+            bad.append(f"{module}:{line} imports {target}")
+    return bad
+
+
+def test_the_http_rooms_import_only_downwards() -> None:
+    imports = [(module, line, target) for module, path in _product_modules() for line, target in _imports(module, path)]
+    bad = _room_violations(imports)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_room_check_finds_an_upward_import() -> None:
+    imports = [
+        (f"{HTTP}.chat._session", 1, f"{HTTP}.dialects.chat_request"),
+        (f"{HTTP}.dialects._requests", 2, f"{HTTP}.server.InferenceApp"),
+        (f"{HTTP}.chat._parse", 3, f"{HTTP}.ApiError"),
+        (f"{HTTP}._errors", 4, f"{HTTP}.chat.ChatRun"),
+        (f"{HTTP}.server._handler", 5, f"{HTTP}.dialects.predict"),
+        (f"{HTTP}.dialects._compat", 6, f"{HTTP}.chat.ChatRun"),
+        (f"{HTTP}.chat._media", 7, f"{HTTP}._errors.ApiError"),
+        (HTTP, 8, f"{HTTP}.server.bind_server"),
+    ]
+    assert _room_violations(imports) == [
+        f"{HTTP}.chat._session:1 imports {HTTP}.dialects.chat_request",
+        f"{HTTP}.dialects._requests:2 imports {HTTP}.server.InferenceApp",
+        f"{HTTP}.chat._parse:3 imports {HTTP}.ApiError",
+        f"{HTTP}._errors:4 imports {HTTP}.chat.ChatRun",
     ]
 
 
@@ -418,9 +460,6 @@ HARD_MODULE_LINES = 600
 SIZE_EXCEPTIONS: dict[str, str] = {
     "service/core/launch.py": "the inference launch's option table, one field per option, and its readers",
     "service/supervision/instances.py": "pending: split in step 3 after ruff's layout",
-    "workers/inference/http/_front.py": "pending: split in step 3 after ruff's layout",
-    "workers/inference/http/_front.py:create_completion": "pending: split in step 3 after ruff's layout",
-    "workers/inference/http/_responses.py:_delta": "pending: split in step 3 after ruff's layout",
 }
 
 

@@ -72,7 +72,7 @@ def test_the_inference_package_loads_nothing_before_its_main_records_early_signa
 
 def test_the_inference_workers_path_to_ready_skips_what_it_needs_later() -> None:
     loaded = _loaded_after("import workers.inference._worker")
-    assert "workers.inference.engine._batch" in loaded and "workers.inference.http._server" in loaded
+    assert "workers.inference.engine._batch" in loaded and "workers.inference.http.server._handler" in loaded
     later = (
         "gguf",
         "numpy",
@@ -80,6 +80,6 @@ def test_the_inference_workers_path_to_ready_skips_what_it_needs_later() -> None
         "llama_cpp.llama",
         "workers.inference.llama._gguf_check",
         "workers.inference.llama._tokenize",
-        "workers.inference.http._front",
+        "workers.inference.http.server._front",
     )
     assert not [m for m in loaded if m in later or m.startswith(tuple(f"{p}." for p in later))]

@@ -7,8 +7,6 @@ class decides the status and the type here, in one table.
 
 from __future__ import annotations
 
-from typing import Any
-
 from workers.inference.engine import (
     EngineError,
     EngineFailed,
@@ -17,13 +15,14 @@ from workers.inference.engine import (
     RequestCancelled,
     RequestRejected,
 )
+from workers.inference.http._json import JsonObject
 
 
 class ApiError(Exception):
     """An error answered to the client as JSON with ``status``."""
 
     def __init__(
-        self, status: int, message: str, type: str = "invalid_request_error", extra: dict[str, Any] | None = None
+        self, status: int, message: str, type: str = "invalid_request_error", extra: JsonObject | None = None
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -31,7 +30,7 @@ class ApiError(Exception):
         self.type = type
         self.extra = extra or {}  # llama-server's additions (exceed_context_size_error: n_prompt_tokens, n_ctx)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         return {"error": {"code": self.status, "message": self.message, "type": self.type, **self.extra}}
 
 

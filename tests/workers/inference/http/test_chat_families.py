@@ -1,4 +1,4 @@
-"""The template families llama.cpp handles (``workers.inference.http._chat_formats``): each one is
+"""The template families llama.cpp handles (``workers.inference.http.chat._formats``): each one is
 recognised from its real template (``chat_templates/``, llama.cpp's own test data), renders the
 request's tools, and its output -- plain text, a call, parallel calls, nested JSON arguments,
 reasoning then a call -- reads as llama-server reads it (``common/chat.cpp``'s parsers), whole and
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from devtools.tiny_gguf import N_VOCAB, write_tiny_gguf
-from workers.inference.http._chat_grammar import GRAMMAR_SYNTAXES, tool_grammar
-from workers.inference.http._chat_parse import ChatMessage, Delta, diff, parse, syntax_of, thinking_prompt
-from workers.inference.http._chat_session import chat_prompt
-from workers.inference.http._chat_template import JinjaRenderer
+from workers.inference.http.chat._grammar import GRAMMAR_SYNTAXES, tool_grammar
+from workers.inference.http.chat._parse import ChatMessage, Delta, diff, parse, syntax_of, thinking_prompt
+from workers.inference.http.chat._session import chat_prompt
+from workers.inference.http.chat._template import JinjaRenderer
 from workers.inference.llama import ContextConfig, LlamaLog, LlamaModel, load_llama
 
 TEMPLATES = Path(__file__).parent / "chat_templates"

@@ -1,4 +1,4 @@
-"""The chat output parser (``workers.inference.http._chat_parse``): pure functions, so every
+"""The chat output parser (``workers.inference.http.chat._parse``): pure functions, so every
 syntax and every partial reading is checked here; the served shapes are in tests/dropin."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from workers.inference.http._chat_parse import ChatMessage, Delta, diff, parse, syntax_of
+from workers.inference.http.chat._parse import ChatMessage, Delta, diff, parse, syntax_of
 
 HERMES_TWO = (
     'Let me look.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'

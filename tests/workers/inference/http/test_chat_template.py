@@ -1,5 +1,5 @@
 """Which template renders a model's chats, and that it renders what llama.cpp would
-(``workers.inference.http._chat_template``), on real loaded models: a tiny generated one
+(``workers.inference.http.chat._template``), on real loaded models: a tiny generated one
 and the real Gemma 3 270M, whose GGUF carries no template at all."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devtools.tiny_gguf import write_tiny_gguf
-from workers.inference.http._chat_template import (
+from workers.inference.http.chat._template import (
     CHATML_TEMPLATE,
     JinjaRenderer,
     LegacyRenderer,

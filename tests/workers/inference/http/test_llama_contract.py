@@ -15,7 +15,7 @@ import pytest
 
 from devtools.tiny_gguf import CHATML_TEMPLATE
 from tests.workers.conftest import WorkerProc
-from workers.inference.http._template_caps import DEFAULTS, template_caps
+from workers.inference.http.chat._template_caps import DEFAULTS, template_caps
 
 CHAT = [{"role": "user", "content": "hi"}]
 # llama-server's task_params::to_json keys (a request's generation_settings)

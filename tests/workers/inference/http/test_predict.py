@@ -10,7 +10,7 @@ import pytest
 
 from tests.workers.conftest import WorkerProc
 from workers.inference._cli import predict_route
-from workers.inference.http._predict import gcp_format
+from workers.inference.http.dialects._predict import gcp_format
 
 
 def test_route_names_and_the_environment() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.inference.http._server_defaults import load, shown, with_defaults
+from workers.inference.http.dialects._server_defaults import load, shown, with_defaults
 
 DEFAULTS = {"temperature": 0.1, "top_k": 3, "mirostat": 2, "n_predict": 7, "grammar": 'root ::= "a"'}
 

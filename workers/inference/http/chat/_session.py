@@ -1,0 +1,364 @@
+"""One chat request on the batch engine: the prompt llama-server would send, then its output read as a message.
+
+:func:`chat_prompt` is the one place a chat becomes a prompt: ``/v1/chat/completions``,
+``/apply-template``, ``/v1/messages``, ``/v1/responses`` and every
+``input_tokens`` count call it, so what ``/apply-template`` shows is what is
+evaluated. Tools (llama-server's ``common_chat_templates_apply_jinja``):
+
+* a template that writes ``tools`` itself gets them; one of a known family
+  that writes calls but not the tools (DeepSeek R1/V3.1) gets them in a
+  system message and is read in its family's syntax; any other gets
+  llama.cpp's generic system prompt describing them, and its output is
+  constrained to the generic JSON (a tool call, or ``{"response": ...}``);
+* ``tool_choice`` ``required`` (or a named function) constrains the output to
+  tool calls in the template family's syntax with a grammar built from the
+  tools' JSON schemas (:mod:`workers.inference.http.chat._grammar`), one call
+  unless ``parallel_tool_calls`` (by default, as llama-server: the template's
+  ``supports_parallel_tool_calls``); ``auto`` lets the model choose and parses
+  what it wrote; ``none`` parses no tool calls.
+
+:class:`ChatRun` then reads the engine's token stream and re-parses the text so far
+after every token (:mod:`workers.inference.http.chat._parse`), yielding the
+deltas a stream sends; the whole answer is the last parse.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.inference.http._errors import ApiError
+from workers.inference.http._json import Json, JsonObject, LlamaKwargs
+from workers.inference.http._record import CompletionLogprobs, RequestRecord, TokenProbs
+from workers.inference.http.chat._grammar import tool_grammar as family_grammar
+from workers.inference.http.chat._media import media_prompt
+from workers.inference.http.chat._parse import (
+    ChatMessage,
+    Delta,
+    diff,
+    parse,
+    syntax_of,
+    template_knows_tools,
+    thinking_prompt,
+)
+from workers.inference.http.chat._template import Message, Rendered, message_text
+from workers.inference.http.chat._template_caps import template_caps
+
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+# The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
+CHAT_DEFAULTS = {"temperature": 0.2, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.0}
+_CHAT_ONLY = (
+    "messages",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "logprobs",
+    "top_logprobs",
+    "functions",
+    "function_call",
+    "parallel_tool_calls",
+    "chat_template_kwargs",
+    "reasoning_format",
+    "add_generation_prompt",
+    "media",
+    "reasoning_control",
+)
+_GENERIC_PROMPT = (
+    "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "
+    "reply to the user's request"
+)
+
+
+_POLYFILL_PROMPT = "You can call any of the following tools to satisfy the user's requests: "
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    """What a chat request asks for, decided before anything runs."""
+
+    rendered: Rendered
+    syntax: str | None  # tool-call syntax to parse, None: no tools
+    family: str  # the template's family (its reasoning tags, GPT-OSS's channels)
+    # Any: each tool's parameters JSON schema as the client sent it, by name (the XML readers' value types)
+    types: dict[str, Any]
+    grammar: str | None  # GBNF constraining the output
+    thinking: bool  # the prompt already opened <think>
+    reasoning_format: str
+    logprobs: int | None  # top logprobs per token, None: none asked for
+    sampling: LlamaKwargs = field(default_factory=dict)  # create_completion's keyword values
+    media: tuple[tuple[str, bytes], ...] = ()  # the chat's media files (kind, bytes), one marker each in the prompt
+    reasoning_control: bool = False  # its reasoning may be ended while it runs (llama-server's; _control)
+
+
+def _tool_functions(tools: Json) -> list[JsonObject]:
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise ApiError(400, "'tools' must be a list of objects")
+    fns = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function")
+        if (
+            tool.get("type", "function") != "function"
+            or not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+        ):
+            raise ApiError(400, f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., ...}}}}")
+        fns.append(fn)
+    return fns
+
+
+def _choice(tool_choice: Any, names: list[str]) -> tuple[str, list[str]]:
+    """``(mode, allowed names)``: mode ``auto``, ``required`` or ``none``."""
+    if tool_choice is None or tool_choice == "auto":
+        return "auto", names
+    if tool_choice in ("required", "none"):
+        return str(tool_choice), names
+    if isinstance(tool_choice, dict) and isinstance((tool_choice.get("function") or {}).get("name"), str):
+        name = tool_choice["function"]["name"]
+        if name not in names:
+            raise ApiError(400, f"tool_choice names {name!r}, which is not one of the tools")
+        return "required", [name]
+    raise ApiError(400, "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {...}}")
+
+
+def _call_schema(fns: list[JsonObject], names: list[str], args_key: str) -> JsonObject:
+    variants: list[JsonObject] = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": fn["name"]}, args_key: fn.get("parameters") or {"type": "object"}},
+            "required": ["name", args_key],
+        }
+        for fn in fns
+        if fn["name"] in names
+    ]
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def _gbnf(schema: Json, rule: str) -> str:
+    """The GBNF of ``schema`` with its root renamed ``rule`` (to embed it in a larger grammar)."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        text = json_schema_to_gbnf(json.dumps(schema))
+    except Exception as exc:  # the converter raises plain exceptions on schemas it cannot express
+        raise ApiError(400, f"a tool's parameters cannot be turned into a grammar: {exc}") from None
+    return re.sub(r"^root ::=", f"{rule} ::=", text, flags=re.MULTILINE)
+
+
+def tool_grammar(
+    syntax: str, fns: list[JsonObject], names: list[str], *, parallel: bool, free: bool, template: str = ""
+) -> str | None:
+    """GBNF for tool calls in ``syntax``; ``free`` (generic syntax only): a plain answer is allowed too.
+    None: the family has no grammar here (LFM2), the output is parsed without one."""
+    if syntax == "generic":
+        call = _call_schema(fns, names, "arguments")
+        calls: JsonObject = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
+        schema: JsonObject = {"type": "object", "properties": {"tool_calls": calls}, "required": ["tool_calls"]}
+        if free:
+            answer: JsonObject = {
+                "type": "object",
+                "properties": {"response": {"type": "string"}},
+                "required": ["response"],
+            }
+            schema = {"anyOf": [schema, answer]}
+        return _gbnf(schema, "root")
+    return family_grammar(syntax, fns, names, parallel=parallel, template=template)
+
+
+def _generic_system(messages: list[Message], fns: list[JsonObject]) -> list[Message]:
+    """llama.cpp's generic tool prompt, added to (or as) the system message."""
+    text = f"{_GENERIC_PROMPT}\n\nAvailable tools:\n" + "\n".join(json.dumps(fn, ensure_ascii=False) for fn in fns)
+    return _with_system(messages, text)
+
+
+def _with_system(messages: list[Message], text: str) -> list[Message]:
+    """``text`` added to the system message (or as one)."""
+    if messages and messages[0].get("role") == "system":
+        first = {**messages[0], "content": message_text(messages[0].get("content")) + "\n\n" + text}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
+
+
+def _tools_system(messages: list[Message], fns: list[JsonObject]) -> list[Message]:
+    """The tools, for a template that writes calls but not the tools (minja's polyfill, which
+    llama.cpp used before its autoparser; without it such a model cannot know what it may call)."""
+    text = _POLYFILL_PROMPT + json.dumps(
+        [{"type": "function", "function": fn} for fn in fns], indent=2, ensure_ascii=False
+    )
+    return _with_system(messages, text)
+
+
+def _kwargs(body: LlamaKwargs, defaults: JsonObject) -> JsonObject:
+    extra = body.get("chat_template_kwargs")
+    if extra is not None and not isinstance(extra, dict):
+        raise ApiError(400, "'chat_template_kwargs' must be an object")
+    return {**defaults, **(extra or {})}
+
+
+def chat_prompt(renderer: Any, body: LlamaKwargs, defaults: JsonObject) -> tuple[Rendered, str | None, str | None]:
+    """``(rendered prompt, tool syntax, grammar)`` of a validated chat request (see the module docstring)."""
+    messages: list[Message] = list(body["messages"])
+    tools = body.get("tools")
+    add_generation_prompt = body.get("add_generation_prompt", True)
+    if not isinstance(add_generation_prompt, bool):
+        raise ApiError(400, "'add_generation_prompt' must be a boolean")
+    syntax: str | None = None
+    grammar: str | None = None
+    kwargs = _kwargs(body, defaults)
+    if tools:
+        fns = _tool_functions(tools)
+        mode, names = _choice(body.get("tool_choice"), [str(fn["name"]) for fn in fns])  # strings (checked)
+        source = getattr(renderer, "source", "")
+        family = syntax_of(source)
+        native = template_knows_tools(source)
+        # a template that writes calls in a family's syntax without describing the tools (DeepSeek R1,
+        # V3.1): its calls are read in that syntax, as llama.cpp reads them
+        own = native or family not in ("generic", "llama3")
+        if mode != "none":
+            syntax = family if own else "generic"
+            # llama-server's default: the template's supports_parallel_tool_calls, as /props shows it
+            parallel = bool(body.get("parallel_tool_calls", template_caps(source)["supports_parallel_tool_calls"]))
+            if mode == "required" or syntax == "generic":
+                grammar = tool_grammar(syntax, fns, names, parallel=parallel, free=mode != "required", template=source)
+        if not native:
+            messages = _tools_system(messages, fns) if own else _generic_system(messages, fns)
+            tools = None
+    rendered = renderer.render(
+        messages, tools=tools or None, add_generation_prompt=add_generation_prompt, kwargs=kwargs
+    )
+    return rendered, syntax, grammar
+
+
+def _response_grammar(fmt: JsonObject | None) -> str | None:
+    if not fmt or fmt.get("type") == "text":
+        return None
+    if fmt.get("type") == "gbnf":  # llama-server's own ``grammar`` field on a chat (_requests.chat_request)
+        return str(fmt["grammar"])
+    from llama_cpp.llama_grammar import JSON_GBNF
+
+    schema = fmt.get("schema")
+    return _gbnf(schema, "root") if schema else JSON_GBNF
+
+
+def plan_chat(renderer: Any, kwargs: LlamaKwargs, defaults: JsonObject, reasoning_default: str) -> ChatPlan:
+    """A validated chat request (``_requests.chat_request``'s kwargs) as a :class:`ChatPlan`."""
+    rendered, syntax, grammar = chat_prompt(renderer, kwargs, defaults)
+    if grammar is None:
+        grammar = _response_grammar(kwargs.get("response_format"))
+    fmt = kwargs.get("reasoning_format", reasoning_default)
+    if fmt not in REASONING_FORMATS:
+        raise ApiError(400, f"'reasoning_format' must be one of {list(REASONING_FORMATS)}")
+    top = kwargs.get("top_logprobs")
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20):
+        raise ApiError(400, "'top_logprobs' must be an integer in [0, 20]")
+    sampling = {k: v for k, v in kwargs.items() if k not in _CHAT_ONLY}
+    if rendered.stops:
+        sampling["stop"] = [*sampling.get("stop", []), *rendered.stops]
+    family = syntax_of(getattr(renderer, "source", "") or "")
+    tools = kwargs.get("tools") if syntax is not None else None
+    types = {str(fn["name"]): fn.get("parameters") or {} for fn in _tool_functions(tools)} if tools else {}
+    return ChatPlan(
+        rendered=rendered,
+        syntax=syntax,
+        family=family,
+        types=types,
+        grammar=grammar,
+        thinking=thinking_prompt(rendered.prompt, family),
+        reasoning_format="deepseek" if fmt == "auto" else fmt,
+        logprobs=(20 if top is None else top) if kwargs.get("logprobs") else None,  # llama-server's default: 20
+        sampling=sampling,
+        media=tuple(kwargs.get("media") or ()),
+        reasoning_control=bool(kwargs.get("reasoning_control")),
+    )
+
+
+def _chat_logprobs(lp: CompletionLogprobs | None, top: int) -> list[TokenProbs]:
+    """A completion chunk's logprobs as OpenAI chat ``logprobs.content`` entries: llama-server's
+    (``id``, ``token``, ``bytes``, ``logprob``, and the ``top`` likeliest as ``top_logprobs``)."""
+    if not lp:
+        return []
+    return [{**entry, "top_logprobs": entry["top_logprobs"][:top]} for entry in lp["content"]]
+
+
+class ChatRun:
+    """A chat on the batch engine: submit the planned prompt, read the output as deltas."""
+
+    def __init__(self, front: Any, plan: ChatPlan, result: RequestRecord) -> None:
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        self.plan = plan
+        self.result = result  # the request's record: timings, usage, final (filled as it ends)
+        self.message = ChatMessage()
+        self.text = ""
+        self.finish_reason = "stop"
+        self.logprobs: list[TokenProbs] = []
+        rendered, media = plan.rendered, None
+        if front.log_prompt is not None:  # llama-server's --log-prompts-dir: a chat's rendered prompt
+            front.log_prompt(rendered.prompt)
+        if plan.media:  # the projector splits the prompt at its markers and encodes each image
+            media = media_prompt(front, rendered.prompt, plan.media, add_bos=rendered.add_special)
+            tokens = media.tokens
+        else:
+            tokens = front.tokenize(rendered.prompt.encode(), add_bos=rendered.add_special, special=True)
+        self.n_prompt = len(tokens)
+        grammar = LlamaGrammar.from_string(plan.grammar, verbose=False) if plan.grammar else None
+        self._chunks = front.create_completion(
+            tokens, stream=True, grammar=grammar, logprobs=plan.logprobs, media=media, **plan.sampling
+        )
+        self._ids = uuid.uuid4().hex[:12]
+
+    def _parse(self, final: bool) -> ChatMessage:
+        p = self.plan
+        return parse(
+            self.text,
+            syntax=p.syntax,
+            reasoning_format=p.reasoning_format,
+            thinking=p.thinking,
+            final=final,
+            ids=lambda i: f"call_{self._ids}{i}",
+            family=p.family,
+            types=p.types,
+        )
+
+    def deltas(self) -> Iterator[tuple[list[Delta], list[TokenProbs]]]:
+        """Each step's deltas (and its logprobs entries), until the output ends; then :attr:`message` is whole."""
+        for chunk in self._chunks:
+            choice = chunk["choices"][0]
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+                break
+            self.text += choice.get("text", "")
+            lp = _chat_logprobs(choice.get("logprobs"), self.plan.logprobs or 0)
+            self.logprobs += lp
+            now = self._parse(final=False)
+            changes, self.message = diff(self.message, now), now
+            if changes or lp:
+                yield changes, lp
+        last = self._parse(final=True)
+        changes, self.message = diff(self.message, last), last
+        if self.message.tool_calls and self.finish_reason == "stop":
+            self.finish_reason = "tool_calls"
+        if changes:
+            yield changes, []
+
+    def run(self) -> ChatMessage:
+        """The whole message (for answers that are not streamed)."""
+        for _ in self.deltas():
+            pass
+        return self.message
+
+    @property
+    def n_predicted(self) -> int:
+        return int(self.result.get("timings", {}).get("predicted_n", 0))
+
+    @property
+    def n_cached(self) -> int:
+        return int(self.result.get("timings", {}).get("cache_n", 0))
+
+    @property
+    def stopping_word(self) -> str:
+        final = self.result.get("final")
+        return final["stopping_word"] if final else ""

@@ -1,0 +1,346 @@
+"""llama-server's own endpoints on the batch engine: ``/tokenize``, ``/detokenize``,
+``/apply-template``, ``GET /props`` and the native ``/completion`` shapes.
+
+Request and response shapes are llama-server's (``tools/server/server-context.cpp``
+of the llama.cpp that llama-cpp-python vendors), so that a client written for
+llama-server works unchanged through the router:
+
+* ``POST /tokenize`` ``{content, add_special=false, parse_special=true, with_pieces=false}``
+  → ``{"tokens": [ids]}``, or ``[{"id", "piece"}]`` with pieces (a piece that is
+  not valid UTF-8 is a list of byte values). ``content`` may mix strings and
+  token ids, as llama-server's ``tokenize_mixed`` allows.
+* ``POST /detokenize`` ``{tokens}`` → ``{"content"}``.
+* ``POST /apply-template`` ``{messages}`` → ``{"prompt"}``: the chat as the model's
+  chat handler renders it before tokenizing (the same text a chat request evaluates).
+* ``GET /props`` → the model's properties (``default_generation_settings``,
+  ``total_slots``, ``model_path``, ``chat_template``, ``modalities``, ...).
+* ``POST /completion``: llama-server's non-OpenAI completion (``n_predict``,
+  ``content``/``stop``/``tokens_predicted``/``timings``...; streamed as
+  ``data:`` lines without ``[DONE]``).
+
+Everything runs on the HTTP thread: the vocabulary is read-only after load.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any, NotRequired, TypedDict
+
+from workers.inference.engine import SamplingParams
+from workers.inference.http._errors import ApiError
+from workers.inference.http._json import JsonObject, is_token
+from workers.inference.http._options import FrontOptions
+from workers.inference.http._record import RequestRecord, TextCompletion, Timings, TokenProbs
+from workers.inference.http.chat import template_caps
+from workers.inference.http.dialects._requests import normalize_message
+from workers.inference.http.dialects._server_defaults import shown
+from workers.inference.llama import MEDIA_MARKER
+
+
+@functools.cache
+def build_info() -> str:
+    """``b0-modelrouter-llama-cpp-python-X`` (first ``/props`` only: importlib.metadata costs
+    tens of milliseconds, not to be paid on the way to ready)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"b0-modelrouter-llama-cpp-python-{version('llama-cpp-python')}"
+    except PackageNotFoundError:
+        return "b0-modelrouter"
+
+
+def _flag(body: JsonObject, key: str, default: bool) -> bool:
+    v = body.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ApiError(400, f"'{key}' must be a boolean")
+    return v
+
+
+def _check_ids(tokens: list[int], n_vocab: int) -> None:
+    if any(not 0 <= t < n_vocab for t in tokens):
+        raise ApiError(400, f"token ids must be in [0, {n_vocab})")
+
+
+def _piece(llm: Any, token: int) -> bytes:
+    """``common_token_to_piece``: special tokens rendered as their text."""
+    import ctypes
+
+    buf = ctypes.create_string_buffer(256)
+    n = llm.lc.llama_token_to_piece(llm.vocab, token, buf, len(buf), 0, True)
+    if n < 0:
+        buf = ctypes.create_string_buffer(-n)
+        n = llm.lc.llama_token_to_piece(llm.vocab, token, buf, len(buf), 0, True)
+    return buf.raw[: max(n, 0)]
+
+
+def tokenize(front: Any, body: JsonObject) -> JsonObject:
+    """``POST /tokenize``."""
+    llm = front.llm
+    add_special = _flag(body, "add_special", False)
+    parse_special = _flag(body, "parse_special", True)
+    with_pieces = _flag(body, "with_pieces", False)
+    content = body.get("content")
+    if content is None:
+        return {"tokens": []}
+    parts = content if isinstance(content, list) else [content]
+    if not all(isinstance(p, str) or is_token(p) for p in parts):
+        raise ApiError(400, "'content' must be a string or a list of strings and token ids")
+    tokens: list[int] = []
+    for i, part in enumerate(parts):
+        if isinstance(part, str):
+            data = part.encode("utf-8")
+            tokens += llm.tokenize_whole(data, add_special=add_special and i == 0, parse_special=parse_special)
+        else:
+            tokens.append(part)
+    _check_ids(tokens, llm.n_vocab)
+    if not with_pieces:
+        return {"tokens": tokens}
+    out: list[JsonObject] = []
+    for t in tokens:
+        raw = _piece(llm, t)
+        try:
+            piece: str | list[int] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)
+        out.append({"id": t, "piece": piece})
+    return {"tokens": out}
+
+
+def detokenize(front: Any, body: JsonObject) -> JsonObject:
+    """``POST /detokenize``."""
+    tokens = body.get("tokens")
+    if tokens is None:
+        return {"content": ""}
+    if not isinstance(tokens, list) or not all(is_token(t) for t in tokens):
+        raise ApiError(400, "'tokens' must be a list of token ids")
+    _check_ids(tokens, front.llm.n_vocab)
+    return {"content": b"".join(_piece(front.llm, t) for t in tokens).decode("utf-8", errors="replace")}
+
+
+_TEMPLATE_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt")
+
+
+def apply_template(front: Any, body: JsonObject) -> JsonObject:
+    """``POST /apply-template``: the prompt a chat request with this body evaluates, without inference
+    (the same :func:`~workers.inference.http.chat._session.chat_prompt`, tools and kwargs included)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' is required and must be a non-empty list")
+    media: list[tuple[str, bytes]] | None = [] if getattr(front.llm, "projector", None) is not None else None
+    kwargs: JsonObject = {"messages": [normalize_message(i, m, media) for i, m in enumerate(messages)]}
+    kwargs.update({key: body[key] for key in _TEMPLATE_KEYS if body.get(key) is not None})
+    return {"prompt": front.plan_chat(kwargs).rendered.prompt}
+
+
+def generation_settings(
+    params: JsonObject,
+    *,
+    n_predict: int = -1,
+    stream: bool = False,
+    n_keep: int = 0,
+    ignore_eos: bool = False,
+    logit_bias: Sequence[tuple[int, float]] = (),
+    reasoning_format: str = "none",
+    lora: Sequence[tuple[int, float]] = (),
+    whole: bool = True,
+) -> JsonObject:
+    """``params`` (the sampler's, :meth:`SamplingParams.to_json`) with the rest of llama-server's
+    ``task_params::to_json``: a request's ``generation_settings``, or with ``whole`` false the
+    shorter form ``/props`` shows. Keys for what this worker does not have (speculative decoding,
+    lazy grammars, backend sampling) carry llama-server's values when it does not use them either."""
+    out = {
+        **params,
+        "max_tokens": n_predict,
+        "n_predict": n_predict,
+        "n_keep": n_keep,
+        "n_discard": 0,
+        "ignore_eos": ignore_eos,
+        "stream": stream,
+        "min_keep": 0,
+        "chat_format": "Content-only",
+        "reasoning_format": reasoning_format,
+        "reasoning_in_content": False,
+        "generation_prompt": "",
+        "speculative.types": "none",
+        "timings_per_token": False,
+        "post_sampling_probs": False,
+        "backend_sampling": False,
+        "lora": [{"id": i, "scale": scale} for i, scale in lora],
+    }
+    if whole:  # -inf (ignore_eos) is null in JSON, as nlohmann writes it
+        out["logit_bias"] = [{"bias": b if math.isfinite(b) else None, "token": t} for t, b in logit_bias]
+        out.update(grammar_lazy=False, grammar_triggers=[], preserved_tokens=[])
+    return out
+
+
+def _modalities(llm: Any) -> dict[str, bool]:
+    """What the projector takes (llama-server: ``mtmd_support_vision``/``_audio``, ``mtmd_helper_support_video``)."""
+    projector = getattr(llm, "projector", None)
+    if projector is None:
+        return {"vision": False, "video": False, "audio": False}
+    return {"vision": projector.vision, "video": projector.video, "audio": projector.audio}
+
+
+def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> JsonObject:
+    """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies (the
+    endpoint switches and the server's sampling defaults from ``opts``)."""
+    llm = front.llm
+    params = {**SamplingParams().to_json(), "stop": [], **shown(opts.sampling_defaults)}
+    params = generation_settings(
+        params, n_predict=int(params.pop("n_predict", -1)), whole=False, reasoning_format=front.reasoning_format
+    )
+    source = getattr(front.renderer(), "source", "")
+    return {
+        "default_generation_settings": {"params": params, "n_ctx": llm.n_ctx},
+        "total_slots": total_slots,
+        "model_alias": model_name,
+        "model_ftype": _ftype(llm),
+        "model_path": llm.path,
+        "modalities": _modalities(llm),
+        "media_marker": MEDIA_MARKER,
+        "endpoint_slots": opts.endpoint_slots,
+        "endpoint_props": opts.endpoint_props,
+        "endpoint_metrics": opts.endpoint_metrics,
+        "ui": False,  # llama.cpp's web UI is not served (the service serves its own dashboard)
+        "ui_settings": {},
+        "chat_template": source,
+        "chat_template_caps": template_caps(source),
+        "bos_token": llm.token_text(llm.bos) if llm.bos >= 0 else "",
+        "eos_token": llm.token_text(llm.eos) if llm.eos >= 0 else "",
+        "build_info": build_info(),
+        "is_sleeping": False,
+        "cors_proxy_enabled": False,  # /cors-proxy answers llama-server's 403 either way (docs/llama-cpp-compat.md)
+    }
+
+
+def model_info(llm: Any) -> JsonObject:
+    """llama-server's ``meta`` of a ``/v1/models`` entry (``get_res_model_info``); empty for a model
+    that is not one of ours (the legacy engine's ``llama_cpp.Llama``)."""
+    lc, model = getattr(llm, "lc", None), getattr(llm, "model", None)
+    if lc is None or model is None:
+        return {}
+    return {
+        "vocab_type": int(lc.llama_vocab_type(llm.vocab)),
+        "n_vocab": llm.n_vocab,
+        "n_ctx": llm.n_ctx,
+        "n_ctx_train": int(lc.llama_model_n_ctx_train(model)),
+        "n_embd": int(lc.llama_model_n_embd_inp(model)),
+        "n_params": int(lc.llama_model_n_params(model)),
+        "size": int(lc.llama_model_size(model)),
+        "ftype": _ftype(llm),
+    }
+
+
+def _ftype(llm: Any) -> str:
+    """The file's type as llama.cpp names it (``llama_ftype_name``: ``Q4_K - Medium``, ``F16``...)."""
+    name = llm.lc.llama_ftype_name(llm.lc.llama_model_ftype(llm.model))
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+
+
+# -- /completion (llama-server's native shape) ---------------------------------------
+
+
+def native_completion_body(body: JsonObject) -> JsonObject:
+    """llama-server's ``/completion`` request as an OpenAI completion request:
+    ``n_predict`` (default -1: until the context is full) is ``max_tokens``, ``n_probs`` is ``logprobs``."""
+    out = dict(body)
+    n_probs = out.pop("n_probs", None)
+    if n_probs is not None:
+        if not is_token(n_probs) or n_probs < 0:
+            raise ApiError(400, "'n_probs' must be an integer >= 0")
+        if n_probs > 0:  # each token's completion_probabilities: its own and the n_probs likeliest
+            out["logprobs"] = n_probs
+    n_predict = out.pop("n_predict", None)
+    if "max_tokens" not in out:
+        if n_predict is not None and (not is_token(n_predict) or n_predict < -1):
+            raise ApiError(400, "'n_predict' must be an integer >= -1")
+        out["max_tokens"] = 0 if n_predict is None or n_predict < 0 else n_predict
+    return out
+
+
+class NativeCompletion(TypedDict):
+    """llama-server's ``/completion`` response (``completion_probabilities`` first, when asked for)."""
+
+    completion_probabilities: NotRequired[list[TokenProbs]]
+    index: int
+    content: str
+    tokens: list[int]
+    id_slot: int
+    stop: bool
+    model: NotRequired[str]
+    tokens_predicted: int
+    tokens_evaluated: int
+    generation_settings: NotRequired[JsonObject]
+    prompt: NotRequired[str]
+    has_new_line: NotRequired[bool]
+    truncated: NotRequired[bool]
+    stop_type: NotRequired[str]
+    stopping_word: NotRequired[str]
+    tokens_cached: NotRequired[int]
+    timings: NotRequired[Timings]
+
+
+def native_whole(result: TextCompletion, req: RequestRecord) -> NativeCompletion:
+    """An OpenAI completion object → llama-server's ``/completion`` response.
+
+    ``req`` is the request's record (kept by the front): ``params``, ``prompt``, ``n_prompt``,
+    and once finished ``timings`` and the engine's ``final`` info (``id_slot``, ``tokens_cached``, ``stopping_word``).
+    """
+    choice = result["choices"][0]
+    return _native_whole(choice["text"], choice["finish_reason"], result["model"], req, stream=False)
+
+
+def _native_whole(text: str, reason: str | None, model: str, req: RequestRecord, *, stream: bool) -> NativeCompletion:
+    final = req.get("final")
+    word = final["stopping_word"] if final else ""
+    out: NativeCompletion = {
+        "index": 0,
+        "content": text,
+        "tokens": [],
+        "id_slot": final["id_slot"] if final else -1,
+        "stop": True,
+        "model": model,
+        "tokens_predicted": int(req.get("timings", {}).get("predicted_n", 0)),
+        "tokens_evaluated": int(req.get("n_prompt", 0)),
+        "generation_settings": req.get("params", {}),
+        "prompt": req.get("prompt", ""),
+        "has_new_line": "\n" in text,
+        "truncated": bool(final["truncated"]) if final else False,
+        "stop_type": "word" if word else ("limit" if reason == "length" else "eos"),
+        "stopping_word": word,
+        "tokens_cached": final["tokens_cached"] if final else 0,
+        "timings": req.get("timings", {}),
+    }
+    probs = req.get("probs")
+    if probs and not stream:
+        return {"completion_probabilities": probs, **out}
+    return out
+
+
+def native_chunks(chunks: Iterator[TextCompletion], req: RequestRecord) -> Iterator[NativeCompletion]:
+    """OpenAI completion chunks → llama-server's ``/completion`` stream: partial objects
+    with ``stop: false``, then the whole response (empty ``content``, ``stop: true``)."""
+    n = seen = 0
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        if choice["finish_reason"] is None:
+            n += 1
+            part: NativeCompletion = {
+                "index": 0,
+                "content": choice["text"],
+                "tokens": [],
+                "stop": False,
+                "id_slot": -1,
+                "tokens_predicted": n,
+                "tokens_evaluated": int(req.get("n_prompt", 0)),
+            }
+            probs = req.get("probs") or []
+            if len(probs) > seen:  # the tokens of this chunk
+                part["completion_probabilities"], seen = probs[seen:], len(probs)
+            yield part
+            continue
+        yield _native_whole("", choice["finish_reason"], chunk["model"], req, stream=True)
