@@ -36,7 +36,14 @@ from workers.inference._cli import (
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
 from workers.inference.engine import EngineMonitor, EngineStats
-from workers.inference.http import FrontOptions, InferenceApp, bind_server, load_sampling_defaults, model_info
+from workers.inference.http import (
+    FrontOptions,
+    InferenceApp,
+    bind_server,
+    json_object,
+    load_sampling_defaults,
+    model_info,
+)
 from workers.inference.llama import LlamaLog, Loaded, LoadError
 from workers.runtime import INFERENCE_WORKER, Parent, Wakeup, WorkerRuntime
 
@@ -198,7 +205,12 @@ class Worker:
             if not self._advance("loaded"):  # LOADING -> READY; refused once a stop began
                 return False
             info = model_info(loaded.llm)  # llama-server's meta first, then ours
-            self.app.model_meta = {**info, **meta, "engine": self.args.engine, "n_parallel": self.engine.slot_count}
+            self.app.model_meta = {
+                **info,
+                **json_object(meta),
+                "engine": self.args.engine,
+                "n_parallel": self.engine.slot_count,
+            }
             self.app.status = WorkerState.READY
             self.emit(
                 ev.InstanceReady(

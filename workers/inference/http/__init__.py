@@ -17,6 +17,7 @@ this package does not export them.
 from __future__ import annotations
 
 from workers.inference.http._errors import ApiError, answer_for
+from workers.inference.http._json import json_object
 from workers.inference.http._options import FrontOptions
 from workers.inference.http.dialects import load_sampling_defaults, model_info
 from workers.inference.http.server import InferenceApp, bind_server
@@ -27,6 +28,7 @@ __all__ = [
     "InferenceApp",
     "answer_for",
     "bind_server",
+    "json_object",
     "load_sampling_defaults",
     "model_info",
 ]

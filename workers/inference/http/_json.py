@@ -9,7 +9,7 @@ becomes: the keyword arguments of ``llama_cpp.Llama``'s completion calls.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeAlias, TypeGuard
+from typing import Any, TypeAlias, TypeGuard, cast
 
 # Sequence and Mapping (read-only, so a list of objects is a list of JSON values); isinstance narrows
 # them to list[Json] and dict[str, Json].
@@ -51,3 +51,9 @@ def items(v: Json) -> Iterable[Json]:
     if isinstance(v, Mapping):
         return iter(v)
     raise TypeError(f"'{type(v).__name__}' object is not iterable")
+
+
+def json_object(view: Mapping[str, object]) -> JsonObject:
+    """A typed view of JSON values (a ``TypedDict`` such as the sampler's ``SamplingView``) as a JSON
+    object: mypy does not see a TypedDict's values as :data:`Json`, though each one is."""
+    return cast(JsonObject, dict(view))

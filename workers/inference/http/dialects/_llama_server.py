@@ -30,7 +30,7 @@ from typing import Any, NotRequired, TypedDict
 
 from workers.inference.engine import SamplingParams
 from workers.inference.http._errors import ApiError
-from workers.inference.http._json import JsonObject, is_token
+from workers.inference.http._json import JsonObject, is_number, is_token, json_object
 from workers.inference.http._options import FrontOptions
 from workers.inference.http._record import RequestRecord, TextCompletion, Timings, TokenProbs
 from workers.inference.http.chat import template_caps
@@ -189,9 +189,13 @@ def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> 
     """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies (the
     endpoint switches and the server's sampling defaults from ``opts``)."""
     llm = front.llm
-    params = {**SamplingParams().to_json(), "stop": [], **shown(opts.sampling_defaults)}
+    params: JsonObject = {**json_object(SamplingParams().to_json()), "stop": [], **shown(opts.sampling_defaults)}
+    n_predict = params.pop("n_predict", -1)  # the sampler's int, or a number from the service's defaults
     params = generation_settings(
-        params, n_predict=int(params.pop("n_predict", -1)), whole=False, reasoning_format=front.reasoning_format
+        params,
+        n_predict=int(n_predict) if is_number(n_predict) else -1,
+        whole=False,
+        reasoning_format=front.reasoning_format,
     )
     source = getattr(front.renderer(), "source", "")
     return {

@@ -28,7 +28,7 @@ from workers.inference.engine import (
     build_chain,
 )
 from workers.inference.http._errors import ApiError, too_long
-from workers.inference.http._json import LlamaKwargs
+from workers.inference.http._json import LlamaKwargs, json_object
 from workers.inference.http.chat import (
     CHAT_DEFAULTS,
     ChatPlan,
@@ -310,7 +310,7 @@ class CompletionFront:
     ) -> None:
         """The request's ``generation_settings`` (what ``/completion`` answers with) into its record."""
         ctx.result["params"] = generation_settings(
-            {**params.to_json(), "stop": list(stops)},
+            {**json_object(params.to_json()), "stop": list(stops)},
             n_predict=max_tokens,
             stream=stream,
             n_keep=ctx.n_keep,
