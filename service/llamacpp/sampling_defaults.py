@@ -6,7 +6,7 @@ request that does not set them (``params_from_json_cmpl`` starts from
 defaults (``--temp`` -> ``temperature``, ``--mirostat-ent`` -> ``mirostat_tau``)
 and passes them to the model's worker as one JSON object
 (``--sampling-defaults``), which merges them under every completion, chat,
-Anthropic and Responses request (``workers/inference/http/_server_defaults.py``)
+Anthropic and Responses request (``workers/inference/http/dialects/_server_defaults.py``)
 and reports them in ``GET /props``' ``default_generation_settings``.
 File options (``--grammar-file``, ``--json-schema-file``) are read by the worker
 at start, as llama-server reads them at start: a missing file fails the load.

@@ -1,7 +1,7 @@
 """llama-server's ``POST /v1/chat/completions/control``, routed by the completion's id.
 
 ``{"id": <a chat completion's id>, "action": "reasoning_end"}`` ends the reasoning of that chat
-while it runs (the worker's :mod:`workers.inference.http._control`). In single-model mode it goes
+while it runs (the worker's :mod:`workers.inference.http.dialects._control`). In single-model mode it goes
 to the one model, and a body that names a ``model`` goes to that model's worker, as llama-server's
 router sends it (``proxy_post``). A body that names none, which llama-server's router refuses, is
 routed by the id instead: the router asks the worker of every model that runs now, on this node

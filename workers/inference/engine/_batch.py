@@ -16,7 +16,7 @@ once per step). Each step, on the single engine thread:
 
 A request that arrives while a step runs joins at the next one (continuous batching). Python work per
 step is a few list operations per slot; sampling runs in C. HTTP threads only enqueue
-:class:`~workers.inference.engine.Request` objects and read their queues (:mod:`workers.inference.http._front`).
+:class:`~workers.inference.engine.Request` objects and read their queues (:mod:`workers.inference.http.server._front`).
 
 KV cells: one pool for all slots, or a stream each (:func:`workers.inference.llama._load._context_params`). An idle
 slot keeps its prompt and reply for reuse until the RAM prompt cache takes them (``_prompt_cache``); a cancelled

@@ -215,7 +215,7 @@ class LegacyEngine:
                 "llama.cpp's extra samplers (DRY, XTC, top-n-sigma, dynamic temperature, "
                 "samplers, repeat_last_n) need the batch engine (this worker runs --engine legacy)"
             )
-        kwargs.pop("reasoning_control", None)  # no slots to act on: a control answers 501 (http._control)
+        kwargs.pop("reasoning_control", None)  # no slots to act on: a control answers 501 (http.dialects._control)
         timings = Timings(t_start=job.started_at or time.monotonic())
         kwargs["logits_processor"] = llama_cpp.LogitsProcessorList([self._cancel_processor(job, timings)])
         try:
