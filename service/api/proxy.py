@@ -37,6 +37,7 @@ from service.core.server_mode import ROUTER, ServerMode, target_model
 from service.core.state import UNRESPONSIVE, RouterState
 from service.event_store.live_state import LiveState
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.interpreter import Interpreter
 from service.supervision.leases import Lease, WorkerUnresponsive
 from service.supervision.surroundings import Clock
 
@@ -52,6 +53,8 @@ class Forwarding:
     """Whether a request that does not say loads a model that is not loaded (``MODELROUTER_AUTOLOAD``)."""
     instances: InstanceSupervisor
     live: LiveState
+    interpreter: Interpreter
+    """Records each request's ``request_completed``."""
     http: httpx.AsyncClient
     metrics: RouterMetrics
     clock: Clock
@@ -93,7 +96,7 @@ def _record_completion(
         duration_ms=round((fwd.clock.monotonic() - started) * 1000, 2),
     )
     # Off the response path: the client never waits for this fsync.
-    fwd.instances.interpreter.record_later([Append(event, model)])
+    fwd.interpreter.record_later([Append(event, model)])
 
 
 async def _until_disconnect(request: Request[Any, Any, Any]) -> None:
