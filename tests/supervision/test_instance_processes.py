@@ -14,7 +14,7 @@ from pathlib import Path
 
 from service.core import events as ev
 from tests.supervision.fakes import FakeChild, rig, until
-from tests.supervision.test_instance_driver import Request
+from tests.supervision.test_instances import Request
 
 
 def _port(child: FakeChild) -> int:
