@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.core import events as ev
-from service.core import instance_lifecycle as lifecycle
+import service.core.events as ev
+import service.core.instance_lifecycle as lifecycle
 from service.core.decision import Effect
 from service.core.state import InstanceStatus, RouterState
 

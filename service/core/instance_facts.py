@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from service.core import cluster, scheduling
+import service.core.cluster as cluster
+import service.core.scheduling as scheduling
 from service.core.demand_queue import Queue
 from service.core.placement import NodeBudget
 from service.core.state import Instance, RouterState
