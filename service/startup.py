@@ -29,11 +29,11 @@ from service.cluster.lost_nodes import AbandonLost
 from service.cluster.remote import RemoteDecisions
 from service.core import events as ev
 from service.core.cluster import own_view
+from service.core.decision import Append
 from service.core.server_mode import FAKE_TIMING_WARNING, decide_mode, fake_timing
 from service.core.state import DownloadJob
 from service.downloads.resolution import warm_up
 from service.event_store.async_store import AsyncEventStore
-from service.event_store.codec import NewEvent, from_append
 from service.event_store.live_state import LiveState
 from service.event_store.rows import LogDiskFull, StoreUnavailable
 from service.llamacpp.presets import PresetError
@@ -118,17 +118,16 @@ async def start(settings: Settings) -> ServiceParts:
     replayed = rebuilt.events_replayed + live.events_applied
     snapshotter.maybe_snapshot(live.state)  # a long replay gets a fresh snapshot at once
     runtime = _compose(settings, store, live, snapshotter)
-    await live.record(
-        [NewEvent(ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port))]
-    )
+    router_started = ev.RouterStarted(pid=os.getpid(), version=__version__, host=settings.host, port=settings.port)
+    await runtime.interpreter.record([Append(router_started)])
     warning = binding_warning(settings)
     if warning is not None:
         runtime.warnings.append(warning)
         _log.warning("insecure_binding", detail=warning)
     plan = await asyncio.to_thread(plan_reconcile, own_view(live.state, settings.node), settings.cache_dir)
     if plan.events:
-        await live.record(plan.events)  # first: no instance of the last run is left when models go
-    runtime.catalogue = await _catalogue(settings, live, runtime.instances)
+        await runtime.interpreter.record(plan.events)  # first: no instance of the last run is left when models go
+    runtime.catalogue = await _catalogue(settings, runtime)
     single = runtime.catalogue.single
     runtime.mode = decide_mode(single.name if single is not None else None)
     if runtime.worker_logs is not None:  # before any load: the one model's lines are forwarded bare
@@ -148,7 +147,7 @@ async def start(settings: Settings) -> ServiceParts:
         snapshot_position=rebuilt.snapshot_position,
         duration_ms=elapsed_ms(started),
     )
-    await live.record([NewEvent(completed)])
+    await runtime.interpreter.record([Append(completed)])
     warm = asyncio.create_task(asyncio.to_thread(warm_up), name="hub-client-warm-up")
     runtime.background.add(warm)
     _log.info("service_ready", position=live.position, replayed=replayed, duration_ms=completed.duration_ms)
@@ -157,7 +156,7 @@ async def start(settings: Settings) -> ServiceParts:
 
 def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapshotter: Snapshotter) -> ServiceParts:
     """The composition root: the interpreter, the supervisors over it, metrics, the HTTP client."""
-    interpreter = Interpreter(live)  # the one writer of what the supervisors decide
+    interpreter = Interpreter(live)  # the one writer: every append of this service goes through it
     limits = LogLimits(settings.worker_log_max_bytes, settings.worker_log_backups, settings.worker_log_budget_bytes)
     worker_logs = WorkerLogs(
         settings.home, limits=limits, secrets=settings.secrets(), max_pending=settings.worker_log_max_pending
@@ -184,9 +183,10 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
         settings=settings,
         store=store,
         live=live,
+        interpreter=interpreter,
         downloads=downloads,
         instances=instances,
-        remover=ModelRemover(live, instances, downloads, settings.cache_dir),
+        remover=ModelRemover(live, interpreter, instances, downloads, settings.cache_dir),
         snapshotter=snapshotter,
         http=http,
         metrics=metrics,
@@ -202,10 +202,10 @@ async def _join(runtime: ServiceParts, node: str) -> None:
     (docs/cluster.md)."""
     from service.cluster.membership import Membership  # psycopg: only a cluster loads it
 
-    membership = Membership(runtime.settings, runtime.live, runtime.instances, runtime.downloads)
+    membership = Membership(runtime.settings, runtime.live, runtime.interpreter, runtime.instances, runtime.downloads)
     await membership.join()
     runtime.membership = membership
-    runtime.live.add_listener(RemoteDecisions(node, runtime.instances, runtime.downloads).on_event)
+    runtime.live.add_listener(RemoteDecisions(node, runtime.interpreter, runtime.instances.free_port).on_event)
     runtime.live.add_listener(AbandonLost(runtime.nodes).on_event)  # no forwarded request outlives its node
     watch = asyncio.create_task(membership.watch(), name="node-watch")
     runtime.background.add(watch)
@@ -252,12 +252,14 @@ def _local(host: str) -> bool:
     return False
 
 
-async def _catalogue(settings: Settings, live: LiveState, instances: InstanceSupervisor) -> Catalogue:
+async def _catalogue(settings: Settings, runtime: ServiceParts) -> Catalogue:
     """Resolve ``-hf``/``-m`` first (a preset repo makes a router, the seed's regression),
     then list every source. A bad preset, or an ``-hf`` that names nothing, stops the start."""
     try:
         remote, single = await asyncio.to_thread(command_line_model, settings)
-        catalogue = Catalogue(settings, live, instances, remote=remote, single=single)
+        catalogue = Catalogue(
+            settings, runtime.live, runtime.interpreter, runtime.instances, remote=remote, single=single
+        )
         await catalogue.refresh(reload=False)
     except (PresetError, HfSourceError) as exc:
         raise StartupError(str(exc)) from None
@@ -268,7 +270,7 @@ async def _catalogue(settings: Settings, live: LiveState, instances: InstanceSup
             path=str(remote.path),
             note="using preset.ini from a Hub repo: only use presets you trust",
         )
-    on_startup = [m.name for m in live.state.models.values() if m.config.load_on_startup and m.listed]
+    on_startup = [m.name for m in runtime.live.state.models.values() if m.config.load_on_startup and m.listed]
     if 0 < settings.models_max < len(on_startup):
         msg = f"{len(on_startup)} models to load on startup ({', '.join(sorted(on_startup))}) exceed --models-max"
         raise StartupError(f"{msg} {settings.models_max}")
@@ -284,19 +286,19 @@ async def stop(runtime: ServiceParts) -> None:
         # process (PR_SET_PDEATHSIG, stdin EOF) recording nothing, and the next start records them lost.
         _log.error("shutdown_not_recorded", error=str(exc))
     await runtime.downloads.shutdown()
-    await runtime.instances.interpreter.close()  # effects still running, and request_completed appends
+    await runtime.interpreter.close()  # effects still running, and request_completed appends
     for task in list(runtime.background):
         task.cancel()
     await asyncio.gather(*runtime.background, return_exceptions=True)
     # Appended without waiting for the tail: nothing reads it back, and a shutdown
     # must record it even while the tail is down. A node says it left in the same append, while its
     # lock is still held: the others then never record it lost (docs/cluster.md).
-    last = [NewEvent(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))]
+    last = [Append(ev.RouterStopped(pid=os.getpid(), reason="shutdown"))]
     leaving = runtime.membership.leaving() if runtime.membership is not None else None
     if leaving is not None:
-        last.append(from_append(leaving))
+        last.append(leaving)
     try:
-        await runtime.store.append(last)
+        await runtime.interpreter.record_unread(last)
     except (LogDiskFull, StoreUnavailable) as exc:  # a full disk, PostgreSQL down: the next start reconciles
         _log.error("router_stopped_not_recorded", error=str(exc))
     await runtime.snapshotter.snapshot_now(runtime.live.state)

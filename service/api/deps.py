@@ -29,6 +29,7 @@ from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.interpreter import Interpreter
 from service.supervision.model_removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.startup_loads import StartupLoads
@@ -59,6 +60,11 @@ def provide_live_state(state: State) -> LiveState:
 def provide_instances(state: State) -> InstanceSupervisor:
     """The inference instances: load, unload, requests queued and in flight."""
     return _runtime(state).instances
+
+
+def provide_interpreter(state: State) -> Interpreter:
+    """The one writer: a decision's events appended, then its effects performed; facts recorded."""
+    return _runtime(state).interpreter
 
 
 def provide_downloads(state: State) -> DownloadSupervisor:
@@ -104,6 +110,7 @@ def provide_forwarding(state: State) -> Forwarding:
         autoload=runtime.settings.autoload,
         instances=runtime.instances,
         live=runtime.live,
+        interpreter=runtime.interpreter,
         http=runtime.http,
         metrics=runtime.metrics,
         clock=runtime.clock,
@@ -140,6 +147,7 @@ def dependencies() -> dict[str, Provide]:
         "store": provide_store,
         "live": provide_live_state,
         "instances": provide_instances,
+        "interpreter": provide_interpreter,
         "downloads": provide_downloads,
         "remover": provide_remover,
         "catalogue": provide_catalogue,

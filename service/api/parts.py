@@ -23,6 +23,7 @@ from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.interpreter import Interpreter
 from service.supervision.model_removal import ModelRemover
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.startup_loads import StartupLoads
@@ -44,6 +45,8 @@ class ServiceParts:
     settings: Settings
     store: AsyncEventStore
     live: LiveState
+    interpreter: Interpreter
+    """The one writer: every append of this service goes through it (what the supervisors decide, and facts)."""
     downloads: DownloadSupervisor
     instances: InstanceSupervisor
     remover: ModelRemover

@@ -31,12 +31,12 @@ from service.cluster.node_client import NodeClient
 from service.core import events as ev
 from service.core.decision import Append
 from service.core.errors import CommandRejected
-from service.core.instance_lifecycle import crash_rejection
-from service.core.liveness import unresponsive_rejection
+from service.core.proxy_decisions import pooled_hop, records_completion, unresponsive_failure, worker_failure
 from service.core.server_mode import ROUTER, ServerMode, target_model
-from service.core.state import UNRESPONSIVE, RouterState
+from service.core.state import RouterState
 from service.event_store.live_state import LiveState
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.interpreter import Interpreter
 from service.supervision.leases import Lease, WorkerUnresponsive
 from service.supervision.surroundings import Clock
 
@@ -52,6 +52,8 @@ class Forwarding:
     """Whether a request that does not say loads a model that is not loaded (``MODELROUTER_AUTOLOAD``)."""
     instances: InstanceSupervisor
     live: LiveState
+    interpreter: Interpreter
+    """Records each request's ``request_completed``."""
     http: httpx.AsyncClient
     metrics: RouterMetrics
     clock: Clock
@@ -83,7 +85,7 @@ def _record_completion(
     fwd: Forwarding, model: str, instance_id: str, route: str, status: int, stream: bool, started: float
 ) -> None:
     inst = fwd.live.state.models[model].instance
-    if inst is not None and inst.instance_id == instance_id and inst.node not in (None, fwd.instances.settings.node):
+    if not records_completion(inst, instance_id, fwd.instances.settings.node):
         return  # forwarded to another node: that node served it and records it
     event = ev.RequestCompleted(
         instance_id=instance_id,
@@ -93,7 +95,7 @@ def _record_completion(
         duration_ms=round((fwd.clock.monotonic() - started) * 1000, 2),
     )
     # Off the response path: the client never waits for this fsync.
-    fwd.instances.interpreter.record_later([Append(event, model)])
+    fwd.interpreter.record_later([Append(event, model)])
 
 
 async def _until_disconnect(request: Request[Any, Any, Any]) -> None:
@@ -144,7 +146,6 @@ async def _worker_failed(
     words instead of the transport error's name."""
     if isinstance(exc, WorkerUnresponsive):
         return unresponsive_problem(live, model)
-    found = None
     state: RouterState | None = None
     if not isinstance(exc, httpx.TimeoutException):
 
@@ -153,31 +154,13 @@ async def _worker_failed(
             return m is None or m.instance is None or m.instance.instance_id != instance_id
 
         state = await live.wait_until(ended, _CRASH_WAIT)
-        found = state.models.get(model) if state is not None else None
-    crashed = crash_rejection(found) if found is not None else None
-    if crashed is not None:
-        return Problem(503, crashed.code, crashed.message, **crashed.extra)
-    serving = state.nodes.get(node) if state is not None and node is not None else None
-    if serving is not None and serving.lost:
-        message = f"node {node!r}, which served model {model!r}, was lost (recorded by {serving.lost_by!r})"
-        return Problem(503, "model_failed", message, model=model, node=node, reason="node_lost")
-    where = f"the worker of model {model!r}" if node is None else f"node {node!r} serving model {model!r}"
-    return Problem(503, "model_failed", f"{where} stopped answering: {type(exc).__name__}", model=model)
+    failure = worker_failure(state, model, node, type(exc).__name__)
+    return Problem(503, failure.code, failure.message, **failure.extra)
 
 
 def unresponsive_problem(live: LiveState, model: str) -> Problem:
     """The 503 for a request whose worker was given up as hung (``instance_unresponsive`` recorded why)."""
-    found = live.state.models.get(model)
-    hung = unresponsive_rejection(found) if found is not None else None
-    if hung is None:  # the failure was replaced meanwhile (a new load): still say what happened
-        return Problem(
-            503,
-            "model_failed",
-            f"the worker of model {model!r} stopped responding",
-            model=model,
-            reason=UNRESPONSIVE,
-            headers=_RETRY,
-        )
+    hung = unresponsive_failure(live.state.models.get(model), model)
     return Problem(503, hung.code, hung.message, headers=_RETRY, **hung.extra)
 
 
@@ -249,7 +232,7 @@ async def send_upstream(
     """Send to the worker (or the node serving it); one that fails to answer releases the lease and says why."""
     headers = forward_headers(request.headers, _FORWARD_HEADERS, lease.node)  # another node: its API key too
     try:
-        if lease.node is not None and fwd.nodes.handles(url):
+        if pooled_hop(lease.node, url):
             return await fwd.nodes.send(request.method, url, headers, body)
         outgoing = fwd.http.build_request(request.method, url, content=body, headers=headers)
         async with lease.guard():  # a worker given up as hung ends the wait at once

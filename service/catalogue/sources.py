@@ -37,6 +37,7 @@ from service.llamacpp.flags import BY_NAME, handling
 from service.llamacpp.presets import Preset, PresetError, read_preset
 from service.settings import Settings
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.interpreter import Interpreter
 
 _log = structlog.get_logger(__name__)
 
@@ -220,6 +221,7 @@ class Catalogue:
         self,
         settings: Settings,
         live: LiveState,
+        interpreter: Interpreter,
         instances: InstanceSupervisor,
         *,
         remote: RemotePreset | None = None,
@@ -227,6 +229,7 @@ class Catalogue:
     ) -> None:
         self.settings = settings
         self.live = live
+        self.interpreter = interpreter
         self.instances = instances
         self.remote = remote
         self.single = single
@@ -275,8 +278,8 @@ class Catalogue:
                 batch.append(Append(reloaded))
             return Decision(plan, tuple(batch))
 
-        decision, _ = await self.live.decide(decide)
-        return decision.answer
+        applied = await self.interpreter.apply(decide)
+        return applied.answer
 
     def _once(self, key: str, event: str, **fields: Any) -> None:
         if key not in self._said:
@@ -316,7 +319,7 @@ class Catalogue:
             return Decision(None, (Append(event.event, event.model),))
 
         try:
-            await self.live.decide(decide)
+            await self.interpreter.apply(decide)
         except Exception:  # the tail is down: the next reload or restart applies it
             _log.exception("configure_failed", model=name)
 

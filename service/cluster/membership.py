@@ -49,6 +49,7 @@ from service.event_store.urls import libpq_url
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.interpreter import Interpreter
 
 _log = structlog.get_logger(__name__)
 WATCH_SECONDS = 1.0
@@ -95,7 +96,12 @@ class Membership:
     """Holds this node's lock and watches the others' (one dedicated connection)."""
 
     def __init__(
-        self, settings: Settings, live: LiveState, instances: InstanceSupervisor, downloads: DownloadSupervisor
+        self,
+        settings: Settings,
+        live: LiveState,
+        interpreter: Interpreter,
+        instances: InstanceSupervisor,
+        downloads: DownloadSupervisor,
     ) -> None:
         assert settings.node is not None
         self.node = settings.node
@@ -104,7 +110,7 @@ class Membership:
         self._live = live
         self._instances = instances
         self._downloads = downloads
-        self._interpreter = instances.interpreter
+        self._interpreter = interpreter
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self.incarnation: str | None = None  # this process's current incarnation, once joined
         self._checks_from = 0.0  # loop time before which the others are not checked (after a reconnect)

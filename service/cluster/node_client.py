@@ -39,6 +39,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from service.core.proxy_decisions import plain_http
+
 CONNECT_TIMEOUT = 10.0
 MAX_IDLE_PER_NODE = 64  # as the proxy's httpx pool (max_keepalive_connections)
 _NO_BODY_STATUSES = frozenset({204, 304})
@@ -205,7 +207,7 @@ class NodeClient:
     @staticmethod
     def handles(url: str) -> bool:
         """Whether ``url`` goes through this client (plain ``http``; TLS goes through httpx)."""
-        return url.startswith("http://")
+        return plain_http(url)
 
     async def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> NodeResponse:
         """Send one request and read the head of its answer; the caller reads the body, then

@@ -9,15 +9,14 @@ edit the queue) and the caller's answer. Refusals raise ``CommandRejected``
 before anything is decided. ``service/supervision/instances.py`` only feeds
 facts in and hands the decisions to the interpreter.
 
-Pure module: stdlib only; time, ids and ports are passed in.
+Pure module: stdlib only; time, ids and ports are passed in (:mod:`service.core.instance_facts`),
+and what is asked of the worker processes is :mod:`service.core.instance_effects`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import service.core.cluster as cluster
 import service.core.events as ev
@@ -26,94 +25,25 @@ import service.core.scheduling as scheduling
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.demand_queue import Demanded, Dropped, Queue, QueueEdit, RestartArmed, Started, Waiting, edit
 from service.core.errors import CommandRejected
+from service.core.instance_effects import FetchFiles as FetchFiles
+from service.core.instance_effects import Kill as Kill
+from service.core.instance_effects import Sleep as Sleep
+from service.core.instance_effects import Spawn as Spawn
+from service.core.instance_effects import Stop as Stop
 from service.core.instance_exits import ArmRestart as ArmRestart
 from service.core.instance_exits import Warn as Warn
 from service.core.instance_exits import decide_closed as decide_closed
 from service.core.instance_exits import decide_exit as decide_exit
 from service.core.instance_exits import decide_spawn_failed as decide_spawn_failed
 from service.core.instance_exits import restart_timer as restart_timer
-from service.core.placement import NodeBudget, insufficient_memory, loads
+from service.core.instance_facts import Drawn as Drawn
+from service.core.instance_facts import Facts as Facts
+from service.core.instance_facts import Limits as Limits
+from service.core.instance_facts import slot_facts as slot_facts
+from service.core.placement import insufficient_memory, loads
 from service.core.state import FailureKind, Instance, InstanceStatus, ModelState, ModelStatus, RouterState
 
-# --- the effects ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Spawn(Effect):
-    """Start the inference worker of ``request`` for ``model``."""
-
-    model: str
-    request: ev.InstanceRequested
-
-
-@dataclass(frozen=True, slots=True)
-class Stop(Effect):
-    """Stop instance ``instance_id``'s worker (stdin line, SIGTERM, SIGKILL after its stop timeout)."""
-
-    instance_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep(Stop):
-    """Put ``model`` to sleep: keep what its worker answers on ``/props`` and ``/metrics`` (served while
-    it sleeps, as llama-server serves them from a cache), then stop it as :class:`Stop` does."""
-
-    model: str
-    endpoint: str
-
-
-@dataclass(frozen=True, slots=True)
-class Kill(Effect):
-    """SIGKILL instance ``instance_id``'s worker at once (nothing to save: a load that timed out)."""
-
-    instance_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class FetchFiles(Effect):
-    """Download ``model``'s files first (a regular download job: its hf-repo, or a pulled model's
-    files again when only gone nodes held them); with a ``then_load`` reason, load it once they are there."""
-
-    model: str
-    then_load: str | None = None
-
-
-# --- the facts ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """The settings the decisions read (from ``Settings``)."""
-
-    models_max: int
-    queue_timeout: float
-    max_queued_requests: int
-    load_timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What only the supervisor observes, at the moment of a decision."""
-
-    limits: Limits
-    now: datetime  # wall clock: compared with recorded_at
-    mono: float  # monotonic seconds: queue timeouts and restart timers
-    busy: Mapping[str, int] = field(default_factory=dict)  # requests in flight per model
-    processes: frozenset[str] = frozenset()  # instance ids whose worker process is not reaped yet
-    node: str | None = None  # the deciding service's node (None: a service without --node)
-    memory: int | None = None  # bytes this node's models may use (RAM less the margin); None: not limited
-
-    def mine(self, inst: Instance | None) -> bool:
-        """Whether ``inst`` runs on this node (its supervisor acts on it)."""
-        return inst is not None and (inst.node is None or inst.node == self.node)
-
-
-class Fresh(Protocol):
-    """Where new instance ids and ports come from (injected: tests pass deterministic ones)."""
-
-    def new_id(self) -> str: ...
-
-    def free_port(self) -> int: ...
+# --- the answers ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,19 +60,6 @@ class Wait:
     """The request waits for ``model`` (queued or loading) until the next change."""
 
     model: str
-
-
-def slot_facts(state: RouterState, facts: Facts) -> scheduling.SlotFacts:
-    """What placement needs beyond the fold: requests in flight, workers exiting, every node's budget."""
-    live = {m.instance.instance_id for m in state.models.values() if m.instance is not None}
-    exiting = sum(1 for iid in facts.processes if iid not in live)
-    local = NodeBudget(facts.node, facts.limits.models_max, facts.memory)
-    return scheduling.SlotFacts(
-        models_max=facts.limits.models_max,
-        busy=dict(facts.busy),
-        exiting=exiting,
-        nodes=cluster.budgets(state, facts.node, local),
-    )
 
 
 def _refuse_unfit(state: RouterState, model: ModelState, facts: Facts) -> None:
@@ -194,8 +111,9 @@ def settled(state: RouterState, queue: Queue, facts: Facts) -> tuple[QueueEdit |
     return tuple(out)
 
 
-def decide_plan(state: RouterState, queue: Queue, facts: Facts, fresh: Fresh) -> Decision[None]:
-    """Who gets a model slot now (``scheduling.plan_slots``): evictions to stop, starts to spawn."""
+def decide_plan(state: RouterState, queue: Queue, facts: Facts, fresh: Drawn) -> Decision[None]:
+    """Who gets a model slot now (``scheduling.plan_slots``): evictions to stop, starts to spawn, each
+    start with the next id (and port, on this node) ``fresh`` holds."""
     dropped = settled(state, queue, facts)
     queue = _edits(queue, tuple(e for e in dropped if isinstance(e, QueueEdit)))
     plan = scheduling.plan_slots(state, queue.pending(), slot_facts(state, facts))
@@ -206,17 +124,27 @@ def decide_plan(state: RouterState, queue: Queue, facts: Facts, fresh: Fresh) ->
         assert inst is not None  # placement evicts ready instances only
         events += about(victim, lifecycle.stop(inst, "evicted"))
         effects += [Stop(inst.instance_id)] if facts.mine(inst) else []  # else its own node's supervisor stops it
+    ids, ports = iter(fresh.ids), iter(fresh.ports)
     for wanted in plan.start:
         node = plan.where.get(wanted.model)
         here = node is None or node == facts.node
-        model = state.models[wanted.model]
-        request = lifecycle.request(fresh.new_id(), fresh.free_port() if here else 0, model, wanted.reason, node)
+        instance_id, port = next(ids, None), next(ports, None) if here else 0
+        if instance_id is None or port is None:
+            break  # drawn for an older state: the rest start on the next pass
+        request = lifecycle.request(instance_id, port, state.models[wanted.model], wanted.reason, node)
         events.append(Append(request, wanted.model))
         effects += [Started(wanted.model, request.instance_id)] + ([Spawn(wanted.model, request)] if here else [])
     return Decision(None, tuple(events), tuple(effects))
 
 
-def decide_load(state: RouterState, queue: Queue, name: str, reason: str, facts: Facts, fresh: Fresh) -> Decision[str]:
+def to_draw(made: Decision[Any]) -> tuple[int, int]:  # Any: a decision's answer is not looked at
+    """How many instance ids and ports ``made`` (taken over :meth:`Drawn.enough_for`'s stand-ins) used:
+    the supervisor draws as many before taking it for real."""
+    ids = sum(1 for a in made.events if isinstance(a.event, ev.InstanceRequested))
+    return ids, sum(1 for e in made.effects if isinstance(e, Spawn))
+
+
+def decide_load(state: RouterState, queue: Queue, name: str, reason: str, facts: Facts, fresh: Drawn) -> Decision[str]:
     """``POST /models/load``: start loading unless it runs; answers the model's name at once
     (readiness arrives as events). When no slot can ever be freed (every loaded model busy or
     loading) the answer is 503 ``capacity``."""

@@ -284,6 +284,11 @@ class LiveState:
         state = await self.wait_for(max(positions)) if positions else self.state
         return positions, state
 
+    async def commit(self, batch: list[NewEvent]) -> list[int]:
+        """Append without waiting for the tail to fold it, and even while the tail is down: for facts
+        nothing reads back (a finished request, the shutdown's last events). Their positions."""
+        return await self.store.append(batch)
+
     async def decide(
         self, decision: Callable[[RouterState], Decision[A]], attempts: int = 20
     ) -> tuple[Decision[A], RouterState]:

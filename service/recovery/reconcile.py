@@ -25,9 +25,9 @@ import structlog
 from service.core import download_lifecycle, instance_lifecycle
 from service.core import events as ev
 from service.core.cache_layout import CachePaths
+from service.core.decision import Append
 from service.core.state import DownloadJob, JobStatus, RouterState
 from service.downloads.cache_files import find_partials, partial_bytes
-from service.event_store.codec import NewEvent
 from service.supervision.child_process import same_process_alive
 
 _log = structlog.get_logger(__name__)
@@ -35,7 +35,7 @@ _log = structlog.get_logger(__name__)
 
 @dataclass
 class ReconcilePlan:
-    events: list[NewEvent] = field(default_factory=list)
+    events: list[Append] = field(default_factory=list)
     interrupted: list[DownloadJob] = field(default_factory=list)
     lost_instances: int = 0
     orphans: int = 0
@@ -82,14 +82,14 @@ def plan_reconcile(state: RouterState, cache_dir: Path) -> ReconcilePlan:
             _kill_survivor(inst.pid)  # type: ignore[arg-type]  # same_process_alive checked the pid
             killed.add(inst.instance_id)
     closing = download_lifecycle.reconcile(state, on_disk) + instance_lifecycle.reconcile(state, frozenset(killed))
-    plan.events.extend(NewEvent(event, model=name) for name, event in closing)
+    plan.events.extend(Append(event, name) for name, event in closing)
     plan.lost_instances = sum(1 for _, event in closing if isinstance(event, ev.InstanceLost))
     known = referenced_blobs(state)
     for partial in find_partials(cache_dir):
         sha = partial.name.removesuffix(".incomplete")
         size = partial.stat().st_size
         if sha not in known and state.partial_files.get(str(partial)) != size:
-            plan.events.append(NewEvent(ev.PartialFileFound(path=str(partial), bytes=size)))
+            plan.events.append(Append(ev.PartialFileFound(path=str(partial), bytes=size)))
         if sha not in known:
             plan.orphans += 1
     return plan

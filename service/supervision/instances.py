@@ -7,8 +7,10 @@ value, :mod:`service.core.demand_queue`) and what only this class observes:
 requests in flight (``busy``), worker processes not reaped yet, the workers'
 heartbeats, the clock. Each decision goes through the one interpreter
 (:mod:`service.supervision.interpreter`): its events are appended, then its
-effects performed by the performers registered here (spawn, stop, kill, arm
-a restart, edit the queue, fetch a model's files first, cut a hung worker's requests).
+effects performed by the performers registered here (edit the queue, fetch a
+model's files first, cut a hung worker's requests) and by the worker processes'
+(:mod:`service.supervision.instance_processes`: spawn, stop, sleep, kill, arm a restart).
+The instance ids and ports a plan may start with are drawn before it is taken.
 
 Locking: one ``asyncio.Lock`` serialises decide -> append. It is never held
 while waiting for a slot, a process or a readiness: requests wait for state
@@ -18,33 +20,29 @@ changes outside it, and stops and spawns run as their own tasks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import structlog
 
-from service.core import cluster, scheduling
 from service.core import events as ev
 from service.core import instance_decisions as decide
-from service.core import instance_exits as exits
-from service.core import instance_lifecycle as lifecycle
+from service.core import scheduling
+from service.core.decision import Decision
 from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Waiting, edit
 from service.core.errors import CommandRejected
-from service.core.model_spec import projector_path
-from service.core.processes import ProcessExit
-from service.core.state import InstanceStatus, ModelState, RouterState
+from service.core.state import ModelState, RouterState
 from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.hang_watch import HangWatch
+from service.supervision.instance_processes import InstanceProcesses
 from service.supervision.interpreter import Interpreter
 from service.supervision.leases import Lease
 from service.supervision.measure import Measurer, memory_budget
 from service.supervision.on_demand import OnDemandFiles
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.surroundings import Surroundings
-from service.supervision.worker_args import inference_argv, store_env
-from service.supervision.worker_pool import WorkerPool
 
 _log = structlog.get_logger(__name__)
 _WAKE_TYPES = frozenset(
@@ -87,11 +85,9 @@ class InstanceSupervisor:
         self.fake_timing = settings.fake_timing  # start-up turns it off in single-model mode (server_mode)
         self.busy: dict[str, int] = {}
         self.queue = Queue()
-        self._models: dict[str, str] = {}  # instance id -> model, while its process lives
-        self._pool = WorkerPool(self.fx.spawn, self._on_exit)
         self._lock = asyncio.Lock()
         self._change = asyncio.Event()
-        self._shutting_down = False
+        self.shutting_down = False
         self._limits = decide.Limits(
             models_max=settings.models_max,
             queue_timeout=settings.queue_timeout,
@@ -101,6 +97,9 @@ class InstanceSupervisor:
         self.files = files
         self.snapshots = snapshots  # what sleeping models' workers answered last (/props, /metrics)
         self.interpreter = interpreter or Interpreter(live)
+        self._processes = InstanceProcesses(
+            settings, live, self.interpreter, self.fx, self._lock, self, self._poke, snapshots
+        )
         self._register(self.interpreter)
         self.hangs = HangWatch(settings, live, self.interpreter, self._facts, self.fx.clock, self.fx.heartbeat)
         self._measurer, self.memory = Measurer(live, self.interpreter, settings.node), memory_budget(settings)
@@ -108,12 +107,7 @@ class InstanceSupervisor:
 
     def _register(self, it: Interpreter) -> None:
         it.register(QueueEdit, self._edit_queue)
-        it.register(decide.Spawn, lambda e: self._start_process(e.model, e.request))
-        it.register(decide.Stop, lambda e: self._stop_process(e.instance_id))
-        it.register(decide.Sleep, self._sleep)
-        it.register(decide.Kill, lambda e: self._pool.kill(e.instance_id))
-        it.register(cluster.AbandonEnded, lambda _: self._pool.abandon(cluster.ended(self.live.state, self._models)))
-        it.register(decide.ArmRestart, self._arm_restart)
+        self._processes.register(it)
         it.register(decide.Warn, lambda e: _log.warning(e.event, **e.fields))
         it.register(decide.FetchFiles, self._fetch_files)
 
@@ -145,17 +139,28 @@ class InstanceSupervisor:
             now=clock.now(),
             mono=clock.monotonic(),
             busy=dict(self.busy),
-            processes=frozenset(self._pool.active()),
+            processes=self._processes.active(),
             memory=self.memory,
             node=self.settings.node,
         )
 
+    def _drawn(self, decision: Callable[[decide.Drawn], Decision[Any]]) -> decide.Drawn:
+        """The ids and ports ``decision`` starts instances with, drawn before it is taken: as many as
+        it takes over stand-ins on the current state (none when it refuses)."""
+        try:
+            ids, ports = decide.to_draw(decision(decide.Drawn.enough_for(self.queue)))
+        except CommandRejected:
+            return decide.Drawn()
+        return decide.Drawn(
+            tuple(self.fx.new_id() for _ in range(ids)), tuple(self.fx.free_port() for _ in range(ports))
+        )
+
     def new_id(self) -> str:
-        """An id for a new instance (the :class:`~service.core.instance_decisions.Fresh` the planner asks)."""
+        """An id for a new incarnation of this node (``node_joined``)."""
         return self.fx.new_id()
 
     def free_port(self) -> int:
-        """A port for a new instance's worker."""
+        """A port for a worker another node placed here without one (it cannot draw this node's)."""
         return self.fx.free_port()
 
     @property
@@ -178,8 +183,11 @@ class InstanceSupervisor:
             return self.live.state.models[self._resolved(name)]
         await self._measurer.ensure(name)  # its memory need, before it is placed
         async with self._lock:
+            drawn = self._drawn(
+                lambda d: decide.decide_load(self.live.state, self.queue, name, reason, self._facts(), d)
+            )
             applied = await self.interpreter.apply(
-                lambda s: decide.decide_load(s, self.queue, name, reason, self._facts(), self)
+                lambda s: decide.decide_load(s, self.queue, name, reason, self._facts(), drawn)
             )
         return applied.state.models[applied.answer]
 
@@ -294,13 +302,14 @@ class InstanceSupervisor:
         demands) and the demand queue. The run loop calls it on every change."""
         async with self._lock:
             await self.interpreter.apply(lambda s: decide.decide_timers(s, self.queue, self._facts()))
-            await self.interpreter.apply(lambda s: decide.decide_plan(s, self.queue, self._facts(), self))
+            drawn = self._drawn(lambda d: decide.decide_plan(self.live.state, self.queue, self._facts(), d))
+            await self.interpreter.apply(lambda s: decide.decide_plan(s, self.queue, self._facts(), drawn))
             await self.hangs.check()
 
     async def run(self) -> None:
         """Call :meth:`tick` on every change, and every second while a timer may be running; with
         none (``decide.timers_running``), an idle service sleeps until something changes."""
-        while not self._shutting_down:
+        while not self.shutting_down:
             change = self._change
             try:
                 await self.tick()
@@ -310,85 +319,6 @@ class InstanceSupervisor:
                 await self._wait_change(change, _TICK_SECONDS)
             else:
                 await change.wait()
-
-    # --- processes ---------------------------------------------------------------------
-
-    async def _start_process(self, model_name: str, request: ev.InstanceRequested) -> None:
-        if self.fake_timing:
-            await self.fx.clock.sleep(2.0)  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: a slow load
-        model = self.live.state.models[model_name]
-        inst = lifecycle.current_instance(self.live.state, model_name, request.instance_id)
-        if inst is None or inst.status is InstanceStatus.STOPPING:
-            return  # stopped before it was spawned: _stop_process records the end
-        assert model.path is not None  # loadable() was checked when the slot was given
-        argv = inference_argv(
-            self.settings,
-            model_name,
-            model.path,
-            request.instance_id,
-            request.port,
-            request.launch,
-            mmproj=projector_path(model.files),
-        )
-        self._models[request.instance_id] = model_name
-        try:
-            await self._pool.spawn(
-                request.instance_id,
-                argv,
-                name=f"inference:{model_name}:{request.instance_id}",
-                env=self.settings.worker_environment(**store_env(self.settings)),
-            )
-        except OSError as exc:
-            self._models.pop(request.instance_id, None)
-            message = str(exc)
-            async with self._lock:
-                await self.interpreter.apply(
-                    lambda s: exits.decide_spawn_failed(s, model_name, request.instance_id, message)
-                )
-            return
-        if lifecycle.current_instance(self.live.state, model_name, request.instance_id) is None:
-            self._pool.kill(request.instance_id)  # its load deadline passed while it was spawning
-
-    async def _stop_process(self, instance_id: str) -> None:
-        found = lifecycle.find_instance(self.live.state, instance_id)
-        reason = found[1].stop_reason if found is not None and found[1].stop_reason else "unload"
-        # The model's own stop-timeout (a preset key, as in llama.cpp), else the global one.
-        model = self.live.state.models.get(found[0]) if found is not None else None
-        own = model.config.stop_timeout if model is not None else None
-        timeout = self.settings.stop_timeout if own is None else own
-        # The stdin line carries the reason into the worker's own instance_stopped.
-        stopped = await self._pool.stop(instance_id, f"stop {reason}", grace=min(0.2, timeout), timeout=timeout)
-        if not stopped and instance_id not in self._models:
-            await self.live.sync()
-            async with self._lock:
-                await self.interpreter.apply(lambda s: exits.decide_closed(s, instance_id))
-
-    async def _sleep(self, effect: decide.Sleep) -> None:
-        if self.snapshots is not None:
-            await self.snapshots.take(effect.model, effect.endpoint)  # before it stops: served while it sleeps
-        await self._stop_process(effect.instance_id)
-
-    async def _on_exit(self, instance_id: str, exit_: ProcessExit) -> None:
-        model = self._models.pop(instance_id, None)
-        self._poke()  # a reaped worker frees its slot
-        if model is None:
-            return
-        await self.live.sync()  # fold what the worker recorded before it exited
-        applied = await self.interpreter.apply_durably(
-            lambda s: exits.decide_exit(s, model, instance_id, exit_, self.busy.get(model, 0)),
-            self._lock,
-            give_up=lambda: self._shutting_down,
-        )
-        if applied.answer:
-            error = applied.state.models[model].last_error
-            _log.warning("instance_crashed", model=model, instance_id=instance_id, reason=error and error.message)
-
-    def _arm_restart(self, effect: decide.ArmRestart) -> None:
-        if self._shutting_down:
-            return
-        self.interpreter.perform(
-            exits.restart_timer(self.live.state, effect.model, self.fx.jitter(), self.fx.clock.monotonic())
-        )
 
     # --- start-up and shut-down ---------------------------------------------------------
 
@@ -405,7 +335,7 @@ class InstanceSupervisor:
 
     async def shutdown(self) -> None:
         """Stop every worker (reason ``shutdown``) and wait for them."""
-        self._shutting_down = True
+        self.shutting_down = True
         self._poke()
         await self.hangs.close()
         if self.files is not None:

@@ -8,7 +8,12 @@ the decision runs again on a newer state when the log moved under it),
 appends its events, and only then hands each effect to the performer
 registered for its type: an effect never runs for a decision that did not
 land. :meth:`Interpreter.record` is the same path for a plain fact with no
-decision behind it (a finished request, removed files, a stopping router).
+decision behind it (start-up's recovery records, removed files, a node joining);
+:meth:`Interpreter.record_later` and :meth:`Interpreter.record_unread` append
+facts nothing reads back without waiting for the tail (a finished request, a
+stopping router). Nothing else in the service appends (tests/test_architecture.py
+checks it): the workers and ``modelrouter gc`` append their own facts, as other
+processes.
 
 Performers are registered by the supervisors that own the outside world of
 each effect (processes, timers, the demand queue); a performer that returns an
@@ -114,10 +119,15 @@ class Interpreter:
         return state
 
     def record_later(self, appends: Sequence[Append]) -> None:
-        """:meth:`record` off the caller's path (a response must not wait for this fsync)."""
-        task = asyncio.ensure_future(self.live.store.append([from_append(a) for a in appends]))
+        """:meth:`record_unread` off the caller's path (a response must not wait for this fsync)."""
+        task = asyncio.ensure_future(self.record_unread(appends))
         self.background.add(task)
         task.add_done_callback(self._done)
+
+    async def record_unread(self, appends: Sequence[Append]) -> None:
+        """Append facts nothing reads back without waiting for the tail, even while it is down (the
+        shutdown's last events must be recorded then too)."""
+        await self.live.commit([from_append(a) for a in appends])
 
     def _performer(self, kind: type[Effect]) -> Performer:
         for klass in kind.__mro__:

@@ -23,6 +23,7 @@ from service.downloads.file_deletion import remove_files
 from service.event_store.live_state import LiveState
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.interpreter import Interpreter
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +39,15 @@ class ModelRemover:
     """Removes downloaded models, one removal per model at a time."""
 
     def __init__(
-        self, live: LiveState, instances: InstanceSupervisor, downloads: DownloadSupervisor, cache_dir: Path
+        self,
+        live: LiveState,
+        interpreter: Interpreter,
+        instances: InstanceSupervisor,
+        downloads: DownloadSupervisor,
+        cache_dir: Path,
     ) -> None:
         self.live = live
-        self.interpreter = instances.interpreter
+        self.interpreter = interpreter
         self.instances = instances
         self.downloads = downloads
         self.cache_dir = cache_dir

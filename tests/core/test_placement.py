@@ -141,7 +141,7 @@ class TestRefusedAtOnce:
         state = world(held("a", pinned=True), held("big", layers=64), ready("a"))
         memory = need(state, "a") + need(state, "big") - 1  # fits only if the pinned model went
         with pytest.raises(CommandRejected) as refused:
-            decide.decide_load(state, Queue(), "big", "load", self._facts(memory), _Fresh())
+            decide.decide_load(state, Queue(), "big", "load", self._facts(memory), _fresh())
         assert refused.value.code == "insufficient_memory"
         assert refused.value.extra["need_bytes"] == need(state, "big")
         assert refused.value.extra["free_bytes"] == memory - need(state, "a")
@@ -157,17 +157,14 @@ class TestRefusedAtOnce:
 
     def test_one_that_fits_after_evicting_unpinned_models_is_not_refused(self) -> None:
         state = world(held("a"), held("b"), ready("a"))
-        made = decide.decide_load(state, Queue(), "b", "load", self._facts(need(state, "b")), _Fresh())
+        made = decide.decide_load(state, Queue(), "b", "load", self._facts(need(state, "b")), _fresh())
         stops = [a.event for a in made.events if isinstance(a.event, ev.InstanceStopRequested)]
         assert [s.instance_id for s in stops] == ["i-a"]
 
 
-class _Fresh:
-    def new_id(self) -> str:
-        return "i-new"
-
-    def free_port(self) -> int:
-        return 9999
+def _fresh() -> decide.Drawn:
+    """Ids and ports drawn before a decision, as the supervisor draws them."""
+    return decide.Drawn(ids=("i-new",) * 4, ports=(9999,) * 4)
 
 
 class TestManyNodes:
@@ -178,7 +175,7 @@ class TestManyNodes:
     def test_a_model_only_another_node_holds_is_requested_on_that_node_without_a_local_spawn(self) -> None:
         state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "b"))
         queue = edit(Queue(), Demanded("m", "autoload", 0.0, waiter=True, autoload=True))
-        made = decide.decide_plan(state, queue, self._facts("a", 8 * GiB), _Fresh())
+        made = decide.decide_plan(state, queue, self._facts("a", 8 * GiB), _fresh())
         requested = [a.event for a in made.events if isinstance(a.event, ev.InstanceRequested)]
         assert [(r.node, r.port) for r in requested] == [("b", 0)]  # b picks its own port
         assert not any(isinstance(e, decide.Spawn) for e in made.effects)  # b's supervisor spawns it
@@ -276,9 +273,9 @@ class TestManyNodes:
         the model then has an instance, and nothing more is requested anywhere."""
         state = world(joined("a", 8 * GiB), joined("b", 8 * GiB), held("m", "a"), held("m", "b"))
         queue = edit(Queue(), Demanded("m", "autoload", 0.0, waiter=True, autoload=True))
-        first = decide.decide_plan(state, queue, self._facts("a", 8 * GiB), _Fresh())
+        first = decide.decide_plan(state, queue, self._facts("a", 8 * GiB), _fresh())
         state = replay(recorded(*[(a.event, a.model, "a") for a in first.events], after=state), state)
-        second = decide.decide_plan(state, queue, self._facts("b", 8 * GiB), _Fresh())
+        second = decide.decide_plan(state, queue, self._facts("b", 8 * GiB), _fresh())
         assert len(first.events) == 1 and second.events == ()
 
     def test_each_node_sees_only_its_own_instances_and_files(self) -> None:

@@ -62,7 +62,12 @@ async def removal(tmp_path: Path, hub: HubServer) -> AsyncIterator[Removal]:
         )
         downloads = DownloadSupervisor(settings, r.live, interpreter=r.sup.interpreter)
         try:
-            yield Removal(r, downloads, ModelRemover(r.live, r.sup, downloads, settings.cache_dir), settings.cache_dir)
+            yield Removal(
+                r,
+                downloads,
+                ModelRemover(r.live, r.sup.interpreter, r.sup, downloads, settings.cache_dir),
+                settings.cache_dir,
+            )
         finally:
             await downloads.shutdown()
 

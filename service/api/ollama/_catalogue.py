@@ -16,7 +16,7 @@ from service.core.aliases import add_alias, alias_owner, remove_alias
 from service.core.ollama import model_name
 from service.core.state import ModelState, RouterState
 from service.event_store.live_state import LiveState
-from service.supervision.instances import InstanceSupervisor
+from service.supervision.interpreter import Interpreter
 from service.supervision.model_removal import ModelRemover
 from service.supervision.surroundings import Clock
 
@@ -80,14 +80,14 @@ async def show(data: o.ModelBody, live: LiveState) -> o.Shown:
     responses=ollama_errors(400, 401, 404, 409, 503),
 )
 async def delete_model(
-    data: Annotated[o.ModelBody, Body()], live: LiveState, remover: ModelRemover, instances: InstanceSupervisor
+    data: Annotated[o.ModelBody, Body()], live: LiveState, remover: ModelRemover, interpreter: Interpreter
 ) -> Response[bytes]:
     """Delete a name. A name ``/api/copy`` gave: that name only (``model_alias_removed``), as Ollama's
     delete of a copy; else the model's files (``DELETE /models``), stopping its worker first as
     Ollama does, and with them the names copies gave it. Answers 200 with an empty body, as Ollama."""
     name = model_name(data.named())
     if alias_owner(live.state, name) is not None:
-        await instances.interpreter.apply(lambda state: remove_alias(state, name))
+        await interpreter.apply(lambda state: remove_alias(state, name))
     else:
         await remover.remove(find_model(live.state, data.named()).name, force=True)
     return _status_only()
@@ -102,11 +102,11 @@ async def delete_model(
     response_description=_DONE,
     responses=ollama_errors(400, 401, 404, 409),
 )
-async def copy(data: o.CopyBody, instances: InstanceSupervisor) -> Response[bytes]:
+async def copy(data: o.CopyBody, interpreter: Interpreter) -> Response[bytes]:
     """Ollama's copy: ``destination`` becomes another name of the ``source`` model (``model_aliased``),
     listed, loaded, shown and deleted by that name. Answers 200 with an empty body, as Ollama."""
     source, alias = model_name(data.source), model_name(data.destination)
-    await instances.interpreter.apply(lambda state: add_alias(state, source, alias))
+    await interpreter.apply(lambda state: add_alias(state, source, alias))
     return _status_only()
 
 

@@ -59,9 +59,9 @@ class Trip:
         )
         try:  # recorded before the release: the log shows the request served before any eviction it allows
             if self.keep_alive is None:
-                self.fwd.instances.interpreter.record_later([Append(done, self.model)])
+                self.fwd.interpreter.record_later([Append(done, self.model)])
             else:
-                await self.fwd.instances.interpreter.record([Append(done, self.model)])
+                await self.fwd.interpreter.record([Append(done, self.model)])
         finally:
             self.lease.release()
 
