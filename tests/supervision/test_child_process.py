@@ -5,6 +5,7 @@ still the process that was started."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -96,8 +97,11 @@ async def test_a_signal_reaches_the_whole_process_group() -> None:
         "time.sleep(120)\n"
     )
     child = await ChildProcess.spawn(_python(code), name="t:group")
-    await eventually_async(lambda: "grandchild" in child.stderr_tail(), "the grandchild started", timeout=WAIT)
-    grandchild = int(child.stderr_tail().split()[1])
+    line = re.compile(r"grandchild (\d+)\n")  # the whole line: stderr may arrive in pieces
+    await eventually_async(lambda: line.search(child.stderr_tail()) is not None, "the grandchild started", timeout=WAIT)
+    found = line.search(child.stderr_tail())
+    assert found is not None
+    grandchild = int(found.group(1))
     assert os.getpgid(grandchild) == child.pid  # its own group, led by the child
     child.signal_group(signal.SIGKILL)
     assert (await child.wait()).signal == signal.SIGKILL
