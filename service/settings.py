@@ -271,7 +271,7 @@ class Settings:
         """Settings from ``environ`` (default ``os.environ``); keyword overrides
         (CLI flags) win. Unset overrides (None) are ignored."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {}  # Settings' fields by name: each has its own type
         spec: dict[str, tuple[str, Any]] = {
             "home": ("MODELROUTER_HOME", Path),
             "host": ("MODELROUTER_HOST", str),

@@ -27,12 +27,17 @@ Imports (those inside functions and under ``TYPE_CHECKING`` count: they are depe
   <- the worker itself; the engine knows no HTTP, and llama.cpp's layer knows neither.
   ``http`` sees one thing of the worker: its states (``/health`` reports them).
 
-The drivers (``service/supervision``, ``service/api``): no ``nonlocal``; events are appended only
-through the interpreter; settings, the clock and ids come from outside (``service/outside/world.py``).
+One writer: in all of ``service/``, events are appended only through the interpreter (``WRITERS``
+names the store's own writers). The drivers (``service/supervision``, ``service/api``): no
+``nonlocal``; settings, the clock and ids come from outside (``service/outside/world.py``).
 
 Size and layout: modules up to 400 lines and functions up to 60, except what ``SIZE_EXCEPTIONS``
 names with a reason (none past 600, and each entry still needed); ``ruff format`` lays out all code
-(no ``# fmt: skip``/``# fmt: off`` but in generated tables).
+(no ``# fmt: skip``/``# fmt: off`` but in generated tables); the service root holds only its entry
+points (``app``, ``cli``, ``settings``, ``startup``).
+
+Wire bodies are typed: at most ``MAX_FREE_FORM`` free-form JSON annotations (``dict[str, Any]``,
+``Mapping[str, Any]``, ``[str, JSON]``) in ``service/`` and ``workers/``, each saying why.
 
 The core: every ``Any`` in ``service/core`` says why, and ``tests/core`` tests pure functions (no
 fixture, process or network).
@@ -677,3 +682,41 @@ SERVICE_ROOT = {"__init__.py", "app.py", "cli.py", "settings.py", "startup.py"}
 def test_the_service_root_holds_only_its_entry_points() -> None:
     extra = sorted(p.name for p in (ROOT / "service").glob("*.py") if p.name not in SERVICE_ROOT)
     assert not extra, f"move into the package they belong to: {extra}"
+
+
+FREE_FORM = re.compile(r"dict\[str, ?Any\]|Mapping\[str, ?Any\]|\[str, ?JSON\]")
+MAX_FREE_FORM = 80
+"""Free-form JSON annotations left in the product: wire bodies are typed at the edge instead."""
+
+
+def _unexplained_free_form(lines: list[str]) -> Iterator[int]:
+    """Lines with a free-form JSON annotation and no reason: a comment on the line or the line above,
+    or a docstring on the line below (a named alias's)."""
+    for number, line in enumerate(lines, 1):
+        if FREE_FORM.search(line):
+            above = lines[number - 2].strip() if number > 1 else ""
+            below = lines[number].strip() if number < len(lines) else ""
+            if "#" not in line and not above.startswith("#") and not below.startswith('"""'):
+                yield number
+
+
+def test_free_form_json_is_rare_and_says_why() -> None:
+    found, bad = 0, []
+    for top in ("service", "workers"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            lines = path.read_text().splitlines()
+            found += sum(1 for line in lines if FREE_FORM.search(line))
+            bad += [f"{path.relative_to(ROOT)}:{n}" for n in _unexplained_free_form(lines)]
+    assert found <= MAX_FREE_FORM, f"{found} free-form JSON annotations (at most {MAX_FREE_FORM}): type the body"
+    assert not bad, "free-form without a reason:\n" + "\n".join(bad)
+
+
+def test_the_free_form_check_wants_a_reason() -> None:
+    lines = [
+        "x: dict[str, Any] = {}",
+        "# schemas are free-form",
+        "y: dict[str, Any]",
+        "Z = Mapping[str, JSON]",
+        '"""why"""',
+    ]
+    assert list(_unexplained_free_form(lines)) == [1]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import structlog
 from litestar.enums import ScopeType
@@ -27,7 +26,7 @@ def request_id_middleware(new_id: IdSource, clock: Clock) -> Callable[[ASGIApp],
                 return
             headers = dict(scope.get("headers") or [])
             request_id = headers.get(b"x-request-id", b"").decode("latin-1") or new_id()
-            status: dict[str, Any] = {"code": None}
+            status: dict[str, int | None] = {"code": None}
             started = clock.monotonic()
 
             async def send_with_id(message: Message) -> None:

@@ -86,11 +86,11 @@ class ModelConfigured(Event):
 
     TYPE: ClassVar[str] = "model_configured"
     aliases: tuple[str, ...] = ()
-    params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)  # free-form: launch.Params
     ttl_seconds: float | None = None
     restart: str = "never"
     load_on_startup: bool = False
-    args: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    args: Mapping[str, JSON] = dataclasses.field(default_factory=dict)  # free-form: llama-server's options as given
     ignored: tuple[str, ...] = ()
     hf_repo: str | None = None
     hf_file: str | None = None
@@ -149,7 +149,7 @@ class InstanceLoading(Event):
     instance_id: str
     pid: int
     endpoint: str
-    params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)
+    params: Mapping[str, JSON] = dataclasses.field(default_factory=dict)  # free-form: launch.Params
     pid_started_at: float | None = None
 
 

@@ -206,7 +206,7 @@ class Instance:
     pid: int | None = None
     pid_started_at: float | None = None
     endpoint: str = ""
-    params: Mapping[str, JSON] = field(default_factory=dict)
+    params: Mapping[str, JSON] = field(default_factory=dict)  # free-form: launch.Params, as recorded
     progress: float = 0.0
     progress_at: datetime | None = None  # last sign of life while loading: resets the load deadline
     load_ms: float | None = None
@@ -228,11 +228,11 @@ class ModelConfig:
     """The settings in force for one model, as the last ``model_configured`` said."""
 
     aliases: tuple[str, ...] = ()
-    params: Mapping[str, JSON] = field(default_factory=dict)
+    params: Mapping[str, JSON] = field(default_factory=dict)  # free-form: launch.Params, as recorded
     ttl_seconds: float | None = None
     restart: str = "never"
     load_on_startup: bool = False
-    args: Mapping[str, JSON] = field(default_factory=dict)
+    args: Mapping[str, JSON] = field(default_factory=dict)  # free-form: llama-server's options as given
     ignored: tuple[str, ...] = ()
     hf_repo: str | None = None  # downloaded on first use when its files are missing
     hf_file: str | None = None

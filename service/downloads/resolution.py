@@ -62,6 +62,7 @@ __all__ = ["FileEntry", "Resolution", "ResolutionError", "endpoint_from_env", "r
 class ResolutionError(Exception):
     """A name that cannot be turned into files; ``code``/``status`` as in the module table."""
 
+    # extra: free-form members of the problem answered (RFC 9457 lets a problem carry any)
     def __init__(self, code: str, status: int, message: str, extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
@@ -219,7 +220,7 @@ def _map_hub_error(exc: Exception, spec: ModelSpec, revision: str, had_token: bo
         RevisionNotFoundError,
     )
 
-    ctx: dict[str, Any] = {"repo": spec.repo, "revision": revision}
+    ctx: dict[str, Any] = {"repo": spec.repo, "revision": revision}  # free-form: the problem's members
     if isinstance(exc, GatedRepoError):
         status = 403 if had_token else 401
         hint = "this token has no access to it" if had_token else "set HF_TOKEN to a token with access"

@@ -48,7 +48,7 @@ _OFFLINE_VARS = ("LLAMA_OFFLINE", "HF_HUB_OFFLINE")  # besides --offline's own L
 class RouterArgs:
     """What the router options say: ``Settings`` field overrides, and warnings to log at start."""
 
-    overrides: Mapping[str, Any]
+    overrides: Mapping[str, Any]  # Settings' keyword overrides: each field has its own type
     warnings: tuple[str, ...] = ()
 
 
@@ -150,7 +150,7 @@ def router_args(
     """Overrides for ``Settings.from_env`` from llama-server's options given on the
     command line (``cli``, ``cli_keys``) and in the environment (``env``: by option
     key, see :func:`service.llamacpp.command_line.env_options`; ``environ``: the raw variables)."""
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = {}  # Settings' keyword overrides: each field has its own type
     warnings: list[str] = []
     for key in sorted(set(cli) | set(env)):
         arg = BY_NAME.get(key)

@@ -68,6 +68,7 @@ class Heartbeats:
         running = float(step_s) if step_s is not None else None
         self.beats[instance_id] = heard(last, self._clock.monotonic(), steps, running, waiting)
 
+    # The worker's heartbeat JSON, read field by field (and checked) by the hang watch.
     async def _ask_http(self, endpoint: str, timeout: float) -> Mapping[str, Any] | None:
         if self._client is None:  # its own pool: a proxy pool full of long answers must not hold heartbeats back
             self._client = hop_client(httpx.Timeout(timeout), httpx.Limits())

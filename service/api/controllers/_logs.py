@@ -91,7 +91,7 @@ async def ask_node(
     request: Request[Any, Any, Any],
     node: str,
     path: str,
-    params: Mapping[str, Any],
+    params: Mapping[str, Any],  # free-form: the query string passed on to the node as it came
     kept: Sequence[str] = (),
 ) -> NodeAnswer:
     """``GET path`` of ``node`` (the one that ran the worker, whose disk holds its log), the caller's
@@ -135,7 +135,11 @@ def _node_problem(node: str, status: int, raw: bytes) -> Problem:
 
 
 async def remote_log(
-    fwd: Forwarding, request: Request[Any, Any, Any], node: str, path: str, params: dict[str, Any]
+    fwd: Forwarding,
+    request: Request[Any, Any, Any],
+    node: str,
+    path: str,
+    params: dict[str, Any],  # free-form: the query string passed on to the node as it came
 ) -> WorkerLogView:
     """The answer of ``node`` (the one that ran the worker) to ``path``: the end of its log."""
     answer = await ask_node(fwd, request, node, path, params)

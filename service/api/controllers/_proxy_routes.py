@@ -56,7 +56,7 @@ Autoload = Annotated[
 PROXIED_PROBLEMS = problems(400, 404, 409, 413, 503, 507)
 PROXIED_ANSWER = {
     200: ResponseSpec(
-        data_container=dict[str, Any],
+        data_container=dict[str, Any],  # free-form: the worker's answer, documented, never parsed here
         description="The worker's answer (llama-server's or OpenAI's shape; `stream: true` gives text/event-stream)",
         generate_examples=False,
     )
@@ -191,7 +191,7 @@ def _router_props(settings: Settings) -> s.RouterProps:
 def _props_route(single: bool) -> Any:
     answer = (
         ResponseSpec(
-            data_container=dict[str, Any],
+            data_container=dict[str, Any],  # free-form: the worker's /props, documented, never parsed here
             description="The model's properties (llama-server's `/props`)",
             generate_examples=False,
         )

@@ -121,7 +121,7 @@ async def _ask(fwd: Forwarding, owner: StreamOwner, ids: list[str], request: Req
     "`id::…` sub-conversations) on the workers that serve them, never others.",
     responses={
         200: ResponseSpec(
-            data_container=list[dict[str, Any]],
+            data_container=list[dict[str, Any]],  # free-form: the workers' answers, documented, not parsed
             generate_examples=False,
             description="`[{conversation_id, is_done, total_bytes, started_at, completed_at}]`",
         ),
