@@ -35,7 +35,7 @@ _NOT_SOURCE = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".
 HEALTH_TIMEOUT = 180.0
 HEAD_SCRIPT = (
     "from alembic.script import ScriptDirectory\n"
-    "from service.migrate import alembic_config\n"
+    "from service.recovery.migrate import alembic_config\n"
     "print(ScriptDirectory.from_config(alembic_config()).get_current_head())\n"
 )
 
