@@ -193,11 +193,14 @@ def normalize_message(i: int, msg: Json, media: Media | None = None) -> JsonObje
     return out
 
 
-def chat_request(body: JsonObject, model_name: str, *, media: bool = False) -> tuple[LlamaKwargs, bool]:
+def chat_request(
+    body: JsonObject, model_name: str, *, media: bool = False, empty: bool = False
+) -> tuple[LlamaKwargs, bool]:
     """kwargs for ``Llama.create_chat_completion`` and the stream flag; ``media``: the model takes
-    media parts (its files go to ``kwargs["media"]``)."""
+    media parts (its files go to ``kwargs["media"]``); ``empty``: no messages is a chat too (Anthropic's,
+    which llama-server renders as the template's bare generation prompt)."""
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
+    if not isinstance(messages, list) or not (messages or empty):
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     kwargs = _sampling_kwargs(body)
     files: Media | None = [] if media else None
@@ -211,6 +214,7 @@ def chat_request(body: JsonObject, model_name: str, *, media: bool = False) -> t
         "chat_template_kwargs",
         "reasoning_format",
         "add_generation_prompt",
+        "continue_final_message",
     ):
         if body.get(key) is not None:
             kwargs[key] = body[key]

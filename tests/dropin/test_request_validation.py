@@ -1,0 +1,74 @@
+"""Request validation as llama-server does it (issue 32, group 5), in single-model mode
+(``modelrouter serve -m FILE --jinja``) on a tiny real GGUF with a ChatML-style template.
+
+Expectations are llama.cpp's ``oaicompat_chat_params_parse`` (``tools/server/server-common.cpp``),
+``tokenize_input_prompts`` and its ``tests/unit/test_chat_completion.py``, ``test_compat_anthropic.py``
+and ``test_completion.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
+
+CTX = 512
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("validation")
+    write_tiny_gguf(root / "chat.gguf", chat_template=None, n_ctx=CTX)  # ChatML, llama-server's fallback
+    args = ["-m", str(root / "chat.gguf"), "--jinja", "-c", str(CTX), "-np", "2"]
+    with ServiceProcess(root / "home", args=args).start(timeout=120) as proc:
+        yield proc.url
+
+
+def _post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=body, timeout=120)
+
+
+def _refusal(answer: httpx.Response) -> str:
+    assert answer.status_code == 400, answer.text
+    message: str = answer.json()["error"]["message"]
+    return message
+
+
+HELLO = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/apply-template"])
+def test_continue_final_message_with_add_generation_prompt_is_refused(url: str, path: str) -> None:
+    """test_chat_template_continue_final_message_mutual_exclusion: both true is a 400, and so is
+    continue_final_message alone (add_generation_prompt is true unless the client says false)."""
+    for extra in ({"add_generation_prompt": True}, {}):
+        body = {"max_tokens": 2, "messages": HELLO, "continue_final_message": True, **extra}
+        message = _refusal(_post(url, path, body))
+        assert message == "Cannot set both add_generation_prompt and continue_final_message to true."
+    body = {"messages": HELLO, "continue_final_message": True, "add_generation_prompt": False}
+    assert _post(url, "/apply-template", body).status_code == 200
+
+
+def test_two_assistant_messages_at_the_end_are_refused(url: str) -> None:
+    """test_invalid_chat_completion_req[messages7] (llama-server's default --prefill-assistant)."""
+    messages = [{"role": "user", "content": "test"}, *[{"role": "assistant", "content": "test"}] * 2]
+    message = _refusal(_post(url, "/v1/chat/completions", {"messages": messages}))
+    assert message == "Cannot have 2 or more assistant messages at the end of the list."
+
+
+def test_anthropic_empty_messages_are_a_chat(url: str) -> None:
+    """test_anthropic_empty_messages: llama-server renders the template's bare generation prompt."""
+    answer = _post(url, "/v1/messages", {"model": "test", "max_tokens": 4, "messages": []})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["type"] == "message"
+    counted = _post(url, "/v1/messages/count_tokens", {"model": "test", "messages": []})
+    assert counted.status_code == 200, counted.text
+    prompt = _post(url, "/apply-template", {"messages": [{"role": "user", "content": ""}]})
+    assert prompt.status_code == 200, prompt.text
+    assert 0 < counted.json()["input_tokens"] < len(prompt.json()["prompt"])  # the generation prompt alone
