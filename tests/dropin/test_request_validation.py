@@ -8,6 +8,7 @@ and ``test_completion.py``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,3 +73,49 @@ def test_anthropic_empty_messages_are_a_chat(url: str) -> None:
     prompt = _post(url, "/apply-template", {"messages": [{"role": "user", "content": ""}]})
     assert prompt.status_code == 200, prompt.text
     assert 0 < counted.json()["input_tokens"] < len(prompt.json()["prompt"])  # the generation prompt alone
+
+
+PROMPT = "I believe the meaning of life is"
+
+
+def test_token_and_batch_prompts_are_served(url: str) -> None:
+    """test_completion_with_tokens_input: token ids, several prompts (an array per prompt, strings
+    and objects mixed in) and strings mixed with ids in one prompt, as llama-server serves them."""
+    tokens = _post(url, "/tokenize", {"content": PROMPT, "add_special": True}).json()["tokens"]
+    base = {"n_predict": 4, "temperature": 0}
+    single = _post(url, "/completion", {**base, "prompt": tokens})
+    assert single.status_code == 200, single.text
+    assert isinstance(single.json()["content"], str)
+    for batch in ([tokens, tokens], [tokens, PROMPT], [tokens, {"prompt_string": PROMPT}]):
+        answer = _post(url, "/completion", {**base, "prompt": batch})
+        assert answer.status_code == 200, answer.text
+        results = answer.json()
+        assert isinstance(results, list) and len(results) == 2
+        assert results[0]["content"] == results[1]["content"] == single.json()["content"]
+        assert [r["index"] for r in results] == [0, 1]
+    mixed = _post(url, "/completion", {**base, "prompt": [1, 2, 3, 4, 5, 6, PROMPT, 7, 8, 9, 10, PROMPT]})
+    assert mixed.status_code == 200, mixed.text
+    assert isinstance(mixed.json()["content"], str)
+
+
+def test_several_prompts_in_openai_and_streamed_shapes(url: str) -> None:
+    """OpenAI's /v1/completions gets one choice per prompt; a stream interleaves both, each with its index."""
+    body = {"max_tokens": 3, "temperature": 0, "prompt": [PROMPT, "once upon"]}
+    answer = _post(url, "/v1/completions", body)
+    assert answer.status_code == 200, answer.text
+    choices = answer.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1]
+    usage = answer.json()["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    with httpx.stream("POST", f"{url}/completion", json={**body, "stream": True}, timeout=120) as streamed:
+        assert streamed.status_code == 200
+        lines = [line.removeprefix("data: ") for line in streamed.iter_lines() if line.startswith("data: ")]
+    indexes = {json.loads(line)["index"] for line in lines if line != "[DONE]"}
+    assert indexes == {0, 1}
+
+
+def test_prompt_refusals(url: str) -> None:
+    """An empty prompt list is llama-server's 400; n_cmpl above 1 takes one prompt (a documented difference)."""
+    assert _refusal(_post(url, "/completion", {"prompt": []})) == '"prompt" must not be empty'
+    message = _refusal(_post(url, "/completion", {"prompt": ["a", "b"], "n_cmpl": 2}))
+    assert message == "'n_cmpl' (or 'n') above 1 takes one prompt (send one request per prompt)"

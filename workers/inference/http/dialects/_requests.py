@@ -275,12 +275,20 @@ def _grammar(body: JsonObject) -> LlamaGrammar | None:
         raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
 
 
+def split_prompts(prompt: Json) -> list[Json]:
+    """The prompts of a completion request, as llama-server's ``tokenize_input_prompts`` reads them:
+    a list without an integer is several prompts, anything else one."""
+    if isinstance(prompt, list) and not any(is_token(p) for p in prompt):
+        if not prompt:
+            raise ApiError(400, '"prompt" must not be empty')
+        return list(prompt)
+    return [prompt]
+
+
 def _prompt(prompt: Json, media: Media | None = None) -> str | list[int | str]:
     """One completion prompt in llama-server's forms: a string, token ids, strings mixed with
     ids, or ``{"prompt_string": ..., "multimodal_data": [base64, ...]}`` (the files go to ``media``
     for a model with a projector; the string holds one ``/props`` ``media_marker`` per file)."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, dict)):
-        prompt = prompt[0]
     if isinstance(prompt, dict):
         files = prompt.get("multimodal_data")
         if files and media is None:
@@ -292,25 +300,32 @@ def _prompt(prompt: Json, media: Media | None = None) -> str | list[int | str]:
         prompt = prompt.get("prompt_string")
     if isinstance(prompt, str):
         return prompt
-    if isinstance(prompt, list) and prompt:
+    if isinstance(prompt, list) and any(is_token(t) for t in prompt):
         parts = [t for t in prompt if isinstance(t, str) or is_token(t)]
         if len(parts) == len(prompt):  # every one a string or a token id
-            if any(isinstance(t, str) for t in parts) and not any(is_token(t) for t in parts):
-                raise ApiError(400, "only one prompt per request is supported (send one request per prompt)")
             return parts
     raise ApiError(400, "'prompt' is required: a string, token ids, strings mixed with token ids, or an object")
 
 
-def completion_request(body: JsonObject, model_name: str, *, media: bool = False) -> tuple[LlamaKwargs, bool]:
-    """kwargs for ``Llama.create_completion`` and the stream flag (``media``: as :func:`chat_request`)."""
+def _prompt_args(prompt: Json, media: bool) -> JsonObject:
+    """One prompt's ``prompt`` (and ``media_files``, with a projector) for ``create_completion``."""
     files: Media | None = [] if media else None
-    prompt = _prompt(body.get("prompt"), files)
-    if files:
-        if not isinstance(prompt, str):
-            raise ApiError(400, "'multimodal_data' needs a 'prompt_string'")
-        body = {**body, "media_files": cast("Json", files)}  # (kind, bytes) pairs, for the front only
+    text = _prompt(prompt, files)
+    if not files:
+        return {"prompt": cast("Json", text)}
+    if not isinstance(text, str):
+        raise ApiError(400, "'multimodal_data' needs a 'prompt_string'")
+    return {"prompt": text, "media_files": cast("Json", files)}  # (kind, bytes) pairs, for the front only
+
+
+def completion_request(body: JsonObject, model_name: str, *, media: bool = False) -> tuple[LlamaKwargs, bool]:
+    """kwargs for ``Llama.create_completion`` and the stream flag (``media``: as :func:`chat_request`).
+    Several prompts (:func:`split_prompts`): the first's in the kwargs, every one's in ``prompts``."""
+    prompts = [_prompt_args(p, media) for p in split_prompts(body.get("prompt"))]
     kwargs = _sampling_kwargs(body)
-    kwargs["prompt"] = prompt
+    kwargs.update(prompts[0])
+    if len(prompts) > 1:
+        kwargs["prompts"] = prompts
     if body.get("suffix") is not None:
         kwargs["suffix"] = str(body["suffix"])
     grammar = _grammar(body)
@@ -322,8 +337,6 @@ def completion_request(body: JsonObject, model_name: str, *, media: bool = False
         if not isinstance(body["logprobs"], int) or isinstance(body["logprobs"], bool):
             raise ApiError(400, "'logprobs' must be an integer for completions")
         kwargs["logprobs"] = body["logprobs"]
-    if body.get("media_files"):
-        kwargs["media_files"] = body["media_files"]
     stream = _stream_flag(body)
     kwargs["stream"] = stream
     kwargs["model"] = model_name
