@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, TypedDict, cast
 
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import Json, JsonObject, LlamaKwargs, is_number, is_strings, is_token
-from workers.inference.http.chat import MEDIA_PARTS, Media, MediaInput, lenient_b64decode, load_media, part_url
+from workers.inference.http.chat import MEDIA_PARTS, Media, MediaInput, load_media, part_url
 from workers.inference.http.dialects._llama_sampling import llama_constraint, llama_sampling
+from workers.inference.http.dialects._prompts import prompt_args, split_prompts
 from workers.inference.llama import MEDIA_MARKER
 
 if TYPE_CHECKING:
@@ -275,53 +276,10 @@ def _grammar(body: JsonObject) -> LlamaGrammar | None:
         raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
 
 
-def split_prompts(prompt: Json) -> list[Json]:
-    """The prompts of a completion request, as llama-server's ``tokenize_input_prompts`` reads them:
-    a list without an integer is several prompts, anything else one."""
-    if isinstance(prompt, list) and not any(is_token(p) for p in prompt):
-        if not prompt:
-            raise ApiError(400, '"prompt" must not be empty')
-        return list(prompt)
-    return [prompt]
-
-
-def _prompt(prompt: Json, media: Media | None = None) -> str | list[int | str]:
-    """One completion prompt in llama-server's forms: a string, token ids, strings mixed with
-    ids, or ``{"prompt_string": ..., "multimodal_data": [base64, ...]}`` (the files go to ``media``
-    for a model with a projector; the string holds one ``/props`` ``media_marker`` per file)."""
-    if isinstance(prompt, dict):
-        files = prompt.get("multimodal_data")
-        if files and media is None:
-            raise ApiError(400, "Multimodal data provided, but model does not support multimodal requests.")
-        if files and media is not None:
-            if not is_strings(files):
-                raise ApiError(400, "'multimodal_data' must be a list of base64 strings")
-            media.extend(("media", lenient_b64decode(f)) for f in files)
-        prompt = prompt.get("prompt_string")
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and any(is_token(t) for t in prompt):
-        parts = [t for t in prompt if isinstance(t, str) or is_token(t)]
-        if len(parts) == len(prompt):  # every one a string or a token id
-            return parts
-    raise ApiError(400, "'prompt' is required: a string, token ids, strings mixed with token ids, or an object")
-
-
-def _prompt_args(prompt: Json, media: bool) -> JsonObject:
-    """One prompt's ``prompt`` (and ``media_files``, with a projector) for ``create_completion``."""
-    files: Media | None = [] if media else None
-    text = _prompt(prompt, files)
-    if not files:
-        return {"prompt": cast("Json", text)}
-    if not isinstance(text, str):
-        raise ApiError(400, "'multimodal_data' needs a 'prompt_string'")
-    return {"prompt": text, "media_files": cast("Json", files)}  # (kind, bytes) pairs, for the front only
-
-
 def completion_request(body: JsonObject, model_name: str, *, media: bool = False) -> tuple[LlamaKwargs, bool]:
     """kwargs for ``Llama.create_completion`` and the stream flag (``media``: as :func:`chat_request`).
     Several prompts (:func:`split_prompts`): the first's in the kwargs, every one's in ``prompts``."""
-    prompts = [_prompt_args(p, media) for p in split_prompts(body.get("prompt"))]
+    prompts = [prompt_args(p, media) for p in split_prompts(body.get("prompt"))]
     kwargs = _sampling_kwargs(body)
     kwargs.update(prompts[0])
     if len(prompts) > 1:
