@@ -27,8 +27,9 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("validation")
     write_tiny_gguf(root / "chat.gguf", chat_template=None, n_ctx=CTX)  # ChatML, llama-server's fallback
     args = ["-m", str(root / "chat.gguf"), "--jinja", "-c", str(CTX), "-np", "2"]
-    with ServiceProcess(root / "home", args=args).start(timeout=120) as proc:
-        yield proc.url
+    proc = ServiceProcess(root / "home", args=args).start(timeout=120)  # /health: the model is loaded
+    yield proc.url
+    proc.stop()
 
 
 def _post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
