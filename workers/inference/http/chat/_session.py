@@ -64,6 +64,7 @@ _CHAT_ONLY = (
     "chat_template_kwargs",
     "reasoning_format",
     "add_generation_prompt",
+    "continue_final_message",
     "media",
     "reasoning_control",
 )
@@ -198,6 +199,20 @@ def _kwargs(body: LlamaKwargs, defaults: JsonObject) -> JsonObject:
     return {**defaults, **(extra or {})}
 
 
+def check_continuation(messages: list[Message], add_generation_prompt: bool, continuation: Json) -> None:
+    """llama-server's refusals of a chat's ending (``oaicompat_chat_params_parse``, with its default
+    ``--prefill-assistant``): ``continue_final_message`` (true, ``"content"`` or ``"reasoning_content"``)
+    with ``add_generation_prompt`` (true by default), or two assistant messages at the end."""
+    continues = continuation is True or continuation in ("content", "reasoning_content")
+    roles = [m.get("role") for m in messages[-2:]]
+    if not continues and roles == ["assistant", "assistant"]:
+        raise ApiError(400, "Cannot have 2 or more assistant messages at the end of the list.")
+    if continues and add_generation_prompt:
+        raise ApiError(400, "Cannot set both add_generation_prompt and continue_final_message to true.")
+    if continues and messages and messages[-1].get("role") == "assistant" and messages[-1].get("tool_calls"):
+        raise ApiError(400, "Cannot continue an assistant message that contains tool calls.")
+
+
 def chat_prompt(renderer: Any, body: LlamaKwargs, defaults: JsonObject) -> tuple[Rendered, str | None, str | None]:
     """``(rendered prompt, tool syntax, grammar)`` of a validated chat request (see the module docstring)."""
     messages: list[Message] = list(body["messages"])
@@ -205,6 +220,7 @@ def chat_prompt(renderer: Any, body: LlamaKwargs, defaults: JsonObject) -> tuple
     add_generation_prompt = body.get("add_generation_prompt", True)
     if not isinstance(add_generation_prompt, bool):
         raise ApiError(400, "'add_generation_prompt' must be a boolean")
+    check_continuation(messages, add_generation_prompt, body.get("continue_final_message"))
     syntax: str | None = None
     grammar: str | None = None
     kwargs = _kwargs(body, defaults)

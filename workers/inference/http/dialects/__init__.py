@@ -34,6 +34,7 @@ from workers.inference.http.dialects._openai_chat import OpenAIChat
 from workers.inference.http.dialects._openai_completion import CompletionShaper, with_final_fields
 from workers.inference.http.dialects._predict import predict
 from workers.inference.http.dialects._requests import (
+    RequestOptions,
     chat_request,
     completion_request,
     embedding_request,
@@ -50,6 +51,7 @@ __all__ = [
     "CompletionShaper",
     "LlamaSampling",
     "OpenAIChat",
+    "RequestOptions",
     "SseEvent",
     "apply_template",
     "chat_request",

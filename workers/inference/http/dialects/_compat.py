@@ -42,7 +42,8 @@ def compat_request(
     """``(chat kwargs, stream)`` of a ``messages``/``responses``/``chat`` request body (``media``: as
     :func:`~workers.inference.http.dialects._requests.chat_request`; ``defaults``: the server's sampling defaults,
     merged under the converted chat, whose own length field then counts)."""
-    return chat_request(with_defaults(_CONVERT[kind](body), defaults, "/chat/completions"), model_name, media=media)
+    chat = with_defaults(_CONVERT[kind](body), defaults, "/chat/completions")
+    return chat_request(chat, model_name, media=media, empty=kind == "messages")
 
 
 def run_compat(front: Any, kind: str, kwargs: LlamaKwargs, stream: bool, result: RequestRecord) -> Any:

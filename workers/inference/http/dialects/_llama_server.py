@@ -121,7 +121,14 @@ def detokenize(front: Any, body: JsonObject) -> JsonObject:
     return {"content": b"".join(_piece(front.llm, t) for t in tokens).decode("utf-8", errors="replace")}
 
 
-_TEMPLATE_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "add_generation_prompt")
+_TEMPLATE_KEYS = (
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
+)
 
 
 def apply_template(front: Any, body: JsonObject) -> JsonObject:

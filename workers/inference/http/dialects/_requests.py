@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, TypedDict, cast
 
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import Json, JsonObject, LlamaKwargs, is_number, is_strings, is_token
-from workers.inference.http.chat import MEDIA_PARTS, Media, MediaInput, lenient_b64decode, load_media, part_url
+from workers.inference.http.chat import MEDIA_PARTS, Media, MediaInput, load_media, part_url
 from workers.inference.http.dialects._llama_sampling import llama_constraint, llama_sampling
+from workers.inference.http.dialects._prompts import prompt_args, split_prompts
 from workers.inference.llama import MEDIA_MARKER
 
 if TYPE_CHECKING:
@@ -193,11 +194,14 @@ def normalize_message(i: int, msg: Json, media: Media | None = None) -> JsonObje
     return out
 
 
-def chat_request(body: JsonObject, model_name: str, *, media: bool = False) -> tuple[LlamaKwargs, bool]:
+def chat_request(
+    body: JsonObject, model_name: str, *, media: bool = False, empty: bool = False
+) -> tuple[LlamaKwargs, bool]:
     """kwargs for ``Llama.create_chat_completion`` and the stream flag; ``media``: the model takes
-    media parts (its files go to ``kwargs["media"]``)."""
+    media parts (its files go to ``kwargs["media"]``); ``empty``: no messages is a chat too (Anthropic's,
+    which llama-server renders as the template's bare generation prompt)."""
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
+    if not isinstance(messages, list) or not (messages or empty):
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     kwargs = _sampling_kwargs(body)
     files: Media | None = [] if media else None
@@ -211,6 +215,7 @@ def chat_request(body: JsonObject, model_name: str, *, media: bool = False) -> t
         "chat_template_kwargs",
         "reasoning_format",
         "add_generation_prompt",
+        "continue_final_message",
     ):
         if body.get(key) is not None:
             kwargs[key] = body[key]
@@ -271,42 +276,14 @@ def _grammar(body: JsonObject) -> LlamaGrammar | None:
         raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
 
 
-def _prompt(prompt: Json, media: Media | None = None) -> str | list[int | str]:
-    """One completion prompt in llama-server's forms: a string, token ids, strings mixed with
-    ids, or ``{"prompt_string": ..., "multimodal_data": [base64, ...]}`` (the files go to ``media``
-    for a model with a projector; the string holds one ``/props`` ``media_marker`` per file)."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, dict)):
-        prompt = prompt[0]
-    if isinstance(prompt, dict):
-        files = prompt.get("multimodal_data")
-        if files and media is None:
-            raise ApiError(400, "Multimodal data provided, but model does not support multimodal requests.")
-        if files and media is not None:
-            if not is_strings(files):
-                raise ApiError(400, "'multimodal_data' must be a list of base64 strings")
-            media.extend(("media", lenient_b64decode(f)) for f in files)
-        prompt = prompt.get("prompt_string")
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt:
-        parts = [t for t in prompt if isinstance(t, str) or is_token(t)]
-        if len(parts) == len(prompt):  # every one a string or a token id
-            if any(isinstance(t, str) for t in parts) and not any(is_token(t) for t in parts):
-                raise ApiError(400, "only one prompt per request is supported (send one request per prompt)")
-            return parts
-    raise ApiError(400, "'prompt' is required: a string, token ids, strings mixed with token ids, or an object")
-
-
 def completion_request(body: JsonObject, model_name: str, *, media: bool = False) -> tuple[LlamaKwargs, bool]:
-    """kwargs for ``Llama.create_completion`` and the stream flag (``media``: as :func:`chat_request`)."""
-    files: Media | None = [] if media else None
-    prompt = _prompt(body.get("prompt"), files)
-    if files:
-        if not isinstance(prompt, str):
-            raise ApiError(400, "'multimodal_data' needs a 'prompt_string'")
-        body = {**body, "media_files": cast("Json", files)}  # (kind, bytes) pairs, for the front only
+    """kwargs for ``Llama.create_completion`` and the stream flag (``media``: as :func:`chat_request`).
+    Several prompts (:func:`split_prompts`): the first's in the kwargs, every one's in ``prompts``."""
+    prompts = [prompt_args(p, media) for p in split_prompts(body.get("prompt"))]
     kwargs = _sampling_kwargs(body)
-    kwargs["prompt"] = prompt
+    kwargs.update(prompts[0])
+    if len(prompts) > 1:
+        kwargs["prompts"] = prompts
     if body.get("suffix") is not None:
         kwargs["suffix"] = str(body["suffix"])
     grammar = _grammar(body)
@@ -318,8 +295,6 @@ def completion_request(body: JsonObject, model_name: str, *, media: bool = False
         if not isinstance(body["logprobs"], int) or isinstance(body["logprobs"], bool):
             raise ApiError(400, "'logprobs' must be an integer for completions")
         kwargs["logprobs"] = body["logprobs"]
-    if body.get("media_files"):
-        kwargs["media_files"] = body["media_files"]
     stream = _stream_flag(body)
     kwargs["stream"] = stream
     kwargs["model"] = model_name

@@ -50,7 +50,7 @@ from workers.inference.http.dialects import (
     tokenize_mixed,
     with_final_fields,
 )
-from workers.inference.http.server._multi import run_many
+from workers.inference.http.server._multi import run_many, run_prompts
 from workers.inference.http.server._request import RequestContext, gbnf_text, request_events
 from workers.inference.llama import LlamaModel, MediaPrompt, Tokenizer, TokenizingCancelled
 
@@ -125,6 +125,9 @@ class CompletionFront:
         if job.kind not in ("chat", "completion", "messages", "responses", "transcription"):
             raise ApiError(400, "this model was not loaded with --embedding; embeddings are unavailable")
         opts = job.options
+        if opts.get("prompts"):  # several prompts: one completion each (_multi)
+            run_prompts(self, job, opts["prompts"])
+            return
         if opts.get("n_cmpl", 1) > 1:
             if opts["n_cmpl"] > self.engine.slot_count:
                 raise ApiError(400, f"'n_cmpl' must be at most the number of slots ({self.engine.slot_count})")

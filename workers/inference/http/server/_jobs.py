@@ -7,10 +7,11 @@ from typing import Any
 
 from workers.inference.engine import Job
 from workers.inference.http._errors import ApiError
-from workers.inference.http._json import JsonObject
+from workers.inference.http._json import JsonObject, LlamaKwargs
 from workers.inference.http.chat import MediaInput
 from workers.inference.http.dialects import (
     NO_AUDIO,
+    RequestOptions,
     chat_request,
     compat_request,
     completion_request,
@@ -49,14 +50,14 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: J
         return Job("chat", kwargs, stream=stream, options=dict(request_options(body)))
     if route == "/completions":
         kwargs, stream = completion_request(body, name, media=media)
-        return Job("completion", kwargs, stream=stream, options=dict(request_options(body)))
+        return completion_job(app, kwargs, stream, request_options(body))
     if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
         body = {**body, "prompt": infill_tokens(front(route), body, spm=app.front_options.spm_infill)}
         route = "/completion"
     if route == "/completion":  # llama-server's own shape
         front(route)
         kwargs, stream = completion_request(native_completion_body(body), name, media=media)
-        return Job("completion", kwargs, stream=stream, options={**request_options(body), "native": True})
+        return completion_job(app, kwargs, stream, {**request_options(body), "native": True})
     if route in ("/rerank", "/reranking"):
         raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)", _NOT_SUPPORTED)
     if not app.engine.embedding_enabled:
@@ -64,6 +65,20 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: J
         raise ApiError(501, msg, _NOT_SUPPORTED)
     inputs, fmt = embedding_request(body)
     return Job("embedding", {"input": inputs, "encoding_format": fmt})
+
+
+def completion_job(app: InferenceApp, kwargs: LlamaKwargs, stream: bool, options: RequestOptions) -> Job:
+    """A completion's job; several prompts (``kwargs["prompts"]``) go to its options, where the front
+    runs one completion each (``server._multi``)."""
+    prompts = kwargs.pop("prompts", None)
+    if prompts is not None:
+        if not app.engine.has_front:
+            msg = "several prompts in one request need the batch engine (this worker runs --engine legacy)"
+            raise ApiError(501, msg, _NOT_SUPPORTED)
+        if options.get("n_cmpl", 1) > 1:
+            raise ApiError(400, "'n_cmpl' (or 'n') above 1 takes one prompt (send one request per prompt)")
+        return Job("completion", kwargs, stream=stream, options={**options, "prompts": prompts})
+    return Job("completion", kwargs, stream=stream, options=dict(options))
 
 
 def job_for(app: InferenceApp, front: Callable[[str], Any], route: str, content_type: str, raw: bytes) -> Job:

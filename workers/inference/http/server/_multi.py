@@ -1,9 +1,11 @@
-"""llama-server's ``n_cmpl`` (alias ``n``): several completions of one request, on as many slots.
+"""llama-server's ``n_cmpl`` (alias ``n``): several completions of one request, on as many slots;
+and a completion request with several prompts (``tokenize_input_prompts``: one task per prompt).
 
 Each completion is its own engine request with the same parameters (so the same
 ``seed`` gives the same text, as llama-server's child tasks copy their parent's),
 run side by side: the engine decodes them in one batch and, once the first has
 evaluated the prompt, the others find it in a slot's cache (prefix reuse).
+Several prompts run the same way, each child with its own prompt.
 Answers as llama-server merges them: OpenAI shapes get one choice per
 completion (``index`` 0..n-1), the native ``/completion`` an array of answers;
 a stream interleaves every completion's chunks, each with its ``index``.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from workers.inference.engine import Job
@@ -21,8 +23,10 @@ from workers.inference.engine import Job
 _DONE = object()
 
 
-def _child(job: Job) -> Job:
-    child = Job(job.kind, dict(job.kwargs), stream=job.stream, options={**job.options, "n_cmpl": 1})
+def _child(job: Job, prompt: Mapping[str, Any] | None = None) -> Job:
+    """One completion of ``job`` (``prompt``: its own ``prompt`` and ``media_files``, for several prompts)."""
+    options = {k: v for k, v in job.options.items() if k != "prompts"}
+    child = Job(job.kind, {**job.kwargs, **(prompt or {})}, stream=job.stream, options={**options, "n_cmpl": 1})
     child.client_gone = job.client_gone
     return child
 
@@ -36,21 +40,33 @@ def _indexed(chunk: Any, i: int, native: bool) -> Any:
     return {**chunk, "choices": choices} if "choices" in chunk else chunk
 
 
-def _merge_whole(results: list[Any], native: bool) -> Any:
+def _merge_whole(results: list[Any], native: bool, one_prompt: bool) -> Any:
     if native:
         return [_indexed(r, i, True) for i, r in enumerate(results)]
     first = dict(results[0])
     first["choices"] = [{**r["choices"][0], "index": i} for i, r in enumerate(results)]
-    if isinstance(first.get("usage"), dict):  # OpenAI counts every choice's tokens, the prompt once
+    if isinstance(first.get("usage"), dict):  # OpenAI counts every choice's tokens, one prompt once
         done = sum(int(r.get("usage", {}).get("completion_tokens", 0)) for r in results)
-        prompt = int(first["usage"].get("prompt_tokens", 0))
-        first["usage"] = {**first["usage"], "completion_tokens": done, "total_tokens": prompt + done}
+        prompts = results[:1] if one_prompt else results
+        prompt = sum(int(r.get("usage", {}).get("prompt_tokens", 0)) for r in prompts)
+        first["usage"] = {**first["usage"], "prompt_tokens": prompt, "completion_tokens": done}
+        first["usage"]["total_tokens"] = prompt + done
     return first
 
 
 def run_many(front: Any, job: Job, n: int) -> None:
     """Run ``n`` completions of ``job`` and attach their merged answer (or stream) to it."""
-    children = [_child(job) for _ in range(n)]
+    _run_children(front, job, [_child(job) for _ in range(n)], one_prompt=True)
+
+
+def run_prompts(front: Any, job: Job, prompts: list[Mapping[str, Any]]) -> None:
+    """Run one completion of ``job`` per prompt (each ``{"prompt", "media_files"?}``) and attach their
+    merged answer (or stream) to it, as for ``n_cmpl``."""
+    _run_children(front, job, [_child(job, p) for p in prompts], one_prompt=False)
+
+
+def _run_children(front: Any, job: Job, children: list[Job], *, one_prompt: bool) -> None:
+    n = len(children)
     native = bool(job.options.get("native"))
     if job.stream:
         for child in children:
@@ -75,7 +91,7 @@ def run_many(front: Any, job: Job, n: int) -> None:
         t.join()
     if errors:
         raise errors[0]
-    job.attach(iter([_merge_whole(results, native)]))
+    job.attach(iter([_merge_whole(results, native, one_prompt)]))
 
 
 def _interleave(children: list[Job], native: bool) -> Iterator[Any]:
