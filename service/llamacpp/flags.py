@@ -159,7 +159,7 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     ),
     "threads-batch": ("n_threads_batch", "prompt-processing threads; default: -t"),
     "batch-size": ("n_batch", "logical batch size"),
-    "seed": ("seed", "RNG seed"),
+    "seed": ("seed", "RNG seed of every request that sets none, as in llama-server (GET /props shows it)"),
     "embeddings": ("embedding", "/embedding and /v1/embeddings pooled in the model's own context"),
     "pooling": ("pooling", "pooling of embeddings (none, mean, cls, last, rank; default: the model's)"),
     "reranking": ("embedding", "serve /rerank (with --embedding --pooling rank, as llama-server)"),

@@ -57,6 +57,15 @@ def _json_schema(key: str, value: str) -> Any:
         raise ValueError(f"{key} = {value!r}: expected a JSON schema") from None
 
 
+def _temperature(key: str, value: str) -> float:
+    return max(_float(key, value), 0.0)  # llama.cpp: std::max(temp, 0.0f), a negative one is greedy
+
+
+def _dry_base(key: str, value: str) -> float | None:
+    base = _float(key, value)
+    return base if base >= 1.0 else None  # llama.cpp keeps its default below 1
+
+
 def _breakers(_key: str, value: str) -> list[str]:
     # llama.cpp: "none" clears the list; escapes (\n, \t, ...) are processed
     if value.strip() == "none":
@@ -70,7 +79,7 @@ def _on(_key: str, value: str) -> bool:
 
 # option key -> (request field, converter)
 FIELDS: Mapping[str, tuple[str, Convert]] = {
-    "temperature": ("temperature", _float),
+    "temperature": ("temperature", _temperature),
     "top-k": ("top_k", _int),
     "top-p": ("top_p", _float),
     "min-p": ("min_p", _float),
@@ -83,7 +92,7 @@ FIELDS: Mapping[str, tuple[str, Convert]] = {
     "presence-penalty": ("presence_penalty", _float),
     "frequency-penalty": ("frequency_penalty", _float),
     "dry-multiplier": ("dry_multiplier", _float),
-    "dry-base": ("dry_base", _float),
+    "dry-base": ("dry_base", _dry_base),
     "dry-allowed-length": ("dry_allowed_length", _int),
     "dry-penalty-last-n": ("dry_penalty_last_n", _int),
     "dry-sequence-breaker": ("dry_sequence_breakers", _breakers),
@@ -116,6 +125,8 @@ def field_of(key: str) -> str | None:
 
 
 def convert(key: str, value: str) -> dict[str, Any]:
-    """``{field: value}`` for one option; ``ValueError`` names the option on a bad value."""
+    """``{field: value}`` for one option, ``{}`` for a value llama.cpp ignores (``--dry-base``
+    below 1); ``ValueError`` names the option on a bad value."""
     name, conv = FIELDS[key]
-    return {name: conv(key, value)}
+    converted = conv(key, value)
+    return {} if converted is None else {name: converted}

@@ -58,3 +58,15 @@ def test_files_are_read_at_start_and_a_bad_one_is_named(tmp_path: Path) -> None:
 
 def test_props_show_letters_as_names() -> None:
     assert shown({"samplers": "kt", "temperature": 0.5}) == {"samplers": ["top_k", "temperature"], "temperature": 0.5}
+
+
+def test_props_show_sampler_aliases_by_their_names() -> None:
+    """``--samplers "top-k;temp"``: llama-server shows ``common_sampler_type_to_str``'s names."""
+    assert shown({"samplers": ["top-k", "temp", "typical"]}) == {"samplers": ["top_k", "temperature", "typ_p"]}
+
+
+def test_props_show_the_seed_as_llama_cpps_uint32() -> None:
+    """``--seed 42`` is shown as given; ``--seed -1`` (random) is 4294967295 as ``std::stoul`` stores it."""
+    assert shown({}, 42) == {"seed": 42}
+    assert shown({}, -1) == {"seed": 4294967295}
+    assert shown({"temperature": 0.5}) == {"temperature": 0.5}

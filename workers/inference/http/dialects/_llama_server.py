@@ -194,15 +194,18 @@ def _modalities(llm: Any) -> dict[str, bool]:
 
 def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> JsonObject:
     """``GET /props``: what llama-server's ``get_res_props`` reports, as far as it applies (the
-    endpoint switches and the server's sampling defaults from ``opts``)."""
+    endpoint switches, ``--seed`` and the server's sampling defaults from ``opts``). llama-server
+    shows a default ``task_params`` holding the command line's sampler settings, so the rest
+    (``reasoning_format``, ``n_keep``) are that struct's defaults whatever the command line says."""
     llm = front.llm
-    params: JsonObject = {**json_object(SamplingParams().to_json()), "stop": [], **shown(opts.sampling_defaults)}
+    shown_defaults = shown(opts.sampling_defaults, opts.default_seed)
+    params: JsonObject = {**json_object(SamplingParams().to_json()), "stop": [], **shown_defaults}
     n_predict = params.pop("n_predict", -1)  # the sampler's int, or a number from the service's defaults
     params = generation_settings(
         params,
         n_predict=int(n_predict) if is_number(n_predict) else -1,
+        ignore_eos=params.get("ignore_eos") is True,  # --ignore-eos: a sampler setting in llama.cpp
         whole=False,
-        reasoning_format=front.reasoning_format,
     )
     source = getattr(front.renderer(), "source", "")
     return {

@@ -69,9 +69,13 @@ def with_defaults(body: JsonObject, defaults: Mapping[str, Json], route: str) ->
     return out
 
 
-def shown(defaults: Mapping[str, Json]) -> JsonObject:
-    """The defaults as ``/props``' ``default_generation_settings.params`` names them."""
+def shown(defaults: Mapping[str, Json], seed: int | None = None) -> JsonObject:
+    """The defaults as ``/props``' ``default_generation_settings.params`` names them, with the
+    worker's ``--seed`` (llama.cpp keeps it as a uint32: ``--seed -1`` shows as 4294967295)."""
     out = {k: v for k, v in defaults.items() if k not in ("json_schema", "logit_bias")}
-    if isinstance(out.get("samplers"), str):  # --sampler-seq letters, shown as names as llama-server does
-        out["samplers"] = list(sampler_order(out["samplers"]) or ())
+    if seed is not None:
+        out["seed"] = seed & 0xFFFFFFFF
+    order = sampler_order(out.get("samplers"))  # --sampler-seq letters, --samplers aliases (top-k, temp)
+    if order is not None:  # shown by their names, as llama-server does
+        out["samplers"] = list(order)
     return out

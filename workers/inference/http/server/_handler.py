@@ -9,8 +9,8 @@ of microseconds. To keep it that low, responses are written with a single
 40 ms per keep-alive request). Streams use chunked transfer encoding so the
 connection survives them; every SSE event is flushed as its own chunk.
 
-Routes (``/v1`` prefix optional): ``GET /health``, ``GET /v1/models``,
-``GET /slots`` and ``GET /metrics`` (batch engine, llama-server's shapes),
+Routes (``/v1`` prefix optional, but a bare ``/completions`` is ``/completion``: ``_jobs.route_of``):
+``GET /health``, ``GET /v1/models``, ``GET /slots`` and ``GET /metrics`` (batch engine, llama-server's shapes),
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``;
 llama-server's own (batch engine, :mod:`workers.inference.http.dialects._llama_server`): ``GET /props``, ``POST
 /tokenize``, ``/detokenize``, ``/apply-template``, ``/completion``, ``/v1/audio/transcriptions``,
@@ -48,7 +48,7 @@ from workers.inference.http.dialects import (
 )
 from workers.inference.http.server._admin_routes import post_props, set_lora, slot_action
 from workers.inference.http.server._app import InferenceApp
-from workers.inference.http.server._jobs import COMPAT_KINDS, job_for, make_job, media_error
+from workers.inference.http.server._jobs import COMPAT_KINDS, job_for, make_job, media_error, route_of
 from workers.inference.http.server._streams import Session, replay, replay_offset
 from workers.inference.http.server._wire import SSE_HEAD, json_bytes, phrase, read_body, sse_bytes
 
@@ -115,8 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- routing ------------------------------------------------------------
 
     def _route(self) -> str:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        return path[3:] if path.startswith("/v1/") else path
+        return route_of(self.path)
 
     def do_GET(self) -> None:
         route = self._route()
@@ -276,7 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, path: str, body: JsonObject) -> Any:
         """A POST route's JSON answer, not written: each of ``/predict``'s instances."""
-        route = path[3:] if path.startswith("/v1/") else path
+        route = route_of(path)
         if route in _LLAMA_ROUTES:
             return _LLAMA_ROUTES[route](self._front(route), body)
         if route in _EMBEDDING_ROUTES and self.app.engine.has_front:

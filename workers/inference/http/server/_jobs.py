@@ -30,6 +30,16 @@ _NOT_SUPPORTED = "not_supported_error"
 COMPAT_KINDS = {"/messages": "messages", "/responses": "responses"}  # Anthropic's and OpenAI's, over chats
 
 
+def route_of(path: str) -> str:
+    """The handler a request path reaches, as llama-server registers them (``server.cpp``): ``/v1`` is
+    optional, but a bare ``/completions`` is llama-server's native ``/completion`` (both
+    ``post_completions``); only ``/v1/completions`` is OpenAI's (``post_completions_oai``)."""
+    path = path.split("?", 1)[0].rstrip("/")
+    if path == "/completions":
+        return "/completion"
+    return path[3:] if path.startswith("/v1/") else path
+
+
 def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: JsonObject) -> Job:
     """The engine job of a completion, chat, infill or embedding request (``front(route)``: 501/503 checks)."""
     name = app.model_name
