@@ -149,8 +149,11 @@ def test_chat_completions_without_v1_prefix(svc: ServiceProcess) -> None:
         body = answer.json()
         assert body["object"] == "chat.completion" and body["model"] == "tiny-a"
         assert body["choices"][0]["message"]["role"] == "assistant" and body["usage"]["completion_tokens"] >= 1
+    # As in llama-server's server.cpp: /completions is the native /completion; only /v1/completions is OpenAI's.
     completion = httpx.post(f"{svc.url}/completions", json={"model": "tiny-a", "prompt": "once"}, timeout=60).json()
-    assert completion["object"] == "text_completion" and isinstance(completion["choices"][0]["text"], str)
+    assert isinstance(completion["content"], str) and "object" not in completion
+    openai = httpx.post(f"{svc.url}/v1/completions", json={"model": "tiny-a", "prompt": "once"}, timeout=60).json()
+    assert openai["object"] == "text_completion" and isinstance(openai["choices"][0]["text"], str)
 
 
 @pytest.mark.timeout(180)
