@@ -267,7 +267,10 @@ def test_anthropic_messages_plain_streamed_and_counted(svc: ServiceProcess, clau
     text = "".join(e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta")
     assert text and final.content[0].type == "text" and final.content[0].text == text
     assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 6
-    plain = _post(svc, "/v1/messages", {"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+    # Greedy, as the stream above: a sampled first token may end the turn (0 output tokens, a valid answer).
+    plain = _post(
+        svc, "/v1/messages", {"max_tokens": 2, "temperature": 0, "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert plain["type"] == "message" and plain["usage"]["output_tokens"] > 0
     with pytest.raises(anthropic.AuthenticationError):
         anthropic.Anthropic(base_url=svc.url, api_key="nope", max_retries=0).messages.create(
