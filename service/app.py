@@ -17,6 +17,7 @@ from service.api.auth import api_key_middleware
 from service.api.controllers import reload_before_listing, route_handlers
 from service.api.cors import cors_middleware
 from service.api.deps import dependencies
+from service.api.header_case import header_case_middleware
 from service.api.middleware import request_id_middleware
 from service.api.ollama import ollama_router
 from service.api.problems import EXCEPTION_HANDLERS
@@ -79,5 +80,5 @@ def _before_routing(app: Litestar, settings: Settings) -> Litestar:
     handler = io_timeout_middleware(settings.timeout)(app.asgi_handler)  # llama-server's -to/--timeout
     handler = api_key_middleware(settings.api_keys)(handler)
     handler = request_id_middleware(new_request_id, SystemClock())(handler)
-    app.asgi_handler = cors_middleware(settings)(handler)
+    app.asgi_handler = header_case_middleware(cors_middleware(settings)(handler))  # names as llama-server's
     return app

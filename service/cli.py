@@ -122,6 +122,8 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         lifespan="on",
         ws="none",
+        # h11 writes header names in the case given (httptools lowercases them): service/api/header_case.py
+        http="h11",
         ssl_keyfile=str(settings.ssl_keyfile) if settings.ssl_keyfile else None,
         ssl_certfile=str(settings.ssl_certfile) if settings.ssl_certfile else None,
     )

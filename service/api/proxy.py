@@ -41,6 +41,7 @@ from service.supervision.leases import Lease, WorkerUnresponsive
 from service.supervision.surroundings import Clock
 
 _FORWARD_HEADERS = ("content-type", "accept", CONVERSATION_HEADER)
+_RELAYED_HEADERS = ("process-start-time-unix",)  # a worker's answer keeps these (llama-server's /metrics header)
 _log = structlog.get_logger(__name__)
 
 
@@ -203,12 +204,15 @@ def _worker_problem(status: int, content: bytes, model: str) -> Problem | None:
     return Problem(status, code, error["message"], model=model, error=llama_error)
 
 
-def _answer(request: Request[Any, Any, Any], model: str, status: int, content: bytes, media_type: str) -> Response[Any]:
+def _answer(request: Request[Any, Any, Any], model: str, upstream: _Upstream, content: bytes) -> Response[Any]:
     """A worker's whole answer: as it is, or its error as a problem."""
+    status = upstream.status_code
     problem = _worker_problem(status, content, model) if status >= 400 else None
     if problem is not None:
         return problem_response(request, problem)
-    return Response(content=content, status_code=status, media_type=media_type)
+    kept = {name: upstream.headers[name] for name in _RELAYED_HEADERS if name in upstream.headers}
+    media_type = upstream.headers.get("content-type", "application/json")
+    return Response(content=content, status_code=status, media_type=media_type, headers=kept)
 
 
 def _canonical(live: LiveState, name: str) -> str:
@@ -312,7 +316,7 @@ async def proxy_request(
             _record_completion(fwd, model, instance_id, path, upstream.status_code, False, started)
         finally:
             lease.release()
-        return _answer(request, model, upstream.status_code, content, media_type)
+        return _answer(request, model, upstream, content)
 
     relayed = _relay(fwd, upstream, lease, instance_id, path, started)
     return Stream(

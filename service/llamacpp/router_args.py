@@ -175,6 +175,8 @@ def router_args(
     metrics = _router_metrics(cli, env, environ)
     if metrics is not None:
         overrides["metrics"] = metrics
+    if _tools_asked(cli, env) and "cors_origins" not in overrides and "MODELROUTER_CORS_ORIGINS" not in environ:
+        overrides["cors_origins"] = "localhost"  # llama-server's default with tools or MCP servers (common/arg.cpp)
     overrides["model_args"] = per_model(cli)
     overrides["model_env_args"] = per_model(env)
     return RouterArgs(overrides=overrides, warnings=tuple(warnings))
@@ -188,6 +190,18 @@ def _router_metrics(cli: Mapping[str, str], env: Mapping[str, str], environ: Map
     if "metrics" in env and "MODELROUTER_METRICS" not in environ:
         return not is_falsey(env["metrics"])
     return None
+
+
+def _tools_asked(cli: Mapping[str, str], env: Mapping[str, str]) -> bool:
+    """Whether ``--tools``, ``--agent`` or MCP servers were asked for: llama-server then limits
+    ``--cors-origins`` to ``localhost`` unless given, though none of them is served here (a page
+    that expects them gets the stricter CORS it would get from llama-server)."""
+    asked = {**env, **cli}
+    return (
+        any(t.strip() for t in asked.get("tools", "").split(","))
+        or any(asked.get(k, "").strip() for k in ("mcp-servers-config", "mcp-servers-json"))
+        or ("agent" in asked and not is_falsey(asked["agent"]))
+    )
 
 
 def llama_cache_dir(environ: Mapping[str, str]) -> Path:

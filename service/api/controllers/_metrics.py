@@ -10,6 +10,7 @@ model (llama-server's metrics task does not reset its idle timer either).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -26,10 +27,15 @@ from service.core.server_mode import target_model
 from service.core.state import InstanceStatus, ModelState, ModelStatus
 from service.event_store.live_state import LiveState
 from service.settings import Settings
+from service.supervision.child_process import process_start_time
 from service.supervision.sleep import SleepSnapshots
 
 DISABLED = "This server does not support metrics endpoint. Start it with `--metrics`"
 """llama-server's answer without ``--metrics`` (501 ``not_supported_error``), word for word."""
+STARTED_HEADER = "Process-Start-Time-Unix"
+"""llama-server's header on ``/metrics`` (it sends its metrics' start stamp, a monotonic clock's
+microseconds; here what the name says: this process's start, in Unix seconds)."""
+_STARTED = {STARTED_HEADER: str(int(process_start_time(os.getpid()) or 0))}  # psutil knows its own process
 _SCRAPE_TIMEOUT = 5.0  # seconds for a worker's /metrics in single-model mode: a busy one still answers
 
 
@@ -67,13 +73,13 @@ async def get_metrics(
     if not settings.metrics:
         raise Problem(501, "not_supported", DISABLED)
     if not mode.single:
-        return Response(content=metrics.render(await live.health()), media_type=CONTENT_TYPE)
+        return Response(content=metrics.render(await live.health()), media_type=CONTENT_TYPE, headers=_STARTED)
     found = live.state.resolve(target_model(mode, model))
     if found is not None and found.status is ModelStatus.SLEEPING:
         own = (snapshots.metrics(found.name) if snapshots is not None else None) or b""
     else:
         own = await _scrape(forwarding, found)
-    return Response(content=own + metrics.render(await live.health()), media_type=CONTENT_TYPE)
+    return Response(content=own + metrics.render(await live.health()), media_type=CONTENT_TYPE, headers=_STARTED)
 
 
 async def _model_metrics(

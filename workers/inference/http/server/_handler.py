@@ -16,9 +16,8 @@ llama-server's own (batch engine, :mod:`workers.inference.http.dialects._llama_s
 /tokenize``, ``/detokenize``, ``/apply-template``, ``/completion``, ``/v1/audio/transcriptions``,
 ``/v1/chat/completions/control``; others: 501.
 
-A request whose client hangs up is cancelled: handlers waiting for results
-poll the socket (``_client_gone``), so this holds during prompt processing
-too, not only once tokens stream.
+A request whose client hangs up is cancelled: handlers waiting for results poll
+the socket (``_client_gone``), during prompt processing too, not only once tokens stream.
 """
 
 from __future__ import annotations
@@ -89,10 +88,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- responses ----------------------------------------------------------
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(self, status: int, body: bytes, content_type: str = "application/json", extra: str = "") -> None:
         head = (
             f"HTTP/1.1 {status} {phrase(status)}\r\n"
-            f"Content-Type: {content_type}\r\n"
+            f"Content-Type: {content_type}\r\n{extra}"
             f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if self.close_connection else "") + "\r\n"
         )
         self.wfile.write(head.encode("latin-1") + body)
@@ -166,7 +165,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif route == "/engine/steps":
             self._send_json(200, {"steps": monitor.steps_json()})
         else:
-            self._send(200, monitor.metrics_text().encode(), "text/plain; version=0.0.4")
+            started = f"Process-Start-Time-Unix: {self.app.created}\r\n"  # llama-server's header, in its case
+            self._send(200, monitor.metrics_text().encode(), "text/plain; version=0.0.4", started)
 
     def _front(self, route: str) -> CompletionFront:
         """The engine's request front, for llama-server's own endpoints (501 on an engine without one)."""
