@@ -165,7 +165,9 @@ async def test_a_cancel_with_discard_deletes_the_partial(tmp_path: Path, hub: Hu
         assert d.partials(ended) == []
 
 
-async def test_queued_jobs_start_in_request_order_as_download_slots_free(tmp_path: Path, hub: HubServer) -> None:
+@asynccontextmanager
+async def _one_running_one_queued(tmp_path: Path, hub: HubServer) -> AsyncIterator[tuple[Downloads, str, str]]:
+    """One download slot: a first job stalled half-way on the Hub, a second queued behind it."""
     first, first_spec = await repo_on_hub(hub, 4 * MB, "first")
     second, second_spec = await repo_on_hub(hub, 1 * MB, "second")
     hub.set_faults({"kind": "stall", "repo": first, "at_fraction": 0.5})
@@ -174,6 +176,11 @@ async def test_queued_jobs_start_in_request_order_as_download_slots_free(tmp_pat
         two, _, _ = await d.sup.request(second, second_spec)
         assert one is not None and two is not None
         await d.progress(one, 1)
+        yield d, one, two
+
+
+async def test_queued_jobs_start_in_request_order_as_download_slots_free(tmp_path: Path, hub: HubServer) -> None:
+    async with _one_running_one_queued(tmp_path, hub) as (d, one, two):
         assert d.job(two).status is JobStatus.QUEUED and d.types(two) == ["download_requested"]
         hub.reset()
         await d.status(one, JobStatus.FINISHED)
@@ -185,14 +192,7 @@ async def test_queued_jobs_start_in_request_order_as_download_slots_free(tmp_pat
 async def test_a_queued_job_without_a_worker_is_cancelled_by_the_supervisor_at_once(
     tmp_path: Path, hub: HubServer
 ) -> None:
-    first, first_spec = await repo_on_hub(hub, 4 * MB, "first")
-    second, second_spec = await repo_on_hub(hub, 1 * MB, "second")
-    hub.set_faults({"kind": "stall", "repo": first, "at_fraction": 0.5})
-    async with downloads(tmp_path, hub, max_downloads=1) as d:
-        one, _, _ = await d.sup.request(first, first_spec)
-        two, _, _ = await d.sup.request(second, second_spec)
-        assert one is not None and two is not None
-        await d.progress(one, 1)
+    async with _one_running_one_queued(tmp_path, hub) as (d, one, two):
         ended = await d.sup.cancel(two, discard=False)
         assert ended.status is JobStatus.CANCELLED and ended.pid is None
         assert [r.source["kind"] for r in d.of(two)] == ["router", "router", "router"]
