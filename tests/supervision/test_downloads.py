@@ -123,13 +123,22 @@ async def test_a_download_runs_to_finished_and_its_workers_events_land_in_the_lo
         assert await d.sup.request(repo, spec) == (None, False, True)
 
 
-async def test_a_second_request_for_a_model_joins_its_running_job(tmp_path: Path, hub: HubServer) -> None:
+@asynccontextmanager
+async def _stalled_half_way(
+    tmp_path: Path, hub: HubServer
+) -> AsyncIterator[tuple[Downloads, str, DownloadSpec, str, DownloadJob]]:
+    """A 4 MB download whose worker runs, stalled half-way on the Hub: ``(d, repo, spec, job_id, running)``."""
     repo, spec = await repo_on_hub(hub, 4 * MB)
     hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
     async with downloads(tmp_path, hub) as d:
         job_id, _, _ = await d.sup.request(repo, spec)
         assert job_id is not None
-        await d.progress(job_id, 1)
+        running = await d.progress(job_id, 1)
+        yield d, repo, spec, job_id, running
+
+
+async def test_a_second_request_for_a_model_joins_its_running_job(tmp_path: Path, hub: HubServer) -> None:
+    async with _stalled_half_way(tmp_path, hub) as (d, repo, spec, job_id, _running):
         assert await d.sup.request(repo, spec) == (job_id, True, False)
         hub.reset()  # the stalled answer goes on
         assert (await d.status(job_id, JobStatus.FINISHED)).bytes_done == 4 * MB
@@ -137,12 +146,7 @@ async def test_a_second_request_for_a_model_joins_its_running_job(tmp_path: Path
 
 
 async def test_a_cancel_stops_the_worker_and_keeps_its_partial(tmp_path: Path, hub: HubServer) -> None:
-    repo, spec = await repo_on_hub(hub, 4 * MB)
-    hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
-    async with downloads(tmp_path, hub) as d:
-        job_id, _, _ = await d.sup.request(repo, spec)
-        assert job_id is not None
-        running = await d.progress(job_id, 1)
+    async with _stalled_half_way(tmp_path, hub) as (d, _repo, _spec, job_id, running):
         ended = await d.sup.cancel(job_id, discard=False)
         assert ended.status is JobStatus.CANCELLED
         assert d.types(job_id)[-2:] == ["download_cancel_requested", "download_cancelled"]
@@ -154,12 +158,7 @@ async def test_a_cancel_stops_the_worker_and_keeps_its_partial(tmp_path: Path, h
 
 
 async def test_a_cancel_with_discard_deletes_the_partial(tmp_path: Path, hub: HubServer) -> None:
-    repo, spec = await repo_on_hub(hub, 4 * MB)
-    hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
-    async with downloads(tmp_path, hub) as d:
-        job_id, _, _ = await d.sup.request(repo, spec)
-        assert job_id is not None
-        await d.progress(job_id, 1)
+    async with _stalled_half_way(tmp_path, hub) as (d, _repo, _spec, job_id, _running):
         ended = await d.sup.cancel(job_id, discard=True)
         assert ended.status is JobStatus.CANCELLED and ended.discard_requested
         assert d.partials(ended) == []
@@ -202,12 +201,7 @@ async def test_a_queued_job_without_a_worker_is_cancelled_by_the_supervisor_at_o
 async def test_a_worker_that_dies_without_an_outcome_is_recorded_crashed_and_retryable(
     tmp_path: Path, hub: HubServer
 ) -> None:
-    repo, spec = await repo_on_hub(hub, 4 * MB)
-    hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
-    async with downloads(tmp_path, hub) as d:
-        job_id, _, _ = await d.sup.request(repo, spec)
-        assert job_id is not None
-        running = await d.progress(job_id, 1)
+    async with _stalled_half_way(tmp_path, hub) as (d, repo, spec, job_id, running):
         assert running.pid is not None
         os.kill(running.pid, signal.SIGKILL)
         failed = await d.status(job_id, JobStatus.FAILED)
@@ -244,12 +238,7 @@ async def test_a_transient_hub_error_is_retried_by_the_worker_and_the_job_finish
 async def test_an_interrupted_partial_is_resumed_from_its_bytes_by_the_next_supervisor(
     tmp_path: Path, hub: HubServer
 ) -> None:
-    repo, spec = await repo_on_hub(hub, 4 * MB)
-    hub.set_faults({"kind": "stall", "repo": repo, "at_fraction": 0.5})
-    async with downloads(tmp_path, hub) as d:
-        job_id, _, _ = await d.sup.request(repo, spec)
-        assert job_id is not None
-        await d.progress(job_id, 1)
+    async with _stalled_half_way(tmp_path, hub) as (d, repo, _spec, job_id, _running):
         await d.sup.shutdown()  # stdin EOF: the worker stops, keeping its partial
         interrupted = await d.status(job_id, JobStatus.INTERRUPTED)
         ended = d.of(job_id)[-1].event
