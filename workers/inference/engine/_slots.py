@@ -173,15 +173,19 @@ class Slot:
         self.last_used = now
 
     def end(self, now: float) -> None:
-        """Back to idle; the request stays as ``last_request`` for ``/slots`` (its cells are the engine's to drop)."""
+        """Back to idle; the request stays as ``last_request`` for ``/slots`` (its cells are the engine's to drop).
+
+        Its counts go, as llama-server's ``server_slot::reset()`` clears a released slot's stats: an idle
+        slot shows 0 tokens processed, cached and decoded, and ``n_remain`` -1 (no budget left over)."""
         if self.request is not None:
             self.request.media = None  # its images (pixels, embeddings) go now, not with the slot's next request
         self.state, self.request, self.chain, self.last_request = SlotState.IDLE, None, None, self.request
         self.last_used, self.batch_index = now, -1
+        self.timings, self.n_decoded, self.has_new_line = Timings(), 0, False
 
     def remaining(self) -> int:
-        """Tokens the request may still generate (-1: until the context end)."""
-        req = self.request or self.last_request
+        """Tokens the request may still generate (-1: until the context end, or no request running)."""
+        req = self.request
         if req is None or req.max_tokens <= 0:
             return -1
         return max(req.max_tokens - self.n_decoded, 0)
