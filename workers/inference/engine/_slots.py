@@ -60,28 +60,56 @@ class Request:
 
 @dataclass
 class Timings:
-    """llama-server's ``timings`` object: what was evaluated, and how fast."""
+    """llama-server's ``timings`` object (``server_slot_stats``): what was evaluated, and how fast.
+
+    Times are ``time.monotonic()`` stamps, 0 until reached: ``t_prompt_last`` moves with each prompt
+    batch and then to the first token's sampling, ``t_gen_last`` with each token generated, so the
+    object reads right at any point of a request (a stream's prompt progress included). The first
+    token comes from the last prompt batch's logits, no decode of its own: the generation rate is
+    over ``predicted_n - 1`` steps, as llama-server's ``n_gen_steps()``; and, as there, no rounding.
+    """
 
     cache_n: int = 0
     prompt_n: int = 0
     predicted_n: int = 0
     t_start: float = 0.0
-    t_prompt_done: float = 0.0
-    t_end: float = 0.0
+    t_prompt_last: float = 0.0
+    t_gen_last: float = 0.0
+
+    def prompt_seconds(self) -> float:
+        return self.t_prompt_last - self.t_start if self.t_prompt_last else 0.0
+
+    def gen_seconds(self) -> float:
+        # at least 1 us, as llama-server: the first token can land in the same microsecond as the prompt
+        return max(self.t_gen_last - self.t_prompt_last, 1e-6) if self.t_gen_last else 0.0
+
+    def gen_steps(self) -> int:
+        return max(self.predicted_n - 1, 0)
+
+    def on_prompt(self, n_tokens: int, now: float) -> None:
+        """``n_tokens`` more prompt tokens evaluated, the batch done at ``now``."""
+        self.prompt_n += n_tokens
+        self.t_prompt_last = now
+
+    def on_token(self, now: float) -> None:
+        """A token generated at ``now`` (the first one ends the prompt's time)."""
+        self.predicted_n += 1
+        if self.predicted_n == 1:
+            self.t_prompt_last = now
+        self.t_gen_last = now
 
     def to_json(self) -> dict[str, float | int]:
-        prompt_ms = max(self.t_prompt_done - self.t_start, 0.0) * 1000.0
-        predicted_ms = max(self.t_end - self.t_prompt_done, 0.0) * 1000.0
+        prompt_ms, predicted_ms, steps = self.prompt_seconds() * 1e3, self.gen_seconds() * 1e3, self.gen_steps()
         return {
             "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,
-            "prompt_ms": round(prompt_ms, 3),
-            "prompt_per_token_ms": round(prompt_ms / self.prompt_n, 3) if self.prompt_n else 0.0,
-            "prompt_per_second": round(self.prompt_n * 1000.0 / prompt_ms, 3) if prompt_ms > 0 else 0.0,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / self.prompt_n if self.prompt_n else 0.0,
+            "prompt_per_second": 1e3 / prompt_ms * self.prompt_n if prompt_ms > 0 else 0.0,
             "predicted_n": self.predicted_n,
-            "predicted_ms": round(predicted_ms, 3),
-            "predicted_per_token_ms": round(predicted_ms / self.predicted_n, 3) if self.predicted_n else 0.0,
-            "predicted_per_second": round(self.predicted_n * 1000.0 / predicted_ms, 3) if predicted_ms > 0 else 0.0,
+            "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / steps if steps else 0.0,
+            "predicted_per_second": 1e3 / predicted_ms * steps if predicted_ms > 0 else 0.0,
         }
 
 
