@@ -20,6 +20,7 @@ import pytest
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_bert, write_tiny_gguf
 from tests.eventually import eventually
+from tests.service_probes import events
 
 LLAMA_ARGS = ("-c", "512", "-b", "32", "--metrics")  # ServerPreset.tinyllama2's, and test_metrics' switch
 PROMPT = "the quick brown fox jumps over the lazy dog"  # more than one 32-token batch
@@ -140,7 +141,9 @@ def test_a_sleeping_model_reports_its_last_window_once_and_waking_does_not_repor
             "asleep, every scrape is the same (test_server_sleep_read_only_endpoints)"
         )
         assert sleeping(), "scraping /metrics does not wake it"
+        asleep = len(events(svc, type="instance_requested"))
         assert httpx.post(f"{svc.url}/tokenize", json={"content": "Hello"}, timeout=120).status_code == 200
-        assert not sleeping()
+        woke = [e["data"]["reason"] for e in events(svc, type="instance_requested")][asleep:]
+        assert woke == ["wake"], "it woke (read from the log: it may sleep again a second later)"
         woken, _ = _scrape(svc)
         assert woken["llamacpp:predicted_tokens_seconds"] == 0
