@@ -54,3 +54,21 @@ class SleepSnapshots:
     def metrics(self, model: str) -> bytes | None:
         """The model's ``/metrics`` text as it was when it went to sleep, if read."""
         return self._metrics.get(model)
+
+    def scrape(self, model: str) -> bytes | None:
+        """A scrape of the sleeping model: its ``/metrics`` text as it went to sleep, and the rate
+        gauges (averaged over the window since the previous scrape) 0 for the next scrapes, since
+        nothing runs while it sleeps: llama-server's ``cached_metrics.reset_bucket()``."""
+        text = self._metrics.get(model)
+        if text is not None:
+            self._metrics[model] = _window_emptied(text)
+        return text
+
+
+_WINDOW_GAUGES = (b"llamacpp:prompt_tokens_seconds ", b"llamacpp:predicted_tokens_seconds ")
+"""llama-server's two gauges read from the buckets each scrape empties (``server_metrics::reset_bucket``)."""
+
+
+def _window_emptied(text: bytes) -> bytes:
+    lines = text.split(b"\n")
+    return b"\n".join(line.split(b" ")[0] + b" 0" if line.startswith(_WINDOW_GAUGES) else line for line in lines)

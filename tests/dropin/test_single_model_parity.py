@@ -517,7 +517,8 @@ def test_slots_and_props_without_a_model(svc: ServiceProcess, chat_files: ChatFi
     slots = _get(svc, "/slots")
     assert isinstance(slots, list) and [s["id"] for s in slots] == [0]
     assert slots[0]["n_ctx"] == CTX and slots[0]["is_processing"] is False
-    assert slots[0]["params"]["n_predict"] == 2 and slots[0]["next_token"][0]["n_decoded"] >= 1
+    assert slots[0]["params"]["n_predict"] == 2, "an idle slot shows its last request's parameters"
+    assert slots[0]["next_token"][0]["n_decoded"] == 0, "and none of its counts (llama-server's reset)"
     assert _get(svc, "/slots?model=whatever") == _get(svc, "/slots"), "?model= is ignored, as llama-server"
 
 

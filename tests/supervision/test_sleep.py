@@ -43,3 +43,21 @@ async def test_a_worker_that_is_gone_or_answers_garbage_leaves_nothing_and_raise
             await snapshots.take("garbled", worker)
         assert [snapshots.props(m) for m in ("gone", "garbled")] == [None, None]
         assert snapshots.metrics("gone") is None
+
+
+async def test_a_scrape_reports_the_rate_gauges_once_then_an_empty_window() -> None:
+    """llama-server's sleeping ``/metrics``: the first scrape reports the last generation's rates, the
+    next ones 0 (nothing runs while it sleeps); every other series is unchanged."""
+    text = (
+        b"# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total 8\n"
+        b"# TYPE llamacpp:prompt_tokens_seconds gauge\nllamacpp:prompt_tokens_seconds 1234.5\n"
+        b"# TYPE llamacpp:predicted_tokens_seconds gauge\nllamacpp:predicted_tokens_seconds 99.25\n"
+    )
+    async with httpx.AsyncClient() as http:
+        snapshots = SleepSnapshots(http)
+        with answering({"/props": (200, json.dumps(PROPS).encode()), "/metrics": (200, text)}) as worker:
+            await snapshots.take("m", worker)
+        assert snapshots.scrape("m") == text
+        emptied = text.replace(b"1234.5", b"0").replace(b"99.25", b"0")
+        assert snapshots.scrape("m") == emptied and snapshots.scrape("m") == emptied
+        assert snapshots.metrics("m") == emptied and snapshots.scrape("other") is None

@@ -76,7 +76,7 @@ async def get_metrics(
         return Response(content=metrics.render(await live.health()), media_type=CONTENT_TYPE, headers=_STARTED)
     found = live.state.resolve(target_model(mode, model))
     if found is not None and found.status is ModelStatus.SLEEPING:
-        own = (snapshots.metrics(found.name) if snapshots is not None else None) or b""
+        own = (snapshots.scrape(found.name) if snapshots is not None else None) or b""
     else:
         own = await _scrape(forwarding, found)
     return Response(content=own + metrics.render(await live.health()), media_type=CONTENT_TYPE, headers=_STARTED)
@@ -97,7 +97,7 @@ async def _model_metrics(
         return await proxy_request(request, forwarding, model, autoload)
     if not settings.metrics:
         raise Problem(501, "not_supported", DISABLED)
-    kept = snapshots.metrics(found.name) if snapshots is not None else None
+    kept = snapshots.scrape(found.name) if snapshots is not None else None
     return Response(content=kept or b"", media_type=CONTENT_TYPE)
 
 

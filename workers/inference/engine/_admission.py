@@ -98,7 +98,7 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
         slot.begin(req, n_keep, now, pos_delta(req, n_keep))
         self.metrics.on_admit(n_keep)
         if row is not None and slot.chain is not None and n_keep == len(req.prompt):  # sample the kept row
-            slot.state, slot.timings.t_prompt_done = SlotState.GENERATING, now
+            slot.state, slot.timings.t_prompt_last = SlotState.GENERATING, now
             self._on_token(slot, self.kept.sample(slot.chain, row), now, row)
             if not slot.is_processing:  # it ended at that token: the slot's cells are unchanged
                 self.kept.put_back(slot.id, req.prompt, row)

@@ -247,20 +247,27 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         assert batch is not None and self.llm is not None
         if self.llm.projector is not None:  # images first, each decoded by itself (engine._media)
             slots = self.slots if lora is None else [s for s in self.slots if s.lora == lora]
-            decode_reached_media(self.llm, slots, self._fail)
+            decode_reached_media(self.llm, slots, self._fail, self.metrics)
         batch.n = 0
         gen, chunks = self._fill(batch, lora)
         if batch.n == 0:
             return [], []
+        t_decode = time.monotonic()
         ret = batch.decode(self.llm.ctx)
         if ret != 0:
             self._decode_failed(ret, gen, chunks)
             return [], []
         self._budget = self.llm.cfg.n_batch
-        self.metrics.on_decode(batch.n, sum(s.is_processing for s in self.slots))
-        decoded = [s.request.id for s in gen if s.request is not None]  # read before _commit ends any
+        n_prompt = sum(len(part) for _, part in chunks)
+        if n_prompt:  # timed once the compute is done (a GPU's decode returns before), as llama-server
+            self.llm.lc.llama_synchronize(self.llm.ctx)
+        now = time.monotonic()
+        self.metrics.on_prompt(n_prompt, now - t_decode)
+        busy = sum(s.is_processing for s in self.slots)  # before _commit ends any
+        decoded = [s.request.id for s in gen if s.request is not None]
         prefilled = [[s.request.id, len(s.request.prompt), len(part)] for s, part in chunks if s.request]
-        self._commit(gen, chunks, time.monotonic())
+        self._commit(gen, chunks, now)
+        self.metrics.on_decode(busy, max(len(s.cache) for s in self.slots))
         return decoded, prefilled
 
     # -- admission and release ------------------------------------------------------
@@ -284,6 +291,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
             req.chain = None
         if req is not None:
             self.step_log.ended(req.id)
+            self.metrics.on_release(slot.timings)
         with self._cv:
             slot.end(now)
         if not keep_cache:

@@ -23,6 +23,7 @@ import itertools
 import math
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from workers.inference.engine._slots import Slot, SlotState
 from workers.inference.llama import POOLING, Batch
 
 if TYPE_CHECKING:
+    from workers.inference.engine._metrics import EngineMetrics
     from workers.inference.llama import LlamaModel
 
 _ids = itertools.count(1)
@@ -95,8 +97,9 @@ class EmbeddingLane:
         self.batch = Batch(llm.lc, llm.n_ubatch)
         self.pending: deque[EmbedRequest] = deque()
 
-    def step(self, now: float) -> int:
-        """Decode the next requests that fit together; returns how many were answered."""
+    def step(self, now: float, metrics: EngineMetrics) -> int:
+        """Decode the next requests that fit together; returns how many were answered. Their tokens
+        count as prompt tokens processed and the decode as one, as llama-server counts an embedding's."""
         taken = self._take(now)
         if not taken:
             return 0
@@ -108,14 +111,18 @@ class EmbeddingLane:
             rows.append((req, seq, batch.n))
             batch.add(req.tokens, 0, seq, True, outputs=True)
         llm.set_embeddings(True)
+        t_decode = time.monotonic()
         ret = batch.decode(llm.ctx)
         try:
             if ret != 0:
                 for req, _seq, _row in rows:
                     req.out.put(("e", EngineFailed(f"llama_decode failed ({ret}) computing embeddings")))
                 return len(rows)
-            for req, seq, row in rows:
-                req.out.put(("d", self._vectors(req, seq, row), len(req.tokens)))
+            answers = [(req, self._vectors(req, seq, row)) for req, seq, row in rows]  # reading them syncs
+            metrics.on_prompt(batch.n, time.monotonic() - t_decode)
+            metrics.on_decode(len(rows), max(len(req.tokens) for req, _seq, _row in rows))
+            for req, vectors in answers:
+                req.out.put(("d", vectors, len(req.tokens)))
         finally:
             for _req, seq, _row in rows:
                 llm.seq_rm(seq, 0, -1)
@@ -199,6 +206,7 @@ class EmbeddingMixin:
     _accepting: bool
     _embeds: deque[EmbedRequest]
     _lane: EmbeddingLane | None
+    metrics: EngineMetrics
 
     def enqueue_embedding(self, reqs: list[EmbedRequest]) -> None:
         """Queue sequences to embed (or score) at the next steps, in order."""
@@ -231,4 +239,4 @@ class EmbeddingMixin:
                     req.out.put(("e", EngineFailed(str(exc))))
                 return
         self._lane.pending.extend(queued)
-        self._lane.step(now)
+        self._lane.step(now, self.metrics)

@@ -188,9 +188,9 @@ class LegacyEngine:
         def processor(input_ids: Any, scores: Any) -> Any:
             self.clock.end()  # llama_cpp.Llama decodes in one call per token: each one a step
             self.clock.begin()
-            if not timings.t_prompt_done:  # the first sampling: the whole prompt is in the context
-                timings.t_prompt_done, timings.prompt_n = time.monotonic(), len(input_ids)
-            timings.predicted_n += 1  # a sampled token
+            if not timings.predicted_n:  # the first sampling: the whole prompt is in the context
+                timings.prompt_n = len(input_ids)
+            timings.on_token(time.monotonic())  # a sampled token
             if job.cancelled.is_set() or self.force_cancel:
                 scores[:] = -float("inf")
                 scores[eos] = 0.0
@@ -247,8 +247,6 @@ class LegacyEngine:
         llama-server's ``n_gen``); a whole answer's numbers are its ``usage``."""
         if self.on_finished is None:
             return
-        timings.t_end = time.monotonic()
-        timings.t_prompt_done = timings.t_prompt_done or timings.t_end
         if usage:
             timings.prompt_n, timings.predicted_n = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
         log_finished(

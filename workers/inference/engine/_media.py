@@ -12,11 +12,15 @@ stops inside one: a half image cannot be resumed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine._errors import EngineError, EngineFailed
 from workers.inference.engine._slots import Request, Slot, SlotState
+
+if TYPE_CHECKING:
+    from workers.inference.engine._metrics import EngineMetrics
 
 
 def keep_whole_media(req: Request, n_keep: int) -> int:
@@ -66,15 +70,23 @@ def decode_media(llm: Any, slot: Slot, chunk: Any) -> int:
     assert slot.request is not None
     slot.cache.extend(slot.request.prompt[chunk.start : chunk.start + chunk.n_tokens])
     slot.n_prompt_done += chunk.n_tokens
-    slot.timings.prompt_n += chunk.n_tokens
+    slot.timings.on_prompt(chunk.n_tokens, time.monotonic())
     slot.pos_delta += chunk.n_pos - chunk.n_tokens
     return 0
 
 
-def decode_reached_media(llm: Any, slots: list[Slot], fail: Callable[[Slot, EngineError], None]) -> None:
+def decode_reached_media(
+    llm: Any, slots: list[Slot], fail: Callable[[Slot, EngineError], None], metrics: EngineMetrics
+) -> None:
     """Decode the image each prefilling slot has reached (before the step's text batch); a decode
-    that fails ends that slot's request with ``fail``."""
+    that fails ends that slot's request with ``fail``. Its tokens count as prompt tokens processed,
+    its decode not in ``n_decode`` (llama-server's count leaves multimodal decodes out)."""
     for s in slots:
         chunk = media_at(s) if s.state is SlotState.PROMPT else None
-        if chunk is not None and (ret := decode_media(llm, s, chunk)) != 0:
+        if chunk is None:
+            continue
+        t_decode = time.monotonic()
+        if (ret := decode_media(llm, s, chunk)) != 0:
             fail(s, EngineFailed(f"llama_decode failed on an image ({ret})"))
+        else:
+            metrics.on_prompt(chunk.n_tokens, time.monotonic() - t_decode)

@@ -60,28 +60,56 @@ class Request:
 
 @dataclass
 class Timings:
-    """llama-server's ``timings`` object: what was evaluated, and how fast."""
+    """llama-server's ``timings`` object (``server_slot_stats``): what was evaluated, and how fast.
+
+    Times are ``time.monotonic()`` stamps, 0 until reached: ``t_prompt_last`` moves with each prompt
+    batch and then to the first token's sampling, ``t_gen_last`` with each token generated, so the
+    object reads right at any point of a request (a stream's prompt progress included). The first
+    token comes from the last prompt batch's logits, no decode of its own: the generation rate is
+    over ``predicted_n - 1`` steps, as llama-server's ``n_gen_steps()``; and, as there, no rounding.
+    """
 
     cache_n: int = 0
     prompt_n: int = 0
     predicted_n: int = 0
     t_start: float = 0.0
-    t_prompt_done: float = 0.0
-    t_end: float = 0.0
+    t_prompt_last: float = 0.0
+    t_gen_last: float = 0.0
+
+    def prompt_seconds(self) -> float:
+        return self.t_prompt_last - self.t_start if self.t_prompt_last else 0.0
+
+    def gen_seconds(self) -> float:
+        # at least 1 us, as llama-server: the first token can land in the same microsecond as the prompt
+        return max(self.t_gen_last - self.t_prompt_last, 1e-6) if self.t_gen_last else 0.0
+
+    def gen_steps(self) -> int:
+        return max(self.predicted_n - 1, 0)
+
+    def on_prompt(self, n_tokens: int, now: float) -> None:
+        """``n_tokens`` more prompt tokens evaluated, the batch done at ``now``."""
+        self.prompt_n += n_tokens
+        self.t_prompt_last = now
+
+    def on_token(self, now: float) -> None:
+        """A token generated at ``now`` (the first one ends the prompt's time)."""
+        self.predicted_n += 1
+        if self.predicted_n == 1:
+            self.t_prompt_last = now
+        self.t_gen_last = now
 
     def to_json(self) -> dict[str, float | int]:
-        prompt_ms = max(self.t_prompt_done - self.t_start, 0.0) * 1000.0
-        predicted_ms = max(self.t_end - self.t_prompt_done, 0.0) * 1000.0
+        prompt_ms, predicted_ms, steps = self.prompt_seconds() * 1e3, self.gen_seconds() * 1e3, self.gen_steps()
         return {
             "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,
-            "prompt_ms": round(prompt_ms, 3),
-            "prompt_per_token_ms": round(prompt_ms / self.prompt_n, 3) if self.prompt_n else 0.0,
-            "prompt_per_second": round(self.prompt_n * 1000.0 / prompt_ms, 3) if prompt_ms > 0 else 0.0,
+            "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / self.prompt_n if self.prompt_n else 0.0,
+            "prompt_per_second": 1e3 / prompt_ms * self.prompt_n if prompt_ms > 0 else 0.0,
             "predicted_n": self.predicted_n,
-            "predicted_ms": round(predicted_ms, 3),
-            "predicted_per_token_ms": round(predicted_ms / self.predicted_n, 3) if self.predicted_n else 0.0,
-            "predicted_per_second": round(self.predicted_n * 1000.0 / predicted_ms, 3) if predicted_ms > 0 else 0.0,
+            "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / steps if steps else 0.0,
+            "predicted_per_second": 1e3 / predicted_ms * steps if predicted_ms > 0 else 0.0,
         }
 
 
@@ -173,15 +201,19 @@ class Slot:
         self.last_used = now
 
     def end(self, now: float) -> None:
-        """Back to idle; the request stays as ``last_request`` for ``/slots`` (its cells are the engine's to drop)."""
+        """Back to idle; the request stays as ``last_request`` for ``/slots`` (its cells are the engine's to drop).
+
+        Its counts go, as llama-server's ``server_slot::reset()`` clears a released slot's stats: an idle
+        slot shows 0 tokens processed, cached and decoded, and ``n_remain`` -1 (no budget left over)."""
         if self.request is not None:
             self.request.media = None  # its images (pixels, embeddings) go now, not with the slot's next request
         self.state, self.request, self.chain, self.last_request = SlotState.IDLE, None, None, self.request
         self.last_used, self.batch_index = now, -1
+        self.timings, self.n_decoded, self.has_new_line = Timings(), 0, False
 
     def remaining(self) -> int:
-        """Tokens the request may still generate (-1: until the context end)."""
-        req = self.request or self.last_request
+        """Tokens the request may still generate (-1: until the context end, or no request running)."""
+        req = self.request
         if req is None or req.max_tokens <= 0:
             return -1
         return max(req.max_tokens - self.n_decoded, 0)

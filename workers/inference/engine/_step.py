@@ -71,10 +71,9 @@ class StepMixin(TokenMixin):
         for s, part in chunks:
             s.cache.extend(part)
             s.n_prompt_done += len(part)
-            s.timings.prompt_n += len(part)
-            self.metrics.prompt_tokens += len(part)
+            s.timings.on_prompt(len(part), now)
             if s.batch_index >= 0:
-                s.state, s.timings.t_prompt_done = SlotState.GENERATING, now
+                s.state = SlotState.GENERATING
         ctx, kept = self.llm.ctx, self.kept
         rows = [s for s in self.slots if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None]
         forced = {s.id: t for s in rows if (t := _forced(s)) is not None}  # a reasoning being ended

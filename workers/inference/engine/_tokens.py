@@ -41,8 +41,7 @@ class TokenMixin:
             self._finish(s, "stop", now)
             return
         s.n_decoded += 1
-        s.timings.predicted_n += 1
-        self.metrics.tokens_predicted += 1
+        s.timings.on_token(now)
         lp = None
         if req.params.n_probs >= 0:
             row = kept if kept is not None else logits_row(llm.lc, llm.ctx, s.batch_index, llm.n_vocab)
@@ -71,10 +70,7 @@ class TokenMixin:
         rest = text.flush()
         if rest:
             req.out.put(("t", rest, None))
-        s.timings.t_end = now
-        if not s.timings.t_prompt_done:
-            s.timings.t_prompt_done = now
-        self.metrics.on_finish(s.timings, max(len(x.cache) for x in self.slots))
+        self.metrics.on_finish()
         timings = s.timings.to_json()
         info = {
             "id_slot": s.id,
