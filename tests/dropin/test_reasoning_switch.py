@@ -24,7 +24,8 @@ def _prompt(url: str, **body: Any) -> str:
 
 def test_reasoning_off_closes_the_thinking_block(tmp_path: Path) -> None:
     """``-m FILE --chat-template-file R1 --reasoning off``: DeepSeek R1's prompt ends ``<think>\\n</think>``
-    with and without tools; a request's ``enable_thinking: true`` opens it again."""
+    with and without tools; a request's ``enable_thinking: true`` opens it again, and a string there
+    is llama-server's 400."""
     model = write_tiny_gguf(tmp_path / "tiny.gguf")
     template = TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
     args = ["-m", str(model), "--jinja", "--chat-template-file", str(template), "--reasoning", "off"]
@@ -32,12 +33,21 @@ def test_reasoning_off_closes_the_thinking_block(tmp_path: Path) -> None:
         for tools in (None, [], [TEST_TOOL]):
             assert _prompt(proc.url, tools=tools).endswith("<｜Assistant｜><think>\n</think>")  # noqa: RUF001
         assert _prompt(proc.url, chat_template_kwargs={"enable_thinking": True}).endswith("<think>\n")
+        refused = httpx.post(
+            f"{proc.url}/v1/chat/completions",
+            json={"messages": ASK, "max_tokens": 1, "chat_template_kwargs": {"enable_thinking": "false"}},
+            timeout=120,
+        )
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["message"] == 'invalid type for "enable_thinking" (expected boolean, got string)'
+        assert error["type"] == "invalid_request_error"
 
 
 def test_reasoning_from_the_environment_and_presets_on_the_ggufs_template(tmp_path: Path) -> None:
     """``LLAMA_ARG_REASONING=off`` reaches a router's models (Qwen3's template, the GGUF's own, ends
     with its closed block); a preset section's ``reasoning`` wins over it, as llama.cpp's precedence
-    says."""
+    says; under ``auto``, ``reasoning_effort: none`` (the Responses API's ``reasoning.effort``) closes it."""
     qwen3 = (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text()
     models = tmp_path / "models"
     models.mkdir()
@@ -50,3 +60,12 @@ def test_reasoning_from_the_environment_and_presets_on_the_ggufs_template(tmp_pa
         assert _prompt(proc.url, model="qwen3").endswith(closed)
         assert _prompt(proc.url, model="thinking").endswith(opened)
         assert _prompt(proc.url, model="auto").endswith(opened)
+        assert _prompt(proc.url, model="auto", reasoning_effort="none").endswith(closed)
+
+        def counted(model: str, **body: Any) -> int:
+            url = f"{proc.url}/v1/responses/input_tokens"
+            answer = httpx.post(url, json={"model": model, "input": ASK[0]["content"], **body}, timeout=120)
+            assert answer.status_code == 200, answer.text
+            return int(answer.json()["input_tokens"])
+
+        assert counted("auto", reasoning={"effort": "none"}) == counted("qwen3") > counted("auto")

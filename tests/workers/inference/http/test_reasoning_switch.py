@@ -1,5 +1,5 @@
 """Reasoning switched on and off, as llama-server switches it: ``--reasoning on|off`` (the server's
-``enable_thinking``).
+``enable_thinking``), a request's ``chat_template_kwargs``, ``reasoning_effort`` (``none`` is off).
 
 The templates are llama.cpp's own (``chat_templates/``): with thinking off they write their empty
 thinking block after the generation prompt (``<think>\\n</think>``, Command R7B's
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from workers.inference.http._errors import ApiError
 from workers.inference.http._options import FrontOptions
 from workers.inference.http.chat._session import chat_prompt
 from workers.inference.http.chat._template import JinjaRenderer
@@ -83,3 +84,40 @@ def test_the_other_families_switch_off_too(template: str, on: str, off: str) -> 
     default = _prompt(template)
     assert default.endswith(on) and _prompt(template, "on") == default
     assert _prompt(template, "off").endswith(off)
+
+
+def test_a_request_overrides_the_server_and_a_string_is_refused() -> None:
+    """A request's ``enable_thinking`` wins over ``--reasoning`` either way; a string in its place is
+    llama-server's 400 (``oaicompat_chat_params_parse``), whichever side gave it."""
+    assert _prompt(R1, "off", chat_template_kwargs={"enable_thinking": True}).endswith("<think>\n")
+    assert _prompt(R1, "on", chat_template_kwargs={"enable_thinking": False}).endswith("<think>\n</think>")
+    assert _prompt(R1, chat_template_kwargs={"enable_thinking": False}).endswith("<think>\n</think>")
+    with pytest.raises(ApiError) as refused:
+        _prompt(R1, chat_template_kwargs={"enable_thinking": "false"})
+    assert refused.value.status == 400
+    assert refused.value.message == 'invalid type for "enable_thinking" (expected boolean, got string)'
+
+
+def test_reasoning_effort_none_is_off_unless_a_kwarg_says_otherwise() -> None:
+    """``reasoning_effort: none`` lowers the default of ``enable_thinking`` only: the server's
+    ``--reasoning on`` and a request's kwarg lie above it, as in llama-server."""
+    assert _prompt(R1, reasoning_effort="none").endswith("<think>\n</think>")
+    assert _prompt(R1, "on", reasoning_effort="none").endswith("<think>\n")
+    assert _prompt(R1, reasoning_effort="none", chat_template_kwargs={"enable_thinking": True}).endswith("<think>\n")
+    assert _prompt(R1, reasoning_effort="high").endswith("<think>\n")
+
+
+def test_reasoning_effort_reaches_the_template(tmp_path: Path) -> None:
+    """Any other effort is the template's ``reasoning_effort`` (over a kwarg's); ``none`` takes it away."""
+    template = tmp_path / "effort.jinja"
+    template.write_text("{{ reasoning_effort | default('unset') }}/{{ enable_thinking }}")
+    opts = template_options(FrontOptions(chat_template_file=str(template)))
+    assert opts.template_text is not None
+    renderer = JinjaRenderer(opts.template_text, bos="", eos="", add_bos=False, add_eos=False)
+
+    def render(**body: Any) -> str:
+        return chat_prompt(renderer, {"messages": ASK, **body}, {})[0].prompt
+
+    assert render() == "unset/True"
+    assert render(reasoning_effort="low", chat_template_kwargs={"reasoning_effort": "high"}) == "low/True"
+    assert render(reasoning_effort="none", chat_template_kwargs={"reasoning_effort": "high"}) == "unset/False"
