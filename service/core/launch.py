@@ -38,6 +38,7 @@ from service.core.launch_rows import (
     Option,
     flash_attn,
     option,
+    reasoning_mode,
 )
 
 Params = Mapping[str, JSON]
@@ -386,6 +387,15 @@ class InferenceLaunch:
     )
     reasoning_format: str = option(
         "auto", "--reasoning-format", "server", "reasoning-format", "LLAMA_ARG_THINK", choices=REASONING_FORMATS
+    )
+    reasoning: str = option(
+        "auto",
+        "--reasoning -rea",
+        "server",
+        "reasoning",
+        "LLAMA_ARG_REASONING",
+        parse=reasoning_mode,
+        help="on, off or auto: the chat template's enable_thinking (off: its empty thinking block ends the prompt)",
     )
     video_fps: float = option(
         4.0,

@@ -80,17 +80,27 @@ def _kind(default: object, flags: tuple[str, ...]) -> Kind:
     return "list" if isinstance(default, tuple) else "value"
 
 
-def flash_attn(value: str) -> str:
-    """llama-server's ``-fa`` value: on, off or auto (its truthy and falsey words too)."""
+def _on_off_auto(value: str, flag: str) -> str:
+    """llama.cpp's ``[on|off|auto]`` value: its truthy and falsey words, ``auto`` or ``-1``."""
     word = value.strip().lower()
     if word in ("on", "enabled", "true", "1"):
         return "on"
     if word in ("off", "disabled", "false", "0"):
         return "off"
-    if word == "auto":
+    if word in ("auto", "-1"):
         return "auto"
-    msg = f"unknown value for --flash-attn: '{value}'"
+    msg = f"unknown value for {flag}: '{value}'"
     raise ValueError(msg)
+
+
+def flash_attn(value: str) -> str:
+    """llama-server's ``-fa`` value: on, off or auto."""
+    return _on_off_auto(value, "--flash-attn")
+
+
+def reasoning_mode(value: str) -> str:
+    """llama-server's ``--reasoning`` value: on, off or auto."""
+    return _on_off_auto(value, "--reasoning")
 
 
 CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6, "q5_1": 7}

@@ -272,8 +272,9 @@ def _from_table(key: str, value: str) -> Converted:
         return {} if on == default else {name: on}
     try:
         parsed = row.parse(value.strip())
-    except ValueError:
-        msg = f"{key} = {value!r}: expected {row.parse.__name__} (--{key})"
+    except ValueError as exc:  # a normaliser's own words (llama.cpp's: --reasoning), else the type expected
+        why = str(exc) if row.parse not in (int, float, str) else f"expected {row.parse.__name__} (--{key})"
+        msg = f"{key} = {value!r}: {why}"
         raise OptionError(msg) from None
     if row.choices is not None and parsed not in row.choices:
         msg = f"{key} = {value!r}: expected one of {', '.join(row.choices)}"

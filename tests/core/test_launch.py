@@ -54,6 +54,16 @@ def test_a_flag_the_table_refuses_is_a_usage_error() -> None:
             InferenceLaunch.from_argv(bad)
 
 
+def test_reasoning_takes_llama_cpps_words() -> None:
+    """``--reasoning``/``-rea``: llama.cpp's truthy, falsey and auto words (``is_truthy``, ``is_autoy``)."""
+    spelled = {"on": ("on", "enabled", "true", "1"), "off": ("off", "disabled", "false", "0"), "auto": ("auto", "-1")}
+    for value, words in spelled.items():
+        assert [InferenceLaunch.from_argv(["-rea", word]).reasoning for word in words] == [value] * len(words)
+    assert InferenceLaunch.from_argv(["--reasoning", "off"]).to_argv() == ["--reasoning", "off"]
+    with pytest.raises(SystemExit):
+        InferenceLaunch.from_argv(["-rea", "maybe"])
+
+
 def test_every_llama_server_option_of_the_table_has_its_names() -> None:
     """A row's preset key is llama-server's (or an older llama.cpp's) and its ``LLAMA_ARG_*`` is that option's."""
     wrong = []

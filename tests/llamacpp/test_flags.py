@@ -182,6 +182,7 @@ def test_every_decision_names_a_real_option() -> None:
         "chat_template_file",
         "chat_template_kwargs",
         "reasoning_format",
+        "reasoning",
         "jinja",
         "video_fps",
         "video_timestamp_interval",

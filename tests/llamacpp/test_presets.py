@@ -108,6 +108,15 @@ class TestSettings:
             with pytest.raises(OptionError):
                 _config(f"[m]\n{bad}\n", "m")
 
+    def test_reasoning_reaches_the_worker_in_llama_cpps_words(self) -> None:
+        """``reasoning`` (``-rea``, ``LLAMA_ARG_REASONING``): on or off for the worker, ``auto`` (its
+        default) left out; a word llama.cpp does not know is refused in llama-server's words."""
+        assert _config("[m]\nrea = false\n", "m").params == {"reasoning": "off"}
+        assert _config("[m]\n", "m", env={"reasoning": "enabled"}).params == {"reasoning": "on"}
+        assert _config("[m]\nreasoning = on\n", "m", cli={"reasoning": "-1"}).params == {}
+        with pytest.raises(OptionError, match=r"reasoning = 'maybe': unknown value for --reasoning: 'maybe'"):
+            _config("[m]\nreasoning = maybe\n", "m")
+
     def test_options_in_force_read_back_as_llama_servers_command_line(self) -> None:
         """``GET /models`` ``status.args``, as llama.cpp shows its child's arguments."""
         config = _config("[m]\nc = 64\nno-jinja = 1\nmlock = true\nload-on-startup = 1\nhf = u/r:Q8_0\n", "m")

@@ -87,6 +87,7 @@ class Worker:
             jinja=args.jinja,
             chat_template_kwargs=args.chat_template_kwargs,
             reasoning_format=args.reasoning_format,
+            reasoning=args.reasoning,
             mmproj=args.mmproj,
         )
         self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)

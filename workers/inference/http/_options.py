@@ -17,7 +17,7 @@ class FrontOptions:
     """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``,
     ``--spm-infill``, ``--slot-save-path``, ``--props``, which of llama-server's monitoring endpoints
     answer (``--no-metrics``, ``--no-slots``), and the chat template's options (``--chat-template-file``,
-    ``--no-jinja``, ``--chat-template-kwargs``, ``--reasoning-format``)."""
+    ``--no-jinja``, ``--chat-template-kwargs``, ``--reasoning-format``, ``--reasoning``)."""
 
     chat_format: str | None = None
     default_seed: int | None = None
@@ -34,6 +34,7 @@ class FrontOptions:
     jinja: bool = True
     chat_template_kwargs: str | None = None  # a JSON object's text
     reasoning_format: str = "auto"
+    reasoning: str = "auto"  # --reasoning: on, off or auto (the templates' enable_thinking)
     mmproj: str | None = None  # --mmproj: the model's projector (chats may carry images, see _jobs)
     # llama-server's sampling options (--temp, -n, --grammar-file...): every request's defaults (_server_defaults)
     sampling_defaults: Mapping[str, Json] = field(default_factory=dict)

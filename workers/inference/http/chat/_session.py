@@ -63,6 +63,7 @@ _CHAT_ONLY = (
     "parallel_tool_calls",
     "chat_template_kwargs",
     "reasoning_format",
+    "reasoning_effort",
     "add_generation_prompt",
     "continue_final_message",
     "media",
@@ -193,10 +194,24 @@ def _tools_system(messages: list[Message], fns: list[JsonObject]) -> list[Messag
 
 
 def _kwargs(body: LlamaKwargs, defaults: JsonObject) -> JsonObject:
+    """The template's variables, as llama-server's ``oaicompat_chat_params_parse`` sets them: the
+    server's kwargs (``--chat-template-kwargs``, ``--reasoning``) under the request's, a string
+    ``enable_thinking`` refused, and ``reasoning_effort`` ``none`` switching thinking off unless a
+    kwarg says otherwise (the renderer's ``enable_thinking`` lies under the kwargs), any other
+    effort passed on as ``reasoning_effort``."""
     extra = body.get("chat_template_kwargs")
     if extra is not None and not isinstance(extra, dict):
         raise ApiError(400, "'chat_template_kwargs' must be an object")
-    return {**defaults, **(extra or {})}
+    kwargs = {**defaults, **(extra or {})}
+    if isinstance(kwargs.get("enable_thinking"), str):
+        raise ApiError(400, 'invalid type for "enable_thinking" (expected boolean, got string)')
+    effort = body.get("reasoning_effort")
+    if effort == "none":
+        kwargs.pop("reasoning_effort", None)
+        kwargs.setdefault("enable_thinking", False)
+    elif isinstance(effort, str) and effort:
+        kwargs["reasoning_effort"] = effort
+    return kwargs
 
 
 def check_continuation(messages: list[Message], add_generation_prompt: bool, continuation: Json) -> None:

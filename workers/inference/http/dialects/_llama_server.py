@@ -126,6 +126,7 @@ _TEMPLATE_KEYS = (
     "tool_choice",
     "parallel_tool_calls",
     "chat_template_kwargs",
+    "reasoning_effort",
     "add_generation_prompt",
     "continue_final_message",
 )

@@ -214,6 +214,7 @@ def chat_request(
         "parallel_tool_calls",
         "chat_template_kwargs",
         "reasoning_format",
+        "reasoning_effort",
         "add_generation_prompt",
         "continue_final_message",
     ):

@@ -130,6 +130,9 @@ def to_chat(body: JsonObject) -> JsonObject:
         chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict) and "effort" in reasoning:  # llama-server passes its effort on, nothing else
+        chat["reasoning_effort"] = reasoning["effort"]
     return chat
 
 

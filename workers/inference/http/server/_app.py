@@ -87,7 +87,9 @@ class InferenceApp:
 
 def template_options(opts: FrontOptions) -> TemplateOptions:
     """The chat template's options; an unreadable template file or bad kwargs fail the load
-    (llama-server refuses to start on both)."""
+    (llama-server refuses to start on both). ``--reasoning on``/``off`` sets ``enable_thinking`` among
+    the server's kwargs, as llama-server does: the templates that know it write their thinking block
+    open, or empty and closed (``<think>\n</think>``); a request's ``chat_template_kwargs`` still win."""
     text = opts.chat_template
     if opts.chat_template_file is not None:  # llama-server: the file's text replaces --chat-template's
         try:
@@ -102,4 +104,6 @@ def template_options(opts: FrontOptions) -> TemplateOptions:
             raise ValueError(f"--chat-template-kwargs is not JSON: {exc}") from None
         if not isinstance(kwargs, dict):
             raise ValueError("--chat-template-kwargs must be a JSON object")
+    if opts.reasoning != "auto":  # llama-server's --reasoning on/off: the default of enable_thinking it writes
+        kwargs["enable_thinking"] = opts.reasoning == "on"
     return TemplateOptions(template_text=text, jinja=opts.jinja, default_kwargs=kwargs)
