@@ -22,7 +22,7 @@ from service.core import launch_rows as rows
 from service.core.event_base import JSON
 from service.core.memory import CACHE_TYPE_BYTES
 from service.core.state import ModelConfig
-from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, FALSEY, TRUTHY, handling, is_falsey
+from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, TRUTHY, handling, is_falsey
 
 Converted = dict[str, JSON]  # free-form: worker parameters as the log records them (launch.Params)
 """The worker parameters an option sets (``{"n_ctx": 4096}``), read by ``InferenceLaunch.from_params``."""
@@ -172,13 +172,12 @@ LOAD_MODES = tuple(rows.LOAD_MODES)  # llama-server's --load-mode
 
 
 def _flash_attn(key: str, value: str) -> Converted:
-    word = value.strip().lower()
-    if word == "auto":
-        return {}  # the worker's default, llama.cpp's
-    if word in TRUTHY or word in FALSEY:
-        return {"flash_attn": "off" if is_falsey(word) else "on"}
-    msg = f"{key} = {value!r}: expected on, off or auto"
-    raise OptionError(msg)
+    try:
+        mode = rows.flash_attn(value)  # llama.cpp's words, `-1` for auto included
+    except ValueError:
+        msg = f"{key} = {value!r}: expected on, off or auto"
+        raise OptionError(msg) from None
+    return {} if mode == "auto" else {"flash_attn": mode}  # auto: the worker's default, llama.cpp's
 
 
 def _rope_scale(key: str, value: str) -> Converted:

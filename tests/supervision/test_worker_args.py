@@ -189,3 +189,18 @@ def test_context_options_reach_the_worker_as_it_reads_them(tmp_path: Path) -> No
         [section] = parse_preset(f"[b]\nmodel = /m/b.gguf\n{bad}\n", "test.ini").sections
         with pytest.raises(OptionError):
             model_settings(section.options, section.extras)
+
+
+def test_flash_attn_takes_llama_cpps_words_in_a_preset() -> None:
+    """A preset's ``flash-attn`` takes llama.cpp's words, ``-1`` for auto included (``is_autoy``):
+    on and off reach the worker, auto leaves its default; anything else is refused naming the key."""
+    from service.llamacpp.options import OptionError
+
+    def converted(value: str) -> object:
+        [section] = parse_preset(f"[m]\nmodel = /m/m.gguf\nflash-attn = {value}\n", "test.ini").sections
+        return model_settings(section.options, section.extras).config.params.get("flash_attn")
+
+    assert [converted(v) for v in ("on", "enabled", "1", "off", "disabled", "0")] == ["on"] * 3 + ["off"] * 3
+    assert converted("auto") is None and converted("-1") is None
+    with pytest.raises(OptionError, match="flash-attn"):
+        converted("sometimes")
