@@ -57,6 +57,7 @@ class WorkerArgs(InferenceLaunch):
     model_path: str
     model_name: str
     instance_id: str
+    alias: str | None = None  # the name answers carry (llama-server's --alias); None: model_name
     threads: int  # --n-threads, default every core the worker may use
     threads_batch: int  # --n-threads-batch, default --n-threads
     host: str = "127.0.0.1"
@@ -82,7 +83,8 @@ class WorkerArgs(InferenceLaunch):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workers.inference", description=__doc__.split("\n")[0])
     p.add_argument("--model-path", required=True)
-    p.add_argument("--model-name", default=None, help="id served in /v1/models (default: file stem)")
+    p.add_argument("--model-name", default=None, help="the model's name in the event log (default: file stem)")
+    p.add_argument("--alias", default=None, help="the id its answers carry, as llama-server's (default: --model-name)")
     p.add_argument("--instance-id", default=None, help="default: NAME-PID")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 = pick a free port (reported in events)")
@@ -109,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _PROCESS = ("host", "port", "engine", "mmproj", "stop_timeout", "stats_interval", "db", "database_url", "events")
-_PROCESS_TOO = ("log_level", "parent_pid", "log_path")
+_PROCESS_TOO = ("log_level", "parent_pid", "log_path", "alias")
 
 
 def parse_args(argv: list[str] | None = None) -> WorkerArgs:

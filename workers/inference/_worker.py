@@ -89,7 +89,9 @@ class Worker:
             reasoning_format=args.reasoning_format,
             mmproj=args.mmproj,
         )
-        self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
+        self.app = InferenceApp(
+            model_name=args.alias or args.model_name, engine=self.engine, log=log, front_options=front
+        )
         self.endpoint = ""
         self._state_lock = threading.Lock()  # held to record an event together with the change it reports
         self._state = WorkerState.LOADING
