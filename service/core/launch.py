@@ -387,6 +387,13 @@ class InferenceLaunch:
     reasoning_format: str = option(
         "auto", "--reasoning-format", "server", "reasoning-format", "LLAMA_ARG_THINK", choices=REASONING_FORMATS
     )
+    verbose: bool = option(
+        False,
+        "--verbose",
+        "server",
+        "log-verbose",
+        help="OpenAI answers carry __verbose (a request's verbose: its own)",
+    )
     video_fps: float = option(
         4.0,
         "--video-fps",

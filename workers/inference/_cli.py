@@ -57,7 +57,7 @@ class WorkerArgs(InferenceLaunch):
     model_path: str
     model_name: str
     instance_id: str
-    alias: str | None = None  # the name answers carry (llama-server's --alias); None: model_name
+    alias: str = ""  # the name answers carry (llama-server's --alias; default: model_name)
     threads: int  # --n-threads, default every core the worker may use
     threads_batch: int  # --n-threads-batch, default --n-threads
     host: str = "127.0.0.1"
@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _PROCESS = ("host", "port", "engine", "mmproj", "stop_timeout", "stats_interval", "db", "database_url", "events")
-_PROCESS_TOO = ("log_level", "parent_pid", "log_path", "alias")
+_PROCESS_TOO = ("log_level", "parent_pid", "log_path")
 
 
 def parse_args(argv: list[str] | None = None) -> WorkerArgs:
@@ -127,6 +127,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerArgs:
         **{name: getattr(ns, name) for name in _PROCESS + _PROCESS_TOO},
         model_path=ns.model_path,
         model_name=model_name,
+        alias=ns.alias or model_name,
         instance_id=ns.instance_id or f"{model_name}-{os.getpid()}",
         threads=threads,
         threads_batch=launch.n_threads_batch or threads,

@@ -88,10 +88,9 @@ class Worker:
             chat_template_kwargs=args.chat_template_kwargs,
             reasoning_format=args.reasoning_format,
             mmproj=args.mmproj,
+            verbose=args.verbose,
         )
-        self.app = InferenceApp(
-            model_name=args.alias or args.model_name, engine=self.engine, log=log, front_options=front
-        )
+        self.app = InferenceApp(model_name=args.alias, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""
         self._state_lock = threading.Lock()  # held to record an event together with the change it reports
         self._state = WorkerState.LOADING
