@@ -129,7 +129,8 @@ async def start(settings: Settings) -> ServiceParts:
         await runtime.interpreter.record(plan.events)  # first: no instance of the last run is left when models go
     runtime.catalogue = await _catalogue(settings, runtime)
     single = runtime.catalogue.single
-    runtime.mode = decide_mode(single.name if single is not None else None)
+    runtime.mode = decide_mode(single.name, single.aliases) if single is not None else decide_mode(None)
+    runtime.instances.mode = runtime.mode  # before any load: the one model's worker answers under its id
     if runtime.worker_logs is not None:  # before any load: the one model's lines are forwarded bare
         runtime.worker_logs.mode = runtime.mode
     runtime.instances.fake_timing = fake_timing(runtime.mode, settings.fake_timing)  # before any load

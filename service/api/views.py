@@ -25,7 +25,7 @@ from service.api.schemas import (
 from service.core.events import FileRef, ServerMeta
 from service.core.memory import estimate
 from service.core.model_spec import projector_path
-from service.core.server_mode import ROUTER, ServerMode, listed
+from service.core.server_mode import ROUTER, ServerMode, listed, listed_aliases, served_name
 from service.core.state import DownloadJob, InstanceStatus, ModelState, ModelStatus, RouterState
 from service.event_store.codec import format_time
 from service.llamacpp.options import command_line, model_tags, preset_ini
@@ -146,12 +146,13 @@ def _status(model: ModelState, state: RouterState) -> ModelStatusView:
     )
 
 
-def model_view(model: ModelState, state: RouterState) -> ModelEntry:
-    """One entry of ``GET /models``: llama.cpp's shape plus progress, errors and the memory need."""
+def model_view(model: ModelState, state: RouterState, mode: ServerMode = ROUTER) -> ModelEntry:
+    """One entry of ``GET /models``: llama.cpp's shape plus progress, errors and the memory need
+    (in single-model mode the one model under its ``--alias`` id, as llama-server lists it)."""
     need = None if model.shape is None else estimate(model.shape, model.config.params, model.config.args)
     return ModelEntry(
-        id=model.name,
-        aliases=list(model.aliases),
+        id=served_name(mode, model.name),
+        aliases=listed_aliases(mode, model.name, model.aliases),
         tags=model_tags(model.config.args),
         object="model",
         owned_by="modelrouter",
@@ -193,7 +194,7 @@ def models_view(state: RouterState, mode: ServerMode = ROUTER) -> ModelList:
     """``GET /models`` and ``GET /v1/models``; in single-model mode its one model only, also in
     llama-server's Ollama-shaped ``models`` list."""
     data = [
-        model_view(m, state)
+        model_view(m, state, mode)
         for name, m in sorted(state.models.items())
         if m.listed and not m.config.hidden and listed(mode, name)
     ]
@@ -241,14 +242,15 @@ class SleepingProps(TypedDict):
     is_sleeping: bool
 
 
-def sleeping_props(model: ModelState, build_info: str) -> SleepingProps:
+def sleeping_props(model: ModelState, build_info: str, alias: str) -> SleepingProps:
     """``GET /props`` of a sleeping model whose worker's own answer was not kept (the service restarted
-    while it slept): llama-server's shape, from what the log knows; ``is_sleeping: true``."""
+    while it slept): llama-server's shape, from what the log knows; ``is_sleeping: true``; ``alias``:
+    the name it answers under (:func:`~service.core.server_mode.served_name`)."""
     params = model.config.params
     return {
         "default_generation_settings": {"params": {}, "n_ctx": model.asleep_n_ctx or 0},
         "total_slots": params.get("n_parallel") or _WORKER_SLOTS,
-        "model_alias": model.name,
+        "model_alias": alias,
         "model_path": model.path or "",
         "modalities": {"vision": False, "video": False, "audio": False},
         "endpoint_slots": params.get("endpoint_slots") is not False,

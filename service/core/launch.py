@@ -397,6 +397,13 @@ class InferenceLaunch:
         parse=reasoning_mode,
         help="on, off or auto: the chat template's enable_thinking (off: its empty thinking block ends the prompt)",
     )
+    verbose: bool = option(
+        False,
+        "--verbose",
+        "server",
+        "log-verbose",
+        help="OpenAI answers carry __verbose (a request's verbose: its own)",
+    )
     video_fps: float = option(
         4.0,
         "--video-fps",

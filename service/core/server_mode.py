@@ -19,6 +19,7 @@ Pure module: stdlib only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.core.errors import CommandRejected
@@ -38,14 +39,23 @@ _NOT_SERVING = frozenset({ModelStatus.DOWNLOADING, ModelStatus.LOADING, ModelSta
 
 @dataclass(frozen=True, slots=True)
 class ServerMode:
-    """Which mode the service runs in: ``single_model`` names the one model of single-model mode."""
+    """Which mode the service runs in: ``single_model`` names the one model of single-model mode,
+    ``aliases`` its ``--alias`` names as llama-server keeps them (a ``std::set``: unique, sorted)."""
 
     single_model: str | None = None
+    aliases: tuple[str, ...] = ()
 
     @property
     def single(self) -> bool:
         """Whether this is llama-server's single-model mode."""
         return self.single_model is not None
+
+    @property
+    def model_id(self) -> str | None:
+        """The single model's id, llama-server's ``model_name``: the first of its aliases (``--alias
+        b,a`` is ``a``: "backward compat: use first alias as model name", ``server-context.cpp``),
+        else its name; None in router mode."""
+        return self.aliases[0] if self.single_model is not None and self.aliases else self.single_model
 
 
 ROUTER = ServerMode()
@@ -58,10 +68,27 @@ def may_be_single(*, model_file: bool, hf_repo: bool) -> bool:
     return model_file or hf_repo
 
 
-def decide_mode(single_model: str | None) -> ServerMode:
+def decide_mode(single_model: str | None, aliases: Sequence[str] = ()) -> ServerMode:
     """The mode once ``-hf``/``-m`` resolved: the model they name (``None`` for none, or for an
-    ``-hf`` repo holding ``preset.ini``, which runs as the router's preset)."""
-    return ServerMode(single_model) if single_model else ROUTER
+    ``-hf`` repo holding ``preset.ini``, which runs as the router's preset) and its ``--alias`` names."""
+    return ServerMode(single_model, tuple(sorted(set(aliases)))) if single_model else ROUTER
+
+
+def served_name(mode: ServerMode, name: str) -> str:
+    """The name model ``name`` answers under: its id in ``GET /v1/models``, the ``model`` of its
+    answers, ``/props``'s ``model_alias``. In single-model mode the one model's :attr:`~ServerMode.model_id`
+    (its first alias); in router mode its own name, as llama.cpp's router starts each child with
+    ``--alias NAME`` (``server-models.cpp``), so a preset's aliases stay other names of it."""
+    return (mode.model_id or name) if name == mode.single_model else name
+
+
+def listed_aliases(mode: ServerMode, name: str, aliases: Sequence[str]) -> list[str]:
+    """``aliases`` of model ``name`` in ``GET /v1/models``: in single-model mode llama-server's set
+    (its ``--alias`` names sorted, or its id alone without any: ``server.cpp`` adds the model's name
+    "for consistency between server router mode and single-model mode"); in router mode ``aliases``."""
+    if name != mode.single_model:
+        return list(aliases)
+    return list(mode.aliases) or [served_name(mode, name)]
 
 
 def target_model(mode: ServerMode, requested: str | None) -> str:

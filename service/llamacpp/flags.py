@@ -98,8 +98,6 @@ _ROUTER: Mapping[str, str] = {
     "cors-credentials": "Access-Control-Allow-Credentials; with * origins the Origin is echoed",
     "ssl-key-file": "TLS private key (served by uvicorn)",
     "ssl-cert-file": "TLS certificate (served by uvicorn)",
-    "log-verbose": "debug logging",
-    "log-verbosity": "log level: 0-2 errors, 3 info, 4+ debug",
     "log-disable": "no log at all, on the console or in --log-file (llama-server pauses its logger)",
     "log-jsonl": "JSON log lines",
     "log-file": "the service's log, workers' forwarded lines included, also appended to the file (a router's "
@@ -240,6 +238,15 @@ _MODEL: Mapping[str, tuple[str, str]] = {
         "milliseconds between the timestamp texts put between a video's frames (<= 0: none)",
     ),
     "video-ffmpeg-dir": ("video_ffmpeg_dir", "directory of the ffmpeg and ffprobe that read videos (default: PATH)"),
+    "log-verbose": (
+        "verbose",
+        "debug logging; every model's OpenAI answers carry llama-server's __verbose (a request's `verbose` "
+        "decides its own)",
+    ),
+    "log-verbosity": (
+        "verbose",
+        "log level: 0-2 errors, 3 info, 4+ debug; above 9 every model's OpenAI answers carry __verbose, as -v",
+    ),
     "sleep-idle-seconds": (
         "",
         "idle this long, the model sleeps (its worker stops); the next request wakes it (GET /models: sleeping)",

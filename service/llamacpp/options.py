@@ -248,6 +248,8 @@ _CONVERT: Mapping[str, Callable[[str, str], Converted]] = {
     "chat-template-file": lambda _k, v: {"chat_template_file": v.strip()},
     "chat-template-kwargs": lambda k, v: {"chat_template_kwargs": _json_object(k, v)},
     "reasoning-format": lambda k, v: {"reasoning_format": _choice(k, v, REASONING_FORMATS)},
+    "log-verbose": lambda _k, v: {} if is_falsey(v) else {"verbose": True},  # -v: verbosity INT_MAX
+    "log-verbosity": lambda k, v: {"verbose": True} if _int(k, v) > 9 else {},  # a request's verbose: > 9
     "jinja": lambda _k, v: {"jinja": False} if is_falsey(v) else {},
     "video-fps": lambda k, v: {"video_fps": _float(k, v)},
     "video-timestamp-interval": lambda k, v: {"video_timestamp_interval": _int(k, v)},

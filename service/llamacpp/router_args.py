@@ -41,6 +41,9 @@ _TWINS: Mapping[str, str] = {
     "log-jsonl": "MODELROUTER_LOG_JSON",
     "timeout": "MODELROUTER_TIMEOUT",
 }  # (metrics: MODELROUTER_METRICS, see _router_metrics)
+_BOTH = frozenset({"log-verbose", "log-verbosity"})
+"""Per-model options the router reads too: its log level (llama.cpp's router passes them to its
+children, where they also turn ``__verbose`` on: :mod:`service.llamacpp.options`)."""
 _OFFLINE_VARS = ("LLAMA_OFFLINE", "HF_HUB_OFFLINE")  # besides --offline's own LLAMA_ARG_OFFLINE
 
 
@@ -154,7 +157,7 @@ def router_args(
     warnings: list[str] = []
     for key in sorted(set(cli) | set(env)):
         arg = BY_NAME.get(key)
-        if arg is None or handling(arg).scope not in ("router", "source"):
+        if arg is None or (handling(arg).scope not in ("router", "source") and key not in _BOTH):
             continue
         from_cli = key in cli
         if not from_cli and _TWINS.get(key, "") in environ:

@@ -22,6 +22,7 @@ from service.core import instance_effects as effects
 from service.core import instance_exits as exits
 from service.core.model_spec import projector_path
 from service.core.processes import ProcessExit
+from service.core.server_mode import ServerMode, served_name
 from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.interpreter import Interpreter
@@ -37,6 +38,7 @@ class Overseer(Protocol):
     """What the workers read of their supervisor as they act (start-up and shut-down change it)."""
 
     fake_timing: bool  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: a slow load
+    mode: ServerMode  # single-model mode: the one model answers under its --alias (served_name)
     shutting_down: bool  # no restart is armed, and an exit's record gives up on a full disk
     busy: dict[str, int]  # requests in flight per model: a crash counts them
 
@@ -93,6 +95,7 @@ class InstanceProcesses:
             request.port,
             request.launch,
             mmproj=projector_path(model.files),
+            alias=served_name(self._overseer.mode, model_name),
         )
         self._models[request.instance_id] = model_name
         try:

@@ -32,6 +32,7 @@ from service.core import scheduling
 from service.core.decision import Decision
 from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Waiting, edit
 from service.core.errors import CommandRejected
+from service.core.server_mode import ROUTER, ServerMode
 from service.core.state import ModelState, RouterState
 from service.event_store.live_state import LiveState
 from service.settings import Settings
@@ -83,6 +84,7 @@ class InstanceSupervisor:
         self.live = live
         self.fx = surroundings or Surroundings()
         self.fake_timing = settings.fake_timing  # start-up turns it off in single-model mode (server_mode)
+        self.mode: ServerMode = ROUTER  # start-up sets it once -m / -hf resolved, before any load
         self.busy: dict[str, int] = {}
         self.queue = Queue()
         self._lock = asyncio.Lock()

@@ -33,9 +33,11 @@ def inference_argv(
     port: int,
     launch: InferenceLaunch | Params,
     mmproj: str | None = None,
+    alias: str | None = None,
 ) -> list[str]:
     """``python -m workers.inference`` for one instance: its ``launch`` (or the parameters of a model
-    or an ``instance_requested``, whose unknown keys the launch leaves out) as the worker's flags."""
+    or an ``instance_requested``, whose unknown keys the launch leaves out) as the worker's flags;
+    ``alias``: the name its answers carry when not ``model`` (single-model mode's ``--alias``)."""
     if not isinstance(launch, InferenceLaunch):
         launch = InferenceLaunch.from_params(launch)
     argv = [
@@ -61,6 +63,8 @@ def inference_argv(
     argv += launch.to_argv()
     if mmproj is not None:
         argv += ["--mmproj", mmproj]
+    if alias is not None and alias != model:
+        argv += ["--alias", alias]
     return argv
 
 

@@ -16,7 +16,9 @@ from service.core.server_mode import (
     ROUTER,
     decide_mode,
     listed,
+    listed_aliases,
     not_serving,
+    served_name,
     target_model,
     worker_log_prefix,
 )
@@ -96,6 +98,20 @@ class TestServerMode:
             single.single and target_model(single, "gpt-3.5-turbo") == "tiny" and target_model(single, None) == "tiny"
         )
         assert listed(single, "tiny") and not listed(single, "other")
+
+    def test_the_single_models_first_alias_is_its_id(self) -> None:
+        """llama-server keeps ``--alias`` in a ``std::set`` and names its model after the first:
+        ``--alias tinyllama-2,fim,code`` is ``code``; without one the id is the model's name."""
+        single = decide_mode("tiny", ("tinyllama-2", "fim", "code", "fim"))
+        assert single.model_id == "code" and served_name(single, "tiny") == "code"
+        assert listed_aliases(single, "tiny", ("tinyllama-2", "fim", "code")) == ["code", "fim", "tinyllama-2"]
+        plain = decide_mode("tiny")
+        assert served_name(plain, "tiny") == "tiny" and listed_aliases(plain, "tiny", ()) == ["tiny"]
+
+    def test_router_mode_keeps_each_models_name_as_its_id(self) -> None:
+        """llama.cpp's router starts each child with ``--alias NAME``: a preset's aliases stay other names."""
+        assert ROUTER.model_id is None and served_name(ROUTER, "tiny") == "tiny"
+        assert listed_aliases(ROUTER, "tiny", ("fast", "a")) == ["fast", "a"]
 
     def test_router_mode_needs_the_model_named_as_llama_cpp_says(self) -> None:
         assert decide_mode(None) is ROUTER and not ROUTER.single and listed(ROUTER, "any")

@@ -191,3 +191,31 @@ def test_log_prompts_dir_writes_each_prompt_as_llama_server(tmp_path: Path, mode
         rendered = eventually(lambda: [f for f in prompts.glob("*.txt") if f not in files], "the chat's prompt file")
         text = rendered[0].read_text()
         assert "hello there" in text and text != "hello there"  # the template's markup around the message
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "verbose"),
+    [
+        (["-v"], {}, True),
+        (["--verbose"], {}, True),
+        (["--log-verbose"], {}, True),
+        (["-lv", "10"], {}, True),
+        ([], {"LLAMA_ARG_LOG_VERBOSITY": "12"}, True),
+        (["-lv", "9"], {}, False),
+        ([], {}, False),
+    ],
+)
+def test_verbose_is_also_every_models_option(argv: list[str], environ: dict[str, str], verbose: bool) -> None:
+    """llama-server's ``verbosity > 9`` (``-v`` sets it to INT_MAX) is the default of a request's
+    ``verbose``, and llama.cpp's router passes ``-v``/``-lv`` to every child: besides the service's
+    log level, each model's worker gets ``--verbose`` (its answers carry ``__verbose``)."""
+    from service.llamacpp.options import model_settings
+    from service.supervision.worker_args import inference_argv
+    from workers.inference._cli import parse_args
+
+    settings = _settings(argv, environ)
+    assert settings.log_level == ("debug" if argv or environ else "info"), "-lv 4 and above: debug"
+    config = model_settings({**settings.model_env_args, **settings.model_args}, {}).config
+    assert config.params.get("verbose", False) is verbose and not config.ignored
+    argv = inference_argv(settings, "m", "/m/m.gguf", "m-1", 9000, dict(config.params))
+    assert parse_args(argv[3:]).verbose is verbose

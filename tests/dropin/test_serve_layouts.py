@@ -152,14 +152,15 @@ def test_offline_serves_hf_from_llama_cache_without_touching_the_hub(
 @pytest.mark.timeout(180)
 def test_model_flag_serves_one_local_file(serve: Serve, models_dir: Path, tmp_path: Path) -> None:
     """``llama-server -m models/7B/ggml-model.gguf -c 2048`` (the README's first example):
-    that file, loaded at start with the options, named after its stem or ``--alias``."""
+    that file, loaded at start with the options, named after its stem, listed and answering under
+    its ``--alias`` (llama-server's id: its first alias)."""
     svc = serve("-m", str(models_dir / "tiny-a.gguf"), "-c", "200", "--alias", "mine")
     wait_for_event(svc, "instance_ready", model="tiny-a", timeout=60)
     assert events(svc, type="instance_loading", model="tiny-a")[0]["data"]["params"]["n_ctx"] == 200
     assert events(svc, type="instance_requested", model="tiny-a")[0]["data"]["reason"] == "startup"
-    assert models(svc)["tiny-a"]["aliases"] == ["mine"] and models(svc)["tiny-a"]["source"] == "preset"
-    assert chat(svc, "mine").json()["model"] == "tiny-a"
-    assert set(models(svc)) == {"tiny-a"}, "-m alone lists no other model"
+    assert models(svc)["mine"]["aliases"] == ["mine"] and models(svc)["mine"]["source"] == "preset"
+    assert chat(svc, "mine").json()["model"] == "mine" and chat(svc, "tiny-a").json()["model"] == "mine"
+    assert set(models(svc)) == {"mine"}, "-m alone lists no other model"
 
 
 def test_model_flag_naming_a_missing_file_stops_the_start(tmp_path: Path) -> None:

@@ -130,14 +130,14 @@ def test_a_bad_preset_stops_the_start_naming_file_section_and_key(tmp_path: Path
 @pytest.mark.timeout(120)
 def test_hf_of_a_gguf_repo_serves_that_model(serve: Serve, hub: HubServer, tiny: bytes, models_dir: Path) -> None:
     """``llama-server -hf user/repo --alias mine``: the single model is downloaded, loaded at
-    start and answers under its name, its alias and ``user/repo``; it alone is listed (single-model
-    mode: llama-server reads ``--models-dir`` only as a router)."""
+    start and answers to its name, its alias and ``user/repo``; it alone is listed (single-model
+    mode: llama-server reads ``--models-dir`` only as a router), under its alias (llama-server's id)."""
     repo = gguf_repo(hub, tiny, "single")
     svc = serve("-hf", repo, "--alias", "mine", "--models-dir", str(models_dir))
-    assert list(models(svc)) == [f"{repo}:Q8_0"], "-hf serves one model, not --models-dir's"
+    assert list(models(svc)) == ["mine"], "-hf serves one model, not --models-dir's; its alias is its id"
     ready = wait_for_event(svc, "instance_ready", model=f"{repo}:Q8_0", timeout=60)
     assert ready["data"]["endpoint"]
-    assert models(svc)[f"{repo}:Q8_0"]["aliases"] == ["mine"]
+    assert models(svc)["mine"]["aliases"] == ["mine"] and models(svc)["mine"]["path"].endswith("single-Q8_0.gguf")
     for name in ("mine", repo, f"{repo}:Q8_0"):
         assert chat(svc, name).status_code == 200, name
     assert events(svc, type="instance_requested")[0]["data"]["reason"] == "startup"

@@ -212,6 +212,7 @@ def test_every_decision_names_a_real_option() -> None:
         "mmap",
         "log_prompts_dir",
         "kv_offload",
+        "verbose",
     }
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from service.core.launch import InferenceLaunch
 from service.core.launch_rows import LOAD_MODES
+from workers.inference.http import FrontOptions
 from workers.inference.llama import LoraError, parse_specs
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOAD_FAILED, EXIT_ORPHANED = 0, 1, 2, 3, 4
@@ -57,6 +58,7 @@ class WorkerArgs(InferenceLaunch):
     model_path: str
     model_name: str
     instance_id: str
+    alias: str = ""  # the name answers carry (llama-server's --alias; default: model_name)
     threads: int  # --n-threads, default every core the worker may use
     threads_batch: int  # --n-threads-batch, default --n-threads
     host: str = "127.0.0.1"
@@ -82,7 +84,8 @@ class WorkerArgs(InferenceLaunch):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workers.inference", description=__doc__.split("\n")[0])
     p.add_argument("--model-path", required=True)
-    p.add_argument("--model-name", default=None, help="id served in /v1/models (default: file stem)")
+    p.add_argument("--model-name", default=None, help="the model's name in the event log (default: file stem)")
+    p.add_argument("--alias", default=None, help="the id its answers carry, as llama-server's (default: --model-name)")
     p.add_argument("--instance-id", default=None, help="default: NAME-PID")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 = pick a free port (reported in events)")
@@ -125,6 +128,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerArgs:
         **{name: getattr(ns, name) for name in _PROCESS + _PROCESS_TOO},
         model_path=ns.model_path,
         model_name=model_name,
+        alias=ns.alias or model_name,
         instance_id=ns.instance_id or f"{model_name}-{os.getpid()}",
         threads=threads,
         threads_batch=launch.n_threads_batch or threads,
@@ -175,3 +179,27 @@ def predict_route(environ: Mapping[str, str]) -> str | None:
     route = environ.get("AIP_PREDICT_ROUTE") or "/predict"
     route = route if route.startswith("/") else "/" + route
     return route[3:] if route.startswith("/v1/") else route  # routed as the handler strips /v1
+
+
+def front_options(args: WorkerArgs, environ: Mapping[str, str]) -> FrontOptions:
+    """What the HTTP front reads of the command line (and of the environment: the Vertex AI route)."""
+    return FrontOptions(
+        chat_format=args.chat_format,
+        default_seed=args.seed,
+        max_prompt_tokens=args.max_prompt_tokens,
+        spm_infill=args.spm_infill,
+        slot_save_path=args.slot_save_path,
+        endpoint_props=args.endpoint_props,
+        predict_route=predict_route(environ),
+        log_prompts_dir=args.log_prompts_dir,
+        endpoint_metrics=args.endpoint_metrics,
+        endpoint_slots=args.endpoint_slots,
+        chat_template=args.chat_template,
+        chat_template_file=args.chat_template_file,
+        jinja=args.jinja,
+        chat_template_kwargs=args.chat_template_kwargs,
+        reasoning_format=args.reasoning_format,
+        reasoning=args.reasoning,
+        mmproj=args.mmproj,
+        verbose=args.verbose,
+    )

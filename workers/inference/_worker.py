@@ -30,14 +30,13 @@ from workers.inference._cli import (
     EXIT_OK,
     EXIT_ORPHANED,
     WorkerArgs,
+    front_options,
     parse_args,
-    predict_route,
 )
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
 from workers.inference.engine import EngineMonitor, EngineStats
 from workers.inference.http import (
-    FrontOptions,
     InferenceApp,
     bind_server,
     json_object,
@@ -71,26 +70,8 @@ class Worker:
         self.log = log = runtime.log
         self.pid = os.getpid()
         self.engine = build_engine(args, on_finished=log.info)  # one log line per finished request
-        front = FrontOptions(
-            chat_format=args.chat_format,
-            default_seed=args.seed,
-            max_prompt_tokens=args.max_prompt_tokens,
-            spm_infill=args.spm_infill,
-            slot_save_path=args.slot_save_path,
-            endpoint_props=args.endpoint_props,
-            predict_route=predict_route(os.environ),
-            log_prompts_dir=args.log_prompts_dir,
-            endpoint_metrics=args.endpoint_metrics,
-            endpoint_slots=args.endpoint_slots,
-            chat_template=args.chat_template,
-            chat_template_file=args.chat_template_file,
-            jinja=args.jinja,
-            chat_template_kwargs=args.chat_template_kwargs,
-            reasoning_format=args.reasoning_format,
-            reasoning=args.reasoning,
-            mmproj=args.mmproj,
-        )
-        self.app = InferenceApp(model_name=args.model_name, engine=self.engine, log=log, front_options=front)
+        front = front_options(args, os.environ)
+        self.app = InferenceApp(model_name=args.alias, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""
         self._state_lock = threading.Lock()  # held to record an event together with the change it reports
         self._state = WorkerState.LOADING

@@ -43,7 +43,7 @@ from service.api.problems import Problem
 from service.api.proxy import Forwarding, proxy_request
 from service.api.schemas import ModelParam, model_optional, problems
 from service.api.views import sleeping_props
-from service.core.server_mode import target_model
+from service.core.server_mode import served_name, target_model
 from service.core.state import ModelStatus
 from service.event_store.live_state import LiveState
 from service.settings import Settings
@@ -222,7 +222,7 @@ def _props_route(single: bool) -> Any:
         found = live.state.resolve(name)
         if found is not None and found.status is ModelStatus.SLEEPING:
             cached = snapshots.props(found.name) if snapshots is not None else None
-            return Response(cached or sleeping_props(found, BUILD_INFO))
+            return Response(cached or sleeping_props(found, BUILD_INFO, served_name(forwarding.mode, found.name)))
         return await proxy_request(request, forwarding, name, autoload)
 
     return get_props

@@ -35,6 +35,7 @@ class FrontOptions:
     chat_template_kwargs: str | None = None  # a JSON object's text
     reasoning_format: str = "auto"
     reasoning: str = "auto"  # --reasoning: on, off or auto (the templates' enable_thinking)
+    verbose: bool = False  # llama-server's -v: OpenAI answers carry __verbose (dialects._verbose)
     mmproj: str | None = None  # --mmproj: the model's projector (chats may carry images, see _jobs)
     # llama-server's sampling options (--temp, -n, --grammar-file...): every request's defaults (_server_defaults)
     sampling_defaults: Mapping[str, Json] = field(default_factory=dict)

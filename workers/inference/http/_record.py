@@ -59,6 +59,7 @@ class RequestRecord(TypedDict, total=False):
     params: JsonObject  # llama-server's generation_settings, written as they are (never read back)
     prompt: str
     n_prompt: int
+    verbose_prompt: str  # the prompt's tokens detokenized, special tokens and all: verbose requests only
     probs: list[TokenProbs]
     timings: Timings
     usage: CompletionUsage

@@ -4,7 +4,8 @@
   ``_embeddings``; ``_transcriptions`` (audio); Anthropic's ``_anthropic``; OpenAI's ``_responses``;
   ``_compat`` runs the last three over the chat path.
 * llama-server's own: ``_llama_server`` (``/tokenize``, ``/props``, native ``/completion``...),
-  ``_llama_sampling``, ``_server_defaults``, ``_infill``, ``_control``; Vertex AI's ``_predict``.
+  ``_llama_sampling``, ``_server_defaults``, ``_infill``, ``_control``, ``_verbose`` (``__verbose`` on
+  OpenAI's answers); Vertex AI's ``_predict``.
 * ``_sse``: a named server-sent event, as Anthropic's and Responses' streams send them.
 
 This room may know the chat room, never the server; the server imports what it exports here, its own
@@ -45,6 +46,7 @@ from workers.inference.http.dialects._server_defaults import load as load_sampli
 from workers.inference.http.dialects._server_defaults import with_defaults
 from workers.inference.http.dialects._sse import SseEvent
 from workers.inference.http.dialects._transcriptions import NO_AUDIO, parse_form, transcription_chat
+from workers.inference.http.dialects._verbose import detokenized, verbose_chat, verbose_completion, wants_verbose
 
 __all__ = [
     "NO_AUDIO",
@@ -60,6 +62,7 @@ __all__ = [
     "control",
     "count_tokens",
     "detokenize",
+    "detokenized",
     "embedding_answer",
     "embedding_request",
     "generation_settings",
@@ -79,6 +82,9 @@ __all__ = [
     "tokenize",
     "tokenize_mixed",
     "transcription_chat",
+    "verbose_chat",
+    "verbose_completion",
+    "wants_verbose",
     "with_defaults",
     "with_final_fields",
 ]

@@ -37,6 +37,7 @@ class RequestOptions(TypedDict, total=False):
     n_keep: int
     include_usage: bool
     native: bool
+    verbose: bool  # OpenAI chats and completions: __verbose (dialects._verbose)
 
 
 _FLOAT_PARAMS = (

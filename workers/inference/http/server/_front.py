@@ -42,12 +42,15 @@ from workers.inference.http.dialects import (
     CompletionShaper,
     LlamaSampling,
     OpenAIChat,
+    detokenized,
     generation_settings,
     native_chunks,
     native_whole,
     reasoning_control,
     run_compat,
     tokenize_mixed,
+    verbose_chat,
+    verbose_completion,
     with_final_fields,
 )
 from workers.inference.http.server._multi import run_many, run_prompts
@@ -142,6 +145,7 @@ class CompletionFront:
                 lora=self.llm.lora.request_key(opts["lora"]) if "lora" in opts else None,
                 id_slot=opts.get("id_slot", -1),
                 n_cache_reuse=opts.get("n_cache_reuse", 0),
+                verbose=opts.get("verbose", False),
             )
             if job.kind == "chat":
                 result = self.create_chat_completion(**job.kwargs, include_usage=bool(opts.get("include_usage")))
@@ -154,6 +158,7 @@ class CompletionFront:
             raise ApiError(400, str(exc)) from None
         finally:
             self._local.ctx = None
+        result = verbose_completion(result, ctx.result, ctx.verbose and job.kind == "completion", stream=job.stream)
         if opts.get("native"):  # llama-server's /completion
             # ctx.result: params, prompt and n_prompt now; timings, usage and the final info once done
             if job.stream:
@@ -220,8 +225,9 @@ class CompletionFront:
         ctx = self._ctx()
         ctx.cmpl_id = f"chatcmpl-{uuid.uuid4().hex}"
         ctx.reasoning = reasoning_control(self.llm, plan)
-        shaper = OpenAIChat(ChatRun(self, plan, ctx.result), self.model_name, ctx.cmpl_id)
-        return shaper.chunks(include_usage) if stream else shaper.whole()
+        shaper = OpenAIChat(run := ChatRun(self, plan, ctx.result), self.model_name, ctx.cmpl_id)
+        answer = shaper.chunks(include_usage) if stream else shaper.whole()
+        return verbose_chat(answer, run, self.model_name, stream=stream) if ctx.verbose else answer
 
     def create_completion(
         self,
@@ -298,6 +304,7 @@ class CompletionFront:
         stream: bool,
     ) -> Any:
         """The request's events as OpenAI completion chunks, or as the whole completion (``echo``: after the prompt)."""
+        ctx.result["verbose_prompt"] = detokenized(self.llm, tokens) if ctx.verbose else ""  # dialects._verbose
         head = ""
         if echo:
             head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")

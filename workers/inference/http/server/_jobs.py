@@ -22,6 +22,7 @@ from workers.inference.http.dialects import (
     parse_json_object,
     request_options,
     transcription_chat,
+    wants_verbose,
     with_defaults,
 )
 from workers.inference.http.server._app import InferenceApp
@@ -55,12 +56,14 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: J
             options=dict(request_options(with_defaults(body, defaults, route))),
         )
     body = with_defaults(body, defaults, route)
+    verbose = app.front_options.verbose  # llama-server's -v: every OpenAI answer's __verbose, unless it asks
     if route == "/chat/completions":
         kwargs, stream = chat_request(body, name, media=media)
-        return Job("chat", kwargs, stream=stream, options=dict(request_options(body)))
+        options = {**request_options(body), "verbose": wants_verbose(body, verbose)}
+        return Job("chat", kwargs, stream=stream, options=options)
     if route == "/completions":
         kwargs, stream = completion_request(body, name, media=media)
-        return completion_job(app, kwargs, stream, request_options(body))
+        return completion_job(app, kwargs, stream, {**request_options(body), "verbose": wants_verbose(body, verbose)})
     if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
         body = {**body, "prompt": infill_tokens(front(route), body, spm=app.front_options.spm_infill)}
         route = "/completion"

@@ -39,6 +39,7 @@ class RequestContext:
     n_cache_reuse: int = 0  # llama-server's: min run of cached tokens shifted into place (--cache-reuse)
     cmpl_id: str = ""  # a chat's id (``chatcmpl-…``), set before its completion runs: a control names it
     reasoning: ReasoningControl | None = None  # a chat's reasoning_control
+    verbose: bool = False  # llama-server's __verbose on an OpenAI chat or completion answer
     result: RequestRecord = field(default_factory=lambda: RequestRecord())  # timings and usage, once finished
 
 
