@@ -87,6 +87,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         self._idle.set()
         self._batch: Batch | None = None
         self._budget = 0  # prompt tokens per step; halved while the KV cache cannot take a batch
+        self._gen_cap, self._gen_waiting = 0, set()  # generating slots per step, likewise (_step)
         self.kept = KeptLogits()  # per slot, the logits after its cached tokens (exact repeats)
         self.sampler = RowSampler(None, 1)  # a step's rows on the compute threads (made in _setup)
         self.step_log = StepLog()  # GET /engine/steps
@@ -256,7 +257,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         if ret != 0:
             self._decode_failed(ret, gen, chunks)
             return [], []
-        self._budget = self.llm.cfg.n_batch
+        self._budget, self._gen_cap = self.llm.cfg.n_batch, 0
         self.metrics.on_decode(batch.n, sum(s.is_processing for s in self.slots))
         decoded = [s.request.id for s in gen if s.request is not None]  # read before _commit ends any
         prefilled = [[s.request.id, len(s.request.prompt), len(part)] for s, part in chunks if s.request]

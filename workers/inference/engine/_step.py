@@ -9,6 +9,7 @@ and which slots it holds, because this is the part that knows the batch's layout
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from workers.inference.engine._errors import EngineError, EngineFailed
@@ -28,6 +29,9 @@ class StepMixin(TokenMixin):
     kept: KeptLogits
     sampler: RowSampler
     _budget: int
+    _gen_cap: int  # generating slots per step while the KV cache cannot take them all (0: no cap)
+    _gen_waiting: set[int]  # slots a capped step left out: first in the next one
+    _drop_cache: Callable[[Slot], None]  # the prompt cache's (a declaration: PromptCacheMixin comes later)
 
     def _fail(self, s: Slot, err: EngineError) -> None:
         raise NotImplementedError  # the engine's
@@ -45,8 +49,13 @@ class StepMixin(TokenMixin):
                 s.truncated = True
                 self._finish(s, "length", now)  # the context is full (--context-shift makes room instead)
                 continue
-            s.batch_index = batch.add([s.pending], len(s.cache) + s.pos_delta, s.id, True)
             gen.append(s)
+        gen.sort(key=lambda s: s.id not in self._gen_waiting)  # those left out last step first
+        cap = self._gen_cap or len(gen)
+        self._gen_waiting = {s.id for s in gen[cap:]}
+        gen = gen[:cap]
+        for s in gen:
+            s.batch_index = batch.add([s.pending], len(s.cache) + s.pos_delta, s.id, True)
         chunks: list[tuple[Slot, list[int]]] = []
         budget = min(self._budget, batch.capacity - batch.n)
         prefilling = [s for s in self.slots if s.state is SlotState.PROMPT and (lora is None or s.lora == lora)]
@@ -95,19 +104,42 @@ class StepMixin(TokenMixin):
             s.batch_index = -1
 
     def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
-        """``1``: no room in the KV cache (nothing was decoded): shrink prompt chunks, or end the
-        longest generation; anything else is an error for every request in the batch."""
+        """As llama-server's ``decode`` when ``llama_decode`` finds no room in the KV cache (``1``): with
+        one KV pool an idle slot's cells go first; else the batch is halved (prompt chunks, then the
+        generating slots) down to one token. When one token finds no room, every running request ends
+        with llama-server's 500 "Context size has been exceeded." (it aborts the whole pool: a reply
+        that ran on would have been cut short). Any other error fails the batch's requests."""
         for s in self.slots:
             s.batch_index = -1
-        if ret == 1 and chunks and self._budget > 1:
-            self._budget //= 2  # restored after the next successful step
-            return
-        if ret == 1 and gen:
-            self._finish(max(gen, key=lambda s: len(s.cache)), "length", time.monotonic())
+        if ret == 1:
+            if self._clear_an_idle_slot():
+                return
+            if chunks and self._budget > 1:
+                self._budget //= 2  # restored after the next successful step, as _gen_cap
+            elif chunks and gen:
+                self._budget = 0  # the generating slots' tokens alone
+            elif len(gen) > 1:
+                self._gen_cap = len(gen) // 2
+            else:
+                exceeded = EngineFailed("Context size has been exceeded.")
+                for s in self.slots:
+                    if s.is_processing:
+                        self._fail(s, exceeded)
             return
         err = EngineFailed(f"llama_decode failed ({ret})")
         for s in {*gen, *(c[0] for c in chunks)}:
             self._fail(s, err)
+
+    def _clear_an_idle_slot(self) -> bool:
+        """llama-server's ``try_clear_idle_slots``: with one KV pool, the cells of one idle slot that
+        holds some are freed for the running ones; whether there was one."""
+        assert self.llm is not None
+        if not self.llm.cfg.kv_unified:
+            return False  # a slot's own stream: its cells are no use to the others
+        idle = next((s for s in self.slots if not s.is_processing and s.cache), None)
+        if idle is not None:
+            self._drop_cache(idle)
+        return idle is not None
 
 
 def _forced(s: Slot) -> int | None:

@@ -1,0 +1,53 @@
+"""llama-server's completion details (issue 32, groups 9 and 10), on one tiny GGUF served as
+``llama-server -m FILE -c 256 -np 2 --kv-unified --cache-ram 0`` would be: one pool of 256 KV cells
+that both slots share, and idle slots that keep their cells (no RAM cache takes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    root = tmp_path_factory.mktemp("details-pool")
+    model = write_tiny_gguf(root / "tiny.gguf", n_ctx=1024)
+    args = ["-m", str(model), "-c", "256", "-np", "2", "--kv-unified", "--cache-ram", "0"]
+    with ServiceProcess(root / "home", args=args) as p:
+        yield p
+
+
+def _post(svc: ServiceProcess, path: str, **body: Any) -> httpx.Response:
+    return httpx.post(f"{svc.url}{path}", json=body, timeout=120)
+
+
+def test_an_idle_slots_cells_make_room_in_the_shared_pool(pool: ServiceProcess) -> None:
+    """A reply that needs cells an idle slot holds gets them (llama-server's ``try_clear_idle_slots``)
+    and runs its whole length, where before it was cut short with ``truncated``."""
+    first = _post(pool, "/completion", prompt=[7] * 150, n_predict=50, ignore_eos=True, temperature=0)
+    assert first.status_code == 200 and first.json()["tokens_predicted"] == 50
+    second = _post(pool, "/completion", prompt=[9] * 20, n_predict=100, ignore_eos=True, temperature=0)
+    assert second.status_code == 200, second.text
+    body = second.json()
+    assert (body["tokens_predicted"], body["truncated"]) == (100, False), "200 cells of 256 were the idle slot's"
+
+
+def test_a_full_pool_aborts_every_running_reply_as_llama_server(pool: ServiceProcess) -> None:
+    """Two replies side by side that together need more than the pool's 256 cells (each fits
+    alone): llama-server answers each with a 500 "Context size has been exceeded." rather than a
+    reply cut short, and the worker serves on."""
+    both = _post(pool, "/completion", prompt=[5] * 10, n_predict=200, n_cmpl=2, ignore_eos=True, temperature=0)
+    assert both.status_code == 500, both.text
+    error = both.json()["error"]
+    assert (error["code"], error["type"], error["message"]) == (500, "server_error", "Context size has been exceeded.")
+    again = _post(pool, "/completion", prompt=[5] * 10, n_predict=200, ignore_eos=True, temperature=0)
+    assert again.status_code == 200 and again.json()["tokens_predicted"] == 200
