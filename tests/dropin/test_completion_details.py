@@ -5,6 +5,7 @@ that both slots share, and idle slots that keep their cells (no RAM cache takes 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,3 +52,26 @@ def test_a_full_pool_aborts_every_running_reply_as_llama_server(pool: ServicePro
     assert (error["code"], error["type"], error["message"]) == (500, "server_error", "Context size has been exceeded.")
     again = _post(pool, "/completion", prompt=[5] * 10, n_predict=200, ignore_eos=True, temperature=0)
     assert again.status_code == 200 and again.json()["tokens_predicted"] == 200
+
+
+def test_response_fields_keeps_only_the_paths_asked_for(pool: ServiceProcess) -> None:
+    """``/completion``'s ``response_fields``: the final answer holds just those paths, a nested one
+    (``generation_settings/n_predict``) at the root under its path, a missing one left out; streamed,
+    the last chunk likewise. Not a list of strings: ignored, as llama-server's ``json_value``."""
+    fields = ["content", "generation_settings/n_predict", "prompt", "no/such"]
+    whole = _post(pool, "/completion", prompt="once upon", n_predict=8, response_fields=fields)
+    assert whole.status_code == 200, whole.text
+    body = whole.json()
+    assert set(body) == {"content", "generation_settings/n_predict", "prompt"}
+    assert body["generation_settings/n_predict"] == 8 and isinstance(body["content"], str)
+    full = _post(pool, "/completion", prompt="once upon", n_predict=8, response_fields="content").json()
+    assert body["prompt"] == full["prompt"] and "generation_settings" in full and "timings" in full
+    with httpx.stream(
+        "POST",
+        f"{pool.url}/completion",
+        json={"prompt": "once", "n_predict": 4, "stream": True, "response_fields": fields},
+        timeout=120,
+    ) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert set(chunks[-1]) == {"content", "generation_settings/n_predict", "prompt"}, chunks[-1]
+    assert all(c["stop"] is False for c in chunks[:-1]), "the partial chunks keep their shape"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NotRequired, TypedDict
 
 from workers.inference.engine import SamplingParams
@@ -298,14 +298,39 @@ class NativeCompletion(TypedDict):
     timings: NotRequired[Timings]
 
 
-def native_whole(result: TextCompletion, req: RequestRecord) -> NativeCompletion:
-    """An OpenAI completion object → llama-server's ``/completion`` response.
+def response_fields(body: JsonObject) -> list[str]:
+    """``/completion``'s ``response_fields``: the paths its final answer keeps (none: all of it). As
+    llama-server's ``json_value``, a value that is not a list of strings counts as none."""
+    fields = body.get("response_fields")
+    return fields if isinstance(fields, list) and all(isinstance(f, str) for f in fields) else []
+
+
+def pick_fields(fields: list[str], answer: Mapping[str, Any]) -> JsonObject:
+    """llama-server's ``json_get_nested_values``: each path (``a/b`` reads ``answer["a"]["b"]``) whose
+    value exists, under the path itself (``generation_settings/n_predict`` moves to the root)."""
+    out: JsonObject = {}
+    for path in fields:
+        value: Any = answer
+        for key in path.split("/"):
+            if not isinstance(value, Mapping) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
+
+
+def native_whole(
+    result: TextCompletion, req: RequestRecord, fields: list[str] | None = None
+) -> NativeCompletion | JsonObject:
+    """An OpenAI completion object → llama-server's ``/completion`` response (only ``fields`` if any).
 
     ``req`` is the request's record (kept by the front): ``params``, ``prompt``, ``n_prompt``,
     and once finished ``timings`` and the engine's ``final`` info (``id_slot``, ``tokens_cached``, ``stopping_word``).
     """
     choice = result["choices"][0]
-    return _native_whole(choice["text"], choice["finish_reason"], result["model"], req, stream=False)
+    whole = _native_whole(choice["text"], choice["finish_reason"], result["model"], req, stream=False)
+    return pick_fields(fields, whole) if fields else whole
 
 
 def _native_whole(text: str, reason: str | None, model: str, req: RequestRecord, *, stream: bool) -> NativeCompletion:
@@ -335,9 +360,11 @@ def _native_whole(text: str, reason: str | None, model: str, req: RequestRecord,
     return out
 
 
-def native_chunks(chunks: Iterator[TextCompletion], req: RequestRecord) -> Iterator[NativeCompletion]:
+def native_chunks(
+    chunks: Iterator[TextCompletion], req: RequestRecord, fields: list[str] | None = None
+) -> Iterator[NativeCompletion | JsonObject]:
     """OpenAI completion chunks → llama-server's ``/completion`` stream: partial objects
-    with ``stop: false``, then the whole response (empty ``content``, ``stop: true``)."""
+    with ``stop: false``, then the whole response (empty ``content``, ``stop: true``; only ``fields`` if any)."""
     n = seen = 0
     for chunk in chunks:
         choice = chunk["choices"][0]
@@ -357,4 +384,5 @@ def native_chunks(chunks: Iterator[TextCompletion], req: RequestRecord) -> Itera
                 part["completion_probabilities"], seen = probs[seen:], len(probs)
             yield part
             continue
-        yield _native_whole("", choice["finish_reason"], chunk["model"], req, stream=True)
+        whole = _native_whole("", choice["finish_reason"], chunk["model"], req, stream=True)
+        yield pick_fields(fields, whole) if fields else whole

@@ -37,6 +37,7 @@ class RequestOptions(TypedDict, total=False):
     n_keep: int
     include_usage: bool
     native: bool
+    response_fields: list[str]  # native only: the paths its final answer keeps
 
 
 _FLOAT_PARAMS = (

@@ -156,10 +156,11 @@ class CompletionFront:
             self._local.ctx = None
         if opts.get("native"):  # llama-server's /completion
             # ctx.result: params, prompt and n_prompt now; timings, usage and the final info once done
+            fields = opts.get("response_fields")
             if job.stream:
-                job.attach(native_chunks(result, ctx.result))
+                job.attach(native_chunks(result, ctx.result, fields))
             else:
-                job.attach(iter([native_whole(result, ctx.result)]))
+                job.attach(iter([native_whole(result, ctx.result, fields)]))
         elif job.kind != "completion":  # chats and their kin shape their own final fields
             job.attach(result if job.stream else iter([result]))
         elif job.stream:

@@ -21,6 +21,7 @@ from workers.inference.http.dialects import (
     parse_form,
     parse_json_object,
     request_options,
+    response_fields,
     transcription_chat,
     with_defaults,
 )
@@ -67,7 +68,8 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: J
     if route == "/completion":  # llama-server's own shape
         front(route)
         kwargs, stream = completion_request(native_completion_body(body), name, media=media)
-        return completion_job(app, kwargs, stream, {**request_options(body), "native": True})
+        options: RequestOptions = {**request_options(body), "native": True, "response_fields": response_fields(body)}
+        return completion_job(app, kwargs, stream, options)
     if route in ("/rerank", "/reranking"):
         raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)", _NOT_SUPPORTED)
     if not app.engine.embedding_enabled:
