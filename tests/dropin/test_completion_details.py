@@ -75,3 +75,23 @@ def test_response_fields_keeps_only_the_paths_asked_for(pool: ServiceProcess) ->
         chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
     assert set(chunks[-1]) == {"content", "generation_settings/n_predict", "prompt"}, chunks[-1]
     assert all(c["stop"] is False for c in chunks[:-1]), "the partial chunks keep their shape"
+
+
+def test_a_prompt_over_the_context_says_llama_servers_words(pool: ServiceProcess) -> None:
+    """Without ``--context-shift`` (the default), a prompt that does not fit its slot's context is
+    llama-server's 400 "request (N tokens) exceeds the available context size (C tokens), try
+    increasing it", on the native and the OpenAI routes alike."""
+    for path, body in (
+        ("/completion", {"prompt": [7] * 300, "n_predict": 4}),
+        ("/v1/completions", {"prompt": [7] * 300, "max_tokens": 4}),
+    ):
+        answer = _post(pool, path, **body)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        message = "request (300 tokens) exceeds the available context size (256 tokens), try increasing it"
+        assert (error["type"], error["message"], error["n_prompt_tokens"], error["n_ctx"]) == (
+            "exceed_context_size_error",
+            message,
+            300,
+            256,
+        )
