@@ -95,3 +95,31 @@ def test_a_prompt_over_the_context_says_llama_servers_words(pool: ServiceProcess
             300,
             256,
         )
+
+
+def test_post_sampling_probs_are_the_samplers_candidates(pool: ServiceProcess) -> None:
+    """``post_sampling_probs`` (what llama-server's backend-sampling test reads): each token's
+    ``prob`` and ``top_probs`` (above 0, at most ``n_probs``, likeliest first) are the candidates the
+    sampler chain left (top-k 3: three, summing to 1), and the text is the one the same seed gives without it."""
+    body = {"prompt": "once upon a time", "n_probs": 10, "n_predict": 6, "seed": 4242, "temperature": 1.0, "top_k": 3}
+    post = _post(pool, "/completion", **body, post_sampling_probs=True, backend_sampling=True)
+    assert post.status_code == 200, post.text
+    answer = post.json()
+    assert answer["generation_settings"]["post_sampling_probs"] is True
+    entries = answer["completion_probabilities"]
+    assert len(entries) == 6
+    for entry in entries:
+        assert set(entry) == {"id", "token", "bytes", "prob", "top_probs"} and 0.0 < entry["prob"] <= 1.0
+        probs = [t["prob"] for t in entry["top_probs"]]
+        assert len(probs) == 3 and probs == sorted(probs, reverse=True) and min(probs) > 0.0
+        assert sum(probs) == pytest.approx(1.0, abs=1e-4)
+        assert entry["prob"] == pytest.approx(next(t["prob"] for t in entry["top_probs"] if t["id"] == entry["id"]))
+    plain = _post(pool, "/completion", **body).json()
+    assert [e["id"] for e in plain["completion_probabilities"]] == [e["id"] for e in entries]
+    assert "top_logprobs" in plain["completion_probabilities"][0] and plain["content"] == answer["content"]
+    with httpx.stream(
+        "POST", f"{pool.url}/completion", json={**body, "stream": True, "post_sampling_probs": True}, timeout=120
+    ) as r:
+        parts = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    streamed = [e for p in parts if not p["stop"] for e in p.get("completion_probabilities", [])]
+    assert [(e["id"], len(e["top_probs"])) for e in streamed] == [(e["id"], 3) for e in entries]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from workers.inference.engine._errors import EngineError, EngineFailed
+from workers.inference.engine._kept_logits import logits_row
 from workers.inference.engine._media import text_end
 from workers.inference.engine._slots import Slot, SlotState, shift_context
 from workers.inference.engine._tokens import TokenMixin
@@ -87,17 +88,24 @@ class StepMixin(TokenMixin):
         ctx, kept = self.llm.ctx, self.kept
         rows = [s for s in self.slots if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None]
         forced = {s.id: t for s in rows if (t := _forced(s)) is not None}  # a reasoning being ended
+        post = {s.id for s in rows if s.id not in forced and _post_sampling(s)}  # sampled here, candidates kept
         jobs = [(s.chain, s.batch_index) for s in rows]
-        sampled = iter(self.sampler.sample(ctx, [j for s, j in zip(rows, jobs, strict=True) if s.id not in forced]))
+        direct = [j for s, j in zip(rows, jobs, strict=True) if s.id not in forced and s.id not in post]
+        sampled, probs = iter(self.sampler.sample(ctx, direct)), {}
         tokens = []
         for s in rows:
             if s.id in forced and s.request is not None and not s.request.params.grammar:
                 # The chain takes it as its choice (penalties); not a grammar's, which throws (abort) on a
                 # token it does not allow: it goes on from what it accepted, the forced tag beside it.
                 self.llm.lc.llama_sampler_accept(s.chain, forced[s.id])
+            if s.id in post and s.request is not None:
+                row = logits_row(self.llm.lc, ctx, s.batch_index, self.llm.n_vocab)
+                token, probs[s.id] = kept.sample_post(s.chain, row, s.request.params.n_probs)
+                tokens.append(token)
+                continue
             tokens.append(forced[s.id] if s.id in forced else next(sampled))
         for s, (_, index), token in zip(rows, jobs, tokens, strict=True):
-            self._on_token(s, token, now)
+            self._on_token(s, token, now, probs=probs.get(s.id))
             if not s.is_processing:  # it ended here: keep the logits after what the slot holds
                 kept.keep(s.id, ctx, index, s.cache)
         for s in self.slots:
@@ -140,6 +148,11 @@ class StepMixin(TokenMixin):
         if idle is not None:
             self._drop_cache(idle)
         return idle is not None
+
+
+def _post_sampling(s: Slot) -> bool:
+    """Whether the slot's request asks for llama-server's ``post_sampling_probs`` (with ``n_probs``)."""
+    return s.request is not None and s.request.params.post_sampling_probs and s.request.params.n_probs >= 0
 
 
 def _forced(s: Slot) -> int | None:

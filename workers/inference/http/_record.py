@@ -7,6 +7,7 @@ share it, so it lives below them.
 
 from __future__ import annotations
 
+import math
 from typing import NotRequired, TypedDict
 
 from workers.inference.http._json import JsonObject
@@ -94,3 +95,24 @@ class TextCompletion(TypedDict):
     choices: list[CompletionChoice]
     usage: NotRequired[CompletionUsage]
     timings: NotRequired[Timings]
+
+
+def shown_probs(entries: list[TokenProbs], req: RequestRecord) -> list[TokenProbs] | list[JsonObject]:
+    """``completion_probabilities`` entries as llama-server shows them: with the request's
+    ``post_sampling_probs``, probabilities (``prob``, ``top_probs``) in place of log-probabilities."""
+    if not req.get("params", {}).get("post_sampling_probs"):
+        return entries
+    shown: list[JsonObject] = [
+        {
+            "id": e["id"],
+            "token": e["token"],
+            "bytes": list(e["bytes"]),
+            "prob": math.exp(e["logprob"]),
+            "top_probs": [
+                {"id": t["id"], "token": t["token"], "bytes": list(t["bytes"]), "prob": math.exp(t["logprob"])}
+                for t in e["top_logprobs"]
+            ],
+        }
+        for e in entries
+    ]
+    return shown

@@ -32,7 +32,7 @@ from workers.inference.engine import SamplingParams
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import JsonObject, is_number, is_token, json_object
 from workers.inference.http._options import FrontOptions
-from workers.inference.http._record import RequestRecord, TextCompletion, Timings, TokenProbs
+from workers.inference.http._record import RequestRecord, TextCompletion, Timings, TokenProbs, shown_probs
 from workers.inference.http.chat import template_caps
 from workers.inference.http.dialects._requests import normalize_message
 from workers.inference.http.dialects._server_defaults import shown
@@ -154,6 +154,7 @@ def generation_settings(
     reasoning_format: str = "none",
     lora: Sequence[tuple[int, float]] = (),
     whole: bool = True,
+    post_sampling_probs: bool = False,
 ) -> JsonObject:
     """``params`` (the sampler's, :meth:`SamplingParams.to_json`) with the rest of llama-server's
     ``task_params::to_json``: a request's ``generation_settings``, or with ``whole`` false the
@@ -174,7 +175,7 @@ def generation_settings(
         "generation_prompt": "",
         "speculative.types": "none",
         "timings_per_token": False,
-        "post_sampling_probs": False,
+        "post_sampling_probs": post_sampling_probs,
         "backend_sampling": False,
         "lora": [{"id": i, "scale": scale} for i, scale in lora],
     }
@@ -279,7 +280,7 @@ def native_completion_body(body: JsonObject) -> JsonObject:
 class NativeCompletion(TypedDict):
     """llama-server's ``/completion`` response (``completion_probabilities`` first, when asked for)."""
 
-    completion_probabilities: NotRequired[list[TokenProbs]]
+    completion_probabilities: NotRequired[list[TokenProbs] | list[JsonObject]]
     index: int
     content: str
     tokens: list[int]
@@ -356,7 +357,7 @@ def _native_whole(text: str, reason: str | None, model: str, req: RequestRecord,
     }
     probs = req.get("probs")
     if probs and not stream:
-        return {"completion_probabilities": probs, **out}
+        return {"completion_probabilities": shown_probs(probs, req), **out}
     return out
 
 
@@ -381,7 +382,7 @@ def native_chunks(
             }
             probs = req.get("probs") or []
             if len(probs) > seen:  # the tokens of this chunk
-                part["completion_probabilities"], seen = probs[seen:], len(probs)
+                part["completion_probabilities"], seen = shown_probs(probs[seen:], req), len(probs)
             yield part
             continue
         whole = _native_whole("", choice["finish_reason"], chunk["model"], req, stream=True)

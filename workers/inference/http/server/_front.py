@@ -322,6 +322,7 @@ class CompletionFront:
             logit_bias=params.logit_bias,
             reasoning_format=self.reasoning_format,
             lora=ctx.lora or (),
+            post_sampling_probs=params.post_sampling_probs,
         )
 
     # -- internals -----------------------------------------------------------------

@@ -68,6 +68,8 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: J
     if route == "/completion":  # llama-server's own shape
         front(route)
         kwargs, stream = completion_request(native_completion_body(body), name, media=media)
+        if body.get("post_sampling_probs") is True:  # n_probs read after the sampler chain
+            kwargs["llama_sampling"] = {**kwargs.get("llama_sampling", {}), "post_sampling_probs": True}
         options: RequestOptions = {**request_options(body), "native": True, "response_fields": response_fields(body)}
         return completion_job(app, kwargs, stream, options)
     if route in ("/rerank", "/reranking"):
