@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -123,3 +125,26 @@ def test_post_sampling_probs_are_the_samplers_candidates(pool: ServiceProcess) -
         parts = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
     streamed = [e for p in parts if not p["stop"] for e in p.get("completion_probabilities", [])]
     assert [(e["id"], len(e["top_probs"])) for e in streamed] == [(e["id"], 3) for e in entries]
+
+
+def test_idle_slots_go_to_the_ram_cache_with_llama_servers_log_lines(tmp_path: Path) -> None:
+    """``--cache-ram`` with one KV pool (``test_kv_keep_only_active``): at ``--verbose`` the log says
+    llama-server's ``__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__`` at start, ``__TEST_TAG_CACHE_IDLE_SLOT__``
+    when a request in another slot saves an idle one to the cache (and clears it), and ``updating
+    prompt cache`` when the prompt comes back from it (``cache_n`` > 0)."""
+    model = write_tiny_gguf(tmp_path / "tiny.gguf", n_ctx=1024)
+    args = ["-m", str(model), "-np", "2", "-c", "512", "--kv-unified", "--cache-ram", "100", "--verbose"]
+    long_prompt = "once upon a time in a land far away there lived a brave knight " * 3
+    with ServiceProcess(tmp_path / "home", args=args) as svc:
+        eventually(lambda: "__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__" in svc.log_text(), "the start-up line")
+        first = _post(svc, "/completion", prompt=long_prompt, id_slot=0, n_predict=4, temperature=0).json()
+        assert "__TEST_TAG_CACHE_IDLE_SLOT__" not in svc.log_text(), "slot 1 held nothing to save"
+        assert _post(svc, "/completion", prompt="the quick brown fox", id_slot=1, n_predict=4).status_code == 200
+        eventually(lambda: "__TEST_TAG_CACHE_IDLE_SLOT__" in svc.log_text(), "slot 0 saved to the cache")
+        again = _post(svc, "/completion", prompt=long_prompt, n_predict=4, temperature=0).json()
+        eventually(lambda: "updating prompt cache" in svc.log_text(), "the prompt cache looked at")
+        assert again["timings"]["cache_n"] > 0 and again["timings"]["prompt_n"] < first["timings"]["prompt_n"]
+    quiet = ["-m", str(model), "-np", "2", "--kv-unified", "--cache-ram", "0", "--verbose"]
+    with ServiceProcess(tmp_path / "home-quiet", args=quiet) as svc:
+        assert _post(svc, "/completion", prompt="hello", n_predict=2).status_code == 200
+        assert "__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__" not in svc.log_text(), "no RAM cache: not enabled"

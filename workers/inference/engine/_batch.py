@@ -152,6 +152,8 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         self._budget = llm.cfg.n_batch
         self.kept.lc, self.kept.n_vocab = llm.lc, llm.n_vocab
         self.prompt_cache = PromptCache(self.cache_ram_mib, llm.n_ctx) if self.cache_ram_mib and llm.mem else None
+        if self.prompt_cache is not None and self.cache_idle_slots:
+            self._debug("__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")  # llama-server's line: idle slots go to the cache
         self.sampler = RowSampler(llm.lc, llm.cfg.n_threads)
 
     def submit(self, job: Job) -> None:
