@@ -148,3 +148,26 @@ def test_idle_slots_go_to_the_ram_cache_with_llama_servers_log_lines(tmp_path: P
     with ServiceProcess(tmp_path / "home-quiet", args=quiet) as svc:
         assert _post(svc, "/completion", prompt="hello", n_predict=2).status_code == 200
         assert "__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__" not in svc.log_text(), "no RAM cache: not enabled"
+
+
+RED_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+
+
+def test_an_anthropic_image_without_a_projector_is_a_400_on_purpose(pool: ServiceProcess) -> None:
+    """llama-server answers 500 "image input is not supported" (its ``test_compat_anthropic``); the
+    same words here, as the 400 of a request the model cannot take (docs/llama-cpp-compat.md, "Where
+    modelrouter differs on purpose"), in a user turn and inside a ``tool_result`` alike."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": RED_PIXEL_PNG}}
+    tool_use = {"type": "tool_use", "id": "tool_1", "name": "read", "input": {"file": "test.png"}}
+    result = {"type": "tool_result", "tool_use_id": "tool_1", "content": [{"type": "text", "text": "File"}, image]}
+    for messages in (
+        [{"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]}],
+        [
+            {"role": "user", "content": "What is in this image?"},
+            {"role": "assistant", "content": [tool_use]},
+            {"role": "user", "content": [result]},
+        ],
+    ):
+        answer = _post(pool, "/v1/messages", model="test", max_tokens=10, messages=messages)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["message"].lower().startswith("image input is not supported"), answer.text
