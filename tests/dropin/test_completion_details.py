@@ -1,10 +1,12 @@
 """llama-server's completion details (issue 32, groups 9 and 10), on one tiny GGUF served as
-``llama-server -m FILE -c 256 -np 2 --kv-unified --cache-ram 0`` would be: one pool of 256 KV cells
-that both slots share, and idle slots that keep their cells (no RAM cache takes them).
+``llama-server -m FILE -c 256 -np 2 --kv-unified --cache-ram 0 -b 32`` would be: one pool of 256 KV
+cells that both slots share, idle slots that keep their cells (no RAM cache takes them), prompts
+evaluated 32 tokens a step.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.timeout(180)
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     root = tmp_path_factory.mktemp("details-pool")
     model = write_tiny_gguf(root / "tiny.gguf", n_ctx=1024)
-    args = ["-m", str(model), "-c", "256", "-np", "2", "--kv-unified", "--cache-ram", "0"]
+    args = ["-m", str(model), "-c", "256", "-np", "2", "--kv-unified", "--cache-ram", "0", "-b", "32"]
     with ServiceProcess(root / "home", args=args) as p:
         yield p
 
@@ -171,3 +173,70 @@ def test_an_anthropic_image_without_a_projector_is_a_400_on_purpose(pool: Servic
         answer = _post(pool, "/v1/messages", model="test", max_tokens=10, messages=messages)
         assert answer.status_code == 400, answer.text
         assert answer.json()["error"]["message"].lower().startswith("image input is not supported"), answer.text
+
+
+def _stream(svc: ServiceProcess, path: str, **body: Any) -> list[Any]:
+    """A stream's ``data:`` payloads, parsed (``[DONE]`` left out)."""
+    with httpx.stream("POST", f"{svc.url}{path}", json={**body, "stream": True}, timeout=120) as r:
+        assert r.status_code == 200, r.read()
+        return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ") and line[6:] != "[DONE]"]
+
+
+def _progress(parts: list[Any]) -> list[Any]:
+    """The ``prompt_progress`` objects of a stream, checked as llama-server's test checks them."""
+    seen = [p["prompt_progress"] for p in parts if "prompt_progress" in p]
+    assert seen and seen[0]["cache"] == seen[0]["processed"], seen
+    for before, after in itertools.pairwise(seen):
+        assert (after["total"], after["cache"]) == (before["total"], before["cache"])
+        assert after["processed"] > before["processed"], seen
+    assert seen[-1]["processed"] == seen[-1]["total"] and all(p["time_ms"] >= 0 for p in seen)
+    return seen
+
+
+def test_return_progress_streams_the_prompts_progress(pool: ServiceProcess) -> None:
+    """``return_progress`` (streams): one chunk as the prompt starts (what the cache gave), then one
+    per prompt chunk evaluated (``-b 32``: 100 tokens in 4), in each dialect's shape; again, the
+    cached prompt leaves one token to evaluate (2 chunks). A whole answer has none."""
+    body = {"prompt": [7] * 100, "n_predict": 3, "return_progress": True}
+    first = _progress(_stream(pool, "/completion", **body))
+    assert [(p["processed"], p["total"], p["cache"]) for p in first] == [
+        (0, 100, 0),
+        (32, 100, 0),
+        (64, 100, 0),
+        (96, 100, 0),
+        (100, 100, 0),
+    ]
+    again = _stream(pool, "/completion", **body)
+    assert [(p["processed"], p["cache"]) for p in _progress(again)] == [(99, 99), (100, 99)]
+    assert all(p["content"] == "" and p["stop"] is False for p in again if "prompt_progress" in p)
+    oai = _stream(pool, "/v1/completions", prompt=[8] * 40, max_tokens=2, return_progress=True)
+    assert len(_progress(oai)) == 3 and all(p["choices"][0]["text"] == "" for p in oai if "prompt_progress" in p)
+    chat = _stream(
+        pool,
+        "/v1/chat/completions",
+        messages=[{"role": "user", "content": "hi " * 40}],
+        max_tokens=2,
+        return_progress=True,
+    )
+    assert len(_progress(chat)) >= 2
+    assert all(
+        p["choices"][0]["delta"] == {"role": "assistant", "content": None} for p in chat if "prompt_progress" in p
+    )
+    whole = _post(pool, "/completion", prompt=[9] * 50, n_predict=2, return_progress=True).json()
+    assert "prompt_progress" not in whole and whole["tokens_predicted"] == 2
+
+
+def test_the_responses_stream_carries_llama_servers_telemetry(pool: ServiceProcess) -> None:
+    """``/v1/responses`` with ``return_progress`` and ``timings_per_token``: ``response.in_progress``
+    events with the prompt's progress, text deltas with the timings so far, and the timings on
+    ``response.completed`` (llama-server's ``test_responses_stream_with_llama_telemetry``)."""
+    body = {"input": "This is a test" * 10, "max_output_tokens": 8, "temperature": 0.8}
+    events = _stream(pool, "/v1/responses", **body, timings_per_token=True, return_progress=True)
+    progress = _progress(events)
+    assert len(progress) >= 2 and all(e["type"] == "response.in_progress" for e in events if "prompt_progress" in e)
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all({"prompt_per_second", "predicted_per_second"} <= set(e["timings"]) for e in deltas)
+    completed = next(e for e in events if e["type"] == "response.completed")
+    assert "usage" in completed["response"] and "timings" in completed
+    plain = _stream(pool, "/v1/responses", **body)
+    assert not any("prompt_progress" in e or ("timings" in e and e["type"] != "response.completed") for e in plain)

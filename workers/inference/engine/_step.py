@@ -83,6 +83,7 @@ class StepMixin(TokenMixin):
             s.n_prompt_done += len(part)
             s.timings.prompt_n += len(part)
             self.metrics.prompt_tokens += len(part)
+            s.report_progress(now)
             if s.batch_index >= 0:
                 s.state, s.timings.t_prompt_done = SlotState.GENERATING, now
         ctx, kept = self.llm.ctx, self.kept

@@ -56,7 +56,9 @@ class TokenMixin:
             req.reasoning.accept(token, piece)
         out = text.feed(piece)
         s.has_new_line = "\n" in out
-        if out or lp is not None:
+        if req.timings_per_token:  # llama-server sends each token, with the timings so far
+            req.out.put(("t", out, lp, s.timings.so_far(now)))
+        elif out or lp is not None:
             req.out.put(("t", out, lp))
         if text.stopped_by is not None:
             self._finish(s, "stop", now)

@@ -84,6 +84,14 @@ class CompletionChoice(TypedDict):
     finish_reason: str | None
 
 
+class Telemetry(TypedDict, total=False):
+    """llama-server's telemetry on a stream's chunk: the timings so far (``timings_per_token``), or
+    the prompt's progress (``return_progress``: ``total``, ``cache``, ``processed``, ``time_ms``)."""
+
+    timings: Timings
+    prompt_progress: dict[str, float]
+
+
 class TextCompletion(TypedDict):
     """A ``text_completion`` object or chunk (the usage chunk lacks ``system_fingerprint``)."""
 
@@ -95,6 +103,7 @@ class TextCompletion(TypedDict):
     choices: list[CompletionChoice]
     usage: NotRequired[CompletionUsage]
     timings: NotRequired[Timings]
+    prompt_progress: NotRequired[dict[str, float]]  # llama-server's return_progress
 
 
 def shown_probs(entries: list[TokenProbs], req: RequestRecord) -> list[TokenProbs] | list[JsonObject]:

@@ -33,7 +33,7 @@ from typing import Any
 
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import Json, JsonObject, LlamaKwargs
-from workers.inference.http._record import CompletionLogprobs, RequestRecord, TokenProbs
+from workers.inference.http._record import CompletionLogprobs, RequestRecord, Telemetry, TokenProbs
 from workers.inference.http.chat._grammar import tool_grammar as family_grammar
 from workers.inference.http.chat._media import media_prompt
 from workers.inference.http.chat._parse import (
@@ -311,6 +311,7 @@ class ChatRun:
         self.text = ""
         self.finish_reason = "stop"
         self.logprobs: list[TokenProbs] = []
+        self.extras: Telemetry = {}  # the step's llama-server telemetry: timings_per_token, prompt_progress
         rendered, media = plan.rendered, None
         if front.log_prompt is not None:  # llama-server's --log-prompts-dir: a chat's rendered prompt
             front.log_prompt(rendered.prompt)
@@ -346,6 +347,11 @@ class ChatRun:
             if choice.get("finish_reason") is not None:
                 self.finish_reason = choice["finish_reason"]
                 break
+            if "prompt_progress" in chunk:  # return_progress: a step of its own, with no deltas
+                self.extras = {"prompt_progress": chunk["prompt_progress"]}
+                yield [], []
+                continue
+            self.extras = {"timings": chunk["timings"]} if "timings" in chunk else {}
             self.text += choice.get("text", "")
             lp = _chat_logprobs(choice.get("logprobs"), self.plan.logprobs or 0)
             self.logprobs += lp

@@ -297,6 +297,7 @@ class NativeCompletion(TypedDict):
     stopping_word: NotRequired[str]
     tokens_cached: NotRequired[int]
     timings: NotRequired[Timings]
+    prompt_progress: NotRequired[dict[str, float]]
 
 
 def response_fields(body: JsonObject) -> list[str]:
@@ -370,7 +371,7 @@ def native_chunks(
     for chunk in chunks:
         choice = chunk["choices"][0]
         if choice["finish_reason"] is None:
-            n += 1
+            n += "prompt_progress" not in chunk  # a progress chunk is no token
             part: NativeCompletion = {
                 "index": 0,
                 "content": choice["text"],
@@ -383,6 +384,10 @@ def native_chunks(
             probs = req.get("probs") or []
             if len(probs) > seen:  # the tokens of this chunk
                 part["completion_probabilities"], seen = shown_probs(probs[seen:], req), len(probs)
+            if "timings" in chunk:  # timings_per_token
+                part["timings"] = chunk["timings"]
+            if "prompt_progress" in chunk:  # return_progress
+                part["prompt_progress"] = chunk["prompt_progress"]
             yield part
             continue
         whole = _native_whole("", choice["finish_reason"], chunk["model"], req, stream=True)

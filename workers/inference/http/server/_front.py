@@ -142,6 +142,8 @@ class CompletionFront:
                 lora=self.llm.lora.request_key(opts["lora"]) if "lora" in opts else None,
                 id_slot=opts.get("id_slot", -1),
                 n_cache_reuse=opts.get("n_cache_reuse", 0),
+                return_progress=job.stream and opts.get("return_progress", False),
+                timings_per_token=opts.get("timings_per_token", False),
             )
             if job.kind == "chat":
                 result = self.create_chat_completion(**job.kwargs, include_usage=bool(opts.get("include_usage")))
@@ -386,6 +388,8 @@ class CompletionFront:
             c.n_cache_reuse,
             cmpl_id,
             c.reasoning,
+            c.return_progress,
+            c.timings_per_token,
         )
         try:
             self.engine.enqueue(req)

@@ -39,6 +39,8 @@ class RequestContext:
     n_cache_reuse: int = 0  # llama-server's: min run of cached tokens shifted into place (--cache-reuse)
     cmpl_id: str = ""  # a chat's id (``chatcmpl-…``), set before its completion runs: a control names it
     reasoning: ReasoningControl | None = None  # a chat's reasoning_control
+    return_progress: bool = False  # llama-server's prompt_progress chunks (a stream's)
+    timings_per_token: bool = False  # llama-server's timings on every chunk
     result: RequestRecord = field(default_factory=lambda: RequestRecord())  # timings and usage, once finished
 
 
