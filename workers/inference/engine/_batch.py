@@ -253,7 +253,8 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
             decode_reached_media(self.llm, slots, self._fail)
         batch.n = 0
         gen, chunks = self._fill(batch, lora)
-        if batch.n == 0:
+        if batch.n == 0:  # nothing to decode (a cap left nothing either: the next step starts afresh)
+            self._budget, self._gen_cap = self.llm.cfg.n_batch, 0
             return [], []
         ret = batch.decode(self.llm.ctx)
         if ret != 0:

@@ -118,6 +118,7 @@ class StepMixin(TokenMixin):
         generating slots) down to one token. When one token finds no room, every running request ends
         with llama-server's 500 "Context size has been exceeded." (it aborts the whole pool: a reply
         that ran on would have been cut short). Any other error fails the batch's requests."""
+        assert self.llm is not None
         for s in self.slots:
             s.batch_index = -1
         if ret == 1:
@@ -134,6 +135,7 @@ class StepMixin(TokenMixin):
                 for s in self.slots:
                     if s.is_processing:
                         self._fail(s, exceeded)
+                self._budget, self._gen_cap = self.llm.cfg.n_batch, 0  # the pool is empty again
             return
         err = EngineFailed(f"llama_decode failed ({ret})")
         for s in {*gen, *(c[0] for c in chunks)}:
