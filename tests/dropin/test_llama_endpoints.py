@@ -130,7 +130,8 @@ def test_native_completion(svc: ServiceProcess) -> None:
     prompt_tokens = _post(svc, "/tokenize", content="once upon", add_special=True)["tokens"]
     assert whole["tokens_evaluated"] == len(prompt_tokens)
     assert whole["generation_settings"]["n_predict"] == 6 and whole["generation_settings"]["temperature"] == 0.0
-    assert whole["prompt"] == "once upon" and isinstance(whole["id_slot"], int) and whole["id_slot"] >= 0
+    # llama-server's prompt: the tokens evaluated, detokenized with the special ones (the BOS)
+    assert whole["prompt"] == "<s> once upon" and isinstance(whole["id_slot"], int) and whole["id_slot"] >= 0
     assert whole["tokens_cached"] >= whole["tokens_evaluated"] and whole["has_new_line"] == ("\n" in whole["content"])
     assert "choices" not in whole
 

@@ -33,8 +33,11 @@ from workers.inference.llama import (
 )
 
 
-def build_engine(args: WorkerArgs, *, on_finished: FinishedLog | None = None) -> Engine:
-    """The engine ``args`` ask for; ``on_finished`` logs each finished request (either engine)."""
+def build_engine(
+    args: WorkerArgs, *, on_finished: FinishedLog | None = None, on_debug: Callable[[str], None] | None = None
+) -> Engine:
+    """The engine ``args`` ask for; ``on_finished`` logs each finished request (either engine),
+    ``on_debug`` the batch engine's prompt-cache lines."""
     engine: BatchEngine | LegacyEngine
     if args.engine == "legacy":
         engine = LegacyEngine(args.model_name, embedding=bool(args.embedding))
@@ -47,6 +50,7 @@ def build_engine(args: WorkerArgs, *, on_finished: FinishedLog | None = None) ->
             cache_ram_mib=args.cache_ram,
             cache_idle_slots=args.cache_idle_slots,
         )
+        engine.on_debug = on_debug
     engine.on_finished = on_finished
     return engine
 

@@ -69,7 +69,8 @@ class Worker:
         self.runtime = runtime
         self.log = log = runtime.log
         self.pid = os.getpid()
-        self.engine = build_engine(args, on_finished=log.info)  # one log line per finished request
+        # a line per finished request; llama-server's debug lines as llama.cpp's (the console's -v)
+        self.engine = build_engine(args, on_finished=log.info, on_debug=lambda text: log.info("llama_cpp", text=text))
         front = front_options(args, os.environ)
         self.app = InferenceApp(model_name=args.alias, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""

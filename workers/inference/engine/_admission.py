@@ -99,6 +99,10 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
         self.metrics.on_admit(n_keep)
         if row is not None and slot.chain is not None and n_keep == len(req.prompt):  # sample the kept row
             slot.state, slot.timings.t_prompt_last = SlotState.GENERATING, now
-            self._on_token(slot, self.kept.sample(slot.chain, row), now, row)
+            if req.params.post_sampling_probs and req.params.n_probs >= 0:
+                token, probs = self.kept.sample_post(slot.chain, row, req.params.n_probs)
+                self._on_token(slot, token, now, row, probs)
+            else:
+                self._on_token(slot, self.kept.sample(slot.chain, row), now, row)
             if not slot.is_processing:  # it ended at that token: the slot's cells are unchanged
                 self.kept.put_back(slot.id, req.prompt, row)

@@ -87,6 +87,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         self._idle.set()
         self._batch: Batch | None = None
         self._budget = 0  # prompt tokens per step; halved while the KV cache cannot take a batch
+        self._gen_cap, self._gen_waiting = 0, set()  # generating slots per step, likewise (_step)
         self.kept = KeptLogits()  # per slot, the logits after its cached tokens (exact repeats)
         self.sampler = RowSampler(None, 1)  # a step's rows on the compute threads (made in _setup)
         self.step_log = StepLog()  # GET /engine/steps
@@ -151,6 +152,8 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         self._budget = llm.cfg.n_batch
         self.kept.lc, self.kept.n_vocab = llm.lc, llm.n_vocab
         self.prompt_cache = PromptCache(self.cache_ram_mib, llm.n_ctx) if self.cache_ram_mib and llm.mem else None
+        if self.prompt_cache is not None and self.cache_idle_slots:
+            self._debug("__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")  # llama-server's line: idle slots go to the cache
         self.sampler = RowSampler(llm.lc, llm.cfg.n_threads)
 
     def submit(self, job: Job) -> None:
@@ -250,14 +253,15 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
             decode_reached_media(self.llm, slots, self._fail, self.metrics)
         batch.n = 0
         gen, chunks = self._fill(batch, lora)
-        if batch.n == 0:
+        if batch.n == 0:  # nothing to decode (a cap left nothing either: the next step starts afresh)
+            self._budget, self._gen_cap = self.llm.cfg.n_batch, 0
             return [], []
         t_decode = time.monotonic()
         ret = batch.decode(self.llm.ctx)
         if ret != 0:
             self._decode_failed(ret, gen, chunks)
             return [], []
-        self._budget = self.llm.cfg.n_batch
+        self._budget, self._gen_cap = self.llm.cfg.n_batch, 0
         n_prompt = sum(len(part) for _, part in chunks)
         if n_prompt:  # timed once the compute is done (a GPU's decode returns before), as llama-server
             self.llm.lc.llama_synchronize(self.llm.ctx)

@@ -22,6 +22,7 @@ those logits, which are the ones the first request sampled from
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,6 +38,14 @@ def logits_row(lc: Any, ctx: Any, index: int, n_vocab: int) -> Row:
 
     ptr = lc.llama_get_logits_ith(ctx, index)
     return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
+
+
+TokenLogprobs = tuple[float, list[int], list[float]]
+"""A sampled token's log-probability, and the likeliest tokens with theirs (:func:`token_logprobs`'s shape)."""
+
+
+def _log(p: float) -> float:
+    return math.log(p) if p > 0.0 else -math.inf
 
 
 MAX_ROWS = 8
@@ -95,6 +104,21 @@ class KeptLogits:
 
     def sample(self, chain: Any, row: Row) -> int:
         """What ``llama_sampler_sample(chain, ctx, i)`` does on logits ``row``: apply, pick, accept."""
+        return self._apply(chain, row)[0]
+
+    def sample_post(self, chain: Any, row: Row, n_probs: int) -> tuple[int, TokenLogprobs]:
+        """:meth:`sample`, and llama-server's ``post_sampling_probs``: the candidates the chain left,
+        by probability (``common_sampler_get_candidates``), the sampled one's and the ``n_probs`` first
+        with a probability above 0, as log-probabilities (what :func:`token_logprobs` answers)."""
+        token, arr = self._apply(chain, row)
+        left = [(float(arr.data[i].p), int(arr.data[i].id)) for i in range(arr.size)]
+        chosen = next((p for p, t in left if t == token), 0.0)
+        best = sorted(left, key=lambda c: -c[0])[: max(n_probs, 0)]
+        best = [(p, t) for p, t in best if p > 0.0]
+        return token, (_log(chosen), [t for _, t in best], [_log(p) for p, _ in best])
+
+    def _apply(self, chain: Any, row: Row) -> tuple[int, Any]:
+        """Apply ``chain`` to ``row``'s candidates, accept its pick; the token and what is left of them."""
         lc = self.lc
         cands = self._fresh_candidates(row)
         arr = lc.llama_token_data_array(
@@ -105,7 +129,7 @@ class KeptLogits:
             raise RuntimeError(f"the sampler chain selected no token ({arr.selected})")
         token = int(arr.data[arr.selected].id)
         lc.llama_sampler_accept(chain, token)
-        return token
+        return token, arr
 
     def _fresh_candidates(self, row: Row) -> Any:
         import numpy as np

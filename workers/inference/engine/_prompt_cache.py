@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 from workers.inference.engine._slots import SLOT_SIMILARITY, Slot, SlotState, common_prefix, holds_media
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from workers.inference.engine._kept_logits import KeptLogits
     from workers.inference.llama import LlamaModel
 
@@ -129,6 +131,13 @@ class PromptCacheMixin:
     kept: KeptLogits
     prompt_cache: PromptCache | None
     cache_idle_slots: bool
+    on_debug: Callable[[str], None] | None = None
+    """Where llama-server's debug lines of the prompt cache go (its tests wait for them at ``--verbose``):
+    the worker logs them as llama.cpp's own, which the console shows at ``-v`` only."""
+
+    def _debug(self, text: str, slot: Slot | None = None) -> None:
+        if self.on_debug is not None:
+            self.on_debug(f"slot id {slot.id:2d} | {text}" if slot is not None else f"srv  | {text}")
 
     def _drop_cache(self, slot: Slot) -> None:
         """The slot's cells, tokens and kept logits go."""
@@ -146,6 +155,7 @@ class PromptCacheMixin:
         # would lose most of its cells; a slot that shares most of the prompt is used as it is.
         update = cache is not None and bool(prompt) and (picked_by_lru or n_common < SAVE_BELOW_KEEP * len(slot.cache))
         if update:
+            self._debug("updating prompt cache", slot)
             self._save_prompt(slot)
         if slot.lora != lora:  # cells computed with other adapters are of no use
             self._drop_cache(slot)
@@ -166,7 +176,8 @@ class PromptCacheMixin:
         assert self.llm is not None
         for s in self.slots:
             if s is not started and s.state is SlotState.IDLE and s.cache:
-                self._save_prompt(s)
+                if self._save_prompt(s):  # llama-server's debug line when it saved one
+                    self._debug("__TEST_TAG_CACHE_IDLE_SLOT__", s)
                 if self.llm.cfg.kv_unified:
                     self._drop_cache(s)
 

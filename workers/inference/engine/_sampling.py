@@ -130,6 +130,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     grammar: str | None = None  # GBNF text, root rule "root"
     n_probs: int = -1  # -1: no logprobs; 0: the sampled token's; N: also the N most likely
+    post_sampling_probs: bool = False  # llama-server's: n_probs read after the chain, not from the logits
     # llama.cpp's samplers beyond llama-cpp-python's (llama-server's request fields and defaults)
     dry_multiplier: float = 0.0
     dry_base: float = 1.75

@@ -34,9 +34,10 @@ class SlotState(enum.Enum):
 class Request:
     """One generation as the engine runs it; built on an HTTP thread, consumed through ``out``.
 
-    ``out`` receives ``("t", text, logprobs | None)`` pieces, then exactly one
-    ``("d", finish_reason, timings, info)`` (``info``: ``id_slot``, ``tokens_cached``,
-    ``stopping_word``) or ``("e", EngineError)``.
+    ``out`` receives ``("t", text, logprobs | None)`` pieces (``timings_per_token``: with the timings
+    so far), then exactly one ``("d", finish_reason, timings, info)`` (``info``: ``id_slot``,
+    ``tokens_cached``, ``stopping_word``) or ``("e", EngineError)``; with ``return_progress`` also
+    ``("p", prompt_progress)`` as it starts and after each prompt chunk (llama-server's, streams only).
     """
 
     prompt: list[int]
@@ -52,6 +53,8 @@ class Request:
     n_cache_reuse: int = 0  # llama-server's: cached runs of at least this many tokens are shifted into place
     cmpl_id: str = ""  # the completion's id as its answer gives it (``chatcmpl-…``): what a control names
     reasoning: ReasoningControl | None = None  # reasoning_control: its reasoning may be ended from outside
+    return_progress: bool = False  # llama-server's: ("p", prompt_progress) events while the prompt is evaluated
+    timings_per_token: bool = False  # llama-server's: each ("t", ...) event carries the timings so far
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -199,6 +202,16 @@ class Slot:
         self.text = TextStream(req.stop)
         self.timings = Timings(cache_n=n_keep, t_start=now)
         self.last_used = now
+        self.report_progress(now)
+
+    def report_progress(self, now: float) -> None:
+        """llama-server's ``prompt_progress`` to a request that asked for it (``return_progress``): the
+        prompt's size, the tokens its cache gave, the tokens evaluated so far (those included)."""
+        req = self.request
+        if req is not None and req.return_progress:
+            elapsed = round((now - self.timings.t_start) * 1000.0, 3)
+            progress = {"total": len(req.prompt), "cache": self.timings.cache_n, "processed": self.n_prompt_done}
+            req.out.put(("p", {**progress, "time_ms": elapsed}))
 
     def end(self, now: float) -> None:
         """Back to idle; the request stays as ``last_request`` for ``/slots`` (its cells are the engine's to drop).

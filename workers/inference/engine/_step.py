@@ -9,9 +9,11 @@ and which slots it holds, because this is the part that knows the batch's layout
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from workers.inference.engine._errors import EngineError, EngineFailed
+from workers.inference.engine._kept_logits import logits_row
 from workers.inference.engine._media import text_end
 from workers.inference.engine._slots import Slot, SlotState, shift_context
 from workers.inference.engine._tokens import TokenMixin
@@ -28,6 +30,9 @@ class StepMixin(TokenMixin):
     kept: KeptLogits
     sampler: RowSampler
     _budget: int
+    _gen_cap: int  # generating slots per step while the KV cache cannot take them all (0: no cap)
+    _gen_waiting: set[int]  # slots a capped step left out: first in the next one
+    _drop_cache: Callable[[Slot], None]  # the prompt cache's (a declaration: PromptCacheMixin comes later)
 
     def _fail(self, s: Slot, err: EngineError) -> None:
         raise NotImplementedError  # the engine's
@@ -45,8 +50,13 @@ class StepMixin(TokenMixin):
                 s.truncated = True
                 self._finish(s, "length", now)  # the context is full (--context-shift makes room instead)
                 continue
-            s.batch_index = batch.add([s.pending], len(s.cache) + s.pos_delta, s.id, True)
             gen.append(s)
+        gen.sort(key=lambda s: s.id not in self._gen_waiting)  # those left out last step first
+        cap = self._gen_cap or len(gen)
+        self._gen_waiting = {s.id for s in gen[cap:]}
+        gen = gen[:cap]
+        for s in gen:
+            s.batch_index = batch.add([s.pending], len(s.cache) + s.pos_delta, s.id, True)
         chunks: list[tuple[Slot, list[int]]] = []
         budget = min(self._budget, batch.capacity - batch.n)
         prefilling = [s for s in self.slots if s.state is SlotState.PROMPT and (lora is None or s.lora == lora)]
@@ -72,41 +82,79 @@ class StepMixin(TokenMixin):
             s.cache.extend(part)
             s.n_prompt_done += len(part)
             s.timings.on_prompt(len(part), now)
+            s.report_progress(now)
             if s.batch_index >= 0:
                 s.state = SlotState.GENERATING
         ctx, kept = self.llm.ctx, self.kept
         rows = [s for s in self.slots if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None]
         forced = {s.id: t for s in rows if (t := _forced(s)) is not None}  # a reasoning being ended
+        post = {s.id for s in rows if s.id not in forced and _post_sampling(s)}  # sampled here, candidates kept
         jobs = [(s.chain, s.batch_index) for s in rows]
-        sampled = iter(self.sampler.sample(ctx, [j for s, j in zip(rows, jobs, strict=True) if s.id not in forced]))
+        direct = [j for s, j in zip(rows, jobs, strict=True) if s.id not in forced and s.id not in post]
+        sampled, probs = iter(self.sampler.sample(ctx, direct)), {}
         tokens = []
         for s in rows:
             if s.id in forced and s.request is not None and not s.request.params.grammar:
                 # The chain takes it as its choice (penalties); not a grammar's, which throws (abort) on a
                 # token it does not allow: it goes on from what it accepted, the forced tag beside it.
                 self.llm.lc.llama_sampler_accept(s.chain, forced[s.id])
+            if s.id in post and s.request is not None:
+                row = logits_row(self.llm.lc, ctx, s.batch_index, self.llm.n_vocab)
+                token, probs[s.id] = kept.sample_post(s.chain, row, s.request.params.n_probs)
+                tokens.append(token)
+                continue
             tokens.append(forced[s.id] if s.id in forced else next(sampled))
         for s, (_, index), token in zip(rows, jobs, tokens, strict=True):
-            self._on_token(s, token, now)
+            self._on_token(s, token, now, probs=probs.get(s.id))
             if not s.is_processing:  # it ended here: keep the logits after what the slot holds
                 kept.keep(s.id, ctx, index, s.cache)
         for s in self.slots:
             s.batch_index = -1
 
     def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
-        """``1``: no room in the KV cache (nothing was decoded): shrink prompt chunks, or end the
-        longest generation; anything else is an error for every request in the batch."""
+        """As llama-server's ``decode`` when ``llama_decode`` finds no room in the KV cache (``1``): with
+        one KV pool an idle slot's cells go first; else the batch is halved (prompt chunks, then the
+        generating slots) down to one token. When one token finds no room, every running request ends
+        with llama-server's 500 "Context size has been exceeded." (it aborts the whole pool: a reply
+        that ran on would have been cut short). Any other error fails the batch's requests."""
+        assert self.llm is not None
         for s in self.slots:
             s.batch_index = -1
-        if ret == 1 and chunks and self._budget > 1:
-            self._budget //= 2  # restored after the next successful step
-            return
-        if ret == 1 and gen:
-            self._finish(max(gen, key=lambda s: len(s.cache)), "length", time.monotonic())
+        if ret == 1:
+            if self._clear_an_idle_slot():
+                return
+            if chunks and self._budget > 1:
+                self._budget //= 2  # restored after the next successful step, as _gen_cap
+            elif chunks and gen:
+                self._budget = 0  # the generating slots' tokens alone
+            elif len(gen) > 1:
+                self._gen_cap = len(gen) // 2
+            else:
+                exceeded = EngineFailed("Context size has been exceeded.")
+                for s in self.slots:
+                    if s.is_processing:
+                        self._fail(s, exceeded)
+                self._budget, self._gen_cap = self.llm.cfg.n_batch, 0  # the pool is empty again
             return
         err = EngineFailed(f"llama_decode failed ({ret})")
         for s in {*gen, *(c[0] for c in chunks)}:
             self._fail(s, err)
+
+    def _clear_an_idle_slot(self) -> bool:
+        """llama-server's ``try_clear_idle_slots``: with one KV pool, the cells of one idle slot that
+        holds some are freed for the running ones; whether there was one."""
+        assert self.llm is not None
+        if not self.llm.cfg.kv_unified:
+            return False  # a slot's own stream: its cells are no use to the others
+        idle = next((s for s in self.slots if not s.is_processing and s.cache), None)
+        if idle is not None:
+            self._drop_cache(idle)
+        return idle is not None
+
+
+def _post_sampling(s: Slot) -> bool:
+    """Whether the slot's request asks for llama-server's ``post_sampling_probs`` (with ``n_probs``)."""
+    return s.request is not None and s.request.params.post_sampling_probs and s.request.params.n_probs >= 0
 
 
 def _forced(s: Slot) -> int | None:

@@ -16,7 +16,7 @@ from workers.inference.engine._sampling import token_logprobs
 from workers.inference.engine._slots import Slot
 
 if TYPE_CHECKING:
-    from workers.inference.engine._kept_logits import Row
+    from workers.inference.engine._kept_logits import Row, TokenLogprobs
     from workers.inference.llama import LlamaModel
 
 
@@ -33,8 +33,11 @@ class TokenMixin:
     def _release(self, slot: Slot, now: float, *, keep_cache: bool) -> None:
         raise NotImplementedError  # the engine's
 
-    def _on_token(self, s: Slot, token: int, now: float, kept: Row | None = None) -> None:
-        """A sampled token: text to the request, or its end; ``kept``: it came from a kept row."""
+    def _on_token(
+        self, s: Slot, token: int, now: float, kept: Row | None = None, probs: TokenLogprobs | None = None
+    ) -> None:
+        """A sampled token: text to the request, or its end; ``kept``: it came from a kept row;
+        ``probs``: its log-probabilities as the sampler left them (``post_sampling_probs``)."""
         llm, req, text = self.llm, s.request, s.text
         assert llm is not None and req is not None and text is not None
         if llm.is_eog(token):
@@ -45,14 +48,16 @@ class TokenMixin:
         lp = None
         if req.params.n_probs >= 0:
             row = kept if kept is not None else logits_row(llm.lc, llm.ctx, s.batch_index, llm.n_vocab)
-            chosen, top, top_lp = token_logprobs(row, token, req.params.n_probs)
+            chosen, top, top_lp = probs or token_logprobs(row, token, req.params.n_probs)
             lp = (token, chosen, top, top_lp)
         piece = llm.piece(token)
         if req.reasoning is not None:
             req.reasoning.accept(token, piece)
         out = text.feed(piece)
         s.has_new_line = "\n" in out
-        if out or lp is not None:
+        if req.timings_per_token:  # llama-server sends each token, with the timings so far
+            req.out.put(("t", out, lp, s.timings.to_json()))
+        elif out or lp is not None:
             req.out.put(("t", out, lp))
         if text.stopped_by is not None:
             self._finish(s, "stop", now)

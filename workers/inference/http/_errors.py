@@ -53,7 +53,13 @@ def answer_for(err: ApiError | EngineError) -> ApiError:
 
 
 def too_long(size: str, limit: int, n_ctx: int, n_prompt: int) -> ApiError:
-    """llama-server's ``exceed_context_size_error`` for a prompt over ``limit`` tokens (``size`` says how big)."""
+    """llama-server's ``exceed_context_size_error`` for a prompt over ``limit`` tokens (``size`` says how big).
+
+    When the slot's context is the limit and the prompt was counted, llama-server's own words; else
+    (``--max-prompt-tokens``, or a prompt refused by its size in bytes before tokenizing) ours name the limit."""
+    if limit >= n_ctx - 1 and size == f"{n_prompt} tokens":
+        msg = f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"
+        return ApiError(400, msg, "exceed_context_size_error", {"n_prompt_tokens": n_prompt, "n_ctx": n_ctx})
     msg = (
         f"the prompt is {size}, over this model's limit of {limit} prompt tokens "
         f"(max_prompt_tokens; the context holds {n_ctx} tokens)"

@@ -7,6 +7,7 @@ share it, so it lives below them.
 
 from __future__ import annotations
 
+import math
 from typing import NotRequired, TypedDict
 
 from workers.inference.http._json import JsonObject
@@ -57,9 +58,8 @@ class RequestRecord(TypedDict, total=False):
     ``final`` once finished."""
 
     params: JsonObject  # llama-server's generation_settings, written as they are (never read back)
-    prompt: str
+    prompt: str  # the prompt's tokens detokenized, special tokens and all (llama-server's)
     n_prompt: int
-    verbose_prompt: str  # the prompt's tokens detokenized, special tokens and all: verbose requests only
     probs: list[TokenProbs]
     timings: Timings
     usage: CompletionUsage
@@ -84,6 +84,14 @@ class CompletionChoice(TypedDict):
     finish_reason: str | None
 
 
+class Telemetry(TypedDict, total=False):
+    """llama-server's telemetry on a stream's chunk: the timings so far (``timings_per_token``), or
+    the prompt's progress (``return_progress``: ``total``, ``cache``, ``processed``, ``time_ms``)."""
+
+    timings: Timings
+    prompt_progress: dict[str, float]
+
+
 class TextCompletion(TypedDict):
     """A ``text_completion`` object or chunk (the usage chunk lacks ``system_fingerprint``)."""
 
@@ -95,3 +103,25 @@ class TextCompletion(TypedDict):
     choices: list[CompletionChoice]
     usage: NotRequired[CompletionUsage]
     timings: NotRequired[Timings]
+    prompt_progress: NotRequired[dict[str, float]]  # llama-server's return_progress
+
+
+def shown_probs(entries: list[TokenProbs], req: RequestRecord) -> list[TokenProbs] | list[JsonObject]:
+    """``completion_probabilities`` entries as llama-server shows them: with the request's
+    ``post_sampling_probs``, probabilities (``prob``, ``top_probs``) in place of log-probabilities."""
+    if not req.get("params", {}).get("post_sampling_probs"):
+        return entries
+    shown: list[JsonObject] = [
+        {
+            "id": e["id"],
+            "token": e["token"],
+            "bytes": list(e["bytes"]),
+            "prob": math.exp(e["logprob"]),
+            "top_probs": [
+                {"id": t["id"], "token": t["token"], "bytes": list(t["bytes"]), "prob": math.exp(t["logprob"])}
+                for t in e["top_logprobs"]
+            ],
+        }
+        for e in entries
+    ]
+    return shown

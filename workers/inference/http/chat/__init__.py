@@ -2,6 +2,7 @@
 
 * ``_template``: the chat template, rendered as llama-server renders it; ``_template_caps``: what it can do.
 * ``_session``: a chat request's prompt, grammar and run (:class:`~._session.ChatRun`).
+* ``_tool_prompt``: the tools and ``tool_choice`` checked, the calls' grammar, the tools' system prompts.
 * ``_parse``: output -> content, reasoning, tool calls (pure), over ``_formats`` (the template
   families and their readers; pure) and ``_markup`` (JSON, XML, Python-call and harmony pieces; pure).
 * ``_grammar``: each family's tool-call grammar; ``_media``: a chat's images, sounds and videos.

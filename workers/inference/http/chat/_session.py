@@ -24,8 +24,6 @@ deltas a stream sends; the whole answer is the last parse.
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,8 +31,7 @@ from typing import Any
 
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import Json, JsonObject, LlamaKwargs
-from workers.inference.http._record import CompletionLogprobs, RequestRecord, TokenProbs
-from workers.inference.http.chat._grammar import tool_grammar as family_grammar
+from workers.inference.http._record import CompletionLogprobs, RequestRecord, Telemetry, TokenProbs
 from workers.inference.http.chat._media import media_prompt
 from workers.inference.http.chat._parse import (
     ChatMessage,
@@ -45,8 +42,16 @@ from workers.inference.http.chat._parse import (
     template_knows_tools,
     thinking_prompt,
 )
-from workers.inference.http.chat._template import Message, Rendered, message_text
+from workers.inference.http.chat._template import Message, Rendered
 from workers.inference.http.chat._template_caps import template_caps
+from workers.inference.http.chat._tool_prompt import (
+    call_grammar,
+    generic_system,
+    schema_gbnf,
+    tool_choice_mode,
+    tool_functions,
+    tools_system,
+)
 
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 # The sampling defaults of chats (llama-cpp-python's create_chat_completion's, kept for continuity).
@@ -69,13 +74,6 @@ _CHAT_ONLY = (
     "media",
     "reasoning_control",
 )
-_GENERIC_PROMPT = (
-    "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` "
-    "reply to the user's request"
-)
-
-
-_POLYFILL_PROMPT = "You can call any of the following tools to satisfy the user's requests: "
 
 
 @dataclass(frozen=True)
@@ -94,103 +92,6 @@ class ChatPlan:
     sampling: LlamaKwargs = field(default_factory=dict)  # create_completion's keyword values
     media: tuple[tuple[str, bytes], ...] = ()  # the chat's media files (kind, bytes), one marker each in the prompt
     reasoning_control: bool = False  # its reasoning may be ended while it runs (llama-server's; _control)
-
-
-def _tool_functions(tools: Json) -> list[JsonObject]:
-    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        raise ApiError(400, "'tools' must be a list of objects")
-    fns = []
-    for i, tool in enumerate(tools):
-        fn = tool.get("function")
-        if (
-            tool.get("type", "function") != "function"
-            or not isinstance(fn, dict)
-            or not isinstance(fn.get("name"), str)
-        ):
-            raise ApiError(400, f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., ...}}}}")
-        fns.append(fn)
-    return fns
-
-
-def _choice(tool_choice: Any, names: list[str]) -> tuple[str, list[str]]:
-    """``(mode, allowed names)``: mode ``auto``, ``required`` or ``none``."""
-    if tool_choice is None or tool_choice == "auto":
-        return "auto", names
-    if tool_choice in ("required", "none"):
-        return str(tool_choice), names
-    if isinstance(tool_choice, dict) and isinstance((tool_choice.get("function") or {}).get("name"), str):
-        name = tool_choice["function"]["name"]
-        if name not in names:
-            raise ApiError(400, f"tool_choice names {name!r}, which is not one of the tools")
-        return "required", [name]
-    raise ApiError(400, "'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {...}}")
-
-
-def _call_schema(fns: list[JsonObject], names: list[str], args_key: str) -> JsonObject:
-    variants: list[JsonObject] = [
-        {
-            "type": "object",
-            "properties": {"name": {"const": fn["name"]}, args_key: fn.get("parameters") or {"type": "object"}},
-            "required": ["name", args_key],
-        }
-        for fn in fns
-        if fn["name"] in names
-    ]
-    return variants[0] if len(variants) == 1 else {"anyOf": variants}
-
-
-def _gbnf(schema: Json, rule: str) -> str:
-    """The GBNF of ``schema`` with its root renamed ``rule`` (to embed it in a larger grammar)."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-    try:
-        text = json_schema_to_gbnf(json.dumps(schema))
-    except Exception as exc:  # the converter raises plain exceptions on schemas it cannot express
-        raise ApiError(400, f"a tool's parameters cannot be turned into a grammar: {exc}") from None
-    return re.sub(r"^root ::=", f"{rule} ::=", text, flags=re.MULTILINE)
-
-
-def tool_grammar(
-    syntax: str, fns: list[JsonObject], names: list[str], *, parallel: bool, free: bool, template: str = ""
-) -> str | None:
-    """GBNF for tool calls in ``syntax``; ``free`` (generic syntax only): a plain answer is allowed too.
-    None: the family has no grammar here (LFM2), the output is parsed without one."""
-    if syntax == "generic":
-        call = _call_schema(fns, names, "arguments")
-        calls: JsonObject = {"type": "array", "items": call, "minItems": 1, **({} if parallel else {"maxItems": 1})}
-        schema: JsonObject = {"type": "object", "properties": {"tool_calls": calls}, "required": ["tool_calls"]}
-        if free:
-            answer: JsonObject = {
-                "type": "object",
-                "properties": {"response": {"type": "string"}},
-                "required": ["response"],
-            }
-            schema = {"anyOf": [schema, answer]}
-        return _gbnf(schema, "root")
-    return family_grammar(syntax, fns, names, parallel=parallel, template=template)
-
-
-def _generic_system(messages: list[Message], fns: list[JsonObject]) -> list[Message]:
-    """llama.cpp's generic tool prompt, added to (or as) the system message."""
-    text = f"{_GENERIC_PROMPT}\n\nAvailable tools:\n" + "\n".join(json.dumps(fn, ensure_ascii=False) for fn in fns)
-    return _with_system(messages, text)
-
-
-def _with_system(messages: list[Message], text: str) -> list[Message]:
-    """``text`` added to the system message (or as one)."""
-    if messages and messages[0].get("role") == "system":
-        first = {**messages[0], "content": message_text(messages[0].get("content")) + "\n\n" + text}
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": text}, *messages]
-
-
-def _tools_system(messages: list[Message], fns: list[JsonObject]) -> list[Message]:
-    """The tools, for a template that writes calls but not the tools (minja's polyfill, which
-    llama.cpp used before its autoparser; without it such a model cannot know what it may call)."""
-    text = _POLYFILL_PROMPT + json.dumps(
-        [{"type": "function", "function": fn} for fn in fns], indent=2, ensure_ascii=False
-    )
-    return _with_system(messages, text)
 
 
 def _kwargs(body: LlamaKwargs, defaults: JsonObject) -> JsonObject:
@@ -240,8 +141,8 @@ def chat_prompt(renderer: Any, body: LlamaKwargs, defaults: JsonObject) -> tuple
     grammar: str | None = None
     kwargs = _kwargs(body, defaults)
     if tools:
-        fns = _tool_functions(tools)
-        mode, names = _choice(body.get("tool_choice"), [str(fn["name"]) for fn in fns])  # strings (checked)
+        fns = tool_functions(tools)
+        mode, names = tool_choice_mode(body.get("tool_choice"), [str(fn["name"]) for fn in fns])  # strings (checked)
         source = getattr(renderer, "source", "")
         family = syntax_of(source)
         native = template_knows_tools(source)
@@ -253,9 +154,9 @@ def chat_prompt(renderer: Any, body: LlamaKwargs, defaults: JsonObject) -> tuple
             # llama-server's default: the template's supports_parallel_tool_calls, as /props shows it
             parallel = bool(body.get("parallel_tool_calls", template_caps(source)["supports_parallel_tool_calls"]))
             if mode == "required" or syntax == "generic":
-                grammar = tool_grammar(syntax, fns, names, parallel=parallel, free=mode != "required", template=source)
+                grammar = call_grammar(syntax, fns, names, parallel=parallel, free=mode != "required", template=source)
         if not native:
-            messages = _tools_system(messages, fns) if own else _generic_system(messages, fns)
+            messages = tools_system(messages, fns) if own else generic_system(messages, fns)
             tools = None
     rendered = renderer.render(
         messages, tools=tools or None, add_generation_prompt=add_generation_prompt, kwargs=kwargs
@@ -271,7 +172,7 @@ def _response_grammar(fmt: JsonObject | None) -> str | None:
     from llama_cpp.llama_grammar import JSON_GBNF
 
     schema = fmt.get("schema")
-    return _gbnf(schema, "root") if schema else JSON_GBNF
+    return schema_gbnf(schema, "root") if schema else JSON_GBNF
 
 
 def plan_chat(renderer: Any, kwargs: LlamaKwargs, defaults: JsonObject, reasoning_default: str) -> ChatPlan:
@@ -290,7 +191,7 @@ def plan_chat(renderer: Any, kwargs: LlamaKwargs, defaults: JsonObject, reasonin
         sampling["stop"] = [*sampling.get("stop", []), *rendered.stops]
     family = syntax_of(getattr(renderer, "source", "") or "")
     tools = kwargs.get("tools") if syntax is not None else None
-    types = {str(fn["name"]): fn.get("parameters") or {} for fn in _tool_functions(tools)} if tools else {}
+    types = {str(fn["name"]): fn.get("parameters") or {} for fn in tool_functions(tools)} if tools else {}
     return ChatPlan(
         rendered=rendered,
         syntax=syntax,
@@ -326,6 +227,7 @@ class ChatRun:
         self.text = ""
         self.finish_reason = "stop"
         self.logprobs: list[TokenProbs] = []
+        self.extras: Telemetry = {}  # the step's llama-server telemetry: timings_per_token, prompt_progress
         rendered, media = plan.rendered, None
         if front.log_prompt is not None:  # llama-server's --log-prompts-dir: a chat's rendered prompt
             front.log_prompt(rendered.prompt)
@@ -361,6 +263,11 @@ class ChatRun:
             if choice.get("finish_reason") is not None:
                 self.finish_reason = choice["finish_reason"]
                 break
+            if "prompt_progress" in chunk:  # return_progress: a step of its own, with no deltas
+                self.extras = {"prompt_progress": chunk["prompt_progress"]}
+                yield [], []
+                continue
+            self.extras = {"timings": chunk["timings"]} if "timings" in chunk else {}
             self.text += choice.get("text", "")
             lp = _chat_logprobs(choice.get("logprobs"), self.plan.logprobs or 0)
             self.logprobs += lp

@@ -29,6 +29,7 @@ from workers.inference.http.dialects._llama_server import (
     native_completion_body,
     native_whole,
     props,
+    response_fields,
     tokenize,
 )
 from workers.inference.http.dialects._openai_chat import OpenAIChat
@@ -78,6 +79,7 @@ __all__ = [
     "props",
     "reasoning_control",
     "request_options",
+    "response_fields",
     "run_compat",
     "tokenize",
     "tokenize_mixed",

@@ -40,6 +40,7 @@ class LlamaSampling(TypedDict, total=False):
     penalty_last_n: int
     dry_sequence_breakers: tuple[str, ...]
     samplers: tuple[str, ...]
+    post_sampling_probs: bool  # /completion's only (set by the route, not read here)
 
 
 # llama-server's sampling fields beyond llama-cpp-python's keywords -> SamplingParams fields

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NotRequired, TypedDict
 
 from workers.inference.engine import SamplingParams
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import JsonObject, is_number, is_token, json_object
 from workers.inference.http._options import FrontOptions
-from workers.inference.http._record import RequestRecord, TextCompletion, Timings, TokenProbs
+from workers.inference.http._record import RequestRecord, TextCompletion, Timings, TokenProbs, shown_probs
 from workers.inference.http.chat import template_caps
 from workers.inference.http.dialects._requests import normalize_message
 from workers.inference.http.dialects._server_defaults import shown
@@ -155,6 +155,7 @@ def generation_settings(
     reasoning_format: str = "none",
     lora: Sequence[tuple[int, float]] = (),
     whole: bool = True,
+    post_sampling_probs: bool = False,
 ) -> JsonObject:
     """``params`` (the sampler's, :meth:`SamplingParams.to_json`) with the rest of llama-server's
     ``task_params::to_json``: a request's ``generation_settings``, or with ``whole`` false the
@@ -175,7 +176,7 @@ def generation_settings(
         "generation_prompt": "",
         "speculative.types": "none",
         "timings_per_token": False,
-        "post_sampling_probs": False,
+        "post_sampling_probs": post_sampling_probs,
         "backend_sampling": False,
         "lora": [{"id": i, "scale": scale} for i, scale in lora],
     }
@@ -280,7 +281,7 @@ def native_completion_body(body: JsonObject) -> JsonObject:
 class NativeCompletion(TypedDict):
     """llama-server's ``/completion`` response (``completion_probabilities`` first, when asked for)."""
 
-    completion_probabilities: NotRequired[list[TokenProbs]]
+    completion_probabilities: NotRequired[list[TokenProbs] | list[JsonObject]]
     index: int
     content: str
     tokens: list[int]
@@ -297,16 +298,42 @@ class NativeCompletion(TypedDict):
     stopping_word: NotRequired[str]
     tokens_cached: NotRequired[int]
     timings: NotRequired[Timings]
+    prompt_progress: NotRequired[dict[str, float]]
 
 
-def native_whole(result: TextCompletion, req: RequestRecord) -> NativeCompletion:
-    """An OpenAI completion object → llama-server's ``/completion`` response.
+def response_fields(body: JsonObject) -> list[str]:
+    """``/completion``'s ``response_fields``: the paths its final answer keeps (none: all of it). As
+    llama-server's ``json_value``, a value that is not a list of strings counts as none."""
+    fields = body.get("response_fields")
+    return fields if isinstance(fields, list) and all(isinstance(f, str) for f in fields) else []
+
+
+def pick_fields(fields: list[str], answer: Mapping[str, Any]) -> JsonObject:
+    """llama-server's ``json_get_nested_values``: each path (``a/b`` reads ``answer["a"]["b"]``) whose
+    value exists, under the path itself (``generation_settings/n_predict`` moves to the root)."""
+    out: JsonObject = {}
+    for path in fields:
+        value: Any = answer
+        for key in path.split("/"):
+            if not isinstance(value, Mapping) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
+
+
+def native_whole(
+    result: TextCompletion, req: RequestRecord, fields: list[str] | None = None
+) -> NativeCompletion | JsonObject:
+    """An OpenAI completion object → llama-server's ``/completion`` response (only ``fields`` if any).
 
     ``req`` is the request's record (kept by the front): ``params``, ``prompt``, ``n_prompt``,
     and once finished ``timings`` and the engine's ``final`` info (``id_slot``, ``tokens_cached``, ``stopping_word``).
     """
     choice = result["choices"][0]
-    return _native_whole(choice["text"], choice["finish_reason"], result["model"], req, stream=False)
+    whole = _native_whole(choice["text"], choice["finish_reason"], result["model"], req, stream=False)
+    return pick_fields(fields, whole) if fields else whole
 
 
 def _native_whole(text: str, reason: str | None, model: str, req: RequestRecord, *, stream: bool) -> NativeCompletion:
@@ -332,18 +359,20 @@ def _native_whole(text: str, reason: str | None, model: str, req: RequestRecord,
     }
     probs = req.get("probs")
     if probs and not stream:
-        return {"completion_probabilities": probs, **out}
+        return {"completion_probabilities": shown_probs(probs, req), **out}
     return out
 
 
-def native_chunks(chunks: Iterator[TextCompletion], req: RequestRecord) -> Iterator[NativeCompletion]:
+def native_chunks(
+    chunks: Iterator[TextCompletion], req: RequestRecord, fields: list[str] | None = None
+) -> Iterator[NativeCompletion | JsonObject]:
     """OpenAI completion chunks → llama-server's ``/completion`` stream: partial objects
-    with ``stop: false``, then the whole response (empty ``content``, ``stop: true``)."""
+    with ``stop: false``, then the whole response (empty ``content``, ``stop: true``; only ``fields`` if any)."""
     n = seen = 0
     for chunk in chunks:
         choice = chunk["choices"][0]
         if choice["finish_reason"] is None:
-            n += 1
+            n += "prompt_progress" not in chunk  # a progress chunk is no token
             part: NativeCompletion = {
                 "index": 0,
                 "content": choice["text"],
@@ -355,7 +384,12 @@ def native_chunks(chunks: Iterator[TextCompletion], req: RequestRecord) -> Itera
             }
             probs = req.get("probs") or []
             if len(probs) > seen:  # the tokens of this chunk
-                part["completion_probabilities"], seen = probs[seen:], len(probs)
+                part["completion_probabilities"], seen = shown_probs(probs[seen:], req), len(probs)
+            if "timings" in chunk:  # timings_per_token
+                part["timings"] = chunk["timings"]
+            if "prompt_progress" in chunk:  # return_progress
+                part["prompt_progress"] = chunk["prompt_progress"]
             yield part
             continue
-        yield _native_whole("", choice["finish_reason"], chunk["model"], req, stream=True)
+        whole = _native_whole("", choice["finish_reason"], chunk["model"], req, stream=True)
+        yield pick_fields(fields, whole) if fields else whole

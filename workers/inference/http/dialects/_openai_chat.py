@@ -60,6 +60,7 @@ class ChatCompletion(TypedDict):
     usage: NotRequired[CompletionUsage]
     id: str
     timings: NotRequired[Timings]
+    prompt_progress: NotRequired[dict[str, float]]  # llama-server's return_progress
 
 
 def message_json(msg: ChatMessage) -> AssistantMessage:
@@ -149,10 +150,20 @@ class OpenAIChat:
     def chunks(self, include_usage: bool) -> Iterator[ChatCompletion]:
         yield self._chunk({"role": "assistant", "content": None})
         for deltas, logprobs in self.run.deltas():
-            for i, d in enumerate(deltas):
-                yield self._chunk(delta_json(d), logprobs=logprobs if logprobs and i == 0 else None)
+            step = [
+                self._chunk(delta_json(d), logprobs=logprobs if logprobs and i == 0 else None)
+                for i, d in enumerate(deltas)
+            ]
             if logprobs and not deltas:
-                yield self._chunk({}, logprobs=logprobs)
+                step.append(self._chunk({}, logprobs=logprobs))
+            extras = self.run.extras
+            if "prompt_progress" in extras:  # llama-server: each progress chunk opens the assistant's turn
+                step.append(self._chunk({"role": "assistant", "content": None}))
+            if step and "timings" in extras:  # timings_per_token, on the step's last chunk
+                step[-1]["timings"] = extras["timings"]
+            if step and "prompt_progress" in extras:
+                step[-1]["prompt_progress"] = extras["prompt_progress"]
+            yield from step
         timings = self.run.result.get("timings", {})
         if not include_usage:
             yield self._chunk({}, self.run.finish_reason, timings=timings)

@@ -104,8 +104,16 @@ class CompletionShaper:
             self._offset = len(head)
             yield self._chunk(head, None, None)
         for ev in events:
+            if ev[0] == "p":  # llama-server's return_progress: an empty chunk with the prompt's progress
+                progress = self._chunk("", None, None)
+                progress["prompt_progress"] = ev[1]
+                yield progress
+                continue
             if ev[0] == "t":
-                yield self._chunk(ev[1], self._logprobs(ev[2], len(ev[1])), None)
+                chunk = self._chunk(ev[1], self._logprobs(ev[2], len(ev[1])), None)
+                if len(ev) > 3:  # timings_per_token
+                    chunk["timings"] = ev[3]
+                yield chunk
                 continue
             if suffix:
                 yield self._chunk(suffix, None, None)
@@ -124,6 +132,8 @@ class CompletionShaper:
             if ev[0] == "d":
                 finish, timings, final = ev[1], ev[2], ev[3]
                 break
+            if ev[0] == "p":
+                continue  # progress is for streams
             texts.append(ev[1])
             lp = self._logprobs(ev[2], len(ev[1]))
             if lp is not None:

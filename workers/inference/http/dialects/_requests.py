@@ -38,6 +38,9 @@ class RequestOptions(TypedDict, total=False):
     include_usage: bool
     native: bool
     verbose: bool  # OpenAI chats and completions: __verbose (dialects._verbose)
+    response_fields: list[str]  # native only: the paths its final answer keeps
+    return_progress: bool  # llama-server's prompt_progress chunks (streams only)
+    timings_per_token: bool  # llama-server's timings on every chunk
 
 
 _FLOAT_PARAMS = (
@@ -315,6 +318,10 @@ def request_options(body: JsonObject) -> RequestOptions:
             if not isinstance(value, bool):
                 raise ApiError(400, f"'{key}' must be a boolean")
             opts[key] = value
+    if body.get("return_progress") is True:  # as llama-server's json_value: anything else is the default
+        opts["return_progress"] = True
+    if body.get("timings_per_token") is True:
+        opts["timings_per_token"] = True
     lora = body.get("lora")
     if lora is not None:  # its own adapter set (checked against the adapters by the front)
         if not isinstance(lora, list):

@@ -257,8 +257,12 @@ class Response:
         yield self._event("response.in_progress", response=self._response("in_progress", []))
         items: list[str] = []  # "reasoning", "message" or "fc_<id>", in output order
         for deltas, _ in self.run.deltas():
-            for d in deltas:
-                yield from self._delta(d, items)
+            step = [event for d in deltas for event in self._delta(d, items)]
+            if "prompt_progress" in self.run.extras:  # return_progress: llama-server's in_progress event
+                step.append(self._event("response.in_progress", response=self._response("in_progress", [])))
+            if step:  # timings_per_token, prompt_progress: on the step's last event, as llama-server
+                step[-1].data.update(self.run.extras)
+            yield from step
         output = self._output(self.run.message)
         for index, item in enumerate(output):
             if item["type"] == "message":

@@ -49,9 +49,7 @@ def detokenized(llm: Any, tokens: list[int]) -> str:
 
 def _native(text: str, reason: str | None, model: str, record: RequestRecord, *, stream: bool) -> NativeCompletion:
     """The final result as llama-server's native ``/completion`` writes it, with the detokenized prompt."""
-    out = _native_whole("" if stream else text, reason, model, record, stream=stream)
-    out["prompt"] = record.get("verbose_prompt", "")
-    return out
+    return _native_whole("" if stream else text, reason, model, record, stream=stream)
 
 
 def _before_timings(answer: Any, native: NativeCompletion) -> dict[str, Any]:
@@ -101,6 +99,4 @@ def _each_chunk_verbose(chunks: Iterator[Any], record: RequestRecord) -> Iterato
 
     for native in native_chunks(tapped(), record):  # one native object for each chunk, in order
         chunk = seen.pop()
-        if native["stop"]:
-            native["prompt"] = record.get("verbose_prompt", "")
         yield {**chunk, KEY: native}

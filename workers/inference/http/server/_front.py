@@ -53,6 +53,7 @@ from workers.inference.http.dialects import (
     verbose_completion,
     with_final_fields,
 )
+from workers.inference.http.server._logit_bias import logit_bias_ids
 from workers.inference.http.server._multi import run_many, run_prompts
 from workers.inference.http.server._request import RequestContext, gbnf_text, request_events
 from workers.inference.llama import LlamaModel, MediaPrompt, Tokenizer, TokenizingCancelled
@@ -146,6 +147,8 @@ class CompletionFront:
                 id_slot=opts.get("id_slot", -1),
                 n_cache_reuse=opts.get("n_cache_reuse", 0),
                 verbose=opts.get("verbose", False),
+                return_progress=job.stream and opts.get("return_progress", False),
+                timings_per_token=opts.get("timings_per_token", False),
             )
             if job.kind == "chat":
                 result = self.create_chat_completion(**job.kwargs, include_usage=bool(opts.get("include_usage")))
@@ -161,10 +164,11 @@ class CompletionFront:
         result = verbose_completion(result, ctx.result, ctx.verbose and job.kind == "completion", stream=job.stream)
         if opts.get("native"):  # llama-server's /completion
             # ctx.result: params, prompt and n_prompt now; timings, usage and the final info once done
+            fields = opts.get("response_fields")
             if job.stream:
-                job.attach(native_chunks(result, ctx.result))
+                job.attach(native_chunks(result, ctx.result, fields))
             else:
-                job.attach(iter([native_whole(result, ctx.result)]))
+                job.attach(iter([native_whole(result, ctx.result, fields)]))
         elif job.kind != "completion":  # chats and their kin shape their own final fields
             job.attach(result if job.stream else iter([result]))
         elif job.stream:
@@ -275,7 +279,7 @@ class CompletionFront:
             mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta,
             seed=seed,
-            logit_bias=self._bias(logit_bias),
+            logit_bias=logit_bias_ids(self.llm, logit_bias, ignore_eos=self._ctx().ignore_eos),
             grammar=gbnf_text(grammar),
             n_probs=-1 if logprobs is None else int(logprobs),
             **(llama_sampling or {}),
@@ -284,8 +288,7 @@ class CompletionFront:
         ctx = self._ctx()
         cmpl_id = f"cmpl-{uuid.uuid4()}"
         req = self._submit(tokens, params, max_tokens or 0, stops, media, ctx.cmpl_id or cmpl_id)
-        self._record(ctx, params, stops, max_tokens=max_tokens or -1, stream=stream)
-        ctx.result["prompt"], ctx.result["n_prompt"] = prompt if isinstance(prompt, str) else "", len(tokens)
+        self._record(ctx, params, stops, tokens, max_tokens=max_tokens or -1, stream=stream)
         return self._shaped(
             req, ctx, cmpl_id, prompt, tokens, echo=echo, suffix=suffix or "", logprobs=bool(logprobs), stream=stream
         )
@@ -304,7 +307,6 @@ class CompletionFront:
         stream: bool,
     ) -> Any:
         """The request's events as OpenAI completion chunks, or as the whole completion (``echo``: after the prompt)."""
-        ctx.result["verbose_prompt"] = detokenized(self.llm, tokens) if ctx.verbose else ""  # dialects._verbose
         head = ""
         if echo:
             head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
@@ -316,9 +318,18 @@ class CompletionFront:
         return shape.whole(events, head, suffix, result)
 
     def _record(
-        self, ctx: RequestContext, params: SamplingParams, stops: tuple[str, ...], *, max_tokens: int, stream: bool
+        self,
+        ctx: RequestContext,
+        params: SamplingParams,
+        stops: tuple[str, ...],
+        tokens: list[int],
+        *,
+        max_tokens: int,
+        stream: bool,
     ) -> None:
-        """The request's ``generation_settings`` (what ``/completion`` answers with) into its record."""
+        """The request's ``generation_settings`` and prompt (what ``/completion`` answers with) into its
+        record: llama-server's ``prompt`` is the tokens evaluated, detokenized with their special tokens."""
+        ctx.result["prompt"], ctx.result["n_prompt"] = detokenized(self.llm, tokens), len(tokens)
         ctx.result["params"] = generation_settings(
             {**json_object(params.to_json()), "stop": list(stops)},
             n_predict=max_tokens,
@@ -328,24 +339,10 @@ class CompletionFront:
             logit_bias=params.logit_bias,
             reasoning_format=self.reasoning_format,
             lora=ctx.lora or (),
+            post_sampling_probs=params.post_sampling_probs,
         )
 
     # -- internals -----------------------------------------------------------------
-
-    def _bias(self, bias: dict[Any, float] | list[tuple[int | str, float]] | None) -> tuple[tuple[int, float], ...]:
-        """Token ids and biases: text keys tokenized (each of their tokens biased), and with
-        ``ignore_eos`` every end-of-generation token banned, as llama-server does."""
-        pairs = list(bias.items()) if isinstance(bias, dict) else list(bias or [])
-        out: list[tuple[int, float]] = []
-        for key, value in pairs:
-            if isinstance(key, str) and not key.lstrip("-").isdigit():
-                toks = self.llm.tokenize_whole(key.encode("utf-8"), add_special=False, parse_special=False)
-                out += [(t, float(value)) for t in toks]
-            else:
-                out.append((int(key), float(value)))
-        if self._ctx().ignore_eos:
-            out += [(t, float("-inf")) for t in self.llm.eog_tokens()]
-        return tuple(out)
 
     def _prompt_tokens(self, prompt: str | list[int | str]) -> list[int]:
         if isinstance(prompt, list) and any(isinstance(t, str) for t in prompt):
@@ -391,6 +388,8 @@ class CompletionFront:
             c.n_cache_reuse,
             cmpl_id,
             c.reasoning,
+            c.return_progress,
+            c.timings_per_token,
         )
         try:
             self.engine.enqueue(req)

@@ -21,6 +21,7 @@ from workers.inference.http.dialects import (
     parse_form,
     parse_json_object,
     request_options,
+    response_fields,
     transcription_chat,
     wants_verbose,
     with_defaults,
@@ -59,18 +60,22 @@ def make_job(app: InferenceApp, front: Callable[[str], Any], route: str, body: J
     verbose = app.front_options.verbose  # llama-server's -v: every OpenAI answer's __verbose, unless it asks
     if route == "/chat/completions":
         kwargs, stream = chat_request(body, name, media=media)
-        options = {**request_options(body), "verbose": wants_verbose(body, verbose)}
-        return Job("chat", kwargs, stream=stream, options=options)
+        chat_options: RequestOptions = {**request_options(body), "verbose": wants_verbose(body, verbose)}
+        return Job("chat", kwargs, stream=stream, options=dict(chat_options))
     if route == "/completions":
         kwargs, stream = completion_request(body, name, media=media)
-        return completion_job(app, kwargs, stream, {**request_options(body), "verbose": wants_verbose(body, verbose)})
+        openai_options: RequestOptions = {**request_options(body), "verbose": wants_verbose(body, verbose)}
+        return completion_job(app, kwargs, stream, openai_options)
     if route == "/infill":  # fill-in-the-middle: a native completion of the FIM prompt
         body = {**body, "prompt": infill_tokens(front(route), body, spm=app.front_options.spm_infill)}
         route = "/completion"
     if route == "/completion":  # llama-server's own shape
         front(route)
         kwargs, stream = completion_request(native_completion_body(body), name, media=media)
-        return completion_job(app, kwargs, stream, {**request_options(body), "native": True})
+        if body.get("post_sampling_probs") is True:  # n_probs read after the sampler chain
+            kwargs["llama_sampling"] = {**kwargs.get("llama_sampling", {}), "post_sampling_probs": True}
+        options: RequestOptions = {**request_options(body), "native": True, "response_fields": response_fields(body)}
+        return completion_job(app, kwargs, stream, options)
     if route in ("/rerank", "/reranking"):
         raise ApiError(501, "POST /rerank needs the batch engine (this worker runs --engine legacy)", _NOT_SUPPORTED)
     if not app.engine.embedding_enabled:

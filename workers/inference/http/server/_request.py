@@ -40,6 +40,8 @@ class RequestContext:
     cmpl_id: str = ""  # a chat's id (``chatcmpl-…``), set before its completion runs: a control names it
     reasoning: ReasoningControl | None = None  # a chat's reasoning_control
     verbose: bool = False  # llama-server's __verbose on an OpenAI chat or completion answer
+    return_progress: bool = False  # llama-server's prompt_progress chunks (a stream's)
+    timings_per_token: bool = False  # llama-server's timings on every chunk
     result: RequestRecord = field(default_factory=lambda: RequestRecord())  # timings and usage, once finished
 
 
