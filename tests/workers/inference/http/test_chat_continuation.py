@@ -155,3 +155,16 @@ def test_what_llama_server_refuses(messages: list[dict[str, Any]], body: dict[st
     )
     with pytest.raises(ApiError, match=refusal):
         chat_prompt(renderer, {"messages": messages, **body}, {})
+
+
+def test_without_prefill_assistant_the_last_message_is_whole() -> None:
+    """``--no-prefill-assistant`` (``prefill_assistant=False``): the last assistant message is rendered
+    as a past turn, closed, and two at the end are no refusal; the explicit field still continues."""
+    renderer = JinjaRenderer(
+        (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(), bos="", eos="", add_bos=False, add_eos=False
+    )
+    twice = [*ASK, {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "Whill"}]
+    body = {"messages": twice, "add_generation_prompt": False}
+    assert chat_prompt(renderer, body, {}, prefill_assistant=False)[0].prompt.endswith("Whill<|im_end|>\n")
+    asked = {"messages": [*ASK, twice[-1]], "add_generation_prompt": False, "continue_final_message": True}
+    assert chat_prompt(renderer, asked, {}, prefill_assistant=False)[0].prompt.endswith("</think>\n\nWhill")

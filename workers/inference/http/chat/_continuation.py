@@ -62,14 +62,17 @@ def _field(value: Json) -> str | None:
     return str(value) if value in (CONTENT, REASONING) else None
 
 
-def continuation(messages: Sequence[Message], add_generation_prompt: bool, asked: Json) -> Continuation | None:
+def continuation(
+    messages: Sequence[Message], add_generation_prompt: bool, asked: Json, *, prefill_assistant: bool = True
+) -> Continuation | None:
     """The chat's continuation, or None; refused (400, llama-server's words) as ``oaicompat_chat_params_parse``
     refuses them: ``continue_final_message`` with ``add_generation_prompt`` (true by default), two
-    assistant messages at the end, or a continued message with tool calls."""
+    assistant messages at the end, or a continued message with tool calls. ``prefill_assistant``:
+    llama-server's ``--prefill-assistant`` (its default; off, a last assistant message is a whole one)."""
     mode = _field(asked)
     last = messages[-1] if messages else None
     roles = [m.get("role") for m in messages[-2:]]
-    if mode is None and last is not None and last.get("role") == "assistant":
+    if mode is None and prefill_assistant and last is not None and last.get("role") == "assistant":
         if roles == ["assistant", "assistant"]:
             raise ApiError(400, "Cannot have 2 or more assistant messages at the end of the list.")
         mode, add_generation_prompt = "", False

@@ -116,14 +116,19 @@ def _kwargs(body: LlamaKwargs, defaults: JsonObject) -> JsonObject:
     return kwargs
 
 
-def chat_prompt(renderer: Any, body: LlamaKwargs, defaults: JsonObject) -> tuple[Rendered, str | None, str | None]:
-    """``(rendered prompt, tool syntax, grammar)`` of a validated chat request (see the module docstring)."""
+def chat_prompt(
+    renderer: Any, body: LlamaKwargs, defaults: JsonObject, *, prefill_assistant: bool = True
+) -> tuple[Rendered, str | None, str | None]:
+    """``(rendered prompt, tool syntax, grammar)`` of a validated chat request (see the module docstring;
+    ``prefill_assistant``: a last assistant message is continued, llama-server's default)."""
     messages: list[Message] = list(body["messages"])
     tools = body.get("tools")
     add_generation_prompt = body.get("add_generation_prompt", True)
     if not isinstance(add_generation_prompt, bool):
         raise ApiError(400, "'add_generation_prompt' must be a boolean")
-    cont = continuation(messages, add_generation_prompt, body.get("continue_final_message"))
+    cont = continuation(
+        messages, add_generation_prompt, body.get("continue_final_message"), prefill_assistant=prefill_assistant
+    )
     syntax: str | None = None
     grammar: str | None = None
     kwargs = _kwargs(body, defaults)
