@@ -491,8 +491,11 @@ def test_the_template_renders_tools_and_its_own_calls_read_back(file: str, famil
     assert "get_weather" in asked.prompt and syntax == family and grammar is None
     if file in WRITES_NO_PAST_CALLS:
         return
-    past, _, _ = chat_prompt(
-        renderer, {"messages": [ASK, CALLED], "tools": [WEATHER_TOOL], "add_generation_prompt": False}, {}
+    past, _, _ = chat_prompt(  # a last assistant turn rendered whole (--no-prefill-assistant), not continued
+        renderer,
+        {"messages": [ASK, CALLED], "tools": [WEATHER_TOOL], "add_generation_prompt": False},
+        {},
+        prefill_assistant=False,
     )
     # what the assistant wrote: after the generation prompt, or after the question where the
     # template renders a past turn differently (a reasoning model drops its thinking)

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.inference.http._errors import ApiError
-from workers.inference.http._json import Json, JsonObject, LlamaKwargs
+from workers.inference.http._json import JsonObject, LlamaKwargs
 from workers.inference.http._record import CompletionLogprobs, RequestRecord, Telemetry, TokenProbs
+from workers.inference.http.chat._continuation import continuation, continue_chat
 from workers.inference.http.chat._media import media_prompt
 from workers.inference.http.chat._parse import (
     ChatMessage,
@@ -115,28 +116,19 @@ def _kwargs(body: LlamaKwargs, defaults: JsonObject) -> JsonObject:
     return kwargs
 
 
-def check_continuation(messages: list[Message], add_generation_prompt: bool, continuation: Json) -> None:
-    """llama-server's refusals of a chat's ending (``oaicompat_chat_params_parse``, with its default
-    ``--prefill-assistant``): ``continue_final_message`` (true, ``"content"`` or ``"reasoning_content"``)
-    with ``add_generation_prompt`` (true by default), or two assistant messages at the end."""
-    continues = continuation is True or continuation in ("content", "reasoning_content")
-    roles = [m.get("role") for m in messages[-2:]]
-    if not continues and roles == ["assistant", "assistant"]:
-        raise ApiError(400, "Cannot have 2 or more assistant messages at the end of the list.")
-    if continues and add_generation_prompt:
-        raise ApiError(400, "Cannot set both add_generation_prompt and continue_final_message to true.")
-    if continues and messages and messages[-1].get("role") == "assistant" and messages[-1].get("tool_calls"):
-        raise ApiError(400, "Cannot continue an assistant message that contains tool calls.")
-
-
-def chat_prompt(renderer: Any, body: LlamaKwargs, defaults: JsonObject) -> tuple[Rendered, str | None, str | None]:
-    """``(rendered prompt, tool syntax, grammar)`` of a validated chat request (see the module docstring)."""
+def chat_prompt(
+    renderer: Any, body: LlamaKwargs, defaults: JsonObject, *, prefill_assistant: bool = True
+) -> tuple[Rendered, str | None, str | None]:
+    """``(rendered prompt, tool syntax, grammar)`` of a validated chat request (see the module docstring;
+    ``prefill_assistant``: a last assistant message is continued, llama-server's default)."""
     messages: list[Message] = list(body["messages"])
     tools = body.get("tools")
     add_generation_prompt = body.get("add_generation_prompt", True)
     if not isinstance(add_generation_prompt, bool):
         raise ApiError(400, "'add_generation_prompt' must be a boolean")
-    check_continuation(messages, add_generation_prompt, body.get("continue_final_message"))
+    cont = continuation(
+        messages, add_generation_prompt, body.get("continue_final_message"), prefill_assistant=prefill_assistant
+    )
     syntax: str | None = None
     grammar: str | None = None
     kwargs = _kwargs(body, defaults)
@@ -158,6 +150,8 @@ def chat_prompt(renderer: Any, body: LlamaKwargs, defaults: JsonObject) -> tuple
         if not native:
             messages = tools_system(messages, fns) if own else generic_system(messages, fns)
             tools = None
+    if cont is not None:  # a prefilled answer, or continue_final_message (_continuation)
+        return continue_chat(renderer, messages, tools or None, kwargs, cont), syntax, grammar
     rendered = renderer.render(
         messages, tools=tools or None, add_generation_prompt=add_generation_prompt, kwargs=kwargs
     )
@@ -198,7 +192,7 @@ def plan_chat(renderer: Any, kwargs: LlamaKwargs, defaults: JsonObject, reasonin
         family=family,
         types=types,
         grammar=grammar,
-        thinking=thinking_prompt(rendered.prompt, family),
+        thinking=thinking_prompt(rendered.prompt.removesuffix(rendered.prefill), family),
         reasoning_format="deepseek" if fmt == "auto" else fmt,
         logprobs=(20 if top is None else top) if kwargs.get("logprobs") else None,  # llama-server's default: 20
         sampling=sampling,
@@ -224,7 +218,7 @@ class ChatRun:
         self.plan = plan
         self.result = result  # the request's record: timings, usage, final (filled as it ends)
         self.message = ChatMessage()
-        self.text = ""
+        self.text = ""  # what the model wrote (the answer reads it after the prompt's prefill)
         self.finish_reason = "stop"
         self.logprobs: list[TokenProbs] = []
         self.extras: Telemetry = {}  # the step's llama-server telemetry: timings_per_token, prompt_progress
@@ -242,11 +236,13 @@ class ChatRun:
             tokens, stream=True, grammar=grammar, logprobs=plan.logprobs, media=media, **plan.sampling
         )
         self._ids = uuid.uuid4().hex[:12]
+        if rendered.quiet_prefill:  # continue_final_message: the stream starts after the prefill
+            self.message = self._parse(final=False)
 
     def _parse(self, final: bool) -> ChatMessage:
         p = self.plan
         return parse(
-            self.text,
+            p.rendered.prefill + self.text,
             syntax=p.syntax,
             reasoning_format=p.reasoning_format,
             thinking=p.thinking,

@@ -54,11 +54,16 @@ Message = dict[str, Any]  # Any: OpenAI message values (strings, part lists, too
 
 @dataclass(frozen=True)
 class Rendered:
-    """A rendered chat: the prompt text, whether the tokenizer adds BOS, and the format's stop strings."""
+    """A rendered chat: the prompt text, whether the tokenizer adds BOS, and the format's stop strings;
+    a chat that continues its last message (``_continuation``) also has the prompt's tail that the
+    answer starts with (after the reasoning's opening tag, if it opened it), and whether a stream
+    leaves it out (``continue_final_message``)."""
 
     prompt: str
     add_special: bool = True
     stops: tuple[str, ...] = ()
+    prefill: str = ""
+    quiet_prefill: bool = False
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,10 @@ def apply_template(front: Any, body: JsonObject) -> JsonObject:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     media: list[tuple[str, bytes]] | None = [] if getattr(front.llm, "projector", None) is not None else None
-    kwargs: JsonObject = {"messages": [normalize_message(i, m, media) for i, m in enumerate(messages)]}
+    last = len(messages) - 1
+    kwargs: JsonObject = {
+        "messages": [normalize_message(i, m, media, prefill=i == last) for i, m in enumerate(messages)]
+    }
     kwargs.update({key: body[key] for key in _TEMPLATE_KEYS if body.get(key) is not None})
     return {"prompt": front.plan_chat(kwargs).rendered.prompt}
 

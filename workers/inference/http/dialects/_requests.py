@@ -160,9 +160,11 @@ def _media_content(i: int, content: list[Json], media: Media) -> str:
     return text
 
 
-def normalize_message(i: int, msg: Json, media: Media | None = None) -> JsonObject:
+def normalize_message(i: int, msg: Json, media: Media | None = None, *, prefill: bool = False) -> JsonObject:
     """One chat message, validated; media parts need ``media`` (a model with a projector: their files
-    are appended to it and the content carries markers), else they are refused (:class:`MediaInput`)."""
+    are appended to it and the content carries markers), else they are refused (:class:`MediaInput`).
+    ``prefill``: the chat's last message, whose text parts, if it is the assistant's, are joined by a
+    blank line, as llama-server writes the message it continues (``render_content``)."""
     if not isinstance(msg, dict):
         raise ApiError(400, f"messages[{i}] must be an object")
     role = msg.get("role")
@@ -192,7 +194,7 @@ def normalize_message(i: int, msg: Json, media: Media | None = None) -> JsonObje
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(piece, str):
                 raise ApiError(400, f"messages[{i}].content: only text parts are supported")
             texts.append(piece)
-        out["content"] = "".join(texts)
+        out["content"] = ("\n\n" if prefill and role == "assistant" else "").join(texts)
     elif content is not None and not isinstance(content, str):
         raise ApiError(400, f"messages[{i}].content must be a string, a list of parts or null")
     return out
@@ -209,7 +211,8 @@ def chat_request(
         raise ApiError(400, "'messages' is required and must be a non-empty list")
     kwargs = _sampling_kwargs(body)
     files: Media | None = [] if media else None
-    kwargs["messages"] = [normalize_message(i, m, files) for i, m in enumerate(messages)]
+    last = len(messages) - 1
+    kwargs["messages"] = [normalize_message(i, m, files, prefill=i == last) for i, m in enumerate(messages)]
     if files:
         kwargs["media"] = files
     for key in (

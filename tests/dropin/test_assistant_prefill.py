@@ -1,0 +1,120 @@
+"""llama-server's assistant prefill and ``continue_final_message``, served: ``modelrouter serve -m FILE
+--jinja`` as llama.cpp's ``test_chat_template_assistant_prefill`` and
+``test_chat_template_continue_final_message_vllm_compat`` start it (``--chat-template-file`` the
+Llama 3.1 template, ``-v`` for ``__verbose``), and a real decode on a tiny model that answers ``<R>``
+after a newline, whatever came before (``devtools.tiny_gguf``'s ``reply``): its template's
+generation prompt ends without one, so only a prompt that ends with the prefilled ``Sure:\\n`` gets
+``<R>``. What the answers hold is what the real llama-server answered to the same requests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
+
+TEMPLATES = Path(__file__).parents[1] / "workers" / "inference" / "http" / "chat_templates"
+ASK = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}]
+LLAMA31_END = (
+    "<|start_header_id|>user<|end_header_id|>\n\nWhat is the best book<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n"
+)
+# ChatML whose generation prompt ends without a newline: the tiny model answers <R> after one only.
+NO_NEWLINE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant{% endif %}"
+)
+SURE = [{"role": "user", "content": "Well?"}, {"role": "assistant", "content": "Sure:\n"}]
+pytestmark = pytest.mark.timeout(240)
+
+
+def _serve(root: Path, *args: str) -> ServiceProcess:
+    return ServiceProcess(root / "home", args=[*args, "-c", "512", "-np", "1"]).start(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def llama31(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("llama31")
+    write_tiny_gguf(root / "tiny.gguf", n_ctx=512)
+    template = str(TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja")
+    proc = _serve(root, "-m", str(root / "tiny.gguf"), "--jinja", "--chat-template-file", template, "-v")
+    yield proc.url
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def replying(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("replying")
+    write_tiny_gguf(root / "reply.gguf", n_ctx=512, reply="<R>", chat_template=NO_NEWLINE)
+    proc = _serve(root, "-m", str(root / "reply.gguf"), "--jinja")
+    yield proc.url
+    proc.stop()
+
+
+def _post(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    answer = httpx.post(f"{url}{path}", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    out: dict[str, Any] = answer.json()
+    return out
+
+
+def _events(url: str, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.stream("POST", f"{url}{path}", json={**body, "stream": True}, timeout=120) as answer:
+        assert answer.status_code == 200, answer.read()
+        return [json.loads(line[6:]) for line in answer.iter_lines() if line.startswith("data: {")]
+
+
+@pytest.mark.parametrize(
+    ("prefill", "expected"),
+    [("Whill", "Whill"), ([{"type": "text", "text": "Wh"}, {"type": "text", "text": "ill"}], "Wh\n\nill")],
+)
+def test_chat_template_assistant_prefill(llama31: str, prefill: Any, expected: str) -> None:
+    """Upstream's test: the evaluated prompt (``__verbose``) ends inside the assistant's open turn;
+    ``/apply-template`` shows that prompt."""
+    body = {"max_tokens": 8, "messages": [*ASK, {"role": "assistant", "content": prefill}]}
+    answer = _post(llama31, "/chat/completions", body)
+    assert answer["__verbose"]["prompt"].endswith(LLAMA31_END + expected)
+    assert _post(llama31, "/apply-template", body)["prompt"].endswith(LLAMA31_END + expected)
+
+
+def test_chat_template_continue_final_message_vllm_compat(llama31: str) -> None:
+    """Upstream's test: vLLM's explicit field renders the same prompt."""
+    last = {"role": "assistant", "content": "Whill"}
+    body = {"max_tokens": 8, "add_generation_prompt": False, "continue_final_message": True, "messages": [*ASK, last]}
+    answer = _post(llama31, "/chat/completions", body)
+    assert answer["__verbose"]["prompt"].endswith(LLAMA31_END + "Whill")
+
+
+def test_the_reply_continues_the_prefilled_text(replying: str) -> None:
+    """The model goes on from the prefill (``<R>`` follows its newline, then the end of turn); the
+    answer's content is the prefill and the continuation, ``__verbose``'s the generated text only;
+    streamed, the prefill comes in the first delta, except under ``continue_final_message``."""
+    body = {"messages": SURE, "max_tokens": 4, "temperature": 0, "verbose": True}
+    answer = _post(replying, "/v1/chat/completions", body)
+    assert answer["choices"][0]["message"]["content"] == "Sure:\n<R>"
+    assert answer["choices"][0]["finish_reason"] == "stop" and answer["__verbose"]["content"] == "<R>"
+    deltas = [c["choices"][0]["delta"].get("content") for c in _events(replying, "/v1/chat/completions", body)]
+    assert "".join(d for d in deltas if d) == "Sure:\n<R>"
+    asked = {**body, "continue_final_message": True, "add_generation_prompt": False}
+    assert _post(replying, "/v1/chat/completions", asked)["choices"][0]["message"]["content"] == "Sure:\n<R>"
+    deltas = [c["choices"][0]["delta"].get("content") for c in _events(replying, "/v1/chat/completions", asked)]
+    assert "".join(d for d in deltas if d) == "<R>"
+
+
+def test_anthropic_assistant_prefill_continues(replying: str) -> None:
+    """Anthropic's prefill (a last assistant turn): llama-server converts the request to a chat and
+    continues it the same way; the text block is the prefill and the continuation, streamed too."""
+    body = {"model": "any", "max_tokens": 4, "temperature": 0, "messages": SURE}
+    reply = _post(replying, "/v1/messages", body)
+    assert reply["content"] == [{"type": "text", "text": "Sure:\n<R>"}] and reply["stop_reason"] == "end_turn"
+    texts = [
+        e["delta"]["text"] for e in _events(replying, "/v1/messages", body) if e.get("type") == "content_block_delta"
+    ]
+    assert "".join(texts) == "Sure:\n<R>"
