@@ -1,0 +1,85 @@
+"""The upstream-suite runner's pure parts: JUnit outcomes, the comparison, the report, the requirements."""
+
+from __future__ import annotations
+
+from devtools.upstream_report import Outcome, by_reason, compare, count, parse_junit, render_markdown
+from devtools.upstream_suite import SHIM, missing_requirements, requirement_names
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="5">
+  <testcase classname="unit.test_basic" name="test_server_start_simple" time="1.5" />
+  <testcase classname="unit.test_basic" name="test_server_models" time="2.0">
+    <failure message="AssertionError: assert 'a:F32' == 'tinyllama-2'&#10;second line">trace</failure>
+  </testcase>
+  <testcase classname="unit.test_chat_completion" name="test_chat[None-8]" time="0.5">
+    <error message="failed on setup with &quot;RuntimeError: Server process died with return code 1&quot;">x</error>
+  </testcase>
+  <testcase classname="unit.test_lora" name="test_lora" time="0">
+    <skipped type="pytest.skip" message="skipping slow test">s</skipped>
+  </testcase>
+  <testcase classname="unit.test_router.TestGroup" name="test_load" time="3">
+    <failure message="assert 500 == 200">f</failure><error message="teardown">e</error>
+  </testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_junit_cases_become_node_ids_with_outcome_and_first_line_of_the_reason() -> None:
+    outcomes = parse_junit(JUNIT)
+    assert outcomes["unit/test_basic.py::test_server_start_simple"] == Outcome("passed", "", 1.5)
+    assert outcomes["unit/test_basic.py::test_server_models"] == Outcome(
+        "failed", "AssertionError: assert 'a:F32' == 'tinyllama-2'", 2.0
+    )
+    assert outcomes["unit/test_chat_completion.py::test_chat[None-8]"].outcome == "error"
+    assert outcomes["unit/test_lora.py::test_lora"] == Outcome("skipped", "skipping slow test", 0.0)
+    # a failure beats the error of its teardown; a class becomes a node id part
+    assert outcomes["unit/test_router.py::TestGroup::test_load"].outcome == "failed"
+    assert count(outcomes) == {"passed": 1, "failed": 2, "error": 1, "skipped": 1, "total": 5}
+
+
+def test_the_comparison_counts_only_what_llama_server_passes() -> None:
+    p, f = Outcome("passed"), Outcome("failed", "assert 1 == 2")
+    theirs = {"a": p, "b": p, "c": f, "d": p, "e": f}
+    ours = {"a": p, "b": f, "c": p, "e": f}
+    c = compare(theirs, ours)
+    assert (c.total, c.theirs_passed, c.ours_passed_of_theirs) == (5, 3, 1)
+    assert c.regressions == {"b": f}
+    assert c.gains == {"c": f}  # what llama-server said about the test we pass
+    assert c.missing == ("d",)
+
+
+def test_failures_group_by_the_shape_of_their_reason() -> None:
+    outcomes = {
+        "x::1": Outcome("failed", "assert 'a' == 'tinyllama-2'"),
+        "x::2": Outcome("failed", "assert 'b' == 'tinyllama-infill'"),
+        "x::3": Outcome("failed", "Server process died with return code 1"),
+    }
+    assert by_reason(outcomes) == {
+        "assert '…' == '…'": ["x::1", "x::2"],
+        "Server process died with return code N": ["x::3"],
+    }
+
+
+def test_the_report_gives_both_counts_and_each_difference_with_its_reason() -> None:
+    theirs = {"unit/test_a.py::t1": Outcome("passed"), "unit/test_a.py::t2": Outcome("passed")}
+    ours = {"unit/test_a.py::t1": Outcome("passed"), "unit/test_a.py::t2": Outcome("failed", "assert 400 == 200")}
+    text = render_markdown(
+        {"llama-server": theirs, "modelrouter": ours}, {"llama-server": 10.0}, "llama-server", "modelrouter"
+    )
+    assert "llama-server passes 2 of 2; modelrouter passes 1 of those 2 (50 %)" in text
+    assert "- `t2`: failed: assert 400 == 200" in text
+
+
+def test_requirements_are_named_without_pins_and_only_the_unimportable_are_missing() -> None:
+    text = (
+        "aiohttp~=3.9.3\npytest~=8.3.3\npytest-xdist~=3.6\n# comment\nprometheus-client~=0.20.0\nno-such-module-x>=1\n"
+    )
+    assert requirement_names(text) == ["aiohttp", "pytest", "pytest-xdist", "prometheus-client", "no-such-module-x"]
+    assert "no-such-module-x" in missing_requirements(text)
+    assert "pytest" not in missing_requirements(text)
+
+
+def test_the_shim_passes_argv_through_to_modelrouter_serve_unchanged() -> None:
+    text = SHIM.format(homes="/h", root="/r", python="/p")
+    assert text.splitlines()[-1] == 'exec "/p" -m service.cli serve "$@"'
+    assert 'MODELROUTER_HOME="$home"' in text
