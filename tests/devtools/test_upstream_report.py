@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from devtools.upstream_report import Outcome, by_reason, compare, count, parse_junit, render_markdown
+from devtools.upstream_report import Outcome, by_reason, compare, count, deliberate_reason, parse_junit, render_markdown
 from devtools.upstream_suite import SHIM, missing_requirements, requirement_names
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
@@ -48,6 +48,18 @@ def test_the_comparison_counts_only_what_llama_server_passes() -> None:
     assert c.missing == ("d",)
 
 
+def test_differences_on_purpose_are_kept_apart_with_their_reason() -> None:
+    p, f = Outcome("passed"), Outcome("failed", "assert 403 == 200")
+    known = (("unit/test_tools_builtin.py::*", "no built-in tools"),)
+    theirs = {"unit/test_tools_builtin.py::test_read_file": p, "unit/test_basic.py::test_models": p}
+    ours = {"unit/test_tools_builtin.py::test_read_file": f, "unit/test_basic.py::test_models": f}
+    c = compare(theirs, ours, known)
+    assert c.deliberate == {"unit/test_tools_builtin.py::test_read_file": "no built-in tools"}
+    assert list(c.regressions) == ["unit/test_basic.py::test_models"]
+    assert deliberate_reason("unit/test_mcp_servers.py::test_mcp_tool_invocation") is not None
+    assert deliberate_reason("unit/test_basic.py::test_server_models") is None
+
+
 def test_failures_group_by_the_shape_of_their_reason() -> None:
     outcomes = {
         "x::1": Outcome("failed", "assert 'a' == 'tinyllama-2'"),
@@ -66,7 +78,9 @@ def test_the_report_gives_both_counts_and_each_difference_with_its_reason() -> N
     text = render_markdown(
         {"llama-server": theirs, "modelrouter": ours}, {"llama-server": 10.0}, "llama-server", "modelrouter"
     )
-    assert "llama-server passes 2 of 2; modelrouter passes 1 of those 2 (50 %)" in text
+    assert (
+        "llama-server passes 2 of 2; modelrouter passes 1 of those 2 (50 %); 0 more differ on purpose, 1 do not" in text
+    )
     assert "- `t2`: failed: assert 400 == 200" in text
 
 
