@@ -1,7 +1,10 @@
-"""The upstream-suite runner's pure parts: JUnit outcomes, the comparison, the report, the requirements."""
+"""The upstream-suite runner's pure parts: JUnit outcomes, the comparison, the report, the requirements, the stand-ins' names."""
 
 from __future__ import annotations
 
+import re
+
+from devtools.upstream_models import REPOS, TINYGEMMA_PRESET
 from devtools.upstream_report import Outcome, by_reason, compare, count, deliberate_reason, parse_junit, render_markdown
 from devtools.upstream_suite import SHIM, missing_requirements, requirement_names
 
@@ -97,3 +100,25 @@ def test_the_shim_passes_argv_through_to_modelrouter_serve_unchanged() -> None:
     text = SHIM.format(homes="/h", root="/r", python="/p")
     assert text.splitlines()[-1] == 'exec "/p" -m service.cli serve "$@"'
     assert 'MODELROUTER_HOME="$home"' in text
+
+
+def _tag(file_name: str) -> str:
+    """The quantization tag llama.cpp reads off a file name (common/download.cpp, ``re_tag``)."""
+    m = re.search(r"[-.]([A-Z0-9_]+)$", file_name.rsplit("/", 1)[-1].removesuffix(".gguf"), re.IGNORECASE)
+    return m.group(1).upper() if m else ""
+
+
+def test_the_stand_ins_are_named_so_that_llama_cpp_picks_them_under_the_ids_the_tests_use() -> None:
+    # the ids the upstream tests name (repo without --hf-file: the model is picked by its tag)
+    for cache_id in (
+        "ggml-org/test-model-stories260K:F32",
+        "ggml-org/test-model-stories260K-infill:F32",
+        "ggml-org/tinygemma3-GGUF:Q8_0",
+        "ggml-org/test-model-router-download:F16",
+    ):
+        repo, tag = cache_id.split(":")
+        models = [f for f in REPOS[repo] if f.endswith(".gguf") and "mmproj" not in f]
+        assert [_tag(f) for f in models] == [tag], cache_id
+    assert any("mmproj" in f for f in REPOS["ggml-org/tinygemma3-GGUF"])
+    for repo in re.findall(r"hf-repo = ([^:\n]+)", TINYGEMMA_PRESET):
+        assert repo in REPOS
