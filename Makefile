@@ -32,7 +32,7 @@ llama-server: | $(BIN)/python
 	$(LLAMA_BUILD) llama-server
 
 # llama.cpp's own server tests, unmodified, against llama-server and `modelrouter serve` (devtools/upstream_suite.py;
-# ~1 h on 2 cores: every test starts a server, so `make test` leaves it out). Their requirements are installed
+# ~20 min on 2 cores: every test starts a server, so `make test` leaves it out). Their requirements are installed
 # unpinned when missing; UPSTREAM_ARGS passes options, e.g. UPSTREAM_ARGS="--files test_basic.py --target modelrouter".
 UPSTREAM_ARGS ?=
 upstream-suite: install llama-server
