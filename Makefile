@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_BUILD := $(BIN)/python -m devtools.llama_build
 PIP_INSTALL = $(BIN)/pip install --find-links "$$($(LLAMA_BUILD) wheel)"
 
-.PHONY: install run migrate lint test browser postgres ffmpeg wheel-check bench demo cluster-demo verify clean llama-wheel llama-server
+.PHONY: install run migrate lint test browser postgres ffmpeg wheel-check bench demo cluster-demo verify clean llama-wheel llama-server upstream-suite
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,14 @@ llama-wheel: | $(BIN)/python
 	$(LLAMA_BUILD) wheel
 llama-server: | $(BIN)/python
 	$(LLAMA_BUILD) llama-server
+
+# llama.cpp's own server tests, unmodified, against llama-server and `modelrouter serve` (devtools/upstream_suite.py;
+# ~20 min on 2 cores: every test starts a server, so `make test` leaves it out). Their requirements are installed
+# unpinned when missing; UPSTREAM_ARGS passes options, e.g. UPSTREAM_ARGS="--files test_basic.py --target modelrouter".
+UPSTREAM_ARGS ?=
+upstream-suite: install llama-server
+	@missing="$$($(BIN)/python -m devtools.upstream_suite missing)"; [ -z "$$missing" ] || $(BIN)/pip install $$missing
+	$(BIN)/python -m devtools.upstream_suite $(UPSTREAM_ARGS)
 
 migrate: install
 	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/python -c "from service.settings import Settings; from service.recovery.migrate import upgrade; upgrade(Settings.from_env().db_path)"

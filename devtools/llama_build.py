@@ -278,9 +278,14 @@ def check() -> None:
     print(f"llama-cpp-python runs here (AMX off): {info.strip()}")
 
 
+def llama_server_path() -> Path:
+    """Where :func:`llama_server` keeps the binary it builds (which may not be there yet)."""
+    return cache_root() / f"llama-server-{build_key()}" / "llama-server"
+
+
 def llama_server() -> Path:
     """llama-server from the llama.cpp that llama-cpp-python vendors, built with the same flags as the wheel."""
-    binary = cache_root() / f"llama-server-{build_key()}" / "llama-server"
+    binary = llama_server_path()
     if binary.exists():
         return binary
     source = vendored_llama_cpp()
