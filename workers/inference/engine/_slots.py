@@ -15,11 +15,14 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.inference.engine._reasoning import ReasoningControl
 from workers.inference.engine._sampling import SamplingParams
 from workers.inference.engine._views import SlotView
+
+if TYPE_CHECKING:
+    from workers.inference.engine._preempt import Resume
 
 _request_ids = itertools.count(1)
 
@@ -55,10 +58,17 @@ class Request:
     reasoning: ReasoningControl | None = None  # reasoning_control: its reasoning may be ended from outside
     return_progress: bool = False  # llama-server's: ("p", prompt_progress) events while the prompt is evaluated
     timings_per_token: bool = False  # llama-server's: each ("t", ...) event carries the timings so far
+    resume: Resume | None = None  # preempted while generating: what it evaluates again, its state (_preempt)
+    n_preempted: int = 0  # times a full KV pool took its slot back
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     enqueued_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def feed(self) -> list[int]:
+        """The tokens its slot evaluates: the prompt, or a preempted reply's prompt and tokens so far."""
+        return self.prompt if self.resume is None else self.resume.tokens
 
 
 @dataclass
@@ -202,7 +212,8 @@ class Slot:
         self.text = TextStream(req.stop)
         self.timings = Timings(cache_n=n_keep, t_start=now)
         self.last_used = now
-        self.report_progress(now)
+        if req.resume is None:  # a resumed reply's prompt was reported
+            self.report_progress(now)
 
     def report_progress(self, now: float) -> None:
         """llama-server's ``prompt_progress`` to a request that asked for it (``return_progress``): the

@@ -1,0 +1,92 @@
+"""Preemption by recompute in one shared KV pool (``--kv-unified``): where llama-server aborts every
+running reply with a 500 "Context size has been exceeded.", the youngest running request gives its
+cells back, waits, evaluates its prompt and tokens again and goes on; its client sees a pause
+(workers/inference/engine/_preempt.py). Served as ``llama-server -m FILE -c 256 -np N --kv-unified``
+would be, on one tiny GGUF; greedy, so each reply has the one text it has alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.service_process import ServiceProcess
+from devtools.tiny_gguf import write_tiny_gguf
+
+pytestmark = pytest.mark.timeout(300)
+
+GREEDY = {"ignore_eos": True, "temperature": 0}
+
+
+def _serve(root: Path, n_slots: int) -> ServiceProcess:
+    model = write_tiny_gguf(root / "tiny.gguf", n_ctx=1024)
+    args = ["-m", str(model), "-c", "256", "-np", str(n_slots), "--kv-unified", "--cache-ram", "0", "--metrics"]
+    return ServiceProcess(root / "home", args=[*args, "-b", "32"])
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    with _serve(tmp_path_factory.mktemp("preempt-2"), 2) as p:
+        yield p
+
+
+def _post(svc: ServiceProcess, **body: Any) -> Any:
+    answer = httpx.post(f"{svc.url}/completion", json=body, timeout=240)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def _preempted(svc: ServiceProcess) -> int:
+    text = httpx.get(f"{svc.url}/metrics", timeout=30).text
+    found = re.search(r"^modelrouter:requests_preempted_total (\S+)$", text, re.M)
+    assert found is not None, text
+    return int(float(found[1]))
+
+
+PROMPTS = [[5] * 10, [9] * 10]
+
+
+def test_concurrent_replies_over_the_pool_all_finish_with_the_text_each_has_alone(two: ServiceProcess) -> None:
+    """Two prompts at once, 210 cells each, in a pool of 256: both answer 200 with all 200 tokens
+    and exactly the text each gives alone, because one was preempted (the counter says so)."""
+    alone = [_post(two, prompt=p, n_predict=200, **GREEDY)["content"] for p in PROMPTS]
+    before = _preempted(two)
+    both = _post(two, prompt=PROMPTS, n_predict=200, **GREEDY)
+    assert [(r["content"], r["tokens_predicted"], r["truncated"], r["stop_type"]) for r in both] == [
+        (text, 200, False, "limit") for text in alone
+    ]
+    assert [r["timings"]["predicted_n"] for r in both] == [200, 200]
+    assert _preempted(two) > before, "the pool was full: a reply was preempted"
+
+
+def test_a_preempted_stream_only_pauses(two: ServiceProcess) -> None:
+    """Streamed, the same: each completion's chunks add up to its text alone, its last chunk counts
+    200 tokens, and no chunk is an error."""
+    alone = [_post(two, prompt=p, n_predict=200, **GREEDY)["content"] for p in PROMPTS]
+    before = _preempted(two)
+    body = {"prompt": PROMPTS, "n_predict": 200, "stream": True, **GREEDY}
+    with httpx.stream("POST", f"{two.url}/completion", json=body, timeout=240) as r:
+        assert r.status_code == 200, r.read()
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert not [c for c in chunks if "error" in c], chunks
+    for i, text in enumerate(alone):
+        mine = [c for c in chunks if c.get("index") == i]
+        assert "".join(c["content"] for c in mine) == text
+        assert mine[-1]["stop"] is True and mine[-1]["timings"]["predicted_n"] == 200
+    assert _preempted(two) > before
+
+
+@pytest.mark.parametrize("n_predict", [[70, 70, 70, 70], [90, 90, 40, 90], [90, 90, 40, 75]])
+def test_llama_servers_unified_sets_all_succeed(tmp_path: Path, n_predict: list[int]) -> None:
+    """llama-server's ``test_completion_unified`` (256 cells, 4 slots, prompt "A"), whose sets it
+    answers partly with 500s: every request answers 200 with ``n_predict`` tokens."""
+    with _serve(tmp_path, 4) as svc, ThreadPoolExecutor(len(n_predict)) as pool:
+        answers = list(pool.map(lambda n: _post(svc, prompt="A", n_predict=n, **GREEDY), n_predict))
+    assert [a["timings"]["predicted_n"] for a in answers] == n_predict
