@@ -19,6 +19,7 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,7 +29,7 @@ GREEDY = {"ignore_eos": True, "temperature": 0}
 def _serve(root: Path, n_slots: int) -> ServiceProcess:
     model = write_tiny_gguf(root / "tiny.gguf", n_ctx=1024)
     args = ["-m", str(model), "-c", "256", "-np", str(n_slots), "--kv-unified", "--cache-ram", "0", "--metrics"]
-    return ServiceProcess(root / "home", args=[*args, "-b", "32"])
+    return ServiceProcess(root / "home", args=[*args, "-b", "32", "--verbose"])
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,7 @@ def test_concurrent_replies_over_the_pool_all_finish_with_the_text_each_has_alon
     ]
     assert [r["timings"]["predicted_n"] for r in both] == [200, 200]
     assert _preempted(two) > before, "the pool was full: a reply was preempted"
+    eventually(lambda: re.search(r"the KV pool is full: task \d+ preempted", two.log_text()), "the log line")
 
 
 def test_a_preempted_stream_only_pauses(two: ServiceProcess) -> None:
@@ -83,10 +85,26 @@ def test_a_preempted_stream_only_pauses(two: ServiceProcess) -> None:
     assert _preempted(two) > before
 
 
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    with _serve(tmp_path_factory.mktemp("preempt-4"), 4) as p:
+        yield p
+
+
 @pytest.mark.parametrize("n_predict", [[70, 70, 70, 70], [90, 90, 40, 90], [90, 90, 40, 75]])
-def test_llama_servers_unified_sets_all_succeed(tmp_path: Path, n_predict: list[int]) -> None:
+def test_llama_servers_unified_sets_all_succeed(four: ServiceProcess, n_predict: list[int]) -> None:
     """llama-server's ``test_completion_unified`` (256 cells, 4 slots, prompt "A"), whose sets it
-    answers partly with 500s: every request answers 200 with ``n_predict`` tokens."""
-    with _serve(tmp_path, 4) as svc, ThreadPoolExecutor(len(n_predict)) as pool:
-        answers = list(pool.map(lambda n: _post(svc, prompt="A", n_predict=n, **GREEDY), n_predict))
+    answers partly with 500s: four requests at once all answer 200 with ``n_predict`` tokens."""
+    with ThreadPoolExecutor(len(n_predict)) as pool:
+        answers = list(pool.map(lambda n: _post(four, prompt="A", n_predict=n, **GREEDY), n_predict))
     assert [a["timings"]["predicted_n"] for a in answers] == n_predict
+
+
+def test_four_prompts_at_once_over_the_pool_are_preempted_and_all_finish(four: ServiceProcess) -> None:
+    """The same four, queued together (several prompts in one request, so they surely run side by
+    side): 4 x 72 cells in a pool of 256, so at least one is preempted, and all 70 tokens come."""
+    alone = _post(four, prompt="A", n_predict=70, **GREEDY)["content"]
+    before = _preempted(four)
+    answers = _post(four, prompt=["A"] * 4, n_predict=70, **GREEDY)
+    assert [(a["content"], a["timings"]["predicted_n"]) for a in answers] == [(alone, 70)] * 4
+    assert _preempted(four) > before

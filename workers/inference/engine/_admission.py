@@ -101,8 +101,6 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
         if n_keep == 0:
             self.llm.seq_rm(slot.id, 0, -1)
         slot.begin(req, n_keep, now, pos_delta(req, n_keep))
-        if req.resume is not None:
-            req.resume.restore(slot)
         self.metrics.on_admit(n_keep)
         if row is not None and slot.chain is not None and n_keep == len(feed):  # sample the kept row
             slot.state, slot.timings.t_prompt_last = SlotState.GENERATING, now

@@ -17,27 +17,7 @@ request is admitted again only once its tokens and the running requests' fit the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from workers.inference.engine._slots import Request, Slot, SlotState, TextStream, Timings
-
-
-@dataclass
-class Resume:
-    """A request preempted while generating: the tokens its slot held and the one it sampled last
-    (evaluated again on re-admission, the last one's logits sampled next), and the slot's state."""
-
-    tokens: list[int]
-    text: TextStream
-    timings: Timings
-    n_decoded: int
-    has_new_line: bool
-    truncated: bool
-
-    def restore(self, slot: Slot) -> None:
-        """Give the slot that takes the request again its state (after :meth:`Slot.begin`)."""
-        slot.text, slot.timings, slot.n_decoded = self.text, self.timings, self.n_decoded
-        slot.has_new_line, slot.truncated = self.has_new_line, self.truncated
+from workers.inference.engine._slots import Request, Resume, Slot, SlotState, Timings
 
 
 def preempt(slot: Slot, now: float) -> Request:
@@ -47,9 +27,8 @@ def preempt(slot: Slot, now: float) -> Request:
     req = slot.request
     assert req is not None and slot.text is not None
     if slot.state is SlotState.GENERATING:
-        req.resume = Resume(
-            [*slot.cache, slot.pending], slot.text, slot.timings, slot.n_decoded, slot.has_new_line, slot.truncated
-        )
+        state = (slot.text, slot.timings, slot.n_decoded, slot.has_new_line, slot.truncated)
+        req.resume = Resume([*slot.cache, slot.pending], state)
     req.n_preempted += 1
     slot.state, slot.request, slot.chain, slot.last_request = SlotState.IDLE, None, None, req
     slot.last_used, slot.batch_index = now, -1

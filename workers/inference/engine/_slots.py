@@ -15,14 +15,11 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers.inference.engine._reasoning import ReasoningControl
 from workers.inference.engine._sampling import SamplingParams
 from workers.inference.engine._views import SlotView
-
-if TYPE_CHECKING:
-    from workers.inference.engine._preempt import Resume
 
 _request_ids = itertools.count(1)
 
@@ -176,6 +173,16 @@ class TextStream:
 
 
 @dataclass
+class Resume:
+    """A request preempted while generating (:mod:`~workers.inference.engine._preempt`): the tokens
+    its slot held and the one it sampled last, evaluated again when it is admitted again (the last
+    one's logits give its next token), and its slot's state: text stream, timings, tokens counted."""
+
+    tokens: list[int]
+    state: tuple[TextStream, Timings, int, bool, bool]  # text, timings, n_decoded, has_new_line, truncated
+
+
+@dataclass
 class Slot:
     """One parallel sequence; mutated only by the engine thread (read by ``/slots`` under its lock)."""
 
@@ -212,8 +219,11 @@ class Slot:
         self.text = TextStream(req.stop)
         self.timings = Timings(cache_n=n_keep, t_start=now)
         self.last_used = now
-        if req.resume is None:  # a resumed reply's prompt was reported
+        if req.resume is None:
             self.report_progress(now)
+        else:  # a preempted reply goes on as it was (engine._preempt)
+            r = req.resume
+            self.text, self.timings, self.n_decoded, self.has_new_line, self.truncated = r.state
 
     def report_progress(self, now: float) -> None:
         """llama-server's ``prompt_progress`` to a request that asked for it (``return_progress``): the
