@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from workers.inference.engine._errors import EngineError, RequestCancelled
 from workers.inference.engine._media import keep_whole_media, pos_delta
+from workers.inference.engine._preempt import fits_again
 from workers.inference.engine._prompt_cache import PromptCacheMixin
 from workers.inference.engine._slots import Request, Slot, SlotState, holds_media, pick_slot, reusable_chunks
 from workers.inference.engine._tokens import TokenMixin
@@ -44,8 +45,11 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
                 if req.cancelled.is_set():
                     self._reject(req, RequestCancelled("request cancelled"))
                     continue
+                if not fits_again(req, self.slots, self.llm.n_ctx_total):  # preempted: it waits for room, and so
+                    self._pending.appendleft(req)  # do those behind it (first come, first served)
+                    break
                 lora = self.llm.lora.key if req.lora is None else req.lora  # None: the worker's own set
-                prompt = req.prompt if req.cache_prompt else []
+                prompt = req.feed if req.cache_prompt else []
                 picked = pick_slot(self.slots, prompt, lora=lora, id_slot=req.id_slot)
                 if picked is None and req.id_slot >= 0:
                     waiting.append(req)
@@ -69,7 +73,7 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
         assert llm is not None
         if req.media is not None or holds_media(slot) or not llm.mem or not llm.lc.llama_memory_can_shift(llm.mem):
             return n_common
-        moves = reusable_chunks(slot.cache, req.prompt, n_common, req.n_cache_reuse)
+        moves = reusable_chunks(slot.cache, req.feed, n_common, req.n_cache_reuse)
         if not moves:
             return n_common
         for head_c, head_p, n in moves:
@@ -78,7 +82,7 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
         n_past = moves[-1][1] + moves[-1][2]
         llm.seq_rm(slot.id, n_past, -1)
         self.kept.forget(slot.id)  # its row followed the old cells
-        slot.cache[:] = req.prompt[:n_past]
+        slot.cache[:] = req.feed[:n_past]
         return n_past
 
     def _launch(self, slot: Slot, req: Request, n_common: int, now: float) -> None:
@@ -86,8 +90,9 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
         them if the slot kept the logits after exactly this prompt, else at most all but the last,
         which is evaluated again for its logits."""
         assert self.llm is not None
-        row = self.kept.take(slot.id, req.prompt, slot.cache)
-        n_keep = n_common if row is not None and req.chain is not None else min(n_common, len(req.prompt) - 1)
+        feed = req.feed  # a preempted reply's tokens so far too: the logits after them give its next token
+        row = self.kept.take(slot.id, feed, slot.cache) if req.resume is None else None
+        n_keep = n_common if row is not None and req.chain is not None else min(n_common, len(feed) - 1)
         n_keep = keep_whole_media(req, n_keep)
         if n_keep < len(slot.cache) and not self.llm.seq_rm(slot.id, n_keep, -1):
             n_keep = 0
@@ -97,7 +102,7 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
             self.llm.seq_rm(slot.id, 0, -1)
         slot.begin(req, n_keep, now, pos_delta(req, n_keep))
         self.metrics.on_admit(n_keep)
-        if row is not None and slot.chain is not None and n_keep == len(req.prompt):  # sample the kept row
+        if row is not None and slot.chain is not None and n_keep == len(feed):  # sample the kept row
             slot.state, slot.timings.t_prompt_last = SlotState.GENERATING, now
             if req.params.post_sampling_probs and req.params.n_probs >= 0:
                 token, probs = self.kept.sample_post(slot.chain, row, req.params.n_probs)

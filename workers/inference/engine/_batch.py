@@ -269,7 +269,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         self.metrics.on_prompt(n_prompt, now - t_decode)
         busy = sum(s.is_processing for s in self.slots)  # before _commit ends any
         decoded = [s.request.id for s in gen if s.request is not None]
-        prefilled = [[s.request.id, len(s.request.prompt), len(part)] for s, part in chunks if s.request]
+        prefilled = [[s.request.id, len(s.request.feed), len(part)] for s, part in chunks if s.request]
         self._commit(gen, chunks, now)
         self.metrics.on_decode(busy, max(len(s.cache) for s in self.slots))
         return decoded, prefilled

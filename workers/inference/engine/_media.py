@@ -42,7 +42,7 @@ def pos_delta(req: Request, n_keep: int) -> int:
 
 def text_end(req: Request, done: int, budget: int) -> int:
     """Where this step's text chunk of the prompt ends: ``budget`` tokens on, or at the next image."""
-    end = min(len(req.prompt), done + budget)
+    end = min(len(req.feed), done + budget)
     if req.media is not None:
         for start in req.media.media:
             if done <= start < end:

@@ -55,6 +55,7 @@ class EngineMetrics:
     n_busy_slots: int = 0  # summed over decode calls
     n_tokens_max: int = 0
     requests_finished: int = 0
+    requests_preempted: int = 0  # modelrouter's: slots a full KV pool took back (engine._preempt)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def on_admit(self, n_cached: int) -> None:
@@ -78,6 +79,10 @@ class EngineMetrics:
     def on_finish(self) -> None:
         """A request ended (not cancelled nor failed): ``instance_stats``' count."""
         self.requests_finished += 1  # the engine thread's alone
+
+    def on_preempt(self) -> None:
+        """A running request gave its slot back to a full KV pool, to go on later."""
+        self.requests_preempted += 1  # the engine thread's alone
 
     def on_release(self, t: Timings) -> None:
         """A request left its slot (finished, cancelled or failed): its generation is counted, as
@@ -137,9 +142,12 @@ class EngineMetrics:
                     f"# TYPE llamacpp:{name} {kind}",
                     f"llamacpp:{name} {float(value):g}",
                 ]
+        name = "modelrouter:requests_preempted_total"  # ours: llama-server has no preemption
+        lines += [f"# HELP {name} {_PREEMPTED}", f"# TYPE {name} counter", f"{name} {self.requests_preempted:g}"]
         return "\n".join(lines) + "\n"
 
 
+_PREEMPTED = "Number of running requests a full KV pool preempted (evaluated again later, their replies paused)"
 _PROMPT_TOKENS = "Number of prompt tokens processed, excluding cached tokens"
 _N_DECODE = "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding"
 _SPECULATIVE: list[tuple[str, str, float]] = [  # no speculative decoding here: llama-server's zeros without a draft

@@ -55,10 +55,17 @@ class Request:
     reasoning: ReasoningControl | None = None  # reasoning_control: its reasoning may be ended from outside
     return_progress: bool = False  # llama-server's: ("p", prompt_progress) events while the prompt is evaluated
     timings_per_token: bool = False  # llama-server's: each ("t", ...) event carries the timings so far
+    resume: Resume | None = None  # preempted while generating: what it evaluates again, its state (_preempt)
+    n_preempted: int = 0  # times a full KV pool took its slot back
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     enqueued_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def feed(self) -> list[int]:
+        """The tokens its slot evaluates: the prompt, or a preempted reply's prompt and tokens so far."""
+        return self.prompt if self.resume is None else self.resume.tokens
 
 
 @dataclass
@@ -166,6 +173,16 @@ class TextStream:
 
 
 @dataclass
+class Resume:
+    """A request preempted while generating (:mod:`~workers.inference.engine._preempt`): the tokens
+    its slot held and the one it sampled last, evaluated again when it is admitted again (the last
+    one's logits give its next token), and its slot's state: text stream, timings, tokens counted."""
+
+    tokens: list[int]
+    state: tuple[TextStream, Timings, int, bool, bool]  # text, timings, n_decoded, has_new_line, truncated
+
+
+@dataclass
 class Slot:
     """One parallel sequence; mutated only by the engine thread (read by ``/slots`` under its lock)."""
 
@@ -202,7 +219,11 @@ class Slot:
         self.text = TextStream(req.stop)
         self.timings = Timings(cache_n=n_keep, t_start=now)
         self.last_used = now
-        self.report_progress(now)
+        if req.resume is None:
+            self.report_progress(now)
+        else:  # a preempted reply goes on as it was (engine._preempt)
+            r = req.resume
+            self.text, self.timings, self.n_decoded, self.has_new_line, self.truncated = r.state
 
     def report_progress(self, now: float) -> None:
         """llama-server's ``prompt_progress`` to a request that asked for it (``return_progress``): the

@@ -8,18 +8,22 @@ and which slots it holds, because this is the part that knows the batch's layout
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from workers.inference.engine._errors import EngineError, EngineFailed
 from workers.inference.engine._kept_logits import logits_row
 from workers.inference.engine._media import text_end
-from workers.inference.engine._slots import Slot, SlotState, shift_context
+from workers.inference.engine._preempt import preempt
+from workers.inference.engine._slots import Request, Slot, SlotState, shift_context
 from workers.inference.engine._tokens import TokenMixin
 
 if TYPE_CHECKING:
     from workers.inference.engine._kept_logits import KeptLogits
+    from workers.inference.engine._metrics import StepLog
     from workers.inference.engine._row_sampler import RowSampler
     from workers.inference.llama import Batch, LoraKey
 
@@ -33,6 +37,10 @@ class StepMixin(TokenMixin):
     _gen_cap: int  # generating slots per step while the KV cache cannot take them all (0: no cap)
     _gen_waiting: set[int]  # slots a capped step left out: first in the next one
     _drop_cache: Callable[[Slot], None]  # the prompt cache's (a declaration: PromptCacheMixin comes later)
+    _debug: Callable[..., None]  # likewise
+    _cv: threading.Condition
+    step_log: StepLog
+    _pending: deque[Request]
 
     def _fail(self, s: Slot, err: EngineError) -> None:
         raise NotImplementedError  # the engine's
@@ -63,7 +71,7 @@ class StepMixin(TokenMixin):
         for s in sorted(prefilling, key=lambda s: s.request.id if s.request else 0):
             if budget <= 0 or s.request is None:
                 break
-            prompt, done = s.request.prompt, s.n_prompt_done
+            prompt, done = s.request.feed, s.n_prompt_done
             part = prompt[done : text_end(s.request, done, budget)]
             if not part:
                 continue  # an image comes next: decoded at the start of the next step
@@ -81,8 +89,9 @@ class StepMixin(TokenMixin):
         for s, part in chunks:
             s.cache.extend(part)
             s.n_prompt_done += len(part)
-            s.timings.on_prompt(len(part), now)
-            s.report_progress(now)
+            if s.request is not None and s.request.resume is None:  # a resumed reply's timings stand
+                s.timings.on_prompt(len(part), now)
+                s.report_progress(now)
             if s.batch_index >= 0:
                 s.state = SlotState.GENERATING
         ctx, kept = self.llm.ctx, self.kept
@@ -114,9 +123,9 @@ class StepMixin(TokenMixin):
     def _decode_failed(self, ret: int, gen: list[Slot], chunks: list[tuple[Slot, list[int]]]) -> None:
         """As llama-server's ``decode`` when ``llama_decode`` finds no room in the KV cache (``1``): with
         one KV pool an idle slot's cells go first; else the batch is halved (prompt chunks, then the
-        generating slots) down to one token. When one token finds no room, every running request ends
-        with llama-server's 500 "Context size has been exceeded." (it aborts the whole pool: a reply
-        that ran on would have been cut short). Any other error fails the batch's requests."""
+        generating slots) down to one token. When one token finds no room, llama-server ends every
+        running request with a 500 "Context size has been exceeded."; here a request is preempted
+        instead (:meth:`_make_room`). Any other error fails the batch's requests."""
         assert self.llm is not None
         for s in self.slots:
             s.batch_index = -1
@@ -130,15 +139,34 @@ class StepMixin(TokenMixin):
             elif len(gen) > 1:
                 self._gen_cap = len(gen) // 2
             else:
-                exceeded = EngineFailed("Context size has been exceeded.")
-                for s in self.slots:
-                    if s.is_processing:
-                        self._fail(s, exceeded)
-                self._budget, self._gen_cap = self.llm.cfg.n_batch, 0  # the pool is empty again
+                self._make_room(gen or [c[0] for c in chunks])
+                self._budget, self._gen_cap = self.llm.cfg.n_batch, 0  # the whole batch again, with more room
             return
         err = EngineFailed(f"llama_decode failed ({ret})")
         for s in {*gen, *(c[0] for c in chunks)}:
             self._fail(s, err)
+
+    def _make_room(self, stuck: list[Slot]) -> None:
+        """Not one token of ``stuck`` (the batch's one slot) finds a KV cell. With one pool and several
+        running requests, the youngest gives its slot back and waits to go on (:mod:`._preempt`);
+        else the slot fills its cells alone: its context end, as :meth:`_fill` ends it."""
+        assert self.llm is not None
+        now = time.monotonic()
+        running = [s for s in self.slots if s.is_processing and s.request is not None]
+        if not (self.llm.cfg.kv_unified and len(running) > 1):
+            for s in stuck[:1]:
+                s.truncated = True
+                self._finish(s, "length", now)
+            return
+        victim = max(running, key=lambda s: s.request.id if s.request else 0)
+        n_held = len(victim.cache)
+        with self._cv:
+            req = preempt(victim, now)
+            self._pending.appendleft(req)  # the head of the queue: admitted first once it fits again
+        self.step_log.ended(req.id)
+        self._drop_cache(victim)
+        self.metrics.on_preempt()
+        self._debug(f"the KV pool is full: task {req.id} preempted, {n_held} cells freed, it resumes later", victim)
 
     def _clear_an_idle_slot(self) -> bool:
         """llama-server's ``try_clear_idle_slots``: with one KV pool, the cells of one idle slot that

@@ -40,11 +40,11 @@ class TokenMixin:
         ``probs``: its log-probabilities as the sampler left them (``post_sampling_probs``)."""
         llm, req, text = self.llm, s.request, s.text
         assert llm is not None and req is not None and text is not None
-        if llm.is_eog(token):
-            self._finish(s, "stop", now)
-            return
-        s.n_decoded += 1
+        s.n_decoded += 1  # the end-of-generation token too, as llama-server's n_decoded (and Ollama's eval_count)
         s.timings.on_token(now)
+        if llm.is_eog(token):
+            self._finish(s, "stop", now)  # it has no text
+            return
         lp = None
         if req.params.n_probs >= 0:
             row = kept if kept is not None else logits_row(llm.lc, llm.ctx, s.batch_index, llm.n_vocab)

@@ -58,7 +58,12 @@ def test_logit_bias_pairs_text_keys_and_ignore_eos(ready_worker: WorkerProc) -> 
     banned = _post(url, "/completion", **base, logit_bias=[[71, 100], ["A", False]])
     assert "A" not in banned["content"]
     eos = {**base, "logit_bias": [[IM_END_ID, 100]]}
-    assert _post(url, "/completion", **eos)["stop_type"] == "eos"
+    ended = _post(url, "/completion", **eos)
+    assert ended["stop_type"] == "eos" and ended["content"] == ""
+    # llama-server counts the end-of-generation token (n_decoded), though it has no text.
+    assert ended["tokens_predicted"] == ended["timings"]["predicted_n"] == 1
+    oai = _post(url, "/v1/completions", prompt="once", max_tokens=5, temperature=0, logit_bias={str(IM_END_ID): 100})
+    assert oai["choices"][0]["finish_reason"] == "stop" and oai["usage"]["completion_tokens"] == 1
     ignored = _post(url, "/completion", **eos, ignore_eos=True)
     assert ignored["stop_type"] == "limit" and ignored["tokens_predicted"] == 5
     assert "logit_bias" in _post(url, "/completion", 400, **base, logit_bias=[[71]])["error"]["message"]
