@@ -118,3 +118,25 @@ def test_anthropic_assistant_prefill_continues(replying: str) -> None:
         e["delta"]["text"] for e in _events(replying, "/v1/messages", body) if e.get("type") == "content_block_delta"
     ]
     assert "".join(texts) == "Sure:\n<R>"
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--no-prefill-assistant"], {}), ([], {"LLAMA_ARG_NO_PREFILL_ASSISTANT": "1"})],
+    ids=["flag", "env"],
+)
+def test_no_prefill_assistant_renders_the_last_assistant_message_as_a_whole_turn(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    """llama-server's ``--no-prefill-assistant`` (``server-common.cpp``: no automatic continuation): a
+    last assistant message is a closed turn and the generation prompt follows; asked for explicitly
+    (``continue_final_message``), it is still continued. Without the flag, ``llama31`` above."""
+    write_tiny_gguf(tmp_path / "tiny.gguf", n_ctx=512)
+    template = str(TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja")
+    argv = ["-m", str(tmp_path / "tiny.gguf"), "--jinja", "--chat-template-file", template, *args, "-c", "512"]
+    with ServiceProcess(tmp_path / "home", args=argv, env=env) as proc:
+        body = {"messages": [*ASK, {"role": "assistant", "content": "Whill"}]}
+        closed = "Whill<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+        assert _post(proc.url, "/apply-template", body)["prompt"].endswith(LLAMA31_END + closed)
+        asked = {**body, "continue_final_message": True, "add_generation_prompt": False}
+        assert _post(proc.url, "/apply-template", asked)["prompt"].endswith(LLAMA31_END + "Whill")
