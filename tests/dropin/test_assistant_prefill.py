@@ -140,3 +140,20 @@ def test_no_prefill_assistant_renders_the_last_assistant_message_as_a_whole_turn
         assert _post(proc.url, "/apply-template", body)["prompt"].endswith(LLAMA31_END + closed)
         asked = {**body, "continue_final_message": True, "add_generation_prompt": False}
         assert _post(proc.url, "/apply-template", asked)["prompt"].endswith(LLAMA31_END + "Whill")
+
+
+def test_a_preset_sections_prefill_assistant_false_closes_its_models_turns(tmp_path: Path) -> None:
+    """Router mode: a preset section's ``prefill-assistant = false`` reaches that model only."""
+    models = tmp_path / "models"
+    models.mkdir()
+    template = (TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja").read_text()
+    gguf = write_tiny_gguf(models / "llama31.gguf", n_ctx=512, chat_template=template)
+    preset = tmp_path / "models.ini"
+    preset.write_text(f"[closed]\nmodel = {gguf}\nprefill-assistant = false\n\n[open]\nmodel = {gguf}\n")
+    args = ["--models-dir", str(models), "--models-preset", str(preset), "--jinja"]
+    with ServiceProcess(tmp_path / "home", args=args) as proc:
+        messages = [*ASK, {"role": "assistant", "content": "Whill"}]
+        closed = _post(proc.url, "/apply-template", {"model": "closed", "messages": messages})["prompt"]
+        assert closed.endswith(LLAMA31_END + "Whill<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+        opened = _post(proc.url, "/apply-template", {"model": "open", "messages": messages})["prompt"]
+        assert opened.endswith(LLAMA31_END + "Whill")
