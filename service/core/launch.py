@@ -385,6 +385,14 @@ class InferenceLaunch:
         "LLAMA_ARG_CHAT_TEMPLATE_KWARGS",
         help="JSON object of extra template variables",
     )
+    prefill_assistant: bool = option(
+        True,
+        "--prefill-assistant",
+        "server",
+        "prefill-assistant",
+        "LLAMA_ARG_PREFILL_ASSISTANT",
+        help="a chat's last assistant message is continued; --no-prefill-assistant: it is a whole turn",
+    )
     reasoning_format: str = option(
         "auto", "--reasoning-format", "server", "reasoning-format", "LLAMA_ARG_THINK", choices=REASONING_FORMATS
     )

@@ -143,3 +143,24 @@ def n_and_n_cmpl_give_several_choices(post: Post, events: Events) -> None:
     assert [c["index"] for c in chat["choices"]] == [0, 1]
     too_many = post("/v1/completions", status=400, prompt="x", n=3)["error"]["message"]
     assert "at most the number of slots" in too_many
+
+
+def logprob_tokens_join_to_the_text(post: Post, events: Events) -> None:
+    """llama-server's ``token`` is the text its token released (``text_to_send``): the byte tokens of
+    a split character give ``""`` then the whole character, a stray byte U+FFFD, so the entries'
+    tokens joined are the reply (upstream ``test_logprobs``/``test_logprobs_stream``)."""
+    chat = {"messages": HELLO, "max_tokens": 24, "temperature": 0, "ignore_eos": True, "logprobs": True}
+    whole = post("/v1/chat/completions", **chat)["choices"][0]
+    text = whole["message"]["content"]
+    assert any(ord(c) > 127 for c in text), "the tiny model's reply has non-ASCII bytes (what this checks)"
+    assert "".join(t["token"] for t in whole["logprobs"]["content"]) == text
+    chunks, _ = events("/v1/chat/completions", **chat)
+    choices = [c["choices"][0] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] is None]
+    streamed = "".join(c["delta"].get("content") or "" for c in choices)
+    assert "".join(t["token"] for c in choices for t in (c.get("logprobs") or {}).get("content", [])) == streamed
+    native = post("/completion", prompt="hello", n_predict=24, temperature=0, ignore_eos=True, n_probs=2)
+    assert "".join(t["token"] for t in native["completion_probabilities"]) == native["content"]
+    lone = [p for t in native["completion_probabilities"] for p in t["top_logprobs"] if len(p["bytes"]) == 1]
+    assert {p["token"] for p in lone if p["bytes"][0] >= 0x80} == {"", "\ufffd"}, "lead and continuation bytes"
+    for p in (p for p in lone if p["bytes"][0] >= 0x80):  # a lead byte is cut (validate_utf8), others U+FFFD
+        assert p["token"] == ("" if 0xC0 <= p["bytes"][0] < 0xF8 else "\ufffd"), p

@@ -118,3 +118,42 @@ def test_anthropic_assistant_prefill_continues(replying: str) -> None:
         e["delta"]["text"] for e in _events(replying, "/v1/messages", body) if e.get("type") == "content_block_delta"
     ]
     assert "".join(texts) == "Sure:\n<R>"
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--no-prefill-assistant"], {}), ([], {"LLAMA_ARG_NO_PREFILL_ASSISTANT": "1"})],
+    ids=["flag", "env"],
+)
+def test_no_prefill_assistant_renders_the_last_assistant_message_as_a_whole_turn(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    """llama-server's ``--no-prefill-assistant`` (``server-common.cpp``: no automatic continuation): a
+    last assistant message is a closed turn and the generation prompt follows; asked for explicitly
+    (``continue_final_message``), it is still continued. Without the flag, ``llama31`` above."""
+    write_tiny_gguf(tmp_path / "tiny.gguf", n_ctx=512)
+    template = str(TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja")
+    argv = ["-m", str(tmp_path / "tiny.gguf"), "--jinja", "--chat-template-file", template, *args, "-c", "512"]
+    with ServiceProcess(tmp_path / "home", args=argv, env=env) as proc:
+        body = {"messages": [*ASK, {"role": "assistant", "content": "Whill"}]}
+        closed = "Whill<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+        assert _post(proc.url, "/apply-template", body)["prompt"].endswith(LLAMA31_END + closed)
+        asked = {**body, "continue_final_message": True, "add_generation_prompt": False}
+        assert _post(proc.url, "/apply-template", asked)["prompt"].endswith(LLAMA31_END + "Whill")
+
+
+def test_a_preset_sections_prefill_assistant_false_closes_its_models_turns(tmp_path: Path) -> None:
+    """Router mode: a preset section's ``prefill-assistant = false`` reaches that model only."""
+    models = tmp_path / "models"
+    models.mkdir()
+    template = (TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja").read_text()
+    gguf = write_tiny_gguf(models / "llama31.gguf", n_ctx=512, chat_template=template)
+    preset = tmp_path / "models.ini"
+    preset.write_text(f"[closed]\nmodel = {gguf}\nprefill-assistant = false\n\n[open]\nmodel = {gguf}\n")
+    args = ["--models-dir", str(models), "--models-preset", str(preset), "--jinja"]
+    with ServiceProcess(tmp_path / "home", args=args) as proc:
+        messages = [*ASK, {"role": "assistant", "content": "Whill"}]
+        closed = _post(proc.url, "/apply-template", {"model": "closed", "messages": messages})["prompt"]
+        assert closed.endswith(LLAMA31_END + "Whill<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+        opened = _post(proc.url, "/apply-template", {"model": "open", "messages": messages})["prompt"]
+        assert opened.endswith(LLAMA31_END + "Whill")

@@ -117,6 +117,11 @@ def test_logprobs_on_openai_routes(shift: ServiceProcess) -> None:
     checks.logprobs_on_openai_routes(*_bound(shift))
 
 
+def test_logprob_tokens_join_to_the_reply_as_llama_servers(shift: ServiceProcess) -> None:
+    """A character split over byte tokens: the entries' ``token`` texts joined are the reply."""
+    checks.logprob_tokens_join_to_the_text(*_bound(shift))
+
+
 def test_cache_prompt_reuses_the_prefix_unless_told_not_to(shift: ServiceProcess) -> None:
     """The second request of a shared prefix takes it from its slot's cache (``timings.cache_n``,
     chat ``usage.prompt_tokens_details.cached_tokens``); ``cache_prompt: false`` evaluates it all."""

@@ -181,6 +181,7 @@ def test_every_decision_names_a_real_option() -> None:
         "endpoint_slots",
         "chat_template_file",
         "chat_template_kwargs",
+        "prefill_assistant",
         "reasoning_format",
         "reasoning",
         "jinja",

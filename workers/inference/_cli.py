@@ -198,6 +198,7 @@ def front_options(args: WorkerArgs, environ: Mapping[str, str]) -> FrontOptions:
         chat_template_file=args.chat_template_file,
         jinja=args.jinja,
         chat_template_kwargs=args.chat_template_kwargs,
+        prefill_assistant=args.prefill_assistant,
         reasoning_format=args.reasoning_format,
         reasoning=args.reasoning,
         mmproj=args.mmproj,

@@ -17,7 +17,7 @@ class FrontOptions:
     """How the request front serves this model: ``--chat-format``, ``--seed``, ``--max-prompt-tokens``,
     ``--spm-infill``, ``--slot-save-path``, ``--props``, which of llama-server's monitoring endpoints
     answer (``--no-metrics``, ``--no-slots``), and the chat template's options (``--chat-template-file``,
-    ``--no-jinja``, ``--chat-template-kwargs``, ``--reasoning-format``, ``--reasoning``)."""
+    ``--no-jinja``, ``--chat-template-kwargs``, ``--no-prefill-assistant``, ``--reasoning-format``, ``--reasoning``)."""
 
     chat_format: str | None = None
     default_seed: int | None = None
@@ -33,6 +33,7 @@ class FrontOptions:
     chat_template_file: str | None = None
     jinja: bool = True
     chat_template_kwargs: str | None = None  # a JSON object's text
+    prefill_assistant: bool = True  # --no-prefill-assistant: a last assistant message is a whole turn
     reasoning_format: str = "auto"
     reasoning: str = "auto"  # --reasoning: on, off or auto (the templates' enable_thinking)
     verbose: bool = False  # llama-server's -v: OpenAI answers carry __verbose (dialects._verbose)

@@ -17,7 +17,7 @@ import pytest
 from workers.inference.http._errors import ApiError
 from workers.inference.http.chat._parse import parse
 from workers.inference.http.chat._session import chat_prompt, plan_chat
-from workers.inference.http.chat._template import JinjaRenderer, Rendered
+from workers.inference.http.chat._template import JinjaRenderer, Rendered, TemplateOptions
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 ASK = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}]
@@ -121,7 +121,7 @@ def test_the_answer_starts_with_the_prefill() -> None:
         (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(), bos="", eos="", add_bos=False, add_eos=False
     )
     last = {"role": "assistant", "content": "", "reasoning_content": "Hmm:"}
-    plan = plan_chat(renderer, {"messages": [*ASK, last]}, {}, "auto")
+    plan = plan_chat(renderer, {"messages": [*ASK, last]}, TemplateOptions(), "auto")
     assert plan.rendered.prompt.endswith("<think>\nHmm:") and plan.thinking
     output = plan.rendered.prefill + " more</think>\n\nThe end"
     message = parse(output, syntax=None, family=plan.family, thinking=plan.thinking)

@@ -43,7 +43,7 @@ from workers.inference.http.chat._parse import (
     template_knows_tools,
     thinking_prompt,
 )
-from workers.inference.http.chat._template import Message, Rendered
+from workers.inference.http.chat._template import Message, Rendered, TemplateOptions
 from workers.inference.http.chat._template_caps import template_caps
 from workers.inference.http.chat._tool_prompt import (
     call_grammar,
@@ -169,9 +169,12 @@ def _response_grammar(fmt: JsonObject | None) -> str | None:
     return schema_gbnf(schema, "root") if schema else JSON_GBNF
 
 
-def plan_chat(renderer: Any, kwargs: LlamaKwargs, defaults: JsonObject, reasoning_default: str) -> ChatPlan:
-    """A validated chat request (``_requests.chat_request``'s kwargs) as a :class:`ChatPlan`."""
-    rendered, syntax, grammar = chat_prompt(renderer, kwargs, defaults)
+def plan_chat(renderer: Any, kwargs: LlamaKwargs, options: TemplateOptions, reasoning_default: str) -> ChatPlan:
+    """A validated chat request (``_requests.chat_request``'s kwargs) as a :class:`ChatPlan`, rendered
+    with the worker's template options (``--chat-template-kwargs``, ``--no-prefill-assistant``)."""
+    rendered, syntax, grammar = chat_prompt(
+        renderer, kwargs, options.default_kwargs, prefill_assistant=options.prefill_assistant
+    )
     if grammar is None:
         grammar = _response_grammar(kwargs.get("response_format"))
     fmt = kwargs.get("reasoning_format", reasoning_default)

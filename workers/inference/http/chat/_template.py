@@ -68,11 +68,13 @@ class Rendered:
 
 @dataclass(frozen=True)
 class TemplateOptions:
-    """How the worker was told to render chats (``--chat-template-file``, ``--no-jinja``, kwargs)."""
+    """How the worker was told to render chats (``--chat-template-file``, ``--no-jinja``, kwargs,
+    ``--no-prefill-assistant``)."""
 
     template_text: str | None = None  # --chat-template-file's contents
     jinja: bool = True
     default_kwargs: JsonObject = field(default_factory=dict)  # --chat-template-kwargs' JSON values
+    prefill_assistant: bool = True  # --no-prefill-assistant: a last assistant message is a whole turn
 
 
 def message_text(content: Any) -> str:

@@ -27,6 +27,17 @@ from workers.inference.llama import LlamaModel
 Event = tuple[Any, ...]  # Any: the engine's queue items, ("t", text, logprob) and ("d", reason, timings, final)
 
 
+def piece_text(piece: bytes) -> str:
+    """A candidate token's text as llama-server writes it: a character its piece only begins is
+    cut off (``validate_utf8``), other invalid bytes become U+FFFD (its JSON's ``replace``)."""
+    for i in range(1, min(4, len(piece)) + 1):
+        c = piece[-i]
+        if (c & 0xE0 == 0xC0 and i < 2) or (c & 0xF0 == 0xE0 and i < 3) or (c & 0xF8 == 0xF0 and i < 4):
+            piece = piece[:-i]
+            break
+    return piece.decode("utf-8", errors="replace")
+
+
 class CompletionShaper:
     """Builds the chunks or the whole response of one completion."""
 
@@ -65,17 +76,19 @@ class CompletionShaper:
             "prompt_tokens_details": {"cached_tokens": int(timings.get("cache_n", 0))},
         }
 
-    def _logprobs(
-        self, lp: tuple[int, float, list[int], list[float]] | None, text_len: int
-    ) -> CompletionLogprobs | None:
+    def _logprobs(self, lp: tuple[int, float, list[int], list[float]] | None, sent: str) -> CompletionLogprobs | None:
+        """``sent``: the text this token released, llama-server's ``text_to_send`` (its ``token``:
+        a character split over byte tokens is whole in the entry that completes it, and the
+        entries' tokens joined are the reply's text)."""
         if lp is None:
             return None
         token, chosen, top, top_lp = lp
-        token_str = self.llm.piece(token).decode("utf-8", errors="ignore")
-        tops = {self.llm.piece(t).decode("utf-8", errors="ignore"): v for t, v in zip(top, top_lp, strict=True)}
+        token_str = sent
+        tops = {piece_text(self.llm.piece(t)): v for t, v in zip(top, top_lp, strict=True)}
         tops[token_str] = chosen
         entry: TokenProbs = {
             **self._native(token, chosen),
+            "token": sent,
             "top_logprobs": [self._native(t, v) for t, v in zip(top, top_lp, strict=True)],
         }
         if self.native_probs is not None:
@@ -88,13 +101,12 @@ class CompletionShaper:
             "top_logprobs": [tops],
             "content": [entry],
         }
-        self._offset += text_len
+        self._offset += len(sent)
         return out
 
     def _native(self, token: int, logprob: float) -> TokenLogprob:
         piece = self.llm.piece(token)
-        text = piece.decode("utf-8", errors="ignore")
-        return {"id": token, "token": text, "bytes": list(piece), "logprob": logprob}
+        return {"id": token, "token": piece_text(piece), "bytes": list(piece), "logprob": logprob}
 
     def chunks(
         self, events: Iterator[Event], head: str, suffix: str, result: RequestRecord
@@ -110,7 +122,7 @@ class CompletionShaper:
                 yield progress
                 continue
             if ev[0] == "t":
-                chunk = self._chunk(ev[1], self._logprobs(ev[2], len(ev[1])), None)
+                chunk = self._chunk(ev[1], self._logprobs(ev[2], ev[1]), None)
                 if len(ev) > 3:  # timings_per_token
                     chunk["timings"] = ev[3]
                 yield chunk
@@ -135,7 +147,7 @@ class CompletionShaper:
             if ev[0] == "p":
                 continue  # progress is for streams
             texts.append(ev[1])
-            lp = self._logprobs(ev[2], len(ev[1]))
+            lp = self._logprobs(ev[2], ev[1])
             if lp is not None:
                 merged = merged or {
                     "tokens": [],

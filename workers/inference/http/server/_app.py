@@ -106,4 +106,6 @@ def template_options(opts: FrontOptions) -> TemplateOptions:
             raise ValueError("--chat-template-kwargs must be a JSON object")
     if opts.reasoning != "auto":  # llama-server's --reasoning on/off: the default of enable_thinking it writes
         kwargs["enable_thinking"] = opts.reasoning == "on"
-    return TemplateOptions(template_text=text, jinja=opts.jinja, default_kwargs=kwargs)
+    return TemplateOptions(
+        template_text=text, jinja=opts.jinja, default_kwargs=kwargs, prefill_assistant=opts.prefill_assistant
+    )

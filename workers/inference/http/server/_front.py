@@ -118,7 +118,7 @@ class CompletionFront:
     def plan_chat(self, kwargs: LlamaKwargs) -> ChatPlan:
         """A validated chat request as a ``ChatPlan`` (what is rendered, parsed and constrained)."""
         try:
-            return plan_chat(self.renderer(), kwargs, self.template.default_kwargs, self.reasoning_format)
+            return plan_chat(self.renderer(), kwargs, self.template, self.reasoning_format)
         except (ValueError, TypeError, KeyError) as exc:  # raised by chat templates on bad input
             raise ApiError(400, str(exc)) from None
 
