@@ -18,6 +18,12 @@ PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
 _NO_MCP = "no MCP: the MCP options are accepted and ignored (docs/llama-cpp-compat.md, Options)"
 _NO_TOOLS = "no built-in agent tools: /tools answers llama-server's 403 feature_disabled (--tools accepted, ignored)"
 _NO_PROXY = "no MCP CORS proxy: /cors-proxy answers llama-server's 403 feature_disabled (--ui-mcp-proxy ignored)"
+_GENERIC_TOOLS = (
+    "tools for a template that cannot render them get llama.cpp's generic JSON tool prompt (llama-server drops them)"
+)
+_SLEEP_METRICS = (
+    "single-model /metrics adds the router's series, which say the model sleeps (the llamacpp:* lines are equal)"
+)
 _IMAGE_400 = "an image for a model without a projector is our 400, not llama-server's 500 (issue 32, group 10)"
 # Tests llama-server passes that modelrouter fails on purpose (node id patterns), and why: the report lists
 # them apart, and the acceptance (every test llama-server passes) counts them as documented.
@@ -28,6 +34,8 @@ DELIBERATE: tuple[tuple[str, str], ...] = (
     ("unit/test_security.py::test_cors_proxy_*", _NO_PROXY),
     ("unit/test_compat_anthropic.py::test_anthropic_vision_format_accepted", _IMAGE_400),
     ("unit/test_compat_anthropic.py::test_anthropic_tool_result_with_image", _IMAGE_400),
+    ("unit/test_compat_anthropic.py::test_anthropic_tool_use_basic", _GENERIC_TOOLS),
+    ("unit/test_sleep.py::test_server_sleep_read_only_endpoints", _SLEEP_METRICS),
 )
 
 
