@@ -16,7 +16,10 @@ from tests.e2e.conftest import StartService
 from tests.eventually import eventually
 from tests.service_probes import model_entry, ps_output, wait_for_event
 
-LONG = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 3000, "temperature": 0}
+# Long enough that the worker cannot finish it before the signal lands, even when the client reads its first
+# chunk late on busy cores: 3000 tokens, no end of generation, in a context that holds them (-c 4096).
+LONG = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 3000, "temperature": 0, "ignore_eos": True}
+LONG_CONTEXT = {"LLAMA_ARG_CTX_SIZE": "4096"}
 
 
 def _worker_pid(svc: ServiceProcess) -> int:
@@ -46,7 +49,7 @@ def _wait_processing(svc: ServiceProcess) -> None:
 def test_a_stream_cut_by_a_signal_ends_with_the_reason_and_every_view_shows_it(
     start_service: StartService, sig: signal.Signals, meaning: str
 ) -> None:
-    svc = start_service()
+    svc = start_service(**LONG_CONTEXT)
     pid = _worker_pid(svc)
     data: list[dict[str, object]] = []
     with httpx.stream("POST", f"{svc.url}/v1/completions", json={**LONG, "stream": True}, timeout=60) as r:
@@ -78,7 +81,7 @@ def test_a_stream_cut_by_a_signal_ends_with_the_reason_and_every_view_shows_it(
 
 @pytest.mark.timeout(120)
 def test_a_plain_request_cut_by_sigsegv_gets_a_problem_naming_it(start_service: StartService) -> None:
-    svc = start_service()
+    svc = start_service(**LONG_CONTEXT)
     pid = _worker_pid(svc)
     answers: list[httpx.Response] = []
     request = threading.Thread(
