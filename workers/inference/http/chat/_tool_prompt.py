@@ -9,6 +9,7 @@ from typing import Any
 
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import Json, JsonObject
+from workers.inference.http._schema_grammar import schema_to_gbnf
 from workers.inference.http.chat._grammar import tool_grammar as family_grammar
 from workers.inference.http.chat._template import Message, message_text
 
@@ -66,10 +67,8 @@ def _call_schema(fns: list[JsonObject], names: list[str], args_key: str) -> Json
 
 def schema_gbnf(schema: Json, rule: str) -> str:
     """The GBNF of ``schema`` with its root renamed ``rule`` (to embed it in a larger grammar)."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
     try:
-        text = json_schema_to_gbnf(json.dumps(schema))
+        text = schema_to_gbnf(schema)
     except Exception as exc:  # the converter raises plain exceptions on schemas it cannot express
         raise ApiError(400, f"a tool's parameters cannot be turned into a grammar: {exc}") from None
     return re.sub(r"^root ::=", f"{rule} ::=", text, flags=re.MULTILINE)

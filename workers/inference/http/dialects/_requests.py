@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 
 from workers.inference.http._errors import ApiError
 from workers.inference.http._json import Json, JsonObject, LlamaKwargs, is_number, is_strings, is_token
+from workers.inference.http._schema_grammar import schema_to_gbnf
 from workers.inference.http.chat import MEDIA_PARTS, Media, MediaInput, load_media, part_url
 from workers.inference.http.dialects._llama_sampling import llama_constraint, llama_sampling
 from workers.inference.http.dialects._prompts import prompt_args, split_prompts
@@ -267,7 +268,7 @@ def _response_format(fmt: Json) -> JsonObject:
 
 def _grammar(body: JsonObject) -> LlamaGrammar | None:
     """llama-server's ``grammar`` (GBNF) or ``json_schema`` on completions, as a ``LlamaGrammar``."""
-    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf  # light: no numpy
+    from llama_cpp.llama_grammar import LlamaGrammar  # light: no numpy
 
     if body.get("grammar") is not None:
         if not isinstance(body["grammar"], str):
@@ -279,7 +280,7 @@ def _grammar(body: JsonObject) -> LlamaGrammar | None:
     if not isinstance(schema, dict):
         raise ApiError(400, "'json_schema' must be an object")
     try:
-        return LlamaGrammar.from_string(json_schema_to_gbnf(json.dumps(schema)), verbose=False)
+        return LlamaGrammar.from_string(schema_to_gbnf(schema), verbose=False)
     except Exception as exc:  # the converter raises plain exceptions on unsupported schemas
         raise ApiError(400, f"'json_schema' cannot be converted to a grammar: {exc}") from None
 
