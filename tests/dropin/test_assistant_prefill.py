@@ -9,16 +9,15 @@ generation prompt ends without one, so only a prompt that ends with the prefille
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
+from tests.dropin.http_calls import post_ok, streamed_objects
 
 TEMPLATES = Path(__file__).parents[1] / "workers" / "inference" / "http" / "chat_templates"
 ASK = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}]
@@ -59,16 +58,11 @@ def replying(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _post(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    answer = httpx.post(f"{url}{path}", json=body, timeout=120)
-    assert answer.status_code == 200, answer.text
-    out: dict[str, Any] = answer.json()
-    return out
+    return post_ok(url, path, body)
 
 
 def _events(url: str, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    with httpx.stream("POST", f"{url}{path}", json={**body, "stream": True}, timeout=120) as answer:
-        assert answer.status_code == 200, answer.read()
-        return [json.loads(line[6:]) for line in answer.iter_lines() if line.startswith("data: {")]
+    return streamed_objects(url, path, body)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ llama.cpp's ``test_chat_template*`` read back, and ``test_verbose_debug`` asks p
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from tests.dropin.conftest import Serve
+from tests.dropin.http_calls import post_ok, streamed_objects
 from tests.service_probes import wait_for_event
 
 # server_task_result_cmpl_final::to_json_non_oaicompat
@@ -46,16 +46,11 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def _post(svc: ServiceProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    answer = httpx.post(f"{svc.url}{path}", json=body, timeout=120)
-    assert answer.status_code == 200, answer.text
-    out: dict[str, Any] = answer.json()
-    return out
+    return post_ok(svc.url, path, body)
 
 
 def _events(svc: ServiceProcess, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    with httpx.stream("POST", f"{svc.url}{path}", json={**body, "stream": True}, timeout=120) as answer:
-        assert answer.status_code == 200, answer.read()
-        return [json.loads(line[6:]) for line in answer.iter_lines() if line.startswith("data: {")]
+    return streamed_objects(svc.url, path, body)
 
 
 def _evaluated_prompt(svc: ServiceProcess, body: dict[str, Any]) -> str:
