@@ -512,6 +512,8 @@ def test_a_pulled_model_whose_only_holder_is_killed_is_downloaded_again_by_the_s
     eventually(lambda: _get(a, f"/downloads/{job_id}")["status"] == "finished", "b downloaded it")
     assert _entry(a, name)["held_by"] == ["b"]
     assert _chat(a, name).status_code == 200 and _entry(a, name)["status"]["node"] == "b"
+    # b records its request_completed off the response path: wait for it before the kill.
+    eventually(lambda: _events(a, type="request_completed", model=name), "b's request_completed")
 
     # kill -9 of b, the one node that holds its files: a chat on a waits while a downloads them
     # again (a recorded job, a's own worker), loads the model, and answers.
