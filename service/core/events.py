@@ -22,6 +22,7 @@ from typing import ClassVar
 
 from service.core.alias_events import ModelAliased as ModelAliased
 from service.core.alias_events import ModelAliasRemoved as ModelAliasRemoved
+from service.core.devices import Stored
 from service.core.download_events import DownloadCancelled as DownloadCancelled
 from service.core.download_events import DownloadCancelRequested as DownloadCancelRequested
 from service.core.download_events import DownloadFailed as DownloadFailed
@@ -44,6 +45,7 @@ from service.core.event_base import required_fields as required_fields
 from service.core.hang_events import InstanceUnresponsive as InstanceUnresponsive
 from service.core.launch import InferenceLaunch, Params
 from service.core.node_events import ModelMeasured as ModelMeasured
+from service.core.node_events import NodeDevicesMeasured as NodeDevicesMeasured
 from service.core.node_events import NodeJoined as NodeJoined
 from service.core.node_events import NodeLeft as NodeLeft
 from service.core.node_events import NodeLost as NodeLost
@@ -173,6 +175,7 @@ class InstanceReady(Event):
     architecture: str
     model_info: ServerMeta = dataclasses.field(default_factory=dict)  # llama-server's meta (catalogue)
     log_path: str | None = None  # the file the service keeps the worker's lines in (None: logged before issue 37)
+    offload: Stored | None = None  # service.core.devices.Offload's JSON (None: logged before issue 31)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,6 +303,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         RequestCompleted,
         InstanceUnresponsive,
         NodeJoined,
+        NodeDevicesMeasured,
         NodeLost,
         NodeLeft,
         ModelMeasured,

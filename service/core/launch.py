@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.core.event_base import JSON
+from service.core.launch_devices import DeviceOptions
 from service.core.launch_rows import (
     ABSENT,
     CACHE_TYPES,
@@ -49,7 +50,7 @@ _YARN = "YaRN, as llama-server (default: the model's)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InferenceLaunch:
+class InferenceLaunch(DeviceOptions):
     """How one inference worker runs its model: every option the service passes it, typed.
 
     Each field is one row of the option table (see :func:`option`); its default is the worker's.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from service.core.devices import Stored
 from service.core.event_base import Event
 
 
@@ -33,6 +34,22 @@ class NodeJoined(Event):
     models: tuple[str, ...] = ()
     disk_free_bytes: int | None = None
     disk_reserve_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDevicesMeasured(Event):
+    """What compute devices a service found as it started (ggml's backend devices, measured by a
+    child process that loads the worker's llama.cpp libraries): each a
+    :meth:`~service.core.devices.Device.to_json` object (name, description, type, backend,
+    total and free bytes). ``node`` is the ``--node`` name (None: a service without one).
+    ``gpu_offload`` is ``llama_supports_gpu_offload()`` of that build; ``backend_build`` the
+    backends its libraries carry (``CPU``, ``CUDA``, ``Vulkan``...)."""
+
+    TYPE: ClassVar[str] = "node_devices_measured"
+    node: str | None = None
+    devices: tuple[Stored, ...] = ()
+    gpu_offload: bool = False
+    backends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

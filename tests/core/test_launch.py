@@ -28,7 +28,12 @@ def _other_value(name: str) -> object:
     samples = {int: 7, float: 0.5, str: "/some/path"}
     if row.parse in samples:
         return samples[row.parse] if samples[row.parse] != default else row.parse("3")
-    return next(v for v in (row.parse(w) for w in ("on", "off")) if v != default)  # a normaliser (-fa)
+    for words in (("on", "off"), ("3", "7"), ("2,1", "1,1")):  # a normaliser: -fa, -ngl, -ts and -fitt
+        try:
+            return next(v for v in (row.parse(w) for w in words) if v != default)
+        except ValueError:
+            continue
+    raise AssertionError(f"no sample value for {name}")
 
 
 EVERY_OPTION_SET = InferenceLaunch(**{name: _other_value(name) for name in ROWS})  # type: ignore[arg-type]  # each of its row's type
@@ -139,6 +144,8 @@ def test_llama_fields_are_the_set_options_of_their_struct_with_llama_cpps_number
         "lazy_mode": 2,
         "no_host": True,
         "check_tensors": True,
+        "split_mode": 0,
+        "main_gpu": 7,
     }
     assert dict(launch.llama_fields("context"))["rope_scaling_type"] == 2
     assert InferenceLaunch().llama_fields("context") == ()

@@ -155,11 +155,32 @@ def test_every_decision_names_a_real_option() -> None:
         "cors-methods",
         "cors-headers",
         "cors-credentials",
+        "n-gpu-layers",
+        "split-mode",
+        "tensor-split",
+        "main-gpu",
+        "device",
+        "kv-offload",
+        "op-offload",
+        "mmproj-offload",
+        "fit",
+        "fit-target",
+        "fit-ctx",
     } <= honoured
     params = {handling(arg).param for arg in ARGS if handling(arg).param}
     sampling = {p for p in params if p is not None and p.startswith("sampling.")}
     assert {"sampling.temperature", "sampling.top_k", "sampling.n_predict", "sampling.grammar_file"} <= sampling
     assert params - sampling == {
+        "n_gpu_layers",
+        "split_mode",
+        "tensor_split",
+        "main_gpu",
+        "device",
+        "op_offload",
+        "mmproj_offload",
+        "fit",
+        "fit_target",
+        "fit_ctx",
         "n_ctx",
         "n_threads",
         "n_threads_batch",

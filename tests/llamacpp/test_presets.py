@@ -85,10 +85,11 @@ class TestSettings:
         assert config.params == {"n_ctx": 100, "n_batch": 200, "n_threads": 300, "seed": 1}
 
     def test_options_the_worker_cannot_honour_are_recorded_as_ignored(self) -> None:
-        config = _config("[m]\nngl = 99\ntemp = 0.1\nno-cont-batching = 1\nc = 64\n", "m")
-        assert config.params == {"n_ctx": 64, "sampling": {"temperature": 0.1}}  # every request's default
-        assert config.ignored == ("cont-batching", "n-gpu-layers")
-        assert config.args["n-gpu-layers"] == "99", "the options in force are recorded as given"
+        config = _config("[m]\ncmoe = 1\nngl = 99\ntemp = 0.1\nno-cont-batching = 1\nc = 64\n", "m")
+        # every request's default; -ngl is honoured (the offload rows)
+        assert config.params == {"n_ctx": 64, "n_gpu_layers": "99", "sampling": {"temperature": 0.1}}
+        assert config.ignored == ("cont-batching", "cpu-moe")
+        assert config.args["cpu-moe"] == "1", "the options in force are recorded as given"
 
     def test_chat_template_options_reach_the_worker(self) -> None:
         """--no-jinja, an inline template, a template file, kwargs and reasoning-format are honoured;
