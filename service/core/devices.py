@@ -169,3 +169,18 @@ class Offload:
             else (),
             fit=tuple(str(f) for f in fit) if isinstance(fit, (list, tuple)) else (),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDevices:
+    """A node's last ``node_devices_measured``: its devices, whether its build offloads at all, and
+    the ggml backends the build carries."""
+
+    devices: tuple[Device, ...] = ()
+    gpu_offload: bool = False
+    backends: tuple[str, ...] = ()
+
+    @property
+    def offloading(self) -> tuple[Device, ...]:
+        """The devices that take offloaded layers (GPUs), in ggml's order."""
+        return tuple(d for d in self.devices if d.offloads)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import service.core.events as ev
+from service.core.devices import Offload
 from service.core.exit_reasons import explain_exit
 from service.core.fold_support import (
     failure,
@@ -104,6 +105,7 @@ def _instance_ready(state: RouterState, rec: ev.Recorded) -> RouterState:
         architecture=e.architecture,
         model_info=dict(e.model_info),
         ready_at=rec.recorded_at,
+        offload=Offload.of(e.offload) if e.offload is not None else None,
     )
     ready = state.models[model.name]
     return put_model(state, ready.replace(last_used=rec.recorded_at, last_error=None, crash_count=0))

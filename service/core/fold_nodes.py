@@ -18,6 +18,7 @@ Pure module: stdlib only.
 from __future__ import annotations
 
 import service.core.events as ev
+from service.core.devices import Device, NodeDevices
 from service.core.fold_support import ensure_model, model_of, on, primary_path, put_model
 from service.core.node_state import Holding, ModelShape, NodeState
 from service.core.state import RouterState, evolve
@@ -42,6 +43,14 @@ def _node_joined(state: RouterState, rec: ev.Recorded) -> RouterState:
         disk_reserve=e.disk_reserve_bytes,
     )
     return evolve(state, nodes={**state.nodes, e.node: node})
+
+
+@on(ev.NodeDevicesMeasured)
+def _node_devices_measured(state: RouterState, rec: ev.Recorded) -> RouterState:
+    e = rec.event
+    assert isinstance(e, ev.NodeDevicesMeasured)
+    measured = NodeDevices(tuple(Device.of(d) for d in e.devices), e.gpu_offload, tuple(e.backends))
+    return evolve(state, devices={**state.devices, e.node or "": measured})
 
 
 @on(ev.NodeLost)

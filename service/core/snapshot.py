@@ -29,7 +29,7 @@ from typing import Any
 from service.core.events import JSON
 from service.core.state import RouterState
 
-FOLD_VERSION: int = 15
+FOLD_VERSION: int = 16
 """Version of the fold's semantics and of the state's shape; stored with each snapshot."""
 
 SnapshotJSON = dict[str, JSON]
@@ -76,6 +76,8 @@ def _codec_for(hint: object) -> tuple[Encoder, Decoder]:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _dataclass_codec(hint)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal and all(isinstance(a, str) for a in args):  # a named string (Device.type)
+        return _identity, _identity
     if origin in (typing.Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1 and len(args) == 2:
@@ -165,6 +167,8 @@ def _type_name(hint: object) -> str:
     if hint is type(None):
         return "None"
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return f"Literal[{', '.join(repr(a) for a in args)}]"
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(a) for a in args)
     if origin is not None:

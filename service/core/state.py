@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, TypedDict, TypeVar, cast
 
+from service.core.devices import NodeDevices, Offload
 from service.core.errors import CommandRejected
 from service.core.events import JSON, FileRef, ServerMeta
 from service.core.node_state import Holding, ModelShape, NodeState
@@ -216,6 +217,7 @@ class Instance:
     model_info: ServerMeta = field(default_factory=dict)  # llama-server's meta, from instance_ready
     requested_at: datetime | None = None
     ready_at: datetime | None = None
+    offload: Offload | None = None  # where the worker put the model (instance_ready; None: not said)
     stop_reason: str | None = None
     stats: EngineStats | None = None
     requests_done: int = 0  # request_completed events of this instance
@@ -322,6 +324,7 @@ class RouterState:
     anomalies: int = 0  # impossible transitions the fold refused to apply (bugs to look at)
     last_anomaly: str | None = None
     nodes: Mapping[str, NodeState] = field(default_factory=dict)  # cluster: the last incarnation of each node
+    devices: Mapping[str, NodeDevices] = field(default_factory=dict)  # by node ("": a service without --node)
 
     def job(self, job_id: str) -> DownloadJob | None:
         """Look a download job up by id."""

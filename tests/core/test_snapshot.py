@@ -228,6 +228,7 @@ PINNED_TYPES = frozenset(
 # v12: a download job's node from its download_requested's node (placed by another node), else its writer.
 # v14: ModelConfig.hang_timeout (the preset's hang-timeout); instance_stopped reason "unresponsive" leaves the
 # model failed (instance_unresponsive, new, set its error).
+# v16: devices by node (node_devices_measured, new), Instance.offload from instance_ready.
 FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances, fold_nodes)
 FINGERPRINTS = {
     1: ("be17643e0302114b", "14a3bc5f8b098e9b"),
@@ -254,6 +255,7 @@ FINGERPRINTS = {
     # 15 before issue 30: ("075f34984a9d9c9b", "a7972746475751d2"); the same fold, its modules now
     # importing service.core.events directly (import service.core.events as ev) instead of through the front
     15: ("075f34984a9d9c9b", "b2d461f184d0e572"),  # both 14s: a node's free disk and the hang watch
+    16: ("92402a6d68af16de", "7680e936f2c64830"),  # devices by node (node_devices_measured), Instance.offload
 }
 
 
