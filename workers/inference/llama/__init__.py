@@ -8,6 +8,7 @@
 * ``_log``: :class:`LlamaLog`, llama.cpp's log captured; failures classified (:class:`LoadError`).
 * ``_gguf_check``: :func:`inspect_gguf`, a structural check of the file's header.
 * ``_tokenize``: :class:`Tokenizer`, linear-time tokenizing of long prompts.
+* ``_offload``: :class:`Placement`, the offload fields of ``llama_model_params`` (``-ngl``, ``-ts``, ``-dev``).
 * ``_mtmd``: :class:`Projector`, a multimodal projector (``--mmproj``) through ``libmtmd``:
   prompts with images, audio or video (:class:`MediaPrompt`, :class:`VideoOptions`) and their decode into a
   slot's sequence.
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
         LlamaModel,
     )
     from workers.inference.llama._mtmd import MEDIA_MARKER, MediaError, MediaPrompt, Projector, VideoOptions
+    from workers.inference.llama._offload import Placement
     from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "LoraSet",
     "MediaError",
     "MediaPrompt",
+    "Placement",
     "Projector",
     "Tokenizer",
     "TokenizingCancelled",
@@ -103,6 +106,7 @@ _HOMES = {
     "LlamaLog": "workers.inference.llama._log",
     "LoadError": "workers.inference.llama._log",
     "classify_llama_errors": "workers.inference.llama._log",
+    "Placement": "workers.inference.llama._offload",
     "MEDIA_MARKER": "workers.inference.llama._mtmd",
     "MediaError": "workers.inference.llama._mtmd",
     "MediaPrompt": "workers.inference.llama._mtmd",
