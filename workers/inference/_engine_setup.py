@@ -109,7 +109,7 @@ def context_config(args: WorkerArgs, plan: FitPlan | None = None) -> ContextConf
 def load(args: WorkerArgs, log: LlamaLog, on_progress: Callable[[float], bool]) -> Loaded:
     """Load the model the way the chosen engine needs it (on the thread that will own it), where
     the offload flags and ``--fit`` put it; ``offload`` and ``used`` say where it went."""
-    from workers.inference.llama._devices import supports_gpu_offload
+    from workers.inference.llama import supports_gpu_offload
 
     if not supports_gpu_offload():
         for line in cpu_build_warnings(args):  # llama-server's, once, before the load

@@ -59,7 +59,7 @@ def fit_plan(launch: InferenceLaunch, path: str) -> FitPlan:
     """``--fit``: what to load with so the model fits the devices' free memory (see the module doc)."""
     if launch.fit != "on" or (launch.n_gpu_layers != "auto" and launch.n_ctx > 0):
         return FitPlan()
-    from workers.inference.llama._devices import devices, supports_gpu_offload
+    from workers.inference.llama import devices, supports_gpu_offload
 
     if not supports_gpu_offload():
         return FitPlan()

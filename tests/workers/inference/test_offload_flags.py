@@ -60,13 +60,17 @@ def test_defaults_are_llama_servers(spawn_worker: Any, tiny_gguf: Path) -> None:
         (["-fa", "off"], {"flash_attn_type": 0}),
     ],
 )
-def test_each_flag_reaches_llama_cpp(spawn_worker: Any, tiny_gguf: Path, flags: list[str], want: dict[str, Any]) -> None:
+def test_each_flag_reaches_llama_cpp(
+    spawn_worker: Any, tiny_gguf: Path, flags: list[str], want: dict[str, Any]
+) -> None:
     got = used(spawn_worker(tiny_gguf, *flags))
     assert {k: got[k] for k in want} == want
 
 
 def test_the_legacy_engine_passes_them_too(spawn_worker: Any, tiny_gguf: Path) -> None:
-    w = spawn_worker(tiny_gguf, "--engine", "legacy", "-ngl", "5", "-sm", "row", "-mg", "1", "-ts", "1,2", "--no-kv-offload")
+    w = spawn_worker(
+        tiny_gguf, "--engine", "legacy", "-ngl", "5", "-sm", "row", "-mg", "1", "-ts", "1,2", "--no-kv-offload"
+    )
     got = used(w)
     assert (got["n_gpu_layers"], got["split_mode"], got["main_gpu"]) == (5, 2, 1)
     assert got["tensor_split"] == [1.0, 2.0] and got["offload_kqv"] is False

@@ -26,6 +26,7 @@ from workers import lazy_exports
 
 if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on first use (__getattr__)
     from workers.inference.llama._bindings import complete_import, lowlevel
+    from workers.inference.llama._devices import devices, supports_gpu_offload
     from workers.inference.llama._gguf_check import GGUFCheckError, GGUFInfo, inspect_gguf
     from workers.inference.llama._legacy_load import LegacyOptions, LoadedModel, load_model
     from workers.inference.llama._load import Loaded, LoadedLlama, load_llama
@@ -79,12 +80,14 @@ __all__ = [
     "VideoOptions",
     "classify_llama_errors",
     "complete_import",
+    "devices",
     "inspect_gguf",
     "load_llama",
     "load_model",
     "lowlevel",
     "parse_specs",
     "split_for_tokenizing",
+    "supports_gpu_offload",
 ]
 
 _HOMES = {
@@ -107,6 +110,8 @@ _HOMES = {
     "LoadError": "workers.inference.llama._log",
     "classify_llama_errors": "workers.inference.llama._log",
     "Placement": "workers.inference.llama._offload",
+    "devices": "workers.inference.llama._devices",
+    "supports_gpu_offload": "workers.inference.llama._devices",
     "MEDIA_MARKER": "workers.inference.llama._mtmd",
     "MediaError": "workers.inference.llama._mtmd",
     "MediaPrompt": "workers.inference.llama._mtmd",
