@@ -8,17 +8,17 @@ through ``mmap`` and skips array bodies, so a 40 GB file costs milliseconds.
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import stat
 import struct
 from pathlib import Path
 
 from service.core import events as ev
+from service.core.model_shape import model_shape
 
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-_SWA_SHARE = {"gemma2": (1, 2), "gemma3": (5, 6), "gemma3n": (4, 5), "cohere2": (3, 4), "llama4": (3, 4)}
-"""Architectures whose sliding-window layers llama.cpp lays out by a fixed pattern: (window layers, of every)."""
 
 
 class NotMeasurable(Exception):
@@ -85,37 +85,11 @@ def read_metadata(path: Path) -> dict[str, int | float | bool | str | None]:
         raise NotMeasurable(str(exc)) from exc
 
 
-def _int(meta: dict[str, int | float | bool | str | None], key: str, default: int = 0) -> int:
-    value = meta.get(key)
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-
-
 def measure(path: Path, weights_bytes: int) -> ev.ModelMeasured:
     """``model_measured`` for the GGUF at ``path`` (its first part, for a split model) whose files
     total ``weights_bytes``. Raises :class:`NotMeasurable`."""
-    meta = read_metadata(path)
-    arch = str(meta.get("general.architecture") or "")
-    if not arch:
+    shape = model_shape(str(path), weights_bytes, read_metadata(path))
+    if shape is None:
         msg = f"{path} names no general.architecture"
         raise NotMeasurable(msg)
-    n_layer = _int(meta, f"{arch}.block_count")
-    n_embd = _int(meta, f"{arch}.embedding_length")
-    n_head = _int(meta, f"{arch}.attention.head_count", 1) or 1
-    n_head_kv = _int(meta, f"{arch}.attention.head_count_kv", n_head)
-    head = n_embd // n_head if n_head else 0
-    window = _int(meta, f"{arch}.attention.sliding_window")
-    share = _SWA_SHARE.get(arch)
-    swa_layers = n_layer * share[0] // share[1] if window and share else 0
-    return ev.ModelMeasured(
-        path=str(path),
-        weights_bytes=weights_bytes,
-        n_layer=n_layer,
-        n_embd=n_embd,
-        n_head_kv=n_head_kv,
-        n_embd_head_k=_int(meta, f"{arch}.attention.key_length", head),
-        n_embd_head_v=_int(meta, f"{arch}.attention.value_length", head),
-        n_vocab=_int(meta, f"{arch}.vocab_size") or _int(meta, "tokenizer.ggml.tokens"),
-        n_ctx_train=_int(meta, f"{arch}.context_length"),
-        sliding_window=window,
-        swa_layers=swa_layers,
-    )
+    return ev.ModelMeasured(**{f.name: getattr(shape, f.name) for f in dataclasses.fields(shape)})

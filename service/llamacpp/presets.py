@@ -3,7 +3,7 @@
     version = 1
     [*]                          ; applied to every model, from every source
     c = 8192
-    n-gpu-layers = 8             ; accepted, warned about: the worker cannot honour it
+    n-gpu-layers = 8             ; layers on the GPU, as llama-server (a CPU build warns and ignores it)
 
     [ggml-org/gemma-3-1b-it-GGUF:Q4_K_M]   ; settings for a cached model
     jinja = true

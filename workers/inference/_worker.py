@@ -202,9 +202,12 @@ class Worker:
                     endpoint=self.endpoint,
                     model_info=info,
                     log_path=self.args.log_path,
+                    offload=loaded.offload.to_json(),
                     **meta,
                 )
             )
+        # What llama.cpp was given (docs/operations.md "Where a model runs"): one line, before instance_ready's.
+        self.log.info("llama_params", **loaded.used)
         self.log.info("instance_ready", endpoint=self.endpoint, phases=loaded.phases, **meta)
         monitor = self.engine.monitor
         if monitor is not None and self.args.stats_interval > 0:

@@ -8,6 +8,7 @@
 * ``_log``: :class:`LlamaLog`, llama.cpp's log captured; failures classified (:class:`LoadError`).
 * ``_gguf_check``: :func:`inspect_gguf`, a structural check of the file's header.
 * ``_tokenize``: :class:`Tokenizer`, linear-time tokenizing of long prompts.
+* ``_offload``: :class:`Placement`, the offload fields of ``llama_model_params`` (``-ngl``, ``-ts``, ``-dev``).
 * ``_mtmd``: :class:`Projector`, a multimodal projector (``--mmproj``) through ``libmtmd``:
   prompts with images, audio or video (:class:`MediaPrompt`, :class:`VideoOptions`) and their decode into a
   slot's sequence.
@@ -25,6 +26,7 @@ from workers import lazy_exports
 
 if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on first use (__getattr__)
     from workers.inference.llama._bindings import complete_import, lowlevel
+    from workers.inference.llama._devices import devices, supports_gpu_offload
     from workers.inference.llama._gguf_check import GGUFCheckError, GGUFInfo, inspect_gguf
     from workers.inference.llama._legacy_load import LegacyOptions, LoadedModel, load_model
     from workers.inference.llama._load import Loaded, LoadedLlama, load_llama
@@ -43,6 +45,7 @@ if TYPE_CHECKING:  # the real types for mypy; at run time each name loads on fir
         LlamaModel,
     )
     from workers.inference.llama._mtmd import MEDIA_MARKER, MediaError, MediaPrompt, Projector, VideoOptions
+    from workers.inference.llama._offload import Placement
     from workers.inference.llama._tokenize import Tokenizer, TokenizingCancelled, split_for_tokenizing
 
 __all__ = [
@@ -70,18 +73,21 @@ __all__ = [
     "LoraSet",
     "MediaError",
     "MediaPrompt",
+    "Placement",
     "Projector",
     "Tokenizer",
     "TokenizingCancelled",
     "VideoOptions",
     "classify_llama_errors",
     "complete_import",
+    "devices",
     "inspect_gguf",
     "load_llama",
     "load_model",
     "lowlevel",
     "parse_specs",
     "split_for_tokenizing",
+    "supports_gpu_offload",
 ]
 
 _HOMES = {
@@ -103,6 +109,9 @@ _HOMES = {
     "LlamaLog": "workers.inference.llama._log",
     "LoadError": "workers.inference.llama._log",
     "classify_llama_errors": "workers.inference.llama._log",
+    "Placement": "workers.inference.llama._offload",
+    "devices": "workers.inference.llama._devices",
+    "supports_gpu_offload": "workers.inference.llama._devices",
     "MEDIA_MARKER": "workers.inference.llama._mtmd",
     "MediaError": "workers.inference.llama._mtmd",
     "MediaPrompt": "workers.inference.llama._mtmd",

@@ -71,6 +71,7 @@ class GGUFInfo:
     data_offset: int
     data_end: int
     metadata: GgufMetadata = field(default_factory=dict)
+    array_lengths: dict[str, int] = field(default_factory=dict)  # each array key's item count (the vocabulary's)
 
     @property
     def architecture(self) -> str | None:
@@ -159,9 +160,12 @@ def _walk(cur: _Cursor, path: Path, size: int) -> GGUFInfo:
     if n_tensors > MAX_COUNT or n_kv > MAX_COUNT:
         raise GGUFCheckError("corrupt", f"implausible header counts (tensors={n_tensors}, kv={n_kv})")
     metadata: GgufMetadata = {}
+    lengths: dict[str, int] = {}
     for _ in range(n_kv):
         key = cur.string()
         vtype = cur.unpack("<I")
+        if vtype == _ARRAY and cur.pos + 12 <= cur.size:  # item type, then count
+            lengths[key] = int(struct.unpack_from("<Q", cur.buf, cur.pos + 4)[0])
         value = _read_value(cur, vtype, keep=True)
         if value is not None:
             metadata[key] = value
@@ -191,7 +195,7 @@ def _walk(cur: _Cursor, path: Path, size: int) -> GGUFInfo:
                 f"({end - size} missing): incomplete download?",
             )
         data_end = max(data_end, end)
-    return GGUFInfo(path, size, version, n_tensors, n_kv, data_offset, data_end, metadata)
+    return GGUFInfo(path, size, version, n_tensors, n_kv, data_offset, data_end, metadata, lengths)
 
 
 def inspect_gguf(path: str | os.PathLike[str]) -> GGUFInfo:

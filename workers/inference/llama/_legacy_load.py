@@ -16,7 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from service.core.devices import Offload
 from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
+from workers.inference.llama._offload import (
+    JsonValue,
+    Placement,
+    apply_placement,
+    context_params_used,
+    model_params_used,
+)
 
 if TYPE_CHECKING:  # the check imports gguf + numpy (~60 ms): only where a load needs it
     from workers.inference.llama._gguf_check import GGUFInfo
@@ -35,6 +43,14 @@ class LoadedModel:
     # loaded params struct still points at it.
     keepalive: Any = None
     phases: dict[str, float] = field(default_factory=dict)  # not measured on this path
+    used: dict[str, JsonValue] = field(default_factory=dict)  # the offload fields it loaded with
+    offload: Offload = field(default_factory=Offload)  # instance_ready.offload, from the load log
+
+    @property
+    def n_layer(self) -> int:
+        import llama_cpp
+
+        return int(llama_cpp.llama_model_n_layer(self.llm._model.model))
 
     @property
     def file_size(self) -> int:
@@ -45,11 +61,14 @@ class LoadedModel:
         return self.info.architecture or ""
 
 
-def _with_progress_callback(on_progress: Callable[[float], bool]) -> tuple[Callable[[], None], Any]:
-    """Patch ``llama_model_default_params`` so ``Llama()`` loads with our callback.
+def _with_progress_callback(
+    on_progress: Callable[[float], bool], placement: Placement
+) -> tuple[Callable[[], None], Any]:
+    """Patch ``llama_model_default_params`` so ``Llama()`` loads with our callback and ``-dev``'s
+    devices (``Llama`` takes no devices; its own keyword arguments set the other offload fields).
 
     Why a patch: ``Llama.__init__`` builds its ``llama_model_params`` from that
-    function and exposes no hook. Returns (restore, c_callback_keepalive).
+    function and exposes no hook. Returns (restore, keepalive: the callback and the C arrays).
     """
     import llama_cpp.llama_cpp as lc
 
@@ -61,11 +80,13 @@ def _with_progress_callback(on_progress: Callable[[float], bool]) -> tuple[Calla
             return True
 
     original = lc.llama_model_default_params
+    arrays: list[Any] = []  # Any: ctypes arrays
 
     def patched() -> Any:
         params = original()
         params.progress_callback = _progress
         params.progress_callback_user_data = None
+        arrays.extend(apply_placement(lc, params, Placement(devices=placement.devices)))
         return params
 
     lc.llama_model_default_params = patched
@@ -73,7 +94,7 @@ def _with_progress_callback(on_progress: Callable[[float], bool]) -> tuple[Calla
     def restore() -> None:
         lc.llama_model_default_params = original
 
-    return restore, _progress
+    return restore, (_progress, arrays)
 
 
 def effective_n_ctx(requested: int, info: GGUFInfo) -> int:
@@ -99,6 +120,11 @@ class LegacyOptions:
     embedding: bool
     chat_format: str | None
     seed: int | None
+    placement: Placement = field(default_factory=Placement)
+    split_mode: int = 1  # SPLIT_MODES' layer
+    main_gpu: int = 0
+    offload_kqv: bool = True
+    op_offload: bool = True
 
 
 def load_model(
@@ -123,11 +149,13 @@ def load_model(
             aborted.set()
         return keep_going
 
-    restore, keepalive = _with_progress_callback(progress)
     log.mark()
     kwargs = _llama_kwargs(info, options)
+    restore, keepalive = _with_progress_callback(progress, options.placement)
     try:
         llm = llama_cpp.Llama(model_path, **kwargs)
+    except LoadError:
+        raise  # -dev named a device this build lacks
     except MemoryError as exc:
         raise LoadError("out_of_memory", f"Python MemoryError while loading: {exc}") from None
     except Exception as exc:
@@ -147,6 +175,10 @@ def load_model(
         n_params=int(llama_cpp.llama_model_n_params(llm._model.model)),
         n_ctx=int(llm.n_ctx()),
         keepalive=keepalive,
+        used={
+            **model_params_used(llama_cpp, llm.model_params, options.placement),
+            **context_params_used(llm.context_params),
+        },
     )
 
 
@@ -162,6 +194,13 @@ def _llama_kwargs(info: GGUFInfo, options: LegacyOptions) -> dict[str, Any]:  # 
         embedding=options.embedding,
         chat_format=options.chat_format,
         verbose=False,
+        # -ngl: Llama turns -1 into "every layer", as llama.cpp reads any negative count
+        n_gpu_layers=options.placement.n_gpu_layers,
+        split_mode=options.split_mode,
+        main_gpu=options.main_gpu,
+        tensor_split=list(options.placement.tensor_split) or None,
+        offload_kqv=options.offload_kqv,
+        op_offload=options.op_offload,
     )
     if options.seed is not None:
         kwargs["seed"] = options.seed

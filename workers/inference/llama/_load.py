@@ -15,12 +15,20 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from service.core.devices import Offload
 from workers.inference.llama._bindings import lowlevel
 from workers.inference.llama._log import LlamaLog, LoadError, classify_llama_errors
 from workers.inference.llama._model import MAX_SLOTS, ContextConfig, LlamaModel
+from workers.inference.llama._offload import (
+    JsonValue,
+    Placement,
+    apply_placement,
+    context_params_used,
+    model_params_used,
+)
 
 
 def _progress_callback(lc: Any, on_progress: Callable[[float], bool]) -> Any:
@@ -107,6 +115,12 @@ class Loaded(Protocol):
     def architecture(self) -> str: ...
     @property
     def phases(self) -> dict[str, float]: ...
+    @property
+    def n_layer(self) -> int: ...
+    @property
+    def used(self) -> dict[str, JsonValue]: ...
+    @property
+    def offload(self) -> Offload: ...
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,12 @@ class LoadedLlama:
     llm: LlamaModel
     load_ms: float
     phases: dict[str, float]
+    used: dict[str, JsonValue]  # the llama_model_params and llama_context_params offload fields it loaded with
+    offload: Offload = field(default_factory=Offload)  # instance_ready.offload, from the load log
+
+    @property
+    def n_layer(self) -> int:
+        return int(self.llm.lc.llama_model_n_layer(self.llm.model))
 
     @property
     def n_ctx(self) -> int:
@@ -142,9 +162,11 @@ def load_llama(path: str, cfg: ContextConfig, *, log: LlamaLog, on_progress: Cal
     lc = lowlevel()
     lc.llama_backend_init()
     marks.append(time.monotonic())
-    model = _load_model(lc, path, log, on_progress, cfg.model)
+    model, used = _load_model(lc, path, log, on_progress, cfg.model, cfg.placement)
     marks.append(time.monotonic())
-    ctx = lc.llama_init_from_model(model, _context_params(lc, cfg, int(lc.llama_model_n_ctx_train(model))))
+    cparams = _context_params(lc, cfg, int(lc.llama_model_n_ctx_train(model)))
+    used.update(context_params_used(cparams))
+    ctx = lc.llama_init_from_model(model, cparams)
     if not ctx:
         lc.llama_model_free(model)
         err = classify_llama_errors(log.errors())
@@ -158,7 +180,7 @@ def load_llama(path: str, cfg: ContextConfig, *, log: LlamaLog, on_progress: Cal
     on_progress(1.0)
     names = ("bindings_ms", "model_ms", "context_ms", "vocab_ms", "warmup_ms")
     phases = {name: round((b - a) * 1000.0, 3) for name, (a, b) in zip(names, itertools.pairwise(marks), strict=True)}
-    return LoadedLlama(llm, round((marks[-1] - marks[0]) * 1000.0, 3), phases)
+    return LoadedLlama(llm, round((marks[-1] - marks[0]) * 1000.0, 3), phases, used)
 
 
 def model_params(lc: Any, fields: tuple[tuple[str, int], ...]) -> Any:
@@ -170,9 +192,15 @@ def model_params(lc: Any, fields: tuple[tuple[str, int], ...]) -> Any:
 
 
 def _load_model(
-    lc: Any, path: str, log: LlamaLog, on_progress: Callable[[float], bool], fields: tuple[tuple[str, int], ...] = ()
-) -> Any:
-    """``llama_model_load_from_file`` with our progress callback (returning False aborts the load)."""
+    lc: Any,
+    path: str,
+    log: LlamaLog,
+    on_progress: Callable[[float], bool],
+    fields: tuple[tuple[str, int], ...] = (),
+    placement: Placement | None = None,
+) -> tuple[Any, dict[str, JsonValue]]:
+    """``llama_model_load_from_file`` with our progress callback (returning False aborts the load);
+    returns the model and the offload fields it was loaded with."""
     aborted = threading.Event()
 
     def progress(p: float) -> bool:
@@ -182,13 +210,16 @@ def _load_model(
         return keep
 
     params = model_params(lc, fields)
+    placement = placement or Placement()
+    arrays = apply_placement(lc, params, placement)  # -ts, -dev: C arrays params points at
+    used = model_params_used(lc, params, placement)
     params.progress_callback = keepalive = _progress_callback(lc, progress)
     log.mark()
     model = lc.llama_model_load_from_file(path.encode(), params)
-    del keepalive  # referenced until here: llama.cpp calls it only while loading
+    del keepalive, arrays  # referenced until here: llama.cpp reads them only while loading
     if not model:
         raise _classify(path, log, aborted.is_set())
-    return model
+    return model, used
 
 
 def _warmup(llm: LlamaModel) -> None:

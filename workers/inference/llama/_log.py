@@ -74,6 +74,7 @@ class LlamaLog:
         self._lock = threading.Lock()
         self._last_level = LOG_INFO
         self._pending, self._pending_level = "", LOG_INFO  # a line llama.cpp has not finished yet
+        self._recording, self._recorded = False, list[str]()  # the load's whole info lines
 
     def install(self) -> None:
         llama_cpp = lowlevel()
@@ -118,14 +119,35 @@ class LlamaLog:
                 if self._pending.endswith("\n"):
                     out.append((self._pending_level, self._pending))
                     self._pending = ""
+            if self._recording:
+                self._recorded.extend(line for _, line in out)
         for line_level, line in out:
             self._emit(line_level, line)
+
+    def record(self, on: bool) -> None:
+        """Start (``on``) or stop keeping every whole line at info level or above: the load log, whose
+        offload and buffer lines say where the model went (:func:`service.core.load_log.parse_load_log`).
+        Starting forgets what an earlier recording kept."""
+        with self._lock:
+            if on:
+                self._recorded = []
+            self._recording = on
+
+    def recorded(self) -> list[str]:
+        """The lines kept since :meth:`record` started (a load: a few hundred)."""
+        with self._lock:
+            return list(self._recorded)
 
     def _emit(self, level: int, text: str) -> None:
         """One whole line of llama.cpp's log to the worker's log (its file keeps the info level:
         the load log; the service shows it on the console only at ``-v``, as llama-server does)."""
         if text.strip():
             self._forward(_LEVEL_NAMES.get(level, "info"), text.rstrip())
+
+    def warn(self, text: str) -> None:
+        """A warning of llama-server's own (not llama.cpp's log), in the same stream: the console shows
+        its text exactly, as llama-server prints it to stderr."""
+        self._forward("warning", text)
 
     def errors(self) -> list[str]:
         with self._lock:

@@ -11,11 +11,12 @@ is the engine's reusable ``llama_batch``.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.core import launch_rows as rows
 from workers.inference.llama._lora import LoraSet
+from workers.inference.llama._offload import Placement
 
 MAX_SLOTS = 256  # LLAMA_MAX_SEQ
 # llama.cpp's enums by option value: one table, the launch's (service.core.launch_rows)
@@ -44,6 +45,7 @@ class ContextConfig:
     swa_full: bool = False  # --swa-full: sliding-window layers keep every cell, as the others
     rope: tuple[tuple[str, float], ...] = ()  # llama_context_params fields the options set (--rope-*, --yarn-*...)
     model: tuple[tuple[str, int], ...] = ()  # llama_model_params fields set (--load-mode, --no-repack, ...)
+    placement: Placement = field(default_factory=Placement)  # where the layers go (-ngl, -ts, -dev)
 
 
 class LlamaModel:

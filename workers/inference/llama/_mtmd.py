@@ -130,6 +130,7 @@ class Projector:
         n_batch: int,
         marker: str = MEDIA_MARKER,
         video: VideoOptions | None = None,
+        use_gpu: bool = True,
     ) -> None:
         from llama_cpp import mtmd_cpp
 
@@ -138,7 +139,9 @@ class Projector:
         self.marker = marker
         self.n_batch = n_batch
         p = mtmd_cpp.mtmd_context_params_default()
-        p.use_gpu, p.n_threads, p.media_marker, p.print_timings = False, max(1, n_threads), marker.encode(), False
+        # use_gpu: --mmproj-offload (on by default, as llama-server's); a build without a GPU runs it on the CPU
+        p.use_gpu, p.n_threads, p.media_marker, p.print_timings = use_gpu, max(1, n_threads), marker.encode(), False
+        self.use_gpu = bool(p.use_gpu)
         self.ctx = mtmd_cpp.mtmd_init_from_file(path.encode(), model, p)
         if not self.ctx:
             raise RuntimeError(f"failed to load the multimodal projector {path}")
