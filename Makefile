@@ -11,14 +11,22 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_BUILD := $(BIN)/python -m devtools.llama_build
 PIP_INSTALL = $(BIN)/pip install --find-links "$$($(LLAMA_BUILD) wheel)"
 
-.PHONY: install run migrate lint test browser postgres ffmpeg wheel-check bench demo cluster-demo verify clean llama-wheel llama-server upstream-suite
+.PHONY: install run migrate lint test browser postgres ffmpeg wheel-check bench demo cluster-demo verify clean llama-wheel llama-server upstream-suite gpu-check FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 
-$(VENV)/.installed: pyproject.toml devtools/llama_build.py | $(BIN)/python
+# The backend (devtools/llama_backend.py: CUDA where nvcc and an NVIDIA GPU are, Metal on Apple silicon, else the
+# CPU; MODELROUTER_LLAMA_BACKEND=cpu|cuda|metal|hip|vulkan chooses) is part of the wheel's key: this file changes
+# when it does (a toolkit installed, the variable set), and the install then puts that backend's wheel in place.
+$(VENV)/.llama-key: FORCE | $(BIN)/python
+	@$(LLAMA_BUILD) key >$@.new && { cmp -s $@.new $@ && rm $@.new || mv $@.new $@; }
+
+LLAMA_MODULES := devtools/llama_build.py devtools/llama_backend.py devtools/llama_check.py
+$(VENV)/.installed: pyproject.toml $(LLAMA_MODULES) $(VENV)/.llama-key | $(BIN)/python
 	$(PIP_INSTALL) -e '.[test]'
+	$(BIN)/pip install --no-deps --force-reinstall --no-index --find-links "$$($(LLAMA_BUILD) wheel)" llama-cpp-python
 	$(LLAMA_BUILD) check
 	touch $@
 
@@ -43,7 +51,14 @@ migrate: install
 	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/python -c "from service.settings import Settings; from service.recovery.migrate import upgrade; upgrade(Settings.from_env().db_path)"
 
 run: migrate
+	@$(LLAMA_BUILD) backend
 	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/modelrouter serve
+
+# On a machine with an NVIDIA GPU and nvcc (devtools/gpu_check.py, docs/operations.md): the CUDA wheel into .venv-gpu,
+# tests/gpu there on a ~1B random-weight model, and decode against llama-server built with CUDA from the same
+# sources. Elsewhere it prints "no GPU: ..." and exits 0. Standard library only: it makes its own venv.
+gpu-check:
+	$(PYTHON) -m devtools.gpu_check
 
 # Zero findings, or the suite does not run.
 lint: install

@@ -65,6 +65,10 @@ class Target:
     ready_line: Callable[[str], bool] = lambda line: False
 
 
+GPU_LAYERS: list[str] = []
+"""``--gpu-layers N``: ``-ngl N`` for every target (set once in main)."""
+
+
 def _worker(engine: str, variant: str = "", extra: tuple[str, ...] = ()) -> Target:
     def argv(model: Path, port: int) -> list[str]:
         return [
@@ -81,6 +85,7 @@ def _worker(engine: str, variant: str = "", extra: tuple[str, ...] = ()) -> Targ
             engine,
             "--events",
             "-",
+            *(["--n-gpu-layers", *GPU_LAYERS] if GPU_LAYERS else []),
             *extra,
         ]
 
@@ -90,7 +95,8 @@ def _worker(engine: str, variant: str = "", extra: tuple[str, ...] = ()) -> Targ
 
 def _llama_server(binary: str) -> Target:
     def argv(model: Path, port: int) -> list[str]:
-        return [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--alias", "bench"]
+        ngl = ["-ngl", *GPU_LAYERS] if GPU_LAYERS else []
+        return [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "--alias", "bench", *ngl]
 
     return Target(
         "llama-server",
@@ -370,6 +376,9 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=30, help="1-token requests per routed figure and round")
     p.add_argument("--contention", type=int, default=0, help="CPU-bound processes running beside the bench")
     p.add_argument("--routed-only", action="store_true", help="only load to ready and the routed 1-token figures")
+    p.add_argument("--serving-only", action="store_true", help="only the streams: no load-to-ready nor routed figures")
+    p.add_argument("--measures", default="one,agg4,agg8", help="the stream figures: one, aggN (N streams)")
+    p.add_argument("--gpu-layers", default=None, help="-ngl for every target (the GPU check: 99)")
     p.add_argument(
         "--batch-variant",
         action="append",
@@ -401,7 +410,7 @@ def _serving_rounds(
             _stream(run.base, 99, 8, bias, args.temperature)  # warm the HTTP path and the sampler
         for r in range(args.rounds):
             order = targets[r % len(targets) :] + targets[: r % len(targets)]
-            for key in ("one", "agg4", "agg8"):
+            for key in args.measures.split(","):
                 busy.append(_wait_quiet(args.quiet, args.max_wait))
                 for target in order:
                     for k, v in _measure(running[target.name].base, key, args, bias, r).items():
@@ -416,6 +425,8 @@ def _serving_rounds(
 
 def main() -> None:
     args = _parse_args()
+    if args.gpu_layers is not None:
+        GPU_LAYERS.append(args.gpu_layers)
     targets = [_worker(t) for t in ("batch", "legacy") if t in args.targets.split(",")]
     for variant in args.batch_variant:
         name, _, extra = variant.partition("=")
@@ -430,11 +441,11 @@ def main() -> None:
     busy: list[float] = []
     with _competitors(args.contention):
         samples = {t.name: {} for t in targets} if args.routed_only else _serving_rounds(targets, args, bias, busy)
-        for r in range(args.rounds):
+        for r in range(0 if args.serving_only else args.rounds):
             busy.append(_wait_quiet(args.quiet, args.max_wait))
             for target in targets[r % len(targets) :] + targets[: r % len(targets)]:
                 samples[target.name].setdefault("load_s", []).append(_load_once(target, args.model))
-        if "llama-server" in samples and "modelrouter batch" in samples:
+        if "llama-server" in samples and "modelrouter batch" in samples and not args.serving_only:
             _routed_rounds(args.llama_server, args, samples, busy)
     _report(samples, args)
     print(f"CPU busy (all tenants) before each measurement: median {statistics.median(busy):.0%}, max {max(busy):.0%}")

@@ -14,11 +14,21 @@ built otherwise (AMX on, or on another CPU). So the wheel pip gives is checked t
 the wheel that passes is kept in a wheelhouse keyed by everything that shapes it (version, flags, the CPU's flags,
 the compiler), and ``check`` applies the same test to the installed library.
 
+The GPU backend (CUDA, Metal, HIP, Vulkan) is chosen from the machine by ``devtools/llama_backend.py``
+(``MODELROUTER_LLAMA_BACKEND`` overrides it); every backend keeps the CPU flags above, and the user's own
+``CMAKE_ARGS`` come after ours. The wheelhouse key holds the backend and the GPU architectures (a CPU build's
+key is what it was before backends existed, so caches keep hitting).
+
     python -m devtools.llama_build wheel          # prints the wheelhouse holding the wheel (builds it once)
     python -m devtools.llama_build check          # fails unless the installed llama_cpp was built this way
+    python -m devtools.llama_build backend        # one line: the backend chosen here, and why
     python -m devtools.llama_build llama-server   # prints the path of llama-server built with the same flags
     python -m devtools.llama_build source         # prints the vendored llama.cpp sources (unpacked once)
-    python -m devtools.llama_build flags          # the compiler flags, for the benchmarks' reports
+    python -m devtools.llama_build flags          # the CMake options, for the benchmarks' reports
+
+``MODELROUTER_LLAMA_SDIST=/path/llama_cpp_python-VERSION.tar.gz`` builds offline from that sdist (a GPU
+machine with no network: ``devtools/gpu_check.py``), with the build tools of the Python running this module
+(scikit-build-core, cmake, ninja) instead of an isolated build environment.
 
 Standard library only: the Makefile runs it before anything else is installed.
 """
@@ -26,6 +36,7 @@ Standard library only: the Makefile runs it before anything else is installed.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import platform
@@ -38,6 +49,9 @@ import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
+
+from devtools.llama_backend import BackendChoice, choose_backend, gather_facts
+from devtools.llama_check import backend_problems, library_backends
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "llama-cpp-python"
@@ -62,10 +76,21 @@ def isa_flags(machine: str | None = None) -> list[str]:
     return ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"] if machine in ("x86_64", "amd64") else []
 
 
-def cmake_args() -> list[str]:
-    """The CMake options of both builds: native code for this CPU, Intel AMX off, nothing else changed."""
+def cpu_cmake_args() -> list[str]:
+    """The CPU part of every build: native code for this CPU, Intel AMX off, nothing else changed."""
     flags = " ".join(isa_flags())
     return ["-DGGML_NATIVE=ON", f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+
+
+@functools.cache
+def choice() -> BackendChoice:
+    """The backend this machine builds (``devtools/llama_backend.py``), read once per process."""
+    return choose_backend(gather_facts(), cpu_cmake_args())
+
+
+def cmake_args() -> list[str]:
+    """The CMake options of both builds: the CPU flags, the backend's options, the user's CMAKE_ARGS."""
+    return list(choice().cmake_args)
 
 
 def _cpu_flags() -> str:
@@ -89,6 +114,8 @@ def _compiler() -> str:
 def build_key() -> str:
     """A digest of everything that shapes the build: a wheel found under it was built exactly this way."""
     parts = [pinned_version(), *cmake_args(), platform.machine(), _cpu_flags(), _compiler(), sys.version]
+    if choice().backend != "cpu":  # a CPU build's key stays what it was before backends existed
+        parts += [choice().backend, *choice().gpu_archs]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -107,7 +134,11 @@ def _env() -> dict[str, str]:
 
 def sdist() -> Path:
     """llama-cpp-python's sdist from the package index, downloaded once: the wheel, llama-server and the
-    tests that read llama.cpp's sources (``common/arg.cpp``) all come from this one file."""
+    tests that read llama.cpp's sources (``common/arg.cpp``) all come from this one file.
+    ``MODELROUTER_LLAMA_SDIST`` names a local one instead (an offline build)."""
+    local = os.environ.get("MODELROUTER_LLAMA_SDIST")
+    if local:
+        return Path(local)
     folder = cache_root() / "sdist"
     found = sorted(folder.glob(f"llama_cpp_python-{pinned_version()}.tar.gz"))
     if found:
@@ -208,19 +239,11 @@ def wheel_problems(wheel: Path) -> list[str]:
 
 def _pip_wheel(out: Path, *, use_cache: bool) -> Path:
     cache = [] if use_cache else ["--no-cache-dir"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        *cache,
-        "--no-deps",
-        "--no-binary",
-        PACKAGE,
-        "--wheel-dir",
-        str(out),
-        f"{PACKAGE}=={pinned_version()}",
-    ]
+    source = [f"{PACKAGE}=={pinned_version()}"]
+    if os.environ.get("MODELROUTER_LLAMA_SDIST"):  # offline: this sdist, this Python's build tools
+        source = ["--no-index", "--no-build-isolation", str(sdist())]
+    cmd = [sys.executable, "-m", "pip", "wheel", *cache, "--no-deps", "--no-binary", PACKAGE]
+    cmd += ["--wheel-dir", str(out), *source]
     subprocess.run(cmd, env=_env(), check=True, stdout=sys.stderr)
     (wheel,) = out.glob("llama_cpp_python-*.whl")
     return wheel
@@ -233,6 +256,7 @@ def wheelhouse() -> Path:
     kept only if its library reports no banned feature and none this CPU lacks. Otherwise the wheel
     is built anew, without the cache, with this module's flags."""
     house = cache_root() / f"wheels-{build_key()}"
+    print(choice().line(), file=sys.stderr)
     if any(house.glob("llama_cpp_python-*.whl")):
         return house
     cache_root().mkdir(parents=True, exist_ok=True)
@@ -275,7 +299,19 @@ def check() -> None:
             f"(llama_print_system_info: {info.strip()}). Rebuild it with `make clean install` "
             "(devtools/llama_build.py builds it for this CPU, AMX off)."
         )
-    print(f"llama-cpp-python runs here (AMX off): {info.strip()}")
+    import llama_cpp
+
+    backend = choice().backend
+    found = library_backends(Path(llama_cpp.__file__).parent / "lib")
+    wrong = [found] if isinstance(found, str) else backend_problems(backend, found)
+    if wrong:
+        raise SystemExit(
+            f"the installed llama-cpp-python is not the {backend} build chosen here ({choice().reason}): "
+            f"{'; '.join(wrong)}. Rebuild it with `make clean install`; MODELROUTER_LLAMA_BACKEND=cpu builds "
+            "for the CPU alone."
+        )
+    backends = "" if isinstance(found, str) else f"; {found.describe()}"
+    print(f"llama-cpp-python runs here (AMX off), {backend} backend{backends}: {info.strip()}")
 
 
 def llama_server_path() -> Path:
@@ -301,6 +337,10 @@ def llama_server() -> Path:
             "-DLLAMA_CURL=OFF",
             "-DLLAMA_OPENSSL=OFF",
             "-DBUILD_SHARED_LIBS=OFF",
+            "-DLLAMA_BUILD_TESTS=OFF",  # only the server is built: its tests and examples need not configure
+            "-DLLAMA_BUILD_EXAMPLES=OFF",
+            # offline, the web UI cannot be fetched (the server then serves its API without it)
+            *(["-DLLAMA_USE_PREBUILT_UI=OFF"] if os.environ.get("MODELROUTER_LLAMA_SDIST") else []),
             *cmake_args(),
         ]
         subprocess.run(configure, check=True, stdout=sys.stderr)
@@ -315,12 +355,14 @@ def llama_server() -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m devtools.llama_build", description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["wheel", "check", "llama-server", "source", "flags", "key"])
+    p.add_argument("what", choices=["wheel", "check", "backend", "llama-server", "source", "flags", "key"])
     what = p.parse_args(argv).what
     if what == "wheel":
         print(wheelhouse())
     elif what == "check":
         check()
+    elif what == "backend":
+        print(choice().line())
     elif what == "llama-server":
         print(llama_server())
     elif what == "source":
