@@ -91,7 +91,7 @@ class MemoryNeed:
         }
 
 
-def _launch(params: InferenceLaunch | Params) -> InferenceLaunch:
+def launch_of(params: InferenceLaunch | Params) -> InferenceLaunch:
     return params if isinstance(params, InferenceLaunch) else InferenceLaunch.from_params(params)
 
 
@@ -115,7 +115,7 @@ class KvLayout:
 
 def slots(params: InferenceLaunch | Params) -> int:
     """The worker's slots: ``n_parallel`` (-1 or unset: 4, at most 256); an embedding worker runs one."""
-    launch = _launch(params)
+    launch = launch_of(params)
     if launch.embedding:
         return 1
     return min(_positive(launch.n_parallel, DEFAULT_N_PARALLEL), MAX_SLOTS)
@@ -125,7 +125,7 @@ def kv_layout(shape: ModelShape, params: InferenceLaunch | Params) -> KvLayout:
     """As the worker sizes its context (``workers/inference/llama/_load.py``), then llama.cpp pads it:
     ``-np`` auto or ``kv_unified``: one pool of ``n_ctx`` cells (0: the training context); else a
     stream per slot of ``n_ctx / n_parallel``, capped to the training context."""
-    launch = _launch(params)
+    launch = launch_of(params)
     train = max(shape.n_ctx_train, 0)
     total = (train or DEFAULT_N_CTX) if launch.n_ctx <= 0 else launch.n_ctx
     n_seq = slots(launch)
@@ -142,7 +142,7 @@ def kv_layout(shape: ModelShape, params: InferenceLaunch | Params) -> KvLayout:
 def estimate(shape: ModelShape, params: InferenceLaunch | Params, args: Options | None = None) -> MemoryNeed:
     """The need of ``shape`` loaded with ``params`` (the worker's launch, or a model's parameters); the
     cache types are the launch's, or ``args``' (llama-server's options as written: ``cache-type-k``)."""
-    launch, options = _launch(params), args or {}
+    launch, options = launch_of(params), args or {}
     bytes_k = CACHE_TYPE_BYTES.get(str(options.get("cache-type-k") or launch.cache_type_k).lower(), 2.0)
     bytes_v = CACHE_TYPE_BYTES.get(str(options.get("cache-type-v") or launch.cache_type_v).lower(), 2.0)
     kv_cells = kv_layout(shape, launch)
@@ -159,7 +159,7 @@ def compute_phases(shape: ModelShape, params: InferenceLaunch | Params) -> tuple
     phases is their maximum; a device that holds only repeating layers needs the first, the one with
     the output layer the second too. Fitted to llama.cpp's ``compute buffer size`` on real loads
     (``tests/workers/inference/llama/test_memory_estimate.py``)."""
-    launch = _launch(params)
+    launch = launch_of(params)
     layout = kv_layout(shape, launch)
     cells = layout.cells  # one stream's: the mask and the scores span the cells a sequence sees
     # llama.cpp caps the batch to the whole context (every stream's cells), then the micro-batch to it
