@@ -71,7 +71,9 @@ def fit_offload(shape: ModelShape, launch: InferenceLaunch, devices: tuple[Devic
         return UNCHANGED
     free = {d.name: d.free_bytes for d in used}
     margin = dict(zip(free, margins(launch, len(used)), strict=True))
-    target = {name: free[name] - margin[name] for name in free}
+    # A GPU that reports no memory (0 of 0) is not fitted to, as llama.cpp: "--fit will not use it".
+    unknown = {d.name for d in used if d.total_bytes <= 0}
+    target = {name: (1 << 62) if name in unknown else free[name] - margin[name] for name in free}
 
     def use(n_ctx: int, layers: int | None) -> dict[str, int]:
         sized = launch if n_ctx <= 0 else replace(launch, n_ctx=n_ctx)

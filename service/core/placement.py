@@ -229,7 +229,7 @@ def _judge(
     limit, memory = budget.models_max, budget.memory
     free = None if memory is None else memory - load.memory
     on = holds(model, budget.name)
-    room = {d.name: d.free_bytes for d in budget.devices}
+    room = {d.name: d.free_bytes for d in budget.devices if d.total_bytes > 0}  # 0/0: memory not reported
 
     def fits(slots: int, used: int, gpus: Mapping[str, int]) -> bool:
         if (limit and slots >= limit) or (memory is not None and used + foot.host > memory):
@@ -244,7 +244,7 @@ def _judge(
     short = tuple(
         DeviceShort(d.name, foot.devices[d.name], d.total_bytes, d.free_bytes - load.devices.get(d.name, 0))
         for d in budget.devices
-        if foot.devices.get(d.name, 0) > d.free_bytes - load.pinned_devices.get(d.name, 0)
+        if d.name in room and foot.devices.get(d.name, 0) > d.free_bytes - load.pinned_devices.get(d.name, 0)
     )
     if (memory is not None and foot.host > memory - load.pinned_memory) or (limit and load.pinned_slots >= limit):
         return verdict(Verdict.IMPOSSIBLE, short=short)

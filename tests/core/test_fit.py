@@ -105,3 +105,9 @@ def test_several_gpus_each_keep_their_margin() -> None:
 def test_a_ts_set_by_the_user_is_not_refitted() -> None:
     plan = fit_offload(LLAMA, InferenceLaunch(tensor_split="1,1"), (CPU, gpu("CUDA0", 2), gpu("CUDA1", 2)))
     assert plan.gpu_layers == -1 and "-ts set by the user" in plan.changes[-1]
+
+
+def test_a_gpu_that_reports_no_memory_is_not_fitted_to() -> None:
+    """llama.cpp: "device ... did not report memory; --fit will not use it": the load goes as asked."""
+    silent = Device("Vulkan0", "Vulkan0", "gpu", "Vulkan", 0, 0)
+    assert fit_offload(LLAMA, InferenceLaunch(n_ctx=0), (CPU, silent)) == UNCHANGED
