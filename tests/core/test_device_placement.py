@@ -17,6 +17,7 @@ from service.core.device_memory import assign_layers, split_need, weight_parts
 from service.core.device_placement import Footprint, footprint, node_gpus
 from service.core.devices import HOST, MIB, Device, DeviceUse, Offload
 from service.core.errors import CommandRejected
+from service.core.event_base import JSON, FileRef
 from service.core.fold import replay
 from service.core.launch import InferenceLaunch
 from service.core.node_state import ModelShape
@@ -64,12 +65,12 @@ SHAPE = ModelShape(
 )
 
 
-def model(name: str, *, pinned: bool = False, **params: object) -> list[Entry]:
-    files = ({"path": f"/m/{name}.gguf", "size": WEIGHTS},)
+def model(name: str, *, pinned: bool = False, **params: JSON) -> list[Entry]:
+    files = (FileRef(f"/m/{name}.gguf", WEIGHTS),)
     return [
         (ev.ModelDiscovered(source="models_dir", path=f"/m/{name}.gguf", files=files, size=WEIGHTS), name, None),
         (shape(name), name, None),
-        (ev.ModelConfigured(params=dict(params), pinned=pinned), name, None),  # type: ignore[arg-type]  # JSON
+        (ev.ModelConfigured(params=dict(params), pinned=pinned), name, None),
     ]
 
 
