@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 import service.core.events as ev
 from service.core.decision import Append, Decision, Effect
+from service.core.device_placement import node_gpus
 from service.core.node_state import NodeState
 from service.core.placement import NodeBudget
 from service.core.state import DownloadJob, JobStatus, ModelState, RouterState, evolve
@@ -86,15 +87,15 @@ def alive(state: RouterState) -> list[str]:
 def budgets(state: RouterState, node: str | None, local: NodeBudget) -> tuple[NodeBudget, ...]:
     """The nodes placement may use: without a cluster the local budget alone; in one, every live
     node as its ``node_joined`` declared it (the local one with what only it knows), each with its
-    :func:`disk_room`."""
+    :func:`disk_room` and its GPUs (:func:`~service.core.device_placement.node_gpus`)."""
     if node is None:
         return (local,)
     out = [replace(local, room=disk_room(state, node))]
     for name in alive(state):
         if name != node:
             joined = state.nodes[name]
-            room = disk_room(state, name)
-            out.append(NodeBudget(name, joined.models_max, joined.memory_bytes or None, local=False, room=room))
+            room, gpus = disk_room(state, name), node_gpus(state, name)
+            out.append(NodeBudget(name, joined.models_max, joined.memory_bytes or None, False, room, gpus))
     return tuple(out)
 
 

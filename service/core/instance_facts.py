@@ -18,6 +18,7 @@ from datetime import datetime
 import service.core.cluster as cluster
 import service.core.scheduling as scheduling
 from service.core.demand_queue import Queue
+from service.core.device_placement import node_gpus
 from service.core.placement import NodeBudget
 from service.core.state import Instance, RouterState
 
@@ -71,7 +72,7 @@ def slot_facts(state: RouterState, facts: Facts) -> scheduling.SlotFacts:
     """What placement needs beyond the fold: requests in flight, workers exiting, every node's budget."""
     live = {m.instance.instance_id for m in state.models.values() if m.instance is not None}
     exiting = sum(1 for iid in facts.processes if iid not in live)
-    local = NodeBudget(facts.node, facts.limits.models_max, facts.memory)
+    local = NodeBudget(facts.node, facts.limits.models_max, facts.memory, devices=node_gpus(state, facts.node))
     return scheduling.SlotFacts(
         models_max=facts.limits.models_max,
         busy=dict(facts.busy),

@@ -15,12 +15,15 @@ context the worker will really create:
   stream to 256 cells, and sliding-window layers keep only their window (one
   per slot in a pool) plus one micro-batch, as its iSWA cache does (all the
   cells with ``--swa-full``).
-* **compute buffer**: llama.cpp sizes it for the worst batch: the logits of a
-  batch (``n_vocab`` floats per token), the activations (a few ``n_embd``
-  vectors per token) and the attention scores over the context. We count
-  ``4 * n_batch * (n_vocab + 4 * n_embd + cells)`` bytes (``cells``: one
-  stream's): a rough upper bound of the same terms, not a replay of
-  llama.cpp's graph planner (``docs/cluster.md`` says how far off it can be).
+* **compute buffer**: llama.cpp sizes it for the worst micro-batch (``ub`` =
+  ``min(-b, -ub, cells)`` tokens) and reuses memory between the graph's steps,
+  so it is the larger of two phases (:func:`compute_phases`): the **logits**,
+  ``4 * ub * (n_vocab + 2 * n_embd)`` bytes (a float per token and word, and
+  the last hidden states), and the **attention**, ``2 * ub * cells`` (flash
+  attention's f16 mask over one stream's cells; with ``-fa off``, the f32
+  scores of every head and the mask: ``4 * ub * cells * (n_head + 1)``) plus
+  ``32 * ub * n_embd`` of activations. Checked against llama.cpp's own
+  ``CPU compute buffer size`` on real loads (``docs/cluster.md``).
 * **overhead**: the worker process itself (Python, llama.cpp's code, buffers).
 
 It is a budget, not a measurement: placement compares it with the memory a
@@ -88,7 +91,7 @@ class MemoryNeed:
         }
 
 
-def _launch(params: InferenceLaunch | Params) -> InferenceLaunch:
+def launch_of(params: InferenceLaunch | Params) -> InferenceLaunch:
     return params if isinstance(params, InferenceLaunch) else InferenceLaunch.from_params(params)
 
 
@@ -112,7 +115,7 @@ class KvLayout:
 
 def slots(params: InferenceLaunch | Params) -> int:
     """The worker's slots: ``n_parallel`` (-1 or unset: 4, at most 256); an embedding worker runs one."""
-    launch = _launch(params)
+    launch = launch_of(params)
     if launch.embedding:
         return 1
     return min(_positive(launch.n_parallel, DEFAULT_N_PARALLEL), MAX_SLOTS)
@@ -122,7 +125,7 @@ def kv_layout(shape: ModelShape, params: InferenceLaunch | Params) -> KvLayout:
     """As the worker sizes its context (``workers/inference/llama/_load.py``), then llama.cpp pads it:
     ``-np`` auto or ``kv_unified``: one pool of ``n_ctx`` cells (0: the training context); else a
     stream per slot of ``n_ctx / n_parallel``, capped to the training context."""
-    launch = _launch(params)
+    launch = launch_of(params)
     train = max(shape.n_ctx_train, 0)
     total = (train or DEFAULT_N_CTX) if launch.n_ctx <= 0 else launch.n_ctx
     n_seq = slots(launch)
@@ -139,17 +142,37 @@ def kv_layout(shape: ModelShape, params: InferenceLaunch | Params) -> KvLayout:
 def estimate(shape: ModelShape, params: InferenceLaunch | Params, args: Options | None = None) -> MemoryNeed:
     """The need of ``shape`` loaded with ``params`` (the worker's launch, or a model's parameters); the
     cache types are the launch's, or ``args``' (llama-server's options as written: ``cache-type-k``)."""
-    launch, options = _launch(params), args or {}
+    launch, options = launch_of(params), args or {}
     bytes_k = CACHE_TYPE_BYTES.get(str(options.get("cache-type-k") or launch.cache_type_k).lower(), 2.0)
     bytes_v = CACHE_TYPE_BYTES.get(str(options.get("cache-type-v") or launch.cache_type_v).lower(), 2.0)
     kv_cells = kv_layout(shape, launch)
-    n_batch = min(_positive(launch.n_batch, DEFAULT_N_BATCH), kv_cells.cells)
     per_cell = shape.n_head_kv * (shape.n_embd_head_k * bytes_k + shape.n_embd_head_v * bytes_v)
     swa = max(0, min(shape.swa_layers, shape.n_layer)) if shape.sliding_window > 0 else 0
     cells = (shape.n_layer - swa) * kv_cells.cells + swa * kv_cells.swa_cells
     kv = int(kv_cells.streams * cells * per_cell)
-    compute = 4 * n_batch * (shape.n_vocab + 4 * shape.n_embd + kv_cells.cells)
-    return MemoryNeed(weights=shape.weights_bytes, kv_cache=kv, compute=compute)
+    return MemoryNeed(weights=shape.weights_bytes, kv_cache=kv, compute=max(compute_phases(shape, launch)))
+
+
+def compute_phases(shape: ModelShape, params: InferenceLaunch | Params) -> tuple[int, int]:
+    """The compute buffer's two peaks, ``(attention, logits)`` bytes, for the worst micro-batch (see
+    the module doc): llama.cpp's graph allocator reuses memory between them, so a buffer holding both
+    phases is their maximum; a device that holds only repeating layers needs the first, the one with
+    the output layer the second too. Fitted to llama.cpp's ``compute buffer size`` on real loads
+    (``tests/workers/inference/llama/test_memory_estimate.py``)."""
+    launch = launch_of(params)
+    layout = kv_layout(shape, launch)
+    cells = layout.cells  # one stream's: the mask and the scores span the cells a sequence sees
+    # llama.cpp caps the batch to the whole context (every stream's cells), then the micro-batch to it
+    ubatch = min(_positive(launch.n_batch, DEFAULT_N_BATCH), _positive(launch.n_ubatch, MAX_UBATCH))
+    ubatch = min(ubatch, layout.streams * cells)
+    if launch.flash_attn == "off":  # the scores of every head, f32, and an f32 mask
+        n_head = max(shape.n_embd // max(shape.n_embd_head_k, 1), shape.n_head_kv, 1)
+        scores = 4 * ubatch * cells * (n_head + 1)
+    else:  # flash attention (auto: on wherever the backend has it, every CPU): an f16 mask
+        scores = 2 * ubatch * cells
+    attention = scores + 32 * ubatch * shape.n_embd
+    logits = 4 * ubatch * (shape.n_vocab + 2 * shape.n_embd)
+    return attention, logits
 
 
 def need_bytes(shape: ModelShape | None, params: InferenceLaunch | Params, args: Options | None = None) -> int:

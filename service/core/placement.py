@@ -10,15 +10,24 @@ models awaited by demands (never evicted either).
 
 For one model the rules are, node by node:
 
-1. it **fits** when a slot is free and its need fits the free memory;
+1. it **fits** when a slot is free and its need fits the free memory, and, on a node with GPUs,
+   its part on each GPU fits that GPU's free memory (:mod:`service.core.device_placement`);
 2. else it **waits** for what is already being freed (a stopping instance,
    an exiting worker), if that is enough;
 3. else the least recently used idle, unpinned, ready models of that node
-   are **evicted**, as few as it takes for both the slot and the memory;
+   are **evicted**, as few as it takes for the slot, the memory and each GPU:
+   those on a GPU the model does not fit go first (Ollama's rule: evict when
+   a load would not fit in free VRAM);
 4. it is **impossible** on that node when even evicting every unpinned
    model (busy ones included) would not free enough memory, or every slot
    is pinned;
 5. otherwise it is **blocked** until a request ends.
+
+When no eviction makes the full offload fit and ``--fit`` may lower the layers
+(``--fit on``, ``-ngl auto``), the model is judged again with the layers that fit
+the GPUs as they are (the rest on the host), as llama-server would load it; with
+an explicit ``-ngl`` it is impossible where a GPU could never hold it, and the
+507 names the GPU and its figures.
 
 Across nodes: a node that holds the model's files first, then fits over
 waits over evictions (fewest first) over blocked, then the most free memory,
@@ -34,10 +43,12 @@ Pure module: stdlib only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import IntEnum
 
+from service.core.device_placement import DeviceShort, Footprint, footprint, running_footprint, squeezable
+from service.core.devices import Device
 from service.core.errors import CommandRejected
 from service.core.memory import need_bytes
 from service.core.state import InstanceStatus, ModelState, RouterState
@@ -55,6 +66,7 @@ class NodeBudget:
     memory: int | None = None
     local: bool = True  # the deciding service's own node: its busy counts and exiting workers are known
     room: int | None = None  # bytes a download may still write there (cluster.disk_room); None: not known
+    devices: tuple[Device, ...] = ()  # its GPUs, free memory as measured (device_placement.node_gpus)
 
 
 @dataclass(slots=True)
@@ -68,6 +80,28 @@ class NodeLoad:
     pinned_slots: int = 0
     pinned_memory: int = 0
     running: list[ModelState] = field(default_factory=list)
+    devices: dict[str, int] = field(default_factory=dict)  # bytes used on each GPU
+    freeing_devices: dict[str, int] = field(default_factory=dict)
+    pinned_devices: dict[str, int] = field(default_factory=dict)
+    uses: dict[str, Footprint] = field(default_factory=dict)  # each running model's, by name
+
+    def take(self, name: str, foot: Footprint) -> None:
+        """Count ``foot`` (a model placed, or running) as used."""
+        self.uses[name] = foot
+        self.slots += 1
+        self.memory += foot.host
+        _add(self.devices, foot.devices)
+
+    def freeing(self, foot: Footprint) -> None:
+        """Count ``foot`` as being freed (a stopping model, or one evicted by a plan)."""
+        self.freeing_slots += 1
+        self.freeing_memory += foot.host
+        _add(self.freeing_devices, foot.devices)
+
+
+def _add(into: dict[str, int], parts: Mapping[str, int], sign: int = 1) -> None:
+    for name, size in parts.items():
+        into[name] = into.get(name, 0) + sign * size
 
 
 class Verdict(IntEnum):
@@ -89,6 +123,8 @@ class Choice:
     evict: tuple[str, ...] = ()
     holds: bool = True
     free_memory: int | None = None
+    footprint: Footprint | None = None  # what it takes there (None: judged by a size alone)
+    short: tuple[DeviceShort, ...] = ()  # IMPOSSIBLE: the GPUs it could never fit
 
 
 def model_need(model: ModelState) -> int:
@@ -104,20 +140,20 @@ def node_of(model: ModelState) -> str | None:
 def loads(state: RouterState, budgets: Sequence[NodeBudget], exiting: int = 0) -> dict[str | None, NodeLoad]:
     """Each node's use in the log; ``exiting``: the local node's workers not reaped yet."""
     tally: dict[str | None, NodeLoad] = {b.name: NodeLoad() for b in budgets}
+    gpus = {b.name: b.devices for b in budgets}
     for model in state.models.values():
         load = tally.get(node_of(model)) if model.instance is not None else None
         if load is None or model.instance is None:
             continue
-        need = model_need(model)
-        load.slots += 1
-        load.memory += need
+        foot = running_footprint(model, gpus[node_of(model)])
+        load.take(model.name, foot)
         load.running.append(model)
         if model.instance.status is InstanceStatus.STOPPING:
-            load.freeing_slots += 1
-            load.freeing_memory += need
+            load.freeing(foot)
         elif model.config.pinned:
             load.pinned_slots += 1
-            load.pinned_memory += need
+            load.pinned_memory += foot.host
+            _add(load.pinned_devices, foot.devices)
     for budget in budgets:
         if budget.local:
             tally[budget.name].slots += exiting
@@ -141,7 +177,12 @@ def held_live(state: RouterState, model: ModelState) -> bool:
     return any((node := state.nodes.get(name)) is None or not node.gone for name in model.holders)
 
 
-def _evictable(load: NodeLoad, busy: Mapping[str, int], protected: frozenset[str], local: bool) -> list[ModelState]:
+def _evictable(
+    load: NodeLoad, busy: Mapping[str, int], protected: frozenset[str], local: bool, tight: set[str]
+) -> list[ModelState]:
+    """The idle, unpinned, ready models of a node, the least recently used first; those on a GPU in
+    ``tight`` (where the model to load does not fit) before the others."""
+
     def idle(m: ModelState) -> bool:
         inst = m.instance
         if inst is None or inst.status is not InstanceStatus.READY or m.config.pinned or m.name in protected:
@@ -150,7 +191,11 @@ def _evictable(load: NodeLoad, busy: Mapping[str, int], protected: frozenset[str
             return busy.get(m.name, 0) == 0
         return inst.stats is None or (inst.stats.slots_busy == 0 and inst.stats.queue_depth == 0)
 
-    return sorted((m for m in load.running if idle(m)), key=lambda m: (m.last_used or _EPOCH, m.name))
+    def on_tight(m: ModelState) -> bool:
+        used = load.uses.get(m.name)
+        return used is not None and any(used.devices.get(n, 0) > 0 for n in tight)
+
+    return sorted((m for m in load.running if idle(m)), key=lambda m: (not on_tight(m), m.last_used or _EPOCH, m.name))
 
 
 def judge(
@@ -162,30 +207,66 @@ def judge(
     need: int | None = None,
 ) -> Choice:
     """Rules 1-5 of the module doc for ``model`` on one node; ``need`` overrides its measured need
-    (a model not downloaded yet is judged by the size of its files)."""
-    need = model_need(model) if need is None else need
+    (a model not downloaded yet is judged by the size of its files, in RAM alone)."""
+    foot = Footprint(need) if need is not None else footprint(model, budget.devices)
+    choice = _judge(model, budget, load, busy, protected, foot)
+    if choice.verdict >= Verdict.BLOCKED and foot.devices and need is None and squeezable(model):
+        fewer = footprint(model, budget.devices, load.devices)  # --fit: the layers that fit the GPUs now
+        if fewer != foot:
+            second = _judge(model, budget, load, busy, protected, fewer)
+            return second if second.verdict <= choice.verdict else choice
+    return choice
+
+
+def _judge(
+    model: ModelState,
+    budget: NodeBudget,
+    load: NodeLoad,
+    busy: Mapping[str, int],
+    protected: frozenset[str],
+    foot: Footprint,
+) -> Choice:
     limit, memory = budget.models_max, budget.memory
     free = None if memory is None else memory - load.memory
     on = holds(model, budget.name)
+    room = {d.name: d.free_bytes for d in budget.devices if d.total_bytes > 0}  # 0/0: memory not reported
 
-    def fits(slots: int, used: int) -> bool:
-        return (limit == 0 or slots < limit) and (memory is None or used + need <= memory)
+    def fits(slots: int, used: int, gpus: Mapping[str, int]) -> bool:
+        if (limit and slots >= limit) or (memory is not None and used + foot.host > memory):
+            return False
+        return all(gpus.get(name, 0) + size <= room.get(name, size) for name, size in foot.devices.items())
 
-    if fits(load.slots, load.memory):
-        return Choice(budget.name, Verdict.FITS, holds=on, free_memory=free)
-    if (memory is not None and need > memory - load.pinned_memory) or (limit and load.pinned_slots >= limit):
-        return Choice(budget.name, Verdict.IMPOSSIBLE, holds=on, free_memory=free)
+    def verdict(kind: Verdict, evict: tuple[str, ...] = (), short: tuple[DeviceShort, ...] = ()) -> Choice:
+        return Choice(budget.name, kind, evict, holds=on, free_memory=free, footprint=foot, short=short)
+
+    if fits(load.slots, load.memory, load.devices):
+        return verdict(Verdict.FITS)
+    short = tuple(
+        DeviceShort(d.name, foot.devices[d.name], d.total_bytes, d.free_bytes - load.devices.get(d.name, 0))
+        for d in budget.devices
+        if d.name in room and foot.devices.get(d.name, 0) > d.free_bytes - load.pinned_devices.get(d.name, 0)
+    )
+    if (memory is not None and foot.host > memory - load.pinned_memory) or (limit and load.pinned_slots >= limit):
+        return verdict(Verdict.IMPOSSIBLE, short=short)
+    if short:
+        return verdict(Verdict.IMPOSSIBLE, short=short)
     slots, used = load.slots - load.freeing_slots, load.memory - load.freeing_memory
+    gpus = dict(load.devices)
+    _add(gpus, load.freeing_devices, -1)
     slot_coming = limit == 0 or load.slots < limit or load.freeing_slots > 0  # a slot being freed is claimed
-    if (load.freeing_slots or load.freeing_memory) and slot_coming and (memory is None or used + need <= memory):
-        return Choice(budget.name, Verdict.WAITS, holds=on, free_memory=free)
+    freeing = load.freeing_slots or load.freeing_memory or any(load.freeing_devices.values())
+    if freeing and slot_coming and fits(0, used, gpus):  # the slot: slot_coming's
+        return verdict(Verdict.WAITS)
+    tight = {n for n, size in foot.devices.items() if gpus.get(n, 0) + size > room.get(n, size)}
     victims: list[str] = []
-    for victim in _evictable(load, busy, protected, budget.local):
+    for victim in _evictable(load, busy, protected, budget.local, tight):
         victims.append(victim.name)
-        slots, used = slots - 1, used - model_need(victim)
-        if fits(slots, used):
-            return Choice(budget.name, Verdict.EVICTS, tuple(victims), holds=on, free_memory=free)
-    return Choice(budget.name, Verdict.BLOCKED, holds=on, free_memory=free)
+        gone = load.uses.get(victim.name, Footprint(0))
+        slots, used = slots - 1, used - gone.host
+        _add(gpus, gone.devices, -1)
+        if fits(slots, used, gpus):
+            return verdict(Verdict.EVICTS, tuple(victims))
+    return verdict(Verdict.BLOCKED)
 
 
 def best(choices: Sequence[Choice]) -> Choice | None:
@@ -222,19 +303,36 @@ def download_site(
 
 
 def insufficient_memory(model: ModelState, budgets: Sequence[NodeBudget], tally: Mapping[str | None, NodeLoad]) -> None:
-    """Refuse at once (507) when no node could ever take ``model``, naming the need and the free memory."""
+    """Refuse at once (507) when no node could ever take ``model``, naming the need and the free memory,
+    or the GPU it could never fit (an explicit ``-ngl``, or ``--fit off``) and that GPU's figures."""
     nodes = candidates(model, budgets)
-    if not nodes:
+    if not nodes or model.shape is None:
         return
-    need = model_need(model)
-    if need == 0:
-        return
-    fit = [b for b in nodes if b.memory is None or need <= b.memory - tally[b.name].pinned_memory]
-    if fit:
-        return
+    never: list[tuple[NodeBudget, Choice]] = []
+    for budget in nodes:
+        load = tally[budget.name]
+        held, gpus = load.pinned_memory, load.pinned_devices
+        pinned = NodeLoad(memory=held, pinned_memory=held, devices=dict(gpus), pinned_devices=dict(gpus))
+        choice = judge(model, replace(budget, models_max=0), pinned, {}, frozenset())
+        if choice.verdict is not Verdict.IMPOSSIBLE:
+            return
+        never.append((budget, choice))
+    where = "" if nodes[0].name is None else f" on any node holding it ({', '.join(str(b.name) for b in nodes)})"
+    gpu = None if squeezable(model) else next((c.short[0] for _, c in never if c.short), None)
+    if gpu is not None:
+        raise CommandRejected(
+            "insufficient_memory",
+            f"model {model.name!r} needs {gpu.words()}{where}; pinned models stay, and its layers are set "
+            "(-ngl, or --fit off): lower -ngl, or let --fit choose (-ngl auto)",
+            model=model.name,
+            device=gpu.device,
+            device_need_bytes=gpu.need,
+            device_total_bytes=gpu.total,
+            device_free_bytes=max(gpu.free, 0),
+        )
+    need = max((c.footprint.host if c.footprint is not None else 0) for _, c in never)
     most = max(b.memory or 0 for b in nodes)
     free = max((b.memory or 0) - tally[b.name].memory for b in nodes)
-    where = "" if nodes[0].name is None else f" on any node holding it ({', '.join(str(b.name) for b in nodes)})"
     raise CommandRejected(
         "insufficient_memory",
         f"model {model.name!r} needs {need} bytes{where}, but at most {most} bytes are available to models "

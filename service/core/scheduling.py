@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import service.core.placement as placement
+from service.core.device_placement import Footprint
 from service.core.errors import CommandRejected
 from service.core.placement import NodeBudget, Verdict
 from service.core.state import DownloadJob, Instance, InstanceStatus, JobStatus, ModelState, ModelStatus, RouterState
@@ -147,20 +148,21 @@ def plan_slots(state: RouterState, demands: Sequence[Demand], facts: SlotFacts) 
             continue
         if choice.verdict is Verdict.BLOCKED:
             break  # FIFO: nobody behind may overtake
-        load, need = tally[choice.node], placement.model_need(model)
+        load = tally[choice.node]
+        need = choice.footprint or Footprint(placement.model_need(model))
         if choice.verdict is Verdict.FITS:
             start.append(demand)
             where[demand.model] = choice.node
-            load.slots += 1
-            load.memory += need
+            load.take(model.name, need)
             continue
         for victim in choice.evict:
             evict.append(victim)
-            load.freeing_slots += 1
-            load.freeing_memory += placement.model_need(state.models[victim])
+            load.freeing(load.uses.get(victim) or Footprint(placement.model_need(state.models[victim])))
         # What is being freed (already, or by these evictions) is this demand's: not the next one's.
         load.freeing_slots = max(0, load.freeing_slots - 1)
-        load.freeing_memory = max(0, load.freeing_memory - need)
+        load.freeing_memory = max(0, load.freeing_memory - need.host)
+        for name, size in need.devices.items():
+            load.freeing_devices[name] = max(0, load.freeing_devices.get(name, 0) - size)
     return SlotPlan(start=tuple(start), evict=tuple(evict), where=where)
 
 
