@@ -10,18 +10,22 @@ from typing import Any, Literal, TypedDict
 from msgspec import UNSET, UnsetType
 
 from service.api.schemas import (
+    DeviceUseView,
     EngineStatsView,
     FilesOnView,
     FileView,
+    GpuLayersView,
     InstanceView,
     JobView,
     ModelArchitecture,
     ModelEntry,
     ModelList,
     ModelStatusView,
+    OffloadView,
     ProgressView,
     SingleModel,
 )
+from service.core.devices import Offload
 from service.core.events import FileRef, ServerMeta
 from service.core.memory import estimate
 from service.core.model_spec import projector_path
@@ -150,6 +154,7 @@ def model_view(model: ModelState, state: RouterState, mode: ServerMode = ROUTER)
     """One entry of ``GET /models``: llama.cpp's shape plus progress, errors and the memory need
     (in single-model mode the one model under its ``--alias`` id, as llama-server lists it)."""
     need = None if model.shape is None else estimate(model.shape, model.config.params, model.config.args)
+    offload = model.instance.offload if model.instance is not None else None
     return ModelEntry(
         id=served_name(mode, model.name),
         aliases=listed_aliases(mode, model.name, model.aliases),
@@ -170,6 +175,26 @@ def model_view(model: ModelState, state: RouterState, mode: ServerMode = ROUTER)
         held_by=sorted(model.holders) if model.holders else UNSET,
         files_on=_files_on(model, state) if model.holders else UNSET,
         meta=_loaded_meta(model),
+        offload=offload_view(offload),
+        gpu_layers=None if offload is None else GpuLayersView(offload.requested, offload.offloaded, offload.layers),
+    )
+
+
+def offload_view(offload: Offload | None) -> OffloadView | None:
+    """``offload`` of a ``GET /models`` entry: :meth:`Offload.to_json`'s shape, typed."""
+    if offload is None:
+        return None
+    memory = [
+        DeviceUseView(u.device, u.model_bytes, u.kv_bytes, u.compute_bytes, u.total_bytes) for u in offload.memory
+    ]
+    return OffloadView(
+        requested=offload.requested,
+        gpu_layers=offload.gpu_layers,
+        offloaded=offload.offloaded,
+        layers=offload.layers,
+        devices=list(offload.devices),
+        memory=memory,
+        fit=list(offload.fit),
     )
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from service.console.client import Client, Query
 from service.console.format import ago, duration, size, when
+from service.console.where import devices, gpu_layers
 
 if TYPE_CHECKING:
     from service.core.events import EventPayload
@@ -93,12 +94,14 @@ def history_path(model: str) -> str:
 
 
 def ps(client: Client, console: Console) -> int:
-    """Running instances: pid, uptime, memory, requests in flight, last used; then each failed
-    model's reason in one line, and a hint."""
+    """Running instances: pid, uptime, memory, where it runs (GPU layers, the devices and the memory
+    on each), requests in flight, last used; then each failed model's reason in one line, and a hint."""
     listed = client.get("/models")["data"]
     models = [m for m in listed if m["status"]["value"] in _RUNNING]
     in_flight = client.get("/health").get("in_flight_by_model") or {}
-    table = _table("NAME", "STATUS", "PID", "UPTIME", "MEMORY", "IN FLIGHT", "SERVED", "LAST USED")
+    table = _table(
+        "NAME", "STATUS", "PID", "UPTIME", "MEMORY", "GPU LAYERS", "DEVICES", "IN FLIGHT", "SERVED", "LAST USED"
+    )
     for m in models:
         inst = m["status"].get("instance") or {}
         loads = client.get(history_path(m["id"]))["loads"]
@@ -109,6 +112,8 @@ def ps(client: Client, console: Console) -> int:
             str(inst.get("pid") or "-"),
             duration(last.get("uptime_seconds")),
             _memory(inst.get("pid")),
+            gpu_layers(m),
+            devices(m),
             str(in_flight.get(m["id"], 0)),
             str(last.get("requests_served", 0)),
             ago(m.get("last_used")),

@@ -4,7 +4,8 @@ an API key and the project's Hub: give the key, download from the form and watch
 the bar move and finish, load, chat, unload, and see it all in the event feed
 and the model's history; cancel a download, delete a model, and restart the
 service under the page (the feed reconnects and misses nothing); the model's
-worker log shows its load log and follows it to the stop. Every wait is
+worker log shows its load log and follows it to the stop; a loaded model's device
+(``CPU``, or the GPU with its layers and memory). Every wait is
 on a DOM condition, never a sleep.
 
 The screenshot is kept under the test's tmp dir; with
@@ -27,6 +28,8 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
+from service.core.devices import MIB
+from tests import where_it_runs
 from tests.conftest_hub import unique_repo
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -242,3 +245,42 @@ def test_a_crashed_models_failed_badge_opens_its_reason_and_stderr(browser: WebD
         assert css(browser, '#models tr[data-model="tiny"] details.why[open]') is not None
     finally:
         svc.stop()
+
+
+@pytest.fixture(scope="module")
+def where(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    """The service of tests/where_it_runs.py: ``gpu`` loaded on Vulkan0 (appended to its log), ``tiny`` to load."""
+    with where_it_runs.service(tmp_path_factory.mktemp("where")) as svc:
+        yield svc
+
+
+def device_text(driver: WebDriver, model: str) -> str | None:
+    cell = css(driver, f'#models tr[data-model="{model}"] td.device')
+    return None if cell is None else str(cell.text)
+
+
+@pytest.mark.timeout(180)
+def test_a_gpu_model_shows_its_device_layers_and_vram(browser: WebDriver, where: ServiceProcess) -> None:
+    """Passes without the worker's part: the ``instance_ready`` is appended to the real log."""
+    browser.get(where.url)
+    until(browser, lambda d: model_status(d, where_it_runs.GPU) == "loaded", "the gpu model listed as loaded")
+    assert (
+        until(browser, lambda d: device_text(d, where_it_runs.GPU), "its device") == "Vulkan0 · 19/19 layers · 65 MiB"
+    )
+    # The page's own formatting of the other cases, in the page: two GPUs, and a CPU build's load.
+    two = {**where_it_runs.GPU_OFFLOAD.to_json(), "devices": ["Vulkan0", "Vulkan1"]}
+    two["memory"] = [{"device": "Vulkan0", "total_bytes": 40 * MIB}, {"device": "Vulkan1", "total_bytes": 25 * MIB}]
+    host_only = {**two, "offloaded": 0, "devices": [], "memory": [{"device": "CPU", "total_bytes": 3 * MIB}]}
+    shown = browser.execute_script("return [...arguments].map((o) => deviceText({offload: o}))", two, host_only, None)
+    assert shown == ["Vulkan0 + Vulkan1 · 19/19 layers · 40 MiB + 25 MiB", "CPU", ""]
+
+
+@pytest.mark.timeout(180)
+def test_a_model_loaded_on_a_cpu_build_shows_cpu(browser: WebDriver, where: ServiceProcess) -> None:
+    """Needs the inference worker's ``instance_ready.offload``: ``-ngl 99`` on this CPU build offloads nothing."""
+    browser.get(where.url)
+    until(browser, lambda d: model_status(d, where_it_runs.TINY) == "unloaded", "tiny listed")
+    assert device_text(browser, where_it_runs.TINY) == "", "not loaded: no device"
+    click_action(browser, where_it_runs.TINY, "load")
+    until(browser, lambda d: model_status(d, where_it_runs.TINY) == "loaded", "tiny loaded")
+    assert until(browser, lambda d: device_text(d, where_it_runs.TINY), "tiny's device") == "CPU"

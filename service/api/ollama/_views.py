@@ -79,23 +79,36 @@ def expires_at(model: ModelState, now: datetime) -> str:
     return format_time(last + (FOREVER if limit is None else timedelta(seconds=limit)))
 
 
+def memory_sizes(model: ModelState) -> tuple[int, int]:
+    """Ollama's ``size`` and ``size_vram``: the memory the loaded model takes (every device's buffers,
+    host memory included) and the part of it on GPUs, as its worker's ``instance_ready.offload`` said.
+    Until a worker says (a log from before issue 31, or a worker still loading): the file's size, none of it in VRAM."""
+    offload = model.instance.offload if model.instance is not None else None
+    total = sum(use.total_bytes for use in offload.memory) if offload is not None else 0
+    if offload is None or total <= 0:
+        return model.size, 0
+    return total, offload.device_bytes
+
+
 def ps_view(state: RouterState, now: datetime) -> o.RunningList:
-    """``GET /api/ps``: the models with a live worker. ``size_vram`` is 0: the engine runs on the CPU."""
+    """``GET /api/ps``: the models with a live worker, with the memory each takes and the part in
+    VRAM (:func:`memory_sizes`): Ollama's ``ollama ps`` shows "100% CPU" when it is 0."""
     running = []
     for _, m in sorted(state.models.items()):
         inst = m.instance
         if inst is None or inst.status not in _SHOWN:
             continue
         facts = gguf_facts(m.path)
+        size, size_vram = memory_sizes(m)
         running.append(
             o.RunningModel(
                 name=m.name,
                 model=m.name,
-                size=m.size,
+                size=size,
                 digest=digest(m),
                 details=details(m, facts),
                 expires_at=expires_at(m, now),
-                size_vram=0,
+                size_vram=size_vram,
                 context_length=inst.n_ctx or 0,
             )
         )

@@ -38,6 +38,7 @@ from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHist
 from service.api.schemas._logs import WorkerLogView
 from service.api.schemas._modes import model_optional
 from service.api.schemas._nodes import NodeList, NodeView
+from service.api.schemas._offload import DeviceUseView, GpuLayersView, OffloadView
 from service.api.schemas._openai import (
     ApplyTemplateRequest,
     ChatRequest,
@@ -65,6 +66,7 @@ __all__ = [
     "CompletionRequest",
     "ControlRequest",
     "DetokenizeRequest",
+    "DeviceUseView",
     "DownloadAnswer",
     "DownloadHistory",
     "EmbeddingRequest",
@@ -76,6 +78,7 @@ __all__ = [
     "FileView",
     "FilesOnView",
     "GenerationSettings",
+    "GpuLayersView",
     "HealthView",
     "InfillRequest",
     "InstanceView",
@@ -96,6 +99,7 @@ __all__ = [
     "ModelStatusView",
     "NodeList",
     "NodeView",
+    "OffloadView",
     "PredictRequest",
     "ProblemDetails",
     "ProgressView",

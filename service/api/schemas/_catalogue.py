@@ -8,6 +8,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from service.api.schemas._offload import GpuLayersView, OffloadView
 from service.core.events import ServerMeta
 from service.core.state import FailureJSON
 
@@ -123,6 +124,11 @@ class ModelEntry(msgspec.Struct, frozen=True):
     meta: ServerMeta | msgspec.UnsetType = msgspec.UNSET
     """llama-server's, while the model is loaded: ``vocab_type``, ``n_vocab``, ``n_ctx``, ``n_ctx_train``,
     ``n_embd``, ``n_params``, ``size``, ``ftype``, as its worker's ``instance_ready`` recorded them."""
+    offload: OffloadView | None = None
+    """Ours, while a worker holds the model: where it put it (layers offloaded, devices, the memory on
+    each, ``CPU`` for host memory), as its ``instance_ready`` said; null when not loaded or not said."""
+    gpu_layers: GpuLayersView | None = None
+    """Ours, with ``offload``: ``-ngl`` as requested, layers offloaded of the model's total; null likewise."""
 
 
 class SingleModelDetails(msgspec.Struct, frozen=True):

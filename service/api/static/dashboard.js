@@ -10,7 +10,7 @@ const EVENT_TYPES = [
   "download_started", "instance_crashed", "instance_load_failed", "instance_loading", "instance_lost",
   "instance_ready", "instance_requested", "instance_stats", "instance_stop_requested", "instance_stopped",
   "instance_unresponsive", "loading_progress", "log_writes_resumed", "model_alias_removed", "model_aliased", "model_configured", "model_discovered",
-  "model_measured", "model_removed", "models_reloaded",
+  "model_measured", "model_removed", "models_reloaded", "node_devices_measured",
   "node_joined", "node_left", "node_lost", "partial_file_found", "partial_file_removed", "recovery_completed",
   "request_completed", "router_started", "router_stopped", "sleep_ended",
 ];
@@ -74,22 +74,7 @@ async function act(fn) {
   scheduleRefresh();
 }
 
-// ---- formatting --------------------------------------------------------------------------
-
-function bytes(n) {
-  if (n == null) return "?";
-  const units = ["B", "KB", "MB", "GB", "TB"];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
-  return (i ? n.toFixed(1) : String(n)) + " " + units[i];
-}
-
-function seconds(s) {
-  if (s == null) return "—";
-  if (s < 10) return s.toFixed(1) + " s";
-  if (s < 60) return Math.round(s) + " s";
-  return Math.floor(s / 60) + " min " + Math.ceil(s % 60) + " s";
-}
+// ---- elements (sizes and durations as text: format.js) ------------------------------------
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -141,6 +126,7 @@ function renderModels() {
     return el("tr", { dataset: { model: m.id, status: st } },
       el("td", {}, m.id),
       el("td", {}, statusCell(m)),
+      el("td", { class: "device" }, deviceText(m)),
       el("td", {}, m.size ? bytes(m.size) : ""),
       el("td", {}, m.source),
       el("td", { class: "actions" }, ...actions));
