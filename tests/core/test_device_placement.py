@@ -20,16 +20,16 @@ from service.core.errors import CommandRejected
 from service.core.event_base import JSON, FileRef
 from service.core.fold import replay
 from service.core.launch import InferenceLaunch
-from service.core.node_state import ModelShape
 from service.core.placement import NodeBudget, Verdict
 from service.core.scheduling import Demand, SlotFacts, plan_slots
 from service.core.state import RouterState
 from tests.core.examples import example
+from tests.core.shapes import LLAMA_8B_WEIGHTS, llama_8b, llama_8b_fields
 from tests.core.test_lifecycles import T0
 from tests.core.test_placement import Entry, ready, recorded
 
 GiB = 1024**3
-WEIGHTS = 4_920_000_000  # a Llama-3-8B-like Q4_K_M: 32 layers of 4096, 128256 words
+WEIGHTS = LLAMA_8B_WEIGHTS
 CPU = Device("CPU", "host", "cpu", "CPU", 64 * GiB, 60 * GiB)
 
 
@@ -38,31 +38,10 @@ def gpu(name: str, free_gib: float, total_gib: float = 24) -> Device:
 
 
 def shape(name: str) -> ev.ModelMeasured:
-    return example(
-        ev.ModelMeasured,
-        path=f"/m/{name}.gguf",
-        weights_bytes=WEIGHTS,
-        n_layer=32,
-        n_embd=4096,
-        n_head_kv=8,
-        n_embd_head_k=128,
-        n_embd_head_v=128,
-        n_vocab=128256,
-        n_ctx_train=8192,
-    )
+    return example(ev.ModelMeasured, **llama_8b_fields(path=f"/m/{name}.gguf"))
 
 
-SHAPE = ModelShape(
-    path="/m/x.gguf",
-    weights_bytes=WEIGHTS,
-    n_layer=32,
-    n_embd=4096,
-    n_head_kv=8,
-    n_embd_head_k=128,
-    n_embd_head_v=128,
-    n_vocab=128256,
-    n_ctx_train=8192,
-)
+SHAPE = llama_8b(path="/m/x.gguf")
 
 
 def model(name: str, *, pinned: bool = False, **params: JSON) -> list[Entry]:

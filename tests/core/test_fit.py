@@ -9,22 +9,12 @@ from service.core.device_memory import split_need
 from service.core.devices import HOST, MIB, Device
 from service.core.fit import UNCHANGED, FitPlan, fit_offload, margins
 from service.core.launch import InferenceLaunch
-from service.core.node_state import ModelShape
+from tests.core.shapes import llama_8b
 
 GiB = 1024**3
 CPU = Device("CPU", "host", "cpu", "CPU", 64 * GiB, 60 * GiB)
 # A Llama-3.1-8B-like Q4_K_M: 32 layers, 8 KV heads of 128, a 131072-cell training context.
-LLAMA = ModelShape(
-    path="m.gguf",
-    weights_bytes=4_920_000_000,
-    n_layer=32,
-    n_embd=4096,
-    n_head_kv=8,
-    n_embd_head_k=128,
-    n_embd_head_v=128,
-    n_vocab=128256,
-    n_ctx_train=131072,
-)
+LLAMA = llama_8b(n_ctx_train=131072)  # Llama-3.1's 131072-cell training context
 
 
 def gpu(name: str, free_gib: float) -> Device:

@@ -6,19 +6,10 @@ import pytest
 
 from service.core.memory import WORKER_OVERHEAD, KvLayout, estimate, kv_layout, need_bytes, parse_margin
 from service.core.node_state import ModelShape
+from tests.core.shapes import llama_8b
 
 # A Llama-3-8B-like header: 32 layers, 8 KV heads of 128, 128256 tokens, 8192 trained context.
-LLAMA = ModelShape(
-    path="m.gguf",
-    weights_bytes=4_920_000_000,
-    n_layer=32,
-    n_embd=4096,
-    n_head_kv=8,
-    n_embd_head_k=128,
-    n_embd_head_v=128,
-    n_vocab=128256,
-    n_ctx_train=8192,
-)
+LLAMA = llama_8b()
 
 
 def test_the_kv_cache_is_the_contexts_cells_times_each_layers_keys_and_values() -> None:
