@@ -24,7 +24,7 @@ JSON_FLAG = "--json"
 
 def measure() -> NodeDevices:
     """This build's devices now, whether it offloads at all, and the backends it carries."""
-    from workers.inference.llama._devices import devices, supports_gpu_offload  # loads llama.cpp
+    from workers.inference.llama import devices, supports_gpu_offload  # loads llama.cpp
 
     found = devices()
     return NodeDevices(devices=found, gpu_offload=supports_gpu_offload(), backends=backends_of(found))

@@ -1,6 +1,7 @@
 """llama.cpp through llama-cpp-python: the bindings, a model and its context, loading, GGUF checks, tokenizing.
 
 * ``_bindings``: the ctypes bindings without the rest of llama-cpp-python until chats need it.
+* ``_devices``: ggml's backend devices through ctypes (:func:`devices`, :func:`supports_gpu_offload`).
 * ``_model``: :class:`LlamaModel` (vocabulary, KV cache) and :class:`Batch`, the engine's ``llama_batch``.
 * ``_load``: :func:`load_llama`, a model and its ``n_parallel``-sequence context, warmed up;
   :class:`Loaded`, what either way of loading returns.
@@ -97,6 +98,8 @@ _HOMES = {
     "parse_specs": "workers.inference.llama._lora",
     "complete_import": "workers.inference.llama._bindings",
     "lowlevel": "workers.inference.llama._bindings",
+    "devices": "workers.inference.llama._devices",
+    "supports_gpu_offload": "workers.inference.llama._devices",
     "GGUFCheckError": "workers.inference.llama._gguf_check",
     "GGUFInfo": "workers.inference.llama._gguf_check",
     "inspect_gguf": "workers.inference.llama._gguf_check",
