@@ -98,8 +98,6 @@ _HOMES = {
     "parse_specs": "workers.inference.llama._lora",
     "complete_import": "workers.inference.llama._bindings",
     "lowlevel": "workers.inference.llama._bindings",
-    "devices": "workers.inference.llama._devices",
-    "supports_gpu_offload": "workers.inference.llama._devices",
     "GGUFCheckError": "workers.inference.llama._gguf_check",
     "GGUFInfo": "workers.inference.llama._gguf_check",
     "inspect_gguf": "workers.inference.llama._gguf_check",
