@@ -74,15 +74,36 @@ def _list_cache(settings: Settings) -> int:
     return 0
 
 
+def _list_devices(settings: Settings) -> int:
+    """``--list-devices``: llama-server's text, printed by the inference worker's libraries in a child
+    process (the service never loads llama.cpp's GPU backends: on CUDA that holds VRAM)."""
+    import subprocess
+
+    from service.supervision.node_devices import list_devices_argv
+
+    return subprocess.run(list_devices_argv(as_json=False), env=settings.worker_environment(), check=False).returncode
+
+
+def _print_and_exit(args: argparse.Namespace, settings: Settings) -> int | None:
+    """llama-server's options that print something and exit (``--version``, ``--cache-list``,
+    ``--list-devices``): their exit code; None when none was given."""
+    if getattr(args, "llama:version", None):
+        print(f"modelrouter {__version__}")
+        return 0
+    if getattr(args, "llama:cache-list", None):
+        return _list_cache(settings)
+    if getattr(args, "llama:list-devices", None):
+        return _list_devices(settings)
+    return None
+
+
 def _serve(args: argparse.Namespace) -> int:
     environ = dict(os.environ)
     try:
         settings, warnings = serve_settings(args, environ)
-        if getattr(args, "llama:version", None):
-            print(f"modelrouter {__version__}")
-            return 0
-        if getattr(args, "llama:cache-list", None):
-            return _list_cache(settings)
+        exited = _print_and_exit(args, settings)
+        if exited is not None:
+            return exited
         _check_presets(settings)
     except ValueError as exc:  # UsageError, PresetError, a bad MODELROUTER_* value
         print(f"modelrouter serve: error: {exc}", file=sys.stderr)

@@ -3,8 +3,10 @@
 migrate -> quick integrity check -> rebuild the fold (latest snapshot + the
 events after it) -> ``router_started`` -> reconcile what the last run left
 half-done -> resolve ``-hf``/``-m`` -> list the model sources (caches, models
-dir, presets) -> resume downloads -> load-on-startup models ->
-``recovery_completed`` -> serve.
+dir, presets) -> (``node_joined``) -> ``node_devices_measured`` -> resume downloads ->
+load-on-startup models -> ``recovery_completed`` -> serve. The devices are measured by a child
+process started first of all, side by side with the steps before the loads
+(:mod:`service.supervision.node_devices`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from service.recovery.rebuild import RebuildResult, rebuild_state
 from service.recovery.reconcile import elapsed_ms, plan_reconcile
 from service.recovery.snapshotter import Snapshotter
 from service.settings import Settings
+from service.supervision import node_devices
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.interpreter import Interpreter
@@ -107,6 +110,19 @@ async def start(settings: Settings) -> ServiceParts:
     """Open the log, rebuild the fold, build the supervisors, recover what the last run left, then
     read the model sources, resume downloads and load ``load-on-startup`` models (docs/architecture.md)."""
     started = time.perf_counter()
+    # First of all: the child overlaps the migration, the rebuild and the sources' listing (see the module).
+    measuring = asyncio.ensure_future(node_devices.measure(settings.worker_environment()))
+    try:
+        return await _start(settings, started, measuring)
+    except BaseException:
+        measuring.cancel()  # the child is killed: nothing outlives a start that failed
+        await asyncio.gather(measuring, return_exceptions=True)
+        raise
+
+
+async def _start(
+    settings: Settings, started: float, measuring: asyncio.Future[node_devices.Measurement]
+) -> ServiceParts:
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.cache_dir.mkdir(parents=True, exist_ok=True)
     store = await _open_store(settings)
@@ -138,6 +154,9 @@ async def start(settings: Settings) -> ServiceParts:
         runtime.warnings.append(FAKE_TIMING_WARNING)
     if settings.node is not None:
         await _join(runtime, settings.node)
+    # Before the first load, so that placement reads this node's devices (a failure records none: a warning).
+    measured = node_devices.logged(await measuring, settings.node)
+    await runtime.interpreter.record([Append(measured.event(settings.node))])
     resumed = await _resume_and_load(runtime, plan.interrupted)
     completed = ev.RecoveryCompleted(
         interrupted_downloads=len(plan.interrupted),

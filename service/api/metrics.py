@@ -1,8 +1,8 @@
 """The router's own ``GET /metrics`` (Prometheus text), two kinds of series:
 
 * **Gauges read from the fold at scrape time** (:class:`_FoldCollector`): models
-  and instances by status, download jobs by status, requests in flight, the
-  queue, the log position and the tail's lag. No second copy of the state to
+  and instances by status, download jobs by status, each node's device memory,
+  requests in flight, the queue, the log position and the tail's lag. No second copy of the state to
   drift from the first: the scrape renders what ``GET /models`` would.
 * **Counters and histograms fed by the events themselves** (:meth:`RouterMetrics.on_folded`,
   a :class:`~service.event_store.live_state.LiveState` listener): loads and their durations,
@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.core import events as ev
+from service.core.devices import shown_node
 from service.core.state import InstanceStatus, JobStatus, ModelStatus, RouterState
 from service.event_store.live_state import TailHealth
 
@@ -65,6 +66,7 @@ class _FoldCollector(Collector):
         for job_status in JobStatus:
             jobs.add_metric([job_status.value], by_job[job_status])
         yield jobs
+        yield _device_memory(state)
         yield _gauge("requests_in_flight", "Proxied requests holding a model now", self._gauges.in_flight())
         yield _gauge("queue_length", "Requests waiting for a model slot", self._gauges.queued())
         yield _gauge("event_log_position", "Position of the last event folded into the live state", state.position)
@@ -76,6 +78,21 @@ class _FoldCollector(Collector):
             yield _gauge("tail_lag_seconds", "Age of the oldest unfolded event (or tail downtime)", tail.lag_ms / 1000)
             yield _gauge("tail_up", "1 while the tail keeping the state current runs", int(tail.up))
             yield _gauge("tail_restarts", "Times the tail was restarted after a failure", tail.restarts)
+
+
+def _device_memory(state: RouterState) -> GaugeMetricFamily:
+    """Each node's devices as its ``node_devices_measured`` found them at its start (``node``: ``--node``'s
+    name, ``local`` for a service without one, as ``GET /nodes`` shows it)."""
+    family = GaugeMetricFamily(
+        f"{_PREFIX}_device_memory_bytes",
+        "Memory of each compute device, total and free when the node started",
+        labels=["node", "device", "kind"],
+    )
+    for node, measured in sorted(state.devices.items()):
+        for device in measured.devices:
+            family.add_metric([shown_node(node), device.name, "total"], device.total_bytes)
+            family.add_metric([shown_node(node), device.name, "free"], device.free_bytes)
+    return family
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

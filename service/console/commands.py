@@ -131,7 +131,7 @@ def _add_listing_commands(sub: Sub) -> None:
     _command(
         sub,
         "nodes",
-        "list a cluster's nodes (state, memory, what each runs and holds)",
+        "list the nodes (state, memory, what each runs and holds, devices; without --node: this service)",
         "  modelrouter nodes",
         lambda c, con, a: tables.nodes(c, con),
     )

@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import psutil
@@ -16,6 +16,7 @@ from rich.table import Table
 from service.console.client import Client, Query
 from service.console.format import ago, duration, size, when
 from service.console.where import devices, gpu_layers
+from service.core.devices import MIB, shown_node
 
 if TYPE_CHECKING:
     from service.core.events import EventPayload
@@ -217,12 +218,23 @@ def events(client: Client, console: Console, params: Query, *, follow: bool, as_
     return 0
 
 
+def _devices(node: Mapping[str, Any]) -> str:
+    """A node's devices, one a line, as llama-server's ``--list-devices`` words them, with the backend."""
+    lines = [
+        f"{d['name']} ({d['backend']}): {d['total_bytes'] // MIB} MiB, {d['free_bytes'] // MIB} MiB free"
+        for d in node.get("devices") or ()
+    ]
+    return "\n".join(lines) or "-"
+
+
 def nodes(client: Client, console: Console) -> int:
-    """The cluster's nodes (``GET /nodes``): state, memory for models and in use, what each runs and holds."""
+    """The cluster's nodes (``GET /nodes``; without ``--node``, this service as ``local``): state, memory for
+    models and in use, what each runs and holds, and its devices."""
     answer = client.get("/nodes")
-    table = _table("NODE", "STATE", "URL", "CPUS", "MEMORY", "USED", "LOADED", "HOLDS")
+    table = _table("NODE", "STATE", "URL", "CPUS", "MEMORY", "USED", "LOADED", "HOLDS", "DEVICES")
+    this = shown_node(answer.get("node"))
     for n in answer["data"]:
-        here = " (this)" if n["name"] == answer.get("node") else ""
+        here = " (this)" if n["name"] == this else ""
         table.add_row(
             n["name"] + here,
             n["state"],
@@ -232,6 +244,7 @@ def nodes(client: Client, console: Console) -> int:
             size(n["memory_used_bytes"]),
             ", ".join(n["loaded"]) or "-",
             ", ".join(n["holds"]) or "-",
+            _devices(n),
         )
-    console.print(table if answer["data"] else "not a cluster: start `modelrouter serve` with --node (docs/cluster.md)")
+    console.print(table if answer["data"] else "no nodes")
     return 0

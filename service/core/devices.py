@@ -24,6 +24,9 @@ DEVICE_TYPES: tuple[DeviceType, ...] = ("cpu", "gpu", "igpu", "accel", "meta")
 HOST = "CPU"
 """The name of host memory in a model's memory breakdown (llama.cpp's ``CPU``, ``CPU_Mapped`` buffers)."""
 MIB = 1024 * 1024
+LOCAL_NODE = "local"
+"""The node name a service without ``--node`` shows itself under (``GET /nodes``, ``modelrouter nodes``,
+the ``node`` label of ``modelrouter_device_memory_bytes``); the fold keeps its devices under ``""``."""
 Stored = Mapping[str, JSON]
 """A value as the log stores it (a JSON object): read back tolerantly by each ``of``."""
 
@@ -184,3 +187,33 @@ class NodeDevices:
     def offloading(self) -> tuple[Device, ...]:
         """The devices that take offloaded layers (GPUs), in ggml's order."""
         return tuple(d for d in self.devices if d.offloads)
+
+    def to_json(self) -> Stored:
+        """What ``python -m workers.inference --list-devices --json`` prints (the event's fields)."""
+        return {
+            "devices": [d.to_json() for d in self.devices],
+            "gpu_offload": self.gpu_offload,
+            "backends": list(self.backends),
+        }
+
+    @classmethod
+    def of(cls, value: Stored) -> NodeDevices:
+        """A measurement read back tolerantly (a device that is not an object is left out)."""
+        devices, backends = value.get("devices"), value.get("backends")
+        return cls(
+            devices=tuple(Device.of(d) for d in devices if isinstance(d, Mapping))
+            if isinstance(devices, (list, tuple))
+            else (),
+            gpu_offload=value.get("gpu_offload") is True,
+            backends=tuple(str(b) for b in backends) if isinstance(backends, (list, tuple)) else (),
+        )
+
+
+def backends_of(devices: tuple[Device, ...]) -> tuple[str, ...]:
+    """The ggml backends (``ggml_backend_reg`` names) the devices come from, each once, in ggml's order."""
+    return tuple(dict.fromkeys(d.backend for d in devices if d.backend))
+
+
+def shown_node(node: str | None) -> str:
+    """A node's name as the API and the metrics show it: ``--node``'s, else :data:`LOCAL_NODE`."""
+    return node or LOCAL_NODE

@@ -42,7 +42,7 @@ class NodeDevicesMeasured(Event):
     child process that loads the worker's llama.cpp libraries): each a
     :meth:`~service.core.devices.Device.to_json` object (name, description, type, backend,
     total and free bytes). ``node`` is the ``--node`` name (None: a service without one).
-    ``gpu_offload`` is ``llama_supports_gpu_offload()`` of that build; ``backend_build`` the
+    ``gpu_offload`` is ``llama_supports_gpu_offload()`` of that build; ``backends`` the
     backends its libraries carry (``CPU``, ``CUDA``, ``Vulkan``...)."""
 
     TYPE: ClassVar[str] = "node_devices_measured"

@@ -81,6 +81,8 @@ _ROUTER: Mapping[str, str] = {
     "usage": "prints this help",
     "version": "prints modelrouter's version",
     "cache-list": "lists the models in the model caches, then exits",
+    "list-devices": "prints the devices llama.cpp offloads to, as llama-server does (read by the inference worker's "
+    "libraries in a child process: `python -m workers.inference --list-devices`), then exits",
     "host": "bind addresses, comma-separated: each one is bound (a path ending in .sock: a UNIX socket)",
     "port": "bind port",
     "models-dir": "directory of local GGUF models (a source, re-read on reload)",

@@ -59,8 +59,9 @@ def _read(
 def test_reconnect_with_last_event_id_delivers_exactly_the_missed_events(svc: ServiceProcess) -> None:
     store = _store(svc)
     _append(store, 3)
-    first = _read(svc, 3, params="?after=0")
-    assert [e.event for e in first] == ["router_started", "recovery_completed", "download_progress"]
+    first = _read(svc, 4, params="?after=0")
+    started = ["router_started", "node_devices_measured", "recovery_completed"]
+    assert [e.event for e in first] == [*started, "download_progress"]
     last_id = first[-1].id
     missed = _append(store, 4)
     resumed = _read(svc, 2 + 4, headers={"Last-Event-ID": last_id})

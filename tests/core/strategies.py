@@ -14,6 +14,8 @@ MODELS = ["org/a-GGUF:Q4_K_M", "org/b-GGUF:Q8_0", "local-model"]
 JOBS = ["job-1", "job-2", "job-3"]
 INSTANCES = ["inst-1", "inst-2", "inst-3"]
 FILES = ({"path": "m-Q4_K_M.gguf", "size": 100, "sha256": "ab" * 32},)
+_CPU = {"name": "CPU", "description": "cpu", "type": "cpu", "backend": "CPU", "total_bytes": 100, "free_bytes": 90}
+_GPU = {"name": "CUDA0", "description": "gpu", "type": "gpu", "backend": "CUDA", "total_bytes": 80, "free_bytes": 8}
 
 _KEY_FIELDS = {
     "job_id": st.sampled_from(JOBS),
@@ -29,6 +31,8 @@ _KEY_FIELDS = {
     "progress": st.floats(0, 1),
     "alias": st.sampled_from(["fast", "mine"]),
     "aliases": st.lists(st.sampled_from(["fast", "small"]), max_size=2).map(tuple),
+    "devices": st.sampled_from([(), (_CPU,), (_CPU, _GPU)]),  # node_devices_measured's
+    "gpu_offload": st.booleans(),
 }
 
 

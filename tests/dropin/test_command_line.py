@@ -183,3 +183,16 @@ def test_version_and_cache_list(tmp_path: Path) -> None:
     assert _serve("--version").stdout.startswith("modelrouter ")
     listed = _serve("--cache-list", "--home", str(tmp_path))
     assert listed.returncode == 0 and "number of models in cache: 0" in listed.stdout
+
+
+def test_list_devices_prints_llama_servers_listing_and_exits(tmp_path: Path) -> None:
+    """llama-server's ``--list-devices`` (common_print_available_devices): on this CPU build no device
+    but the CPU, which it does not list. Printed by the worker's libraries in a child process."""
+    from workers.inference.llama import supports_gpu_offload
+
+    listed = _serve("--list-devices", "--home", str(tmp_path), "--port", "1")  # never binds: it exits first
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("Available devices:\n")
+    if not supports_gpu_offload():
+        assert listed.stdout == "Available devices:\n  (none)\n"
+    assert not (tmp_path / "modelrouter.db").exists(), "no log opened"

@@ -22,15 +22,22 @@ def publish_files(blob_dir: Path) -> None:
     (blob_dir / "a-Q4_K_M.gguf").symlink_to(blob_dir / "blob")
 
 
+DEVICES = (
+    {"name": "CPU", "description": "Xeon", "type": "cpu", "backend": "CPU", "total_bytes": 64, "free_bytes": 60},
+    {"name": "CUDA0", "description": "RTX", "type": "gpu", "backend": "CUDA", "total_bytes": 24, "free_bytes": 23},
+)
+
+
 def history(blob_dir: Path | None = None, progress: int = 40) -> list[NewEvent]:
     """Two models through discovery, configuration, a download with progress,
-    loads, a crash and a request: every part of the state gets a value."""
+    loads, a crash and a request, and the devices: every part of the state gets a value."""
     sha = hashlib.sha256(CONTENT).hexdigest()
     files: tuple[dict[str, object], ...] = ({"path": "a-Q4_K_M.gguf", "size": len(CONTENT), "sha256": sha},)
     if blob_dir is not None:
         files = ({**files[0], "blob_path": str(blob_dir / "blob"), "snapshot_path": str(blob_dir / "a-Q4_K_M.gguf")},)
     items: list[NewEvent] = [
         NewEvent(ev.RouterStarted(pid=10, version="0.1", host="127.0.0.1", port=8080)),
+        NewEvent(ev.NodeDevicesMeasured(devices=DEVICES, gpu_offload=True, backends=("CPU", "CUDA"))),
         NewEvent(
             ev.ModelDiscovered(source="models_dir", path="/m/b.gguf", files=({"path": "b.gguf", "size": 9},), size=9),
             OTHER,

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from structlog.testing import capture_logs
 
+from service.core.devices import NodeDevices
 from service.core.fold import replay
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
@@ -27,7 +28,7 @@ from service.event_store.snapshots import (
 from service.event_store.statements import EventFilter, select_page_raw
 from service.event_store.sync_store import SyncEventStore
 from service.recovery import RebuildResult, Snapshotter, rebuild_state
-from tests.recovery.histories import history, write_history
+from tests.recovery.histories import DEVICES, history, write_history
 
 
 def _all(store: SyncEventStore) -> RouterState:
@@ -72,6 +73,18 @@ def store(db_path: Path | str) -> Iterator[SyncEventStore]:
     s = write_history(db_path, history())
     yield s
     s.close()
+
+
+async def test_the_devices_come_back_from_the_log_and_from_a_snapshot(
+    store: SyncEventStore, db_path: Path | str
+) -> None:
+    """``node_devices_measured`` (position 2, a service without ``--node``) through the real codec."""
+    expected = {"": NodeDevices.of({"devices": list(DEVICES), "gpu_offload": True, "backends": ["CPU", "CUDA"]})}
+    assert expected[""].offloading[0].name == "CUDA0"
+    assert (await _rebuild(db_path)).state.devices == expected
+    _save(db_path, _at(store, 5))
+    rebuilt = await _rebuild(db_path)
+    assert rebuilt.snapshot_position == 5 and rebuilt.state.devices == expected
 
 
 async def test_without_snapshot_replays_everything(store: SyncEventStore, db_path: Path | str) -> None:

@@ -37,7 +37,7 @@ from service.api.schemas._control import (
 from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHistoryView
 from service.api.schemas._logs import WorkerLogView
 from service.api.schemas._modes import model_optional
-from service.api.schemas._nodes import NodeList, NodeView
+from service.api.schemas._nodes import DeviceView, NodeList, NodeView
 from service.api.schemas._offload import DeviceUseView, GpuLayersView, OffloadView
 from service.api.schemas._openai import (
     ApplyTemplateRequest,
@@ -67,6 +67,7 @@ __all__ = [
     "ControlRequest",
     "DetokenizeRequest",
     "DeviceUseView",
+    "DeviceView",
     "DownloadAnswer",
     "DownloadHistory",
     "EmbeddingRequest",

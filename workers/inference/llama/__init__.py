@@ -1,6 +1,7 @@
 """llama.cpp through llama-cpp-python: the bindings, a model and its context, loading, GGUF checks, tokenizing.
 
 * ``_bindings``: the ctypes bindings without the rest of llama-cpp-python until chats need it.
+* ``_devices``: ggml's backend devices through ctypes (:func:`devices`, :func:`supports_gpu_offload`).
 * ``_model``: :class:`LlamaModel` (vocabulary, KV cache) and :class:`Batch`, the engine's ``llama_batch``.
 * ``_load``: :func:`load_llama`, a model and its ``n_parallel``-sequence context, warmed up;
   :class:`Loaded`, what either way of loading returns.
