@@ -104,4 +104,3 @@ def backend_problems(backend: str, found: LibraryBackends) -> list[str]:
     if not any(d.registry == registry for d in found.devices):
         wrong.append(f"no {registry} device in its device list (was the driver found? is the GPU visible?)")
     return wrong
-

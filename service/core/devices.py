@@ -86,10 +86,11 @@ class Device:
 
 
 def list_devices(devices: tuple[Device, ...]) -> str:
-    """llama-server's ``--list-devices`` text: the devices that offload, or ``(none)``."""
+    """llama-server's ``--list-devices`` text: every device but the CPU (GPUs, and accelerators such
+    as BLAS), or ``(none)``."""
     lines = ["Available devices:"]
-    offloading = [d for d in devices if d.offloads]
-    lines += [d.listing() for d in offloading] if offloading else ["  (none)"]
+    listed = [d for d in devices if d.type != "cpu"]
+    lines += [d.listing() for d in listed] if listed else ["  (none)"]
     return "\n".join(lines)
 
 

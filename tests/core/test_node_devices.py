@@ -79,3 +79,6 @@ def test_the_listing_is_llama_servers() -> None:
     assert (
         list_devices((CPU, GPU0)) == "Available devices:\n  CUDA0: NVIDIA GeForce RTX 4090 (24576 MiB, 23552 MiB free)"
     )
+    blas = Device("BLAS", "OpenBLAS", "accel", "BLAS", 0, 0)
+    assert list_devices((CPU, blas)) == "Available devices:\n  BLAS: OpenBLAS (0 MiB, 0 MiB free)"
+    assert not blas.offloads, "an accelerator is listed, as llama-server lists it, but takes no layers"

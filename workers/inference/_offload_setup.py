@@ -18,7 +18,7 @@ from service.core.launch_devices import gpu_layers_number
 from service.core.load_log import offload_report, parse_load_log
 from service.core.model_shape import model_shape
 from service.core.node_state import ModelShape
-from workers.inference.llama import GGUFCheckError, Placement, inspect_gguf
+from workers.inference.llama import Placement
 
 NO_GPU_LAYERS = (
     "warning: no usable GPU found, --gpu-layers option will be ignored",
@@ -47,7 +47,10 @@ def cpu_build_warnings(launch: InferenceLaunch) -> tuple[str, ...]:
 
 
 def read_shape(path: str) -> ModelShape | None:
-    """The model's shape from its GGUF header (the worker's own header walk), or None."""
+    """The model's shape from its GGUF header (the worker's own header walk), or None. Only ``--fit``
+    on a GPU build reads it: the walk imports ``gguf`` and numpy (~60 ms) the path to ready skips."""
+    from workers.inference.llama import GGUFCheckError, inspect_gguf
+
     try:
         info = inspect_gguf(path)
     except GGUFCheckError:
