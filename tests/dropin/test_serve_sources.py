@@ -22,27 +22,28 @@ LLAMA_NOT_LOADED = {"code": 400, "message": "model is not loaded", "type": "inva
 
 @pytest.mark.timeout(120)
 def test_models_dir_with_per_model_defaults(serve: Serve, models_dir: Path, tmp_path: Path) -> None:
-    """``llama-server --models-dir ./models -c 200 -ngl 99 --temp 0.3``: every model gets the
-    defaults (``--temp``: every request's); what the worker cannot honour is warned about once and
-    recorded as ignored."""
+    """``llama-server --models-dir ./models -c 200 -ngl 99 -cmoe --temp 0.3``: every model gets the
+    defaults (``--temp``: every request's); what the worker cannot honour (``-cmoe``) is warned about
+    once and recorded as ignored."""
     outside = tmp_path / "private"
     outside.mkdir()
     (outside / "secret.gguf").write_bytes(b"GGUF")
     (models_dir / "escape.gguf").symlink_to(outside / "secret.gguf")
-    svc = serve("--models-dir", str(models_dir), "-c", "200", "-ngl", "99", "--temp", "0.3")
+    svc = serve("--models-dir", str(models_dir), "-c", "200", "-ngl", "99", "-cmoe", "--temp", "0.3")
     listed = models(svc)
     assert set(listed) == {"tiny-a", "tiny-b"} and listed["tiny-a"]["source"] == "models_dir"
     configured = events(svc, type="model_configured", model="tiny-a")[-1]["data"]
-    assert configured["params"] == {"n_ctx": 200, "sampling": {"temperature": 0.3}}
-    assert configured["ignored"] == ["n-gpu-layers"]
-    assert configured["args"] == {"ctx-size": "200", "n-gpu-layers": "99", "temperature": "0.3"}
-    assert listed["tiny-a"]["status"]["args"] == ["--ctx-size", "200", "--n-gpu-layers", "99", "--temperature", "0.3"]
-    assert listed["tiny-a"]["status"]["preset"] == "[tiny-a]\nctx-size = 200\nn-gpu-layers = 99\ntemperature = 0.3\n\n"
+    assert configured["params"] == {"n_ctx": 200, "n_gpu_layers": "99", "sampling": {"temperature": 0.3}}
+    assert configured["ignored"] == ["cpu-moe"]
+    assert configured["args"] == {"ctx-size": "200", "n-gpu-layers": "99", "cpu-moe": "1", "temperature": "0.3"}
+    status = listed["tiny-a"]["status"]
+    assert status["args"] == ["--cpu-moe", "--ctx-size", "200", "--n-gpu-layers", "99", "--temperature", "0.3"]
+    assert status["preset"] == "[tiny-a]\ncpu-moe = 1\nctx-size = 200\nn-gpu-layers = 99\ntemperature = 0.3\n\n"
     assert listed["tiny-a"]["architecture"] == {"input_modalities": ["text"], "output_modalities": ["text"]}
     assert chat(svc, "tiny-a").status_code == 200
     assert events(svc, type="instance_loading", model="tiny-a")[0]["data"]["params"]["n_ctx"] == 200
     log = svc.log_text()
-    assert log.count('"option": "n-gpu-layers"') == 1, "warned once, not once per model"
+    assert log.count('"option": "cpu-moe"') == 1, "warned once, not once per model"
     assert '"event": "model_file_refused"' in log and "escape.gguf" in log
     discovered = {e["model"] for e in events(svc, type="model_discovered")}
     assert "escape" not in discovered, "a symlink out of the models dir is never listed"
