@@ -5,9 +5,12 @@ norm and the vocabulary's projection), and offloads the **last** ``n_gpu_layers`
 embeddings (the input layer) always stay on the host (``src/llama-model.cpp``, "there is very little
 benefit to offloading the input layer"). On each device:
 
-* **weights**: its layers' share of the file. A GGUF header does not say how big each tensor is, so
-  the file is shared out by parameter count: a repeating layer ``12 * n_embd**2`` (attention and a
-  feed-forward four times as wide), the token embeddings and the output ``n_vocab * n_embd`` each.
+* **weights**: its layers' share of the file: the stored bytes of the ``blk.*`` tensors, the output
+  projection and the token embeddings, read from the header's tensor infos (``model_measured``'s
+  ``layers_bytes``...). An output tied to the embeddings (Gemma's) stays on the host with them, and
+  so does the logits' compute buffer. A shape measured before those parts were read shares the file
+  out by parameter count: a repeating layer ``12 * n_embd**2``, the embeddings and the output
+  ``n_vocab * n_embd`` each.
 * **KV cache**: its layers' cells (:func:`~service.core.memory.kv_layout`), on the layer's device,
   or all of it in RAM with ``--no-kv-offload``.
 * **compute buffer**: the attention phase where it has repeating layers, the logits phase where it
@@ -106,6 +109,12 @@ class WeightParts:
 
 
 def weight_parts(shape: ModelShape) -> WeightParts:
+    """The measured tensors' bytes (``model_measured``'s parts; what is neither embeddings, output nor a
+    layer, the norms, stays with the embeddings on the host), else the file shared by parameter count."""
+    if shape.layers_bytes > 0 and shape.n_layer > 0:
+        layer = shape.layers_bytes // shape.n_layer
+        rest = shape.weights_bytes - shape.n_layer * layer - shape.output_bytes
+        return WeightParts(layer=layer, embeddings=max(rest, 0), output=shape.output_bytes)
     layer_params = 12 * shape.n_embd * shape.n_embd
     vocab_params = shape.n_vocab * shape.n_embd
     total = max(shape.n_layer * layer_params + 2 * vocab_params, 1)
@@ -137,7 +146,10 @@ def split_need(
     kv_layer = need.kv_cache / shape.n_layer
     placed = assign_layers(shape.n_layer, layers, split)
     offloaded = sum(n for n, _ in placed)
-    has_output = any(out for _, out in placed)
+    # Tied to the embeddings (measured, no output tensor), the projection stays with them on the host,
+    # and so does the logits' compute buffer, whatever -ngl says.
+    tied = shape.layers_bytes > 0 and shape.output_bytes == 0
+    has_output = any(out for _, out in placed) and not tied
     weights = offloaded * parts.layer + (parts.output if has_output else 0)
     uses: list[DeviceUse] = []
     for index, device in enumerate(used):
@@ -149,6 +161,7 @@ def split_need(
             on_main = launch.split_mode == "tensor" or index == main
             compute = max(attention if offloaded else 0, logits if has_output else 0) if on_main else 0
         else:
+            out = out and not tied
             model = n * parts.layer + (parts.output if out else 0)
             kv = int(n * kv_layer)
             compute = max(attention if n else 0, logits if out else 0)

@@ -93,6 +93,9 @@ def _model_measured(state: RouterState, rec: ev.Recorded) -> RouterState:
         n_ctx_train=e.n_ctx_train,
         sliding_window=e.sliding_window,
         swa_layers=e.swa_layers,
+        embedding_bytes=e.embedding_bytes,
+        output_bytes=e.output_bytes,
+        layers_bytes=e.layers_bytes,
     )
     return put_model(state, model.replace(shape=shape))
 

@@ -17,6 +17,11 @@ SWA_SHARE = {"gemma2": (1, 2), "gemma3": (5, 6), "gemma3n": (4, 5), "cohere2": (
 """Architectures whose sliding-window layers llama.cpp lays out by a fixed pattern: (window layers, of every)."""
 
 
+TENSOR_PARTS = ("modelrouter.embedding_bytes", "modelrouter.output_bytes", "modelrouter.layers_bytes")
+"""Keys a header reader that walks the tensor infos adds: the stored bytes of ``token_embd.weight``,
+``output.weight`` (0: tied to the embeddings) and the ``blk.*`` tensors together."""
+
+
 def header_int(meta: Header, key: str, default: int = 0) -> int:
     value = meta.get(key)
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
@@ -47,4 +52,7 @@ def model_shape(path: str, weights_bytes: int, meta: Header) -> ModelShape | Non
         n_ctx_train=header_int(meta, f"{arch}.context_length"),
         sliding_window=window,
         swa_layers=n_layer * share[0] // share[1] if window and share else 0,
+        embedding_bytes=header_int(meta, TENSOR_PARTS[0]),
+        output_bytes=header_int(meta, TENSOR_PARTS[1]),
+        layers_bytes=header_int(meta, TENSOR_PARTS[2]),
     )

@@ -94,3 +94,6 @@ class ModelMeasured(Event):
     n_ctx_train: int
     sliding_window: int = 0  # 0: no sliding-window layers
     swa_layers: int = 0  # how many of the n_layer layers keep only the window
+    embedding_bytes: int = 0  # token_embd's stored bytes (0: not read, as before issue 31)
+    output_bytes: int = 0  # output.weight's (0 with layers_bytes: tied to the embeddings)
+    layers_bytes: int = 0  # the repeating layers' (blk.*) together

@@ -74,3 +74,10 @@ class ModelShape:
     n_ctx_train: int
     sliding_window: int = 0
     swa_layers: int = 0
+    # The file's tensors by where llama.cpp puts them (their stored bytes; all 0: not read, an older
+    # model_measured): the token embeddings (always the host's), the output projection (0 with
+    # layers_bytes > 0: tied to the embeddings, so the logits are computed on the host) and the
+    # n_layer repeating layers (blk.*) together.
+    embedding_bytes: int = 0
+    output_bytes: int = 0
+    layers_bytes: int = 0

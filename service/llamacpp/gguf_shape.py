@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 
 from service.core import events as ev
-from service.core.model_shape import model_shape
+from service.core.model_shape import header_int, model_shape
 
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
@@ -62,8 +62,30 @@ class _Header:
         raise NotMeasurable(msg)
 
 
+def _tensor_parts(header: _Header, count: int, alignment: int, file_size: int) -> dict[str, int]:
+    """The stored bytes of the token embeddings, the output projection and the repeating layers, from
+    the tensor infos after the key/values (each tensor's size: the distance to the next one's offset,
+    the last one's to the end of the file): :data:`~service.core.model_shape.TENSOR_PARTS` keys."""
+    infos: list[tuple[int, str]] = []
+    for _ in range(count):
+        name = header.string()
+        dims = int(header.take("<I"))
+        header.at += 8 * dims + 4  # the dimensions and the ggml type: the offsets give the size
+        infos.append((int(header.take("<Q")), name))
+    start = -(-header.at // max(alignment, 1)) * max(alignment, 1)
+    infos.sort()
+    ends = [o for o, _ in infos[1:]] + [file_size - start]
+    sizes = {name: end - offset for (offset, name), end in zip(infos, ends, strict=True)}
+    return {
+        "modelrouter.embedding_bytes": sizes.get("token_embd.weight", 0),
+        "modelrouter.output_bytes": sizes.get("output.weight", 0),
+        "modelrouter.layers_bytes": sum(size for name, size in sizes.items() if name.startswith("blk.")),
+    }
+
+
 def read_metadata(path: Path) -> dict[str, int | float | bool | str | None]:
-    """The header's key/values (arrays as their length). Raises :class:`NotMeasurable`."""
+    """The header's key/values (arrays as their length), and the sizes of the tensors' parts under
+    ``modelrouter.*`` keys (:data:`~service.core.model_shape.TENSOR_PARTS`). Raises :class:`NotMeasurable`."""
     try:
         if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or device would block the open, or never end
             msg = f"{path} is not a regular file"
@@ -74,12 +96,13 @@ def read_metadata(path: Path) -> dict[str, int | float | bool | str | None]:
                 raise NotMeasurable(msg)
             header = _Header(data)
             header.at = 8  # magic, version
-            header.take("<Q")  # tensor count
+            tensors = int(header.take("<Q"))
             count = int(header.take("<Q"))
             out: dict[str, int | float | bool | str | None] = {}
             for _ in range(count):
                 key = header.string()
                 out[key] = header.value(int(header.take("<I")))
+            out.update(_tensor_parts(header, tensors, header_int(out, "general.alignment", 32), len(data)))
             return out
     except (OSError, ValueError) as exc:
         raise NotMeasurable(str(exc)) from exc

@@ -91,6 +91,38 @@ class TestTheNeedByDevice:
         assert host.model_bytes == parts.embeddings and host.kv_bytes == 0  # the KV cache follows its layers
         assert cuda.kv_bytes == 4096 * 32 * 8 * 256 * 2  # f16 keys and values, one pool of 4096 cells
 
+    def test_measured_tensors_split_exactly_and_a_tied_output_stays_on_the_host_with_its_logits(self) -> None:
+        """Gemma 3 270M Q4_K_M's header: 170 MiB of embeddings the output shares, 65.16 MiB of layers.
+        On Vulkan0 (llvmpipe), llama.cpp put 65.16 MiB of weights on the device and 170 MiB with the
+        514.5 MiB logits buffer on the host (docs/cluster.md): the estimate says the same."""
+        from service.core.memory import compute_phases
+
+        gemma = llama_8b(
+            weights_bytes=253_113_024,
+            n_layer=18,
+            n_embd=640,
+            n_head_kv=1,
+            n_embd_head_k=256,
+            n_embd_head_v=256,
+            n_vocab=262_144,
+            n_ctx_train=32_768,
+            sliding_window=512,
+            swa_layers=15,
+            embedding_bytes=178_257_920,
+            output_bytes=0,
+            layers_bytes=68_327_424,
+        )
+        launch = InferenceLaunch(flash_attn="off")
+        vulkan, host = split_need(
+            gemma, launch, (CPU, Device("Vulkan0", "llvmpipe", "gpu", "Vulkan", 2 << 30, 2 << 30))
+        )
+        attention, logits = compute_phases(gemma, launch)
+        assert vulkan.model_bytes == 68_327_424 and host.model_bytes == 253_113_024 - 68_327_424
+        assert vulkan.compute_bytes == attention and host.compute_bytes >= logits > attention
+        untied = llama_8b(**{**llama_8b_fields(), "embedding_bytes": 10, "output_bytes": 20, "layers_bytes": 3200})
+        cuda, _ = split_need(untied, InferenceLaunch(), (CPU, gpu("CUDA0", 20)))
+        assert cuda.model_bytes == 3200 + 20, "an output of its own is offloaded with the last layer"
+
     def test_no_kv_offload_keeps_the_cache_in_ram(self) -> None:
         cuda, host = split_need(SHAPE, InferenceLaunch(kv_offload=False), (CPU, gpu("CUDA0", 20)))
         assert cuda.kv_bytes == 0 and host.kv_bytes == 4096 * 32 * 8 * 256 * 2

@@ -255,7 +255,8 @@ FINGERPRINTS = {
     # 15 before issue 30: ("075f34984a9d9c9b", "a7972746475751d2"); the same fold, its modules now
     # importing service.core.events directly (import service.core.events as ev) instead of through the front
     15: ("075f34984a9d9c9b", "b2d461f184d0e572"),  # both 14s: a node's free disk and the hang watch
-    16: ("92402a6d68af16de", "7680e936f2c64830"),  # devices by node (node_devices_measured), Instance.offload
+    16: ("4f9f2b828967461d", "7680e936f2c64830"),  # devices by node (node_devices_measured), Instance.offload,
+    # ModelShape's tensor parts (model_measured embedding_bytes, output_bytes, layers_bytes)
 }
 
 

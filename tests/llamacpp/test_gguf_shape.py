@@ -50,3 +50,24 @@ def test_what_is_not_a_readable_gguf_is_not_measurable(
 def test_a_missing_file_is_not_measurable(tmp_path: Path) -> None:
     with pytest.raises(NotMeasurable):
         measure(tmp_path / "gone.gguf", 1)
+
+
+def test_the_tensor_infos_give_each_part_its_stored_bytes(tmp_path: Path) -> None:
+    """The embeddings, the output projection and the repeating layers, as the file stores them (F16 in the
+    tiny writer): what placement splits between the host and the GPUs; the worker's own header walk
+    (``--fit``) reads the same."""
+    from service.core.model_shape import model_shape
+    from workers.inference._offload_setup import read_shape
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", n_layer=3, n_embd=64, n_head=4, n_ctx=256)
+    shape = measure(path, path.stat().st_size)
+    assert shape.embedding_bytes == shape.output_bytes == shape.n_vocab * 64 * 2
+    assert 0 < shape.layers_bytes < shape.weights_bytes - shape.embedding_bytes - shape.output_bytes
+    assert shape.layers_bytes % 3 == 0, "three identical layers"
+    header = model_shape(str(path), path.stat().st_size, read_metadata(path))
+    assert read_shape(str(path)) == header and header is not None
+    assert (header.embedding_bytes, header.output_bytes, header.layers_bytes) == (
+        shape.embedding_bytes,
+        shape.output_bytes,
+        shape.layers_bytes,
+    )

@@ -55,7 +55,7 @@ def read_shape(path: str) -> ModelShape | None:
         info = inspect_gguf(path)
     except GGUFCheckError:
         return None  # the load says what is wrong with the file
-    return model_shape(path, info.file_size, {**info.metadata, **info.array_lengths})
+    return model_shape(path, info.file_size, {**info.metadata, **info.array_lengths, **info.tensor_parts})
 
 
 def fit_plan(launch: InferenceLaunch, path: str) -> FitPlan:

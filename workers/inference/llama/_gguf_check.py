@@ -20,6 +20,8 @@ from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from service.core.model_shape import TENSOR_PARTS
+
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 SUPPORTED_VERSIONS = (2, 3)
@@ -72,6 +74,7 @@ class GGUFInfo:
     data_end: int
     metadata: GgufMetadata = field(default_factory=dict)
     array_lengths: dict[str, int] = field(default_factory=dict)  # each array key's item count (the vocabulary's)
+    tensor_parts: dict[str, int] = field(default_factory=dict)  # model_shape.TENSOR_PARTS: where llama.cpp puts them
 
     @property
     def architecture(self) -> str | None:
@@ -195,7 +198,12 @@ def _walk(cur: _Cursor, path: Path, size: int) -> GGUFInfo:
                 f"({end - size} missing): incomplete download?",
             )
         data_end = max(data_end, end)
-    return GGUFInfo(path, size, version, n_tensors, n_kv, data_offset, data_end, metadata, lengths)
+    parts = {
+        TENSOR_PARTS[0]: sum(n or 0 for name, _, n in tensors if name == "token_embd.weight"),
+        TENSOR_PARTS[1]: sum(n or 0 for name, _, n in tensors if name == "output.weight"),
+        TENSOR_PARTS[2]: sum(n or 0 for name, _, n in tensors if name.startswith("blk.")),
+    }
+    return GGUFInfo(path, size, version, n_tensors, n_kv, data_offset, data_end, metadata, lengths, parts)
 
 
 def inspect_gguf(path: str | os.PathLike[str]) -> GGUFInfo:
