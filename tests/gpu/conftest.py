@@ -48,7 +48,7 @@ def gpu_devices() -> tuple[Device, ...]:
     """The build's GPU devices; the test is skipped, saying why, where there is none."""
     found = _gpu_devices()
     if isinstance(found, str):
-        pytest.skip(found + " (tests/gpu run under `make gpu-check`)")
+        pytest.skip(found + " (tests/gpu run under `make gpu-path`, on software Vulkan, and `make gpu-check`)")
     return found
 
 
