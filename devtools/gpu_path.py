@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = test_env()
     _run([python, "-m", "devtools.llama_build", "check"], env)
     tests = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-rs", "--durations=10"]
-    _run([python, *tests, "-o", "timeout=900", *(argv if argv is not None else sys.argv[1:]), "tests/gpu"], env)
+    _run([python, *tests, *(argv if argv is not None else sys.argv[1:]), "tests/gpu"], env)
     return 0
 
 

@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from service.core.devices import MIB, Device
 from tests.gpu.conftest import Serve
+
+pytestmark = pytest.mark.timeout(900)  # a first load may compile a GPU's pipelines; make gpu-check's 1B model
 
 REPO = Path(__file__).resolve().parents[2]
 

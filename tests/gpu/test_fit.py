@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from devtools.service_process import ServiceProcess
 from service.core.devices import MIB, Device
 from tests.gpu.conftest import TIMEOUT, Serve
 from tests.service_probes import wait_for_event
+
+pytestmark = pytest.mark.timeout(900)  # a first load may compile a GPU's pipelines; make gpu-check's 1B model
 
 
 def _loaded(svc: ServiceProcess) -> dict[str, Any]:

@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from service.core.devices import Device
 from tests.gpu.conftest import TIMEOUT, Serve
+
+pytestmark = pytest.mark.timeout(900)  # a first load may compile a GPU's pipelines; make gpu-check's 1B model
 
 PROMPT = "Once upon a time, in a quiet village by the sea, there lived"
 TOKENS = 16

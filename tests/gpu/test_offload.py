@@ -21,6 +21,8 @@ from service.console.where import devices as devices_cell
 from service.core.devices import HOST, Device
 from tests.gpu.conftest import TIMEOUT, Serve
 
+pytestmark = pytest.mark.timeout(900)  # a first load may compile a GPU's pipelines; make gpu-check's 1B model
+
 REPO = Path(__file__).resolve().parents[2]
 
 
