@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.core.devices import MIB, Device
 from tests.gpu.conftest import Serve
@@ -42,16 +43,28 @@ def test_serve_list_devices_prints_every_gpu_with_its_memory(tmp_path: Path, gpu
         assert total == device.total_bytes // MIB > 0 and 0 < free <= total
 
 
-def test_get_nodes_lists_the_gpus_with_their_memory(
+def test_get_nodes_modelrouter_nodes_and_the_metrics_show_the_gpus_with_their_memory(
     tmp_path: Path, serve: Serve, gpu_devices: tuple[Device, ...]
 ) -> None:
     """A service without ``--node`` lists itself as ``local``, with the devices it measured at start."""
-    with serve(tmp_path / "home") as svc:
+    with serve(tmp_path / "home", "--metrics") as svc:
         (node,) = httpx.get(f"{svc.url}/nodes", timeout=30).json()["data"]
-    assert node["gpu_offload"] is True
+        metrics = httpx.get(f"{svc.url}/metrics", timeout=30).text
+        env = {**os.environ, "MODELROUTER_URL": svc.url, "COLUMNS": "250"}
+        cmd = [sys.executable, "-m", "service.cli", "nodes"]
+        table = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
+    assert node["gpu_offload"] is True and table.returncode == 0, table.stderr
+    gauges = {
+        (x.labels["node"], x.labels["device"], x.labels["kind"]): x.value
+        for family in text_string_to_metric_families(metrics)
+        if family.name == "modelrouter_device_memory_bytes"
+        for x in family.samples
+    }
     listed = {d["name"]: d for d in node["devices"]}
     for device in gpu_devices:
         got = listed[device.name]
         assert (got["type"], got["backend"], got["description"]) == (device.type, device.backend, device.description)
         assert got["total_bytes"] == device.total_bytes > 0 and 0 < got["free_bytes"] <= got["total_bytes"]
         assert device.backend in node["backends"]
+        assert gauges[("local", device.name, "total")] == device.total_bytes
+        assert f"{device.name} ({device.backend}): {device.total_bytes // MIB} MiB" in table.stdout, table.stdout

@@ -4,6 +4,7 @@ that many, and the load's event says what changed and why (``instance_ready.offl
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +49,30 @@ def test_fit_lowers_the_layers_to_the_device_budget_and_says_why(
     assert device.name in why and f"{margin} MiB margin" in why, why
     on_device = sum(u["total_bytes"] for u in fitted["memory"] if u["device"] == device.name)
     assert 0 < on_device < need, "fewer layers take less of the device"
+
+
+def test_fit_shrinks_a_context_left_to_the_model_before_the_layers(
+    tmp_path: Path, gpu_model: Path, serve: Serve, gpu_devices: tuple[Device, ...]
+) -> None:
+    """With ``-c 0`` (the model's training context; llama-server's default is 4096, which ``--fit`` keeps
+    as set), ``--fit`` shrinks the context first, in steps of 256 cells and no lower than ``--fit-ctx``,
+    keeping every layer on the device (llama.cpp's order)."""
+    device = gpu_devices[0]
+    common = ("-m", str(gpu_model), "--device", device.name, "-c", "0", "--fit-ctx", "256")
+    with serve(tmp_path / "whole", *common) as svc:
+        whole = _loaded(svc)
+    assert whole["fit"] == [] and whole["offloaded"] == whole["layers"], whole
+    kv = sum(u["kv_bytes"] for u in whole["memory"] if u["device"] == device.name)
+    need = sum(u["total_bytes"] for u in whole["memory"] if u["device"] == device.name)
+    margin = device.free_bytes // MIB - (need - kv // 2) // MIB  # room for about half the KV cache
+    with serve(tmp_path / "fitted", *common, "-fitt", str(margin)) as svc:
+        fitted = _loaded(svc)
+    assert fitted["offloaded"] == fitted["layers"], (fitted, margin, whole)
+    (why,) = fitted["fit"]
+    shrunk = re.fullmatch(r"-c (\d+) -> (\d+): the KV cache did not fit (.*)", why)
+    assert shrunk, why
+    before, after = int(shrunk[1]), int(shrunk[2])
+    assert 256 <= after < before and after % 256 == 0, why
+    assert f"{device.name}'s" in shrunk[3] and f"{margin} MiB margin" in shrunk[3], why
+    fitted_kv = sum(u["kv_bytes"] for u in fitted["memory"] if u["device"] == device.name)
+    assert fitted_kv == kv * after // before, "llama.cpp's KV cache is the fitted context's"

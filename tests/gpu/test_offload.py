@@ -1,6 +1,6 @@
 """Where a model runs on a GPU build, through the service's own API (``modelrouter serve``, real workers):
 ``-ngl 99`` offloads every layer and ``GET /models``, ``/api/ps`` and ``modelrouter ps`` say so with the
-device and the memory on it; ``-ngl 2`` offloads 2; ``/api/ps``'s VRAM is what ``nvidia-smi`` sees (NVIDIA
+device and the memory on it; ``-ngl 2`` offloads 2; ``-nkvo`` keeps the KV cache in host memory; ``/api/ps``'s VRAM is what ``nvidia-smi`` sees (NVIDIA
 only). Skipped, with the reason, where no GPU device answers (conftest)."""
 
 from __future__ import annotations
@@ -88,6 +88,17 @@ def test_ngl_2_offloads_two_layers_and_keeps_the_rest_on_the_cpu(tmp_path: Path,
         (ps,) = httpx.get(f"{svc.url}/api/ps", timeout=30).json()["models"]
         assert 0 < ps["size_vram"] == _on_gpus(offload) < ps["size"]
         assert f"2/{offload['layers']} (-ngl 2)" in _ps_row(svc, entry["id"])
+
+
+def test_nkvo_keeps_the_kv_cache_in_host_memory_with_every_layer_offloaded(
+    tmp_path: Path, gpu_model: Path, serve: Serve
+) -> None:
+    with serve(tmp_path / "home", "-m", str(gpu_model), "-ngl", "99", "-nkvo") as svc:
+        _completion(svc, {"prompt": "hello", "n_predict": 1})
+        offload = _entry(svc)["offload"]
+    assert offload["offloaded"] == offload["layers"], offload
+    kv = {u["device"]: u["kv_bytes"] for u in offload["memory"]}
+    assert kv[HOST] > 0 and all(v == 0 for k, v in kv.items() if k != HOST), kv
 
 
 def _worker_pids(svc: ServiceProcess) -> set[int]:
