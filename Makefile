@@ -11,7 +11,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_BUILD := $(BIN)/python -m devtools.llama_build
 PIP_INSTALL = $(BIN)/pip install --find-links "$$($(LLAMA_BUILD) wheel)"
 
-.PHONY: install run migrate lint test browser postgres ffmpeg wheel-check bench demo cluster-demo verify clean llama-wheel llama-server upstream-suite gpu-check FORCE
+.PHONY: install run migrate lint test browser postgres ffmpeg wheel-check bench demo cluster-demo verify clean llama-wheel llama-server upstream-suite gpu-check gpu-path vulkan FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,25 @@ run: migrate
 # sources. Elsewhere it prints "no GPU: ..." and exits 0. Standard library only: it makes its own venv.
 gpu-check:
 	$(PYTHON) -m devtools.gpu_check
+
+# tests/gpu on a real ggml GPU device on every machine (issue 38, devtools/gpu_path.py): the Vulkan wheel (built once
+# into its own wheelhouse entry, ~10-17 min on 2 cores), .venv-vulkan (that wheel over the main venv's packages),
+# `llama_build check` for Vulkan there, then tests/gpu on Mesa's software Vulkan (llvmpipe), as llama.cpp's CI does.
+# GPU_PATH_ARGS passes pytest options, e.g. GPU_PATH_ARGS="-k fit".
+GPU_PATH_ARGS ?=
+gpu-path: install vulkan
+	$(BIN)/python -m devtools.gpu_path $(GPU_PATH_ARGS)
+
+# The Vulkan build's packages (headers, glslc, SPIRV-Headers) and Mesa's software driver it is tested on; installed
+# only when missing and apt-get can (root). Elsewhere install them yourself, or `make gpu-path` stops saying which.
+VULKAN_PACKAGES := libvulkan-dev glslc spirv-headers mesa-vulkan-drivers
+vulkan:
+	@if [ -f /usr/include/vulkan/vulkan_core.h ] && command -v glslc >/dev/null \
+		&& [ -f /usr/share/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake ] && ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y $(VULKAN_PACKAGES) || { apt-get update && apt-get install -y $(VULKAN_PACKAGES); } \
+			|| echo "could not install $(VULKAN_PACKAGES) (offline?): make gpu-path will say what is missing"; \
+	else echo "Vulkan packages missing and apt-get unavailable: install $(VULKAN_PACKAGES)"; fi
 
 # Zero findings, or the suite does not run.
 lint: install
@@ -133,4 +152,4 @@ verify: install
 	MODELROUTER_HOME=$(HOME_DIR) $(BIN)/modelrouter verify --deep
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .venv-vulkan .pytest_cache

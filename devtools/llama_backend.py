@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from devtools.vulkan_patch import LAYER_SETTINGS_HEADER, needs_guard
+
 BACKENDS = ("cpu", "cuda", "metal", "hip", "vulkan")
 """The values of ``MODELROUTER_LLAMA_BACKEND`` (``auto`` or empty: choose from the machine)."""
 ENV = "MODELROUTER_LLAMA_BACKEND"
@@ -44,9 +46,12 @@ device): Turing and later, as llama.cpp's own non-native list for CUDA 12-13 min
 dropped. ``-virtual`` entries are PTX that the driver compiles on first use for newer GPUs (Hopper's
 ``90-virtual`` covers Blackwell); ``-real`` ones are machine code for the commonest cards. Older GPUs:
 ``CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=61``."""
-VULKAN_LAYER_SETTINGS_HEADER = 272
+VULKAN_LAYER_SETTINGS_HEADER = LAYER_SETTINGS_HEADER
 """Vulkan-Headers version that first has ``VK_EXT_layer_settings``, which ggml-vulkan needs (issue 38: older
-headers need a guard in the vendored sources before a Vulkan build can succeed)."""
+headers need a guard in the vendored sources before a Vulkan build can succeed: ``devtools/vulkan_patch.py``)."""
+VULKAN_PACKAGES = "libvulkan-dev glslc spirv-headers mesa-vulkan-drivers"
+"""The Debian packages a Vulkan build needs (headers, shader compiler, SPIRV-Headers' CMake package) and the
+driver it is tested on (Mesa's lavapipe: ``make gpu-path``)."""
 # The ggml backend registry each backend's devices belong to (``ggml_backend_reg_name``).
 REGISTRY = {"cpu": "CPU", "cuda": "CUDA", "metal": "MTL", "hip": "ROCm", "vulkan": "Vulkan"}
 
@@ -81,6 +86,8 @@ class MachineFacts:
     """``vulkan/vulkan_core.h`` found, or None."""
     vulkan_header_version: int | None = None
     """Its ``VK_HEADER_VERSION`` (see :data:`VULKAN_LAYER_SETTINGS_HEADER`)."""
+    spirv_headers: str | None = None
+    """SPIRV-Headers' CMake package (``SPIRV-HeadersConfig.cmake``): ggml-vulkan's CMakeLists requires it."""
     requested: str = ""
     """``MODELROUTER_LLAMA_BACKEND`` as set (empty: not set)."""
     user_cmake_args: str = ""
@@ -97,6 +104,9 @@ class BackendChoice:
     """The CPU flags, then the backend's options, then the user's ``CMAKE_ARGS``."""
     gpu_archs: tuple[str, ...] = ()
     """The GPU architectures built for (part of the wheelhouse key)."""
+    patches: tuple[str, ...] = ()
+    """The changes the build makes to its copy of the vendored sources (part of the wheelhouse key):
+    ``vulkan-layer-settings`` (``devtools/vulkan_patch.py``) where the Vulkan headers are older than 1.3.272."""
 
     def line(self) -> str:
         """The one line ``make run`` prints: what was built and why."""
@@ -131,9 +141,13 @@ def _missing(backend: str, facts: MachineFacts) -> str | None:
     if backend == "hip" and not facts.hipcc:
         return "no hipcc on PATH nor under $ROCM_PATH or /opt/rocm: install ROCm's HIP SDK"
     if backend == "vulkan":
-        lacking = [n for n, v in (("glslc", facts.glslc), ("the Vulkan headers", facts.vulkan_header)) if not v]
+        parts = {"glslc": facts.glslc, "Vulkan headers": facts.vulkan_header, "SPIRV-Headers": facts.spirv_headers}
+        lacking = [name for name, found in parts.items() if not found]
         if lacking:
-            return f"no {' and no '.join(lacking)}: install the Vulkan SDK (Debian: libvulkan-dev glslc)"
+            return (
+                f"no {', no '.join(lacking)}: install the Vulkan SDK (Debian: apt-get install {VULKAN_PACKAGES}; "
+                "`make vulkan` does it as root)"
+            )
     if backend == "cpu" and facts.system == "Darwin":
         return "llama-cpp-python builds Metal on every Mac (its CMakeLists forces GGML_METAL on): use -ngl 0"
     return None
@@ -188,12 +202,16 @@ def choose_backend(facts: MachineFacts, cpu_args: Sequence[str]) -> BackendChoic
     elif backend == "hip":
         archs = tuple(sorted(set(facts.amd_gpus)))
         args = ("-DGGML_HIP=on", *((f"-DGPU_TARGETS={';'.join(archs)}",) if archs else ()))
-    elif backend == "vulkan":
+    patches: tuple[str, ...] = ()
+    if backend == "vulkan":
         args = ("-DGGML_VULKAN=on",)
+        if needs_guard(facts.vulkan_header_version):
+            patches = ("vulkan-layer-settings",)
+            why += f"; Vulkan headers 1.3.{facts.vulkan_header_version or '?'}: VK_EXT_layer_settings guarded"
     user = tuple(shlex.split(facts.user_cmake_args))
     if user:
         why += f"; your CMAKE_ARGS last: {facts.user_cmake_args.strip()}"
-    return BackendChoice(backend, why, (*cpu_args, *args, *user), archs)
+    return BackendChoice(backend, why, (*cpu_args, *args, *user), archs, patches)
 
 
 # --- reading the machine ----------------------------------------------------------------------------------
@@ -236,6 +254,17 @@ def _vulkan_header(environ: Mapping[str, str]) -> tuple[str | None, int | None]:
     return None, None
 
 
+def _spirv_headers(environ: Mapping[str, str]) -> str | None:
+    """SPIRV-Headers' CMake config where CMake's find_package looks (<prefix>/share/cmake, lib/cmake)."""
+    roots = [environ.get("VULKAN_SDK", ""), "/usr", "/usr/local", "/opt/homebrew"]
+    for root in filter(None, roots):
+        for sub in ("share/cmake", "lib/cmake", "share", "lib"):
+            config = Path(root) / sub / "SPIRV-Headers" / "SPIRV-HeadersConfig.cmake"
+            if config.is_file():
+                return str(config)
+    return None
+
+
 def gather_facts(environ: Mapping[str, str] | None = None) -> MachineFacts:
     """The facts of this machine that :func:`choose_backend` reads (runs ``nvidia-smi`` and ``rocminfo``
     only where their toolchains are, each with a time limit)."""
@@ -245,6 +274,7 @@ def gather_facts(environ: Mapping[str, str] | None = None) -> MachineFacts:
     hipcc = _tool("hipcc", [env.get("ROCM_PATH"), env.get("HIP_PATH"), "/opt/rocm"])
     amd = tuple(sorted(set(re.findall(r"\bgfx[0-9a-f]+\b", _run(["rocminfo"]) or "")))) if hipcc else ()
     header, version = _vulkan_header(env)
+    spirv = _spirv_headers(env)
     return MachineFacts(
         system=platform.system(),
         machine=platform.machine().lower(),
@@ -256,6 +286,7 @@ def gather_facts(environ: Mapping[str, str] | None = None) -> MachineFacts:
         glslc=_tool("glslc", [env.get("VULKAN_SDK")]),
         vulkan_header=header,
         vulkan_header_version=version,
+        spirv_headers=spirv,
         requested=env.get(ENV, ""),
         user_cmake_args=env.get("CMAKE_ARGS", ""),
     )

@@ -50,6 +50,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+from devtools import vulkan_patch
 from devtools.llama_backend import BackendChoice, choose_backend, gather_facts
 from devtools.llama_check import backend_problems, library_backends
 
@@ -115,7 +116,7 @@ def build_key() -> str:
     """A digest of everything that shapes the build: a wheel found under it was built exactly this way."""
     parts = [pinned_version(), *cmake_args(), platform.machine(), _cpu_flags(), _compiler(), sys.version]
     if choice().backend != "cpu":  # a CPU build's key stays what it was before backends existed
-        parts += [choice().backend, *choice().gpu_archs]
+        parts += [choice().backend, *choice().gpu_archs, *choice().patches]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -237,14 +238,35 @@ def wheel_problems(wheel: Path) -> list[str]:
     return [info] if info.startswith("(cannot load") else problems(info)
 
 
+PATCHES = {"vulkan-layer-settings": vulkan_patch.apply}
+"""What each of :attr:`BackendChoice.patches` does to the build's own copy of the unpacked sdist."""
+
+
+def build_tree(into: Path) -> Path:
+    """The sdist unpacked into ``into`` (a folder the build owns, never the shared one that
+    :func:`vendored_llama_cpp` returns to the other tools), with the chosen backend's patches applied."""
+    with tarfile.open(sdist()) as tar:
+        tar.extractall(into, filter="data")
+    (tree,) = (p for p in into.iterdir() if p.is_dir() and p.name.startswith("llama_cpp_python-"))
+    for name in choice().patches:
+        print(f"{name}: {PATCHES[name](tree)}", file=sys.stderr)
+    return tree
+
+
 def _pip_wheel(out: Path, *, use_cache: bool) -> Path:
     cache = [] if use_cache else ["--no-cache-dir"]
     source = [f"{PACKAGE}=={pinned_version()}"]
-    if os.environ.get("MODELROUTER_LLAMA_SDIST"):  # offline: this sdist, this Python's build tools
-        source = ["--no-index", "--no-build-isolation", str(sdist())]
-    cmd = [sys.executable, "-m", "pip", "wheel", *cache, "--no-deps", "--no-binary", PACKAGE]
-    cmd += ["--wheel-dir", str(out), *source]
-    subprocess.run(cmd, env=_env(), check=True, stdout=sys.stderr)
+    offline = ["--no-index", "--no-build-isolation"] if os.environ.get("MODELROUTER_LLAMA_SDIST") else []
+    if offline:  # offline: this sdist, this Python's build tools
+        source = [*offline, str(sdist())]
+    with tempfile.TemporaryDirectory(prefix="tree-", dir=out.parent) as tmp:
+        if choice().backend != "cpu":
+            # A GPU build compiles its own unpacked copy: pip's wheel cache is keyed by the sdist alone and
+            # may hold a CPU wheel of it (which would pass the CPU test below), and patches need a tree.
+            source = [*offline, str(build_tree(Path(tmp)))]
+        cmd = [sys.executable, "-m", "pip", "wheel", *cache, "--no-deps", "--no-binary", PACKAGE]
+        cmd += ["--wheel-dir", str(out), *source]
+        subprocess.run(cmd, env=_env(), check=True, stdout=sys.stderr)
     (wheel,) = out.glob("llama_cpp_python-*.whl")
     return wheel
 

@@ -25,7 +25,12 @@ LINUX = MachineFacts(system="Linux", machine="x86_64")
 NVCC = "/usr/local/cuda/bin/nvcc"
 H200 = MachineFacts(system="Linux", machine="x86_64", nvcc=NVCC, nvidia_gpus=("9.0",))
 VULKAN = MachineFacts(
-    system="Linux", machine="x86_64", glslc="/usr/bin/glslc", vulkan_header="/usr/include/vulkan/vulkan_core.h"
+    system="Linux",
+    machine="x86_64",
+    glslc="/usr/bin/glslc",
+    vulkan_header="/usr/include/vulkan/vulkan_core.h",
+    vulkan_header_version=290,
+    spirv_headers="/usr/share/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake",
 )
 ROCM = MachineFacts(system="Linux", machine="x86_64", hipcc="/opt/rocm/bin/hipcc", amd_gpus=("gfx1100",))
 MAC = MachineFacts(system="Darwin", machine="arm64")
@@ -81,6 +86,16 @@ def test_hip_and_vulkan_are_built_only_when_asked_for() -> None:
     assert hip.cmake_args == ("-DGGML_HIP=on", "-DGPU_TARGETS=gfx1100")
     vulkan = choose_backend(_with(VULKAN, requested="Vulkan"), CPU_ARGS)
     assert vulkan.backend == "vulkan" and vulkan.cmake_args == (*CPU_ARGS, "-DGGML_VULKAN=on")
+    assert vulkan.patches == ()
+
+
+@pytest.mark.parametrize(("version", "patched"), [(239, True), (271, True), (None, True), (272, False), (290, False)])
+def test_vulkan_headers_older_than_1_3_272_get_the_layer_settings_guard(version: int | None, patched: bool) -> None:
+    """Debian 12's 1.3.239 lacks VK_EXT_layer_settings; an unreadable version is guarded too (the guarded
+    source compiles on every version)."""
+    got = choose_backend(_with(VULKAN, requested="vulkan", vulkan_header_version=version), CPU_ARGS)
+    assert got.patches == (("vulkan-layer-settings",) if patched else ())
+    assert ("VK_EXT_layer_settings guarded" in got.reason) is patched
 
 
 def test_the_variable_wins_over_the_machine() -> None:
@@ -97,7 +112,13 @@ def test_the_variable_wins_over_the_machine() -> None:
         (LINUX, "metal", "Metal exists on macOS only"),
         (LINUX, "hip", "no hipcc"),
         (_with(VULKAN, glslc=None), "vulkan", "no glslc"),
-        (_with(VULKAN, vulkan_header=None), "vulkan", "no the Vulkan headers"),
+        (_with(VULKAN, vulkan_header=None), "vulkan", "no Vulkan headers"),
+        (
+            _with(VULKAN, spirv_headers=None),
+            "vulkan",
+            "no SPIRV-Headers: install the Vulkan SDK (Debian: apt-get install",
+        ),
+        (_with(VULKAN, glslc=None, spirv_headers=None), "vulkan", "glslc, no SPIRV-Headers"),
         (MAC, "cpu", "forces GGML_METAL on"),
         (LINUX, "opencl", "choose one of cpu, cuda, metal, hip, vulkan"),
     ],
