@@ -20,8 +20,7 @@ from service.core.fit import FitPlan
 from service.core.launch_devices import SPLIT_MODES
 from workers.inference._cli import WorkerArgs, model_fields, rope_fields
 from workers.inference._offload_setup import cpu_build_warnings, fit_plan, fitted_n_ctx, offload_of, placement
-from workers.inference.engine import BatchEngine, Engine, FinishedLog, LegacyEngine
-from workers.inference.engine._disk_cache import PromptDisk
+from workers.inference.engine import BatchEngine, Engine, FinishedLog, LegacyEngine, PromptDisk
 from workers.inference.llama import (
     CACHE_TYPES,
     FLASH_ATTN,

@@ -35,8 +35,7 @@ from workers.inference._cli import (
 )
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
-from workers.inference.engine import BatchEngine, EngineMonitor, EngineStats
-from workers.inference.engine._disk_cache import SAVE_BOUND_S
+from workers.inference.engine import SAVE_BOUND_S, BatchEngine, EngineMonitor, EngineStats
 from workers.inference.http import (
     InferenceApp,
     bind_server,

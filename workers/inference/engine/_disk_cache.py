@@ -32,6 +32,7 @@ from workers.inference.engine._disk_files import (
     Candidate,
     CorruptFile,
     Header,
+    Settings,
     file_name,
     listing,
     mismatch,
@@ -94,7 +95,7 @@ class DiskCacheMixin:
     _disk_due: bool = False  # the model's hash became known: restore on the engine thread
     _cv: threading.Condition
 
-    def disk_settings(self) -> dict[str, Any]:
+    def disk_settings(self) -> Settings:
         """What a saved state's layout depends on: a restore needs the same (else ``settings_changed``)."""
         llm, disk = self.llm, self.disk
         assert llm is not None and disk is not None
@@ -286,7 +287,7 @@ class DiskCacheMixin:
             self._discard(path, "budget", sizes[path])
         disk.log("prompt_cache_saved", files=len(keep), bytes=written, ms=round((time.monotonic() - t0) * 1000.0, 1))
 
-    def _still_valid(self, path: Path, settings: dict[str, Any]) -> bool:
+    def _still_valid(self, path: Path, settings: Settings) -> bool:
         disk = self.disk
         assert disk is not None and disk.model_sha256 is not None
         try:

@@ -32,6 +32,8 @@ SUFFIX = ".lcache"
 TMP_MARK = ".tmp-"
 _LEN = struct.Struct("<I")
 
+Settings = Mapping[str, Any]  # free-form: the context settings as prompt_cache_saved records them (llama.cpp's)
+
 
 class CorruptFile(ValueError):
     """The file does not read back as a whole entry (bad magic, header, hash or size)."""
@@ -52,7 +54,7 @@ class Header:
 
     path: Path
     model_sha256: str
-    settings: Mapping[str, Any]
+    settings: Settings
     tokens: list[int]
     prefix_sha256: str
     state_bytes: int
@@ -65,7 +67,7 @@ class Header:
 
 
 def write_entry(
-    path: Path, model_sha256: str, settings: Mapping[str, Any], tokens: Sequence[int], state: Any
+    path: Path, model_sha256: str, settings: Settings, tokens: Sequence[int], state: Any
 ) -> tuple[int, str]:
     """Write one entry (``state``: any buffer) crash-safely; its size in bytes and its prefix hash."""
     digest = prefix_sha256(tokens)
@@ -144,7 +146,7 @@ def read_state(header: Header, into: Any) -> None:
             raise CorruptFile("short state")
 
 
-def mismatch(header: Header, model_sha256: str, settings: Mapping[str, Any]) -> str | None:
+def mismatch(header: Header, model_sha256: str, settings: Settings) -> str | None:
     """Why the file cannot serve this worker (``prompt_cache_discarded``'s reason), or None."""
     if header.model_sha256 != model_sha256:
         return "model_changed"
