@@ -184,8 +184,9 @@ def main() -> None:
             f"warm TTFT {r['warm_ttft_s'] * 1000:.0f} ms ({r['warm_prompt_n']} evaluated, {r['warm_cache_n']} "
             f"from the restored cache): {r['ratio']:.3f}x; unload {r['unload_base_s'] * 1000:.0f} -> "
             f"{r['unload_save_s'] * 1000:.0f} ms (+{r['unload_added_s'] * 1000:.0f} ms); load "
-            f"{r['load_cold_s'] * 1000:.0f} -> {r['load_warm_s'] * 1000:.0f} ms; written {r['bytes_written'] / 1e6:.1f} MB "
-            f"in {r['files_written']} file(s), read {r['bytes_read'] / 1e6:.1f} MB"
+            f"{r['load_cold_s'] * 1000:.0f} -> {r['load_warm_s'] * 1000:.0f} ms; "
+            f"written {r['bytes_written'] / 1e6:.1f} MB in {r['files_written']} file(s), "
+            f"read {r['bytes_read'] / 1e6:.1f} MB"
         )
     ratio = statistics.median(r["ratio"] for r in rounds)
     added = max(r["unload_added_s"] for r in rounds)
