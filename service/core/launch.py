@@ -291,6 +291,9 @@ class InferenceLaunch(DeviceOptions):
         help="a full context drops old tokens (n_keep kept)",
     )
     spm_infill: bool = option(False, "--spm-infill", "server", "spm-infill", help="/infill prompts suffix first (SPM)")
+    cache_disk_max: int = option(
+        2147483648, "--cache-disk-max", "server", help="bytes of saved prompt cache per model (0: off)", parse=int
+    )
     cache_ram: int = option(
         8192,
         "--cache-ram -cram",
