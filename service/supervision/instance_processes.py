@@ -148,7 +148,8 @@ class InstanceProcesses:
         if applied.answer:
             error = applied.state.models[model].last_error
             _log.warning("instance_crashed", model=model, instance_id=instance_id, reason=error and error.message)
-        await self.prompt_cache.after_exit()  # its saves are folded (above): the total budget applies now
+        if not self._overseer.shutting_down:  # a shutdown's saves are budgeted at the next start
+            await self.prompt_cache.apply_budget()  # its saves are folded (above): the total budget applies now
 
     def _arm_restart(self, effect: exits.ArmRestart) -> None:
         if self._overseer.shutting_down:

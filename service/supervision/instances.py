@@ -331,7 +331,9 @@ class InstanceSupervisor:
     # --- start-up and shut-down ---------------------------------------------------------
 
     async def load_on_startup(self) -> list[str]:
-        """Load every model configured with ``load_on_startup`` (those without files downloaded first)."""
+        """Load every model configured with ``load_on_startup`` (those without files downloaded first),
+        once the saved prompt caches fit the total budget (the last shutdown's saves, a budget lowered)."""
+        await self.prompt_cache.apply_budget()
         started = []
         for model in list(self.live.state.models.values()):
             wanted = model.available or self._needs_files(model.name)

@@ -3,7 +3,8 @@ removed model's files. Which files go is decided in :mod:`service.core.prompt_ca
 deleted, then recorded (``prompt_cache_discarded``): a deleted file is a fact, as ``model_removed``'s.
 
 Each worker keeps its own model under ``--cache-disk-max`` as it saves; only the service sees every
-model, so it applies ``--cache-disk-total`` once a worker's saves are in the log (after its exit).
+model, so it applies ``--cache-disk-total`` once a worker's saves are in the log (after its exit), and
+at start (the saves of the last shutdown's stops, a budget lowered since).
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ class PromptCacheFiles:
             _log.info("prompt_cache_budget", deleted=len(chosen), bytes=sum(d.bytes for d in chosen))
             return chosen
 
-    async def after_exit(self) -> None:
-        """:meth:`enforce_budget`, never raising into the exit's handling (a file that cannot be
-        deleted is logged and stays; the next exit tries again)."""
+    async def apply_budget(self) -> None:
+        """:meth:`enforce_budget`, never raising into its caller (a worker's exit, the start): a file
+        that cannot be deleted is logged and stays; the next exit tries again."""
         try:
             await self.enforce_budget()
         except (OSError, LogDiskFull, StoreUnavailable) as exc:

@@ -67,3 +67,12 @@ async def test_a_removed_models_directory_goes_and_each_known_file_is_recorded(t
         assert r.types("a")[-1] == "prompt_cache_discarded"
         await until(lambda: not r.state.models["a"].prompt_cache, what="the discard folded")
         assert r.state.models["b"].prompt_cache
+
+
+async def test_at_start_the_last_shutdowns_saves_are_brought_within_the_budget(tmp_path: Path) -> None:
+    async with rig(tmp_path, cache_disk_total=500) as r:
+        oldest = await saved(r, "a", "old.bin", 400)
+        newest = await saved(r, "b", "new.bin", 400)
+        assert await r.sup.load_on_startup() == []
+        assert not oldest.exists() and newest.exists()
+        assert [e.file for m in r.state.models.values() for e in m.prompt_cache.values()] == ["new.bin"]
