@@ -1,11 +1,14 @@
 """A model's saved prompt cache, seen from outside (issue 35): ``GET /models``' ``prompt_cache``,
-``GET /models/{id}/history``, ``/metrics``, ``modelrouter verify``, and the total budget applied when a
+``GET /models/{id}/history`` (and ``modelrouter history``), ``/metrics``, ``modelrouter verify``, and the total budget applied when a
 real worker stops. A real service; the saves and restores are appended to its real SQLite log as its
 workers append them (the worker's own part is tested in tests/e2e/test_prompt_cache_reasons.py)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,7 +73,12 @@ def svc(tmp_path: Path) -> Iterator[ServiceProcess]:
 def test_saves_and_restores_are_listed_counted_and_verified(svc: ServiceProcess) -> None:
     kept = saved(svc, TINY, "entry-1.bin", 300, tokens=4000)
     append(svc, (ev.PromptCacheRestored(instance_id="tiny-new", file="entry-1.bin", tokens=4000, bytes=300), TINY))
-    cache = eventually(lambda: entry(svc, TINY).get("prompt_cache"), "the saved cache listed", timeout=30)
+
+    def restored() -> dict[str, Any] | None:
+        cache: dict[str, Any] | None = entry(svc, TINY).get("prompt_cache")
+        return cache if cache and cache["files"][0]["restored_at"] else None
+
+    cache = eventually(restored, "the saved cache listed, restored", timeout=30)
     assert (cache["bytes"], cache["tokens"], [f["file"] for f in cache["files"]]) == (300, 4000, ["entry-1.bin"])
     assert cache["files"][0]["saved_at"] and cache["files"][0]["restored_at"]
     assert "prompt_cache" not in entry(svc, OTHER), "absent when none"
@@ -80,6 +88,13 @@ def test_saves_and_restores_are_listed_counted_and_verified(svc: ServiceProcess)
         ("saved", "entry-1.bin", 4000),
         ("restored", "entry-1.bin", 4000),
     ]
+
+    env = {**os.environ, "MODELROUTER_URL": svc.url, "COLUMNS": "200"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "service.cli", "history", TINY], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert shown.returncode == 0 and "prompt cache on disk" in shown.stdout, shown.stderr
+    assert "entry-1.bin" in shown.stdout and "restored" in shown.stdout
 
     metrics = httpx.get(f"{svc.url}/metrics", timeout=10).text
     assert f'modelrouter_prompt_cache_restored_tokens_total{{model="{TINY}"}} 4000.0' in metrics
