@@ -49,7 +49,7 @@ class PromptCacheFiles:
             appends = [
                 Append(ev.PromptCacheDiscarded(file=d.file, reason="budget", bytes=d.bytes), d.model) for d in chosen
             ]
-            await asyncio.to_thread(_unlink, [file_path(self.root, d.model, d.file) for d in chosen])
+            await asyncio.to_thread(_unlink, self.root, [file_path(self.root, d.model, d.file) for d in chosen])
             try:
                 await self.interpreter.record(appends)
             except (LogDiskFull, StoreUnavailable) as exc:  # deleted, not recorded: verify reports them missing
@@ -72,7 +72,7 @@ class PromptCacheFiles:
             known = self.live.state.models.get(model)
             entries = list(known.prompt_cache.values()) if known is not None else []
             paths = [file_path(self.root, model, e.file) for e in entries]
-            await asyncio.to_thread(_remove_dir, Path(self.root / model_dir_name(model)), paths)
+            await asyncio.to_thread(_remove_dir, self.root, Path(self.root / model_dir_name(model)), paths)
             if entries:
                 await self.interpreter.record(
                     [
@@ -83,11 +83,14 @@ class PromptCacheFiles:
             return [e.file for e in entries]
 
 
-def _unlink(paths: Sequence[object]) -> None:
+def _unlink(root: Path, paths: Sequence[object]) -> None:
+    """Delete ``paths``, those under ``root`` only: a recorded name is never a way out of the cache."""
     for path in paths:
-        Path(str(path)).unlink(missing_ok=True)
+        resolved = Path(str(path)).resolve()
+        if resolved.is_relative_to(root.resolve()):
+            resolved.unlink(missing_ok=True)
 
 
-def _remove_dir(directory: Path, paths: Sequence[object]) -> None:
-    _unlink(paths)
+def _remove_dir(root: Path, directory: Path, paths: Sequence[object]) -> None:
+    _unlink(root, paths)
     shutil.rmtree(directory, ignore_errors=True)

@@ -76,3 +76,18 @@ async def test_at_start_the_last_shutdowns_saves_are_brought_within_the_budget(t
         assert await r.sup.load_on_startup() == []
         assert not oldest.exists() and newest.exists()
         assert [e.file for m in r.state.models.values() for e in m.prompt_cache.values()] == ["new.bin"]
+
+
+async def test_a_recorded_name_outside_the_cache_is_never_deleted(tmp_path: Path) -> None:
+    async with rig(tmp_path, cache_disk_total=1) as r:
+        outside = tmp_path / "precious.txt"
+        outside.write_text("keep me")
+        inside = await saved(r, "a", "x.bin", 10)
+        for name in (str(outside), "../../precious.txt"):
+            event = ev.PromptCacheSaved(
+                instance_id="i", file=name, tokens=1, bytes=10, prefix_sha256="p", model_sha256="m"
+            )
+            await r.worker("a", event)
+        chosen = await r.sup.prompt_cache.enforce_budget()
+        assert len(chosen) == 3 and not inside.exists()
+        assert outside.read_text() == "keep me"
