@@ -45,6 +45,8 @@ def serve_settings(args: argparse.Namespace, environ: dict[str, str]) -> tuple[S
         hub_cache=args.hub_cache,
         models_memory_margin=args.models_memory_margin,
         hang_timeout=args.hang_timeout,
+        cache_disk_max=args.cache_disk_max,
+        cache_disk_total=args.cache_disk_total,
         node=args.node,
         advertise_url=args.advertise_url,
         llama_cache=llama_cache_dir(environ),
@@ -219,6 +221,18 @@ def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
         type=float,
         help="seconds one engine step may last before its worker is given up as hung, killed and its requests "
         "answered 503; a worker silent that long, or 30 s, is too (default 600; 0: never; MODELROUTER_HANG_TIMEOUT)",
+    )
+    ours.add_argument(
+        "--cache-disk-max",
+        type=int,
+        help="bytes of prompt cache each model's worker saves at a planned unload and restores at its next load, "
+        "for every model over its preset's cache-disk-max (default 2 GiB; 0: off; MODELROUTER_CACHE_DISK_MAX)",
+    )
+    ours.add_argument(
+        "--cache-disk-total",
+        type=int,
+        help="bytes of saved prompt cache across all models; past it the least recently used files are deleted "
+        "(default 8 GiB; MODELROUTER_CACHE_DISK_TOTAL)",
     )
     serve.set_defaults(func=_serve)
 

@@ -114,6 +114,12 @@ class Settings:
     disk_reserve_bytes: int = 1024 * 1024 * 1024
     """Free bytes a download must leave in the cache dir (MODELROUTER_DISK_RESERVE_BYTES); a
     download that would leave less is refused (507) before it starts."""
+    cache_disk_max: int | None = None
+    """Bytes of saved prompt cache per model (--cache-disk-max, MODELROUTER_CACHE_DISK_MAX; 0: off), for every
+    model over its preset's ``cache-disk-max``; None: the preset's, else the worker's default (2 GiB)."""
+    cache_disk_total: int = 8 * 1024**3
+    """Bytes of saved prompt cache across every model (--cache-disk-total, MODELROUTER_CACHE_DISK_TOTAL): past
+    it the service deletes the least recently used files (``prompt_cache_discarded``, reason ``budget``)."""
     models_memory_margin: str = "10%"
     """Memory kept free of models (--models-memory-margin, MODELROUTER_MODELS_MEMORY_MARGIN): bytes
     (``2G``, ``512M``) or a share of the memory (``10%``). Ours: models are evicted, or a load refused
@@ -196,7 +202,7 @@ class Settings:
         if self.max_downloads < 0:
             msg = "max_downloads must be >= 0"
             raise ValueError(msg)
-        for name in ("models_max", "max_streams", "disk_reserve_bytes", "memory_bytes"):
+        for name in ("models_max", "max_streams", "disk_reserve_bytes", "memory_bytes", "cache_disk_total"):
             if getattr(self, name) < 0:
                 msg = f"{name} must be >= 0"
                 raise ValueError(msg)
@@ -205,6 +211,9 @@ class Settings:
             raise ValueError(msg)
         if self.node is not None and not (self.postgres and self.advertise_url):
             msg = "--node needs a postgresql:// --database-url (the shared log) and an --advertise-url"
+            raise ValueError(msg)
+        if self.cache_disk_max is not None and self.cache_disk_max < 0:
+            msg = "cache_disk_max must be >= 0"
             raise ValueError(msg)
         parse_margin(self.models_memory_margin, 1)  # a bad margin fails at start, naming it
         if not self.timeout >= 1:  # llama-server takes any integer; a read or write limit must be a second at least
@@ -272,48 +281,7 @@ class Settings:
         (CLI flags) win. Unset overrides (None) are ignored."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}  # Settings' fields by name: each has its own type
-        spec: dict[str, tuple[str, Any]] = {
-            "home": ("MODELROUTER_HOME", Path),
-            "host": ("MODELROUTER_HOST", str),
-            "port": ("MODELROUTER_PORT", int),
-            "database_url": ("MODELROUTER_DATABASE_URL", str),
-            "synchronous": ("MODELROUTER_SYNCHRONOUS", lambda s: s.upper()),
-            "hub_cache": ("MODELROUTER_HUB_CACHE", Path),
-            "models_dir": ("MODELROUTER_MODELS_DIR", Path),
-            "presets": ("MODELROUTER_PRESETS", Path),
-            "hf_endpoint": ("HF_ENDPOINT", str),
-            "hf_token": ("HF_TOKEN", str),
-            "models_max": ("MODELROUTER_MODELS_MAX", int),
-            "autoload": ("MODELROUTER_AUTOLOAD", _bool),
-            "load_timeout": ("MODELROUTER_LOAD_TIMEOUT", float),
-            "stop_timeout": ("MODELROUTER_STOP_TIMEOUT", float),
-            "queue_timeout": ("MODELROUTER_QUEUE_TIMEOUT", float),
-            "hang_timeout": ("MODELROUTER_HANG_TIMEOUT", float),
-            "timeout": ("MODELROUTER_TIMEOUT", float),
-            "max_downloads": ("MODELROUTER_MAX_DOWNLOADS", int),
-            "max_queued_requests": ("MODELROUTER_MAX_QUEUED_REQUESTS", int),
-            "resume_downloads_on_start": ("MODELROUTER_RESUME_DOWNLOADS_ON_START", _bool),
-            "stall_timeout": ("MODELROUTER_STALL_TIMEOUT", float),
-            "snapshot_every": ("MODELROUTER_SNAPSHOT_EVERY", int),
-            "sse_keepalive": ("MODELROUTER_SSE_KEEPALIVE", float),
-            "tail_lag_limit": ("MODELROUTER_TAIL_LAG_LIMIT", float),
-            "tail_wakeups": ("MODELROUTER_TAIL_WAKEUPS", _bool),
-            "log_json": ("MODELROUTER_LOG_JSON", _bool),
-            "worker_log_max_bytes": ("MODELROUTER_WORKER_LOG_MAX_BYTES", int),
-            "worker_log_backups": ("MODELROUTER_WORKER_LOG_BACKUPS", int),
-            "worker_log_budget_bytes": ("MODELROUTER_WORKER_LOG_BUDGET_BYTES", int),
-            "worker_log_max_pending": ("MODELROUTER_WORKER_LOG_MAX_PENDING", int),
-            "max_body_bytes": ("MODELROUTER_MAX_BODY_BYTES", int),
-            "max_control_body_bytes": ("MODELROUTER_MAX_CONTROL_BODY_BYTES", int),
-            "max_streams": ("MODELROUTER_MAX_STREAMS", int),
-            "disk_reserve_bytes": ("MODELROUTER_DISK_RESERVE_BYTES", int),
-            "metrics": ("MODELROUTER_METRICS", _bool),
-            "models_memory_margin": ("MODELROUTER_MODELS_MEMORY_MARGIN", str),
-            "memory_bytes": ("MODELROUTER_MEMORY_BYTES", int),
-            "node": ("MODELROUTER_NODE", str),
-            "advertise_url": ("MODELROUTER_ADVERTISE_URL", lambda s: s.rstrip("/")),
-        }
-        for name, (var, convert) in spec.items():
+        for name, (var, convert) in _FROM_ENV.items():
             if env.get(var):
                 values[name] = convert(env[var])
         values["fake_timing"] = bool(env.get("LLAMA_SERVER_DEBUG_FAKE_TIMING"))
@@ -326,3 +294,49 @@ class Settings:
             values["hf_endpoint"] = env["MODEL_ENDPOINT"].rstrip("/")
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+_FROM_ENV: dict[str, tuple[str, Any]] = {  # Any: each field's converter, from the variable's text
+    "home": ("MODELROUTER_HOME", Path),
+    "host": ("MODELROUTER_HOST", str),
+    "port": ("MODELROUTER_PORT", int),
+    "database_url": ("MODELROUTER_DATABASE_URL", str),
+    "synchronous": ("MODELROUTER_SYNCHRONOUS", lambda s: s.upper()),
+    "hub_cache": ("MODELROUTER_HUB_CACHE", Path),
+    "models_dir": ("MODELROUTER_MODELS_DIR", Path),
+    "presets": ("MODELROUTER_PRESETS", Path),
+    "hf_endpoint": ("HF_ENDPOINT", str),
+    "hf_token": ("HF_TOKEN", str),
+    "models_max": ("MODELROUTER_MODELS_MAX", int),
+    "autoload": ("MODELROUTER_AUTOLOAD", _bool),
+    "load_timeout": ("MODELROUTER_LOAD_TIMEOUT", float),
+    "stop_timeout": ("MODELROUTER_STOP_TIMEOUT", float),
+    "queue_timeout": ("MODELROUTER_QUEUE_TIMEOUT", float),
+    "hang_timeout": ("MODELROUTER_HANG_TIMEOUT", float),
+    "timeout": ("MODELROUTER_TIMEOUT", float),
+    "max_downloads": ("MODELROUTER_MAX_DOWNLOADS", int),
+    "max_queued_requests": ("MODELROUTER_MAX_QUEUED_REQUESTS", int),
+    "resume_downloads_on_start": ("MODELROUTER_RESUME_DOWNLOADS_ON_START", _bool),
+    "stall_timeout": ("MODELROUTER_STALL_TIMEOUT", float),
+    "snapshot_every": ("MODELROUTER_SNAPSHOT_EVERY", int),
+    "sse_keepalive": ("MODELROUTER_SSE_KEEPALIVE", float),
+    "tail_lag_limit": ("MODELROUTER_TAIL_LAG_LIMIT", float),
+    "tail_wakeups": ("MODELROUTER_TAIL_WAKEUPS", _bool),
+    "log_json": ("MODELROUTER_LOG_JSON", _bool),
+    "worker_log_max_bytes": ("MODELROUTER_WORKER_LOG_MAX_BYTES", int),
+    "worker_log_backups": ("MODELROUTER_WORKER_LOG_BACKUPS", int),
+    "worker_log_budget_bytes": ("MODELROUTER_WORKER_LOG_BUDGET_BYTES", int),
+    "worker_log_max_pending": ("MODELROUTER_WORKER_LOG_MAX_PENDING", int),
+    "max_body_bytes": ("MODELROUTER_MAX_BODY_BYTES", int),
+    "max_control_body_bytes": ("MODELROUTER_MAX_CONTROL_BODY_BYTES", int),
+    "max_streams": ("MODELROUTER_MAX_STREAMS", int),
+    "disk_reserve_bytes": ("MODELROUTER_DISK_RESERVE_BYTES", int),
+    "cache_disk_max": ("MODELROUTER_CACHE_DISK_MAX", int),
+    "cache_disk_total": ("MODELROUTER_CACHE_DISK_TOTAL", int),
+    "metrics": ("MODELROUTER_METRICS", _bool),
+    "models_memory_margin": ("MODELROUTER_MODELS_MEMORY_MARGIN", str),
+    "memory_bytes": ("MODELROUTER_MEMORY_BYTES", int),
+    "node": ("MODELROUTER_NODE", str),
+    "advertise_url": ("MODELROUTER_ADVERTISE_URL", lambda s: s.rstrip("/")),
+}
+"""Settings read by :meth:`Settings.from_env`: field -> (variable, converter)."""

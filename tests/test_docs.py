@@ -18,7 +18,9 @@ from service.core import events as ev
 from workers.runtime import DOWNLOAD_WORKER, INFERENCE_WORKER
 
 ROOT = Path(__file__).resolve().parents[1]
-_ITEM = re.compile(r"^(?P<name>[a-z_]+)(?:\[[^\]]*\])?(?:=(?P<default>\"[^\"]*\"|[^\s(]+))?(?: \((?P<note>.+)\))?$")
+_ITEM = re.compile(
+    r"^(?P<name>[a-z_][a-z0-9_]*)(?:\[[^\]]*\])?(?:=(?P<default>\"[^\"]*\"|[^\s(]+))?(?: \((?P<note>.+)\))?$"
+)
 
 
 def _rows() -> dict[str, list[str]]:

@@ -1,7 +1,8 @@
 """The router's own ``GET /metrics`` (Prometheus text), two kinds of series:
 
 * **Gauges read from the fold at scrape time** (:class:`_FoldCollector`): models
-  and instances by status, download jobs by status, each node's device memory,
+  and instances by status, download jobs by status, each node's device memory, each model's saved
+  prompt cache (bytes on disk, restored tokens: a counter the log keeps whole),
   requests in flight, the queue, the log position and the tail's lag. No second copy of the state to
   drift from the first: the scrape renders what ``GET /models`` would.
 * **Counters and histograms fed by the events themselves** (:meth:`RouterMetrics.on_folded`,
@@ -19,7 +20,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.core import events as ev
@@ -67,6 +68,7 @@ class _FoldCollector(Collector):
             jobs.add_metric([job_status.value], by_job[job_status])
         yield jobs
         yield _device_memory(state)
+        yield from _prompt_cache(state)
         yield _gauge("requests_in_flight", "Proxied requests holding a model now", self._gauges.in_flight())
         yield _gauge("queue_length", "Requests waiting for a model slot", self._gauges.queued())
         yield _gauge("event_log_position", "Position of the last event folded into the live state", state.position)
@@ -93,6 +95,23 @@ def _device_memory(state: RouterState) -> GaugeMetricFamily:
             family.add_metric([shown_node(node), device.name, "total"], device.total_bytes)
             family.add_metric([shown_node(node), device.name, "free"], device.free_bytes)
     return family
+
+
+def _prompt_cache(state: RouterState) -> Iterator[Metric]:
+    """Each model's saved prompt cache (issue 35): its bytes on disk as the log records them, and the
+    tokens its workers restored, a counter over the whole log (the fold's, so it never resets)."""
+    restored = CounterMetricFamily(
+        f"{_PREFIX}_prompt_cache_restored_tokens", "Prompt tokens restored from a saved prompt cache", labels=["model"]
+    )
+    on_disk = GaugeMetricFamily(
+        f"{_PREFIX}_prompt_cache_bytes", "Bytes of saved prompt cache on disk, per model", labels=["model"]
+    )
+    for name, model in sorted(state.models.items()):
+        if model.prompt_cache or model.prompt_cache_restored_tokens:
+            restored.add_metric([name], model.prompt_cache_restored_tokens)
+            on_disk.add_metric([name], sum(entry.bytes for entry in model.prompt_cache.values()))
+    yield restored
+    yield on_disk
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

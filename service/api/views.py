@@ -23,6 +23,8 @@ from service.api.schemas import (
     ModelStatusView,
     OffloadView,
     ProgressView,
+    PromptCacheFileView,
+    PromptCacheView,
     SingleModel,
 )
 from service.core.devices import Offload
@@ -177,7 +179,20 @@ def model_view(model: ModelState, state: RouterState, mode: ServerMode = ROUTER)
         meta=_loaded_meta(model),
         offload=offload_view(offload),
         gpu_layers=None if offload is None else GpuLayersView(offload.requested, offload.offloaded, offload.layers),
+        prompt_cache=prompt_cache_view(model),
     )
+
+
+def prompt_cache_view(model: ModelState) -> PromptCacheView | UnsetType:
+    """``prompt_cache`` of a ``GET /models`` entry: the saved files the log knows, oldest save first."""
+    if not model.prompt_cache:
+        return UNSET
+    entries = sorted(model.prompt_cache.values(), key=lambda e: (time_or_none(e.saved_at) or "", e.file))
+    files = [
+        PromptCacheFileView(e.file, e.tokens, e.bytes, time_or_none(e.saved_at), time_or_none(e.restored_at))
+        for e in entries
+    ]
+    return PromptCacheView(files=files, bytes=sum(e.bytes for e in entries), tokens=sum(e.tokens for e in entries))
 
 
 def offload_view(offload: Offload | None) -> OffloadView | None:

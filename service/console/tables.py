@@ -141,7 +141,7 @@ def _ending(load: Mapping[str, object]) -> str:  # one of GET /models/{model}/hi
 
 
 def history(client: Client, console: Console, name: str, *, as_json: bool = False) -> int:
-    """The timeline: each download, then each load."""
+    """The timeline: each download, each load, then each save, restore and discard of its prompt cache."""
     body = client.get(history_path(name))
     if as_json:
         console.print_json(json.dumps(body))
@@ -172,6 +172,12 @@ def history(client: Client, console: Console, name: str, *, as_json: bool = Fals
     console.print(f"[bold]{body['model']}[/]")
     console.print(downloads if body["downloads"] else "no downloads")
     console.print(loads if body["loads"] else "never loaded")
+    cache = _table("WHEN", "ACTION", "FILE", "TOKENS", "BYTES", "WHY", title="prompt cache on disk")
+    for c in body.get("prompt_cache", []):  # issue 35: saves at planned unloads, restores at loads
+        tokens = "-" if c["tokens"] is None else str(c["tokens"])
+        cache.add_row(when(c["at"]), c["action"], c["file"], tokens, size(c["bytes"]), c.get("reason") or "-")
+    if body.get("prompt_cache"):
+        console.print(cache)
     console.print(
         f"{len(body['loads'])} loads, {body['restarts']} restarts, {body['crashes']} crashes, "
         f"{body['requests_served']} requests served"

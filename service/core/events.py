@@ -49,6 +49,9 @@ from service.core.node_events import NodeDevicesMeasured as NodeDevicesMeasured
 from service.core.node_events import NodeJoined as NodeJoined
 from service.core.node_events import NodeLeft as NodeLeft
 from service.core.node_events import NodeLost as NodeLost
+from service.core.prompt_cache_events import PromptCacheDiscarded as PromptCacheDiscarded
+from service.core.prompt_cache_events import PromptCacheRestored as PromptCacheRestored
+from service.core.prompt_cache_events import PromptCacheSaved as PromptCacheSaved
 from service.core.router_events import LogWritesResumed as LogWritesResumed
 from service.core.router_events import PartialFileFound as PartialFileFound
 from service.core.router_events import PartialFileRemoved as PartialFileRemoved
@@ -307,6 +310,9 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         NodeLost,
         NodeLeft,
         ModelMeasured,
+        PromptCacheSaved,
+        PromptCacheRestored,
+        PromptCacheDiscarded,
         ModelAliased,
         ModelAliasRemoved,
     )

@@ -16,6 +16,7 @@ import service.core.fold_catalogue as fold_catalogue
 import service.core.fold_downloads as fold_downloads
 import service.core.fold_instances as fold_instances
 import service.core.fold_nodes as fold_nodes
+import service.core.fold_prompt_cache as fold_prompt_cache
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
 from service.core.fold_support import HANDLERS, job_of, model_of
 from service.core.instance_lifecycle import INSTANCE_LIFECYCLE
@@ -97,4 +98,4 @@ def replay(events: Iterable[ev.Recorded], state: RouterState | None = None) -> R
 
 
 # The handler modules register themselves in HANDLERS when imported (above).
-_REGISTERED = (fold_catalogue, fold_downloads, fold_instances, fold_nodes)
+_REGISTERED = (fold_catalogue, fold_downloads, fold_instances, fold_nodes, fold_prompt_cache)

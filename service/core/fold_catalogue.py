@@ -92,7 +92,7 @@ def _removed(state: RouterState, rec: ev.Recorded) -> RouterState:
         )
     # Its files are gone, and so are the names Ollama's copy gave it (a copy has no files of its own).
     gone = model.replace(
-        available=False, files=(), path=None, size=0, failed=False, asleep_since=None, added_aliases=()
+        available=False, files=(), path=None, size=0, failed=False, asleep_since=None, added_aliases=(), prompt_cache={}
     )
     return put_model(state, gone)
 

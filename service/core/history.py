@@ -1,4 +1,4 @@
-"""A model's life story from its events: every download and every load.
+"""A model's life story from its events: every download, every load, and its saved prompt cache.
 
 Pure (stdlib only): ``model_history(records, now)`` folds one model's events
 into a timeline for ``GET /models/{id}/history`` and ``modelrouter history``.
@@ -17,7 +17,7 @@ import service.core.events as ev
 from service.core.events import Recorded
 
 # The event types the timeline reads: the service asks the store for these only.
-HISTORY_TYPES = ("download_*", "instance_*", "request_completed")
+HISTORY_TYPES = ("download_*", "instance_*", "request_completed", "prompt_cache_*")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -62,6 +62,20 @@ class LoadRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class PromptCacheRecord:
+    """One save, restore or discard of a saved prompt-cache file (issue 35)."""
+
+    at: datetime
+    action: str  # saved | restored | discarded
+    file: str
+    tokens: int | None = None
+    bytes: int = 0
+    instance_id: str | None = None  # the worker that saved, restored or found it (None: the service)
+    reason: str | None = None  # discarded: model_changed, settings_changed, corrupt, budget, model_removed
+    lazy: bool | None = None  # restored: on the first request that needed it
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ModelHistory:
     """The timeline, oldest first, with the totals a reader asks for first."""
 
@@ -71,6 +85,19 @@ class ModelHistory:
     restarts: int
     crashes: int
     requests_served: int
+    prompt_cache: tuple[PromptCacheRecord, ...] = ()
+
+
+def _prompt_cache(rec: Recorded) -> PromptCacheRecord | None:
+    e, at = rec.event, rec.recorded_at
+    match e:
+        case ev.PromptCacheSaved():
+            return PromptCacheRecord(at, "saved", e.file, e.tokens, e.bytes, e.instance_id)
+        case ev.PromptCacheRestored():
+            return PromptCacheRecord(at, "restored", e.file, e.tokens, e.bytes, e.instance_id, lazy=e.lazy)
+        case ev.PromptCacheDiscarded():
+            return PromptCacheRecord(at, "discarded", e.file, None, e.bytes, e.instance_id, reason=e.reason)
+    return None
 
 
 def _seconds(start: datetime, end: datetime) -> float:
@@ -159,11 +186,14 @@ def model_history(model: str, records: Iterable[Recorded], now: datetime) -> Mod
     jobs: dict[str, DownloadRecord] = {}
     loads: dict[str, LoadRecord] = {}
     stop_reasons: dict[str, str] = {}
+    cache: list[PromptCacheRecord] = []
     for rec in records:
         if rec.model != model:
             continue
         e = rec.event
-        if isinstance(e, ev.DownloadRequested):
+        if (cached := _prompt_cache(rec)) is not None:
+            cache.append(cached)
+        elif isinstance(e, ev.DownloadRequested):
             jobs[e.job_id] = DownloadRecord(e.job_id, rec.recorded_at, e.revision, e.quant, e.total_bytes)
         elif isinstance(e, ev.InstanceRequested):
             loads[e.instance_id] = LoadRecord(e.instance_id, rec.recorded_at, e.reason, node=e.node)
@@ -181,7 +211,8 @@ def model_history(model: str, records: Iterable[Recorded], now: datetime) -> Mod
         restarts=sum(load.reason == "restart" for load in timeline),
         crashes=sum(load.ended == "crashed" for load in timeline),
         requests_served=sum(load.requests_served for load in timeline),
+        prompt_cache=tuple(cache),
     )
 
 
-__all__ = ["HISTORY_TYPES", "DownloadRecord", "LoadRecord", "ModelHistory", "model_history"]
+__all__ = ["HISTORY_TYPES", "DownloadRecord", "LoadRecord", "ModelHistory", "PromptCacheRecord", "model_history"]

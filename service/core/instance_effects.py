@@ -17,8 +17,15 @@ from dataclasses import dataclass
 import service.core.events as ev
 import service.core.instance_lifecycle as lifecycle
 from service.core.decision import Effect
+from service.core.launch import InferenceLaunch
 from service.core.state import InstanceStatus, RouterState
 
+PROMPT_CACHE_SAVE_S = 5.0
+"""The bound a worker's prompt-cache save keeps to at a planned stop (issue 35)."""
+PROMPT_CACHE_STOP_S = PROMPT_CACHE_SAVE_S + 3.0
+"""The least time a saving worker gets between its stop line and SIGKILL: the save's bound plus the
+stop of its running requests' streams and its last appends. SIGTERM is a graceful stop for the worker
+(it saves then too), so only SIGKILL cuts a save."""
 STOP_GRACE_S = 0.2
 """Seconds a worker has to act on its stop line before SIGTERM (a stop timeout shorter than this wins)."""
 
@@ -86,12 +93,21 @@ class StopOrder:
     timeout: float
 
 
-def stop_order(state: RouterState, instance_id: str, default_timeout: float) -> StopOrder:
+def stop_order(
+    state: RouterState, instance_id: str, default_timeout: float, cache_disk_max: int | None = None
+) -> StopOrder:
     """The stop of ``instance_id``'s worker: the reason its stop was recorded with (``unload`` when
-    none is), and the model's own stop timeout (a preset key, as in llama.cpp), else ``default_timeout``."""
+    none is), and the model's own stop timeout (a preset key, as in llama.cpp), else ``default_timeout``.
+    A worker that saves its prompt cache (its launch's ``cache_disk_max``, or the service's
+    ``cache_disk_max`` over it, > 0) gets at least :data:`PROMPT_CACHE_STOP_S` before SIGKILL, whatever
+    the reason: a save cut off by SIGKILL is a save lost (issue 35)."""
     found = lifecycle.find_instance(state, instance_id)
     reason = found[1].stop_reason if found is not None and found[1].stop_reason else "unload"
     model = state.models.get(found[0]) if found is not None else None
     own = model.config.stop_timeout if model is not None else None
     timeout = default_timeout if own is None else own
+    params = found[1].params if found is not None else {}
+    budget = cache_disk_max if cache_disk_max is not None else InferenceLaunch.from_params(params).cache_disk_max
+    if budget > 0:
+        timeout = max(timeout, PROMPT_CACHE_STOP_S)
     return StopOrder(f"stop {reason}", min(STOP_GRACE_S, timeout), timeout)

@@ -315,6 +315,13 @@ class InferenceLaunch(DeviceOptions):
         "slot-save-path",
         help="directory of POST /slots/{id}?action=save|restore files",
     )
+    cache_disk_max: int = option(
+        2147483648,
+        "--cache-disk-max",
+        "server",
+        parse=int,
+        help="bytes of this model's prompt cache kept on disk across restarts (0: off)",
+    )
     log_prompts_dir: str | None = option(
         None,
         "--log-prompts-dir",

@@ -17,6 +17,7 @@ from service.core.devices import NodeDevices, Offload
 from service.core.errors import CommandRejected
 from service.core.events import JSON, FileRef, ServerMeta
 from service.core.node_state import Holding, ModelShape, NodeState
+from service.core.prompt_cache_state import PromptCacheFile
 
 _T = TypeVar("_T")
 
@@ -269,6 +270,8 @@ class ModelState:
     holders: Mapping[str, Holding] = field(default_factory=dict)  # cluster: node -> its files of the model
     shape: ModelShape | None = None  # the GGUF header's facts for the memory estimate (model_measured)
     added_aliases: tuple[str, ...] = ()  # names given by model_aliased (Ollama's copy); the presets' are config's
+    prompt_cache: Mapping[str, PromptCacheFile] = field(default_factory=dict)  # saved files by name (issue 35)
+    prompt_cache_restored_tokens: int = 0  # tokens of every prompt_cache_restored, a counter for /metrics
 
     @property
     def status(self) -> ModelStatus:

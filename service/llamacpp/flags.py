@@ -147,7 +147,11 @@ _SOURCE: Mapping[str, tuple[bool, str]] = {
 }
 _PRESET: Mapping[str, tuple[bool, str]] = {
     "load-on-startup": (True, "load the model when the service starts"),
-    "stop-timeout": (True, "seconds from the stop request to SIGKILL for this model (else MODELROUTER_STOP_TIMEOUT)"),
+    "stop-timeout": (
+        True,
+        "seconds from the stop request to SIGKILL for this model (else MODELROUTER_STOP_TIMEOUT); at least 8 s "
+        "while its worker saves its prompt cache (--cache-disk-max > 0)",
+    ),
     "dedup-cache-models": (True, "hide the cache entry that this preset's hf-repo resolves to"),
 }
 _MODEL: Mapping[str, tuple[str, str]] = {

@@ -29,7 +29,7 @@ Converted = dict[str, JSON]  # free-form: worker parameters as the log records t
 Options = Mapping[str, str]
 """llama-server options by canonical key (``ctx-size``), values as written."""
 
-OUR_KEYS = frozenset({"ttl", "restart", "aliases", "pin", "hang-timeout"})
+OUR_KEYS = frozenset({"ttl", "restart", "aliases", "pin", "hang-timeout", "cache-disk-max"})
 """modelrouter's own preset keys."""
 LEGACY_PARAMS: Mapping[str, type] = {
     "n_ctx": int,
@@ -313,9 +313,9 @@ def translate(options: Options) -> tuple[Converted, tuple[str, ...]]:
 
 def _legacy(extras: Mapping[str, str]) -> Converted:
     params: Converted = {}
-    for key, kind in LEGACY_PARAMS.items():
+    for key, kind in {**LEGACY_PARAMS, "cache-disk-max": int}.items():  # and ours: bytes of saved prompt cache
         if key in extras:
-            params[key] = _int(key, extras[key]) if kind is int else extras[key].strip()
+            params[key.replace("-", "_")] = _int(key, extras[key]) if kind is int else extras[key].strip()
     return params
 
 

@@ -9,7 +9,9 @@ Checks, each reported OK/FAIL (or SKIP/WARN, which do not fail the run):
 * ``fold``        the fold runs over the whole log;
 * ``snapshots``   each current-version snapshot equals the replay up to its position;
 * ``files``       finished downloads' files exist with the recorded size
-                  (and sha256 with ``--deep``).
+                  (and sha256 with ``--deep``);
+* ``prompt_cache`` saved prompt-cache files exist with the recorded size; files the log does not
+                  know and ``*.tmp-*`` leftovers are listed (WARN).
 
 One read-only pass over the log serves the position, parse, fold and snapshot
 checks, so verifying a million events costs one replay. Exit status: 0 when no
@@ -30,12 +32,14 @@ from typing import Any, TypedDict
 
 from service.core import events as ev
 from service.core.fold import fold
+from service.core.prompt_cache import DIR_NAME
 from service.core.snapshot import FOLD_VERSION
 from service.core.state import RouterState
 from service.event_store.codec import decode_rows, to_recorded
 from service.event_store.snapshots import decode_state
 from service.event_store.urls import is_postgres, redacted, sqlite_path
 from service.recovery.files import FileFindings, check_model_files
+from service.recovery.prompt_cache_files import check_prompt_cache
 from service.recovery.verify_db import LogDatabase, PostgresLog, SqliteLog
 
 OK, FAIL, WARN, SKIP = "OK", "FAIL", "WARN", "SKIP"
@@ -239,7 +243,7 @@ def _positions_check(db: LogDatabase, scan: _Scan, head: int) -> CheckResult:
     return CheckResult("positions", FAIL, f"{len(gaps)} gap(s), {missing} position(s) missing", _capped(items))
 
 
-def _scan_checks(db: LogDatabase, deep: bool) -> list[CheckResult]:
+def _scan_checks(db: LogDatabase, deep: bool, cache_root: Path | None) -> list[CheckResult]:
     head = int(db.query("SELECT COALESCE(MAX(position), 0) FROM events")[0][0])
     scan = _Scan()
     has_snapshots = _load_snapshots(db, scan, head)
@@ -279,7 +283,18 @@ def _scan_checks(db: LogDatabase, deep: bool) -> list[CheckResult]:
         else:
             checks.append(CheckResult("snapshots", OK, detail, _capped(scan.snap_notes)))
     checks.append(_files_check(scan, deep))
+    if cache_root is not None:
+        checks.append(_prompt_cache_check(scan, cache_root))
     return checks
+
+
+def _prompt_cache_check(scan: _Scan, root: Path) -> CheckResult:
+    found = check_prompt_cache(scan.state, root)
+    detail = f"{found.files} saved file(s), {found.bytes} bytes, under {root}"
+    if found.problems:
+        items = _capped(found.problems + found.notes)
+        return CheckResult("prompt_cache", FAIL, f"{len(found.problems)} problem(s); {detail}", items)
+    return CheckResult("prompt_cache", WARN if found.notes else OK, detail, _capped(found.notes))
 
 
 def _files_check(scan: _Scan, deep: bool) -> CheckResult:
@@ -296,22 +311,23 @@ def _files_check(scan: _Scan, deep: bool) -> CheckResult:
     return CheckResult("files", OK, detail, _capped(found.notes))
 
 
-def verify(db_path: Path, *, deep: bool = False) -> VerifyReport:
-    """Run every check on the SQLite log at ``db_path`` (read-only) and report."""
+def verify(db_path: Path, *, deep: bool = False, cache_root: Path | None = None) -> VerifyReport:
+    """Run every check on the SQLite log at ``db_path`` (read-only) and report; ``cache_root``: the
+    service's ``<home>/prompt-cache`` (None: its prompt cache is not checked)."""
     db_path = Path(db_path)
     if not db_path.is_file():
         return VerifyReport(str(db_path), deep, (CheckResult("database", FAIL, "not found"),))
-    return _verify(str(db_path), lambda: SqliteLog(db_path), deep)
+    return _verify(str(db_path), lambda: SqliteLog(db_path), deep, cache_root)
 
 
-def verify_url(url: str, *, deep: bool = False) -> VerifyReport:
+def verify_url(url: str, *, deep: bool = False, cache_root: Path | None = None) -> VerifyReport:
     """:func:`verify` for the log a database URL names (a ``sqlite:///`` file, or PostgreSQL)."""
     if not is_postgres(url):
-        return verify(sqlite_path(url), deep=deep)
-    return _verify(redacted(url), lambda: PostgresLog(url), deep)
+        return verify(sqlite_path(url), deep=deep, cache_root=cache_root)
+    return _verify(redacted(url), lambda: PostgresLog(url), deep, cache_root)
 
 
-def _verify(name: str, open_db: Callable[[], LogDatabase], deep: bool) -> VerifyReport:
+def _verify(name: str, open_db: Callable[[], LogDatabase], deep: bool, cache_root: Path | None) -> VerifyReport:
     try:
         db = open_db()
     except Exception as exc:  # sqlite3.Error, psycopg.Error: the message says which
@@ -322,7 +338,7 @@ def _verify(name: str, open_db: Callable[[], LogDatabase], deep: bool) -> Verify
             checks.append(CheckResult("database", FAIL, "no events table (not a modelrouter database?)"))
             return VerifyReport(name, deep, tuple(checks))
         checks.append(_append_only(db))
-        checks.extend(_scan_checks(db, deep))
+        checks.extend(_scan_checks(db, deep, cache_root))
     except sqlite3.DatabaseError as exc:  # a damaged file can fail mid-read
         checks.append(CheckResult("database", FAIL, f"read failed: {exc}"))
     finally:
@@ -342,13 +358,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Verify per parsed ``args``, print the report, return the exit status."""
     db_path = getattr(args, "db", None)
-    if db_path is not None:
-        report = verify(db_path, deep=bool(args.deep))
+    if db_path is not None:  # the prompt cache lies in --home, else beside the file
+        home = args.home if args.home is not None else Path(db_path).parent
+        report = verify(db_path, deep=bool(args.deep), cache_root=home / DIR_NAME)
     else:
         from service.settings import Settings  # only when needed: reads the environment
 
         settings = Settings.from_env(home=args.home, database_url=getattr(args, "database_url", None))
-        report = verify_url(settings.database_url, deep=bool(args.deep))
+        report = verify_url(settings.database_url, deep=bool(args.deep), cache_root=settings.home / DIR_NAME)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -359,7 +376,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m service.recovery.verify [--home DIR] [--db FILE] [--deep] [--json]``."""
     parser = argparse.ArgumentParser(
-        prog="modelrouter verify", description="Check the event log, snapshots and downloaded files."
+        prog="modelrouter verify",
+        description="Check the event log, snapshots, downloaded files and saved prompt caches.",
     )
     add_arguments(parser)
     return run(parser.parse_args(argv))

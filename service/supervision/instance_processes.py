@@ -16,7 +16,7 @@ from typing import Protocol
 
 import structlog
 
-from service.core import cluster
+from service.core import cluster, prompt_cache
 from service.core import events as ev
 from service.core import instance_effects as effects
 from service.core import instance_exits as exits
@@ -26,6 +26,7 @@ from service.core.server_mode import ServerMode, served_name
 from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.interpreter import Interpreter
+from service.supervision.prompt_cache import PromptCacheFiles
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.surroundings import Surroundings
 from service.supervision.worker_args import inference_argv, store_env
@@ -67,6 +68,7 @@ class InstanceProcesses:
         self.snapshots = snapshots
         self._models: dict[str, str] = {}  # instance id -> model, while its process lives
         self._pool = WorkerPool(fx.spawn, self._on_exit)
+        self.prompt_cache = PromptCacheFiles(settings, live, interpreter)  # the total budget, a removed model's
 
     def register(self, it: Interpreter) -> None:
         it.register(effects.Spawn, lambda e: self._start(e.model, e.request))
@@ -96,6 +98,7 @@ class InstanceProcesses:
             request.launch,
             mmproj=projector_path(model.files),
             alias=served_name(self._overseer.mode, model_name),
+            model_sha256=prompt_cache.model_sha256(model),
         )
         self._models[request.instance_id] = model_name
         try:
@@ -117,7 +120,9 @@ class InstanceProcesses:
             self._pool.kill(request.instance_id)  # its load deadline passed while it was spawning
 
     async def _stop(self, instance_id: str) -> None:
-        order = effects.stop_order(self.live.state, instance_id, self.settings.stop_timeout)
+        order = effects.stop_order(
+            self.live.state, instance_id, self.settings.stop_timeout, self.settings.cache_disk_max
+        )
         stopped = await self._pool.stop(instance_id, order.line, grace=order.grace, timeout=order.timeout)
         if not stopped and instance_id not in self._models:
             await self.live.sync()
@@ -143,6 +148,8 @@ class InstanceProcesses:
         if applied.answer:
             error = applied.state.models[model].last_error
             _log.warning("instance_crashed", model=model, instance_id=instance_id, reason=error and error.message)
+        if not self._overseer.shutting_down:  # a shutdown's saves are budgeted at the next start
+            await self.prompt_cache.apply_budget()  # its saves are folded (above): the total budget applies now
 
     def _arm_restart(self, effect: exits.ArmRestart) -> None:
         if self._overseer.shutting_down:

@@ -42,6 +42,7 @@ from service.supervision.interpreter import Interpreter
 from service.supervision.leases import Lease
 from service.supervision.measure import Measurer, memory_budget
 from service.supervision.on_demand import OnDemandFiles
+from service.supervision.prompt_cache import PromptCacheFiles
 from service.supervision.sleep import SleepSnapshots
 from service.supervision.surroundings import Surroundings
 
@@ -106,6 +107,11 @@ class InstanceSupervisor:
         self.hangs = HangWatch(settings, live, self.interpreter, self._facts, self.fx.clock, self.fx.heartbeat)
         self._measurer, self.memory = Measurer(live, self.interpreter, settings.node), memory_budget(settings)
         live.add_listener(self._on_event)
+
+    @property
+    def prompt_cache(self) -> PromptCacheFiles:
+        """The saved prompt caches' files: the total budget, a removed model's (issue 35)."""
+        return self._processes.prompt_cache
 
     def _register(self, it: Interpreter) -> None:
         it.register(QueueEdit, self._edit_queue)
@@ -325,7 +331,9 @@ class InstanceSupervisor:
     # --- start-up and shut-down ---------------------------------------------------------
 
     async def load_on_startup(self) -> list[str]:
-        """Load every model configured with ``load_on_startup`` (those without files downloaded first)."""
+        """Load every model configured with ``load_on_startup`` (those without files downloaded first),
+        once the saved prompt caches fit the total budget (the last shutdown's saves, a budget lowered)."""
+        await self.prompt_cache.apply_budget()
         started = []
         for model in list(self.live.state.models.values()):
             wanted = model.available or self._needs_files(model.name)

@@ -66,6 +66,7 @@ class ModelRemover:
                     await self.instances.unload(plan.model, reason="remove")
             plan = plan_removal(await self.live.sync(), name, force=force)
             removal = await asyncio.to_thread(remove_files, self.cache_dir, plan)
+            await self.instances.prompt_cache.remove_model(plan.model)  # its saved prompt cache goes with it
             event = ev.ModelRemoved(files=removal.files, bytes_freed=removal.bytes_freed)
             state = await self.interpreter.record([Append(event, plan.model)])  # the files are gone: a fact
         return Removed(plan.model, removal.files, removal.bytes_freed, plan.kept_blobs, state)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from pathlib import Path
 
 from service.core.contracts import DownloadSpec
 from service.core.launch import InferenceLaunch, Params
+from service.core.prompt_cache import DIR_NAME, model_dir_name
 from service.event_store.urls import without_password
 from service.settings import Settings
 from service.supervision.log_files import log_path
@@ -25,6 +28,18 @@ def store_env(settings: Settings) -> dict[str, str]:
     return {"PGPASSWORD": password} if password else {}
 
 
+def prompt_cache_root(settings: Settings) -> Path:
+    """Where every model's saved prompt cache lies (issue 35): ``<home>/prompt-cache``."""
+    return settings.home / DIR_NAME
+
+
+def prompt_cache_dir(settings: Settings, model: str) -> Path:
+    """``model``'s own prompt-cache directory, made here so the worker only writes into it."""
+    where = prompt_cache_root(settings) / model_dir_name(model)
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
 def inference_argv(
     settings: Settings,
     model: str,
@@ -34,12 +49,15 @@ def inference_argv(
     launch: InferenceLaunch | Params,
     mmproj: str | None = None,
     alias: str | None = None,
+    model_sha256: str | None = None,
 ) -> list[str]:
     """``python -m workers.inference`` for one instance: its ``launch`` (or the parameters of a model
     or an ``instance_requested``, whose unknown keys the launch leaves out) as the worker's flags;
     ``alias``: the name its answers carry when not ``model`` (single-model mode's ``--alias``)."""
     if not isinstance(launch, InferenceLaunch):
         launch = InferenceLaunch.from_params(launch)
+    if settings.cache_disk_max is not None:  # serve --cache-disk-max: every model, over its preset
+        launch = dataclasses.replace(launch, cache_disk_max=settings.cache_disk_max)
     argv = [
         sys.executable,
         "-m",
@@ -59,6 +77,9 @@ def inference_argv(
         str(settings.service_pid),
         "--log-path",
         str(log_path(settings.home, "instance", instance_id)),
+        "--prompt-cache-dir",
+        str(prompt_cache_dir(settings, model)),
+        *(["--model-sha256", model_sha256] if model_sha256 else []),
     ]
     argv += launch.to_argv()
     if mmproj is not None:

@@ -28,7 +28,11 @@ from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
+from service.core import events as ev
 from service.core.devices import MIB
+from service.event_store.codec import NewEvent
+from service.event_store.sync_store import SyncEventStore
+from service.settings import Settings
 from tests import where_it_runs
 from tests.conftest_hub import unique_repo
 
@@ -284,3 +288,35 @@ def test_a_model_loaded_on_a_cpu_build_shows_cpu(browser: WebDriver, where: Serv
     click_action(browser, where_it_runs.TINY, "load")
     until(browser, lambda d: model_status(d, where_it_runs.TINY) == "loaded", "tiny loaded")
     assert until(browser, lambda d: device_text(d, where_it_runs.TINY), "tiny's device") == "CPU"
+
+
+@pytest.mark.timeout(180)
+def test_a_models_saved_prompt_cache_shows_its_size(browser: WebDriver, where: ServiceProcess) -> None:
+    """Issue 35: the size of a model's saved prompt cache, from its ``prompt_cache_saved`` events (appended
+    to the real log as its worker appends them); the cell follows a discard."""
+
+    def append(*events: ev.Event) -> None:
+        store = SyncEventStore(Settings(home=where.home).db_path, source={"kind": "test"})
+        try:
+            store.append([NewEvent(e, where_it_runs.GPU) for e in events])
+        finally:
+            store.close()
+
+    def cell(driver: WebDriver) -> str | None:
+        found = css(driver, f'#models tr[data-model="{where_it_runs.GPU}"] td.prompt-cache')
+        return None if found is None else str(found.text)
+
+    browser.get(where.url)
+    until(browser, lambda d: model_status(d, where_it_runs.GPU) == "loaded", "the gpu model listed")
+    assert cell(browser) == "", "nothing saved: an empty cell"
+    append(
+        *(
+            ev.PromptCacheSaved(instance_id="gpu-0", file=f, tokens=4000, bytes=n, prefix_sha256="p", model_sha256="m")
+            for f, n in (("a.bin", 3 * MIB), ("b.bin", MIB))
+        )
+    )
+    assert until(browser, lambda d: cell(d) or None, "the cache size") == "4.0 MB · 2 files"
+    append(ev.PromptCacheDiscarded(file="a.bin", reason="budget", bytes=3 * MIB))
+    assert until(browser, lambda d: (text := cell(d)) != "4.0 MB · 2 files" and text, "after the discard") == (
+        "1.0 MB · 1 file"
+    )

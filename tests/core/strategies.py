@@ -33,6 +33,8 @@ _KEY_FIELDS = {
     "aliases": st.lists(st.sampled_from(["fast", "small"]), max_size=2).map(tuple),
     "devices": st.sampled_from([(), (_CPU,), (_CPU, _GPU)]),  # node_devices_measured's
     "gpu_offload": st.booleans(),
+    "file": st.sampled_from(["entry-1.bin", "entry-2.bin"]),  # prompt_cache_*: saved, restored, discarded
+    "tokens": st.integers(0, 8000),
 }
 
 

@@ -6,8 +6,17 @@ then this. No fixtures: the fold of a short log.
 
 from __future__ import annotations
 
+import pytest
+
 from service.core import events as ev
-from service.core.instance_effects import STOP_GRACE_S, StopOrder, kill_spawned, spawn_wanted, stop_order
+from service.core.instance_effects import (
+    PROMPT_CACHE_SAVE_S,
+    STOP_GRACE_S,
+    StopOrder,
+    kill_spawned,
+    spawn_wanted,
+    stop_order,
+)
 from tests.core.examples import example
 from tests.core.test_placement import held, ready, world
 
@@ -50,8 +59,18 @@ class TestAStop:
 
     def test_the_models_own_stop_timeout_wins_over_the_global_one(self) -> None:
         own = [(example(ev.ModelConfigured, stop_timeout=3.0), "m", None)]
-        assert stop_order(world(held("m"), own, ready("m")), "i-m", 10.0).timeout == 3.0
+        assert stop_order(world(held("m"), own, ready("m")), "i-m", 10.0, cache_disk_max=0).timeout == 3.0
         assert stop_order(world(held("m"), ready("m")), "i-m", 10.0).timeout == 10.0
 
     def test_a_timeout_shorter_than_the_grace_shortens_the_grace(self) -> None:
-        assert stop_order(world(held("m"), ready("m")), "i-m", 0.05) == StopOrder("stop unload", 0.05, 0.05)
+        stopped = stop_order(world(held("m"), ready("m")), "i-m", 0.05, cache_disk_max=0)
+        assert stopped == StopOrder("stop unload", 0.05, 0.05)
+
+    @pytest.mark.parametrize("reason", ["evicted", "ttl", "keep_alive", "sleep", "unload", "shutdown"])
+    def test_a_worker_saving_its_prompt_cache_gets_the_save_bound_and_a_margin(self, reason: str) -> None:
+        stop = [(ev.InstanceStopRequested(instance_id="i-m", reason=reason), "m", None)]
+        own = [(example(ev.ModelConfigured, stop_timeout=1.0), "m", None)]
+        order = stop_order(world(held("m"), own, ready("m"), stop), "i-m", 10.0)  # the launch's default: 2 GiB
+        assert order.line == f"stop {reason}"
+        assert order.timeout >= PROMPT_CACHE_SAVE_S + 2
+        assert stop_order(world(held("m"), own, ready("m"), stop), "i-m", 10.0, cache_disk_max=0).timeout == 1.0

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from service.core import events as ev
 from service.core import fold as fold_module
-from service.core import fold_catalogue, fold_downloads, fold_instances, fold_nodes, fold_support
+from service.core import fold_catalogue, fold_downloads, fold_instances, fold_nodes, fold_prompt_cache, fold_support
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
 from service.core.events import FileRef
 from service.core.fold import replay
@@ -228,8 +228,9 @@ PINNED_TYPES = frozenset(
 # v12: a download job's node from its download_requested's node (placed by another node), else its writer.
 # v14: ModelConfig.hang_timeout (the preset's hang-timeout); instance_stopped reason "unresponsive" leaves the
 # model failed (instance_unresponsive, new, set its error).
+# v17: ModelState.prompt_cache and prompt_cache_restored_tokens (issue 35); model_removed empties the cache.
 # v16: devices by node (node_devices_measured, new), Instance.offload from instance_ready.
-FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances, fold_nodes)
+FOLD_PARTS = (fold_support, fold_catalogue, fold_downloads, fold_instances, fold_nodes, fold_prompt_cache)
 FINGERPRINTS = {
     1: ("be17643e0302114b", "14a3bc5f8b098e9b"),
     2: ("2f871af48b68cdf2", "4e44e93998e30512"),
@@ -257,6 +258,8 @@ FINGERPRINTS = {
     15: ("075f34984a9d9c9b", "b2d461f184d0e572"),  # both 14s: a node's free disk and the hang watch
     16: ("4f9f2b828967461d", "7680e936f2c64830"),  # devices by node (node_devices_measured), Instance.offload,
     # ModelShape's tensor parts (model_measured embedding_bytes, output_bytes, layers_bytes)
+    17: ("94a104af24e73aed", "3524f6ab287ec29f"),  # a model's prompt cache on disk (prompt_cache_saved,
+    # _restored, _discarded, new; model_removed drops it): ModelState.prompt_cache, prompt_cache_restored_tokens
 }
 
 

@@ -213,6 +213,7 @@ async def rig(
         "queue_timeout": 30,
         "load_timeout": 60,
         "hang_timeout": 0,
+        "cache_disk_max": 0,  # no prompt cache saved: a stop's timeout is the one given (issue 35's floor off)
         **settings,
     }
     config = Settings(home=tmp_path, **values)  # type: ignore[arg-type]  # test overrides

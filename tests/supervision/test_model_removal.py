@@ -13,13 +13,16 @@ from pathlib import Path
 import pytest
 
 from devtools.hub_server import HubServer
+from service.core import events as ev
 from service.core.cache_layout import CachePaths
 from service.core.contracts import DownloadSpec
 from service.core.errors import CommandRejected
+from service.core.prompt_cache import file_path
 from service.core.state import JobStatus
 from service.settings import Settings
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.model_removal import ModelRemover, Removed
+from tests.core.examples import example
 from tests.supervision.fakes import Rig, rig, until
 from tests.supervision.test_downloads import MB, repo_on_hub
 
@@ -80,6 +83,23 @@ async def test_a_downloaded_model_loses_its_files_and_the_log_records_it(tmp_pat
         assert removed.model == repo and removed.bytes_freed == MB and removed.files
         assert not x.blob(repo, spec).exists()
         assert x.r.types(repo)[-1] == "model_removed" and not removed.state.models[repo].listed
+
+
+async def test_its_saved_prompt_cache_goes_with_it_each_file_recorded_before_model_removed(
+    tmp_path: Path, hub: HubServer
+) -> None:
+    async with removal(tmp_path, hub) as x:
+        repo, _ = await x.downloaded(hub)
+        cache = Path(file_path(x.r.sup.prompt_cache.root, repo, "entry-1.bin"))
+        cache.parent.mkdir(parents=True)
+        cache.write_bytes(b"k" * 64)
+        await x.r.worker(repo, example(ev.PromptCacheSaved, file="entry-1.bin", bytes=64))
+        await x.r.worker(repo, example(ev.PromptCacheSaved, file="/elsewhere/none.bin", bytes=1))  # gone already
+        removed = await x.remover.remove(repo, force=False)
+        assert not cache.parent.exists(), "the model's prompt-cache directory is deleted"
+        types = x.r.types(repo)
+        assert types[-3:] == ["prompt_cache_discarded", "prompt_cache_discarded", "model_removed"]
+        assert removed.state.models[repo].prompt_cache == {}
 
 
 async def test_a_loaded_model_is_refused_without_force_and_stopped_before_its_files_go_with_it(

@@ -204,3 +204,32 @@ def test_flash_attn_takes_llama_cpps_words_in_a_preset() -> None:
     assert converted("auto") is None and converted("-1") is None
     with pytest.raises(OptionError, match="flash-attn"):
         converted("sometimes")
+
+
+def test_the_prompt_cache_budget_and_directory_reach_the_worker_as_it_reads_them(tmp_path: Path) -> None:
+    """Issue 35: a preset's ``cache-disk-max`` is the model's budget, ``serve --cache-disk-max`` every model's
+    over it; the worker is given its model's own directory (made by the service, one per model) and the
+    model file's sha256 when the log knows it, else no ``--model-sha256``."""
+    from service.cli import build_parser, serve_settings
+    from workers.inference._cli import parse_args
+
+    [section] = parse_preset("[tiny]\nmodel = /m/tiny.gguf\ncache-disk-max = 1000\n", "test.ini").sections
+    params = dict(model_settings(section.options, section.extras).config.params)
+    assert params == {"cache_disk_max": 1000}
+    settings = Settings.from_env({"MODELROUTER_HOME": str(tmp_path)})
+    args = parse_args(
+        inference_argv(settings, "org/tiny:Q4", "/m/tiny.gguf", "t-1", 9000, params, model_sha256="ab")[3:]
+    )
+    assert args.cache_disk_max == 1000 and args.model_sha256 == "ab"
+    assert args.prompt_cache_dir is not None and Path(args.prompt_cache_dir).is_dir()
+    assert Path(args.prompt_cache_dir).parent == tmp_path / "prompt-cache"
+    other = parse_args(inference_argv(settings, "org/tiny:Q8", "/m/t8.gguf", "t-2", 9000, {})[3:])
+    assert other.prompt_cache_dir != args.prompt_cache_dir and other.model_sha256 is None
+    assert other.cache_disk_max == 2 * 1024**3, "the worker's default: 2 GiB"
+    cli = build_parser().parse_args(["serve", "--home", str(tmp_path), "--cache-disk-max", "0"])
+    everyone, _ = serve_settings(cli, {"HOME": str(tmp_path)})
+    assert parse_args(inference_argv(everyone, "tiny", "/m/tiny.gguf", "t-3", 9000, params)[3:]).cache_disk_max == 0
+    assert everyone.cache_disk_total == 8 * 1024**3
+    [bad] = parse_preset("[m]\nmodel = /m/m.gguf\ncache-disk-max = lots\n", "test.ini").sections
+    with pytest.raises(ValueError, match="cache-disk-max"):
+        model_settings(bad.options, bad.extras)

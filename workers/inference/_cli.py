@@ -74,6 +74,8 @@ class WorkerArgs(InferenceLaunch):
     log_level: str = "info"
     parent_pid: int | None = None
     log_path: str | None = None
+    prompt_cache_dir: str | None = None  # the model's saved prompt cache (issue 35); None: not kept
+    model_sha256: str | None = None  # the model file's; None: hashed after the load when needed
 
     @property
     def ubatch_size(self) -> int:
@@ -108,11 +110,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--parent-pid", type=int, default=None, help="exit at once if our parent is not this pid")
     p.add_argument("--log-path", default=None, help="where the service keeps this worker's lines (for instance_ready)")
+    p.add_argument("--prompt-cache-dir", default=None, help="save the prompt cache here at a planned stop, restore it")
+    p.add_argument("--model-sha256", default=None, help="the model file's sha256 (default: hashed after the load)")
     return p
 
 
 _PROCESS = ("host", "port", "engine", "mmproj", "stop_timeout", "stats_interval", "db", "database_url", "events")
-_PROCESS_TOO = ("log_level", "parent_pid", "log_path")
+_PROCESS_TOO = ("log_level", "parent_pid", "log_path", "prompt_cache_dir", "model_sha256")
 
 
 def parse_args(argv: list[str] | None = None) -> WorkerArgs:

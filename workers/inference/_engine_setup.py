@@ -13,12 +13,14 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from service.core.event_base import Event
 from service.core.fit import FitPlan
 from service.core.launch_devices import SPLIT_MODES
 from workers.inference._cli import WorkerArgs, model_fields, rope_fields
 from workers.inference._offload_setup import cpu_build_warnings, fit_plan, fitted_n_ctx, offload_of, placement
-from workers.inference.engine import BatchEngine, Engine, FinishedLog, LegacyEngine
+from workers.inference.engine import BatchEngine, Engine, FinishedLog, LegacyEngine, PromptDisk
 from workers.inference.llama import (
     CACHE_TYPES,
     FLASH_ATTN,
@@ -40,10 +42,16 @@ from workers.inference.llama import (
 
 
 def build_engine(
-    args: WorkerArgs, *, on_finished: FinishedLog | None = None, on_debug: Callable[[str], None] | None = None
+    args: WorkerArgs,
+    *,
+    on_finished: FinishedLog | None = None,
+    on_debug: Callable[[str], None] | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    log: Callable[..., None] | None = None,
 ) -> Engine:
     """The engine ``args`` ask for; ``on_finished`` logs each finished request (either engine),
-    ``on_debug`` the batch engine's prompt-cache lines."""
+    ``on_debug`` the batch engine's prompt-cache lines; ``on_event`` and ``log``: the disk prompt
+    cache's events and lines (``--prompt-cache-dir``, batch engine only)."""
     engine: BatchEngine | LegacyEngine
     if args.engine == "legacy":
         engine = LegacyEngine(args.model_name, embedding=bool(args.embedding))
@@ -57,6 +65,17 @@ def build_engine(
             cache_idle_slots=args.cache_idle_slots,
         )
         engine.on_debug = on_debug
+        if args.prompt_cache_dir and on_event is not None and log is not None:
+            engine.disk = PromptDisk(
+                directory=Path(args.prompt_cache_dir),
+                max_bytes=max(0, args.cache_disk_max),
+                instance_id=args.instance_id,
+                model_path=args.model_path,
+                model_sha256=args.model_sha256,
+                lora_specs=args.lora_specs,
+                emit=on_event,
+                log=log,
+            )
     engine.on_finished = on_finished
     return engine
 

@@ -35,7 +35,7 @@ from workers.inference._cli import (
 )
 from workers.inference._engine_setup import build_engine, load
 from workers.inference._lifecycle import Trigger, WorkerState, next_state
-from workers.inference.engine import EngineMonitor, EngineStats
+from workers.inference.engine import SAVE_BOUND_S, BatchEngine, EngineMonitor, EngineStats
 from workers.inference.http import (
     InferenceApp,
     bind_server,
@@ -70,7 +70,13 @@ class Worker:
         self.log = log = runtime.log
         self.pid = os.getpid()
         # a line per finished request; llama-server's debug lines as llama.cpp's (the console's -v)
-        self.engine = build_engine(args, on_finished=log.info, on_debug=lambda text: log.info("llama_cpp", text=text))
+        self.engine = build_engine(
+            args,
+            on_finished=log.info,
+            on_debug=lambda text: log.info("llama_cpp", text=text),
+            on_event=self.emit,
+            log=log.info,
+        )
         front = front_options(args, os.environ)
         self.app = InferenceApp(model_name=args.alias, engine=self.engine, log=log, front_options=front)
         self.endpoint = ""
@@ -320,7 +326,7 @@ class Worker:
 
     def _stop(self, server: Any) -> int:
         reason, code = self._stop_reason or "signal", self._stop_code
-        _hard_exit_after(self._stop_grace + 5.0, code)  # never hang on the way out
+        _hard_exit_after(self._stop_grace + 5.0 + SAVE_BOUND_S, code)  # never hang on the way out
         with self._state_lock:
             was = self._state
             self._advance("stop")  # LOADING | READY | FAILED -> STOPPING
@@ -342,6 +348,8 @@ class Worker:
             # cannot have asked for this stop, so we record nothing.
             self.log.info("parent_died", exit_code=code)
             return code
+        if was is WorkerState.READY and isinstance(self.engine, BatchEngine):
+            self.engine.persist()  # a planned stop: the prompt cache goes to disk (--prompt-cache-dir)
         self.emit(ev.InstanceStopped(instance_id=self.args.instance_id, reason=reason, exit_code=code))
         self.log.info("instance_stopped", reason=reason, exit_code=code)
         return code

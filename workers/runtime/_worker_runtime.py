@@ -70,6 +70,9 @@ INFERENCE_WORKER = WorkerKind(
             ev.InstanceStats,
             ev.InstanceLoadFailed,
             ev.InstanceStopped,
+            ev.PromptCacheSaved,
+            ev.PromptCacheRestored,
+            ev.PromptCacheDiscarded,
         }
     ),
 )

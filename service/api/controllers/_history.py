@@ -30,7 +30,14 @@ from service.api.controllers._logs import (
 )
 from service.api.problems import Problem
 from service.api.proxy import Forwarding
-from service.api.schemas import DownloadHistory, LoadHistory, ModelHistoryView, WorkerLogView, problems
+from service.api.schemas import (
+    DownloadHistory,
+    LoadHistory,
+    ModelHistoryView,
+    PromptCacheHistory,
+    WorkerLogView,
+    problems,
+)
 from service.api.views import time_or_none
 from service.core.errors import CommandRejected
 from service.core.events import Recorded
@@ -70,10 +77,10 @@ async def model_history_endpoint(
     tail: Tail = DEFAULT_TAIL,
 ) -> ModelHistoryView | WorkerLogView:
     """``GET /models/{id}/history``: every download (when, how long, bytes, outcome,
-    reason) and every load (load time, uptime, requests served, how it ended, its log),
-    oldest first. ``GET /models/{id}/logs?instance=…&tail=N``: the last lines of one
-    instance's worker log (the latest instance by default). The id resolves as
-    elsewhere: name, alias or ``user/repo``."""
+    reason), every load (load time, uptime, requests served, how it ended, its log) and every
+    save, restore and discard of its prompt cache on disk, oldest first.
+    ``GET /models/{id}/logs?instance=…&tail=N``: the last lines of one instance's worker log (the
+    latest instance by default). The id resolves as elsewhere: name, alias or ``user/repo``."""
     text = str(model_path)
     suffix = next((s for s in (_SUFFIX, _LOGS) if text.endswith(s) and len(text) > len(s) + 1), None)
     if suffix is None:
@@ -142,4 +149,7 @@ def history_view(history: ModelHistory) -> ModelHistoryView:
         restarts=history.restarts,
         crashes=history.crashes,
         requests_served=history.requests_served,
+        prompt_cache=[
+            PromptCacheHistory(**{**dataclasses.asdict(r), "at": format_time(r.at)}) for r in history.prompt_cache
+        ],
     )

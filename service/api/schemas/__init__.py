@@ -11,6 +11,8 @@ from service.api.schemas._catalogue import (
     ModelList,
     ModelStatusView,
     ProgressView,
+    PromptCacheFileView,
+    PromptCacheView,
     SingleModel,
 )
 from service.api.schemas._common import (
@@ -34,7 +36,7 @@ from service.api.schemas._control import (
     RemoveAnswer,
     UnloadAnswer,
 )
-from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHistoryView
+from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHistoryView, PromptCacheHistory
 from service.api.schemas._logs import WorkerLogView
 from service.api.schemas._modes import model_optional
 from service.api.schemas._nodes import DeviceView, NodeList, NodeView
@@ -104,6 +106,9 @@ __all__ = [
     "PredictRequest",
     "ProblemDetails",
     "ProgressView",
+    "PromptCacheFileView",
+    "PromptCacheHistory",
+    "PromptCacheView",
     "ReloadAnswer",
     "RemoveAnswer",
     "RerankRequest",

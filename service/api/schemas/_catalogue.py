@@ -96,6 +96,24 @@ class ModelArchitecture(msgspec.Struct, frozen=True):
     output_modalities: list[Literal["text"]]
 
 
+class PromptCacheFileView(msgspec.Struct, frozen=True):
+    """One saved prompt-cache file: its name as its worker recorded it, and its last save and restore."""
+
+    file: str
+    tokens: int
+    bytes: int
+    saved_at: str | None
+    restored_at: str | None
+
+
+class PromptCacheView(msgspec.Struct, frozen=True):
+    """A model's saved prompt cache on disk (issue 35): its files, their bytes and tokens in all."""
+
+    files: list[PromptCacheFileView]
+    bytes: int
+    tokens: int
+
+
 class ModelEntry(msgspec.Struct, frozen=True):
     """One entry of ``GET /models``."""
 
@@ -129,6 +147,8 @@ class ModelEntry(msgspec.Struct, frozen=True):
     each, ``CPU`` for host memory), as its ``instance_ready`` said; null when not loaded or not said."""
     gpu_layers: GpuLayersView | None = None
     """Ours, with ``offload``: ``-ngl`` as requested, layers offloaded of the model's total; null likewise."""
+    prompt_cache: PromptCacheView | msgspec.UnsetType = msgspec.UNSET
+    """Ours: the prompt cache its workers saved on disk and the next load restores; absent when none."""
 
 
 class SingleModelDetails(msgspec.Struct, frozen=True):

@@ -50,6 +50,20 @@ class LoadHistory(msgspec.Struct, frozen=True):
     """Where its worker's log is read: ``/models/{id}/logs?instance={instance_id}``."""
 
 
+class PromptCacheHistory(msgspec.Struct, frozen=True):
+    """One save, restore or discard of a saved prompt-cache file (issue 35). ``action``: saved, restored
+    or discarded (``reason``: model_changed, settings_changed, corrupt, budget, model_removed)."""
+
+    at: str
+    action: str
+    file: str
+    tokens: int | None
+    bytes: int
+    instance_id: str | None
+    reason: str | None
+    lazy: bool | None
+
+
 class ModelHistoryView(msgspec.Struct, frozen=True):
     """The timeline and its totals."""
 
@@ -59,3 +73,5 @@ class ModelHistoryView(msgspec.Struct, frozen=True):
     restarts: int
     crashes: int
     requests_served: int
+    prompt_cache: list[PromptCacheHistory] = msgspec.field(default_factory=list)
+    """Saves, restores and discards of its prompt cache on disk, oldest first."""

@@ -6,13 +6,14 @@
 // delivers a named message only to a listener for that name.
 const EVENT_TYPES = [
   "download_cancel_requested", "download_cancelled", "download_failed", "download_finished",
-  "download_interrupted", "download_progress", "download_requested", "download_resumed",
-  "download_started", "instance_crashed", "instance_load_failed", "instance_loading", "instance_lost",
-  "instance_ready", "instance_requested", "instance_stats", "instance_stop_requested", "instance_stopped",
-  "instance_unresponsive", "loading_progress", "log_writes_resumed", "model_alias_removed", "model_aliased", "model_configured", "model_discovered",
-  "model_measured", "model_removed", "models_reloaded", "node_devices_measured",
-  "node_joined", "node_left", "node_lost", "partial_file_found", "partial_file_removed", "recovery_completed",
-  "request_completed", "router_started", "router_stopped", "sleep_ended",
+  "download_interrupted", "download_progress", "download_requested", "download_resumed", "download_started",
+  "instance_crashed", "instance_load_failed", "instance_loading", "instance_lost", "instance_ready",
+  "instance_requested", "instance_stats", "instance_stop_requested", "instance_stopped",
+  "instance_unresponsive", "loading_progress", "log_writes_resumed", "model_alias_removed", "model_aliased",
+  "model_configured", "model_discovered", "model_measured", "model_removed", "models_reloaded",
+  "node_devices_measured", "node_joined", "node_left", "node_lost", "partial_file_found",
+  "partial_file_removed", "prompt_cache_discarded", "prompt_cache_restored", "prompt_cache_saved",
+  "recovery_completed", "request_completed", "router_started", "router_stopped", "sleep_ended",
 ];
 const NOISY = new Set(["download_progress", "loading_progress", "instance_stats"]); // they move bars and gauges, not the feed
 const FEED_BACKLOG = 50; // events shown from before the page opened
@@ -128,6 +129,7 @@ function renderModels() {
       el("td", {}, statusCell(m)),
       el("td", { class: "device" }, deviceText(m)),
       el("td", {}, m.size ? bytes(m.size) : ""),
+      el("td", { class: "prompt-cache" }, promptCacheText(m)),
       el("td", {}, m.source),
       el("td", { class: "actions" }, ...actions));
   }));

@@ -38,3 +38,10 @@ function deviceText(m) {
   const layers = offload.offloaded + "/" + offload.layers + " layers";
   return [[...used.keys()].join(" + "), layers, [...used.values()].map(mebibytes).join(" + ")].join(" · ");
 }
+
+// A model's prompt cache saved on disk (GET /models `prompt_cache`, issue 35): "120.0 KB · 2 files", empty when none.
+function promptCacheText(m) {
+  const cache = m.prompt_cache;
+  if (!cache || !cache.files.length) return "";
+  return bytes(cache.bytes) + " · " + cache.files.length + (cache.files.length === 1 ? " file" : " files");
+}

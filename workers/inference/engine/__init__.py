@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 from workers.inference.engine._batch import BatchEngine
+from workers.inference.engine._disk_cache import SAVE_BOUND_S, PromptDisk
 from workers.inference.engine._embed import EmbedRequest
 from workers.inference.engine._embed import wait_all as wait_embeddings
 from workers.inference.engine._errors import (
@@ -51,6 +52,7 @@ from workers.inference.engine._views import EngineStats, Heartbeat, SlotAnswer, 
 
 __all__ = [
     "IDLE",
+    "SAVE_BOUND_S",
     "BatchEngine",
     "EmbedRequest",
     "Engine",
@@ -66,6 +68,7 @@ __all__ = [
     "Job",
     "JobRunner",
     "LegacyEngine",
+    "PromptDisk",
     "ReasoningControl",
     "Request",
     "RequestCancelled",

@@ -23,6 +23,8 @@ from workers.inference.engine._slots import Request, Slot, SlotState, holds_medi
 from workers.inference.engine._tokens import TokenMixin
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from workers.inference.engine._metrics import EngineMetrics
 
 
@@ -32,6 +34,7 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
     metrics: EngineMetrics
     _cv: threading.Condition
     _pending: deque[Request]
+    _restore_for: Callable[[list[int]], None]  # the disk cache's (a declaration: DiskCacheMixin comes later)
 
     def _reject(self, req: Request, err: EngineError) -> None:
         raise NotImplementedError  # the engine's
@@ -58,6 +61,7 @@ class AdmissionMixin(TokenMixin, PromptCacheMixin):
                     self._pending.appendleft(req)
                     break
                 slot, n_common = picked
+                self._restore_for(prompt)  # saved prompt-cache files waiting for their first use (_disk_cache)
                 n_common = self._swap_prompt(slot, prompt, lora, n_common)
                 if req.cache_prompt and req.n_cache_reuse > 0:
                     n_common = self._reuse_chunks(slot, req, n_common)

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from workers.inference.engine._admission import AdmissionMixin
+from workers.inference.engine._disk_cache import DiskCacheMixin
 from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, EmbedRequest
 from workers.inference.engine._errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
 from workers.inference.engine._kept_logits import KeptLogits
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from workers.inference.llama import Loaded
 
 
-class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, AdmissionMixin, StepMixin):
+class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, AdmissionMixin, DiskCacheMixin, StepMixin):
     """Loads the model on its own thread, then runs the step loop until drained (an
     :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
@@ -92,6 +93,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         self.sampler = RowSampler(None, 1)  # a step's rows on the compute threads (made in _setup)
         self.step_log = StepLog()  # GET /engine/steps
         self.clock = StepClock()  # GET /engine/heartbeat: the service's liveness check
+        self._loop_done = threading.Event()  # the engine thread left its loop: the context is the caller's
 
     # -- capabilities -------------------------------------------------------------
 
@@ -133,6 +135,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
             except BaseException as exc:  # reported, then the process exits
                 on_failed(exc)
                 return
+            self._restore_from_disk()
             with self._cv:
                 # Open before on_loaded records instance_ready: a client that saw the
                 # event at once (modelrouter run) must not get a 503 in between.
@@ -140,10 +143,31 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
             accept = on_loaded(loaded)
             with self._cv:
                 self._accepting = accept and not self._drained
-            if self._accepting:
-                self._serve()
+            try:
+                if self._accepting:
+                    self._serve()
+            finally:
+                self._loop_done.set()
 
         threading.Thread(target=run, name="inference", daemon=True).start()
+
+    def _restore_from_disk(self) -> None:
+        """The saved prompt cache (``--prompt-cache-dir``) before ready; a failure costs only the cache."""
+        try:
+            self.restore_at_load()
+        except Exception as exc:  # the files are an optimisation: serving goes on without them
+            if self.disk is not None:
+                self.disk.log("prompt_cache_restore_failed", error=repr(exc))
+
+    def persist(self, timeout: float = 2.0) -> None:
+        """At a planned stop, after :meth:`drain`: save the prompt cache once the engine thread has left
+        its loop (never while it could still touch the context)."""
+        if self.disk is None or not self._loop_done.wait(timeout):
+            return
+        try:
+            self.persist_prompt_cache()
+        except Exception as exc:  # a failed save must not turn a stop into a crash
+            self.disk.log("prompt_cache_save_failed", error=repr(exc))
 
     def _setup(self, llm: LlamaModel) -> None:
         self.llm = llm
@@ -215,13 +239,16 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         if any(s.is_processing for s in self.slots):
             return True
         lane_busy = self._lane is not None and bool(self._lane.pending)
-        return bool(self._pending or self._embeds or lane_busy or self._actions) and not self._drained
+        due = self._pending or self._embeds or lane_busy or self._actions or self._disk_due
+        return bool(due) and not self._drained
 
     def _step(self) -> None:
         now = time.monotonic()
         self._release_cancelled(now)
         if self._actions:
             self._run_slot_actions()
+        if self._disk_due:
+            self._restore_due()
         assert self.llm is not None
         lora = self.llm.lora
         if self._embeds or (self._lane is not None and self._lane.pending):
