@@ -29,9 +29,14 @@ _CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
 _READ_TIMEOUT = 10.0  # a header read that takes longer (a hung network mount) is given up: placed by count
 
 
+def physical_memory() -> int:
+    """The machine's RAM, in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def machine_memory(cgroup_limit: Path = _CGROUP_LIMIT) -> int:
     """The RAM this process may use: the machine's, or its cgroup v2 limit when lower."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    total = physical_memory()
     try:
         text = cgroup_limit.read_text().strip()
     except OSError:

@@ -17,6 +17,7 @@ from service.event_store.codec import format_time
 from service.event_store.live_state import LiveState
 from service.settings import Settings
 from service.supervision.instances import InstanceSupervisor
+from service.supervision.measure import physical_memory
 
 
 def this_service(settings: Settings, memory: int) -> NodeState:
@@ -28,7 +29,7 @@ def this_service(settings: Settings, memory: int) -> NodeState:
         url=settings.advertise_url or f"http://{settings.host}:{settings.port}",
         pid=settings.service_pid,
         cpus=os.cpu_count() or 1,
-        ram_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        ram_bytes=physical_memory(),
         memory_bytes=memory,
         models_max=settings.models_max,
     )
