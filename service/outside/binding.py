@@ -5,8 +5,13 @@ binds each address with its own listener (``server-http.cpp``): TCP addresses,
 and paths ending in ``.sock`` as UNIX sockets. With more than one TCP address an
 IPv6 one binds IPv6 only (so ``::`` does not also claim ``0.0.0.0``), and
 ``--port 0`` is refused (each listener would get another port). The sockets are
-bound here, before anything else starts, so an address in use stops the start
-at once; uvicorn serves them all (``Server.run(sockets=...)``).
+bound and listening here, before anything else starts, so an address in use stops
+the start at once; uvicorn serves them all (``Server.run(sockets=...)``). Listening at
+once matters: with ``SO_REUSEADDR`` a bound socket that does not listen yet lets another
+process's ``SO_REUSEADDR`` socket bind the same port (say a worker of another service,
+given that port by ``bind(0)`` a moment earlier) and listen first; our ``listen()`` would
+then fail after the whole start-up. Connections made before uvicorn serves wait in the
+backlog.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ def is_unix(host: str) -> bool:
 
 
 def listening_sockets(hosts: Sequence[str], port: int) -> list[socket.socket]:
-    """One bound (not yet listening) socket per address, in order. Raises ``BindError`` for a
+    """One bound, listening socket per address, in order. Raises ``BindError`` for a
     refused combination, ``OSError`` for an address that cannot be bound (in use, not local)."""
     tcp = [h for h in hosts if not is_unix(h)]
     if port == 0 and len(tcp) > 1:
@@ -56,6 +61,7 @@ def _tcp(host: str, port: int, *, v6only: bool) -> socket.socket:
         if family == socket.AF_INET6 and v6only:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
+        sock.listen(socket.SOMAXCONN)  # claims the port now (see the module docstring)
     except BaseException:
         sock.close()
         raise
@@ -67,6 +73,7 @@ def _unix(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(path)
+        sock.listen(socket.SOMAXCONN)
     except BaseException:
         sock.close()
         raise

@@ -102,11 +102,27 @@ def same_process_alive(pid: int | None, started_at: float | None, marker: str | 
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        if started_at is not None and abs(proc.create_time() - started_at) > 0.05:
+        if marker is not None and not any(marker in part for part in proc.cmdline()):
             return False
-        return marker is None or any(marker in part for part in proc.cmdline())
+        return started_at is None or same_start(proc.create_time(), started_at, whole_seconds_off=marker is not None)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+
+
+def same_start(now: float, recorded: float, *, whole_seconds_off: bool) -> bool:
+    """Whether a process start time read now is the one ``recorded``. The kernel keeps a start in
+    clock ticks since boot; psutil adds the boot time of ``/proc/stat``, whole seconds derived from
+    the wall clock, so a clock correction (NTP, a VM's clock) moves every start by whole seconds
+    between two reads. ``whole_seconds_off`` (when a marker already names the process) accepts
+    that; without it the start itself must match."""
+    off = now - recorded
+    if abs(off) <= _START_TOLERANCE_S:
+        return True
+    return whole_seconds_off and abs(off - round(off)) <= _START_TOLERANCE_S
+
+
+_START_TOLERANCE_S = 0.05
+"""Two reads of one start differ by float rounding only; another process's start, by its own ticks."""
 
 
 class ChildProcess:

@@ -16,6 +16,7 @@ from service.supervision.child_process import (
     ExitStatus,
     process_start_time,
     same_process_alive,
+    same_start,
 )
 from service.supervision.log_files import tail_lines
 from service.supervision.worker_logs import WorkerLogs
@@ -131,8 +132,19 @@ async def test_a_live_child_is_itself_until_reaped_and_a_pid_is_checked_by_start
     assert same_process_alive(child.pid, started, marker="sys.stdin.read()")
     assert not same_process_alive(child.pid, started, marker="job-somebody-else")
     assert not same_process_alive(child.pid, started - 10.0)  # a reused pid: another start time
+    # A wall-clock correction moves psutil's boot time, and so every start, by whole seconds: with
+    # the marker on its command line the process is still itself; a start off by a fraction is not.
+    assert same_process_alive(child.pid, started - 1.0, marker="sys.stdin.read()")
+    assert not same_process_alive(child.pid, started - 1.5, marker="sys.stdin.read()")
     assert not same_process_alive(None, None)
     child.close_stdin()
     await child.wait()
     assert not same_process_alive(child.pid, started)
     assert process_start_time(child.pid) is None or process_start_time(child.pid) != started
+
+
+def test_a_start_moved_by_whole_seconds_is_the_same_start_only_where_a_marker_names_the_process() -> None:
+    assert same_start(100.01, 100.0, whole_seconds_off=False)
+    assert not same_start(101.0, 100.0, whole_seconds_off=False)
+    assert same_start(101.0, 100.0, whole_seconds_off=True) and same_start(97.02, 100.0, whole_seconds_off=True)
+    assert not same_start(100.5, 100.0, whole_seconds_off=True)
