@@ -11,9 +11,10 @@ llama-server (or to the legacy engine without ``--llama-server``).
 * one stream: tokens/s over a whole streamed request, and time to first token;
 * aggregate tokens/s with 4 and 8 concurrent streams (1 stream = the one-stream figure);
 * routed 1-token p50: ``modelrouter serve`` against llama-server in router mode
-  (``--models-dir``, a child per model), the same file loaded in each, 1-token
+  (``--models-dir``, a child per model, ``-c 2048`` on both), the same file loaded in each, 1-token
   completions of one repeated prompt and of a new prompt each time, as a
-  client meets them (HTTP, routing, the worker);
+  client meets them (HTTP, routing, the worker); and routed 4 streams: four concurrent
+  non-streamed 128-token completions, of one prompt (twice) and of four prompts;
 * ``--contention N`` runs N CPU-bound processes beside everything for the whole
   run (the issue's "under contention": one busy process on 2 cores).
 
@@ -240,6 +241,8 @@ def _load_once(target: Target, model: Path) -> float:
 # --- routed: the service's router against llama-server's router, 1-token requests -------------------------
 
 ROUTED_MODEL = "bench"
+ROUTED_CTX = "2048"  # both routers pass it to their child, as in the issue's outside measurement
+ROUTED_TOKENS = 128
 
 
 def _wait_loaded(base: str) -> None:
@@ -264,7 +267,7 @@ class RoutedLlamaServer:
     def __init__(self, binary: str, models: Path) -> None:
         port = free_port()
         self.proc = subprocess.Popen(
-            [binary, "--models-dir", str(models), "--host", "127.0.0.1", "--port", str(port)],
+            [binary, "--models-dir", str(models), "-c", ROUTED_CTX, "--host", "127.0.0.1", "--port", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -302,18 +305,43 @@ def _one_token(client: httpx.Client, base: str, prompt: str) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-def _routed_measure(base: str, requests: int, round_: int) -> dict[str, float]:
+def _routed_four(base: str, prompts: list[str], bias: dict[str, float]) -> float:
+    """Four concurrent non-streamed 128-token completions through the router: completion tokens / wall."""
+    done: list[int] = []
+
+    def one(prompt: str) -> None:
+        body = {"model": ROUTED_MODEL, "prompt": prompt, "max_tokens": ROUTED_TOKENS, "logit_bias": bias}
+        r = httpx.post(f"{base}/v1/completions", json={**body, "temperature": 0, "seed": 1}, timeout=600)
+        r.raise_for_status()
+        done.append(int(r.json()["usage"]["completion_tokens"]))
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in prompts]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if len(done) != len(prompts):
+        raise RuntimeError(f"{base}: {len(prompts) - len(done)} of {len(prompts)} routed requests failed")
+    return sum(done) / (time.perf_counter() - t0)
+
+
+def _routed_measure(base: str, requests: int, round_: int, bias: dict[str, float]) -> dict[str, float]:
     with httpx.Client(timeout=600) as client:
         _one_token(client, base, "The sea is")  # the fixed prompt's cells, as the last round left them
         same = statistics.median(_one_token(client, base, "The sea is") for _ in range(requests))
         new = statistics.median(_one_token(client, base, f"The sea is {round_}-{i} deep") for i in range(requests))
-    return {"routed_same_ms": same, "routed_new_ms": new}
+    # The outside measurement of issue 33: one prompt four times at once, twice; then four prompts.
+    four_same = statistics.mean(_routed_four(base, [PROMPT] * 4, bias) for _ in range(2))
+    four_new = _routed_four(base, [f"{PROMPT} {round_}-{i}" for i in range(4)], bias)
+    return {"routed_same_ms": same, "routed_new_ms": new, "routed_4_same_tps": four_same, "routed_4_new_tps": four_new}
 
 
 def _routed_rounds(binary: str, args: argparse.Namespace, samples: Samples, busy: list[float]) -> None:
     """Both routers up at once, the model loaded in each; per round, each measured in turn (order alternates)."""
     import tempfile
 
+    bias = _eog_bias(args.model)  # every routed 4-stream request runs its 128 tokens
     with tempfile.TemporaryDirectory(prefix="bench-routed-") as tmp:
         models = Path(tmp) / "models"
         models.mkdir()
@@ -321,7 +349,7 @@ def _routed_rounds(binary: str, args: argparse.Namespace, samples: Samples, busy
             os.link(args.model.resolve(), models / f"{ROUTED_MODEL}.gguf")
         except OSError:
             shutil.copyfile(args.model.resolve(), models / f"{ROUTED_MODEL}.gguf")
-        ours = ServiceProcess(Path(tmp) / "home", env={"MODELROUTER_MODELS_DIR": str(models)})
+        ours = ServiceProcess(Path(tmp) / "home", args=["-c", ROUTED_CTX], env={"MODELROUTER_MODELS_DIR": str(models)})
         ours.start()
         theirs: RoutedLlamaServer | None = None
         try:
@@ -332,7 +360,7 @@ def _routed_rounds(binary: str, args: argparse.Namespace, samples: Samples, busy
             for r in range(args.rounds):
                 busy.append(_wait_quiet(args.quiet, args.max_wait))
                 for name, base in bases[r % 2 :] + bases[: r % 2]:
-                    for k, v in _routed_measure(base, args.requests, r).items():
+                    for k, v in _routed_measure(base, args.requests, r, bias).items():
                         samples[name].setdefault(k, []).append(v)
                 print(
                     f"routed round {r + 1}: load {os.getloadavg()[0]:.2f} "
@@ -483,6 +511,8 @@ def _report(samples: Samples, args: argparse.Namespace) -> None:
         "load_s": "load to ready s",
         "routed_same_ms": "routed 1-token p50 ms, same prompt",
         "routed_new_ms": "routed 1-token p50 ms, new prompt",
+        "routed_4_same_tps": "routed 4 streams tok/s, one prompt (non-streamed, 128 tokens, -c 2048)",
+        "routed_4_new_tps": "routed 4 streams tok/s, four prompts",
     }
     others = [n for n in names if n != base]
     print("| measure | " + " | ".join(names) + " | " + " | ".join(f"{n} / {base}" for n in others) + " |")

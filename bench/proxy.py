@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from devtools.service_process import ServiceProcess
+from devtools.service_process import ServiceProcess, worker_headers
 from devtools.tiny_gguf import write_tiny_gguf
 from service.supervision.ports import free_port
 
@@ -60,9 +60,11 @@ def _stream(client: httpx.Client, base: str, model: str, max_tokens: int) -> flo
     return tokens / (time.perf_counter() - started)
 
 
-def _measure(pairs: dict[str, str], model: str, n: int, streams: int, max_tokens: int) -> dict[str, dict[str, float]]:
+def _measure(
+    pairs: dict[str, str], model: str, n: int, streams: int, max_tokens: int, headers: dict[str, str]
+) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, list[float]]] = {k: {"lat": [], "tps": []} for k in pairs}
-    with httpx.Client(timeout=300) as client:
+    with httpx.Client(timeout=300, headers=headers) as client:  # the worker's key: the direct pair needs it
         for base in pairs.values():
             for _ in range(5):
                 _chat(client, base, model, 1)
@@ -162,7 +164,8 @@ def main() -> None:
             if server is not None:
                 pairs["llama_cpp.server"] = server[1]
             try:
-                stats = _measure(pairs, "bench-model", args.requests, args.streams, args.max_tokens)
+                key = worker_headers(entry["status"]["instance"]["pid"])  # the others ignore this header
+                stats = _measure(pairs, "bench-model", args.requests, args.streams, args.max_tokens, key)
             finally:
                 if server is not None:
                     server[0].kill()

@@ -255,24 +255,31 @@ class HubHandler(BaseHTTPRequestHandler):
                 for point in (plan.drop_at, stalls[0][0] if stalls else None, plan.corrupt_at):
                     if point is not None and point > sent:
                         n = min(n, point - sent)
+                # Counted before they leave: a client that has read every byte finds them all counted.
+                book.add_bytes(key, n)
                 try:
                     if plan.corrupt_at is not None and not corrupted and sent >= plan.corrupt_at:
                         data = bytearray(os.pread(f.fileno(), n, start + sent))
                         data[0] ^= 0xFF  # one flipped byte: same length, different sha256
-                        self.wfile.write(bytes(data))
+                        try:
+                            self.wfile.write(bytes(data))
+                        except OSError:
+                            book.add_bytes(key, -n)
+                            raise
                         corrupted, written = True, n
                     else:
                         f.seek(start + sent)
                         try:
                             written = self.connection.sendfile(f, start + sent, n)
                         except OSError:
-                            book.add_bytes(key, f.tell() - (start + sent))
+                            book.add_bytes(key, f.tell() - (start + sent) - n)  # what did leave
                             raise
                 except OSError:
                     self.close_connection = True
                     return
                 sent += written
-                book.add_bytes(key, written)
+                if written < n:
+                    book.add_bytes(key, written - n)
                 if plan.rate:
                     delay = began + sent / plan.rate - time.monotonic()
                     if delay > 0:

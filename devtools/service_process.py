@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from service.core import worker_key
 from service.supervision.ports import free_port
 
 
@@ -25,6 +26,24 @@ def _hermetic(environ: Mapping[str, str], home: Path) -> dict[str, str]:
     kept = {k: v for k, v in environ.items() if not k.startswith("LLAMA_") and k not in dropped}
     kept["HF_HOME"] = str(home / "hf-home")
     return kept
+
+
+def worker_headers(pid: int) -> dict[str, str]:
+    """The header that opens the port of the service's worker ``pid``, for a test or a benchmark that talks
+    to that worker directly: its secret, read from the environment it was started with
+    (``/proc/PID/environ``, which only its own user may read; docs/security.md)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    prefix = worker_key.ENV.encode() + b"="
+    key = next(entry[len(prefix) :] for entry in environ if entry.startswith(prefix))
+    return {worker_key.HEADER: key.decode()}
+
+
+_BIND_REFUSED = "modelrouter serve: error: couldn't bind "
+"""How ``serve`` says its port is taken (service/cli.py, llama-server's words)."""
+
+
+class PortTaken(RuntimeError):
+    """The service could not bind its port: another process holds it."""
 
 
 class ServiceProcess:
@@ -41,6 +60,7 @@ class ServiceProcess:
     ) -> None:
         self.home = Path(home)
         self.port = port or free_port()
+        self._port_drawn = port is None  # a port of our own drawing may be drawn again (see start)
         self.env = {**_hermetic(os.environ, self.home), "MODELROUTER_LOG_JSON": "true", **(env or {})}
         self.args = list(args)  # a llama-server command line (``--models-dir``, ``-hf``, ``--api-key``...)
         self.file_size_limit = file_size_limit  # RLIMIT_FSIZE, inherited by the workers (disk-full tests)
@@ -57,6 +77,25 @@ class ServiceProcess:
         return self.proc.pid
 
     def start(self, timeout: float = 30.0) -> ServiceProcess:
+        """Start and wait for ``/health``. A port this object drew itself that another process took
+        between the draw and the service's bind (a worker of another service given the same free port)
+        is drawn again, at the first start only: a restart keeps the address its callers know."""
+        if self.proc is not None and self.proc.poll() is None:
+            # A second start would answer from the first process and leave it running past stop().
+            msg = f"the service on port {self.port} is running already (pid {self.proc.pid})"
+            raise RuntimeError(msg)
+        redraws = 3 if self._port_drawn and self.proc is None else 0
+        while True:
+            try:
+                return self._start_once(timeout)
+            except PortTaken:
+                if redraws == 0:
+                    raise
+                redraws -= 1
+                self.port = free_port()
+                self.log_path = self.home / f"service-{self.port}.log"
+
+    def _start_once(self, timeout: float) -> ServiceProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         cmd = [
@@ -88,8 +127,9 @@ class ServiceProcess:
             while time.monotonic() < deadline:
                 assert self.proc is not None
                 if self.proc.poll() is not None:
-                    msg = f"service exited with {self.proc.returncode}; log:\n{self.log_text()[-4000:]}"
-                    raise RuntimeError(msg)
+                    log = self.log_text()[-4000:]
+                    msg = f"service exited with {self.proc.returncode}; log:\n{log}"
+                    raise PortTaken(msg) if _BIND_REFUSED in log else RuntimeError(msg)
                 try:
                     answer = client.get(f"{self.url}/health")
                     if answer.status_code == 200:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,9 +21,11 @@ from service.api.header_case import header_case_middleware
 from service.api.middleware import request_id_middleware
 from service.api.ollama import ollama_router
 from service.api.problems import EXCEPTION_HANDLERS
+from service.api.rate_gate import RateGate
 from service.api.request import ApiRequest, reject_control_characters
 from service.api.streams import EventStreams
 from service.api.timeouts import io_timeout_middleware
+from service.core.keys import NamedKey
 from service.core.server_mode import may_be_single
 from service.outside.world import SystemClock, new_request_id
 from service.settings import Settings
@@ -40,12 +42,16 @@ async def _before_request(request: Request[Any, Any, Any]) -> None:
 def create_app(settings: Settings) -> Litestar:
     """Build the app for ``settings``. Nothing is read from the environment here."""
 
+    gate = RateGate(settings.node, settings.rate_window_s)
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         runtime = await startup.start(settings)
+        await gate.attach(runtime.live, runtime.store)  # before serving: the limits as the log left them
         # What the providers (service.api.deps) hand out, piece by piece.
         app.state.runtime = runtime
         app.state.streams = EventStreams()
+        app.state.rate_gate = gate
         try:
             yield
         finally:
@@ -69,16 +75,23 @@ def create_app(settings: Settings) -> Litestar:
         logging_config=None,  # structlog is configured by the process (service.outside.logging_config)
         debug=False,
     )
-    return _before_routing(app, settings)
+    return _before_routing(app, settings, gate)
 
 
-def _before_routing(app: Litestar, settings: Settings) -> Litestar:
+def _named_keys(app: Litestar) -> Mapping[str, NamedKey]:
+    """The fold's named keys (none before the lifespan started the runtime)."""
+    runtime = getattr(app.state, "runtime", None)
+    return runtime.live.state.keys if runtime is not None else {}
+
+
+def _before_routing(app: Litestar, settings: Settings, gate: RateGate) -> Litestar:
     """CORS (outermost: a 401 carries its headers too), the request id and the API key around the
     router itself, as llama-server runs them in its pre-routing handler: Litestar's ``middleware=``
     wraps only the routes, so an unknown path would be a 404 without CORS headers (unreadable by a
     browser page), its preflight a 404, and it would need no key."""
     handler = io_timeout_middleware(settings.timeout)(app.asgi_handler)  # llama-server's -to/--timeout
-    handler = api_key_middleware(settings.api_keys)(handler)
-    handler = request_id_middleware(new_request_id, SystemClock())(handler)
+    clock = SystemClock()
+    handler = api_key_middleware(settings.api_keys, lambda: _named_keys(app), clock.now, gate.admit_request)(handler)
+    handler = request_id_middleware(new_request_id, clock)(handler)
     app.asgi_handler = header_case_middleware(cors_middleware(settings)(handler))  # names as llama-server's
     return app

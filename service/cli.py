@@ -47,6 +47,7 @@ def serve_settings(args: argparse.Namespace, environ: dict[str, str]) -> tuple[S
         hang_timeout=args.hang_timeout,
         cache_disk_max=args.cache_disk_max,
         cache_disk_total=args.cache_disk_total,
+        spec_adaptive=args.spec_adaptive,
         node=args.node,
         advertise_url=args.advertise_url,
         llama_cache=llama_cache_dir(environ),
@@ -227,6 +228,13 @@ def _add_serve(sub: argparse._SubParsersAction[Any]) -> None:
         type=int,
         help="bytes of prompt cache each model's worker saves at a planned unload and restores at its next load, "
         "for every model over its preset's cache-disk-max (default 2 GiB; 0: off; MODELROUTER_CACHE_DISK_MAX)",
+    )
+    ours.add_argument(
+        "--spec-adaptive",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --spec-type: a slot whose drafts miss drafts fewer, down to none for a while (default on; "
+        "--no-spec-adaptive drafts as llama-server does; MODELROUTER_SPEC_ADAPTIVE)",
     )
     ours.add_argument(
         "--cache-disk-total",

@@ -105,6 +105,9 @@ class Settings:
     (MODELROUTER_WORKER_LOG_MAX_PENDING)."""
     max_body_bytes: int = 10 * 1024 * 1024
     """Largest request body on the inference routes (MODELROUTER_MAX_BODY_BYTES); past it, 413."""
+    rate_window_s: float = 60.0
+    """The window of a named key's ``rpm``/``tpm`` (MODELROUTER_RATE_WINDOW_S): "per minute" unless
+    a test or a demo shortens it."""
     max_control_body_bytes: int = 64 * 1024
     """Largest request body on the control routes, ``/models*`` and ``/downloads*``
     (MODELROUTER_MAX_CONTROL_BODY_BYTES): their bodies are a model name."""
@@ -117,6 +120,9 @@ class Settings:
     cache_disk_max: int | None = None
     """Bytes of saved prompt cache per model (--cache-disk-max, MODELROUTER_CACHE_DISK_MAX; 0: off), for every
     model over its preset's ``cache-disk-max``; None: the preset's, else the worker's default (2 GiB)."""
+    spec_adaptive: bool | None = None
+    """Adaptive drafting for every model (--spec-adaptive/--no-spec-adaptive, MODELROUTER_SPEC_ADAPTIVE), over
+    its preset's ``spec-adaptive``; None: the preset's, else on."""
     cache_disk_total: int = 8 * 1024**3
     """Bytes of saved prompt cache across every model (--cache-disk-total, MODELROUTER_CACHE_DISK_TOTAL): past
     it the service deletes the least recently used files (``prompt_cache_discarded``, reason ``budget``)."""
@@ -221,6 +227,9 @@ class Settings:
             raise ValueError(msg)
         if not 0 <= self.hang_timeout < math.inf:  # also refuses NaN, which would turn the watch off unsaid
             msg = f"hang_timeout (--hang-timeout, MODELROUTER_HANG_TIMEOUT) must be >= 0 s, got {self.hang_timeout:g}"
+            raise ValueError(msg)
+        if not 1 <= self.rate_window_s < math.inf:
+            msg = f"rate_window_s (MODELROUTER_RATE_WINDOW_S) must be >= 1 s, got {self.rate_window_s:g}"
             raise ValueError(msg)
         for name in ("max_body_bytes", "max_control_body_bytes", "worker_log_max_pending"):
             if getattr(self, name) < 1:
@@ -328,11 +337,13 @@ _FROM_ENV: dict[str, tuple[str, Any]] = {  # Any: each field's converter, from t
     "worker_log_budget_bytes": ("MODELROUTER_WORKER_LOG_BUDGET_BYTES", int),
     "worker_log_max_pending": ("MODELROUTER_WORKER_LOG_MAX_PENDING", int),
     "max_body_bytes": ("MODELROUTER_MAX_BODY_BYTES", int),
+    "rate_window_s": ("MODELROUTER_RATE_WINDOW_S", float),
     "max_control_body_bytes": ("MODELROUTER_MAX_CONTROL_BODY_BYTES", int),
     "max_streams": ("MODELROUTER_MAX_STREAMS", int),
     "disk_reserve_bytes": ("MODELROUTER_DISK_RESERVE_BYTES", int),
     "cache_disk_max": ("MODELROUTER_CACHE_DISK_MAX", int),
     "cache_disk_total": ("MODELROUTER_CACHE_DISK_TOTAL", int),
+    "spec_adaptive": ("MODELROUTER_SPEC_ADAPTIVE", _bool),
     "metrics": ("MODELROUTER_METRICS", _bool),
     "models_memory_margin": ("MODELROUTER_MODELS_MEMORY_MARGIN", str),
     "memory_bytes": ("MODELROUTER_MEMORY_BYTES", int),

@@ -190,13 +190,18 @@ def _compose(settings: Settings, store: AsyncEventStore, live: LiveState, snapsh
         # llama-server's -to/--timeout on the hop to the workers, as its router applies it to its children.
         httpx.Timeout(10.0, read=settings.timeout, write=settings.timeout, pool=None),
         httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        auth=surroundings.worker_keys,  # every request to one of our workers carries its secret
     )
     snapshots = SleepSnapshots(http)
     instances = InstanceSupervisor(
         settings, live, surroundings, interpreter=interpreter, files=files, snapshots=snapshots
     )
     # Added after the catch-up: event counters count from this process's start.
-    gauges = Gauges(in_flight=lambda: sum(instances.busy.values()), queued=lambda: instances.queue_length)
+    gauges = Gauges(
+        in_flight=lambda: sum(instances.busy.values()),
+        queued=lambda: instances.queue_length,
+        busy=lambda: instances.busy,
+    )
     metrics = RouterMetrics(lambda: live.state, gauges)
     live.add_listener(metrics.on_folded)
     return ServiceParts(

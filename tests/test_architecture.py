@@ -64,7 +64,12 @@ WORKER_PARTS_MAY_IMPORT = {
 # What each layer of the inference worker may import of the inference worker (a layer knows nothing above it).
 INFERENCE_LAYERS_MAY_IMPORT = {
     "workers.inference.llama": ("workers.inference.llama",),
-    "workers.inference.engine": ("workers.inference.engine", "workers.inference.llama"),
+    "workers.inference.speculative": ("workers.inference.speculative",),  # drafting: pure, beside the engine
+    "workers.inference.engine": (
+        "workers.inference.engine",
+        "workers.inference.llama",
+        "workers.inference.speculative",
+    ),
     "workers.inference.http": (
         "workers.inference.http",
         "workers.inference.engine",

@@ -21,6 +21,13 @@ is compared with ``hmac.compare_digest`` over SHA-256 digests (equal lengths,
 so not even a key's length leaks), and always all of them. Keys are never
 logged: :class:`~service.settings.Settings` redacts them and the log
 processor scrubs their values (``Settings.secrets``).
+
+Named keys (issue 34, :mod:`service.core.keys`) sit beside the full keys: the middleware reads them
+from the fold on every request, so auth is on as soon as one exists, and a revocation counts as soon
+as this node's tail has it. A named key's request is refused before routing when the key has
+expired (401 ``key_expired``) or the route is outside its ``endpoints`` (403
+``endpoint_not_allowed``), in the shape of the API spoken (:mod:`service.api.refusals`); else its
+:class:`~service.core.keys.Principal` goes to the handlers, which check the model.
 """
 
 from __future__ import annotations
@@ -28,14 +35,29 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from urllib.parse import parse_qsl
 
 import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, HTTPScope, Receive, Scope, Send
 
+from service.api.principal import set_principal
 from service.api.problems import PROBLEM_JSON
+from service.api.refusals import send_refusal
+from service.cluster.forwarding import CALLER_HEADER
+from service.core.keys import (
+    FULL_PRINCIPAL,
+    NamedKey,
+    Principal,
+    Refusal,
+    check_endpoint,
+    endpoint_class,
+    expired,
+    find_key,
+    name_problem,
+)
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
 PUBLIC_PREFIX = "/dashboard/"  # the dashboard's static files
@@ -107,33 +129,97 @@ def unauthorized_body(path: str) -> bytes:
     return json.dumps(body).encode()
 
 
-def api_key_middleware(keys: Sequence[str]) -> Callable[[ASGIApp], ASGIApp]:
+KeySource = Callable[[], Mapping[str, NamedKey]]
+"""The named keys as the fold holds them now (``live.state.keys``), read on every request, so a key
+created or revoked on any node counts here as soon as this node's tail has it."""
+
+# A forwarding node names the caller it served (service.cluster.forwarding.CALLER_HEADER); trusted only
+# on a hop that presented a full key, so a named key cannot pose as another.
+_CALLER = CALLER_HEADER.encode()
+
+
+def forwarded_caller(headers: dict[bytes, bytes]) -> Principal:
+    """The principal of a request made with a full key: the caller a forwarding node names (a
+    valid key name), else :data:`~service.core.keys.FULL_PRINCIPAL`. Full access either way: the
+    first node checked the caller's scope; the name only goes to ``request_completed``."""
+    named = headers.get(_CALLER)
+    name = named.decode("latin-1") if named else ""
+    if name and name_problem(name) is None:
+        return Principal(name)
+    return FULL_PRINCIPAL
+
+
+def _unauthorized(path: str) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    body = unauthorized_body(path)
+    media = b"application/json" if path.startswith("/api/") else PROBLEM_JSON.encode()
+    headers = [(b"content-type", media), (b"content-length", str(len(body)).encode()), (b"www-authenticate", b"Bearer")]
+    return body, headers
+
+
+def _named_caller(key: NamedKey, method: str, path: str, now: datetime) -> Principal | Refusal:
+    """The principal of a named key's request, or why it is refused (expired: 401; route: 403)."""
+    if expired(key.scope, now):
+        return Refusal(401, "key_expired", "expires_at", "this key has expired")
+    principal = Principal(key.name, key.scope)
+    refusal = check_endpoint(principal, endpoint_class(method, path))
+    return refusal if refusal is not None else principal
+
+
+Admission = Callable[[Principal, str, str], Refusal | None]
+"""The rate limits (:meth:`service.api.rate_gate.RateGate.admit_request`): a refusal, or None."""
+
+
+def _admit_all(_principal: Principal, _method: str, _path: str) -> Refusal | None:
+    return None
+
+
+def api_key_middleware(
+    keys: Sequence[str], named: KeySource, now: Callable[[], datetime], admit: Admission = _admit_all
+) -> Callable[[ASGIApp], ASGIApp]:
     """An ASGI middleware factory, wrapped around the whole app before routing (``service.app``), as
-    llama-server checks keys before routing (an unknown path is a 401 without one); a no-op without keys."""
+    llama-server checks keys before routing (an unknown path is a 401 without one). On when a full
+    key is configured or any named key exists (``named``); it sets the request's principal
+    (:mod:`service.api.principal`) for the handlers. ``now``: the clock expiries are read against;
+    ``admit``: the rate limits, asked once the caller is known (a 429 is answered here)."""
     checker = KeyChecker(keys)
 
     def middleware(app: ASGIApp) -> ASGIApp:
-        if not checker:
-            return app
-
         async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != ScopeType.HTTP or _is_public(scope):
                 await app(scope, receive, send)
                 return
-            presented = presented_key(dict(scope.get("headers") or [])) or query_key(scope)
-            if checker.accepts(presented):
+            current = named()
+            if not checker and not current:  # llama-server's open mode: everyone is anonymous
                 await app(scope, receive, send)
                 return
-            _log.warning("unauthorized", path=scope["path"])  # never the presented value
-            body = unauthorized_body(scope["path"])
-            media = b"application/json" if scope["path"].startswith("/api/") else PROBLEM_JSON.encode()
-            headers = [
-                (b"content-type", media),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b"Bearer"),
-            ]
-            await send(HTTPResponseStartEvent(type="http.response.start", status=401, headers=headers))
-            await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))
+            path: str = scope["path"]
+            headers = dict(scope.get("headers") or [])
+            presented = presented_key(headers) or query_key(scope)
+            if checker.accepts(presented):
+                await _admitted(forwarded_caller(headers), scope, receive, send)
+                return
+            key = find_key(current, presented)
+            if key is None:
+                _log.warning("unauthorized", path=path)  # never the presented value
+                body, start = _unauthorized(path)
+                await send(HTTPResponseStartEvent(type="http.response.start", status=401, headers=start))
+                await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))
+                return
+            caller = _named_caller(key, scope["method"], path, now())
+            if isinstance(caller, Refusal):
+                _log.warning("key_refused", path=path, key=key.name, code=caller.code)
+                await send_refusal(send, caller, path)
+                return
+            await _admitted(caller, scope, receive, send)
+
+        async def _admitted(caller: Principal, scope: HTTPScope, receive: Receive, send: Send) -> None:
+            """The caller is known (and the route in its scope): its rate limits, then the app."""
+            set_principal(scope, caller)
+            refusal = admit(caller, scope["method"], scope["path"])
+            if refusal is not None:
+                await send_refusal(send, refusal, scope["path"])
+                return
+            await app(scope, receive, send)
 
         return guarded
 

@@ -15,14 +15,20 @@ read-only warnings as a tuple).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from litestar import Request
 from litestar.datastructures import State
 from litestar.di import Provide
 
 from service.api.metrics import RouterMetrics
 from service.api.parts import ServiceParts
+from service.api.principal import principal_of
 from service.api.proxy import Forwarding
 from service.api.streams import EventStreams
 from service.catalogue.sources import Catalogue
+from service.core.keys import Principal
 from service.core.server_mode import ServerMode
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.live_state import LiveState
@@ -117,6 +123,7 @@ def provide_forwarding(state: State) -> Forwarding:
         mode=runtime.mode,
         conversations=runtime.conversations,
         nodes=runtime.nodes,
+        forwarded=state.rate_gate.forwarded,
     )
 
 
@@ -140,9 +147,14 @@ def provide_worker_logs(state: State) -> WorkerLogs | None:
     return _runtime(state).worker_logs
 
 
+def provide_caller(request: Request[Any, Any, Any]) -> Principal:
+    """Who makes the request (issue 34: :mod:`service.api.principal`)."""
+    return principal_of(request)
+
+
 def dependencies() -> dict[str, Provide]:
     """Every provider by the parameter name handlers use, for ``Litestar(dependencies=...)``."""
-    providers = {
+    providers: dict[str, Callable[..., object]] = {
         "settings": provide_settings,
         "store": provide_store,
         "live": provide_live_state,
@@ -160,5 +172,6 @@ def dependencies() -> dict[str, Provide]:
         "snapshots": provide_snapshots,
         "startup_loads": provide_startup_loads,
         "worker_logs": provide_worker_logs,
+        "caller": provide_caller,
     }
     return {name: Provide(provider, sync_to_thread=False) for name, provider in providers.items()}

@@ -8,7 +8,7 @@
 * **Counters and histograms fed by the events themselves** (:meth:`RouterMetrics.on_folded`,
   a :class:`~service.event_store.live_state.LiveState` listener): loads and their durations,
   crashes, restarts, stops, downloads by outcome, bytes downloaded, proxied
-  requests and their latency. They count from this process's start, as
+  requests and their latency, and per model (:mod:`service.api.model_metrics`). They count from this process's start, as
   Prometheus expects of a counter (``rate()`` handles the reset); the log keeps
   the whole history. Only the queue wait is timed outside the log: no event
   records it (:meth:`RouterMetrics.observe_queue_wait`).
@@ -17,12 +17,13 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from service.api.model_metrics import ModelSeries
 from service.core import events as ev
 from service.core.devices import shown_node
 from service.core.state import InstanceStatus, JobStatus, ModelStatus, RouterState
@@ -38,9 +39,15 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 class Gauges:
     """What the fold cannot say and the scrape reads live: set by the API before rendering."""
 
-    def __init__(self, in_flight: Callable[[], int], queued: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        in_flight: Callable[[], int],
+        queued: Callable[[], int],
+        busy: Callable[[], Mapping[str, int]] = dict,
+    ) -> None:
         self.in_flight = in_flight
         self.queued = queued
+        self.busy = busy  # requests in flight by model
         self.tail: TailHealth | None = None
 
 
@@ -125,6 +132,8 @@ class RouterMetrics:
         self.gauges = gauges
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_FoldCollector(state, gauges))
+        self.models = ModelSeries(state, gauges.busy, _LATENCY_BUCKETS)
+        self.registry.register(self.models)
         r = self.registry
         self.loads = Counter(f"{_PREFIX}_loads", "Model loads by outcome", ["outcome"], registry=r)
         self.load_seconds = Histogram(
@@ -166,6 +175,7 @@ class RouterMetrics:
 
     def on_folded(self, recorded: ev.Recorded, _state: RouterState) -> None:
         """The LiveState listener: cheap, never blocks."""
+        self.models.on_folded(recorded)
         e = recorded.event
         if isinstance(e, ev.InstanceReady):
             self.loads.labels("ready").inc()

@@ -38,6 +38,8 @@ FieldProblem = dict[str, object]
 _STATUS_BY_CODE = {
     "model_not_found": 404,
     "job_not_found": 404,
+    "key_not_found": 404,
+    "invalid_request": 400,
     "conflict": 409,
     "model_loaded": 409,
     "not_running": 409,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,15 +25,19 @@ from litestar.response import Stream
 
 from service.api.conversations import CONVERSATION_HEADER, ConversationOwners, conversation_id
 from service.api.metrics import RouterMetrics
+from service.api.principal import principal_of
 from service.api.problems import Problem, llama_error_type, problem_response
+from service.api.scopes import require_model
 from service.cluster.forwarding import forward_headers
 from service.cluster.node_client import NodeClient
 from service.core import events as ev
 from service.core.decision import Append
 from service.core.errors import CommandRejected
+from service.core.fair_queue import gated
 from service.core.proxy_decisions import pooled_hop, records_completion, unresponsive_failure, worker_failure
 from service.core.server_mode import ROUTER, ServerMode, target_model
 from service.core.state import RouterState
+from service.core.token_counts import StreamTokens, TokenCounts, body_counts, counted
 from service.event_store.live_state import LiveState
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.interpreter import Interpreter
@@ -43,6 +47,10 @@ from service.supervision.surroundings import Clock
 _FORWARD_HEADERS = ("content-type", "accept", CONVERSATION_HEADER)
 _RELAYED_HEADERS = ("process-start-time-unix",)  # a worker's answer keeps these (llama-server's /metrics header)
 _log = structlog.get_logger(__name__)
+
+
+def _nobody(_key: str) -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,8 @@ class Forwarding:
     """Which model serves each ``X-Conversation-Id`` (the resumable streams' routing)."""
     nodes: NodeClient = field(default_factory=NodeClient)
     """The hop to another node's service (``service/cluster/node_client.py``); local workers go through ``http``."""
+    forwarded: Callable[[str], None] = _nobody
+    """Told the caller of a request another node served and records (the rate limits count it there)."""
 
 
 class _Upstream(Protocol):
@@ -82,18 +92,33 @@ class _Upstream(Protocol):
     async def aclose(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What ``request_completed`` says of a request besides its answer: where it went, since when, by whom."""
+
+    instance_id: str
+    route: str
+    started: float  # monotonic seconds
+    key: str  # the caller (service.core.keys: a named key, FULL or ANONYMOUS)
+
+
 def _record_completion(
-    fwd: Forwarding, model: str, instance_id: str, route: str, status: int, stream: bool, started: float
+    fwd: Forwarding, model: str, served: Served, status: int, stream: bool, counts: TokenCounts
 ) -> None:
     inst = fwd.live.state.models[model].instance
-    if not records_completion(inst, instance_id, fwd.instances.settings.node):
+    if not records_completion(inst, served.instance_id, fwd.instances.settings.node):
+        fwd.forwarded(served.key)
         return  # forwarded to another node: that node served it and records it
+    charged = counted(served.route, counts)
     event = ev.RequestCompleted(
-        instance_id=instance_id,
-        route=route,
+        instance_id=served.instance_id,
+        route=served.route,
         status_code=status,
         stream=stream,
-        duration_ms=round((fwd.clock.monotonic() - started) * 1000, 2),
+        duration_ms=round((fwd.clock.monotonic() - served.started) * 1000, 2),
+        key=served.key,
+        prompt_tokens=charged.prompt,
+        completion_tokens=charged.completion,
     )
     # Off the response path: the client never waits for this fsync.
     fwd.interpreter.record_later([Append(event, model)])
@@ -234,7 +259,8 @@ async def send_upstream(
     fwd: Forwarding, request: Request[Any, Any, Any], url: str, body: bytes, lease: Lease, instance_id: str
 ) -> _Upstream:
     """Send to the worker (or the node serving it); one that fails to answer releases the lease and says why."""
-    headers = forward_headers(request.headers, _FORWARD_HEADERS, lease.node)  # another node: its API key too
+    caller = principal_of(request).name  # another node: its API key too, and who calls
+    headers = forward_headers(request.headers, _FORWARD_HEADERS, lease.node, caller)
     try:
         if pooled_hop(lease.node, url):
             return await fwd.nodes.send(request.method, url, headers, body)
@@ -252,27 +278,27 @@ async def send_upstream(
         raise
 
 
-async def _relay(
-    fwd: Forwarding, upstream: _Upstream, lease: Lease, instance_id: str, path: str, started: float
-) -> AsyncIterator[bytes]:
+async def _relay(fwd: Forwarding, upstream: _Upstream, lease: Lease, served: Served) -> AsyncIterator[bytes]:
     """A worker's stream, chunk by chunk; one cut short ends with an error event saying why."""
     model, status = lease.model, upstream.status_code
     raw = upstream.aiter_raw()
+    tokens = StreamTokens()
     try:
         while True:
             async with lease.guard():  # around each read, never across the yield to the client
                 chunk = await anext(raw, None)
             if chunk is None:
                 break
+            tokens.feed(chunk)
             yield chunk
     except httpx.HTTPError as exc:
-        failure = await _worker_failed(fwd.live, model, instance_id, exc, lease.node)
+        failure = await _worker_failed(fwd.live, model, served.instance_id, exc, lease.node)
         status = failure.status
-        yield _stream_error(failure, path)
+        yield _stream_error(failure, served.route)
     finally:
         await upstream.aclose()
         try:
-            _record_completion(fwd, model, instance_id, path, status, True, started)  # before the release
+            _record_completion(fwd, model, served, status, True, tokens.close())  # before the release
         finally:
             lease.release()
 
@@ -283,13 +309,17 @@ async def proxy_request(
     """Route one request for model ``requested`` to its worker (autoloading it if allowed); in
     single-model mode to the one model, whatever ``requested`` says (or when it says nothing)."""
     name = target_model(fwd.mode, requested)
+    caller = principal_of(request)
+    require_model(caller, fwd.live.state, name, request.url.path)  # before any load it would cause
     started = fwd.clock.monotonic()
     raw = await request.body() if request.method == "POST" else b""
     auto = fwd.autoload if autoload is None else autoload
     path, target = _forwarded(request)
     conv = conversation_id(request.headers) if request.method == "POST" else ""
     ticket = fwd.conversations.remember(conv, _canonical(fwd.live, name)) if conv else 0
-    lease = await _enter_unless_disconnected(request, fwd.instances.acquire(name, autoload=auto), detached=ticket > 0)
+    key = principal_of(request).name if gated(fwd.live.state.keys, request.method, path) else None  # fair queues
+    acquiring = fwd.instances.acquire(name, autoload=auto, key=key)
+    lease = await _enter_unless_disconnected(request, acquiring, detached=ticket > 0)
     if lease is None:
         _log.info("client_disconnected", model=name, route=path, waited_s=round(fwd.clock.monotonic() - started, 3))
         return Response(content=b"", status_code=CLIENT_CLOSED)
@@ -300,6 +330,7 @@ async def proxy_request(
     fwd.metrics.observe_queue_wait(fwd.clock.monotonic() - started)
     instance = fwd.live.state.models[model].instance  # the one the lease holds: not stopped while leased
     instance_id = instance.instance_id if instance is not None else ""
+    served = Served(instance_id, path, started, caller.name)
     upstream = await send_upstream(fwd, request, endpoint + target, raw, lease, instance_id)
     media_type = upstream.headers.get("content-type", "application/json")
     if not media_type.startswith("text/event-stream"):
@@ -313,12 +344,12 @@ async def proxy_request(
             finally:
                 await upstream.aclose()
             # Recorded before the release: the log shows the request served before the eviction it allows.
-            _record_completion(fwd, model, instance_id, path, upstream.status_code, False, started)
+            _record_completion(fwd, model, served, upstream.status_code, False, body_counts(content))
         finally:
             lease.release()
         return _answer(request, model, upstream, content)
 
-    relayed = _relay(fwd, upstream, lease, instance_id, path, started)
+    relayed = _relay(fwd, upstream, lease, served)
     return Stream(
         relayed, status_code=upstream.status_code, media_type=media_type, headers={"cache-control": "no-cache"}
     )

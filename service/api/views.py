@@ -4,6 +4,7 @@ One read beside the fold: a projector's modalities come from its file's header (
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, TypedDict
 
@@ -230,13 +231,15 @@ def _loaded_meta(model: ModelState) -> ServerMeta | UnsetType:
     return dict(inst.model_info)
 
 
-def models_view(state: RouterState, mode: ServerMode = ROUTER) -> ModelList:
+def models_view(
+    state: RouterState, mode: ServerMode = ROUTER, shown: Callable[[ModelState], bool] = lambda _: True
+) -> ModelList:
     """``GET /models`` and ``GET /v1/models``; in single-model mode its one model only, also in
-    llama-server's Ollama-shaped ``models`` list."""
+    llama-server's Ollama-shaped ``models`` list; ``shown``: the caller's scope (issue 34)."""
     data = [
         model_view(m, state, mode)
         for name, m in sorted(state.models.items())
-        if m.listed and not m.config.hidden and listed(mode, name)
+        if m.listed and not m.config.hidden and listed(mode, name) and shown(m)
     ]
     if not mode.single or len(data) != 1:
         return ModelList(object="list", data=data)

@@ -178,7 +178,7 @@ def _hidden(listing: Listing, entries: Mapping[str, _Entry], settings: Mapping[s
         draft = s.config.args.get("hf-repo-draft", "").strip()
         if draft:
             try:
-                files = _cached_hf(listing, draft, s.config.args.get("spec-draft-model") or None)
+                files = _cached_hf(listing, draft, s.config.args.get("model-draft") or None)
             except OptionError:
                 continue  # a draft repo that is not a name: nothing of it is cached
             if files:

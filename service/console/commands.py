@@ -16,9 +16,11 @@ from rich.console import Console
 
 import service.console.chat as chat
 import service.console.control as control
+import service.console.keys as keys
 import service.console.logs as logs
 import service.console.pull as pull
 import service.console.tables as tables
+import service.console.usage as usage
 from service.console.client import Client, CliError, Query
 
 _ENV = "environment: MODELROUTER_URL (default http://127.0.0.1:8080), MODELROUTER_API_KEY (sent as a bearer token)"
@@ -64,7 +66,22 @@ def _events_params(args: argparse.Namespace) -> Query:
     }
 
 
-CLIENT_COMMANDS = ("pull", "ls", "ps", "load", "unload", "rm", "cancel", "run", "history", "logs", "events", "nodes")
+CLIENT_COMMANDS = (
+    "pull",
+    "ls",
+    "ps",
+    "load",
+    "unload",
+    "rm",
+    "cancel",
+    "run",
+    "history",
+    "logs",
+    "events",
+    "nodes",
+    "keys",
+    "usage",
+)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -97,6 +114,7 @@ def add_client_commands(sub: Sub) -> None:
     _add_model_commands(sub)
     _add_run_command(sub)
     _add_log_commands(sub)
+    keys.add_keys_command(sub, _command)
 
 
 def _add_pull_command(sub: Sub) -> None:
@@ -245,3 +263,25 @@ def _add_log_commands(sub: Sub) -> None:
     p.add_argument("--limit", type=int, default=100, help="page size, 1..1000 (default 100)")
     p.add_argument("--follow", "-f", action="store_true", help="stream new events as they happen")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    _add_usage_command(sub)
+
+
+def _add_usage_command(sub: Sub) -> None:
+    p = _command(
+        sub,
+        "usage",
+        "requests, tokens in and out, errors and p50/p95 duration per key, model, day or hour (GET /usage)",
+        "  modelrouter usage                          # per model, everything in the log\n"
+        "  modelrouter usage --group-by key --since 24h\n"
+        "  modelrouter usage --model my-model --group-by day --since 2026-01-01",
+        lambda c, con, a: usage.usage(
+            c,
+            con,
+            {"key": a.key, "model": a.model, "since": a.since, "until": a.until, "group_by": a.group_by},
+        ),
+    )
+    p.add_argument("--key", help="one key's requests (a key without admin sees only its own)")
+    p.add_argument("--model", help="one model's requests (name or alias)")
+    p.add_argument("--since", help="ISO-8601 time, or a duration ago: 30m, 24h, 7d")
+    p.add_argument("--until", help="ISO-8601 time, or a duration ago")
+    p.add_argument("--group-by", choices=usage.GROUPS, default="model", help="rows per key, model, day or hour")

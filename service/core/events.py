@@ -43,6 +43,9 @@ from service.core.event_base import StoredFile as StoredFile
 from service.core.event_base import coerce_files
 from service.core.event_base import required_fields as required_fields
 from service.core.hang_events import InstanceUnresponsive as InstanceUnresponsive
+from service.core.key_events import KeyChanged as KeyChanged
+from service.core.key_events import KeyCreated as KeyCreated
+from service.core.key_events import KeyRevoked as KeyRevoked
 from service.core.launch import InferenceLaunch, Params
 from service.core.node_events import ModelMeasured as ModelMeasured
 from service.core.node_events import NodeDevicesMeasured as NodeDevicesMeasured
@@ -268,6 +271,9 @@ class RequestCompleted(Event):
     stream: bool = False
     duration_ms: float
     keep_alive: float | None = None  # Ollama's per-request idle limit in seconds (<0: never); None: the model's TTL
+    key: str | None = None  # the caller (a named key, ``api-key``: a full key, ``anonymous``); None: older logs
+    prompt_tokens: int | None = None  # llama-server's count (cached ones included); None: not stated
+    completion_tokens: int | None = None
 
 
 EVENT_TYPES: Mapping[str, type[Event]] = {
@@ -315,6 +321,9 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         PromptCacheDiscarded,
         ModelAliased,
         ModelAliasRemoved,
+        KeyCreated,
+        KeyChanged,
+        KeyRevoked,
     )
 }
 """Registry: stable type string -> current event class."""

@@ -15,6 +15,7 @@ import service.core.events as ev
 import service.core.fold_catalogue as fold_catalogue
 import service.core.fold_downloads as fold_downloads
 import service.core.fold_instances as fold_instances
+import service.core.fold_keys as fold_keys
 import service.core.fold_nodes as fold_nodes
 import service.core.fold_prompt_cache as fold_prompt_cache
 from service.core.download_lifecycle import DOWNLOAD_LIFECYCLE
@@ -98,4 +99,4 @@ def replay(events: Iterable[ev.Recorded], state: RouterState | None = None) -> R
 
 
 # The handler modules register themselves in HANDLERS when imported (above).
-_REGISTERED = (fold_catalogue, fold_downloads, fold_instances, fold_nodes, fold_prompt_cache)
+_REGISTERED = (fold_catalogue, fold_downloads, fold_instances, fold_keys, fold_nodes, fold_prompt_cache)

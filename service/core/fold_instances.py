@@ -235,7 +235,7 @@ def _instance_crashed(state: RouterState, rec: ev.Recorded) -> RouterState:
 # Read by monitors from the worker's HTTP thread: they say nothing about whether its engine survives a
 # request, and are no use of the model either (a scrape keeps no model awake nor from eviction: llama-server's
 # metrics task does not reset its idle timer).
-_PROBE_ROUTES = frozenset({"/slots", "/metrics", "/props", "/health", "/v1/health", "/models", "/v1/models"})
+PROBE_ROUTES = frozenset({"/slots", "/metrics", "/props", "/health", "/v1/health", "/models", "/v1/models"})
 
 
 @on(ev.RequestCompleted)
@@ -245,7 +245,7 @@ def _request_completed(state: RouterState, rec: ev.Recorded) -> RouterState:
     model = model_of(state, rec)
     if model is None:
         return state
-    if e.route in _PROBE_ROUTES:
+    if e.route in PROBE_ROUTES:
         return state
     inst, crashes = model.instance, model.first_request_crashes
     if inst is not None and inst.instance_id == e.instance_id:

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.core.event_base import JSON
-from service.core.launch_devices import DeviceOptions
 from service.core.launch_rows import (
     ABSENT,
     CACHE_TYPES,
@@ -41,6 +40,7 @@ from service.core.launch_rows import (
     option,
     reasoning_mode,
 )
+from service.core.launch_speculative import SpeculativeOptions
 
 Params = Mapping[str, JSON]
 """A model's parameters as the log records them (``model_configured``, ``instance_requested``):
@@ -50,7 +50,7 @@ _YARN = "YaRN, as llama-server (default: the model's)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InferenceLaunch(DeviceOptions):
+class InferenceLaunch(SpeculativeOptions):
     """How one inference worker runs its model: every option the service passes it, typed.
 
     Each field is one row of the option table (see :func:`option`); its default is the worker's.
@@ -72,7 +72,15 @@ class InferenceLaunch(DeviceOptions):
     n_threads_batch: int | None = option(
         None, "--n-threads-batch", "context", "threads-batch", parse=int, help="default: --n-threads"
     )
-    n_batch: int = option(512, "--n-batch -b --batch-size", "context", "batch-size", "LLAMA_ARG_BATCH", parse=int)
+    n_batch: int = option(
+        2048,
+        "--n-batch -b --batch-size",
+        "context",
+        "batch-size",
+        "LLAMA_ARG_BATCH",
+        parse=int,
+        help="logical maximum batch size (llama-server's 2048): prompts of requests that arrive together share a step",
+    )
     n_ubatch: int = option(
         512,
         "--ubatch-size -ub",

@@ -49,7 +49,7 @@ WORKER_OVERHEAD = 64 * 1024 * 1024
 """An inference worker's own resident memory before any model: Python, llama.cpp, numpy (measured ~55 MB)."""
 DEFAULT_N_CTX = 4096  # the worker's --n-ctx default
 DEFAULT_N_PARALLEL = 4  # the worker's slots with --n-parallel auto (-1, its default)
-DEFAULT_N_BATCH = 512  # the worker's --n-batch default
+DEFAULT_N_BATCH = 2048  # the worker's --n-batch default (llama-server's)
 MAX_SLOTS = 256  # the worker's cap on slots (llama.cpp's LLAMA_MAX_SEQ)
 KV_PAD = 256  # llama.cpp pads each KV stream to a multiple of this many cells
 MAX_UBATCH = 512  # the worker's micro-batch: min(n_batch, -ub), -ub 512 by default

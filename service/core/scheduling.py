@@ -26,6 +26,7 @@ from datetime import datetime
 
 import service.core.placement as placement
 from service.core.device_placement import Footprint
+from service.core.draft_source import needs_draft
 from service.core.errors import CommandRejected
 from service.core.placement import NodeBudget, Verdict
 from service.core.state import DownloadJob, Instance, InstanceStatus, JobStatus, ModelState, ModelStatus, RouterState
@@ -84,9 +85,14 @@ def needs_files(model: ModelState | None, state: RouterState | None = None) -> b
     """A model with a Hub source (a preset's ``hf-repo``, the ``-hf`` model) whose files are not on
     disk yet (given the ``state``, in a cluster: on no node that is up), or a pulled model whose files
     only lost or departed nodes hold (:func:`pulled_from`): its next load or request downloads them
-    first."""
+    first; so is one whose draft model comes from the Hub (``hf-repo-draft``) and is not here yet."""
     if model is None:
         return False
+    return needs_own_files(model, state) or (state is not None and needs_draft(state, model))
+
+
+def needs_own_files(model: ModelState, state: RouterState | None = None) -> bool:
+    """:func:`needs_files` for the model's own files, not its draft's (``hf-repo-draft``)."""
     gone = state is not None and not placement.held_live(state, model)
     if model.config.hf_repo is None:
         return model.available and gone and pulled_from(model) is not None

@@ -29,7 +29,7 @@ from typing import Any
 from service.core.events import JSON
 from service.core.state import RouterState
 
-FOLD_VERSION: int = 17
+FOLD_VERSION: int = 18
 """Version of the fold's semantics and of the state's shape; stored with each snapshot."""
 
 SnapshotJSON = dict[str, JSON]

@@ -16,6 +16,7 @@ from typing import Any, TypedDict, TypeVar, cast
 from service.core.devices import NodeDevices, Offload
 from service.core.errors import CommandRejected
 from service.core.events import JSON, FileRef, ServerMeta
+from service.core.keys import NamedKey
 from service.core.node_state import Holding, ModelShape, NodeState
 from service.core.prompt_cache_state import PromptCacheFile
 
@@ -328,6 +329,7 @@ class RouterState:
     last_anomaly: str | None = None
     nodes: Mapping[str, NodeState] = field(default_factory=dict)  # cluster: the last incarnation of each node
     devices: Mapping[str, NodeDevices] = field(default_factory=dict)  # by node ("": a service without --node)
+    keys: Mapping[str, NamedKey] = field(default_factory=dict)  # named API keys by name (issue 34)
 
     def job(self, job_id: str) -> DownloadJob | None:
         """Look a download job up by id."""

@@ -233,6 +233,7 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     ),
     "cont-batching": ("", "the batch engine always batches; --no-cont-batching is ignored"),
     "tags": ("", "the model's tags in GET /models (informational, not used for routing)"),
+    "hf-repo-draft": ("", "draft-simple's model from the Hub: downloaded on first load, its file the worker's -md"),
     "metrics": (
         "endpoint_metrics",
         "GET /metrics answers (the router's series; the model's llamacpp:* ones); else 501, as llama-server",
@@ -260,7 +261,35 @@ _MODEL: Mapping[str, tuple[str, str]] = {
 }
 _SAMPLING = "a GPU backend's sampling; the worker samples on the CPU"
 _SAMPLING_DEFAULT = "the default of every request that does not set it, as in llama-server (GET /props shows it)"
-_SPECULATIVE = "the worker has no speculative decoding"
+_SPECULATIVE = "not yet: --spec-type ngram-mod does the same (its default sizes are --spec-default's)"
+_DRAFT_AS_TARGET = "as for the target model: the inference worker (llama-cpp-python) does not take it"
+_REMOVED = "removed from llama.cpp, which refuses it with 'the argument has been removed'; accepted and ignored here"
+_SPECULATIVE_NOTES: Mapping[str, str] = {
+    **dict.fromkeys(
+        (
+            "cpu-mask-draft",
+            "cpu-range-draft",
+            "cpu-strict-draft",
+            "prio-draft",
+            "poll-draft",
+            "cpu-mask-batch-draft",
+            "cpu-strict-batch-draft",
+            "prio-batch-draft",
+            "poll-batch-draft",
+            "override-tensor-draft",
+            "cpu-moe-draft",
+            "n-cpu-moe-draft",
+        ),
+        _DRAFT_AS_TARGET,
+    ),
+    "spec-draft-backend-sampling": _SAMPLING,
+    **dict.fromkeys(
+        ("draft-max", "draft-n-min", "spec-ngram-size-n", "spec-ngram-size-m", "spec-ngram-min-hits"), _REMOVED
+    ),
+    "spec-synth-len": "llama-server's benchmarking aid (drafts accepted at random): not built",
+    "spec-synth-rates": "llama-server's benchmarking aid (drafts accepted at random): not built",
+    "draft-p-split": "llama-server reads it nowhere either (only arg.cpp sets it)",
+}
 _MODEL_IGNORED = "the inference worker (llama-cpp-python) does not take it"
 _SERVER_IGNORED = "a llama-server feature the inference worker does not have"
 
@@ -301,7 +330,7 @@ def handling(arg: LlamaArg) -> Handling:
     if arg.sampling:
         return Handling("model", False, _SAMPLING)
     if arg.speculative or key.endswith("-draft") or key.startswith("spec-"):
-        return Handling("model", False, _SPECULATIVE)
+        return Handling("model", False, _SPECULATIVE_NOTES.get(key, _SPECULATIVE))
     return Handling("model", False, _SERVER_IGNORED if arg.server_specific else _MODEL_IGNORED)
 
 

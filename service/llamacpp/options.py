@@ -11,8 +11,6 @@ others are listed in ``ignored``.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,13 +21,15 @@ from service.core.event_base import JSON
 from service.core.memory import CACHE_TYPE_BYTES
 from service.core.state import ModelConfig
 from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, TRUTHY, handling, is_falsey
+from service.llamacpp.option_values import OptionError as OptionError
+from service.llamacpp.option_values import finite_number, integer, json_object_text, one_of, seconds, switch
 
 Converted = dict[str, JSON]  # free-form: worker parameters as the log records them (launch.Params)
 """The worker parameters an option sets (``{"n_ctx": 4096}``), read by ``InferenceLaunch.from_params``."""
 Options = Mapping[str, str]
 """llama-server options by canonical key (``ctx-size``), values as written."""
 
-OUR_KEYS = frozenset({"ttl", "restart", "aliases", "pin", "hang-timeout", "cache-disk-max"})
+OUR_KEYS = frozenset({"ttl", "restart", "aliases", "pin", "hang-timeout", "cache-disk-max", "spec-adaptive"})
 """modelrouter's own preset keys."""
 LEGACY_PARAMS: Mapping[str, type] = {
     "n_ctx": int,
@@ -41,10 +41,6 @@ LEGACY_PARAMS: Mapping[str, type] = {
     "chat_format": str,
 }
 """Worker parameters by name, as older modelrouter presets wrote them (still ours)."""
-
-
-class OptionError(ValueError):
-    """A value llama-server would refuse (``-c abc``); the message names the option."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,58 +103,19 @@ def model_tags(options: Options) -> list[str]:
     return sorted({tag.strip() for tag in options.get("tags", "").split(",") if tag.strip()})
 
 
-def _int(key: str, value: str) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        msg = f"{key} = {value!r}: expected an integer"
-        raise OptionError(msg) from None
-
-
-def _float(key: str, value: str) -> float:
-    try:
-        number = float(value.strip())
-    except ValueError:
-        msg = f"{key} = {value!r}: expected a number"
-        raise OptionError(msg) from None
-    if number != number or number in (float("inf"), float("-inf")):  # NaN, inf: no frame rate
-        msg = f"{key} = {value!r}: expected a finite number"
-        raise OptionError(msg)
-    return number
-
-
-def _json_object(key: str, value: str) -> str:
-    """A JSON object's text, checked (llama-server refuses to start on a bad one)."""
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        parsed = None
-    if not isinstance(parsed, dict):
-        msg = f"{key} = {value!r}: expected a JSON object"
-        raise OptionError(msg)
-    return value.strip()
-
-
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value.strip() not in allowed:
-        msg = f"{key} = {value!r}: expected one of {', '.join(allowed)}"
-        raise OptionError(msg)
-    return value.strip()
-
-
 REASONING_FORMATS = tuple(rows.REASONING_FORMATS)  # llama-server's --reasoning-format
 
 
 def _positive(param: str) -> Callable[[str, str], Converted]:
     def convert(key: str, value: str) -> Converted:
-        number = _int(key, value)
+        number = integer(key, value)
         return {param: number} if number > 0 else {}  # <= 0: llama.cpp's "auto", the worker's default
 
     return convert
 
 
 def _parallel(key: str, value: str) -> Converted:
-    number = _int(key, value)
+    number = integer(key, value)
     if number == 0:
         msg = f"{key} = 0: invalid value for n_parallel (-1 = auto)"
         raise OptionError(msg)
@@ -181,7 +138,7 @@ def _flash_attn(key: str, value: str) -> Converted:
 
 
 def _rope_scale(key: str, value: str) -> Converted:
-    factor = _float(key, value)
+    factor = finite_number(key, value)
     if factor <= 0:
         msg = f"{key} = {value!r}: expected a factor above 0"
         raise OptionError(msg)
@@ -189,7 +146,7 @@ def _rope_scale(key: str, value: str) -> Converted:
 
 
 def _number(param: str) -> Callable[[str, str], Converted]:
-    return lambda k, v: {param: _float(k, v)}
+    return lambda k, v: {param: finite_number(k, v)}
 
 
 def _pooling(key: str, value: str) -> Converted:
@@ -200,33 +157,33 @@ def _pooling(key: str, value: str) -> Converted:
 
 
 _CONVERT: Mapping[str, Callable[[str, str], Converted]] = {
-    "ctx-size": lambda k, v: {"n_ctx": _int(k, v)},
+    "ctx-size": lambda k, v: {"n_ctx": integer(k, v)},
     "threads": _positive("n_threads"),
     "threads-batch": _positive("n_threads_batch"),
     "batch-size": _positive("n_batch"),
-    "seed": lambda k, v: {"seed": _int(k, v)},
+    "seed": lambda k, v: {"seed": integer(k, v)},
     "embeddings": lambda _k, v: {} if is_falsey(v) else {"embedding": True},
     "pooling": _pooling,
     "reranking": lambda _k, v: {} if is_falsey(v) else {"embedding": True, "pooling": "rank"},
     "kv-unified": lambda _k, v: {"kv_unified": not is_falsey(v)},
-    "cache-ram": lambda k, v: {"cache_ram": _int(k, v)},
+    "cache-ram": lambda k, v: {"cache_ram": integer(k, v)},
     "ubatch-size": _positive("n_ubatch"),
     "flash-attn": _flash_attn,
-    "cache-type-k": lambda k, v: {"cache_type_k": _choice(k, v.lower(), KV_CACHE_TYPES)},
-    "cache-type-v": lambda k, v: {"cache_type_v": _choice(k, v.lower(), KV_CACHE_TYPES)},
+    "cache-type-k": lambda k, v: {"cache_type_k": one_of(k, v.lower(), KV_CACHE_TYPES)},
+    "cache-type-v": lambda k, v: {"cache_type_v": one_of(k, v.lower(), KV_CACHE_TYPES)},
     "swa-full": lambda _k, v: {} if is_falsey(v) else {"swa_full": True},
     "warmup": lambda _k, v: {"warmup": False} if is_falsey(v) else {},
-    "rope-scaling": lambda k, v: {"rope_scaling": _choice(k, v, ROPE_SCALINGS)},
+    "rope-scaling": lambda k, v: {"rope_scaling": one_of(k, v, ROPE_SCALINGS)},
     "rope-scale": _rope_scale,
     "rope-freq-base": _number("rope_freq_base"),
     "rope-freq-scale": _number("rope_freq_scale"),
-    "yarn-orig-ctx": lambda k, v: {"yarn_orig_ctx": _int(k, v)},
+    "yarn-orig-ctx": lambda k, v: {"yarn_orig_ctx": integer(k, v)},
     "yarn-ext-factor": _number("yarn_ext_factor"),
     "yarn-attn-factor": _number("yarn_attn_factor"),
     "yarn-beta-slow": _number("yarn_beta_slow"),
     "yarn-beta-fast": _number("yarn_beta_fast"),
-    "load-mode": lambda k, v: {"load_mode": _choice(k, v, LOAD_MODES)},
-    "lazy-mode": lambda k, v: {"lazy_mode": _choice(k, v, ("on", "auto", "off"))},
+    "load-mode": lambda k, v: {"load_mode": one_of(k, v, LOAD_MODES)},
+    "lazy-mode": lambda k, v: {"lazy_mode": one_of(k, v, ("on", "auto", "off"))},
     "repack": lambda _k, v: {"repack": False} if is_falsey(v) else {},
     "no-host": lambda _k, v: {} if is_falsey(v) else {"no_host": True},
     "check-tensors": lambda _k, v: {} if is_falsey(v) else {"check_tensors": True},
@@ -246,13 +203,13 @@ _CONVERT: Mapping[str, Callable[[str, str], Converted]] = {
     "slots": lambda _k, v: {"endpoint_slots": False} if is_falsey(v) else {},  # llama-server: on by default
     "sleep-idle-seconds": lambda _k, _v: {},  # the router's own: ModelConfig.sleep_idle_seconds
     "chat-template-file": lambda _k, v: {"chat_template_file": v.strip()},
-    "chat-template-kwargs": lambda k, v: {"chat_template_kwargs": _json_object(k, v)},
-    "reasoning-format": lambda k, v: {"reasoning_format": _choice(k, v, REASONING_FORMATS)},
+    "chat-template-kwargs": lambda k, v: {"chat_template_kwargs": json_object_text(k, v)},
+    "reasoning-format": lambda k, v: {"reasoning_format": one_of(k, v, REASONING_FORMATS)},
     "log-verbose": lambda _k, v: {} if is_falsey(v) else {"verbose": True},  # -v: verbosity INT_MAX
-    "log-verbosity": lambda k, v: {"verbose": True} if _int(k, v) > 9 else {},  # a request's verbose: > 9
+    "log-verbosity": lambda k, v: {"verbose": True} if integer(k, v) > 9 else {},  # a request's verbose: > 9
     "jinja": lambda _k, v: {"jinja": False} if is_falsey(v) else {},
-    "video-fps": lambda k, v: {"video_fps": _float(k, v)},
-    "video-timestamp-interval": lambda k, v: {"video_timestamp_interval": _int(k, v)},
+    "video-fps": lambda k, v: {"video_fps": finite_number(k, v)},
+    "video-timestamp-interval": lambda k, v: {"video_timestamp_interval": integer(k, v)},
     "video-ffmpeg-dir": lambda _k, v: {"video_ffmpeg_dir": v.strip()} if v.strip() else {},
 }
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.
@@ -260,6 +217,7 @@ _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
     "cont-batching": lambda v: not is_falsey(v),
     "chat-template": lambda v: bool(v.strip()),  # a built-in name, else the template's text
     "tags": lambda _v: True,  # the router's: GET /models lists them (model_tags)
+    "hf-repo-draft": lambda _v: True,  # the service downloads it; the worker gets its file as -md
 }
 
 
@@ -315,24 +273,10 @@ def _legacy(extras: Mapping[str, str]) -> Converted:
     params: Converted = {}
     for key, kind in {**LEGACY_PARAMS, "cache-disk-max": int}.items():  # and ours: bytes of saved prompt cache
         if key in extras:
-            params[key.replace("-", "_")] = _int(key, extras[key]) if kind is int else extras[key].strip()
+            params[key.replace("-", "_")] = integer(key, extras[key]) if kind is int else extras[key].strip()
+    if "spec-adaptive" in extras:  # ours: adaptive drafting (issue 33), a switch
+        params["spec_adaptive"] = switch("spec-adaptive", extras["spec-adaptive"])
     return params
-
-
-def _seconds(
-    extras: Mapping[str, str], key: str, *, at_least: float = -math.inf, what: str = "seconds"
-) -> float | None:
-    """A preset key's seconds (None: not given); below ``at_least``, NaN or text is refused, saying ``what``."""
-    if key not in extras:
-        return None
-    try:
-        seconds = float(extras[key])
-    except ValueError:
-        seconds = math.nan
-    if not seconds >= at_least:
-        msg = f"{key} = {extras[key]!r}: expected {what}"
-        raise OptionError(msg)
-    return seconds
 
 
 def _restart(extras: Mapping[str, str]) -> str:
@@ -355,7 +299,7 @@ def _sleep(value: str | None) -> float | None:
     """``--sleep-idle-seconds``: -1 (the default) never; 0 or below -1 refused, as llama-server refuses them."""
     if value is None:
         return None
-    seconds = _int("sleep-idle-seconds", value)
+    seconds = integer("sleep-idle-seconds", value)
     if seconds == 0 or seconds < -1:
         msg = f"sleep-idle-seconds = {value!r}: invalid value: cannot be 0 or less than -1"
         raise OptionError(msg)
@@ -380,7 +324,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
     config = ModelConfig(
         aliases=_names(options.get("alias"), extras.get("aliases"), ",".join(aliases)),
         params=params,
-        ttl_seconds=_seconds(extras, "ttl"),
+        ttl_seconds=seconds(extras, "ttl"),
         restart=_restart(extras),
         load_on_startup=options.get("load-on-startup", "").strip().lower() in TRUTHY,  # llama.cpp's is_truthy
         args=dict(sorted(options.items())),
@@ -390,7 +334,7 @@ def model_settings(options: Options, extras: Mapping[str, str], *, aliases: Sequ
         stop_timeout=_stop_timeout(stop),
         sleep_idle_seconds=_sleep(options.get("sleep-idle-seconds")),
         pinned=extras.get("pin", "").strip().lower() in TRUTHY,  # ours: never evicted (docs/llama-cpp-compat.md)
-        hang_timeout=_seconds(extras, "hang-timeout", at_least=0, what="seconds (0: never give the worker up as hung)"),
+        hang_timeout=seconds(extras, "hang-timeout", at_least=0, what="seconds (0: never give the worker up as hung)"),
     )
     return ModelSettings(
         config=config,

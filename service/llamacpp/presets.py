@@ -23,8 +23,8 @@
 Keys are llama-server's options without dashes (long or short names) or their
 env names, the preset-only keys (``load-on-startup``, ``stop-timeout``,
 ``dedup-cache-models``) and ``version``; ``no-X`` negates a boolean. Ours:
-``ttl``, ``restart``, ``aliases``, ``pin``, ``hang-timeout``, plus the parameter names older modelrouter
-presets used (``n_ctx``, ``n_threads``...). Any other key is a start-up error
+``ttl``, ``restart``, ``aliases``, ``pin``, ``hang-timeout``, ``cache-disk-max``, ``spec-adaptive``, plus
+the parameter names older modelrouter presets used (``n_ctx``, ``n_threads``...). Any other key is a start-up error
 naming the file, the section and the key, as in llama.cpp. A section name
 ``user/repo:tag`` gets its tag upper-cased (llama.cpp's canonical name).
 

@@ -31,8 +31,10 @@ class _TlsOnFirstUse(httpx.AsyncBaseTransport):
             await self._transport.aclose()
 
 
-def hop_client(timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.AsyncClient:
+def hop_client(timeout: httpx.Timeout, limits: httpx.Limits, auth: httpx.Auth | None = None) -> httpx.AsyncClient:
     """An ``AsyncClient`` whose ``http://`` transport carries no TLS context and whose ``https://`` one
-    is httpx's default, verified as always, made on first use."""
+    is httpx's default, verified as always, made on first use; ``auth`` signs every request it sends
+    (the workers' secrets: :mod:`service.supervision.worker_keys`)."""
     plain = httpx.AsyncHTTPTransport(limits=limits, verify=False)  # never used for TLS: https:// is mounted
-    return httpx.AsyncClient(timeout=timeout, transport=plain, mounts={"https://": _TlsOnFirstUse(limits)})
+    tls = _TlsOnFirstUse(limits)
+    return httpx.AsyncClient(timeout=timeout, transport=plain, mounts={"https://": tls}, auth=auth)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import httpx
 import structlog
 
 from service.core import instance_decisions as decide
@@ -38,9 +39,10 @@ class HangWatch:
         facts: Callable[[], decide.Facts],
         clock: Clock,
         probe: Probe | None = None,
+        auth: httpx.Auth | None = None,
     ) -> None:
         self.leases = Leases()
-        self.heartbeats = Heartbeats(clock, probe)
+        self.heartbeats = Heartbeats(clock, probe, auth)
         self._settings = settings
         self._live = live
         self._interpreter = interpreter

@@ -28,8 +28,9 @@ PROBE_TIMEOUT_S = 5.0  # one question's limit; the hang bound is judged from the
 class Heartbeats:
     """The last beat of each watched worker, by instance id."""
 
-    def __init__(self, clock: Clock, probe: Probe | None = None) -> None:
+    def __init__(self, clock: Clock, probe: Probe | None = None, auth: httpx.Auth | None = None) -> None:
         self.beats: dict[str, Beat] = {}
+        self._auth = auth  # signs each question with the worker's secret (service.supervision.worker_keys)
         self._clock = clock
         self._probe = probe or self._ask_http
         self._client: httpx.AsyncClient | None = None
@@ -71,7 +72,7 @@ class Heartbeats:
     # The worker's heartbeat JSON, read field by field (and checked) by the hang watch.
     async def _ask_http(self, endpoint: str, timeout: float) -> Mapping[str, Any] | None:
         if self._client is None:  # its own pool: a proxy pool full of long answers must not hold heartbeats back
-            self._client = hop_client(httpx.Timeout(timeout), httpx.Limits())
+            self._client = hop_client(httpx.Timeout(timeout), httpx.Limits(), auth=self._auth)
         try:
             answer = await self._client.get(endpoint + "/engine/heartbeat")
             body = answer.json() if answer.status_code == 200 else None

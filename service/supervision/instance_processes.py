@@ -20,6 +20,7 @@ from service.core import cluster, prompt_cache
 from service.core import events as ev
 from service.core import instance_effects as effects
 from service.core import instance_exits as exits
+from service.core.draft_source import draft_launch
 from service.core.model_spec import projector_path
 from service.core.processes import ProcessExit
 from service.core.server_mode import ServerMode, served_name
@@ -95,21 +96,23 @@ class InstanceProcesses:
             model.path,
             request.instance_id,
             request.port,
-            request.launch,
+            draft_launch(self.live.state, model, request.launch),  # -hfd: the draft's local file as -md
             mmproj=projector_path(model.files),
             alias=served_name(self._overseer.mode, model_name),
             model_sha256=prompt_cache.model_sha256(model),
         )
         self._models[request.instance_id] = model_name
+        key = self.fx.worker_keys.issue(request.instance_id)  # in its environment: never on its command line
         try:
             await self._pool.spawn(
                 request.instance_id,
                 argv,
                 name=f"inference:{model_name}:{request.instance_id}",
-                env=self.settings.worker_environment(**store_env(self.settings)),
+                env=self.settings.worker_environment(**store_env(self.settings), **key),
             )
         except OSError as exc:
             self._models.pop(request.instance_id, None)
+            self.fx.worker_keys.forget(request.instance_id)
             message = str(exc)
             async with self._lock:
                 await self.interpreter.apply(
@@ -136,6 +139,7 @@ class InstanceProcesses:
 
     async def _on_exit(self, instance_id: str, exit_: ProcessExit) -> None:
         model = self._models.pop(instance_id, None)
+        self.fx.worker_keys.forget(instance_id)
         self._on_reaped()
         if model is None:
             return

@@ -27,15 +27,16 @@ from typing import Any
 import structlog
 
 from service.core import events as ev
+from service.core import fair_queue, memory, scheduling
 from service.core import instance_decisions as decide
-from service.core import scheduling
 from service.core.decision import Decision
 from service.core.demand_queue import Cleared, Held, Left, Queue, QueueEdit, Waiting, edit
 from service.core.errors import CommandRejected
 from service.core.server_mode import ROUTER, ServerMode
-from service.core.state import ModelState, RouterState
+from service.core.state import Instance, ModelState, RouterState
 from service.event_store.live_state import LiveState
 from service.settings import Settings
+from service.supervision.fair_gate import FairGate
 from service.supervision.hang_watch import HangWatch
 from service.supervision.instance_processes import InstanceProcesses
 from service.supervision.interpreter import Interpreter
@@ -65,6 +66,7 @@ _WAKE_TYPES = frozenset(
         "model_configured",
     }
 )
+_SLOT_CACHE = 256  # instances whose slot count is kept
 _TICK_SECONDS = 1.0  # timers (load deadline, idle TTL, restarts) are checked at least this often
 
 
@@ -88,6 +90,8 @@ class InstanceSupervisor:
         self.mode: ServerMode = ROUTER  # start-up sets it once -m / -hf resolved, before any load
         self.busy: dict[str, int] = {}
         self.queue = Queue()
+        self.gate = FairGate(settings.max_queued_requests, settings.queue_timeout, lambda: self.queue.waiters)
+        self._slots: dict[str, int] = {}  # instance id -> its worker's slots (the fair gate's capacity)
         self._lock = asyncio.Lock()
         self._change = asyncio.Event()
         self.shutting_down = False
@@ -104,7 +108,9 @@ class InstanceSupervisor:
             settings, live, self.interpreter, self.fx, self._lock, self, self._poke, snapshots
         )
         self._register(self.interpreter)
-        self.hangs = HangWatch(settings, live, self.interpreter, self._facts, self.fx.clock, self.fx.heartbeat)
+        auth = self.fx.worker_keys  # the heartbeats' own client sends each worker its secret too
+        self.hangs = HangWatch(settings, live, self.interpreter, self._facts, self.fx.clock, self.fx.heartbeat, auth)
+        live.add_listener(self.fx.worker_keys.on_event)  # where each of our workers listens
         self._measurer, self.memory = Measurer(live, self.interpreter, settings.node), memory_budget(settings)
         live.add_listener(self._on_event)
 
@@ -178,8 +184,9 @@ class InstanceSupervisor:
 
     @property
     def queue_length(self) -> int:
-        """Requests waiting for a model to be ready (loading or waiting for a slot)."""
-        return self.queue.waiters
+        """Requests waiting for a model to be ready (loading or waiting for a slot), or for their
+        fair turn at its worker's slots (named keys: :mod:`service.supervision.fair_gate`)."""
+        return self.queue.waiters + self.gate.waiting
 
     # --- commands -------------------------------------------------------------------
 
@@ -231,27 +238,50 @@ class InstanceSupervisor:
         finally:
             held.release()
 
-    async def acquire(self, name: str, *, autoload: bool) -> Lease:
+    async def acquire(self, name: str, *, autoload: bool, key: str | None = None) -> Lease:
         """Wait for ``name`` to be ready (autoloading it, and downloading its files first, when
-        ``autoload`` allows) and hold it; the caller must :meth:`Lease.release` it."""
+        ``autoload`` allows) and hold it; the caller must :meth:`Lease.release` it. ``key``: the
+        caller of a request that runs the model (:func:`service.core.fair_queue.gated`), which then
+        also waits its fair turn at one of the worker's slots, released with the lease."""
         if autoload and self._needs_files(name):
             await self._fetch_then(name, None)
             assert self.files is not None
             await self.files.ready(self._resolved(name))
         await self._measurer.ensure(name)
-        model, endpoint, node = await self._wait_ready(name, autoload)
+        deadline = self.fx.clock.monotonic() + self.settings.queue_timeout
+        model, endpoint, node = await self._wait_ready(name, autoload, deadline)
         held = Lease(model, endpoint, self._release, node=node)
         self.hangs.leases.add(held)
-        if self.fake_timing:
-            try:
+        try:
+            if key is not None:
+                await self._fair_turn(held, key, deadline)
+            if self.fake_timing:
                 await self.fx.clock.sleep(2.0)  # llama.cpp's LLAMA_SERVER_DEBUG_FAKE_TIMING: busy, not yet proxied
-            except BaseException:
-                held.release()  # a client that left meanwhile does not keep the model busy
-                raise
+        except BaseException:
+            held.release()  # a client that left meanwhile does not keep the model busy
+            raise
         return held
 
-    async def _wait_ready(self, name: str, autoload: bool) -> tuple[str, str, str | None]:
-        deadline = self.fx.clock.monotonic() + self.settings.queue_timeout
+    async def _fair_turn(self, held: Lease, key: str, deadline: float) -> None:
+        """Wait for ``key``'s turn at one of the model's slots (its worker's ``n_parallel``)."""
+        state = self.live.state
+        found = state.models.get(held.model)
+        inst = found.instance if found is not None else None  # the lease holds it: not stopped meanwhile
+        capacity = self._slots_of(inst) if inst is not None else 1
+        priority = fair_queue.priority_of(state.keys, key)
+        remaining = deadline - self.fx.clock.monotonic()
+        await self.gate.enter(held, held.model, key, priority, capacity, remaining)
+
+    def _slots_of(self, inst: Instance) -> int:
+        """An instance's slots, read from its launch once (parsing it costs ~30 us a request)."""
+        found = self._slots.get(inst.instance_id)
+        if found is None:
+            if len(self._slots) >= _SLOT_CACHE:
+                self._slots.clear()  # ids of gone instances: never asked again
+            found = self._slots[inst.instance_id] = memory.slots(inst.params)
+        return found
+
+    async def _wait_ready(self, name: str, autoload: bool, deadline: float) -> tuple[str, str, str | None]:
         mine: Waiting | None = None
         try:
             while True:
@@ -278,6 +308,7 @@ class InstanceSupervisor:
 
     def _release(self, lease: Lease) -> None:
         self.hangs.leases.discard(lease)
+        self.gate.release(lease)
         model = lease.model
         self.busy[model] -= 1
         if self.busy[model] <= 0:

@@ -17,13 +17,15 @@ from pathlib import Path
 from service.core import events as ev
 from service.core.decision import Append
 from service.core.errors import CommandRejected
-from service.core.removal_plan import plan_removal
+from service.core.removal_plan import RemovalPlan, plan_removal
 from service.core.state import RouterState
 from service.downloads.file_deletion import remove_files
 from service.event_store.live_state import LiveState
 from service.supervision.downloads import DownloadSupervisor
 from service.supervision.instances import InstanceSupervisor
 from service.supervision.interpreter import Interpreter
+
+STOP_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +63,24 @@ class ModelRemover:
             plan = plan_removal(await self.live.sync(), name, force=force)  # a removal before us may have won
             if plan.cancel_job is not None:
                 await self.downloads.cancel(plan.cancel_job, discard=True)
-            if plan.stop_instance is not None:
-                with contextlib.suppress(CommandRejected):  # it may have ended meanwhile
-                    await self.instances.unload(plan.model, reason="remove")
-            plan = plan_removal(await self.live.sync(), name, force=force)
+            plan = await self._stopped(name, force=force)
             removal = await asyncio.to_thread(remove_files, self.cache_dir, plan)
             await self.instances.prompt_cache.remove_model(plan.model)  # its saved prompt cache goes with it
             event = ev.ModelRemoved(files=removal.files, bytes_freed=removal.bytes_freed)
             state = await self.interpreter.record([Append(event, plan.model)])  # the files are gone: a fact
         return Removed(plan.model, removal.files, removal.bytes_freed, plan.kept_blobs, state)
+
+    async def _stopped(self, name: str, *, force: bool) -> RemovalPlan:
+        """The plan once the model runs nowhere: its instance stopped, and again if one started meanwhile
+        (a load decided just before the hold); ``model_removed`` is never recorded beside a live instance."""
+        for _ in range(STOP_ATTEMPTS):
+            plan = plan_removal(await self.live.sync(), name, force=force)
+            if plan.stop_instance is None:
+                return plan
+            with contextlib.suppress(CommandRejected):  # it may have ended meanwhile
+                await self.instances.unload(plan.model, reason="remove")
+        plan = plan_removal(await self.live.sync(), name, force=force)
+        if plan.stop_instance is not None:
+            msg = f"model {plan.model!r} is still running after {STOP_ATTEMPTS} stops; try again"
+            raise CommandRejected("conflict", msg, model=plan.model)
+        return plan

@@ -1,5 +1,6 @@
 """Models whose files come on first use: a preset's ``hf-repo``, or the ``-hf`` model; and a
-pulled model whose files only a lost or departed node held, fetched again as it was pulled.
+pulled model whose files only a lost or departed node held, fetched again as it was pulled; and a
+model's draft (``hf-repo-draft``, :mod:`service.core.draft_source`), fetched as a cache model of its own.
 
 llama.cpp's router lists such a preset model but downloads it silently inside
 the child on first load (llama.cpp #24822, #19351). Here the core decides
@@ -23,10 +24,11 @@ from typing import Any
 import structlog
 
 from service.core.contracts import DownloadSpec
+from service.core.draft_source import draft_refusal, draft_source, needs_draft
 from service.core.errors import CommandRejected
 from service.core.instance_decisions import FetchFiles
 from service.core.placement import held_live
-from service.core.scheduling import SlotFacts, download_node, pulled_from
+from service.core.scheduling import SlotFacts, download_node, needs_own_files, pulled_from
 from service.core.state import JobStatus, ModelState, RouterState
 from service.downloads.resolution import ResolutionError, resolve, worker_spec
 from service.event_store.live_state import LiveState
@@ -50,14 +52,19 @@ class OnDemandFiles:
         self.live = live
         self.downloads = downloads
         self._loads: set[asyncio.Task[Any]] = set()
+        self._drafts: dict[str, str] = {}  # model -> the name its hf-repo-draft resolved to
 
     async def fetch(self, effect: FetchFiles, load: Load, slots: Slots | None = None) -> str | None:
         """Start (or join) the download; returns its job id. With ``then_load``, ``load`` the model
         in the background once its files are there. ``slots``: what placement needs beyond a state, to
         pick the node that downloads it (in a cluster, the one that will serve it). Refusals
         (offline, not on the Hub) raise."""
-        model = self.live.state.models[effect.model]
-        job_id = await self._request(model, slots)
+        state = self.live.state
+        model = state.models[effect.model]
+        draft_only = needs_draft(state, model) and not needs_own_files(model, state)
+        job_id = None if draft_only else await self._request(model, slots)
+        if needs_draft(state, model):
+            job_id = await self._request_draft(model, slots) or job_id
         if effect.then_load is not None:
             task = asyncio.ensure_future(self._load_when_ready(model.name, effect.then_load, load))
             self._loads.add(task)
@@ -77,6 +84,36 @@ class OnDemandFiles:
             return None if slots is None else download_node(state, model.name, spec.total_bytes, slots(state))
 
         job_id, _, _ = await self.downloads.request(model.name, spec, site)
+        return job_id
+
+    async def _request_draft(self, model: ModelState, slots: Slots | None) -> str | None:
+        """The download of ``model``'s ``hf-repo-draft``, as its own cache model (the name the Hub
+        resolves it to), on the node that will serve ``model``."""
+        source = draft_source(model)
+        assert source is not None
+        what = f"the draft model of {model.name!r} (hf-repo-draft = {source.text})"
+        if self.settings.offline:
+            raise CommandRejected(
+                "model_failed", f"{what} is not in the cache and the service is offline", model=model.name
+            )
+        try:
+            resolution = await asyncio.to_thread(
+                resolve,
+                source.text,
+                endpoint=self.settings.hf_endpoint,
+                token=self.settings.hf_token,
+                hf_file=source.hf_file,
+            )
+        except ResolutionError as exc:
+            _log.warning("on_demand_draft_refused", model=model.name, hf_repo_draft=source.text, reason=exc.code)
+            raise draft_refusal(what, model.name, exc.code, exc.status, exc.message) from None
+        self._drafts[model.name] = resolution.canonical_name
+        spec = resolution.to_spec()
+
+        def site(state: RouterState) -> str | None:  # beside the model it drafts for
+            return None if slots is None else download_node(state, model.name, spec.total_bytes, slots(state))
+
+        job_id, _, _ = await self.downloads.request(resolution.canonical_name, spec, site)
         return job_id
 
     async def _spec(self, model: ModelState) -> DownloadSpec:
@@ -113,9 +150,12 @@ class OnDemandFiles:
             model = state.models.get(name)
             if model is None:
                 raise CommandRejected("model_not_found", f"model {name!r} is not found", model=name)
-            if model.available and held_live(state, model):
+            here = model.available and held_live(state, model)
+            if here and not needs_draft(state, model):
                 return model
-            if model.active_job is None:
+            if here:
+                self._raise_if_draft_ended(state, model)
+            elif model.active_job is None:
                 error = model.last_error
                 last = state.job(model.last_job) if model.last_job is not None else None
                 reason = error.reason if error is not None else "cancelled"
@@ -127,6 +167,17 @@ class OnDemandFiles:
                     "model_failed", f"model {name!r} could not be downloaded: {reason}: {message}", model=name
                 )
             await self.live.wait_beyond(self.live.position, timeout=_POLL_SECONDS)
+
+    def _raise_if_draft_ended(self, state: RouterState, model: ModelState) -> None:
+        """The draft's download ended without its files (or never started): the load cannot run."""
+        name = self._drafts.get(model.name)
+        draft = state.models.get(name) if name is not None else None
+        if draft is not None and draft.active_job is not None:
+            return
+        error = draft.last_error if draft is not None else None
+        why = f"{error.reason}: {error.message}" if error is not None else "the download ended without the files"
+        message = f"the draft model {name or ''!r} of model {model.name!r} could not be downloaded: {why}"
+        raise CommandRejected("model_failed", message, model=model.name)
 
     async def _load_when_ready(self, name: str, reason: str, load: Load) -> None:
         try:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from service.outside.world import SystemClock, new_instance_id, new_job_id
 from service.supervision.child_process import ChildProcess, ExitStatus
 from service.supervision.ports import free_port
+from service.supervision.worker_keys import WorkerKeys
 from service.supervision.worker_logs import WorkerLogs
 
 
@@ -90,3 +91,4 @@ class Surroundings:
     new_job_id: Callable[[], str] = new_job_id
     jitter: Callable[[], float] = random.random
     heartbeat: Probe | None = None  # None: GET /engine/heartbeat over HTTP (service.supervision.heartbeats)
+    worker_keys: WorkerKeys = field(default_factory=WorkerKeys)  # each worker's secret, sent by the HTTP clients

@@ -58,6 +58,8 @@ def inference_argv(
         launch = InferenceLaunch.from_params(launch)
     if settings.cache_disk_max is not None:  # serve --cache-disk-max: every model, over its preset
         launch = dataclasses.replace(launch, cache_disk_max=settings.cache_disk_max)
+    if settings.spec_adaptive is not None:  # serve --[no-]spec-adaptive: every model, over its preset
+        launch = dataclasses.replace(launch, spec_adaptive=settings.spec_adaptive)
     argv = [
         sys.executable,
         "-m",

@@ -169,6 +169,8 @@ def test_download_load_chat_unload_from_the_page(browser: WebDriver, hub: HubSer
         css(browser, "#chat-form button").click()
         reply = until(browser, lambda d: css(d, '.msg.assistant[data-done="true"]'), "the chat answer")
         assert not reply.text.startswith("error"), reply.text
+        # The chat in the usage panel (issue 34): the only request this service has served.
+        until(browser, lambda d: usage_cells(d, "")[1] == "1", "the chat in the usage panel's total")
 
         click_action(browser, model, "unload")
         until(browser, lambda d: model_status(d, model) == "unloaded", "the model unloaded")
@@ -251,6 +253,15 @@ def test_a_crashed_models_failed_badge_opens_its_reason_and_stderr(browser: WebD
         svc.stop()
 
 
+def usage_cells(driver: WebDriver, group: str) -> list[str]:
+    """The usage panel's cells for ``group`` (``""``: the total; read in one script: the table is
+    redrawn on every event)."""
+    script = (
+        "return [...document.querySelectorAll(`#usage tr[data-group='${arguments[0]}'] td`)].map(td => td.textContent)"
+    )
+    return list(driver.execute_script(script, group)) or ["", ""]
+
+
 @pytest.fixture(scope="module")
 def where(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     """The service of tests/where_it_runs.py: ``gpu`` loaded on Vulkan0 (appended to its log), ``tiny`` to load."""
@@ -303,8 +314,10 @@ def test_a_models_saved_prompt_cache_shows_its_size(browser: WebDriver, where: S
             store.close()
 
     def cell(driver: WebDriver) -> str | None:
-        found = css(driver, f'#models tr[data-model="{where_it_runs.GPU}"] td.prompt-cache')
-        return None if found is None else str(found.text)
+        # Read in one script: the list is redrawn on every event, so a found element can go stale.
+        script = "const c = document.querySelector(arguments[0]); return c === null ? null : c.textContent;"
+        found = driver.execute_script(script, f'#models tr[data-model="{where_it_runs.GPU}"] td.prompt-cache')
+        return None if found is None else str(found).strip()
 
     browser.get(where.url)
     until(browser, lambda d: model_status(d, where_it_runs.GPU) == "loaded", "the gpu model listed")
@@ -320,3 +333,33 @@ def test_a_models_saved_prompt_cache_shows_its_size(browser: WebDriver, where: S
     assert until(browser, lambda d: (text := cell(d)) != "4.0 MB · 2 files" and text, "after the discard") == (
         "1.0 MB · 1 file"
     )
+
+
+@pytest.mark.timeout(180)
+def test_the_usage_panel_shows_a_row_per_key_and_per_model(browser: WebDriver, where: ServiceProcess) -> None:
+    """Issue 34: ``request_completed`` events (appended to the real log as the service appends them)
+    summed per key in the usage panel, and per model once the panel's select asks for it."""
+    store = SyncEventStore(Settings(home=where.home).db_path, source={"kind": "test"})
+    try:
+        done = [
+            ev.RequestCompleted(
+                instance_id="gpu-0",
+                route="/v1/chat/completions",
+                status_code=code,
+                duration_ms=ms,
+                key=key,
+                prompt_tokens=7,
+                completion_tokens=3,
+            )
+            for key, code, ms in (("alice", 200, 10.0), ("alice", 500, 30.0), ("bob", 200, 20.0))
+        ]
+        store.append([NewEvent(e, where_it_runs.GPU) for e in done])
+    finally:
+        store.close()
+    browser.get(where.url)
+    alice = until(browser, lambda d: (c := usage_cells(d, "alice"))[0] and c, "alice's usage row")
+    assert alice == ["alice", "2", "14", "6", "1", "10 ms", "30 ms"]
+    assert usage_cells(browser, "bob")[:4] == ["bob", "1", "7", "3"]
+    Select(css(browser, "#usage-group")).select_by_value("model")
+    row = until(browser, lambda d: (c := usage_cells(d, where_it_runs.GPU))[0] and c, "the model's usage row")
+    assert row[1:5] == ["3", "21", "9", "1"]

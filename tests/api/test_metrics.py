@@ -4,51 +4,22 @@ and each counter moves when the events it counts happen."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.hub_repos import make_repo
 from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
+from tests.api.metrics_scrape import scrape, value, wait_metric
 from tests.conftest_hub import unique_repo
 from tests.e2e.conftest import models_dir
 
 __all__ = ["models_dir"]
 KEY = "sk-metrics-test-0123456789"
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(svc: ServiceProcess, **headers: str) -> Samples:
-    answer = httpx.get(f"{svc.url}/metrics", headers=headers, timeout=10)
-    assert answer.status_code == 200, answer.text
-    assert answer.headers["content-type"].startswith("text/plain")
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(answer.text)
-        for s in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def wait_metric(svc: ServiceProcess, ok: Callable[[Samples], bool], what: str, timeout: float = 60) -> Samples:
-    """Scrape until ``ok``: counters fed by events move once the tail folds them."""
-    deadline = time.monotonic() + timeout
-    while True:
-        samples = scrape(svc)
-        if ok(samples):
-            return samples
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} never held; last scrape: {samples}")
-        time.sleep(0.05)
 
 
 @pytest.fixture

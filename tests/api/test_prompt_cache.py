@@ -66,7 +66,6 @@ def svc(tmp_path: Path) -> Iterator[ServiceProcess]:
     write_tiny_gguf(models / f"{OTHER}.gguf", seed=2)
     args = ["--models-dir", str(models), "--cache-disk-total", "1000", "--metrics"]
     with ServiceProcess(tmp_path / "home", env={"MODELROUTER_HANG_TIMEOUT": "0"}, args=args) as service:
-        service.start()
         yield service
 
 

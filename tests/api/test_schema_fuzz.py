@@ -38,6 +38,7 @@ from devtools.hub_server import HubServer
 from devtools.service_process import ServiceProcess
 from service.api.controllers import POST_ROUTES
 from service.api.schemas import ApplyTemplateRequest, ChatRequest
+from tests.api.named_keys import FULL, add_key
 from tests.e2e.conftest import models_dir
 
 __all__ = ["models_dir"]  # the session fixture of tiny GGUFs
@@ -48,6 +49,7 @@ EXAMPLES = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 5}
 # these operations (one body type under seven paths) get fewer examples each.
 HEAVY = {p for p, body in POST_ROUTES.items() if body in (ChatRequest, ApplyTemplateRequest)}
 HEAVY_EXAMPLES = {GenerationMode.POSITIVE: 5, GenerationMode.NEGATIVE: 3}
+KEYED_EXAMPLES = {GenerationMode.POSITIVE: 3, GenerationMode.NEGATIVE: 2}
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -65,9 +67,38 @@ def svc(tmp_path_factory: pytest.TempPathFactory, models_dir: Path, hub_server: 
         yield proc
 
 
+@pytest.fixture(scope="module")
+def keyed(
+    tmp_path_factory: pytest.TempPathFactory, models_dir: Path, hub_server: HubServer
+) -> Iterator[tuple[str, str]]:
+    """A service with a full key, and the secret of a named key with ``inference`` and ``admin``
+    scope over every model (issue 34): the fuzz goes through the named key's path of the middleware."""
+    env = {"MODELROUTER_MODELS_DIR": str(models_dir), "HF_ENDPOINT": hub_server.url, "MODELROUTER_MODELS_MAX": "1"}
+    args = ["--metrics", "--api-key", FULL]
+    with ServiceProcess(tmp_path_factory.mktemp("fuzz-keyed"), args=args, env=env) as proc:
+        yield proc.url, add_key(proc, "fuzz", endpoints=["inference", "admin"])
+
+
 @pytest.mark.timeout(600)
 def test_schemathesis_finds_no_5xx_and_no_schema_violation(svc: ServiceProcess) -> None:
-    schema = schemathesis.openapi.from_url(f"{svc.url}/schema/openapi.json")
+    _fuzz_all(svc.url, {}, EXAMPLES, HEAVY_EXAMPLES, at_least=600)
+
+
+@pytest.mark.timeout(600)
+def test_schemathesis_with_a_named_key(keyed: tuple[str, str]) -> None:
+    """The same checks through a named key (fewer examples: the middleware's path is what is new)."""
+    url, secret = keyed
+    _fuzz_all(url, {"Authorization": f"Bearer {secret}"}, KEYED_EXAMPLES, KEYED_EXAMPLES, at_least=200)
+
+
+def _fuzz_all(
+    url: str,
+    headers: dict[str, str],
+    examples: dict[GenerationMode, int],
+    heavy_examples: dict[GenerationMode, int],
+    at_least: int,
+) -> None:
+    schema = schemathesis.openapi.from_url(f"{url}/schema/openapi.json", headers=headers)
     operations = [r.ok() for r in schema.get_all_operations()]
     fuzzed = [op for op in operations if op.path not in STREAMS]
     statuses: collections.Counter[int] = collections.Counter()
@@ -75,20 +106,21 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(svc: ServiceProcess) 
     failures: list[str] = []
     started = time.monotonic()
     with requests.Session() as client:
+        client.headers.update(headers)
         for operation in fuzzed:
             heavy = operation.path in HEAVY
-            for mode, examples in (HEAVY_EXAMPLES if heavy else EXAMPLES).items():
-                _fuzz(operation, mode, examples, svc.url, client, statuses, per_operation, failures)
+            for mode, count in (heavy_examples if heavy else examples).items():
+                _fuzz(operation, mode, count, url, client, statuses, per_operation, failures)
     total = sum(statuses.values())
     print(
         f"\nschemathesis: {total} requests over {len(fuzzed)} operations in {time.monotonic() - started:.0f} s; "
         f"statuses {dict(sorted(statuses.items()))}"
     )
     assert not failures, "\n".join(failures[:20])
-    assert total >= 600
+    assert total >= at_least
     assert not [s for s in statuses if s >= 500]
     assert {op.label for op in fuzzed} <= set(per_operation), "every operation was exercised"
-    assert httpx.get(f"{svc.url}/health", timeout=10).status_code == 200
+    assert httpx.get(f"{url}/health", timeout=10).status_code == 200
 
 
 def _fuzz(

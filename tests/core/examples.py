@@ -88,6 +88,10 @@ EXAMPLE_VALUES: dict[str, Any] = {
     "last_step_s": 125.0,
     "silent_s": 121.0,
     "requests_waiting": 1,
+    "name": "alice",
+    "key_id": "0123456789ab",
+    "salt": "00" * 16,
+    "digest": "ab" * 32,
 }
 """Field name -> value; one table for every event type that has the field."""
 

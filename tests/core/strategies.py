@@ -35,6 +35,10 @@ _KEY_FIELDS = {
     "gpu_offload": st.booleans(),
     "file": st.sampled_from(["entry-1.bin", "entry-2.bin"]),  # prompt_cache_*: saved, restored, discarded
     "tokens": st.integers(0, 8000),
+    "name": st.sampled_from(["alice", "batch"]),  # key_*: created, changed, revoked
+    "key_id": st.sampled_from(["0123456789ab", "ba9876543210"]),
+    "salt": st.just("00" * 16),
+    "digest": st.just("ab" * 32),
 }
 
 

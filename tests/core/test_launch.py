@@ -28,7 +28,8 @@ def _other_value(name: str) -> object:
     samples = {int: 7, float: 0.5, str: "/some/path"}
     if row.parse in samples:
         return samples[row.parse] if samples[row.parse] != default else row.parse("3")
-    for words in (("on", "off"), ("3", "7"), ("2,1", "1,1")):  # a normaliser: -fa, -ngl, -ts and -fitt
+    # a normaliser: -fa, -ngl, -ts and -fitt, --spec-type
+    for words in (("on", "off"), ("3", "7"), ("2,1", "1,1"), ("ngram-simple", "none")):
         try:
             return next(v for v in (row.parse(w) for w in words) if v != default)
         except ValueError:

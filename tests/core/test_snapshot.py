@@ -260,6 +260,7 @@ FINGERPRINTS = {
     # ModelShape's tensor parts (model_measured embedding_bytes, output_bytes, layers_bytes)
     17: ("94a104af24e73aed", "3524f6ab287ec29f"),  # a model's prompt cache on disk (prompt_cache_saved,
     # _restored, _discarded, new; model_removed drops it): ModelState.prompt_cache, prompt_cache_restored_tokens
+    18: ("ef0124709f870c46", "39103bdb6b632243"),  # named API keys (key_created, _changed, _revoked): RouterState.keys
 }
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from devtools.service_process import ServiceProcess
 from tests.dropin.conftest import Serve, models, wait_until
+from tests.eventually import eventually
 
 KEY = "sk-streams-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -49,6 +50,11 @@ def _start(svc: ServiceProcess, conv: str, body: dict[str, Any]) -> bytes:
 def _processing(svc: ServiceProcess) -> bool:
     slots = httpx.get(f"{svc.url}/slots", params={"model": "tiny-a"}, headers=AUTH, timeout=30).json()
     return any(s["is_processing"] for s in slots)
+
+
+def _usage_total(svc: ServiceProcess, requests: int) -> dict[str, Any] | None:
+    total: dict[str, Any] = httpx.get(f"{svc.url}/usage", headers=AUTH, timeout=30).json()["total"]
+    return total if total["requests"] == requests else None
 
 
 def _error(answer: httpx.Response) -> Any:
@@ -131,6 +137,10 @@ def test_single_model_mode_routes_conversations_to_its_model(serve: Serve, model
     assert replay.status_code == 200 and replay.content == sent
     tail = httpx.get(f"{svc.url}/v1/stream", params={"conv_id": "solo", "from": 10}, headers=AUTH, timeout=60)
     assert tail.content == sent[10:]
+    # Usage (issue 34): three requests, but only the one that generated is charged tokens, the replays none.
+    last = _events(sent)[-1]
+    total = eventually(lambda: _usage_total(svc, requests=3), "the three requests in GET /usage", timeout=30)
+    assert (total["prompt_tokens"], total["completion_tokens"]) == (last["tokens_evaluated"], last["tokens_predicted"])
     assert httpx.delete(f"{svc.url}/v1/stream", params={"conv_id": "solo"}, headers=AUTH, timeout=30).status_code == 204
     assert httpx.get(f"{svc.url}/v1/stream", params={"conv_id": "solo"}, headers=AUTH, timeout=30).status_code == 404
     assert _lookup(svc, "solo") == []

@@ -18,8 +18,9 @@ from tests.service_probes import model_entry, ps_output, wait_for_event
 
 # Long enough that the worker cannot finish it before the signal lands, even when the client reads its first
 # chunk late on busy cores: 3000 tokens, no end of generation, in a context that holds them (-c 4096).
-LONG = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 3000, "temperature": 0, "ignore_eos": True}
-LONG_CONTEXT = {"LLAMA_ARG_CTX_SIZE": "4096"}
+# Endless (a full context shifts, the EOS is ignored): only the signal ends it, however fast the machine.
+LONG = {"model": "tiny-a", "prompt": "once upon a time", "max_tokens": 10**9, "temperature": 0, "ignore_eos": True}
+LONG_CONTEXT = {"LLAMA_ARG_CTX_SIZE": "4096", "LLAMA_ARG_CONTEXT_SHIFT": "1"}
 
 
 def _worker_pid(svc: ServiceProcess) -> int:

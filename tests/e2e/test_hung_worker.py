@@ -19,7 +19,7 @@ import httpx
 import psutil
 import pytest
 
-from devtools.service_process import ServiceProcess
+from devtools.service_process import ServiceProcess, worker_headers
 from devtools.tiny_gguf import write_tiny_gguf
 from service.core.liveness import HEARTBEAT_S
 from tests.e2e.conftest import StartService
@@ -141,8 +141,10 @@ def _completion(svc: ServiceProcess, model: str, prompt: str) -> httpx.Response:
     return httpx.post(f"{svc.url}/completion", json=body, timeout=300)
 
 
-def _heartbeat(endpoint: str) -> dict[str, Any]:
-    return dict(httpx.get(endpoint + "/engine/heartbeat", timeout=30).json())
+def _heartbeat(ready: dict[str, Any]) -> dict[str, Any]:
+    """The worker's heartbeat, asked directly (with its secret, as the service asks it)."""
+    headers = worker_headers(ready["pid"])
+    return dict(httpx.get(ready["endpoint"] + "/engine/heartbeat", headers=headers, timeout=30).json())
 
 
 @pytest.mark.timeout(300)
@@ -155,22 +157,21 @@ def test_a_long_prefill_step_answered_through_is_no_hang_and_one_past_the_bound_
     preset.write_text(f"[big]\n{common}hang-timeout = 120\n\n[big-stuck]\n{common}hang-timeout = 1.5\n")
     svc = start_service(modelrouter_presets=preset)
     httpx.post(f"{svc.url}/models/load", json={"model": "big"}, timeout=30).raise_for_status()
-    endpoint = wait_for_event(svc, "instance_ready", model="big", timeout=120)["data"]["endpoint"]
+    ready = wait_for_event(svc, "instance_ready", model="big", timeout=120)["data"]
 
-    # Measure: one step of 256 prompt tokens (a byte-level vocabulary: one token a character), then size the
-    # long prompt so that its one step lasts at least 4 heartbeats here.
-    assert _completion(svc, "big", "x" * 256).status_code == 200
-    per_token = _heartbeat(endpoint)["slowest_s"] / 256
-    tokens = min(2000, max(256, int(6 * HEARTBEAT_S / per_token)))
-    if tokens * per_token < 3 * HEARTBEAT_S:
-        pytest.skip(f"this machine prefills too fast for a step of several heartbeats ({per_token * 1e3:.2f} ms/token)")
+    # Measure one step of the longest prompt one step takes (a byte-level vocabulary: one token a character;
+    # -b 2048): the step under test is the same one, so it lasts as long give or take the machine's mood.
+    tokens = 2000
+    assert _completion(svc, "big", "x" * tokens).status_code == 200
+    if _heartbeat(ready)["slowest_s"] < 4 * HEARTBEAT_S:
+        pytest.skip("this machine prefills too fast for a step of several heartbeats")
 
     beats: list[dict[str, Any]] = []
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
-            beats.append({**_heartbeat(endpoint), "at": time.monotonic()})
+            beats.append({**_heartbeat(ready), "at": time.monotonic()})
             time.sleep(HEARTBEAT_S / 2)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -179,8 +180,6 @@ def test_a_long_prefill_step_answered_through_is_no_hang_and_one_past_the_bound_
     done.set()
     watcher.join(30)
     assert answer.status_code == 200, answer.text
-    slowest = _heartbeat(endpoint)["slowest_s"]
-    assert slowest >= 3 * HEARTBEAT_S, slowest  # one step, several heartbeats long
     # The worker answered its heartbeat all through the step: the step count stood still while step_s grew.
     during = [b for b in beats if b["step_s"] is not None and b["step_s"] >= HEARTBEAT_S]
     assert len(during) >= 2 and len({b["steps"] for b in during}) == 1, beats

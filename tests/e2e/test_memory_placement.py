@@ -20,6 +20,7 @@ from devtools.tiny_gguf import write_tiny_gguf
 from service.core.memory import estimate
 from service.core.node_state import ModelShape
 from service.llamacpp.gguf_shape import measure
+from tests.eventually import eventually
 from tests.service_probes import events, model_entry, wait_for_event
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
@@ -98,5 +99,6 @@ def test_memory_decides_eviction_pins_stay_and_what_cannot_fit_is_refused_with_5
     beside = httpx.post(f"{proc.url}/models/load", json={"model": "tiny-a"}, timeout=60)
     assert beside.status_code == 507 and "pinned" in beside.json()["detail"]
     assert _chat(proc, "tiny-a").status_code == 507
-    assert _status(proc, "tiny-pinned") == "loaded"
+    # The ready event is in the log before the service's fold has read it (a worker appends it).
+    eventually(lambda: _status(proc, "tiny-pinned") == "loaded", "tiny-pinned loaded", interval=0.1)
     assert [e["data"]["reason"] for e in events(proc, type="instance_stop_requested", model="tiny-pinned")] == []

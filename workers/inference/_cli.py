@@ -207,4 +207,5 @@ def front_options(args: WorkerArgs, environ: Mapping[str, str]) -> FrontOptions:
         reasoning=args.reasoning,
         mmproj=args.mmproj,
         verbose=args.verbose,
+        spec_type=args.spec_type,
     )

@@ -63,6 +63,7 @@ def build_engine(
             context_shift=args.context_shift,
             cache_ram_mib=args.cache_ram,
             cache_idle_slots=args.cache_idle_slots,
+            speculative=args,
         )
         engine.on_debug = on_debug
         if args.prompt_cache_dir and on_event is not None and log is not None:

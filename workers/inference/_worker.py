@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, TypedDict
 
 from service.core import events as ev
+from service.core import worker_key
 from workers.inference._cli import (
     EXIT_ERROR,
     EXIT_LOAD_FAILED,
@@ -62,8 +63,11 @@ class LoadFacts(TypedDict):
 class Worker:
     """Lifecycle of one inference process; see the module docstring."""
 
-    def __init__(self, args: WorkerArgs, runtime: WorkerRuntime, early_signals: Sequence[int] = ()) -> None:
+    def __init__(
+        self, args: WorkerArgs, runtime: WorkerRuntime, early_signals: Sequence[int] = (), key: str | None = None
+    ) -> None:
         self.args = args
+        self._key = key  # the service's secret: every request must carry it (service.core.worker_key)
         # Stop signals taken before run() installs the handlers: still growing until then, so read there.
         self._early_signals = early_signals
         self.runtime = runtime
@@ -162,12 +166,12 @@ class Worker:
         the real endpoint from ``instance_loading``, so a lost race costs nothing."""
         a = self.args
         try:
-            return bind_server(self.app, host=a.host, port=a.port)
+            return bind_server(self.app, host=a.host, port=a.port, key=self._key)
         except OSError as exc:
             if a.port == 0 or exc.errno != errno.EADDRINUSE:
                 raise
             self.log.warning("port_taken", port=a.port)
-            return bind_server(self.app, host=a.host, port=0)
+            return bind_server(self.app, host=a.host, port=0, key=self._key)
 
     def _load(self) -> Loaded:
         try:  # --grammar-file / --json-schema-file are read now: a bad one fails the load, as llama-server's start
@@ -368,6 +372,7 @@ def main(argv: list[str] | None = None, *, early_signals: Sequence[int] = ()) ->
 
     ``early_signals``: SIGTERM/SIGINT received before the worker's handlers were
     installed (``__main__`` records them during the imports); replayed as stops."""
+    key = worker_key.take(os.environ)  # first: nothing this process starts (ffmpeg...) inherits it
     args = parse_args(argv)
     runtime = WorkerRuntime.open(
         INFERENCE_WORKER,
@@ -379,9 +384,11 @@ def main(argv: list[str] | None = None, *, early_signals: Sequence[int] = ()) ->
         log_level=args.log_level,
         private_stdout=True,  # llama-cpp-python points fd 1 at /dev/null while it loads
     )
+    if key is None:
+        runtime.log.warning("worker_open", message=worker_key.OPEN_WARNING)
     code = EXIT_ERROR
     try:
-        code = Worker(args, runtime, early_signals).run()
+        code = Worker(args, runtime, early_signals, key).run()
     except Exception:  # logged; exit code 1 tells the supervisor
         runtime.log.exception("worker_crashed")
     finally:

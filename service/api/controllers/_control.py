@@ -22,9 +22,12 @@ from litestar.status_codes import HTTP_200_OK
 
 from service.api import schemas as s
 from service.api.controllers._proxy_routes import PROXIED_ANSWER, PROXIED_PROBLEMS, Autoload, named_model
+from service.api.principal import principal_of
 from service.api.problems import Problem
 from service.api.proxy import Forwarding, proxy_request, send_upstream
+from service.api.scopes import visible
 from service.core.errors import CommandRejected
+from service.core.keys import Principal
 from service.core.state import InstanceStatus
 
 PATH = "/v1/chat/completions/control"
@@ -32,9 +35,9 @@ ACTIONS = ("reasoning_end",)
 NOT_FOUND = {"success": False, "message": "no active completion for this id"}  # llama-server's words
 
 
-def _running(fwd: Forwarding) -> list[str]:
-    """The models whose worker is ready now, wherever it runs."""
-    models = fwd.live.state.models.values()
+def _running(fwd: Forwarding, caller: Principal) -> list[str]:
+    """The models whose worker is ready now, wherever it runs, that the caller may use."""
+    models = [m for m in fwd.live.state.models.values() if visible(caller, m)]
     return sorted(m.name for m in models if m.instance is not None and m.instance.status is InstanceStatus.READY)
 
 
@@ -62,7 +65,8 @@ async def _ask(request: Request[Any, Any, Any], fwd: Forwarding, model: str, bod
 
 async def _by_id(request: Request[Any, Any, Any], fwd: Forwarding, body: dict[str, Any]) -> dict[str, Any]:
     """Ask every running model; the answer of the one that runs the completion, else llama-server's not found."""
-    answers = await asyncio.gather(*(_ask(request, fwd, m, body) for m in _running(fwd)))
+    running = _running(fwd, principal_of(request))
+    answers = await asyncio.gather(*(_ask(request, fwd, m, body) for m in running))
     found = [a for a in answers if isinstance(a, dict) and a != NOT_FOUND]
     return found[0] if found else NOT_FOUND
 

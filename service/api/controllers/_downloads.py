@@ -11,10 +11,12 @@ from litestar.status_codes import HTTP_200_OK
 
 from service.api.problems import Problem
 from service.api.schemas import DownloadAnswer, FileView, JobList, JobView, ModelCommand, problems
+from service.api.scopes import require_model
 from service.api.views import job_view
 from service.core import cluster
 from service.core.cache_layout import CachePaths
 from service.core.disk_budget import check_disk
+from service.core.keys import Principal
 from service.core.state import RouterState
 from service.downloads.cache_files import free_bytes, partial_bytes
 from service.downloads.resolution import Resolution, ResolutionError, resolve
@@ -33,12 +35,13 @@ JobId = Annotated[str, Parameter(min_length=1, max_length=128, pattern=r"^[A-Za-
     responses=problems(400, 401, 403, 404, 413, 422, 424, 503, 507),
 )
 async def download_model(
-    data: ModelCommand, settings: Settings, live: LiveState, downloads: DownloadSupervisor
+    data: ModelCommand, settings: Settings, live: LiveState, downloads: DownloadSupervisor, caller: Principal
 ) -> DownloadAnswer:
     """Resolve ``user/repo[:QUANT][@revision]`` on the Hub, then start a download
     job in its own worker process (or join the running one). Returns at once.
     Refused with 507 when it would leave less than the disk reserve free. In a cluster the job goes
     to the node with the most free room for the files (``download_requested`` with ``node``)."""
+    require_model(caller, live.state, data.model.strip(), "/models")
     return await start_download(data.model, settings, live, downloads)
 
 
@@ -121,14 +124,19 @@ async def get_download(job_id: JobId, live: LiveState) -> JobView:
     operation_id="cancelDownload",
     tags=["downloads"],
     status_code=HTTP_200_OK,
-    responses=problems(400, 404, 409, 503, 507),
+    responses=problems(400, 403, 404, 409, 503, 507),
 )
 async def cancel_download(
     job_id: JobId,
     downloads: DownloadSupervisor,
+    live: LiveState,
+    caller: Principal,
     discard: Annotated[bool, Parameter(description="Delete the partial file (default: keep it to resume)")] = False,
 ) -> JobView:
     """Cancel a running job. The partial file is kept for a later resume unless
     ``?discard=true``."""
+    job = live.state.job(job_id)
+    if job is not None:  # an unknown job: the supervisor's 404
+        require_model(caller, live.state, job.model, f"/downloads/{job_id}")
     job = await downloads.cancel(job_id, discard=discard)
     return job_view(job)

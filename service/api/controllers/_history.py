@@ -38,10 +38,12 @@ from service.api.schemas import (
     WorkerLogView,
     problems,
 )
+from service.api.scopes import require_model
 from service.api.views import time_or_none
 from service.core.errors import CommandRejected
 from service.core.events import Recorded
 from service.core.history import HISTORY_TYPES, DownloadRecord, LoadRecord, ModelHistory, model_history
+from service.core.keys import Principal
 from service.event_store.async_store import AsyncEventStore
 from service.event_store.codec import format_time
 from service.event_store.live_state import LiveState
@@ -62,7 +64,7 @@ ModelPath = Annotated[
     operation_id="modelHistory",
     summary="A model's downloads and loads (/history), or the end of one of its worker's logs (/logs)",
     tags=["models"],
-    responses=problems(400, 404, 409),
+    responses=problems(400, 403, 404, 409),
 )
 async def model_history_endpoint(
     model_path: ModelPath,
@@ -73,6 +75,7 @@ async def model_history_endpoint(
     request: Request[Any, Any, Any],
     forwarding: Forwarding,
     settings: Settings,
+    caller: Principal,
     instance: InstanceId = None,
     tail: Tail = DEFAULT_TAIL,
 ) -> ModelHistoryView | WorkerLogView:
@@ -86,6 +89,7 @@ async def model_history_endpoint(
     if suffix is None:
         raise Problem(404, "not_found", f"no route for /models{text}: did you mean /models/<id>/history?")
     name = text[1 : -len(suffix)]
+    require_model(caller, live.state, name, request.url.path)
     model = live.state.resolve(name)
     if model is None:
         raise CommandRejected("model_not_found", f"model {name!r} is not found", model=name)

@@ -65,7 +65,8 @@ async def get_metrics(
     autoload: Autoload = None,
 ) -> Response[Any]:
     """Prometheus text: models, instances, loads, crashes, downloads, queue, proxied
-    requests and the log's position (docs/operations.md lists every series)."""
+    requests, each model's requests, tokens and durations (by key while named keys exist)
+    and the log's position (docs/operations.md lists every series)."""
     mode = forwarding.mode
     if model is not None and not mode.single:
         # llama.cpp's router forwards ?model= to that model, which answers 501 itself without --metrics.

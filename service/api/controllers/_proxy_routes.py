@@ -42,7 +42,9 @@ from service.api import schemas as s
 from service.api.problems import Problem
 from service.api.proxy import Forwarding, proxy_request
 from service.api.schemas import ModelParam, model_optional, problems
+from service.api.scopes import require_model
 from service.api.views import sleeping_props
+from service.core.keys import Principal
 from service.core.server_mode import served_name, target_model
 from service.core.state import ModelStatus
 from service.event_store.live_state import LiveState
@@ -53,7 +55,7 @@ Autoload = Annotated[
     bool | None,
     Parameter(description="Load the model if it is not loaded (default: MODELROUTER_AUTOLOAD); false: 400 instead"),
 ]
-PROXIED_PROBLEMS = problems(400, 404, 409, 413, 503, 507)
+PROXIED_PROBLEMS = problems(400, 403, 404, 409, 413, 503, 507)
 PROXIED_ANSWER = {
     200: ResponseSpec(
         data_container=dict[str, Any],  # free-form: the worker's answer, documented, never parsed here
@@ -210,6 +212,7 @@ def _props_route(single: bool) -> Any:
         settings: Settings,
         live: LiveState,
         snapshots: SkipValidation[SleepSnapshots | None],
+        caller: Principal,
         model: ModelParam | None = None,
         autoload: Autoload = None,
     ) -> Response[Any]:
@@ -219,6 +222,7 @@ def _props_route(single: bool) -> Any:
         if model is None and not forwarding.mode.single:
             return Response(_router_props(settings))
         name = target_model(forwarding.mode, model)
+        require_model(caller, live.state, name, request.url.path)  # a sleeping model's props too
         found = live.state.resolve(name)
         if found is not None and found.status is ModelStatus.SLEEPING:
             cached = snapshots.props(found.name) if snapshots is not None else None

@@ -19,6 +19,7 @@ from service.api.controllers._downloads import cancel_download, download_model, 
 from service.api.controllers._events import EventsController, models_sse
 from service.api.controllers._health import health, health_v1
 from service.api.controllers._history import model_history_endpoint
+from service.api.controllers._keys import KEY_HANDLERS
 from service.api.controllers._log_stream import stream_logs
 from service.api.controllers._logs import download_logs
 from service.api.controllers._metrics import get_metrics
@@ -29,6 +30,7 @@ from service.api.controllers._predict import predict_route
 from service.api.controllers._proxy_routes import proxy_routes
 from service.api.controllers._reload import reload_models
 from service.api.controllers._stream_routes import stream_routes
+from service.api.controllers._usage import get_usage
 
 CONTROL_HANDLERS = (
     list_models,
@@ -70,4 +72,6 @@ def route_handlers(*, control_body_limit: int, single: bool = False) -> list[Con
         stream_logs,
         reload_models,
         list_nodes,
+        *KEY_HANDLERS,
+        get_usage,
     ]

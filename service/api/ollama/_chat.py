@@ -29,13 +29,15 @@ from service.api.ollama._upstream import Answer, Choice, FunctionDelta, Timings,
 from service.api.ollama._worker import Trip, call, events, hold, open_stream
 from service.api.problems import Problem
 from service.api.proxy import Forwarding
+from service.api.scopes import require_model
+from service.core.keys import Principal, capped_keep_alive
 from service.core.ollama import keep_alive_seconds, model_name
 from service.event_store.codec import format_time
 from service.supervision.surroundings import Clock
 
 Line = Callable[..., msgspec.Struct]
 BodyFor = Callable[[str, int | None], WorkerBody]
-_ERRORS = ollama_errors(400, 401, 404, 409, 413, 503)
+_ERRORS = ollama_errors(400, 401, 403, 404, 409, 413, 503)
 
 
 def _answers(chunk: type[msgspec.Struct]) -> dict[int, ResponseSpec]:
@@ -100,8 +102,10 @@ async def _infer(
     path: str,
     body_for: BodyFor,
     line: Line,
+    caller: Principal,
 ) -> Response[Any]:
-    trip = await hold(fwd, model_name(name), route, keep)
+    require_model(caller, fwd.live.state, model_name(name), route)
+    trip = await hold(fwd, model_name(name), route, keep, caller.name)
     try:
         body = body_for(trip.model, trip.n_ctx)
     except BaseException:
@@ -119,31 +123,43 @@ async def _infer(
     return Response(line(name, stamp, t.choice_text(choice), True, done_reason=reason, tool_calls=calls, **extra))
 
 
-async def _load_or_unload(fwd: Forwarding, name: str, route: str, keep: float | None) -> str:
+async def _load_or_unload(fwd: Forwarding, name: str, route: str, keep: float | None, caller: Principal) -> str:
     """An empty request: load the model (``load``), or with ``keep_alive: 0`` unload it (``unload``)."""
+    require_model(caller, fwd.live.state, model_name(name), route)
     if keep == 0:
         found = find_model(fwd.live.state, name)
         if found.instance is not None:
             await fwd.instances.unload(found.name, reason="keep_alive")
         return "unload"
-    trip = await hold(fwd, model_name(name), route, keep)
+    trip = await hold(fwd, model_name(name), route, keep, caller.name, runs=False)
     await trip.end(200)
     return "load"
 
 
 @post("/chat", operation_id="ollamaChat", tags=["ollama"], status_code=HTTP_200_OK, responses=_answers(o.ChatChunk))
-async def chat(data: o.ChatBody, forwarding: Forwarding, clock: SkipValidation[Clock]) -> Response[Any]:
+async def chat(
+    data: o.ChatBody, forwarding: Forwarding, clock: SkipValidation[Clock], caller: Principal
+) -> Response[Any]:
     """Ollama's chat: the model's chat template, tools, ``format``, ``options``, ``keep_alive``."""
-    keep = keep_alive_seconds(data.keep_alive)
+    keep = capped_keep_alive(caller.scope, keep_alive_seconds(data.keep_alive))  # a key's max_keep_alive
     if not data.messages:
-        reason = await _load_or_unload(forwarding, data.model, "/api/chat", keep)
+        reason = await _load_or_unload(forwarding, data.model, "/api/chat", keep, caller)
         return Response(t.chat_line(data.model, format_time(clock.now()), "", True, done_reason=reason))
 
     def body_for(model: str, n_ctx: int | None) -> WorkerBody:
         return t.chat_body(data, model, n_ctx)
 
     return await _infer(
-        forwarding, clock, data.model, "/api/chat", data.stream, keep, "/v1/chat/completions", body_for, t.chat_line
+        forwarding,
+        clock,
+        data.model,
+        "/api/chat",
+        data.stream,
+        keep,
+        "/v1/chat/completions",
+        body_for,
+        t.chat_line,
+        caller,
     )
 
 
@@ -154,11 +170,13 @@ async def chat(data: o.ChatBody, forwarding: Forwarding, clock: SkipValidation[C
     status_code=HTTP_200_OK,
     responses=_answers(o.GenerateChunk),
 )
-async def generate(data: o.GenerateBody, forwarding: Forwarding, clock: SkipValidation[Clock]) -> Response[Any]:
+async def generate(
+    data: o.GenerateBody, forwarding: Forwarding, clock: SkipValidation[Clock], caller: Principal
+) -> Response[Any]:
     """Ollama's generate: a prompt through the chat template (``system`` before it), or ``raw``."""
-    keep = keep_alive_seconds(data.keep_alive)
+    keep = capped_keep_alive(caller.scope, keep_alive_seconds(data.keep_alive))  # a key's max_keep_alive
     if not data.prompt and not data.images:
-        reason = await _load_or_unload(forwarding, data.model, "/api/generate", keep)
+        reason = await _load_or_unload(forwarding, data.model, "/api/generate", keep, caller)
         return Response(t.generate_line(data.model, format_time(clock.now()), "", True, done_reason=reason))
 
     def body_for(model: str, n_ctx: int | None) -> WorkerBody:
@@ -166,7 +184,7 @@ async def generate(data: o.GenerateBody, forwarding: Forwarding, clock: SkipVali
 
     path = t.generate_path(data)
     return await _infer(
-        forwarding, clock, data.model, "/api/generate", data.stream, keep, path, body_for, t.generate_line
+        forwarding, clock, data.model, "/api/generate", data.stream, keep, path, body_for, t.generate_line, caller
     )
 
 
@@ -179,8 +197,11 @@ def _shorten(vector: list[float], dimensions: int | None) -> list[float]:
     return [x / norm for x in cut]
 
 
-async def _embed(fwd: Forwarding, name: str, route: str, inputs: list[str], keep: float | None) -> tuple[Trip, Answer]:
-    trip = await hold(fwd, model_name(name), route, keep)
+async def _embed(
+    fwd: Forwarding, name: str, route: str, inputs: list[str], keep: float | None, caller: Principal
+) -> tuple[Trip, Answer]:
+    require_model(caller, fwd.live.state, model_name(name), route)
+    trip = await hold(fwd, model_name(name), route, keep, caller.name)
     if not inputs:
         await trip.end(200)
         return trip, Answer(data=[])
@@ -197,15 +218,15 @@ def _vectors(answer: Answer) -> list[list[float]]:
     operation_id="ollamaEmbed",
     tags=["ollama"],
     status_code=HTTP_200_OK,
-    responses={**ollama_errors(400, 401, 404, 409, 413, 503)},
+    responses={**ollama_errors(400, 401, 403, 404, 409, 413, 503)},
 )
-async def embed(data: o.EmbedBody, forwarding: Forwarding) -> o.Embedded:
+async def embed(data: o.EmbedBody, forwarding: Forwarding, caller: Principal) -> o.Embedded:
     """Embeddings of one text or several, with any model (the engine embeds on a second context)."""
     if data.dimensions is not None and data.dimensions <= 0:
         raise Problem(400, "invalid_request", "dimensions must be a positive integer")
     inputs = ([data.input] if data.input else []) if isinstance(data.input, str) else list(data.input)
-    keep = keep_alive_seconds(data.keep_alive)
-    trip, answer = await _embed(forwarding, data.model, "/api/embed", inputs, keep)
+    keep = capped_keep_alive(caller.scope, keep_alive_seconds(data.keep_alive))  # a key's max_keep_alive
+    trip, answer = await _embed(forwarding, data.model, "/api/embed", inputs, keep, caller)
     return o.Embedded(
         model=data.model,
         embeddings=[_shorten(v, data.dimensions) for v in _vectors(answer)],
@@ -220,12 +241,12 @@ async def embed(data: o.EmbedBody, forwarding: Forwarding) -> o.Embedded:
     operation_id="ollamaEmbeddings",
     tags=["ollama"],
     status_code=HTTP_200_OK,
-    responses={**ollama_errors(400, 401, 404, 409, 413, 503)},
+    responses={**ollama_errors(400, 401, 403, 404, 409, 413, 503)},
 )
-async def embeddings(data: o.EmbeddingsBody, forwarding: Forwarding) -> o.EmbeddedOld:
+async def embeddings(data: o.EmbeddingsBody, forwarding: Forwarding, caller: Principal) -> o.EmbeddedOld:
     """The older single-text form (superseded by ``/api/embed`` in Ollama, still used by clients)."""
-    keep = keep_alive_seconds(data.keep_alive)
+    keep = capped_keep_alive(caller.scope, keep_alive_seconds(data.keep_alive))  # a key's max_keep_alive
     inputs = [data.prompt] if data.prompt else []
-    _trip, answer = await _embed(forwarding, data.model, "/api/embeddings", inputs, keep)
+    _trip, answer = await _embed(forwarding, data.model, "/api/embeddings", inputs, keep, caller)
     vectors = _vectors(answer)
     return o.EmbeddedOld(embedding=vectors[0] if vectors else [])

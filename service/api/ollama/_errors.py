@@ -16,7 +16,8 @@ from service.core.ollama import InvalidRequest
 
 _WHY = {
     400: "Invalid request (a field, an option, a duration)",
-    401: "Missing or wrong API key",
+    401: "Missing, wrong or expired API key",
+    403: "The key's scope does not allow this model or route (the rule is named)",
     404: "No such model (or not on the Hub)",
     409: "The model is busy being removed, loaded or downloaded, or the name is ambiguous or taken",
     413: "Request body too large",

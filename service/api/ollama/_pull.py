@@ -24,6 +24,8 @@ from service.api.controllers import start_download
 from service.api.ollama._errors import error_line, ollama_errors
 from service.api.problems import Problem
 from service.api.schemas import DownloadAnswer
+from service.api.scopes import require_model
+from service.core.keys import Principal
 from service.core.ollama import model_name, pull_status
 from service.core.state import DownloadJob, JobStatus, RouterState
 from service.event_store.live_state import LiveState
@@ -121,11 +123,14 @@ async def _wait_finished(answer: DownloadAnswer, live: LiveState) -> None:
             description=f"`stream: false`: one `success`; else {NDJSON} progress lines, the last `success`",
             generate_examples=False,
         ),
-        **ollama_errors(400, 401, 404, 409, 424, 503, 507),
+        **ollama_errors(400, 401, 403, 404, 409, 424, 503, 507),
     },
 )
-async def pull(data: o.ModelBody, settings: Settings, live: LiveState, downloads: DownloadSupervisor) -> Response[Any]:
+async def pull(
+    data: o.ModelBody, settings: Settings, live: LiveState, downloads: DownloadSupervisor, caller: Principal
+) -> Response[Any]:
     """Download ``hf.co/user/repo:QUANT`` (or ``huggingface.co/...``, or ``user/repo:QUANT``) from the Hub."""
+    require_model(caller, live.state, model_name(data.named()), "/api/pull")
     answer = await start_download(model_name(data.named()), settings, live, downloads)
     if not data.stream:
         await _wait_finished(answer, live)

@@ -17,6 +17,9 @@ from service.api.problems import Problem
 from service.api.proxy import Forwarding, unresponsive_problem
 from service.core import events as ev
 from service.core.decision import Append
+from service.core.fair_queue import gated
+from service.core.keys import ANONYMOUS
+from service.core.token_counts import NO_COUNTS, TokenCounts, body_counts, counts_of
 from service.supervision.leases import Lease, WorkerUnresponsive
 
 
@@ -33,6 +36,8 @@ class Trip:
     instance_id: str = ""
     n_ctx: int | None = None
     stream: bool = False
+    key: str = ANONYMOUS  # the caller (service.core.keys)
+    counts: TokenCounts = NO_COUNTS  # what the worker's answer said it used
     _ended: bool = field(default=False, repr=False)
 
     @property
@@ -56,6 +61,9 @@ class Trip:
             stream=self.stream,
             duration_ms=round(self.elapsed_ns() / 1e6, 2),
             keep_alive=self.keep_alive,
+            key=self.key,
+            prompt_tokens=self.counts.prompt,
+            completion_tokens=self.counts.completion,
         )
         try:  # recorded before the release: the log shows the request served before any eviction it allows
             if self.keep_alive is None:
@@ -66,15 +74,19 @@ class Trip:
             self.lease.release()
 
 
-async def hold(fwd: Forwarding, name: str, route: str, keep_alive: float | None) -> Trip:
-    """Wait for ``name`` to be ready (loading it when autoload allows, as Ollama always does) and hold it."""
+async def hold(
+    fwd: Forwarding, name: str, route: str, keep_alive: float | None, key: str = ANONYMOUS, *, runs: bool = True
+) -> Trip:
+    """Wait for ``name`` to be ready (loading it when autoload allows, as Ollama always does) and hold it;
+    a request that ``runs`` the model (not a bare load) also waits its fair turn at a slot (named keys)."""
     started = fwd.clock.monotonic()
-    lease = await fwd.instances.acquire(name, autoload=fwd.autoload)
+    fair = runs and gated(fwd.live.state.keys, "POST", route)
+    lease = await fwd.instances.acquire(name, autoload=fwd.autoload, key=key if fair else None)
     load_ns = int((fwd.clock.monotonic() - started) * 1e9)
     fwd.metrics.observe_queue_wait(load_ns / 1e9)
     found = fwd.live.state.models.get(lease.model)
     inst = found.instance if found is not None else None  # the lease holds it: not stopped meanwhile
-    trip = Trip(fwd, lease, route, keep_alive, started, load_ns)
+    trip = Trip(fwd, lease, route, keep_alive, started, load_ns, key=key)
     if inst is not None:
         trip.instance_id, trip.n_ctx = inst.instance_id, inst.n_ctx
     return trip
@@ -111,6 +123,7 @@ async def call(trip: Trip, path: str, body: WorkerBody) -> Answer:
         async with trip.lease.guard():  # a worker given up as hung ends the wait at once
             answer = await trip.fwd.http.post(trip.lease.endpoint + path, json=body)
         status = answer.status_code
+        trip.counts = body_counts(answer.content)
     except httpx.HTTPError as exc:
         raise _dropped(trip, exc) from None
     finally:
@@ -159,6 +172,7 @@ async def events(trip: Trip, upstream: httpx.Response) -> AsyncIterator[Answer]:
             if data == "[DONE]":
                 break
             chunk = json.loads(data)
+            trip.counts = trip.counts.merged(counts_of(chunk))
             if isinstance(chunk, dict) and "error" in chunk:
                 raise Problem(500, "worker_error", _worker_message(data.encode()))
             yield answer_of(chunk)

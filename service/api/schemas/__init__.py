@@ -37,6 +37,7 @@ from service.api.schemas._control import (
     UnloadAnswer,
 )
 from service.api.schemas._history import DownloadHistory, LoadHistory, ModelHistoryView, PromptCacheHistory
+from service.api.schemas._keys import KeyCreate, KeyIssued, KeyList, KeyPatch, KeyRevokedAnswer, KeyView
 from service.api.schemas._logs import WorkerLogView
 from service.api.schemas._modes import model_optional
 from service.api.schemas._nodes import DeviceView, NodeList, NodeView
@@ -59,6 +60,7 @@ from service.api.schemas._openai import (
     TokenizeRequest,
 )
 from service.api.schemas._service import EventPage, EventView, GenerationSettings, HealthView, RouterProps, TailView
+from service.api.schemas._usage import UsageRowView, UsageView
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -87,6 +89,12 @@ __all__ = [
     "InstanceView",
     "JobList",
     "JobView",
+    "KeyCreate",
+    "KeyIssued",
+    "KeyList",
+    "KeyPatch",
+    "KeyRevokedAnswer",
+    "KeyView",
     "LlamaEmbeddingRequest",
     "LoadAnswer",
     "LoadHistory",
@@ -119,6 +127,8 @@ __all__ = [
     "TailView",
     "TokenizeRequest",
     "UnloadAnswer",
+    "UsageRowView",
+    "UsageView",
     "WorkerLogView",
     "model_optional",
     "problems",

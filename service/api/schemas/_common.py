@@ -90,7 +90,10 @@ class ProblemDetails(msgspec.Struct, frozen=True):
 _WHY = {
     400: "Invalid request: a field, parameter or header is wrong (named in `detail` and `errors`)",
     401: "Not authorised (the Hub refused the token)",
-    403: "Forbidden (a gated repo the token cannot read; a feature llama-server has off)",
+    403: (
+        "Forbidden (a named key's scope does not allow the model or route, `rule` names it; a gated repo "
+        "the token cannot read; a feature llama-server has off)"
+    ),
     404: "Not found",
     409: "Conflict with the model's or job's current state",
     413: "Request body larger than the route's limit",

@@ -9,7 +9,8 @@ const EVENT_TYPES = [
   "download_interrupted", "download_progress", "download_requested", "download_resumed", "download_started",
   "instance_crashed", "instance_load_failed", "instance_loading", "instance_lost", "instance_ready",
   "instance_requested", "instance_stats", "instance_stop_requested", "instance_stopped",
-  "instance_unresponsive", "loading_progress", "log_writes_resumed", "model_alias_removed", "model_aliased",
+  "instance_unresponsive", "key_changed", "key_created", "key_revoked", "loading_progress", "log_writes_resumed",
+  "model_alias_removed", "model_aliased",
   "model_configured", "model_discovered", "model_measured", "model_removed", "models_reloaded",
   "node_devices_measured", "node_joined", "node_left", "node_lost", "partial_file_found",
   "partial_file_removed", "prompt_cache_discarded", "prompt_cache_restored", "prompt_cache_saved",
@@ -183,6 +184,7 @@ async function refresh() {
     renderModels();
     renderJobs();
   } catch (err) { showError(err); }
+  await refreshUsage(); // usage.js
 }
 
 // ---- live event feed ---------------------------------------------------------------------
@@ -269,12 +271,19 @@ function table(rows, columns) {
 
 // The timeline from GET /models/{id}/history; where the service has none (older versions),
 // the model's own events from GET /events?model=.
+let historyAsked = 0; // the latest click: an older answer arriving after it (another model's) is dropped
+
 async function showHistory(model) {
+  const asked = ++historyAsked;
   $("#history-model").textContent = model;
   showLog(model);
   const box = $("#history");
+  // Until the answer comes, show nothing rather than the last timeline (perhaps another model's).
+  box.replaceChildren();
+  delete box.dataset.source;
   const path = "/models/" + model.split("/").map(encodeURIComponent).join("/") + "/history";
   const answer = await request("GET", path);
+  if (asked !== historyAsked) return;
   if (answer.ok) {
     const data = await answer.json();
     const parts = Object.entries(data).filter(([, v]) => Array.isArray(v));
@@ -286,6 +295,7 @@ async function showHistory(model) {
     return;
   }
   const page = await api("GET", "/events?limit=1000&model=" + encodeURIComponent(model));
+  if (asked !== historyAsked) return;
   const rows = page.events.filter((e) => !NOISY.has(e.type)).reverse()
     .map((e) => ({ position: e.position, recorded_at: e.recorded_at, type: e.type, detail: details(e) }));
   box.replaceChildren(table(rows));
@@ -381,6 +391,7 @@ function init() {
     act(async () => { await api("POST", "/models", { model }); $("#download-repo").value = ""; });
   });
   $("#chat-form").addEventListener("submit", sendChat);
+  initUsage(); // usage.js
   refresh();
   connect();
 }

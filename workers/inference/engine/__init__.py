@@ -43,6 +43,7 @@ from workers.inference.engine._sampling import (
     SamplerError,
     SamplingParams,
     build_chain,
+    greedy_pick,
     sampler_order,
     strict_json_strings,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "ThinkTags",
     "Watched",
     "build_chain",
+    "greedy_pick",
     "sampler_order",
     "strict_json_strings",
     "wait_embeddings",

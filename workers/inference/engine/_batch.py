@@ -32,7 +32,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from workers.inference.engine._admission import AdmissionMixin
+from workers.inference.engine._compaction import CompactionMixin
 from workers.inference.engine._disk_cache import DiskCacheMixin
+from workers.inference.engine._draft_model import load_draft
 from workers.inference.engine._embed import EmbeddingLane, EmbeddingMixin, EmbedRequest
 from workers.inference.engine._errors import EngineError, EngineFailed, EngineNotReady, EngineStopping, RequestCancelled
 from workers.inference.engine._kept_logits import KeptLogits
@@ -43,17 +45,22 @@ from workers.inference.engine._protocol import FrontFactory, JobRunner
 from workers.inference.engine._row_sampler import RowSampler
 from workers.inference.engine._slot_files import SlotAction, SlotActionsMixin
 from workers.inference.engine._slots import Request, Slot, lora_sets
+from workers.inference.engine._speculate import check_rollback
 from workers.inference.engine._step import StepMixin
 from workers.inference.engine._step_clock import StepClock
 from workers.inference.engine._views import Heartbeat
-from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel, LoraKey
+from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel, LoadError, LoraKey
+from workers.inference.speculative import UnsupportedSpeculation, make_speculator
 
 if TYPE_CHECKING:
+    from service.core.launch_speculative import SpeculativeOptions
     from workers.inference.engine._job import Job
     from workers.inference.llama import Loaded
 
 
-class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, AdmissionMixin, DiskCacheMixin, StepMixin):
+class BatchEngine(
+    EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, AdmissionMixin, DiskCacheMixin, CompactionMixin, StepMixin
+):
     """Loads the model on its own thread, then runs the step loop until drained (an
     :class:`~workers.inference.engine.Engine`: ``n_parallel`` slots, live state, a request front)."""
 
@@ -66,11 +73,13 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         context_shift: bool = False,
         cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB,
         cache_idle_slots: bool = True,
+        speculative: SpeculativeOptions | None = None,
     ) -> None:
         self.model_name = model_name
         self.cache_ram_mib, self.cache_idle_slots = cache_ram_mib, cache_idle_slots  # --cache-ram, --cache-idle-slots
         self.prompt_cache: PromptCache | None = None  # made in _setup unless --cache-ram 0
         self.n_parallel = max(1, n_parallel)
+        self.speculative = speculative  # --spec-type and its drafters' options: the speculator made at load
         self.llm: LlamaModel | None = None
         self.slots: list[Slot] = []
         self.metrics = EngineMetrics()
@@ -90,7 +99,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         self._budget = 0  # prompt tokens per step; halved while the KV cache cannot take a batch
         self._gen_cap, self._gen_waiting = 0, set()  # generating slots per step, likewise (_step)
         self.kept = KeptLogits()  # per slot, the logits after its cached tokens (exact repeats)
-        self.sampler = RowSampler(None, 1)  # a step's rows on the compute threads (made in _setup)
+        self.sampler = RowSampler(None, 1, 0)  # a step's rows on the compute threads (made in _setup)
         self.step_log = StepLog()  # GET /engine/steps
         self.clock = StepClock()  # GET /engine/heartbeat: the service's liveness check
         self._loop_done = threading.Event()  # the engine thread left its loop: the context is the caller's
@@ -178,7 +187,24 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         self.prompt_cache = PromptCache(self.cache_ram_mib, llm.n_ctx) if self.cache_ram_mib and llm.mem else None
         if self.prompt_cache is not None and self.cache_idle_slots:
             self._debug("__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")  # llama-server's line: idle slots go to the cache
-        self.sampler = RowSampler(llm.lc, llm.cfg.n_threads)
+        self.sampler = RowSampler(llm.lc, llm.cfg.n_threads, llm.n_vocab)
+        self._setup_compaction(llm)
+        if self.speculative is not None:
+            self._setup_speculation(llm, self.speculative)
+
+    def _setup_speculation(self, llm: LlamaModel, options: SpeculativeOptions) -> None:
+        """The drafters ``--spec-type`` asks for (a draft model loaded beside the target); one that cannot
+        run here fails the load with the reason."""
+        try:
+            uses_draft = "draft-simple" in options.spec_type.split(",")
+            draft = load_draft(options, llm, len(self.slots), None) if uses_draft else None
+            self.speculator = make_speculator(options, len(self.slots), draft)
+            if self.speculator is not None:
+                check_rollback(llm)
+        except UnsupportedSpeculation as exc:
+            raise LoadError("speculative_decoding", str(exc)) from None
+        for s in self.slots:
+            s.spec_types = options.spec_type if self.speculator is not None else "none"
 
     def submit(self, job: Job) -> None:
         """Run an HTTP job through the request front (raises :class:`EngineNotReady` before load and once draining)."""
@@ -256,6 +282,7 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
                 lora.use(self.llm.lc, self.llm.ctx, lora.key)  # embeddings decode with the worker's own set
             self._embed_step(now)
         self._admit(now)
+        self._compact_slots()
         if self.embedding_enabled:
             self.llm.set_embeddings(False)  # logits for the generating slots
         sets: list[LoraKey | None] = [*lora_sets(self.slots)] if lora.adapters else []
@@ -323,10 +350,10 @@ class BatchEngine(EngineMonitorMixin, EmbeddingMixin, SlotActionsMixin, Admissio
         if req is not None:
             self.step_log.ended(req.id)
             self.metrics.on_release(slot.timings)
+        if not keep_cache:  # before it shows idle: /slots never sees an idle slot with cells about to go
+            self._drop_cache(slot)
         with self._cv:
             slot.end(now)
-        if not keep_cache:
-            self._drop_cache(slot)
 
     def _reject(self, req: Request, err: EngineError) -> None:
         if req.chain is not None and self.llm is not None:

@@ -13,7 +13,8 @@
 
 Without ``--model-sha256`` the hash is computed on a thread after the load (a few seconds for a large
 model, never before ready): the files are restored lazily once it is known, and a stop before that
-saves nothing. The file format is :mod:`._disk_files`'s.
+saves nothing. A request that arrives meanwhile and that a saved file would serve waits for the hash
+(the engine pauses for it) rather than compute its prefix again. The file format is :mod:`._disk_files`'s.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class PromptDisk:
     save_bound_s: float = SAVE_BOUND_S
     eager_bound_s: float = EAGER_BOUND_S
     lazy: list[Header] = field(default_factory=list)  # matching files not read yet (engine thread only)
+    unverified: list[Header] = field(default_factory=list)  # the files while the model's hash is not known
+    hashing: bool = False  # the hash thread runs (read and written under the engine's condition)
 
     @property
     def enabled(self) -> bool:
@@ -83,6 +86,22 @@ def file_sha256(path: str) -> str:
         while chunk := f.read(HASH_CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def serves(header: Header, prompt: list[int]) -> bool:
+    """The saved entry is worth reading for this prompt: as much of it is reused as a RAM entry needs."""
+    return common_prefix(header.tokens, prompt) >= max(1, MIN_KEEP * len(header.tokens))
+
+
+def readable_headers(directory: Path) -> list[Header]:
+    """The headers of the directory's files that read back, checked against nothing yet."""
+    headers = []
+    for path, _, _ in listing(directory)[0]:
+        try:
+            headers.append(read_header(path))
+        except CorruptFile:
+            continue  # the restore after the hash discards and records it
+    return headers
 
 
 class DiskCacheMixin:
@@ -122,6 +141,8 @@ class DiskCacheMixin:
             tmp.unlink(missing_ok=True)
             disk.log("prompt_cache_leftover_deleted", file=str(tmp))
         if disk.model_sha256 is None:
+            disk.unverified = readable_headers(disk.directory)
+            disk.hashing = True
             threading.Thread(target=self._hash_model, name="model-sha256", daemon=True).start()
             return
         self._restore(lazy_all=False)
@@ -134,12 +155,16 @@ class DiskCacheMixin:
             digest = file_sha256(disk.model_path)
         except OSError as exc:
             disk.log("prompt_cache_hash_failed", error=str(exc))
+            with self._cv:
+                disk.hashing = False
+                self._cv.notify_all()
             return
         disk.log("model_sha256", sha256=digest, ms=round((time.monotonic() - t0) * 1000.0, 1))
         with self._cv:
             disk.model_sha256 = digest
+            disk.hashing = False
             self._disk_due = True
-            self._cv.notify()
+            self._cv.notify_all()
 
     def _restore(self, *, lazy_all: bool) -> None:
         """Check every file; restore the matching ones, newest first, for ``eager_bound_s`` (none with
@@ -226,14 +251,22 @@ class DiskCacheMixin:
     def _restore_due(self) -> None:
         """Engine thread, between steps: the hash became known after the load."""
         self._disk_due = False
+        assert self.disk is not None
+        self.disk.unverified = []
         self._restore(lazy_all=True)
 
     def _restore_for(self, prompt: list[int]) -> None:
-        """Engine thread, before a request takes a slot: read the waiting files its prompt starts with."""
+        """Engine thread, holding ``_cv``, before a request takes a slot: read the waiting files its prompt
+        starts with; first wait for the model's hash when one of the files not checked yet would serve it."""
         disk = self.disk
-        if disk is None or not disk.lazy or not prompt:
+        if disk is None or not prompt:
             return
-        wanted = [h for h in disk.lazy if common_prefix(h.tokens, prompt) >= max(1, MIN_KEEP * len(h.tokens))]
+        if disk.hashing and any(serves(h, prompt) for h in disk.unverified):
+            disk.log("prompt_cache_waits_for_hash", files=len(disk.unverified))
+            self._cv.wait_for(lambda: not disk.hashing)
+        if self._disk_due:
+            self._restore_due()
+        wanted = [h for h in disk.lazy if serves(h, prompt)]
         for header in wanted:
             disk.lazy.remove(header)
             self._restore_one(header, lazy=True)

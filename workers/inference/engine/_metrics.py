@@ -56,6 +56,10 @@ class EngineMetrics:
     n_tokens_max: int = 0
     requests_finished: int = 0
     requests_preempted: int = 0  # modelrouter's: slots a full KV pool took back (engine._preempt)
+    slot_moves: int = 0  # modelrouter's: running sequences moved beside the others (engine._compaction)
+    n_draft_tokens: int = 0  # speculative decoding: tokens drafted, accepted, verifications
+    n_draft_accepted: int = 0
+    n_drafts: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def on_admit(self, n_cached: int) -> None:
@@ -83,6 +87,17 @@ class EngineMetrics:
     def on_preempt(self) -> None:
         """A running request gave its slot back to a full KV pool, to go on later."""
         self.requests_preempted += 1  # the engine thread's alone
+
+    def on_slot_move(self) -> None:
+        """A running sequence moved into an idle slot, so the running slots make one ubatch."""
+        self.slot_moves += 1  # the engine thread's alone
+
+    def on_draft(self, drafted: int, accepted: int) -> None:
+        """One verification of ``drafted`` tokens, ``accepted`` of them taken."""
+        with self._lock:
+            self.n_draft_tokens += drafted
+            self.n_draft_accepted += accepted
+            self.n_drafts += 1
 
     def on_release(self, t: Timings) -> None:
         """A request left its slot (finished, cancelled or failed): its generation is counted, as
@@ -121,7 +136,21 @@ class EngineMetrics:
                 ("tokens_predicted_seconds_total", "Total time spent generating tokens", self.predict.seconds),
                 ("n_decode_total", _N_DECODE, self.n_decode),
                 ("n_tokens_max", "Largest observed sequence length (prompt + generation)", self.n_tokens_max),
-                *_SPECULATIVE,
+                (
+                    "spec_decode_num_draft_tokens_total",
+                    "Speculative: Total draft tokens generated",
+                    self.n_draft_tokens,
+                ),
+                (
+                    "spec_decode_num_accepted_tokens_total",
+                    "Speculative: Total draft tokens accepted by the target model",
+                    self.n_draft_accepted,
+                ),
+                (
+                    "spec_decode_num_drafts_total",
+                    "Speculative: Total speculative decoding verification steps",
+                    self.n_drafts,
+                ),
             ]
             gauges = [
                 ("prompt_tokens_seconds", "Average prompt throughput in tokens/s", prompt_rate),
@@ -144,17 +173,15 @@ class EngineMetrics:
                 ]
         name = "modelrouter:requests_preempted_total"  # ours: llama-server has no preemption
         lines += [f"# HELP {name} {_PREEMPTED}", f"# TYPE {name} counter", f"{name} {self.requests_preempted:g}"]
+        name = "modelrouter:slot_moves_total"
+        lines += [f"# HELP {name} {_SLOT_MOVES}", f"# TYPE {name} counter", f"{name} {self.slot_moves:g}"]
         return "\n".join(lines) + "\n"
 
 
 _PREEMPTED = "Number of running requests a full KV pool preempted (evaluated again later, their replies paused)"
+_SLOT_MOVES = "Number of running sequences moved into an idle slot so the running slots decode as one ubatch"
 _PROMPT_TOKENS = "Number of prompt tokens processed, excluding cached tokens"
 _N_DECODE = "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding"
-_SPECULATIVE: list[tuple[str, str, float]] = [  # no speculative decoding here: llama-server's zeros without a draft
-    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", 0),
-    ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model", 0),
-    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", 0),
-]
 
 
 STEP_LOG = 8192

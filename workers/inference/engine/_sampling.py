@@ -225,8 +225,7 @@ def _samplers(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, seed: int) -
             raise SamplerError(f"logit_bias: token ids must be in [0, {n_vocab})")
         arr = (lc.llama_logit_bias * len(p.logit_bias))(*[lc.llama_logit_bias(t, b) for t, b in p.logit_bias])
         out.append(lc.llama_sampler_init_logit_bias(n_vocab, len(p.logit_bias), arr))
-    penalised = p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
-    if penalised and "penalties" in p.samplers:
+    if _penalised(p):
         out.append(
             lc.llama_sampler_init_penalties(
                 n_vocab, p.penalty_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
@@ -246,6 +245,29 @@ def _samplers(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, seed: int) -
             lc.llama_sampler_free(s)
         raise
     return out
+
+
+def _penalised(p: SamplingParams) -> bool:
+    """Whether the chain has the penalties sampler (it changes nothing at its defaults)."""
+    changes = p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+    return changes and "penalties" in p.samplers
+
+
+@dataclass(frozen=True, slots=True)
+class GreedyPick:
+    """A chain of the logit bias (if any) and greedy alone, as a pure function of the logits: the first
+    largest logit after the biases (llama.cpp's greedy keeps the first of equal ones, as numpy's argmax)."""
+
+    tokens: tuple[int, ...] = ()
+    biases: tuple[float, ...] = ()
+
+
+def greedy_pick(p: SamplingParams) -> GreedyPick | None:
+    """What :func:`build_chain` makes of ``p`` when it is only a pick of the best logit (temperature 0,
+    no penalties, no grammar), or None. Such a chain keeps no state: accepting a token changes nothing."""
+    if p.temperature != 0.0 or p.grammar or _penalised(p):
+        return None
+    return GreedyPick(tuple(t for t, _ in p.logit_bias), tuple(b for _, b in p.logit_bias))
 
 
 def _final_samplers(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, seed: int) -> list[Any]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.inference.engine._reasoning import ReasoningControl
-from workers.inference.engine._sampling import SamplingParams
+from workers.inference.engine._sampling import GreedyPick, SamplingParams
 from workers.inference.engine._views import SlotView
 
 _request_ids = itertools.count(1)
@@ -55,6 +55,7 @@ class Request:
     reasoning: ReasoningControl | None = None  # reasoning_control: its reasoning may be ended from outside
     return_progress: bool = False  # llama-server's: ("p", prompt_progress) events while the prompt is evaluated
     timings_per_token: bool = False  # llama-server's: each ("t", ...) event carries the timings so far
+    greedy: GreedyPick | None = None  # its chain as a pick of the best logit (_sampling.greedy_pick), or None
     resume: Resume | None = None  # preempted while generating: what it evaluates again, its state (_preempt)
     n_preempted: int = 0  # times a full KV pool took its slot back
     id: int = field(default_factory=lambda: next(_request_ids))
@@ -85,6 +86,8 @@ class Timings:
     t_start: float = 0.0
     t_prompt_last: float = 0.0
     t_gen_last: float = 0.0
+    draft_n: int = 0  # tokens drafted for this request (speculative decoding)
+    draft_n_accepted: int = 0  # of them, those the target's sampling took
 
     def prompt_seconds(self) -> float:
         return self.t_prompt_last - self.t_start if self.t_prompt_last else 0.0
@@ -110,6 +113,7 @@ class Timings:
 
     def to_json(self) -> dict[str, float | int]:
         prompt_ms, predicted_ms, steps = self.prompt_seconds() * 1e3, self.gen_seconds() * 1e3, self.gen_steps()
+        drafts = {"draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted} if self.draft_n else {}
         return {
             "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,
@@ -120,6 +124,7 @@ class Timings:
             "predicted_ms": predicted_ms,
             "predicted_per_token_ms": predicted_ms / steps if steps else 0.0,
             "predicted_per_second": 1e3 / predicted_ms * steps if predicted_ms > 0 else 0.0,
+            **drafts,  # as llama-server: only when the request drafted
         }
 
 
@@ -194,6 +199,8 @@ class Slot:
     chain: Any = None  # the request's sampler chain
     n_prompt_done: int = 0  # prompt tokens whose cells exist (reused + evaluated)
     pending: int = -1  # sampled, not yet decoded
+    draft: list[int] = field(default_factory=list)  # this step's drafted tokens after ``pending`` (engine._speculate)
+    spec_types: str = "none"  # the worker's --spec-type (/slots' speculative)
     n_decoded: int = 0
     batch_index: int = -1  # row of this slot's logits in the last batch, or -1
     text: TextStream | None = None
@@ -254,7 +261,7 @@ class Slot:
 
     def to_json(self) -> SlotView:
         """llama-server's ``/slots`` entry (without the prompt and generated text)."""
-        out: SlotView = {"id": self.id, "n_ctx": self.n_ctx, "speculative": False}
+        out: SlotView = {"id": self.id, "n_ctx": self.n_ctx, "speculative": self.spec_types != "none"}
         out["is_processing"] = self.is_processing
         out["n_cached"] = len(self.cache)  # modelrouter's: tokens whose KV cells the slot holds
         req = self.request or self.last_request
@@ -269,6 +276,7 @@ class Slot:
             "n_predict": req.max_tokens or -1,
             "stop": list(req.stop),
             "lora": [{"id": i, "scale": scale} for i, scale in req.lora or ()],
+            "speculative.types": self.spec_types,
         }
         out["next_token"] = [
             {

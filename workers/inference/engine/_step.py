@@ -19,6 +19,7 @@ from workers.inference.engine._kept_logits import logits_row
 from workers.inference.engine._media import text_end
 from workers.inference.engine._preempt import preempt
 from workers.inference.engine._slots import Request, Slot, SlotState, shift_context
+from workers.inference.engine._speculate import SpeculateMixin
 from workers.inference.engine._tokens import TokenMixin
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from workers.inference.llama import Batch, LoraKey
 
 
-class StepMixin(TokenMixin):
+class StepMixin(SpeculateMixin, TokenMixin):
     """The batch engine's filling of one batch and committing of its rows (on the engine thread)."""
 
     kept: KeptLogits
@@ -46,8 +47,8 @@ class StepMixin(TokenMixin):
         raise NotImplementedError  # the engine's
 
     def _fill(self, batch: Batch, lora: LoraKey | None = None) -> tuple[list[Slot], list[tuple[Slot, list[int]]]]:
-        """Generating slots' tokens first, then prompt chunks in arrival order, up to ``n_batch``
-        (only the slots with adapter set ``lora`` unless it is None)."""
+        """Generating slots' tokens first (each with its drafted tokens, when speculating), then prompt
+        chunks in arrival order, up to ``n_batch`` (only the slots with adapter set ``lora`` unless it is None)."""
         assert self.llm is not None
         gen: list[Slot] = []
         now = time.monotonic()
@@ -63,8 +64,11 @@ class StepMixin(TokenMixin):
         cap = self._gen_cap or len(gen)
         self._gen_waiting = {s.id for s in gen[cap:]}
         gen = gen[:cap]
-        for s in gen:
-            s.batch_index = batch.add([s.pending], len(s.cache) + s.pos_delta, s.id, True)
+        for n, s in enumerate(gen):
+            s.draft = self._draft_for(s, batch.capacity - batch.n - (len(gen) - n))  # room for the others' tokens
+            row = batch.add([s.pending, *s.draft], len(s.cache) + s.pos_delta, s.id, True, outputs=bool(s.draft))
+            s.batch_index = row - len(s.draft)  # the first of its rows
+        self._skip_drafts = False
         chunks: list[tuple[Slot, list[int]]] = []
         budget = min(self._budget, batch.capacity - batch.n)
         prefilling = [s for s in self.slots if s.state is SlotState.PROMPT and (lora is None or s.lora == lora)]
@@ -95,10 +99,15 @@ class StepMixin(TokenMixin):
             if s.batch_index >= 0:
                 s.state = SlotState.GENERATING
         ctx, kept = self.llm.ctx, self.kept
-        rows = [s for s in self.slots if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None]
+        drafted = [(s, s.draft, s.batch_index) for s in gen if s.draft]
+        rows = [
+            s
+            for s in self.slots
+            if s.batch_index >= 0 and s.state is SlotState.GENERATING and s.chain is not None and not s.draft
+        ]
         forced = {s.id: t for s in rows if (t := _forced(s)) is not None}  # a reasoning being ended
         post = {s.id for s in rows if s.id not in forced and _post_sampling(s)}  # sampled here, candidates kept
-        jobs = [(s.chain, s.batch_index) for s in rows]
+        jobs = [(s.chain, s.batch_index, s.request.greedy if s.request else None) for s in rows]
         direct = [j for s, j in zip(rows, jobs, strict=True) if s.id not in forced and s.id not in post]
         sampled, probs = iter(self.sampler.sample(ctx, direct)), {}
         tokens = []
@@ -113,10 +122,13 @@ class StepMixin(TokenMixin):
                 tokens.append(token)
                 continue
             tokens.append(forced[s.id] if s.id in forced else next(sampled))
-        for s, (_, index), token in zip(rows, jobs, tokens, strict=True):
+        for s, (_, index, _), token in zip(rows, jobs, tokens, strict=True):
             self._on_token(s, token, now, probs=probs.get(s.id))
             if not s.is_processing:  # it ended here: keep the logits after what the slot holds
                 kept.keep(s.id, ctx, index, s.cache)
+        for s, draft, first_row in drafted:
+            s.draft = []
+            self._verify(s, draft, first_row, now)
         for s in self.slots:
             s.batch_index = -1
 
@@ -129,6 +141,9 @@ class StepMixin(TokenMixin):
         assert self.llm is not None
         for s in self.slots:
             s.batch_index = -1
+            if s.draft:  # the step is taken again without them
+                s.draft = []
+                self._skip_drafts = True
         if ret == 1:
             if self._clear_an_idle_slot():
                 return

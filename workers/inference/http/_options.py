@@ -36,6 +36,7 @@ class FrontOptions:
     prefill_assistant: bool = True  # --no-prefill-assistant: a last assistant message is a whole turn
     reasoning_format: str = "auto"
     reasoning: str = "auto"  # --reasoning: on, off or auto (the templates' enable_thinking)
+    spec_type: str = "none"  # --spec-type (speculative.types in /props and generation_settings)
     verbose: bool = False  # llama-server's -v: OpenAI answers carry __verbose (dialects._verbose)
     mmproj: str | None = None  # --mmproj: the model's projector (chats may carry images, see _jobs)
     # llama-server's sampling options (--temp, -n, --grammar-file...): every request's defaults (_server_defaults)

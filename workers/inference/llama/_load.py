@@ -78,8 +78,9 @@ def _context_params(lc: Any, cfg: ContextConfig, n_ctx_train: int) -> Any:
     p.n_ctx = total if cfg.kv_unified else min(max(total // n_seq, 1), n_ctx_train or total) * n_seq
     # A step carries one token per generating slot even when n_batch is smaller.
     p.n_batch = max(cfg.n_batch, n_seq)
-    # Embeddings need a whole sequence in one micro-batch (llama-server: n_batch = n_ubatch).
-    p.n_ubatch = p.n_batch if cfg.embedding else min(p.n_batch, max(cfg.n_ubatch, 1))
+    p.n_ubatch = min(p.n_batch, max(cfg.n_ubatch, 1))
+    if cfg.embedding:  # a whole sequence in one micro-batch: llama-server sets n_batch = n_ubatch
+        p.n_batch = p.n_ubatch = max(p.n_ubatch, n_seq)
     p.n_seq_max = n_seq
     p.n_threads = cfg.n_threads
     p.n_threads_batch = cfg.n_threads_batch

@@ -165,6 +165,11 @@ class LlamaModel:
             return True  # an encoder keeps nothing between decodes
         return bool(self.lc.llama_memory_seq_rm(self.mem, seq, p0, p1))
 
+    def seq_cp(self, src: int, dst: int) -> None:
+        """Copy all of sequence ``src`` to ``dst`` (across KV streams: ``dst``'s stream is replaced,
+        its buffer copied at the next decode)."""
+        self.lc.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
+
     def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
         """Shift positions ``[p0, p1)`` of ``seq`` by ``delta`` (context shift)."""
         self.lc.llama_memory_seq_add(self.mem, seq, p0, p1, delta)

@@ -151,24 +151,23 @@ class TestParallelSlots:
 
         def victim() -> None:
             others_streaming.wait()  # admitted last, so nothing takes its slot after it leaves
-            # max_tokens 0: until the context is full, ~16K tokens, unless cancelled.
-            body = {"prompt": "victim", "max_tokens": 0, "stream": True}
+            # max_tokens 0 and no end-of-generation token (a sampled one would end it early, its cells kept):
+            # until the context is full, ~4K tokens a slot, unless cancelled; a first token shows it holds a slot.
+            body = {"prompt": "victim", "max_tokens": 0, "ignore_eos": True, "stream": True}
             with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
-                lines = r.iter_lines()
-                for _ in range(3):
-                    next(lines)
+                next(_sse(r.iter_lines()))
             # leaving the block hangs up mid-stream
 
         _run_threads([lambda: other(0), lambda: other(1), victim])
         assert [results[0], results[1]] == expected  # undisturbed: the same text as alone
 
-        def victim_freed() -> dict[str, Any] | None:
-            for s in _slots(url):
-                if s.get("params", {}).get("n_predict") == -1 and not s["is_processing"]:
-                    return s
-            return None
+        def all_idle() -> list[dict[str, Any]] | None:
+            slots = _slots(url)
+            return None if any(s["is_processing"] for s in slots) else slots
 
-        slot = _wait_for(victim_freed, "the cancelled request's slot to be freed")
+        # The victim's slot holds the latest task (an earlier test's idle slots may look like it otherwise).
+        slot = max(_wait_for(all_idle, "every slot to be idle"), key=lambda s: s.get("id_task", -1))
+        assert slot["params"]["n_predict"] == -1 and slot["n_prompt_tokens"] > 0
         # It was cancelled, not ended at its natural end (the full context): an ended request's cells stay
         # for the next prompt, a cancelled one's go (an idle slot's counts are cleared, as llama-server's).
         assert slot["n_cached"] == 0

@@ -67,6 +67,14 @@ def stop(w: WorkerProc, reason: str = "unload") -> None:
     assert w.wait_exit() == 0, w.stderr_tail()
 
 
+def save_a_prompt(spawn_worker: Any, gguf: Path, cache_dir: Path) -> WorkerProc:
+    """A first worker answers ``PROMPT`` and saves it at its planned stop; the stopped worker."""
+    first = start(spawn_worker, gguf, cache_dir)
+    complete(first.endpoint, PROMPT)
+    stop(first)
+    return first
+
+
 def files(cache_dir: Path) -> list[Path]:
     return sorted(cache_dir.glob("*.lcache"))
 
@@ -74,9 +82,7 @@ def files(cache_dir: Path) -> list[Path]:
 @pytest.mark.timeout(240)
 def test_a_saved_prefix_is_reused_by_the_next_worker(spawn_worker: Any, gguf: Path, tmp_path: Path) -> None:
     cache_dir = tmp_path / "pc"
-    first = start(spawn_worker, gguf, cache_dir)
-    complete(first.endpoint, PROMPT)
-    stop(first)
+    first = save_a_prompt(spawn_worker, gguf, cache_dir)
     saved = first.of_type("prompt_cache_saved")
     assert len(saved) == 1 and saved[0]["model_sha256"] == file_sha256(str(gguf))
     assert saved[0]["settings"]["n_ctx_seq"] == 256 and Path(saved[0]["file"]) in files(cache_dir)
@@ -104,9 +110,7 @@ def test_a_crashed_save_and_a_kill_leave_nothing_used(spawn_worker: Any, gguf: P
     """A ``*.tmp-*`` (a save cut off by kill -9) is deleted unread; a worker killed with -9 saves
     nothing, and the file of the last planned stop is still used."""
     cache_dir = tmp_path / "pc"
-    first = start(spawn_worker, gguf, cache_dir)
-    complete(first.endpoint, PROMPT)
-    stop(first)
+    save_a_prompt(spawn_worker, gguf, cache_dir)
     (good,) = files(cache_dir)
     leftover = cache_dir / (file_name(prefix_sha256([1, 2, 3])) + ".tmp-4242")
     leftover.write_bytes(good.read_bytes()[:100])  # as a save killed half-way leaves it
@@ -153,9 +157,7 @@ def test_another_model_or_context_discards_the_files(spawn_worker: Any, gguf: Pa
 @pytest.mark.timeout(240)
 def test_without_a_known_hash_the_files_are_restored_lazily(spawn_worker: Any, gguf: Path, tmp_path: Path) -> None:
     cache_dir = tmp_path / "pc"
-    first = start(spawn_worker, gguf, cache_dir)
-    complete(first.endpoint, PROMPT)
-    stop(first)
+    save_a_prompt(spawn_worker, gguf, cache_dir)
     second = start(spawn_worker, gguf, cache_dir, sha=None)
     eventually(lambda: "model_sha256" in second.stderr_tail(100_000), "the model's hash")
     assert not second.of_type("prompt_cache_restored"), "not before a request needs it"
@@ -164,13 +166,25 @@ def test_without_a_known_hash_the_files_are_restored_lazily(spawn_worker: Any, g
 
 
 @pytest.mark.timeout(240)
+def test_a_request_before_the_hash_waits_for_it_and_reuses_the_file(
+    spawn_worker: Any, gguf: Path, tmp_path: Path
+) -> None:
+    cache_dir = tmp_path / "pc"
+    save_a_prompt(spawn_worker, gguf, cache_dir)
+    second = start(spawn_worker, gguf, cache_dir, sha=None)
+    # Sent at once: whether or not the hash is done, the saved prefix serves it.
+    assert complete(second.endpoint, PROMPT)["timings"]["prompt_n"] == 1
+    assert second.of_type("prompt_cache_restored")[0]["lazy"] is True
+    # Another prompt that no file serves never waits.
+    assert complete(second.endpoint, "Something else entirely")["timings"]["prompt_n"] > 1
+
+
+@pytest.mark.timeout(240)
 def test_the_budget_keeps_the_best_entry_and_drops_the_oldest_file(
     spawn_worker: Any, gguf: Path, tmp_path: Path
 ) -> None:
     cache_dir = tmp_path / "pc"
-    first = start(spawn_worker, gguf, cache_dir)
-    complete(first.endpoint, PROMPT)
-    stop(first)
+    save_a_prompt(spawn_worker, gguf, cache_dir)
     (old,) = files(cache_dir)
     budget = old.stat().st_size * 3 // 2  # room for one entry of this length
     second = start(spawn_worker, gguf, cache_dir, "--cache-disk-max", str(budget))

@@ -159,11 +159,12 @@ def generation_settings(
     lora: Sequence[tuple[int, float]] = (),
     whole: bool = True,
     post_sampling_probs: bool = False,
+    spec_types: str = "none",
 ) -> JsonObject:
     """``params`` (the sampler's, :meth:`SamplingParams.to_json`) with the rest of llama-server's
     ``task_params::to_json``: a request's ``generation_settings``, or with ``whole`` false the
-    shorter form ``/props`` shows. Keys for what this worker does not have (speculative decoding,
-    lazy grammars, backend sampling) carry llama-server's values when it does not use them either."""
+    shorter form ``/props`` shows. Keys for what this worker does not have (lazy grammars, backend
+    sampling) carry llama-server's values when it does not use them either."""
     out = {
         **params,
         "max_tokens": n_predict,
@@ -177,7 +178,7 @@ def generation_settings(
         "reasoning_format": reasoning_format,
         "reasoning_in_content": False,
         "generation_prompt": "",
-        "speculative.types": "none",
+        "speculative.types": spec_types,
         "timings_per_token": False,
         "post_sampling_probs": post_sampling_probs,
         "backend_sampling": False,
@@ -211,6 +212,7 @@ def props(front: Any, total_slots: int, model_name: str, opts: FrontOptions) -> 
         n_predict=int(n_predict) if is_number(n_predict) else -1,
         ignore_eos=params.get("ignore_eos") is True,  # --ignore-eos: a sampler setting in llama.cpp
         whole=False,
+        spec_types=opts.spec_type,
     )
     source = getattr(front.renderer(), "source", "")
     return {

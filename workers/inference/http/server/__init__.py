@@ -1,6 +1,7 @@
 """The HTTP/1.1 server: routes, jobs, streams, the request front.
 
-* ``_handler``: the stdlib handler (:func:`~._handler.bind_server`): routes, streaming, hang-up detection.
+* ``_handler``: the stdlib handler (:func:`~._handler.bind_server`): routes, streaming, hang-up detection;
+  ``_listener``: the socket, and its lock (401 to any request without the service's secret, issue 34).
 * ``_app``: :class:`~._app.InferenceApp`, what the handlers share; ``_front``: the batch engine's
   request front (loaded with the model); ``_multi``: ``n_cmpl`` completions of one request.
 * ``_jobs``: a request body -> the engine job; ``_streams``: resumable streams; ``_wire``: bytes on

@@ -77,6 +77,7 @@ class InferenceApp:
             reasoning_format=opts.reasoning_format,
         )
         self.front.log_prompt = prompt_logger(opts.log_prompts_dir)
+        self.front.spec_types = opts.spec_type
         return self.front
 
     def wait_responses(self, timeout: float) -> bool:

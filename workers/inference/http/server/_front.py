@@ -26,9 +26,10 @@ from workers.inference.engine import (
     SamplerError,
     SamplingParams,
     build_chain,
+    greedy_pick,
 )
 from workers.inference.http._errors import ApiError, too_long
-from workers.inference.http._json import LlamaKwargs, json_object
+from workers.inference.http._json import LlamaKwargs
 from workers.inference.http.chat import (
     CHAT_DEFAULTS,
     ChatPlan,
@@ -42,8 +43,6 @@ from workers.inference.http.dialects import (
     CompletionShaper,
     LlamaSampling,
     OpenAIChat,
-    detokenized,
-    generation_settings,
     native_chunks,
     native_whole,
     reasoning_control,
@@ -55,7 +54,13 @@ from workers.inference.http.dialects import (
 )
 from workers.inference.http.server._logit_bias import logit_bias_ids
 from workers.inference.http.server._multi import run_many, run_prompts
-from workers.inference.http.server._request import RequestContext, gbnf_text, request_events
+from workers.inference.http.server._request import (
+    RequestContext,
+    SettingsShown,
+    gbnf_text,
+    record_settings,
+    request_events,
+)
 from workers.inference.llama import LlamaModel, MediaPrompt, Tokenizer, TokenizingCancelled
 
 
@@ -64,6 +69,7 @@ class CompletionFront:
 
     verbose = False
     log_prompt: Callable[[Any], None] | None = None  # --log-prompts-dir (_prompt_log), set by make_front
+    spec_types = "none"  # --spec-type: generation_settings' speculative.types, set by make_front
 
     def __init__(
         self,
@@ -288,7 +294,8 @@ class CompletionFront:
         ctx = self._ctx()
         cmpl_id = f"cmpl-{uuid.uuid4()}"
         req = self._submit(tokens, params, max_tokens or 0, stops, media, ctx.cmpl_id or cmpl_id)
-        self._record(ctx, params, stops, tokens, max_tokens=max_tokens or -1, stream=stream)
+        settings = SettingsShown(self.reasoning_format, self.spec_types)
+        record_settings(ctx, self.llm, params, stops, tokens, settings, max_tokens=max_tokens or -1, stream=stream)
         return self._shaped(
             req, ctx, cmpl_id, prompt, tokens, echo=echo, suffix=suffix or "", logprobs=bool(logprobs), stream=stream
         )
@@ -316,31 +323,6 @@ class CompletionFront:
         if stream:
             return shape.chunks(events, head, suffix, result)
         return shape.whole(events, head, suffix, result)
-
-    def _record(
-        self,
-        ctx: RequestContext,
-        params: SamplingParams,
-        stops: tuple[str, ...],
-        tokens: list[int],
-        *,
-        max_tokens: int,
-        stream: bool,
-    ) -> None:
-        """The request's ``generation_settings`` and prompt (what ``/completion`` answers with) into its
-        record: llama-server's ``prompt`` is the tokens evaluated, detokenized with their special tokens."""
-        ctx.result["prompt"], ctx.result["n_prompt"] = detokenized(self.llm, tokens), len(tokens)
-        ctx.result["params"] = generation_settings(
-            {**json_object(params.to_json()), "stop": list(stops)},
-            n_predict=max_tokens,
-            stream=stream,
-            n_keep=ctx.n_keep,
-            ignore_eos=ctx.ignore_eos,
-            logit_bias=params.logit_bias,
-            reasoning_format=self.reasoning_format,
-            lora=ctx.lora or (),
-            post_sampling_probs=params.post_sampling_probs,
-        )
 
     # -- internals -----------------------------------------------------------------
 
@@ -390,6 +372,7 @@ class CompletionFront:
             c.reasoning,
             c.return_progress,
             c.timings_per_token,
+            greedy=greedy_pick(params),
         )
         try:
             self.engine.enqueue(req)

@@ -26,7 +26,7 @@ import functools
 import select
 import socket
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from workers.inference._lifecycle import WorkerState
@@ -48,6 +48,7 @@ from workers.inference.http.dialects import (
 from workers.inference.http.server._admin_routes import post_props, set_lora, slot_action
 from workers.inference.http.server._app import InferenceApp
 from workers.inference.http.server._jobs import COMPAT_KINDS, job_for, make_job, media_error, route_of
+from workers.inference.http.server._listener import Listener, LockedHandler
 from workers.inference.http.server._streams import Session, replay, replay_offset
 from workers.inference.http.server._wire import SSE_HEAD, json_bytes, phrase, read_body, sse_bytes
 
@@ -72,7 +73,7 @@ _SWITCHED_OFF = {
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LockedHandler):
     protocol_version = "HTTP/1.1"
     server_version = "modelrouter-worker"
     app: InferenceApp  # set on the per-server subclass
@@ -356,6 +357,8 @@ class _Handler(BaseHTTPRequestHandler):
                 # llama-server ends its own /completion, Anthropic's and Responses' streams without it
                 if not job.options.get("native") and job.kind in ("chat", "completion", "transcription"):
                     emit(b"data: [DONE]\n\n")
+            if session is not None:  # done before the client reads the end: a lookup then finds it done
+                session.finish()
             if not self._gone:
                 self.wfile.write(b"0\r\n\r\n")
         except OSError:
@@ -384,15 +387,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-class _TCPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-
-
-def bind_server(app: InferenceApp, *, host: str = "127.0.0.1", port: int = 0) -> tuple[ThreadingHTTPServer, str]:
-    """Bind (not serve) and return ``(server, "http://HOST:PORT")``; port 0 picks a free port."""
-    handler: Callable[..., _Handler] = type("Handler", (_Handler,), {"app": app})
-    server = _TCPServer((host, port), handler)
+def bind_server(
+    app: InferenceApp, *, host: str = "127.0.0.1", port: int = 0, key: str | None = None
+) -> tuple[ThreadingHTTPServer, str]:
+    """Bind (not serve) and return ``(server, "http://HOST:PORT")``; port 0 picks a free port; ``key``:
+    the secret every request must carry (None: open to every local process)."""
+    handler: Callable[..., _Handler] = type("Handler", (_Handler,), {"app": app, "worker_key": key})
+    server = Listener((host, port), handler)
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
     return server, f"http://{bound_host}:{bound_port}"

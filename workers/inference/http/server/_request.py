@@ -1,7 +1,9 @@
-"""One engine request seen from its HTTP thread: the extras it carries and the queue it is read from.
+"""One engine request seen from its HTTP thread: the extras it carries, its record and the queue it is
+read from.
 
 :class:`RequestContext` travels thread-locally beside ``Llama``'s call signature (the front's
-``create_completion``); :func:`request_events` reads the request's queue until its end.
+``create_completion``); :func:`record_settings` writes what ``/completion`` answers with into its
+record; :func:`request_events` reads the request's queue until its end.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from workers.inference.engine import (
     Request,
     RequesterLeft,
     RequestQueue,
+    SamplingParams,
     Watched,
     strict_json_strings,
 )
 from workers.inference.http._errors import ApiError
+from workers.inference.http._json import json_object
 from workers.inference.http._record import RequestRecord
-from workers.inference.llama import LoraKey
+from workers.inference.http.dialects import detokenized, generation_settings
+from workers.inference.llama import LlamaModel, LoraKey
 
 POLL_S = 0.05  # how often a waiting handler checks whether its client hung up
 
@@ -43,6 +48,42 @@ class RequestContext:
     return_progress: bool = False  # llama-server's prompt_progress chunks (a stream's)
     timings_per_token: bool = False  # llama-server's timings on every chunk
     result: RequestRecord = field(default_factory=lambda: RequestRecord())  # timings and usage, once finished
+
+
+@dataclass(frozen=True)
+class SettingsShown:
+    """The worker's settings a request's ``generation_settings`` shows (``--reasoning-format``, ``--spec-type``)."""
+
+    reasoning_format: str
+    spec_types: str
+
+
+def record_settings(
+    ctx: RequestContext,
+    llm: LlamaModel,
+    params: SamplingParams,
+    stops: tuple[str, ...],
+    tokens: list[int],
+    shown: SettingsShown,
+    *,
+    max_tokens: int,
+    stream: bool,
+) -> None:
+    """The request's ``generation_settings`` and prompt (what ``/completion`` answers with) into its
+    record: llama-server's ``prompt`` is the tokens evaluated, detokenized with their special tokens."""
+    ctx.result["prompt"], ctx.result["n_prompt"] = detokenized(llm, tokens), len(tokens)
+    ctx.result["params"] = generation_settings(
+        {**json_object(params.to_json()), "stop": list(stops)},
+        n_predict=max_tokens,
+        stream=stream,
+        n_keep=ctx.n_keep,
+        ignore_eos=ctx.ignore_eos,
+        logit_bias=params.logit_bias,
+        reasoning_format=shown.reasoning_format,
+        lora=ctx.lora or (),
+        post_sampling_probs=params.post_sampling_probs,
+        spec_types=shown.spec_types,
+    )
 
 
 def request_events(engine: RequestQueue, req: Request, gone: Callable[[], bool] | None) -> Iterator[tuple[Any, ...]]:

@@ -1,0 +1,105 @@
+"""``-hfd``/``--hf-repo-draft`` (preset key ``hf-repo-draft``, ``LLAMA_ARG_SPEC_DRAFT_HF_REPO``):
+``draft-simple``'s model from the Hub (issue 33).
+
+llama-server downloads the draft repo beside the target at start (``common_models_handler_init``),
+and with ``-hfd`` reads ``-md`` as the file of that repo to take. Here the draft is an ordinary
+cache model: its first load or request downloads it as a regular, recorded download job (under
+the name ``user/repo:QUANT`` the Hub resolves it to, as ``POST /models`` would), the load waits for
+it, and the worker gets its local file as ``-md``. Any cached quant of the repo serves a draft that
+names none (the Hub is not asked again for a repo already here).
+
+Pure module: the fold's state in, facts out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from service.core.errors import CommandRejected
+from service.core.launch import InferenceLaunch, Params
+from service.core.model_spec import InvalidModelName, ModelSpec, parse_model_spec
+from service.core.placement import held_live
+from service.core.state import ModelState, RouterState
+
+DRAFT_REPO_KEY = "hf-repo-draft"  # the canonical key of -hfd in a model's recorded args
+DRAFT_FILE_KEY = "model-draft"  # -md: with -hfd, the file of the draft repo (llama.cpp's hf_file)
+
+__all__ = ["DraftSource", "draft_launch", "draft_model", "draft_refusal", "draft_source", "needs_draft"]
+
+
+@dataclass(frozen=True, slots=True)
+class DraftSource:
+    """Where a model's draft comes from: ``text`` as given (``user/repo[:quant][@rev]``), parsed."""
+
+    text: str
+    spec: ModelSpec
+    hf_file: str | None = None
+
+
+def draft_source(model: ModelState) -> DraftSource | None:
+    """The model's ``hf-repo-draft``, or None (none given, or not a repo name: the load's download
+    then refuses it with the resolver's reason)."""
+    text = str(model.config.args.get(DRAFT_REPO_KEY) or "").strip()
+    if not text:
+        return None
+    try:
+        spec = parse_model_spec(text)
+    except InvalidModelName:
+        spec = ModelSpec(text)  # never in the cache: the download's resolution says why
+    hf_file = str(model.config.args.get(DRAFT_FILE_KEY) or "").strip() or None
+    return DraftSource(text, spec, hf_file)
+
+
+def _is_draft(candidate: ModelState, source: DraftSource) -> bool:
+    try:
+        spec = parse_model_spec(candidate.name)
+    except InvalidModelName:
+        return False  # a local model (models dir, preset file): not a Hub repo
+    if spec.repo.lower() != source.spec.repo.lower():
+        return False
+    if source.spec.quant is not None and spec.quant != source.spec.quant:
+        return False
+    return source.hf_file is None or any(f.path == source.hf_file for f in candidate.files)
+
+
+def draft_model(state: RouterState, model: ModelState) -> ModelState | None:
+    """The cache model that is ``model``'s draft, with its files on a node that is up; None when
+    ``model`` has no ``hf-repo-draft`` or its draft is not here yet."""
+    source = draft_source(model)
+    if source is None:
+        return None
+    found = [
+        m
+        for m in state.models.values()
+        if m.available and m.path and m.name != model.name and _is_draft(m, source) and held_live(state, m)
+    ]
+    return min(found, key=lambda m: m.name) if found else None
+
+
+def needs_draft(state: RouterState, model: ModelState) -> bool:
+    """Whether ``model``'s ``hf-repo-draft`` is still to be downloaded before it loads."""
+    return draft_source(model) is not None and draft_model(state, model) is None
+
+
+def draft_launch(state: RouterState, model: ModelState, launch: InferenceLaunch | Params) -> InferenceLaunch | Params:
+    """``launch`` with the draft's local file as ``-md`` (``--spec-draft-model``) when ``model``'s draft
+    comes from the Hub and is here; else ``launch`` as it is."""
+    draft = draft_model(state, model)
+    if draft is None or draft.path is None:
+        return launch
+    base = launch if isinstance(launch, InferenceLaunch) else InferenceLaunch.from_params(launch)
+    return dataclasses.replace(base, spec_draft_model=draft.path)
+
+
+def draft_refusal(what: str, model: str, code: str, status: int, message: str) -> CommandRejected:
+    """The Hub's refusal of ``what`` (a model's draft repo, its resolver ``code``, ``status`` and
+    ``message``) as the load's answer. The model's settings are at fault, not the service, so a 4xx:
+    404 for a repo or file the Hub does not have, 400 for any other refusal of the name. An
+    unavailable Hub (5xx, 424) stays ``model_failed`` (503): a later try may succeed."""
+    text = f"{what} cannot be downloaded: {message}"
+    if status == 404:
+        return CommandRejected("model_not_found", text, model=model, reason=code)
+    if 400 <= status < 424:
+        return CommandRejected("invalid_request", text, model=model, reason=code)
+    return CommandRejected("model_failed", text, model=model, reason=code)

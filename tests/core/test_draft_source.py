@@ -1,0 +1,79 @@
+"""``hf-repo-draft`` (:mod:`service.core.draft_source`): which cache model is a model's draft, when
+its load must download it first, the launch its worker gets, and how a Hub refusal is answered."""
+
+from __future__ import annotations
+
+from service.core.draft_source import draft_launch, draft_model, draft_refusal, draft_source, needs_draft
+from service.core.event_base import FileRef
+from service.core.launch import InferenceLaunch
+from service.core.scheduling import needs_files
+from service.core.state import ModelConfig, ModelState, RouterState
+
+TARGET_PATH = "/models/target.gguf"
+
+
+def target(**args: str) -> ModelState:
+    """A local model with its files, whose preset gives ``args``."""
+    files = (FileRef(path="target.gguf", size=1, snapshot_path=TARGET_PATH),)
+    return ModelState(
+        name="target", source="models_dir", available=True, files=files, path=TARGET_PATH, config=ModelConfig(args=args)
+    )
+
+
+def cached(name: str, *files: str) -> ModelState:
+    refs = tuple(FileRef(path=f, size=1, snapshot_path=f"/cache/{f}") for f in files or ("d-Q8_0.gguf",))
+    return ModelState(name=name, available=True, files=refs, path=refs[0].local_path)
+
+
+def state(*models: ModelState) -> RouterState:
+    return RouterState(models={m.name: m for m in models})
+
+
+def test_without_a_draft_repo_nothing_changes() -> None:
+    model = target()
+    assert draft_source(model) is None and not needs_draft(state(model), model)
+    assert draft_launch(state(model), model, {"n_ctx": 64}) == {"n_ctx": 64}
+
+
+def test_a_draft_repo_not_in_the_cache_is_needed_and_so_are_the_models_files() -> None:
+    model = target(**{"hf-repo-draft": "Tester/Draft-GGUF:q8_0"})
+    source = draft_source(model)
+    assert source is not None and (source.spec.repo, source.spec.quant) == ("Tester/Draft-GGUF", "Q8_0")
+    here = state(model, cached("tester/other-GGUF:Q8_0"), cached("tester/draft-GGUF:Q4_K_M"))
+    assert needs_draft(here, model), "another repo, another quant: not the draft"
+    assert needs_files(model, here), "the load downloads first, though the model's own files are here"
+    assert draft_launch(here, model, {"n_ctx": 64}) == {"n_ctx": 64}
+
+
+def test_the_cached_draft_is_found_by_repo_and_quant_and_its_file_becomes_md() -> None:
+    model = target(**{"hf-repo-draft": "tester/draft-GGUF:Q8_0", "spec-type": "draft-simple"})
+    draft = cached("tester/draft-GGUF:Q8_0")
+    here = state(model, cached("tester/draft-GGUF:Q4_K_M"), draft)
+    assert draft_model(here, model) == draft and not needs_draft(here, model) and not needs_files(model, here)
+    launch = draft_launch(here, model, {"n_ctx": 64, "spec_type": "draft-simple", "spec_draft_model": "d-Q8_0.gguf"})
+    assert isinstance(launch, InferenceLaunch)
+    assert (launch.spec_draft_model, launch.n_ctx, launch.spec_type) == ("/cache/d-Q8_0.gguf", 64, "draft-simple")
+    argv = launch.to_argv()
+    assert argv[argv.index("/cache/d-Q8_0.gguf") - 1] in ("--spec-draft-model", "-md", "--model-draft")
+
+
+def test_without_a_quant_any_cached_quant_serves_and_md_picks_the_file() -> None:
+    model = target(**{"hf-repo-draft": "tester/draft-GGUF", "model-draft": "sub/d-Q4_0.gguf"})
+    other, wanted = cached("tester/draft-GGUF:Q8_0"), cached("tester/draft-GGUF:Q4_0", "sub/d-Q4_0.gguf")
+    assert draft_model(state(model, other, wanted), model) == wanted, "-md names the repo's file"
+    assert needs_draft(state(model, other), model)
+    plain = target(**{"hf-repo-draft": "tester/draft-GGUF"})
+    assert draft_model(state(plain, other), plain) == other
+
+
+def test_a_draft_that_is_not_a_repo_name_is_never_in_the_cache() -> None:
+    model = target(**{"hf-repo-draft": "not a repo"})
+    assert needs_draft(state(model, cached("not a repo")), model)
+
+
+def test_a_refusal_of_the_draft_repo_is_the_clients_error_unless_the_hub_is_down() -> None:
+    missing = draft_refusal("the draft", "target", "repo_not_found", 404, "no such repo")
+    assert (missing.code, missing.extra["reason"]) == ("model_not_found", "repo_not_found")
+    assert "the draft cannot be downloaded: no such repo" in missing.message
+    assert draft_refusal("d", "target", "unauthorized", 401, "gated").code == "invalid_request"
+    assert draft_refusal("d", "target", "network", 424, "the Hub answered 500").code == "model_failed"

@@ -1,0 +1,99 @@
+"""Speculative decoding in the batch engine (issue 33): drafted tokens verified in the step's decode.
+
+A generating slot's step normally decodes one token, the one it sampled last. With ``--spec-type``,
+the slot's :class:`~workers.inference.speculative.Speculator` may propose tokens to follow it; they go
+into the same ``llama_decode`` (every row an output), beside the other slots' tokens and prompt
+chunks. After the decode the request's own sampler chain samples row after row, as if each row were
+its own step: while its choice equals the drafted token, the token stands and the next row is read;
+the first disagreement is the step's last token, and the drafted tokens after it leave the KV cache.
+
+Why this is exact: every token kept is one the chain sampled from the target's logits after exactly
+the tokens before it, the step a plain decode would have taken. At temperature 0 the text is the
+plain text; with sampling the distribution is the target's (llama.cpp's
+``common_sampler_sample_and_accept_n``); penalties, grammars and the RNG advance as in plain decoding
+since the chain accepts each sampled token. What may differ is only the float rounding of a batched
+decode against a single-token one, as between llama-server's own batch sizes.
+
+Not drafted: a request whose next token is forced (its reasoning being ended), one that asks for
+``post_sampling_probs``, and every step after a decode that found no room (the plain step's fallback
+runs first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from workers.inference.engine._slots import Slot
+from workers.inference.speculative import UnsupportedSpeculation
+
+if TYPE_CHECKING:
+    from workers.inference.engine._kept_logits import KeptLogits
+    from workers.inference.engine._metrics import EngineMetrics
+    from workers.inference.engine._row_sampler import RowSampler
+    from workers.inference.llama import LlamaModel
+    from workers.inference.speculative import Speculator
+
+
+def check_rollback(llm: LlamaModel) -> None:
+    """A recurrent or hybrid model keeps a state, not cells per position: its drafted tokens cannot be
+    taken back one by one (llama-server restores a checkpoint instead; not here yet)."""
+    lc = llm.lc
+    if lc.llama_model_is_recurrent(llm.model) or lc.llama_model_is_hybrid(llm.model):
+        msg = "speculative decoding (--spec-type) needs a transformer's KV cache: this model is recurrent or hybrid"
+        raise UnsupportedSpeculation(msg)
+
+
+class SpeculateMixin:
+    """The batch engine's drafting (in ``_fill``) and verification (in ``_commit``)."""
+
+    llm: LlamaModel | None
+    kept: KeptLogits
+    metrics: EngineMetrics
+    sampler: RowSampler
+    speculator: Speculator | None = None
+    _skip_drafts: bool = False  # the last decode found no room: one plain step first
+    _on_token: Callable[..., None]  # the token's handling (a declaration: TokenMixin's)
+
+    def _draft_for(self, s: Slot, room: int) -> list[int]:
+        """The tokens ``s`` may verify after its pending one this step (at most ``room``)."""
+        spec, req, llm = self.speculator, s.request, self.llm
+        if spec is None or req is None or llm is None or s.chain is None or self._skip_drafts:
+            return []
+        if req.params.post_sampling_probs and req.params.n_probs >= 0:
+            return []  # the kept candidates are one row's: llama-server's speculation does not pair them either
+        if req.reasoning is not None and req.reasoning.forced_token() is not None:
+            return []
+        n_max = min(room, llm.n_ctx - len(s.cache) - 2)  # llama-server's get_n_draft_max
+        if req.max_tokens > 0:
+            n_max = min(n_max, req.max_tokens - s.n_decoded - 1)
+        if n_max <= 0:
+            return []
+        spec.begin(s.id, req.id, s.cache)
+        return spec.draft(s.id, s.cache, s.pending, n_max)
+
+    def _verify(self, s: Slot, draft: list[int], first_row: int, now: float) -> None:
+        """``s``'s rows from ``first_row``: its pending token's, then one per drafted token."""
+        llm, spec = self.llm, self.speculator
+        assert llm is not None and spec is not None
+        sample_one, ctx, greedy = self.sampler.sample_one, llm.ctx, s.request.greedy if s.request else None
+        s.timings.draft_n += len(draft)
+        accepted = 0
+        for i in range(len(draft) + 1):
+            row = first_row + i
+            s.batch_index = row  # _on_token reads the row's logits for logprobs
+            token = sample_one(ctx, s.chain, row, greedy)
+            hit = i < len(draft) and token == draft[i]
+            if hit:
+                accepted += 1
+                s.timings.draft_n_accepted += 1
+            self._on_token(s, token, now)
+            if not s.is_processing:  # it ended at this token: the logits after what the slot holds
+                self.kept.keep(s.id, ctx, row, s.cache)
+                break
+            if not hit:
+                break
+            s.cache.append(token)  # its cells were computed in this decode
+        llm.seq_rm(s.id, len(s.cache) + s.pos_delta, -1)  # the cells of drafted tokens that did not stand
+        self.metrics.on_draft(len(draft), accepted)
+        spec.accept(s.id, len(draft), accepted)

@@ -1,0 +1,94 @@
+"""The worker's drafting: its ``--spec-type`` drafters in llama.cpp's priority order, and each slot's
+adaptive limit (:mod:`._adaptive`).
+
+A step asks :meth:`Speculator.draft` for each generating slot; the first drafter with a non-empty
+proposal wins (llama.cpp's ``common_speculative_draft``), cut to the slot's room and, with adaptive
+drafting, to its governor's limit. After the verification, :meth:`Speculator.accept` tells the
+winning drafter and the governor how much the target took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from workers.inference.speculative._adaptive import DraftGovernor
+from workers.inference.speculative._protocol import Drafter
+
+
+@dataclass
+class SeqStats:
+    """One sequence's drafting so far (``/slots``, the debug log)."""
+
+    drafts: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class Speculator:
+    """Drafters for ``n_seq`` slots."""
+
+    drafters: list[Drafter]
+    n_seq: int
+    adaptive: bool = True
+    governors: list[DraftGovernor] = field(default_factory=list)
+    stats: list[SeqStats] = field(default_factory=list)
+    _last: dict[int, Drafter] = field(default_factory=dict)
+    _begun: dict[int, int] = field(default_factory=dict)  # seq -> the request id it began with
+    _length: dict[int, int] = field(default_factory=dict)  # seq -> its history's length at the last draft
+
+    def __post_init__(self) -> None:
+        n_max = max((d.n_max for d in self.drafters), default=0)
+        self.governors = [DraftGovernor(n_max) for _ in range(self.n_seq)]
+        self.stats = [SeqStats() for _ in range(self.n_seq)]
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.drafters]
+
+    def begin(self, seq: int, request_id: int, prompt: Sequence[int]) -> None:
+        """A request starts in ``seq`` (once per request: a later call with the same id does nothing)."""
+        if self._begun.get(seq) == request_id:
+            return
+        self._begun[seq] = request_id
+        self.governors[seq] = DraftGovernor(self.governors[seq].n_max)  # a new text: a fresh start
+        self._restart(seq, prompt)
+
+    def forget(self, seq: int) -> None:
+        """``seq``'s request moved to another slot, or another moved in (engine._compaction): the next
+        :meth:`begin` there starts afresh, from the whole history."""
+        self._begun.pop(seq, None)
+
+    def _restart(self, seq: int, history: Sequence[int]) -> None:
+        self._length[seq] = len(history)
+        for d in self.drafters:
+            d.begin(seq, history)
+
+    def draft(self, seq: int, history: Sequence[int], last: int, room: int) -> list[int]:
+        """The tokens to verify after ``last`` (at most ``room``), or none."""
+        if len(history) < self._length.get(seq, 0):  # a context shift dropped tokens: the drafters begin again
+            self._restart(seq, history)
+        self._length[seq] = len(history)
+        limit = min(room, self.governors[seq].allowed()) if self.adaptive else room
+        if limit <= 0:
+            return []
+        for d in self.drafters:
+            found = d.draft(seq, history, last, limit)[:limit]
+            if found:
+                self._last[seq] = d
+                return found
+        return []
+
+    def accept(self, seq: int, drafted: int, accepted: int) -> None:
+        """The verification of ``seq``'s draft: ``accepted`` of ``drafted`` tokens taken."""
+        stats = self.stats[seq]
+        stats.drafts, stats.drafted, stats.accepted = (
+            stats.drafts + 1,
+            stats.drafted + drafted,
+            stats.accepted + accepted,
+        )
+        self.governors[seq].record(drafted, accepted)
+        winner = self._last.pop(seq, None)
+        if winner is not None:
+            winner.accept(seq, accepted)
