@@ -72,6 +72,12 @@ class SpeculateMixin:
         spec.begin(s.id, req.id, s.cache)
         return spec.draft(s.id, s.cache, s.pending, n_max)
 
+    def _share_drafts(self, drafts: list[list[int]]) -> list[list[int]]:
+        """The step's drafts, cut while some generating slot has none (speculative._step_cost)."""
+        if self.speculator is None or not any(drafts):
+            return drafts
+        return self.speculator.share(drafts)
+
     def _verify(self, s: Slot, draft: list[int], first_row: int, now: float) -> None:
         """``s``'s rows from ``first_row``: its pending token's, then one per drafted token."""
         llm, spec = self.llm, self.speculator

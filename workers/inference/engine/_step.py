@@ -64,8 +64,11 @@ class StepMixin(SpeculateMixin, TokenMixin):
         cap = self._gen_cap or len(gen)
         self._gen_waiting = {s.id for s in gen[cap:]}
         gen = gen[:cap]
-        for n, s in enumerate(gen):
-            s.draft = self._draft_for(s, batch.capacity - batch.n - (len(gen) - n))  # room for the others' tokens
+        drafts: list[list[int]] = []
+        for s in gen:  # room for every generating slot's token and the drafts before
+            drafts.append(self._draft_for(s, batch.capacity - batch.n - len(gen) - sum(map(len, drafts))))
+        for s, draft in zip(gen, self._share_drafts(drafts), strict=True):
+            s.draft = draft
             row = batch.add([s.pending, *s.draft], len(s.cache) + s.pos_delta, s.id, True, outputs=bool(s.draft))
             s.batch_index = row - len(s.draft)  # the first of its rows
         self._skip_drafts = False

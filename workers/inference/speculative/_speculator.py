@@ -4,7 +4,9 @@ adaptive limit (:mod:`._adaptive`).
 A step asks :meth:`Speculator.draft` for each generating slot; the first drafter with a non-empty
 proposal wins (llama.cpp's ``common_speculative_draft``), cut to the slot's room and, with adaptive
 drafting, to its governor's limit. After the verification, :meth:`Speculator.accept` tells the
-winning drafter and the governor how much the target took.
+winning drafter and the governor how much the target took. While some generating slot has nothing to
+draft, :meth:`Speculator.share` cuts the others' drafts to what the step may cost it (:mod:`._step_cost`,
+fitted from the decodes :meth:`Speculator.observe` is told of).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 
 from workers.inference.speculative._adaptive import DraftGovernor
 from workers.inference.speculative._protocol import Drafter
+from workers.inference.speculative._step_cost import StepCost, share_drafts
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Speculator:
     adaptive: bool = True
     governors: list[DraftGovernor] = field(default_factory=list)
     stats: list[SeqStats] = field(default_factory=list)
+    cost: StepCost = field(default_factory=StepCost)
     _last: dict[int, Drafter] = field(default_factory=dict)
     _begun: dict[int, int] = field(default_factory=dict)  # seq -> the request id it began with
     _length: dict[int, int] = field(default_factory=dict)  # seq -> its history's length at the last draft
@@ -79,6 +83,15 @@ class Speculator:
                 self._last[seq] = d
                 return found
         return []
+
+    def share(self, drafts: Sequence[list[int]]) -> list[list[int]]:
+        """One step's drafts of its generating sequences, cut while some has none (adaptive drafting only).
+        A draft cut to nothing is not verified; its drafter hears nothing of it."""
+        return share_drafts(drafts, self.cost.fixed_rows()) if self.adaptive else list(drafts)
+
+    def observe(self, rows: int, seconds: float) -> None:
+        """A decode of ``rows`` output rows and no prompt took ``seconds`` (the cost fit's data)."""
+        self.cost.observe(rows, seconds)
 
     def accept(self, seq: int, drafted: int, accepted: int) -> None:
         """The verification of ``seq``'s draft: ``accepted`` of ``drafted`` tokens taken."""
