@@ -323,8 +323,8 @@ class BatchEngine(
             self.llm.lc.llama_synchronize(self.llm.ctx)
         now = time.monotonic()
         self.metrics.on_prompt(n_prompt, now - t_decode)
-        if self.speculator is not None and not n_prompt:
-            self.speculator.observe(batch.n, now - t_decode)
+        if not n_prompt:
+            self._observe_step(gen, now - t_decode)
         busy = sum(s.is_processing for s in self.slots)  # before _commit ends any
         decoded = [s.request.id for s in gen if s.request is not None]
         prefilled = [[s.request.id, len(s.request.feed), len(part)] for s, part in chunks if s.request]

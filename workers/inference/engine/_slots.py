@@ -14,6 +14,7 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +161,22 @@ class TextStream:
             self._held = text[-keep:]
             return text[:-keep]
         return text
+
+    def stop_within(self, pieces: Sequence[bytes]) -> int | None:
+        """How many of ``pieces``, fed after what came so far, complete a stop string (None: none do),
+        without feeding them: a drafted token after that one is decoded for nothing (engine._speculate)."""
+        if not self.stops or self.stopped_by is not None:
+            return None
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        decoder.setstate(self._decoder.getstate())
+        span = max(len(s) for s in self.stops) - 1  # a stop string still to complete starts in the last span
+        text = self._held
+        for n, piece in enumerate(pieces, 1):
+            text += decoder.decode(piece)
+            if any(stop in text for stop in self.stops):
+                return n
+            text = text[-span:] if span else ""
+        return None
 
     def _partial_stop_len(self, text: str) -> int:
         longest = min(max(len(s) for s in self.stops) - 1, len(text))

@@ -5,8 +5,8 @@ A step asks :meth:`Speculator.draft` for each generating slot; the first drafter
 proposal wins (llama.cpp's ``common_speculative_draft``), cut to the slot's room and, with adaptive
 drafting, to its governor's limit. After the verification, :meth:`Speculator.accept` tells the
 winning drafter and the governor how much the target took. While some generating slot has nothing to
-draft, :meth:`Speculator.share` cuts the others' drafts to what the step may cost it (:mod:`._step_cost`,
-fitted from the decodes :meth:`Speculator.observe` is told of).
+draft, :meth:`Speculator.share` drops the others' drafts too short to pay for the pass they add
+(:mod:`._step_cost`, fitted from the decodes :meth:`Speculator.observe` is told of).
 """
 
 from __future__ import annotations
@@ -84,14 +84,17 @@ class Speculator:
                 return found
         return []
 
-    def share(self, drafts: Sequence[list[int]]) -> list[list[int]]:
-        """One step's drafts of its generating sequences, cut while some has none (adaptive drafting only).
-        A draft cut to nothing is not verified; its drafter hears nothing of it."""
-        return share_drafts(drafts, self.cost.fixed_rows()) if self.adaptive else list(drafts)
+    def share(self, drafts: Sequence[list[int]], *, per_stream: bool) -> list[list[int]]:
+        """One step's drafts of its generating sequences, short ones dropped beside a sequence that has none
+        when each sequence has its own KV stream (adaptive drafting only; :mod:`._step_cost`). A dropped
+        draft is not verified; its drafter hears nothing of it."""
+        if not self.adaptive:
+            return list(drafts)
+        return share_drafts(drafts, self.cost.fixed_rows(), per_stream=per_stream)
 
-    def observe(self, rows: int, seconds: float) -> None:
-        """A decode of ``rows`` output rows and no prompt took ``seconds`` (the cost fit's data)."""
-        self.cost.observe(rows, seconds)
+    def observe(self, n_passes: int, rows: int, seconds: float) -> None:
+        """A decode of ``rows`` output rows and no prompt, in ``n_passes`` micro-batches, took ``seconds``."""
+        self.cost.observe(n_passes, rows, seconds)
 
     def accept(self, seq: int, drafted: int, accepted: int) -> None:
         """The verification of ``seq``'s draft: ``accepted`` of ``drafted`` tokens taken."""
