@@ -317,14 +317,10 @@ class BatchEngine(
             return [], []
         self._budget, self._gen_cap = self.llm.cfg.n_batch, 0
         n_prompt = sum(len(part) for _, part in chunks)
-        # Timed once the compute is done (a GPU's decode returns before), as llama-server; with drafting,
-        # every step is timed: what a drafted row costs (speculative._step_cost).
-        if n_prompt or self.speculator is not None:
+        if n_prompt:  # timed once the compute is done (a GPU's decode returns before), as llama-server
             self.llm.lc.llama_synchronize(self.llm.ctx)
         now = time.monotonic()
         self.metrics.on_prompt(n_prompt, now - t_decode)
-        if not n_prompt:
-            self._observe_step(gen, now - t_decode)
         busy = sum(s.is_processing for s in self.slots)  # before _commit ends any
         decoded = [s.request.id for s in gen if s.request is not None]
         prefilled = [[s.request.id, len(s.request.feed), len(part)] for s, part in chunks if s.request]

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from workers.inference.engine._slots import Slot
-from workers.inference.speculative import UnsupportedSpeculation, passes
+from workers.inference.speculative import UnsupportedSpeculation
 
 if TYPE_CHECKING:
     from workers.inference.engine._kept_logits import KeptLogits
@@ -73,35 +73,26 @@ class SpeculateMixin:
         return self._cut_at_end(s, spec.draft(s.id, s.cache, s.pending, n_max))
 
     def _cut_at_end(self, s: Slot, draft: list[int]) -> list[int]:
-        """``draft`` up to the token that would end the request (an end-of-generation token, or one that
-        completes a stop string; the pending token's text is in the stream already): a row after it is
+        """``draft`` before the token that would end the request (an end-of-generation token, or one that
+        completes a stop string; the pending token's text is in the stream already): that token is sampled
+        from the row before it, as the last token under ``max_tokens``, and a row after it would be
         computed for nothing. llama-server drafts on; at the end of an echo or a fenced answer that is up
         to a whole draft."""
         llm, text = self.llm, s.text
         assert llm is not None
         if not draft or text is None:
             return draft
-        end = next((n for n, token in enumerate(draft, 1) if llm.is_eog(token)), len(draft))
-        stop = text.stop_within([llm.piece(token) for token in draft[:end]])
-        return draft[: stop if stop is not None else end]
+        eog = next((n for n, token in enumerate(draft, 1) if llm.is_eog(token)), None)
+        stop = text.stop_within([llm.piece(token) for token in draft[: eog or len(draft)]])
+        ending = stop if stop is not None else eog
+        return draft if ending is None else draft[: ending - 1]
 
     def _share_drafts(self, drafts: list[list[int]]) -> list[list[int]]:
-        """The step's drafts, short ones dropped beside a slot that has none (speculative._step_cost)."""
+        """The step's drafts, none beside a slot that has none with a KV stream per slot
+        (speculative._step_cost)."""
         if self.speculator is None or self.llm is None or not any(drafts):
             return drafts
-        return self.speculator.share(drafts, per_stream=self._per_stream())
-
-    def _per_stream(self) -> bool:
-        """Each slot has its own KV stream: a micro-batch takes as many tokens from each sequence."""
-        return self.llm is not None and not self.llm.cfg.kv_unified
-
-    def _observe_step(self, gen: list[Slot], seconds: float) -> None:
-        """A decode of ``gen``'s tokens and drafts (no prompt) took ``seconds``: the cost fit's data."""
-        if self.speculator is None or self.llm is None:
-            return
-        rows = [(s.id, 1 + len(s.draft)) for s in gen]
-        n_passes = passes(rows, self.llm.n_ubatch, per_stream=self._per_stream())
-        self.speculator.observe(n_passes, sum(n for _, n in rows), seconds)
+        return self.speculator.share(drafts, per_stream=not self.llm.cfg.kv_unified)
 
     def _verify(self, s: Slot, draft: list[int], first_row: int, now: float) -> None:
         """``s``'s rows from ``first_row``: its pending token's, then one per drafted token."""

@@ -24,7 +24,6 @@ from workers.inference.speculative._ngram_mod import NgramMod
 from workers.inference.speculative._ngram_simple import NgramSimple, ngram_simple_draft
 from workers.inference.speculative._protocol import Drafter
 from workers.inference.speculative._speculator import Speculator
-from workers.inference.speculative._step_cost import passes
 
 __all__ = [
     "DraftGovernor",
@@ -37,7 +36,6 @@ __all__ = [
     "UnsupportedSpeculation",
     "make_speculator",
     "ngram_simple_draft",
-    "passes",
 ]
 
 

@@ -5,8 +5,8 @@ A step asks :meth:`Speculator.draft` for each generating slot; the first drafter
 proposal wins (llama.cpp's ``common_speculative_draft``), cut to the slot's room and, with adaptive
 drafting, to its governor's limit. After the verification, :meth:`Speculator.accept` tells the
 winning drafter and the governor how much the target took. While some generating slot has nothing to
-draft, :meth:`Speculator.share` drops the others' drafts too short to pay for the pass they add
-(:mod:`._step_cost`, fitted from the decodes :meth:`Speculator.observe` is told of).
+draft, :meth:`Speculator.share` drops the others' drafts when each slot has its own KV stream
+(:mod:`._step_cost`: there they would be decoded in a pass of their own that every slot waits for).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from workers.inference.speculative._adaptive import DraftGovernor
 from workers.inference.speculative._protocol import Drafter
-from workers.inference.speculative._step_cost import StepCost, share_drafts
+from workers.inference.speculative._step_cost import share_drafts
 
 
 @dataclass
@@ -37,7 +37,6 @@ class Speculator:
     adaptive: bool = True
     governors: list[DraftGovernor] = field(default_factory=list)
     stats: list[SeqStats] = field(default_factory=list)
-    cost: StepCost = field(default_factory=StepCost)
     _last: dict[int, Drafter] = field(default_factory=dict)
     _begun: dict[int, int] = field(default_factory=dict)  # seq -> the request id it began with
     _length: dict[int, int] = field(default_factory=dict)  # seq -> its history's length at the last draft
@@ -85,16 +84,10 @@ class Speculator:
         return []
 
     def share(self, drafts: Sequence[list[int]], *, per_stream: bool) -> list[list[int]]:
-        """One step's drafts of its generating sequences, short ones dropped beside a sequence that has none
-        when each sequence has its own KV stream (adaptive drafting only; :mod:`._step_cost`). A dropped
-        draft is not verified; its drafter hears nothing of it."""
-        if not self.adaptive:
-            return list(drafts)
-        return share_drafts(drafts, self.cost.fixed_rows(), per_stream=per_stream)
-
-    def observe(self, n_passes: int, rows: int, seconds: float) -> None:
-        """A decode of ``rows`` output rows and no prompt, in ``n_passes`` micro-batches, took ``seconds``."""
-        self.cost.observe(n_passes, rows, seconds)
+        """One step's drafts of its generating sequences, none beside a sequence that has none when each
+        has its own KV stream (adaptive drafting only; :mod:`._step_cost`). A dropped draft is not
+        verified; its drafter hears nothing of it."""
+        return share_drafts(drafts, per_stream=per_stream) if self.adaptive else list(drafts)
 
     def accept(self, seq: int, drafted: int, accepted: int) -> None:
         """The verification of ``seq``'s draft: ``accepted`` of ``drafted`` tokens taken."""

@@ -33,6 +33,9 @@ pytestmark = pytest.mark.timeout(300)
 
 SPEC = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8"]
 COMMON = ["--n-ctx", "4096", "--n-parallel", "4"]
+"""A KV stream per slot (llama-server's layout for an explicit ``-np``). With it a slot drafts only when every
+generating slot does (speculative._step_cost): the tests of drafts verified four at a time use a worker that
+drafts as llama-server does (``eager``)."""
 
 
 def _started(stack: contextlib.ExitStack, tmp: Path, gguf: Path, name: str, extra: list[str]) -> WorkerProc:
@@ -68,7 +71,8 @@ def prompts(n: int, seed: int = 33) -> list[str]:
 
 
 def both(pair: tuple[str, str], bodies: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Each body through the plain and the speculative worker, four at a time on each (slots busy together)."""
+    """Each body through the plain and the speculative worker, four at a time on each (slots busy together:
+    both decode batches of rows, so a single row's other rounding never tells them apart)."""
     plain, spec = pair
     with ThreadPoolExecutor(4) as pool:
         a = list(pool.map(lambda b: complete(plain, b), bodies))
@@ -76,10 +80,20 @@ def both(pair: tuple[str, str], bodies: list[dict[str, Any]]) -> list[tuple[dict
     return list(zip(a, b, strict=True))
 
 
-def test_greedy_replies_are_the_plain_ones_token_for_token(pair: tuple[str, str]) -> None:
+@pytest.fixture(scope="module")
+def eager(pair: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """The plain worker and one that drafts every step it can, as llama-server (``--no-spec-adaptive``:
+    beside slots without a draft too), so four requests at a time verify drafts in shared steps."""
+    tmp = tmp_path_factory.mktemp("eager")
+    gguf = write_tiny_gguf(tmp / "tiny.gguf", seed=7)
+    with contextlib.ExitStack() as stack:
+        yield pair[0], _started(stack, tmp, gguf, "eager", [*SPEC, "--no-spec-adaptive"]).endpoint
+
+
+def test_greedy_replies_are_the_plain_ones_token_for_token(eager: tuple[str, str]) -> None:
     bodies = [{"prompt": p, "n_predict": 48, "temperature": 0} for p in prompts(56)]
     drafted = accepted = 0
-    for plain, spec in both(pair, bodies):
+    for plain, spec in both(eager, bodies):
         assert spec["content"] == plain["content"]
         assert spec["timings"]["predicted_n"] == plain["timings"]["predicted_n"]
         assert "draft_n" not in plain["timings"]  # as llama-server: only a request that drafted has them
@@ -100,7 +114,8 @@ def test_every_ngram_type_gives_the_plain_replies(pair: tuple[str, str], tmp_pat
     plain, _ = pair
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf", seed=7)
     with contextlib.ExitStack() as stack:
-        w = _started(stack, tmp_path, gguf, kind, ["--spec-type", kind, *OTHER_NGRAMS[kind]])
+        # as llama-server drafts (beside slots without a draft too): four at a time verify drafts together
+        w = _started(stack, tmp_path, gguf, kind, ["--spec-type", kind, *OTHER_NGRAMS[kind], "--no-spec-adaptive"])
         bodies = [{"prompt": p, "n_predict": 48, "temperature": 0} for p in prompts(50)]
         with ThreadPoolExecutor(4) as pool:
             mine = list(pool.map(lambda b: complete(w.endpoint, b), bodies))
@@ -133,7 +148,7 @@ def test_ngram_cache_drafts_from_a_lookup_cache_file(pair: tuple[str, str], tmp_
     assert sum(a["timings"].get("draft_n_accepted", 0) for a in mine) > 0, "drafts were taken"
 
 
-def test_sampling_with_a_seed_gives_the_plain_text(pair: tuple[str, str]) -> None:
+def test_sampling_with_a_seed_gives_the_plain_text(eager: tuple[str, str]) -> None:
     """The chain samples the same rows in the same order as plain decoding, so each seed's reply is the
     plain one: the distributions are the same because every sample is (a stronger check than a test of
     frequencies, and one without a false-alarm rate)."""
@@ -143,7 +158,7 @@ def test_sampling_with_a_seed_gives_the_plain_text(pair: tuple[str, str]) -> Non
         for i in range(48)
     ]
     accepted = 0
-    for plain, spec in both(pair, bodies):
+    for plain, spec in both(eager, bodies):
         assert spec["content"] == plain["content"]
         accepted += spec["timings"].get("draft_n_accepted", 0)
     assert accepted > 0
@@ -160,9 +175,9 @@ def test_sampling_with_a_seed_gives_the_plain_text(pair: tuple[str, str]) -> Non
         pytest.param({"ignore_eos": True, "n_predict": 64}, id="ignore_eos"),
     ],
 )
-def test_engine_features_with_speculation_on(pair: tuple[str, str], extra: dict[str, Any]) -> None:
+def test_engine_features_with_speculation_on(eager: tuple[str, str], extra: dict[str, Any]) -> None:
     bodies = [{"prompt": p, "n_predict": 48, "temperature": 0, **extra} for p in prompts(24)]
-    replies = both(pair, bodies)
+    replies = both(eager, bodies)
     assert sum(spec["timings"].get("draft_n_accepted", 0) for _, spec in replies) > 0, "drafts were taken"
     for plain, spec in replies:
         assert spec["content"] == plain["content"]
@@ -332,3 +347,25 @@ def test_draft_simple_without_a_draft_model_or_with_a_missing_one_fails_the_load
     missing = str(tmp_path / "nowhere.gguf")
     why = _load_failure(spawn_worker, gguf, ["--spec-type", "draft-simple", "-md", missing])
     assert "did not load" in why and "nowhere.gguf" in why and "speculative_decoding" in why
+
+
+def test_with_a_stream_per_slot_a_slot_drafts_only_beside_drafting_slots(pair: tuple[str, str]) -> None:
+    """Beside a slot that drafts nothing, a draft would be decoded in a pass of its own that the other
+    slot waits for: the looping request drafts alone, and drafts nothing while the other generates."""
+    _, per_stream = pair
+    looping = {"prompt": prompts(1, seed=5)[0], "n_predict": 64, "temperature": 0}
+    alone = complete(per_stream, looping)
+    assert alone["timings"].get("draft_n", 0) > 0
+    # post_sampling_probs never drafts (its kept candidates are one row's); it outlasts the looping request.
+    other = {"prompt": "xyz", "n_predict": 400, "ignore_eos": True, "n_probs": 1, "post_sampling_probs": True}
+    out: list[str] = []
+    started = threading.Event()
+    beside = threading.Thread(target=_stream_lines, args=(per_stream, {**other, "stream": True}, out, started))
+    beside.start()
+    try:
+        assert started.wait(60), "the other request started generating"
+        together = complete(per_stream, looping)
+        assert beside.is_alive(), "the other request was still generating"
+    finally:
+        beside.join(120)
+    assert "draft_n" not in together["timings"]
