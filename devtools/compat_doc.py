@@ -47,7 +47,7 @@ def _row(arg: LlamaArg) -> str:
     decided = handling(arg)
     names = ", ".join(f"`{n}`" for n in (*arg.names, *arg.negations))
     env = f"`{arg.env}`" if arg.env and not arg.env.startswith("__") else ""
-    verdict = "supported" if decided.honoured else "accepted, ignored"
+    verdict = "supported" if decided.honoured else "refused" if decided.refused else "accepted, ignored"
     if decided.param:
         verdict += f" → `{decided.param}`"
     legacy = " (older llama.cpp)" if arg in LEGACY_ARGS else ""

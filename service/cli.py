@@ -65,6 +65,14 @@ def _check_presets(settings: Settings) -> None:
     check_preset(settings.presets)
 
 
+def _check_options(settings: Settings) -> None:
+    """Fail before serving on a command-line or environment option llama-server would refuse (a bad
+    value, an option llama.cpp removed), in its words: ``OptionError``. Presets are read at start-up."""
+    from service.llamacpp.options import merge, model_settings
+
+    model_settings(merge([settings.model_env_args, settings.model_args]), {})
+
+
 def _list_cache(settings: Settings) -> int:
     """``--cache-list``: the cached models, numbered as llama.cpp prints them."""
     from service.catalogue.cache_models import cache_models
@@ -108,6 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
         if exited is not None:
             return exited
         _check_presets(settings)
+        _check_options(settings)
     except ValueError as exc:  # UsageError, PresetError, a bad MODELROUTER_* value
         print(f"modelrouter serve: error: {exc}", file=sys.stderr)
         return 2

@@ -36,7 +36,7 @@ _GROUPS = (
     (
         "speculative",
         "llama-server: per-model defaults, speculative decoding",
-        "Accepted and recorded; the inference worker has no speculative decoding.",
+        "The batch engine drafts, then verifies every slot's draft in one decode (docs/llama-cpp-compat.md).",
     ),
 )
 
@@ -66,6 +66,8 @@ def _group_of(arg: LlamaArg) -> str:
 def _help(arg: LlamaArg) -> str:
     decided = handling(arg)
     verdict = decided.note if decided.honoured else f"ignored: {decided.note}"
+    if decided.refused:  # the help is llama.cpp's refusal itself
+        verdict = "refused: llama-server refuses it at start, and so does modelrouter"
     env = f" [env {arg.env}]" if arg.env else ""
     return f"{arg.help} ({verdict}){env}".replace("%", "%%")
 

@@ -75,6 +75,7 @@ class Handling:
     honoured: bool
     note: str
     param: str | None = None  # the inference worker parameter a ``model`` option sets
+    refused: bool = False  # llama.cpp removed it: given anywhere, the service refuses to start, as llama-server
 
 
 _ROUTER: Mapping[str, str] = {
@@ -234,6 +235,11 @@ _MODEL: Mapping[str, tuple[str, str]] = {
     "cont-batching": ("", "the batch engine always batches; --no-cont-batching is ignored"),
     "tags": ("", "the model's tags in GET /models (informational, not used for routing)"),
     "hf-repo-draft": ("", "draft-simple's model from the Hub: downloaded on first load, its file the worker's -md"),
+    "spec-default": (
+        "",
+        "adds ngram-mod to --spec-type with its default sizes (match 24, draft 48 to 64); a size set "
+        "explicitly wins wherever it is given (llama.cpp: the later option wins)",
+    ),
     "metrics": (
         "endpoint_metrics",
         "GET /metrics answers (the router's series; the model's llamacpp:* ones); else 501, as llama-server",
@@ -261,9 +267,8 @@ _MODEL: Mapping[str, tuple[str, str]] = {
 }
 _SAMPLING = "a GPU backend's sampling; the worker samples on the CPU"
 _SAMPLING_DEFAULT = "the default of every request that does not set it, as in llama-server (GET /props shows it)"
-_SPECULATIVE = "not yet: --spec-type ngram-mod does the same (its default sizes are --spec-default's)"
 _DRAFT_AS_TARGET = "as for the target model: the inference worker (llama-cpp-python) does not take it"
-_REMOVED = "removed from llama.cpp, which refuses it with 'the argument has been removed'; accepted and ignored here"
+REMOVED = "the argument has been removed"  # llama.cpp's arg_removed(): the start of the option's help
 _SPECULATIVE_NOTES: Mapping[str, str] = {
     **dict.fromkeys(
         (
@@ -283,9 +288,6 @@ _SPECULATIVE_NOTES: Mapping[str, str] = {
         _DRAFT_AS_TARGET,
     ),
     "spec-draft-backend-sampling": _SAMPLING,
-    **dict.fromkeys(
-        ("draft-max", "draft-n-min", "spec-ngram-size-n", "spec-ngram-size-m", "spec-ngram-min-hits"), _REMOVED
-    ),
     "spec-synth-len": "llama-server's benchmarking aid (drafts accepted at random): not built",
     "spec-synth-rates": "llama-server's benchmarking aid (drafts accepted at random): not built",
     "draft-p-split": "llama-server reads it nowhere either (only arg.cpp sets it)",
@@ -309,6 +311,11 @@ CHAT_FORMATS: Mapping[str, str] = {
 def handling(arg: LlamaArg) -> Handling:
     """The decision for ``arg`` (every option has one: unknown ones default to ignored)."""
     key = arg.key
+    if arg.help.startswith(REMOVED):
+        hint = arg.help.removeprefix(REMOVED + ". ")
+        return Handling(
+            "model", False, f"removed from llama.cpp ({hint}): refused at start, as by llama-server", refused=True
+        )
     if key in _ROUTER:
         return Handling("router", True, _ROUTER[key])
     if key in _ROUTER_IGNORED:
@@ -330,7 +337,7 @@ def handling(arg: LlamaArg) -> Handling:
     if arg.sampling:
         return Handling("model", False, _SAMPLING)
     if arg.speculative or key.endswith("-draft") or key.startswith("spec-"):
-        return Handling("model", False, _SPECULATIVE_NOTES.get(key, _SPECULATIVE))
+        return Handling("model", False, _SPECULATIVE_NOTES.get(key, _MODEL_IGNORED))
     return Handling("model", False, _SERVER_IGNORED if arg.server_specific else _MODEL_IGNORED)
 
 
@@ -363,32 +370,6 @@ def lookup(key: str) -> tuple[LlamaArg, bool] | None:
     """The option a preset key names (long or short name without dashes, or env
     name) and whether the key is its negation (``no-jinja``); None if unknown."""
     return _BY_KEY.get(key)
-
-
-# llama.cpp's whitelist for presets fetched from a Hub repo (llama-cpp-router.md §4):
-# a remote preset must not name local files or turn on server features.
-REMOTE_KEYS = frozenset(
-    {
-        "model-url",
-        "hf-repo",
-        "hf-repo-draft",
-        "hf-repo-v",
-        "hf-file-v",
-        "mmproj-url",
-        "pooling",
-        "jinja",
-        "batch-size",
-        "ubatch-size",
-        "cache-reuse",
-        "chat-template-kwargs",
-        "mmap",
-    }
-)
-
-
-def allowed_remotely(arg: LlamaArg) -> bool:
-    """Whether a preset fetched with ``-hf`` may set ``arg``: the whitelist plus all sampling options."""
-    return arg.sampling or arg.key in REMOTE_KEYS
 
 
 TRUTHY = frozenset({"on", "enabled", "true", "1"})

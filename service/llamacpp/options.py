@@ -18,6 +18,7 @@ import service.llamacpp.sampling_defaults as sampling_defaults
 from service.core import launch
 from service.core import launch_rows as rows
 from service.core.event_base import JSON
+from service.core.launch_speculative import spec_types
 from service.core.memory import CACHE_TYPE_BYTES
 from service.core.state import ModelConfig
 from service.llamacpp.flags import BY_NAME, CHAT_FORMATS, TRUTHY, handling, is_falsey
@@ -211,6 +212,7 @@ _CONVERT: Mapping[str, Callable[[str, str], Converted]] = {
     "video-fps": lambda k, v: {"video_fps": finite_number(k, v)},
     "video-timestamp-interval": lambda k, v: {"video_timestamp_interval": integer(k, v)},
     "video-ffmpeg-dir": lambda _k, v: {"video_ffmpeg_dir": v.strip()} if v.strip() else {},
+    "spec-default": lambda _k, _v: {},  # a flag over --spec-type: translate() adds ngram-mod once all is read
 }
 # Honoured only for some values: (key, value) -> whether modelrouter does what it asks.
 _CONDITIONAL: Mapping[str, Callable[[str], bool]] = {
@@ -249,6 +251,9 @@ def translate(options: Options) -> tuple[Converted, tuple[str, ...]]:
         arg = BY_NAME.get(key)
         if arg is None or handling(arg).scope != "model":
             continue
+        if handling(arg).refused:  # llama.cpp removed it; llama-server refuses to start, in these words
+            msg = f"{key}: {arg.help}"
+            raise OptionError(msg)
         if key in _CONVERT:
             params.update(_CONVERT[key](key, value))
         elif sampling_defaults.field_of(key) is not None:  # server-side request defaults, one object
@@ -266,7 +271,15 @@ def translate(options: Options) -> tuple[Converted, tuple[str, ...]]:
             params.update(_from_table(key, value))
         else:
             ignored.append(key)
+    if not is_falsey(options.get("spec-default", "0")):
+        params["spec_type"] = _with_ngram_mod(str(params.get("spec_type", "none")))
     return params, tuple(ignored)
+
+
+def _with_ngram_mod(types: str) -> str:
+    """``--spec-default``: ngram-mod beside the types given (its sizes are the rows' defaults, llama.cpp's
+    ``--spec-default`` values, unless set). A ``none`` given too is dropped: in llama.cpp's list it is inert."""
+    return spec_types(",".join([*(t for t in types.split(",") if t != "none"), "ngram-mod"]))
 
 
 def _legacy(extras: Mapping[str, str]) -> Converted:

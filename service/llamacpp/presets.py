@@ -39,8 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.llamacpp.flags import allowed_remotely, is_falsey, lookup
+from service.llamacpp.flags import is_falsey, lookup
 from service.llamacpp.options import LEGACY_PARAMS, OUR_KEYS
+from service.llamacpp.upstream_args import LlamaArg
 
 GLOBAL_SECTION = "*"
 DEFAULT_SECTION = "default"  # keys before any header (llama.cpp's COMMON_PRESET_DEFAULT_NAME)
@@ -71,6 +72,32 @@ class Preset:
     remote: bool = False
     defaults: Section = field(default_factory=lambda: Section(GLOBAL_SECTION))
     sections: tuple[Section, ...] = ()
+
+
+# llama.cpp's whitelist for presets fetched from a Hub repo (llama-cpp-router.md §4):
+# a remote preset must not name local files or turn on server features.
+REMOTE_KEYS = frozenset(
+    {
+        "model-url",
+        "hf-repo",
+        "hf-repo-draft",
+        "hf-repo-v",
+        "hf-file-v",
+        "mmproj-url",
+        "pooling",
+        "jinja",
+        "batch-size",
+        "ubatch-size",
+        "cache-reuse",
+        "chat-template-kwargs",
+        "mmap",
+    }
+)
+
+
+def allowed_remotely(arg: LlamaArg) -> bool:
+    """Whether a preset fetched with ``-hf`` may set ``arg``: the whitelist plus all sampling options."""
+    return arg.sampling or arg.key in REMOTE_KEYS
 
 
 def canonical_section_name(name: str) -> str:

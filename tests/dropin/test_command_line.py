@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -177,6 +178,34 @@ def test_a_flag_llama_server_does_not_know_is_a_usage_error() -> None:
 def test_a_bad_value_is_a_usage_error() -> None:
     result = _serve("-c", "lots")
     assert result.returncode == 2 and "invalid" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "words"),
+    [
+        (["--draft-max", "8"], {}, "draft-max: the argument has been removed. use --spec-draft-n-max"),
+        (["--spec-ngram-size-n", "4"], {}, "the argument has been removed. use the respective --spec-ngram-*-size-n"),
+        ([], {"LLAMA_ARG_DRAFT_MIN": "2"}, "draft-n-min: the argument has been removed. use --spec-draft-n-min"),
+        (["--spec-type", "ngram-fancy"], {}, "unknown speculative type: ngram-fancy"),
+        (["--spec-ngram-mod-n-max", "2000"], {}, "invalid value for --spec-ngram-mod-n-max: '2000'"),
+    ],
+)
+def test_an_option_llama_server_refuses_at_start_is_a_usage_error_in_its_words(
+    argv: list[str], environ: dict[str, str], words: str, tmp_path: Path
+) -> None:
+    """Options llama.cpp removed (its ``arg_removed``), and values it refuses, stop ``serve`` before it
+    opens the log or binds, with one line on stderr, wherever they are given; no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", "--home", str(tmp_path), "--port", "1", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, **environ},
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("modelrouter serve: error: ") and words in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "modelrouter.db").exists()
 
 
 def test_version_and_cache_list(tmp_path: Path) -> None:

@@ -99,6 +99,26 @@ def test_llama_arg_variables_and_preset_keys_name_the_spec_options() -> None:
     assert launch.spec_draft_model == "/m/draft.gguf"
 
 
+def test_spec_default_adds_ngram_mod_with_its_sizes_and_removed_options_refuse_the_model() -> None:
+    """llama-server's ``--spec-default``: ngram-mod (match 24, draft 48 to 64) beside any type given; a
+    preset naming an option llama.cpp removed refuses its model with llama.cpp's words."""
+    from service.core.launch import InferenceLaunch
+    from service.llamacpp.options import OptionError, model_settings
+
+    def launch(options: dict[str, str]) -> InferenceLaunch:
+        return InferenceLaunch.from_params(model_settings(options, {}).config.params)
+
+    alone = launch({"spec-default": "1"})
+    assert alone.spec_type == "ngram-mod"
+    assert (alone.spec_ngram_mod_n_match, alone.spec_ngram_mod_n_min, alone.spec_ngram_mod_n_max) == (24, 48, 64)
+    assert launch({"spec-default": "1", "spec-type": "ngram-simple"}).spec_type == "ngram-simple,ngram-mod"
+    assert launch({"spec-default": "1", "spec-type": "none"}).spec_type == "ngram-mod"
+    assert launch({"spec-default": "1", "spec-ngram-mod-n-max": "32"}).spec_ngram_mod_n_max == 32
+    assert launch({"spec-default": "0"}).spec_type == "none"  # LLAMA_ARG-style off: as never given
+    with pytest.raises(OptionError, match=r"spec-ngram-min-hits: the argument has been removed\. use the respective"):
+        model_settings({"spec-type": "ngram-simple", "spec-ngram-min-hits": "2"}, {})
+
+
 def test_a_draft_from_the_hub_is_downloaded_on_first_use_and_drafts(models: Path, tmp_path: Path, hub: Any) -> None:
     """``hf-repo-draft`` (llama-server's ``-hfd``): the first request downloads the draft as a recorded
     job of its own cache model, the worker drafts with its file; a draft repo the Hub lacks is a 404."""
