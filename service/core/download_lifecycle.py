@@ -22,7 +22,7 @@ import service.core.events as ev
 from service.core.contracts import DownloadSpec
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.errors import CommandRejected
-from service.core.placement import held_live
+from service.core.holders import held_live
 from service.core.processes import ProcessExit
 from service.core.state import DownloadJob, JobStatus, ModelState, RouterState
 from service.core.transitions import Lifecycle, edges

@@ -5,8 +5,12 @@ llama-server downloads the draft repo beside the target at start (``common_model
 and with ``-hfd`` reads ``-md`` as the file of that repo to take. Here the draft is an ordinary
 cache model: its first load or request downloads it as a regular, recorded download job (under
 the name ``user/repo:QUANT`` the Hub resolves it to, as ``POST /models`` would), the load waits for
-it, and the worker gets its local file as ``-md``. Any cached quant of the repo serves a draft that
-names none (the Hub is not asked again for a repo already here).
+it, and the worker gets its local file as ``-md``, recorded in ``instance_requested``. A draft that
+names no quant takes the cached one the Hub would resolve it to first (``Q4_K_M``, then ``Q8_0``), else
+any cached quant of the repo (the Hub is not asked again for a repo already here).
+
+The draft's memory (:func:`draft_need`) is placed with its target: its weights, its KV cache (the
+target's context, its own cache types) and its compute buffer, counted as RAM.
 
 Pure module: the fold's state in, facts out.
 """
@@ -17,15 +21,25 @@ import dataclasses
 from dataclasses import dataclass
 
 from service.core.errors import CommandRejected
+from service.core.holders import held_live
 from service.core.launch import InferenceLaunch, Params
-from service.core.model_spec import InvalidModelName, ModelSpec, parse_model_spec
-from service.core.placement import held_live
+from service.core.memory import estimate, launch_of
+from service.core.model_spec import DEFAULT_QUANTS, InvalidModelName, ModelSpec, parse_model_spec
 from service.core.state import ModelState, RouterState
 
 DRAFT_REPO_KEY = "hf-repo-draft"  # the canonical key of -hfd in a model's recorded args
 DRAFT_FILE_KEY = "model-draft"  # -md: with -hfd, the file of the draft repo (llama.cpp's hf_file)
 
-__all__ = ["DraftSource", "draft_launch", "draft_model", "draft_refusal", "draft_source", "needs_draft"]
+__all__ = [
+    "DraftSource",
+    "draft_launch",
+    "draft_model",
+    "draft_need",
+    "draft_params",
+    "draft_refusal",
+    "draft_source",
+    "needs_draft",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +88,30 @@ def draft_model(state: RouterState, model: ModelState) -> ModelState | None:
         for m in state.models.values()
         if m.available and m.path and m.name != model.name and _is_draft(m, source) and held_live(state, m)
     ]
-    return min(found, key=lambda m: m.name) if found else None
+    return min(found, key=lambda m: (_preference(m, source), m.name)) if found else None
+
+
+def _preference(candidate: ModelState, source: DraftSource) -> int:
+    """The rank of a cached quant for a draft that names none: llama.cpp's default quants first."""
+    if source.spec.quant is not None:
+        return 0
+    quant = parse_model_spec(candidate.name).quant
+    return DEFAULT_QUANTS.index(quant) if quant in DEFAULT_QUANTS else len(DEFAULT_QUANTS)
 
 
 def needs_draft(state: RouterState, model: ModelState) -> bool:
     """Whether ``model``'s ``hf-repo-draft`` is still to be downloaded before it loads."""
     return draft_source(model) is not None and draft_model(state, model) is None
+
+
+def draft_params(state: RouterState, model: ModelState) -> Params:
+    """``model``'s parameters with its Hub draft's local file as ``spec_draft_model`` (``-md``) when it is
+    here: what ``instance_requested`` records, so the log says which file drafted."""
+    draft = draft_model(state, model)
+    params = dict(model.config.params)
+    if draft is not None and draft.path is not None:
+        params["spec_draft_model"] = draft.path
+    return params
 
 
 def draft_launch(state: RouterState, model: ModelState, launch: InferenceLaunch | Params) -> InferenceLaunch | Params:
@@ -90,6 +122,28 @@ def draft_launch(state: RouterState, model: ModelState, launch: InferenceLaunch 
         return launch
     base = launch if isinstance(launch, InferenceLaunch) else InferenceLaunch.from_params(launch)
     return dataclasses.replace(base, spec_draft_model=draft.path)
+
+
+def draft_need(state: RouterState, model: ModelState, params: Params | None = None) -> int:
+    """The bytes ``model``'s draft adds to its worker (``params``: the launch, by default the model's):
+    the draft's weights, its KV cache over the target's context in its own cache types, and its
+    compute buffer. 0 without ``draft-simple``, or while the draft is not here or not measured."""
+    launch = launch_of(model.config.params if params is None else params)
+    if "draft-simple" not in launch.spec_type.split(","):
+        return 0
+    draft = draft_model(state, model) or _local_draft(state, launch.spec_draft_model)
+    if draft is None or draft.shape is None:
+        return 0
+    shaped = dataclasses.replace(launch, cache_type_k=launch.spec_draft_type_k, cache_type_v=launch.spec_draft_type_v)
+    need = estimate(draft.shape, shaped)
+    return need.weights + need.kv_cache + need.compute  # in the target's worker: no process of its own
+
+
+def _local_draft(state: RouterState, path: str | None) -> ModelState | None:
+    """The listed model whose file ``-md`` names (a models-dir or cache model), if any."""
+    if not path:
+        return None
+    return next((m for m in state.models.values() if m.path == path and m.shape is not None), None)
 
 
 def draft_refusal(what: str, model: str, code: str, status: int, message: str) -> CommandRejected:

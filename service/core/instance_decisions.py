@@ -24,6 +24,7 @@ import service.core.instance_lifecycle as lifecycle
 import service.core.scheduling as scheduling
 from service.core.decision import Append, Decision, Effect, about, nothing
 from service.core.demand_queue import Demanded, Dropped, Queue, QueueEdit, RestartArmed, Started, Waiting, edit
+from service.core.draft_source import draft_need, draft_params
 from service.core.errors import CommandRejected
 from service.core.instance_effects import FetchFiles as FetchFiles
 from service.core.instance_effects import Kill as Kill
@@ -66,7 +67,7 @@ def _refuse_unfit(state: RouterState, model: ModelState, facts: Facts) -> None:
     """507 ``insufficient_memory`` at once for a model no node could ever hold."""
     slots = slot_facts(state, facts)
     budgets = slots.budgets()
-    insufficient_memory(model, budgets, loads(state, budgets, slots.exiting))
+    insufficient_memory(model, budgets, loads(state, budgets, slots.exiting), draft_need(state, model))
 
 
 def _edits(queue: Queue, edits: tuple[QueueEdit, ...]) -> Queue:
@@ -131,7 +132,9 @@ def decide_plan(state: RouterState, queue: Queue, facts: Facts, fresh: Drawn) ->
         instance_id, port = next(ids, None), next(ports, None) if here else 0
         if instance_id is None or port is None:
             break  # drawn for an older state: the rest start on the next pass
-        request = lifecycle.request(instance_id, port, state.models[wanted.model], wanted.reason, node)
+        model = state.models[wanted.model]
+        params = draft_params(state, model)  # -hfd: the draft's file as -md, recorded
+        request = lifecycle.request(instance_id, port, model, wanted.reason, node, params)
         events.append(Append(request, wanted.model))
         effects += [Started(wanted.model, request.instance_id)] + ([Spawn(wanted.model, request)] if here else [])
     return Decision(None, tuple(events), tuple(effects))

@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 import service.core.events as ev
 from service.core.backoff import retry_delay
 from service.core.errors import CommandRejected
+from service.core.launch import Params
 from service.core.processes import ProcessExit
 from service.core.state import FailureKind, Instance, InstanceStatus, ModelState, RouterState
 from service.core.transitions import Lifecycle, edges
@@ -220,10 +221,16 @@ def restart_delay(model: ModelState, jitter: float) -> float | None:
 
 
 def request(
-    instance_id: str, port: int, model: ModelState, reason: str, node: str | None = None
+    instance_id: str,
+    port: int,
+    model: ModelState,
+    reason: str,
+    node: str | None = None,
+    params: Params | None = None,
 ) -> ev.InstanceRequested:
-    """``[*] -> starting``: the event that takes a slot for ``model`` (on ``node``, in a cluster)."""
-    params = dict(model.config.params)
+    """``[*] -> starting``: the event that takes a slot for ``model`` (on ``node``, in a cluster), its
+    worker launched with ``params`` (by default the model's)."""
+    params = dict(model.config.params if params is None else params)
     return ev.InstanceRequested(instance_id=instance_id, reason=reason, port=port, params=params, node=node)
 
 

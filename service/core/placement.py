@@ -37,7 +37,8 @@ A model that no live node holds is downloaded where it will be served: the
 node its load would pick by the same rules, judged by the size of its files,
 among those whose disk has room for them (:func:`download_site`).
 
-Pure module: stdlib only.
+Pure module: stdlib only. :func:`~service.core.holders.holds` and ``held_live`` live in
+:mod:`service.core.holders`: the draft lookup needs them, and placement needs the draft's memory.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ from enum import IntEnum
 
 from service.core.device_placement import DeviceShort, Footprint, footprint, running_footprint, squeezable
 from service.core.devices import Device
+from service.core.draft_source import draft_need
 from service.core.errors import CommandRejected
+from service.core.holders import holds
 from service.core.memory import need_bytes
 from service.core.state import InstanceStatus, ModelState, RouterState
 
@@ -146,6 +149,7 @@ def loads(state: RouterState, budgets: Sequence[NodeBudget], exiting: int = 0) -
         if load is None or model.instance is None:
             continue
         foot = running_footprint(model, gpus[node_of(model)])
+        foot = replace(foot, host=foot.host + draft_need(state, model, model.instance.params))
         load.take(model.name, foot)
         load.running.append(model)
         if model.instance.status is InstanceStatus.STOPPING:
@@ -159,22 +163,6 @@ def loads(state: RouterState, budgets: Sequence[NodeBudget], exiting: int = 0) -
             tally[budget.name].slots += exiting
             tally[budget.name].freeing_slots += exiting
     return tally
-
-
-def holds(model: ModelState, node: str | None) -> bool:
-    """Whether ``node`` has ``model``'s files (without nodes: whether the model has any)."""
-    if node is None or not model.holders:
-        return model.available and bool(model.path)
-    return node in model.holders
-
-
-def held_live(state: RouterState, model: ModelState) -> bool:
-    """Whether ``model``'s files are on a node that is up (without nodes: whether it has any). A
-    model that only lost or departed nodes hold is downloaded again to run; a holder not joined yet
-    (a node's catalogue is recorded before its ``node_joined``) counts as up."""
-    if not model.holders:
-        return model.available
-    return any((node := state.nodes.get(name)) is None or not node.gone for name in model.holders)
 
 
 def _evictable(
@@ -205,13 +193,17 @@ def judge(
     busy: Mapping[str, int],
     protected: frozenset[str],
     need: int | None = None,
+    draft: int = 0,
 ) -> Choice:
     """Rules 1-5 of the module doc for ``model`` on one node; ``need`` overrides its measured need
-    (a model not downloaded yet is judged by the size of its files, in RAM alone)."""
+    (a model not downloaded yet is judged by the size of its files, in RAM alone); ``draft``: the
+    bytes of its draft model, in its worker's RAM (:func:`~service.core.draft_source.draft_need`)."""
     foot = Footprint(need) if need is not None else footprint(model, budget.devices)
+    foot = replace(foot, host=foot.host + draft)
     choice = _judge(model, budget, load, busy, protected, foot)
     if choice.verdict >= Verdict.BLOCKED and foot.devices and need is None and squeezable(model):
         fewer = footprint(model, budget.devices, load.devices)  # --fit: the layers that fit the GPUs now
+        fewer = replace(fewer, host=fewer.host + draft)
         if fewer != foot:
             second = _judge(model, budget, load, busy, protected, fewer)
             return second if second.verdict <= choice.verdict else choice
@@ -302,9 +294,12 @@ def download_site(
     return None if choice is None else choice.node
 
 
-def insufficient_memory(model: ModelState, budgets: Sequence[NodeBudget], tally: Mapping[str | None, NodeLoad]) -> None:
-    """Refuse at once (507) when no node could ever take ``model``, naming the need and the free memory,
-    or the GPU it could never fit (an explicit ``-ngl``, or ``--fit off``) and that GPU's figures."""
+def insufficient_memory(
+    model: ModelState, budgets: Sequence[NodeBudget], tally: Mapping[str | None, NodeLoad], draft: int = 0
+) -> None:
+    """Refuse at once (507) when no node could ever take ``model`` (with its ``draft``'s bytes), naming
+    the need and the free memory, or the GPU it could never fit (an explicit ``-ngl``, or ``--fit off``)
+    and that GPU's figures."""
     nodes = candidates(model, budgets)
     if not nodes or model.shape is None:
         return
@@ -313,7 +308,7 @@ def insufficient_memory(model: ModelState, budgets: Sequence[NodeBudget], tally:
         load = tally[budget.name]
         held, gpus = load.pinned_memory, load.pinned_devices
         pinned = NodeLoad(memory=held, pinned_memory=held, devices=dict(gpus), pinned_devices=dict(gpus))
-        choice = judge(model, replace(budget, models_max=0), pinned, {}, frozenset())
+        choice = judge(model, replace(budget, models_max=0), pinned, {}, frozenset(), draft=draft)
         if choice.verdict is not Verdict.IMPOSSIBLE:
             return
         never.append((budget, choice))

@@ -26,8 +26,9 @@ from datetime import datetime
 
 import service.core.placement as placement
 from service.core.device_placement import Footprint
-from service.core.draft_source import needs_draft
+from service.core.draft_source import draft_need, needs_draft
 from service.core.errors import CommandRejected
+from service.core.holders import held_live
 from service.core.placement import NodeBudget, Verdict
 from service.core.state import DownloadJob, Instance, InstanceStatus, JobStatus, ModelState, ModelStatus, RouterState
 
@@ -93,7 +94,7 @@ def needs_files(model: ModelState | None, state: RouterState | None = None) -> b
 
 def needs_own_files(model: ModelState, state: RouterState | None = None) -> bool:
     """:func:`needs_files` for the model's own files, not its draft's (``hf-repo-draft``)."""
-    gone = state is not None and not placement.held_live(state, model)
+    gone = state is not None and not held_live(state, model)
     if model.config.hf_repo is None:
         return model.available and gone and pulled_from(model) is not None
     return not model.available or gone
@@ -115,7 +116,7 @@ def require_loadable(state: RouterState, name: str) -> ModelState:
         raise CommandRejected("conflict", f"model {model.name!r} is still downloading", model=model.name)
     if not model.available or not model.path:
         raise CommandRejected("model_not_found", f"model {model.name!r} has no files to load", model=model.name)
-    if not placement.held_live(state, model):
+    if not held_live(state, model):
         gone = ", ".join(repr(n) for n in sorted(model.holders))
         again = (
             "the next request downloads them again"
@@ -149,7 +150,10 @@ def plan_slots(state: RouterState, demands: Sequence[Demand], facts: SlotFacts) 
             continue
         shield = frozenset(protected | set(evict))
         nodes = placement.candidates(model, budgets)
-        choice = placement.best([placement.judge(model, b, tally[b.name], facts.busy, shield) for b in nodes])
+        draft = draft_need(state, model)
+        choice = placement.best(
+            [placement.judge(model, b, tally[b.name], facts.busy, shield, draft=draft) for b in nodes]
+        )
         if choice is None:
             continue
         if choice.verdict is Verdict.BLOCKED:
@@ -192,7 +196,8 @@ def can_ever_start(state: RouterState, model: str, facts: SlotFacts) -> bool:
     tally = placement.loads(state, budgets, facts.exiting)
     busy = frozenset(name for name, n in facts.busy.items() if n > 0) | {model}
     nodes = placement.candidates(found, budgets)
-    choice = placement.best([placement.judge(found, b, tally[b.name], facts.busy, busy) for b in nodes])
+    draft = draft_need(state, found)
+    choice = placement.best([placement.judge(found, b, tally[b.name], facts.busy, busy, draft=draft) for b in nodes])
     return choice is not None and choice.verdict is not Verdict.BLOCKED
 
 

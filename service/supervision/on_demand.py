@@ -26,8 +26,8 @@ import structlog
 from service.core.contracts import DownloadSpec
 from service.core.draft_source import draft_refusal, draft_source, needs_draft
 from service.core.errors import CommandRejected
+from service.core.holders import held_live
 from service.core.instance_decisions import FetchFiles
-from service.core.placement import held_live
 from service.core.scheduling import SlotFacts, download_node, needs_own_files, pulled_from
 from service.core.state import JobStatus, ModelState, RouterState
 from service.downloads.resolution import ResolutionError, resolve, worker_spec

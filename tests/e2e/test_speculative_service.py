@@ -145,6 +145,8 @@ def test_a_draft_from_the_hub_is_downloaded_on_first_use_and_drafts(models: Path
         assert types == ["download_requested", "download_finished"], "one recorded job, under the draft's name"
         order = [(e["type"], e["model"]) for e in events(svc, type=["download_finished", "instance_requested"])]
         assert order.index(("download_finished", draft)) < order.index(("instance_requested", "spec"))
+        (requested,) = events(svc, type="instance_requested", model="spec")
+        assert requested["data"]["params"]["spec_draft_model"].endswith("draft-Q8_0.gguf"), "the log names the file"
         refused = httpx.post(f"{svc.url}/completion", json={"model": "lost", "prompt": "a"}, timeout=60)
         assert refused.status_code == 404, refused.text
         assert f"hf-repo-draft = {missing}" in refused.text and "not found" in refused.text.lower()
