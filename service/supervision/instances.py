@@ -193,6 +193,7 @@ class InstanceSupervisor:
     async def load(self, name: str, *, reason: str = "load") -> ModelState:
         """Start loading ``name`` unless it runs; returns at once (readiness arrives as events).
         A model whose files come from the Hub on first use is downloaded first, then loaded."""
+        await self._measurer.ensure_draft(name)  # before the files are judged: a deleted draft comes again
         if self._needs_files(name):
             await self._fetch_then(name, reason)
             return self.live.state.models[self._resolved(name)]
@@ -243,6 +244,7 @@ class InstanceSupervisor:
         ``autoload`` allows) and hold it; the caller must :meth:`Lease.release` it. ``key``: the
         caller of a request that runs the model (:func:`service.core.fair_queue.gated`), which then
         also waits its fair turn at one of the worker's slots, released with the lease."""
+        await self._measurer.ensure_draft(name)
         if autoload and self._needs_files(name):
             await self._fetch_then(name, None)
             assert self.files is not None

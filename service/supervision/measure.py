@@ -17,6 +17,8 @@ import structlog
 
 from service.core import events as ev
 from service.core.cluster import own_view
+from service.core.decision import Append
+from service.core.draft_source import draft_model
 from service.core.measuring import ToMeasure, decide_measured, to_measure
 from service.core.memory import parse_margin
 from service.event_store.live_state import LiveState
@@ -86,6 +88,22 @@ class Measurer:
             _end_turn(mine, earlier)
             if self._last_turn is mine:
                 self._last_turn = None
+
+    async def ensure_draft(self, name: str) -> None:
+        """``name``'s draft from the Hub (``hf-repo-draft``), measured as its target is: its memory is
+        placed with it. A draft whose file is gone from this node's disk (deleted by hand) is recorded
+        ``model_removed``, a fact, so the load downloads it again rather than fail in the worker."""
+        state = own_view(self._live.state, self._node)
+        model = state.resolve(name)
+        draft = None if model is None else draft_model(state, model)
+        if model is None or draft is None or draft.path is None or draft.instance is not None:
+            return
+        if await asyncio.to_thread(Path(draft.path).is_file):
+            await self.ensure(draft.name)
+            return
+        _log.warning("draft_files_missing", model=model.name, draft=draft.name, path=draft.path)
+        gone = ev.ModelRemoved(files=tuple(f.local_path for f in draft.files))
+        await self._interpreter.record([Append(gone, draft.name)])
 
     async def _read(self, wanted: ToMeasure) -> ev.ModelMeasured | None:
         try:

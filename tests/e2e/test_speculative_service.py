@@ -124,7 +124,7 @@ def test_a_draft_from_the_hub_is_downloaded_on_first_use_and_drafts(models: Path
     job of its own cache model, the worker drafts with its file; a draft repo the Hub lacks is a 404."""
     from devtools.hub_repos import make_repo
     from tests.conftest_hub import unique_repo
-    from tests.service_probes import events
+    from tests.service_probes import events, wait_for_event
 
     repo, missing = unique_repo("draft"), unique_repo("nodraft")
     make_repo(hub.root, repo, {"draft-Q8_0.gguf": (models / "tiny.gguf").read_bytes(), "README.md": b"# draft\n"})
@@ -146,7 +146,19 @@ def test_a_draft_from_the_hub_is_downloaded_on_first_use_and_drafts(models: Path
         order = [(e["type"], e["model"]) for e in events(svc, type=["download_finished", "instance_requested"])]
         assert order.index(("download_finished", draft)) < order.index(("instance_requested", "spec"))
         (requested,) = events(svc, type="instance_requested", model="spec")
-        assert requested["data"]["params"]["spec_draft_model"].endswith("draft-Q8_0.gguf"), "the log names the file"
+        draft_file = Path(requested["data"]["params"]["spec_draft_model"])
+        assert draft_file.name == "draft-Q8_0.gguf", "the log names the draft's file"
+        # The draft's file deleted by hand: the next load records it gone and downloads it again.
+        unloaded = httpx.post(f"{svc.url}/models/unload", json={"model": "spec"}, timeout=60)
+        assert unloaded.status_code == 200, unloaded.text
+        wait_for_event(svc, "instance_stopped", model="spec", timeout=60)
+        draft_file.unlink()
+        again = _complete(svc, "spec")
+        assert [a["content"] for a in again] == [a["content"] for a in plain]
+        assert sum(a["timings"].get("draft_n_accepted", 0) for a in again) > 0, "it drafts again"
+        types = [e["type"] for e in events(svc, model=draft, type=["model_removed", "download_finished"])]
+        assert types == ["download_finished", "model_removed", "download_finished"]
+        assert draft_file.is_file()
         refused = httpx.post(f"{svc.url}/completion", json={"model": "lost", "prompt": "a"}, timeout=60)
         assert refused.status_code == 404, refused.text
         assert f"hf-repo-draft = {missing}" in refused.text and "not found" in refused.text.lower()
