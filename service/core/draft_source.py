@@ -78,15 +78,16 @@ def _is_draft(candidate: ModelState, source: DraftSource) -> bool:
 
 
 def draft_model(state: RouterState, model: ModelState) -> ModelState | None:
-    """The cache model that is ``model``'s draft, with its files on a node that is up; None when
-    ``model`` has no ``hf-repo-draft`` or its draft is not here yet."""
+    """The cache model that is ``model``'s draft, with its files on a node that is up and holds
+    ``model``'s; None when ``model`` has no ``hf-repo-draft`` or its draft is not there yet (in a
+    cluster, a draft held only where the model is not is downloaded again beside it)."""
     source = draft_source(model)
     if source is None:
         return None
     found = [
         m
         for m in state.models.values()
-        if m.available and m.path and m.name != model.name and _is_draft(m, source) and held_live(state, m)
+        if m.available and m.path and m.name != model.name and _is_draft(m, source) and _beside(state, m, model)
     ]
     return min(found, key=lambda m: (_preference(m, source), m.name)) if found else None
 
@@ -97,6 +98,15 @@ def _preference(candidate: ModelState, source: DraftSource) -> int:
         return 0
     quant = parse_model_spec(candidate.name).quant
     return DEFAULT_QUANTS.index(quant) if quant in DEFAULT_QUANTS else len(DEFAULT_QUANTS)
+
+
+def _beside(state: RouterState, draft: ModelState, model: ModelState) -> bool:
+    """Whether ``draft`` is on a node that is up and holds ``model``'s files too: the worker that runs
+    ``model`` reads its draft from its own disk (without nodes: whether the draft is here)."""
+    if not draft.holders or not model.holders:
+        return held_live(state, draft)
+    shared = set(draft.holders) & set(model.holders)
+    return any((node := state.nodes.get(name)) is None or not node.gone for name in shared)
 
 
 def needs_draft(state: RouterState, model: ModelState) -> bool:

@@ -133,7 +133,7 @@ def decide_plan(state: RouterState, queue: Queue, facts: Facts, fresh: Drawn) ->
         if instance_id is None or port is None:
             break  # drawn for an older state: the rest start on the next pass
         model = state.models[wanted.model]
-        params = draft_params(state, model)  # -hfd: the draft's file as -md, recorded
+        params = draft_params(cluster.own_view(state, node), model)  # -hfd: its draft's file there as -md
         request = lifecycle.request(instance_id, port, model, wanted.reason, node, params)
         events.append(Append(request, wanted.model))
         effects += [Started(wanted.model, request.instance_id)] + ([Spawn(wanted.model, request)] if here else [])

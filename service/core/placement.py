@@ -269,9 +269,10 @@ def best(choices: Sequence[Choice]) -> Choice | None:
     return min(usable, key=lambda c: (not c.holds, c.verdict, len(c.evict), -(c.free_memory or 0), c.node or ""))
 
 
-def candidates(model: ModelState, budgets: Sequence[NodeBudget]) -> list[NodeBudget]:
-    """The nodes that may run ``model``: those holding its files (a single node: itself)."""
-    return [b for b in budgets if holds(model, b.name)]
+def candidates(model: ModelState, budgets: Sequence[NodeBudget], draft: ModelState | None = None) -> list[NodeBudget]:
+    """The nodes that may run ``model``: those holding its files, and its Hub ``draft``'s if it has one
+    (a single node: itself)."""
+    return [b for b in budgets if holds(model, b.name) and (draft is None or holds(draft, b.name))]
 
 
 def download_site(

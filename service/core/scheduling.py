@@ -26,7 +26,7 @@ from datetime import datetime
 
 import service.core.placement as placement
 from service.core.device_placement import Footprint
-from service.core.draft_source import draft_need, needs_draft
+from service.core.draft_source import draft_model, draft_need, needs_draft
 from service.core.errors import CommandRejected
 from service.core.holders import held_live
 from service.core.placement import NodeBudget, Verdict
@@ -149,7 +149,7 @@ def plan_slots(state: RouterState, demands: Sequence[Demand], facts: SlotFacts) 
         if not loadable(model):
             continue
         shield = frozenset(protected | set(evict))
-        nodes = placement.candidates(model, budgets)
+        nodes = placement.candidates(model, budgets, draft_model(state, model))
         draft = draft_need(state, model)
         choice = placement.best(
             [placement.judge(model, b, tally[b.name], facts.busy, shield, draft=draft) for b in nodes]
@@ -195,7 +195,7 @@ def can_ever_start(state: RouterState, model: str, facts: SlotFacts) -> bool:
     budgets = facts.budgets()
     tally = placement.loads(state, budgets, facts.exiting)
     busy = frozenset(name for name, n in facts.busy.items() if n > 0) | {model}
-    nodes = placement.candidates(found, budgets)
+    nodes = placement.candidates(found, budgets, draft_model(state, found))
     draft = draft_need(state, found)
     choice = placement.best([placement.judge(found, b, tally[b.name], facts.busy, busy, draft=draft) for b in nodes])
     return choice is not None and choice.verdict is not Verdict.BLOCKED

@@ -20,6 +20,7 @@ from service.core import cluster, prompt_cache
 from service.core import events as ev
 from service.core import instance_effects as effects
 from service.core import instance_exits as exits
+from service.core.cluster import own_view
 from service.core.draft_source import draft_launch
 from service.core.model_spec import projector_path
 from service.core.processes import ProcessExit
@@ -96,7 +97,7 @@ class InstanceProcesses:
             model.path,
             request.instance_id,
             request.port,
-            draft_launch(self.live.state, model, request.launch),  # -hfd: the draft's local file as -md
+            draft_launch(own_view(self.live.state, self.settings.node), model, request.launch),  # -hfd: the file here
             mmproj=projector_path(model.files),
             alias=served_name(self._overseer.mode, model_name),
             model_sha256=prompt_cache.model_sha256(model),

@@ -18,6 +18,7 @@ from service.core.draft_source import (
 )
 from service.core.event_base import FileRef
 from service.core.launch import InferenceLaunch
+from service.core.node_state import Holding, NodeState
 from service.core.placement import NodeBudget, NodeLoad, Verdict
 from service.core.scheduling import needs_files
 from service.core.state import ModelConfig, ModelState, RouterState
@@ -135,3 +136,22 @@ def test_the_drafts_memory_is_placed_with_its_target() -> None:
 
     assert verdict(alone + extra) is Verdict.FITS
     assert verdict(alone + extra - 1) is Verdict.IMPOSSIBLE, "the target alone would fit: the draft does not"
+
+
+def test_in_a_cluster_the_draft_must_be_on_a_node_that_holds_its_target() -> None:
+    """The worker reads its draft from its own disk: a draft held only where the target is not is
+    downloaded again beside it, and the target runs only where both are."""
+
+    def on(model: ModelState, *nodes: str) -> ModelState:
+        return replace(model, holders={n: Holding(path=f"/{n}{model.path}") for n in nodes})
+
+    model = on(target(**{"hf-repo-draft": "tester/draft-GGUF:Q8_0"}), "a", "b")
+    nodes = {n: NodeState(name=n, incarnation=f"{n}-1", url=f"http://{n}") for n in ("a", "b", "c")}
+    elsewhere = replace(state(model, on(cached("tester/draft-GGUF:Q8_0"), "c")), nodes=nodes)
+    assert draft_model(elsewhere, model) is None and needs_draft(elsewhere, model)
+    draft = on(cached("tester/draft-GGUF:Q8_0"), "b", "c")
+    beside = replace(state(model, draft), nodes=nodes)
+    assert draft_model(beside, model) == draft
+    budgets = [NodeBudget(n, 4) for n in ("a", "b", "c")]
+    assert [b.name for b in placement.candidates(model, budgets, draft)] == ["b"]
+    assert [b.name for b in placement.candidates(model, budgets)] == ["a", "b"]

@@ -57,6 +57,7 @@ GiB = 1024**3
 MiB = 1024**2
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 SLOW_REPO = unique_repo("slow")  # an hf-repo preset whose download the hub throttles, to be cancelled
+SPEC_REPO, DRAFT_REPO = unique_repo("spec"), unique_repo("spec-draft")  # a model and its -hfd draft
 
 
 def _node(
@@ -88,7 +89,13 @@ def cluster(
     repo = unique_repo("hub-only")
     make_repo(hub_server.root, repo, {"hub-only-Q8_0.gguf": write_tiny_gguf(root / "hub-only.gguf").read_bytes()})
     make_repo(hub_server.root, SLOW_REPO, {"slow-Q4_K_M.gguf": 8 * MiB})
-    (root / "presets.ini").write_text(f"[tiny-hub]\nhf-repo = {repo}:Q8_0\n\n[slow]\nhf-repo = {SLOW_REPO}:Q4_K_M\n")
+    tiny = write_tiny_gguf(root / "spec.gguf", seed=7).read_bytes()
+    make_repo(hub_server.root, SPEC_REPO, {"spec-Q8_0.gguf": tiny})
+    make_repo(hub_server.root, DRAFT_REPO, {"draft-Q8_0.gguf": tiny})  # itself: every draft is accepted
+    (root / "presets.ini").write_text(
+        f"[tiny-hub]\nhf-repo = {repo}:Q8_0\n\n[slow]\nhf-repo = {SLOW_REPO}:Q4_K_M\n\n"
+        f"[tiny-spec]\nhf-repo = {SPEC_REPO}:Q8_0\nspec-type = draft-simple\nhf-repo-draft = {DRAFT_REPO}:Q8_0\n"
+    )
     a_url, b_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     # One disk for both homes: b keeps a smaller disk reserve, so it has more room for downloads.
     a = _node(root, "a", a_url, ("tiny-a", "tiny-s"), 4 * GiB, hub_server.url, reserve=GiB)
@@ -537,3 +544,32 @@ def test_a_pulled_model_whose_only_holder_is_killed_is_downloaded_again_by_the_s
         return served if len(served) >= 2 else None
 
     assert eventually(served_by, "a's request_completed", interval=0.1) == ["b", "a"]
+
+
+@pytest.mark.timeout(300)
+def test_a_models_hub_draft_is_downloaded_beside_it_and_read_from_that_nodes_disk(
+    cluster: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    """``hf-repo-draft`` in a cluster: a model no node holds is downloaded by the node that will serve it,
+    its draft beside it (a recorded job of its own), and that node's worker drafts with the file on its
+    own disk, which ``instance_requested`` names."""
+    a, b = cluster
+    _up_again(a, b)
+    body = {"model": "tiny-spec", "prompt": "hello hello hello", "n_predict": 64, "temperature": 0}
+    answer = httpx.post(f"{a.url}/completion", json=body, headers=AUTH, timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["timings"]["draft_n_accepted"] > 0, answer.json()["timings"]
+    (started,) = _events(a, type="instance_requested", model="tiny-spec")
+    node = started["data"]["node"] or started["source"]["node"]
+    home = {"a": a.home, "b": b.home}[node]
+
+    def fetched_on(model: str) -> list[str]:
+        return [
+            e["data"].get("node") or e["source"]["node"] for e in _events(a, type="download_requested", model=model)
+        ]
+
+    assert fetched_on("tiny-spec") == fetched_on(f"{DRAFT_REPO}:Q8_0") == [node], "both where it runs"
+    draft_file = Path(started["data"]["params"]["spec_draft_model"])
+    assert draft_file.is_relative_to(home) and draft_file.is_file(), "its own disk's file"
+    other = b.home if node == "a" else a.home
+    assert not [p for p in other.rglob("draft-Q8_0.gguf") if p.is_file()], "not downloaded twice"
