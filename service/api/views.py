@@ -29,6 +29,8 @@ from service.api.schemas import (
     SingleModel,
 )
 from service.core.devices import Offload
+from service.core.draft_source import draft_need
+from service.core.event_base import JSON
 from service.core.events import FileRef, ServerMeta
 from service.core.memory import estimate
 from service.core.model_spec import projector_path
@@ -153,6 +155,15 @@ def _status(model: ModelState, state: RouterState) -> ModelStatusView:
     )
 
 
+def _with_draft(memory: dict[str, JSON], draft: int) -> dict[str, JSON]:
+    """The ``memory`` object with the draft model's bytes (``-hfd``/``-md``), placed with the model."""
+    if not draft:
+        return memory
+    total = memory["total_bytes"]
+    assert isinstance(total, int)
+    return {**memory, "total_bytes": total + draft, "draft_bytes": draft}
+
+
 def model_view(model: ModelState, state: RouterState, mode: ServerMode = ROUTER) -> ModelEntry:
     """One entry of ``GET /models``: llama.cpp's shape plus progress, errors and the memory need
     (in single-model mode the one model under its ``--alias`` id, as llama-server lists it)."""
@@ -173,7 +184,7 @@ def model_view(model: ModelState, state: RouterState, mode: ServerMode = ROUTER)
         size=model.size,
         last_used=time_or_none(model.last_used),
         last_error=model.last_error.to_json() if model.last_error else None,
-        memory=UNSET if need is None else need.to_json(),
+        memory=UNSET if need is None else _with_draft(need.to_json(), draft_need(state, model)),
         pinned=True if model.config.pinned else UNSET,
         held_by=sorted(model.holders) if model.holders else UNSET,
         files_on=_files_on(model, state) if model.holders else UNSET,

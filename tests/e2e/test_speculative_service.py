@@ -147,6 +147,11 @@ def test_a_draft_from_the_hub_is_downloaded_on_first_use_and_drafts(models: Path
         assert order.index(("download_finished", draft)) < order.index(("instance_requested", "spec"))
         (requested,) = events(svc, type="instance_requested", model="spec")
         draft_file = Path(requested["data"]["params"]["spec_draft_model"])
+        listed = next(m for m in httpx.get(f"{svc.url}/models", timeout=30).json()["data"] if m["id"] == "spec")
+        memory = listed["memory"]
+        assert memory["draft_bytes"] > draft_file.stat().st_size, "the draft's weights, KV cache and compute"
+        parts = ("weights_bytes", "kv_cache_bytes", "compute_bytes", "overhead_bytes", "draft_bytes")
+        assert memory["total_bytes"] == sum(memory[k] for k in parts), "placed with the model"
         assert draft_file.name == "draft-Q8_0.gguf", "the log names the draft's file"
         # The draft's file deleted by hand: the next load records it gone and downloads it again.
         unloaded = httpx.post(f"{svc.url}/models/unload", json={"model": "spec"}, timeout=60)
