@@ -38,6 +38,7 @@ __all__ = [
     "draft_params",
     "draft_refusal",
     "draft_source",
+    "file_model",
     "needs_draft",
 ]
 
@@ -141,7 +142,7 @@ def draft_need(state: RouterState, model: ModelState, params: Params | None = No
     launch = launch_of(model.config.params if params is None else params)
     if "draft-simple" not in launch.spec_type.split(","):
         return 0
-    draft = draft_model(state, model) or _local_draft(state, launch.spec_draft_model)
+    draft = draft_model(state, model) or file_model(state, launch.spec_draft_model)
     if draft is None or draft.shape is None:
         return 0
     shaped = dataclasses.replace(launch, cache_type_k=launch.spec_draft_type_k, cache_type_v=launch.spec_draft_type_v)
@@ -149,11 +150,11 @@ def draft_need(state: RouterState, model: ModelState, params: Params | None = No
     return need.weights + need.kv_cache + need.compute  # in the target's worker: no process of its own
 
 
-def _local_draft(state: RouterState, path: str | None) -> ModelState | None:
-    """The listed model whose file ``-md`` names (a models-dir or cache model), if any."""
+def file_model(state: RouterState, path: str | None) -> ModelState | None:
+    """The listed model whose file ``path`` is (``-md``'s: a models-dir or cache model), if any."""
     if not path:
         return None
-    return next((m for m in state.models.values() if m.path == path and m.shape is not None), None)
+    return next((m for m in state.models.values() if m.path == path), None)
 
 
 def draft_refusal(what: str, model: str, code: str, status: int, message: str) -> CommandRejected:

@@ -18,9 +18,9 @@ import structlog
 from service.core import events as ev
 from service.core.cluster import own_view
 from service.core.decision import Append
-from service.core.draft_source import draft_model
+from service.core.draft_source import draft_model, file_model
 from service.core.measuring import ToMeasure, decide_measured, to_measure
-from service.core.memory import parse_margin
+from service.core.memory import launch_of, parse_margin
 from service.event_store.live_state import LiveState
 from service.llamacpp.gguf_shape import NotMeasurable, measure
 from service.settings import Settings
@@ -90,13 +90,21 @@ class Measurer:
                 self._last_turn = None
 
     async def ensure_draft(self, name: str) -> None:
-        """``name``'s draft from the Hub (``hf-repo-draft``), measured as its target is: its memory is
-        placed with it. A draft whose file is gone from this node's disk (deleted by hand) is recorded
-        ``model_removed``, a fact, so the load downloads it again rather than fail in the worker."""
+        """``name``'s draft model (``hf-repo-draft``, or a listed model's file as ``-md``), measured as
+        its target is: its memory is placed with it. A Hub draft whose file is gone from this node's disk
+        (deleted by hand) is recorded ``model_removed``, a fact, so the load downloads it again rather than
+        fail in the worker."""
         state = own_view(self._live.state, self._node)
         model = state.resolve(name)
-        draft = None if model is None else draft_model(state, model)
-        if model is None or draft is None or draft.path is None or draft.instance is not None:
+        if model is None:
+            return
+        draft = draft_model(state, model)
+        if draft is None:
+            local = file_model(state, launch_of(model.config.params).spec_draft_model)
+            if local is not None:
+                await self.ensure(local.name)
+            return
+        if draft.path is None or draft.instance is not None:
             return
         if await asyncio.to_thread(Path(draft.path).is_file):
             await self.ensure(draft.name)

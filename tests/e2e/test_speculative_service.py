@@ -99,6 +99,27 @@ def test_llama_arg_variables_and_preset_keys_name_the_spec_options() -> None:
     assert launch.spec_draft_model == "/m/draft.gguf"
 
 
+def test_a_local_draft_models_memory_is_placed_with_its_target(models: Path, tmp_path: Path) -> None:
+    """``-md`` naming a listed model's file: measured at the target's first load, and its bytes are in the
+    target's memory (``GET /models`` ``memory.draft_bytes``): one process, one more model in it."""
+    tiny, draft = models / "tiny.gguf", models / "draft.gguf"
+    draft.write_bytes(tiny.read_bytes())  # its own file, never loaded by itself: measured for its target
+    presets = tmp_path / "presets.ini"
+    presets.write_text(f"[spec]\nmodel = {tiny}\nspec-type = draft-simple\nmodel-draft = {draft}\n")
+    svc = ServiceProcess(tmp_path / "home", args=["--models-dir", str(models), "--presets", str(presets)])
+    svc.start()
+    try:
+        before = {m["id"]: m for m in httpx.get(f"{svc.url}/models", timeout=30).json()["data"]}
+        assert "memory" not in before["draft"], "not measured before its target's first load"
+        assert sum(a["timings"].get("draft_n_accepted", 0) for a in _complete(svc, "spec")) > 0
+        listed = {m["id"]: m for m in httpx.get(f"{svc.url}/models", timeout=30).json()["data"]}
+        memory, alone = listed["spec"]["memory"], listed["draft"]["memory"]
+        assert memory["draft_bytes"] == alone["weights_bytes"] + alone["kv_cache_bytes"] + alone["compute_bytes"]
+        assert memory["total_bytes"] == alone["total_bytes"] + memory["draft_bytes"], "the same shape, twice"
+    finally:
+        svc.stop()
+
+
 def test_spec_default_adds_ngram_mod_with_its_sizes_and_removed_options_refuse_the_model() -> None:
     """llama-server's ``--spec-default``: ngram-mod (match 24, draft 48 to 64) beside any type given; a
     preset naming an option llama.cpp removed refuses its model with llama.cpp's words."""
