@@ -49,7 +49,7 @@ from workers.inference.engine._speculate import check_rollback
 from workers.inference.engine._step import StepMixin
 from workers.inference.engine._step_clock import StepClock
 from workers.inference.engine._views import Heartbeat
-from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel, LoadError, LoraKey
+from workers.inference.llama import MAX_SLOTS, Batch, LlamaModel, LoadError, LoraKey, supports_gpu_offload
 from workers.inference.speculative import UnsupportedSpeculation, make_speculator
 
 if TYPE_CHECKING:
@@ -201,6 +201,7 @@ class BatchEngine(
             self.speculator = make_speculator(options, len(self.slots), draft)
             if self.speculator is not None:
                 check_rollback(llm)
+            self._on_cpu = not supports_gpu_offload() or llm.cfg.placement.n_gpu_layers == 0
         except UnsupportedSpeculation as exc:
             raise LoadError("speculative_decoding", str(exc)) from None
         for s in self.slots:

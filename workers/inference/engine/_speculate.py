@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from workers.inference.engine._slots import Slot
-from workers.inference.speculative import UnsupportedSpeculation
+from workers.inference.speculative import CPU_TILE, UnsupportedSpeculation
 
 if TYPE_CHECKING:
     from workers.inference.engine._kept_logits import KeptLogits
@@ -53,6 +53,7 @@ class SpeculateMixin:
     sampler: RowSampler
     speculator: Speculator | None = None
     _skip_drafts: bool = False  # the last decode found no room: one plain step first
+    _on_cpu: bool = True  # every layer's matrices on the CPU: its kernels take rows four at a time
     _on_token: Callable[..., None]  # the token's handling (a declaration: TokenMixin's)
 
     def _draft_for(self, s: Slot, room: int) -> list[int]:
@@ -92,7 +93,8 @@ class SpeculateMixin:
         (speculative._step_cost)."""
         if self.speculator is None or self.llm is None or not any(drafts):
             return drafts
-        return self.speculator.share(drafts, per_stream=not self.llm.cfg.kv_unified)
+        tile = CPU_TILE if self._on_cpu else 1
+        return self.speculator.share(drafts, per_stream=not self.llm.cfg.kv_unified, tile=tile)
 
     def _verify(self, s: Slot, draft: list[int], first_row: int, now: float) -> None:
         """``s``'s rows from ``first_row``: its pending token's, then one per drafted token."""

@@ -24,8 +24,10 @@ from workers.inference.speculative._ngram_mod import NgramMod
 from workers.inference.speculative._ngram_simple import NgramSimple, ngram_simple_draft
 from workers.inference.speculative._protocol import Drafter
 from workers.inference.speculative._speculator import Speculator
+from workers.inference.speculative._step_cost import CPU_TILE
 
 __all__ = [
+    "CPU_TILE",
     "DraftGovernor",
     "Drafter",
     "NgramCache",

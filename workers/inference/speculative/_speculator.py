@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from workers.inference.speculative._adaptive import DraftGovernor
 from workers.inference.speculative._protocol import Drafter
-from workers.inference.speculative._step_cost import share_drafts
+from workers.inference.speculative._step_cost import fit_tile, share_drafts
 
 
 @dataclass
@@ -83,11 +83,15 @@ class Speculator:
                 return found
         return []
 
-    def share(self, drafts: Sequence[list[int]], *, per_stream: bool) -> list[list[int]]:
+    def share(self, drafts: Sequence[list[int]], *, per_stream: bool, tile: int = 1) -> list[list[int]]:
         """One step's drafts of its generating sequences, none beside a sequence that has none when each
-        has its own KV stream (adaptive drafting only; :mod:`._step_cost`). A dropped draft is not
-        verified; its drafter hears nothing of it."""
-        return share_drafts(drafts, per_stream=per_stream) if self.adaptive else list(drafts)
+        has its own KV stream, and fitted to the CPU kernels' ``tile`` of rows when they share one
+        micro-batch (adaptive drafting only; :mod:`._step_cost`). A dropped draft is not verified; its
+        drafter hears nothing of it."""
+        if not self.adaptive:
+            return list(drafts)
+        shared = share_drafts(drafts, per_stream=per_stream)
+        return fit_tile(shared, tile) if not per_stream or len(shared) == 1 else shared
 
     def accept(self, seq: int, drafted: int, accepted: int) -> None:
         """The verification of ``seq``'s draft: ``accepted`` of ``drafted`` tokens taken."""

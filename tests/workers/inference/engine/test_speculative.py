@@ -293,7 +293,7 @@ def self_drafting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A worker whose draft model is its own model: every drafted token is the target's own choice."""
     tmp = tmp_path_factory.mktemp("draft")
     gguf = write_tiny_gguf(tmp / "tiny.gguf", seed=7)
-    extra = ["--spec-type", "draft-simple", "-md", str(gguf), "--spec-draft-n-max", "6"]
+    extra = ["--spec-type", "draft-simple", "-md", str(gguf), "--spec-draft-n-max", "8"]
     with contextlib.ExitStack() as stack:
         yield _started(stack, tmp, gguf, "drafting", extra).endpoint
 
@@ -369,3 +369,21 @@ def test_with_a_stream_per_slot_a_slot_drafts_only_beside_drafting_slots(pair: t
     finally:
         beside.join(120)
     assert "draft_n" not in together["timings"]
+
+
+def _draft_counts(url: str) -> tuple[float, float]:
+    """``(drafts, drafted tokens)`` so far, from the worker's ``/metrics``."""
+    lines = httpx.get(f"{url}/metrics", timeout=10).text.splitlines()
+    values = {line.split()[0]: float(line.split()[1]) for line in lines if line.startswith("llamacpp:spec_decode")}
+    return values["llamacpp:spec_decode_num_drafts_total"], values["llamacpp:spec_decode_num_draft_tokens_total"]
+
+
+def test_on_the_cpu_a_slot_alone_never_verifies_one_row_past_a_tile(self_drafting: str) -> None:
+    """ggml's CPU kernels take rows four at a time (speculative._step_cost.fit_tile): the self-drafting
+    worker's full drafts of 8 (9 rows, every token accepted) are verified as 7 (8 rows)."""
+    drafts, drafted = _draft_counts(self_drafting)
+    answer = complete(self_drafting, {"prompt": "tile", "n_predict": 200, "temperature": 0, "ignore_eos": True})
+    after_drafts, after_drafted = _draft_counts(self_drafting)
+    assert answer["timings"]["draft_n_accepted"] == answer["timings"]["draft_n"] > 0
+    per_draft = (after_drafted - drafted) / (after_drafts - drafts)
+    assert 6.5 < per_draft <= 7, per_draft  # 8 a draft without the tile; the last ones shorter, by n_predict

@@ -1,4 +1,5 @@
-"""speculative/_step_cost.py: a slot's draft is not paid for by the slots beside it."""
+"""speculative/_step_cost.py: a slot's draft is not paid for by the slots beside it, and a step's rows
+fit the CPU kernels' tiles."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.workers.inference.speculative.test_drafting import Fixed
 from workers.inference.speculative import Speculator
-from workers.inference.speculative._step_cost import share_drafts
+from workers.inference.speculative._step_cost import CPU_TILE, fit_tile, share_drafts
 
 
 def test_with_a_stream_per_slot_no_slot_drafts_beside_one_that_has_no_draft() -> None:
@@ -34,3 +35,38 @@ def test_only_adaptive_drafting_drops_drafts() -> None:
     assert Speculator([Fixed(list(range(20)))], n_seq=2).share(mixed, per_stream=True) == [[], []]
     plain_rule = Speculator([Fixed(list(range(20)))], n_seq=2, adaptive=False)
     assert plain_rule.share(mixed, per_stream=True) == mixed  # --no-spec-adaptive drafts as llama-server
+
+
+def test_rows_one_past_a_cpu_tile_drop_the_longest_drafts_last_token() -> None:
+    """ggml's repacked CPU kernels take rows four at a time: 49 rows cost more than 48 plus a plain step."""
+    assert fit_tile([list(range(48))], CPU_TILE) == [list(range(47))]  # 49 rows -> 48
+    assert fit_tile([list(range(4)), list(range(7))], CPU_TILE) == [list(range(4)), list(range(6))]  # 13 -> 12
+    assert fit_tile([list(range(46))], CPU_TILE) == [list(range(46))]  # 47 rows: dropping 3 tokens loses more
+    assert fit_tile([list(range(47))], CPU_TILE) == [list(range(47))]  # 48 rows: a tile already
+    assert fit_tile([[], [], [], [1]], CPU_TILE) == [[], [], [], []]  # 5 rows cost more than 4 and a step
+    assert fit_tile([[], []], CPU_TILE) == [[], []]
+    assert fit_tile([[1, 2, 3, 4]], 1) == [[1, 2, 3, 4]]  # a GPU: no tiles
+
+
+@given(st.lists(st.lists(st.integers(0, 9), max_size=48), min_size=1, max_size=8))
+def test_a_fitted_step_is_never_one_row_past_a_tile_and_loses_at_most_one_token(drafts: list[list[int]]) -> None:
+    fitted = fit_tile(drafts, CPU_TILE)
+    assert all(f == d[: len(f)] for f, d in zip(fitted, drafts, strict=True)), "a prefix of each draft"
+    before, after = sum(1 + len(d) for d in drafts), sum(1 + len(f) for f in fitted)
+    if before > CPU_TILE and before % CPU_TILE == 1 and any(drafts):
+        assert after == before - 1, "one token less: a whole tile"
+    else:
+        assert fitted == drafts
+
+
+def test_the_tile_applies_where_the_rows_share_one_micro_batch() -> None:
+    """One KV pool, or a single generating slot; with a stream per slot and several, split_equal splits
+    the rows by sequence, and equal drafts stay equal (adaptive drafting only)."""
+    spec = Speculator([Fixed(list(range(48)))], n_seq=4)
+    assert spec.share([list(range(48))], per_stream=True, tile=CPU_TILE) == [list(range(47))]
+    two = [list(range(48)), list(range(48))]
+    assert spec.share(two, per_stream=True, tile=CPU_TILE) == two
+    pooled = spec.share([list(range(4)), list(range(7))], per_stream=False, tile=CPU_TILE)
+    assert pooled == [list(range(4)), list(range(6))]
+    plain_rule = Speculator([Fixed(list(range(48)))], n_seq=4, adaptive=False)
+    assert plain_rule.share([list(range(48))], per_stream=True, tile=CPU_TILE) == [list(range(48))]
