@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from service.core.errors import CommandRejected
 from service.core.holders import held_live
-from service.core.launch import InferenceLaunch, Params
+from service.core.launch import Params
 from service.core.memory import estimate, launch_of
 from service.core.model_spec import DEFAULT_QUANTS, InvalidModelName, ModelSpec, parse_model_spec
 from service.core.state import ModelState, RouterState
@@ -32,7 +32,6 @@ DRAFT_FILE_KEY = "model-draft"  # -md: with -hfd, the file of the draft repo (ll
 
 __all__ = [
     "DraftSource",
-    "draft_launch",
     "draft_model",
     "draft_need",
     "draft_params",
@@ -123,16 +122,6 @@ def draft_params(state: RouterState, model: ModelState) -> Params:
     if draft is not None and draft.path is not None:
         params["spec_draft_model"] = draft.path
     return params
-
-
-def draft_launch(state: RouterState, model: ModelState, launch: InferenceLaunch | Params) -> InferenceLaunch | Params:
-    """``launch`` with the draft's local file as ``-md`` (``--spec-draft-model``) when ``model``'s draft
-    comes from the Hub and is here; else ``launch`` as it is."""
-    draft = draft_model(state, model)
-    if draft is None or draft.path is None:
-        return launch
-    base = launch if isinstance(launch, InferenceLaunch) else InferenceLaunch.from_params(launch)
-    return dataclasses.replace(base, spec_draft_model=draft.path)
 
 
 def draft_need(state: RouterState, model: ModelState, params: Params | None = None) -> int:

@@ -20,8 +20,6 @@ from service.core import cluster, prompt_cache
 from service.core import events as ev
 from service.core import instance_effects as effects
 from service.core import instance_exits as exits
-from service.core.cluster import own_view
-from service.core.draft_source import draft_launch
 from service.core.model_spec import projector_path
 from service.core.processes import ProcessExit
 from service.core.server_mode import ServerMode, served_name
@@ -97,7 +95,7 @@ class InstanceProcesses:
             model.path,
             request.instance_id,
             request.port,
-            draft_launch(own_view(self.live.state, self.settings.node), model, request.launch),  # -hfd: the file here
+            request.launch,  # with -hfd, the draft's file on this node as -md (core.draft_source.draft_params)
             mmproj=projector_path(model.files),
             alias=served_name(self._overseer.mode, model_name),
             model_sha256=prompt_cache.model_sha256(model),

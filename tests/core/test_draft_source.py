@@ -4,11 +4,11 @@ its load must download it first, the launch its worker gets, and how a Hub refus
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import service.core.instance_lifecycle as lifecycle
 import service.core.placement as placement
 from service.core.draft_source import (
-    draft_launch,
     draft_model,
     draft_need,
     draft_params,
@@ -40,33 +40,38 @@ def cached(name: str, *files: str) -> ModelState:
     return ModelState(name=name, available=True, files=refs, path=refs[0].local_path)
 
 
+def launched(model: ModelState, **params: Any) -> ModelState:  # Any: the launch's values
+    """``model`` with the worker parameters ``params`` (its launch before the draft's file is added)."""
+    return replace(model, config=replace(model.config, params=params))
+
+
 def state(*models: ModelState) -> RouterState:
     return RouterState(models={m.name: m for m in models})
 
 
 def test_without_a_draft_repo_nothing_changes() -> None:
-    model = target()
+    model = launched(target(), n_ctx=64)
     assert draft_source(model) is None and not needs_draft(state(model), model)
-    assert draft_launch(state(model), model, {"n_ctx": 64}) == {"n_ctx": 64}
+    assert draft_params(state(model), model) == {"n_ctx": 64}
 
 
 def test_a_draft_repo_not_in_the_cache_is_needed_and_so_are_the_models_files() -> None:
-    model = target(**{"hf-repo-draft": "Tester/Draft-GGUF:q8_0"})
+    model = launched(target(**{"hf-repo-draft": "Tester/Draft-GGUF:q8_0"}), n_ctx=64)
     source = draft_source(model)
     assert source is not None and (source.spec.repo, source.spec.quant) == ("Tester/Draft-GGUF", "Q8_0")
     here = state(model, cached("tester/other-GGUF:Q8_0"), cached("tester/draft-GGUF:Q4_K_M"))
     assert needs_draft(here, model), "another repo, another quant: not the draft"
     assert needs_files(model, here), "the load downloads first, though the model's own files are here"
-    assert draft_launch(here, model, {"n_ctx": 64}) == {"n_ctx": 64}
+    assert draft_params(here, model) == {"n_ctx": 64}
 
 
 def test_the_cached_draft_is_found_by_repo_and_quant_and_its_file_becomes_md() -> None:
     model = target(**{"hf-repo-draft": "tester/draft-GGUF:Q8_0", "spec-type": "draft-simple"})
+    model = launched(model, n_ctx=64, spec_type="draft-simple", spec_draft_model="d-Q8_0.gguf")
     draft = cached("tester/draft-GGUF:Q8_0")
     here = state(model, cached("tester/draft-GGUF:Q4_K_M"), draft)
     assert draft_model(here, model) == draft and not needs_draft(here, model) and not needs_files(model, here)
-    launch = draft_launch(here, model, {"n_ctx": 64, "spec_type": "draft-simple", "spec_draft_model": "d-Q8_0.gguf"})
-    assert isinstance(launch, InferenceLaunch)
+    launch = InferenceLaunch.from_params(draft_params(here, model))
     assert (launch.spec_draft_model, launch.n_ctx, launch.spec_type) == ("/cache/d-Q8_0.gguf", 64, "draft-simple")
     argv = launch.to_argv()
     assert argv[argv.index("/cache/d-Q8_0.gguf") - 1] in ("--spec-draft-model", "-md", "--model-draft")
