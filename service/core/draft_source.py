@@ -128,9 +128,10 @@ def draft_need(state: RouterState, model: ModelState, params: Params | None = No
     """The bytes ``model``'s draft adds to its worker (``params``: the launch, by default the model's):
     the draft's weights, its KV cache over the target's context in its own cache types, and its
     compute buffer. 0 without ``draft-simple``, or while the draft is not here or not measured."""
-    launch = launch_of(model.config.params if params is None else params)
-    if "draft-simple" not in launch.spec_type.split(","):
-        return 0
+    given = model.config.params if params is None else params
+    if "draft-simple" not in str(given.get("spec_type", "")).split(","):
+        return 0  # placement asks for every running model: most never draft with a model
+    launch = launch_of(given)
     draft = draft_model(state, model) or file_model(state, launch.spec_draft_model)
     if draft is None or draft.shape is None:
         return 0

@@ -149,11 +149,7 @@ def plan_slots(state: RouterState, demands: Sequence[Demand], facts: SlotFacts) 
         if not loadable(model):
             continue
         shield = frozenset(protected | set(evict))
-        nodes = placement.candidates(model, budgets, draft_model(state, model))
-        draft = draft_need(state, model)
-        choice = placement.best(
-            [placement.judge(model, b, tally[b.name], facts.busy, shield, draft=draft) for b in nodes]
-        )
+        choice = _best_node(state, model, budgets, tally, facts.busy, shield)
         if choice is None:
             continue
         if choice.verdict is Verdict.BLOCKED:
@@ -176,6 +172,21 @@ def plan_slots(state: RouterState, demands: Sequence[Demand], facts: SlotFacts) 
     return SlotPlan(start=tuple(start), evict=tuple(evict), where=where)
 
 
+def _best_node(
+    state: RouterState,
+    model: ModelState,
+    budgets: Sequence[NodeBudget],
+    tally: Mapping[str | None, placement.NodeLoad],
+    busy: Mapping[str, int],
+    protected: frozenset[str],
+) -> placement.Choice | None:
+    """The best node's verdict for ``model`` among those holding its files and its Hub draft's, its
+    draft's memory counted with it (:mod:`service.core.draft_source`)."""
+    nodes = placement.candidates(model, budgets, draft_model(state, model))
+    draft = draft_need(state, model)
+    return placement.best([placement.judge(model, b, tally[b.name], busy, protected, draft=draft) for b in nodes])
+
+
 def download_node(state: RouterState, name: str, size: int, facts: SlotFacts) -> str | None:
     """The node that downloads ``name``'s files (``size`` bytes) for a load or a request: the one that
     will serve it (:func:`placement.download_site`); None: the deciding node."""
@@ -195,9 +206,7 @@ def can_ever_start(state: RouterState, model: str, facts: SlotFacts) -> bool:
     budgets = facts.budgets()
     tally = placement.loads(state, budgets, facts.exiting)
     busy = frozenset(name for name, n in facts.busy.items() if n > 0) | {model}
-    nodes = placement.candidates(found, budgets, draft_model(state, found))
-    draft = draft_need(state, found)
-    choice = placement.best([placement.judge(found, b, tally[b.name], facts.busy, busy, draft=draft) for b in nodes])
+    choice = _best_node(state, found, budgets, tally, facts.busy, busy)
     return choice is not None and choice.verdict is not Verdict.BLOCKED
 
 
