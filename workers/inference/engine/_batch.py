@@ -287,20 +287,23 @@ class BatchEngine(
         if self.embedding_enabled:
             self.llm.set_embeddings(False)  # logits for the generating slots
         sets: list[LoraKey | None] = [*lora_sets(self.slots)] if lora.adapters else []
-        logged: tuple[list[int], list[list[int]]] = ([], [])
+        decoded: list[int] = []
+        prefilled: list[list[int]] = []
+        rows = 0
         for key in sets or [None]:  # one llama_decode per adapter set: one, usually
             if key is not None:
                 lora.use(self.llm.lc, self.llm.ctx, key)  # nothing to do when the context has it already
-            decoded, prefilled = self._decode(key if len(sets) > 1 else None)
-            logged[0].extend(decoded)
-            logged[1].extend(prefilled)
-        if logged[0] or logged[1]:
+            ids, chunks, n = self._decode(key if len(sets) > 1 else None)
+            decoded.extend(ids)
+            prefilled.extend(chunks)
+            rows += n
+        if decoded or prefilled:
             with self._cv:  # steps_json copies the log from an HTTP thread
-                self.step_log.add(*logged)
+                self.step_log.add(decoded, prefilled, rows)
 
-    def _decode(self, lora: LoraKey | None) -> tuple[list[int], list[list[int]]]:
+    def _decode(self, lora: LoraKey | None) -> tuple[list[int], list[list[int]], int]:
         """One ``llama_decode`` of the slots with adapter set ``lora`` (None: every slot), then sampling;
-        answers what the step log records of it (request ids decoded, prompt chunks prefilled)."""
+        answers what the step log records of it (request ids decoded, prompt chunks prefilled, rows)."""
         batch = self._batch
         assert batch is not None and self.llm is not None
         if self.llm.projector is not None:  # images first, each decoded by itself (engine._media)
@@ -310,12 +313,12 @@ class BatchEngine(
         gen, chunks = self._fill(batch, lora)
         if batch.n == 0:  # nothing to decode (a cap left nothing either: the next step starts afresh)
             self._budget, self._gen_cap = self.llm.cfg.n_batch, 0
-            return [], []
+            return [], [], 0
         t_decode = time.monotonic()
         ret = batch.decode(self.llm.ctx)
         if ret != 0:
             self._decode_failed(ret, gen, chunks)
-            return [], []
+            return [], [], 0
         self._budget, self._gen_cap = self.llm.cfg.n_batch, 0
         n_prompt = sum(len(part) for _, part in chunks)
         if n_prompt:  # timed once the compute is done (a GPU's decode returns before), as llama-server
@@ -327,7 +330,7 @@ class BatchEngine(
         prefilled = [[s.request.id, len(s.request.feed), len(part)] for s, part in chunks if s.request]
         self._commit(gen, chunks, now)
         self.metrics.on_decode(busy, max(len(s.cache) for s in self.slots))
-        return decoded, prefilled
+        return decoded, prefilled, batch.n
 
     # -- admission and release ------------------------------------------------------
 

@@ -203,10 +203,12 @@ class StepLog:
         """``request_id`` left its slot; recorded with the next step."""
         self._ended.append(request_id)
 
-    def add(self, decoded: list[int], prefilled: list[list[int]]) -> None:
-        """One step: ``decoded`` request ids, ``prefilled`` ``[id, prompt length, tokens evaluated]``."""
+    def add(self, decoded: list[int], prefilled: list[list[int]], rows: int) -> None:
+        """One step: ``decoded`` request ids, ``prefilled`` ``[id, prompt length, tokens evaluated]``,
+        ``rows`` of its ``llama_decode`` (drafted and pad rows included)."""
         self._n += 1
-        self._steps.append({"step": self._n, "decoded": decoded, "prefilled": prefilled, "ended": self._ended})
+        step: Step = {"step": self._n, "decoded": decoded, "prefilled": prefilled, "ended": self._ended, "rows": rows}
+        self._steps.append(step)
         self._ended = []
 
     def json(self) -> list[Step]:

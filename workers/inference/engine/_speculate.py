@@ -25,13 +25,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from workers.inference.engine._slots import Slot
-from workers.inference.speculative import CPU_TILE, UnsupportedSpeculation
+from workers.inference.speculative import CPU_TILE, UnsupportedSpeculation, tile_pad
 
 if TYPE_CHECKING:
     from workers.inference.engine._kept_logits import KeptLogits
     from workers.inference.engine._metrics import EngineMetrics
     from workers.inference.engine._row_sampler import RowSampler
-    from workers.inference.llama import LlamaModel
+    from workers.inference.llama import Batch, LlamaModel
     from workers.inference.speculative import Speculator
 
 
@@ -95,6 +95,22 @@ class SpeculateMixin:
             return drafts
         tile = CPU_TILE if self._on_cpu else 1
         return self.speculator.share(drafts, per_stream=not self.llm.cfg.kv_unified, tile=tile)
+
+    def _pad_to_tile(self, batch: Batch, gen: list[Slot], n_chunks: int) -> None:
+        """Rows that fill the step's last CPU tile (speculative._step_cost.tile_pad), after the longest
+        draft's rows in its sequence: computed and thrown away with that draft's rejected tokens
+        (``_verify``'s ``seq_rm``). Only where the rows go in one micro-batch, as with ``fit_tile``."""
+        llm, spec = self.llm, self.speculator
+        drafted = [s for s in gen if s.draft]
+        if llm is None or spec is None or not spec.adaptive or not self._on_cpu or not drafted:
+            return
+        if not llm.cfg.kv_unified and (len(gen) > 1 or n_chunks):
+            return  # a KV stream per slot: split_equal makes a micro-batch per sequence's run
+        n = tile_pad(batch.n, CPU_TILE)
+        s = max(drafted, key=lambda s: len(s.draft))
+        after = len(s.cache) + 1 + len(s.draft)  # the position after its last row
+        if n and after + n < llm.n_ctx and batch.n + n <= min(batch.capacity, llm.n_ubatch):
+            batch.add([s.draft[-1]] * n, after + s.pos_delta, s.id, False, outputs=True)
 
     def _verify(self, s: Slot, draft: list[int], first_row: int, now: float) -> None:
         """``s``'s rows from ``first_row``: its pending token's, then one per drafted token."""

@@ -87,6 +87,7 @@ class StepMixin(SpeculateMixin, TokenMixin):
             s.batch_index = row if last else -1
             chunks.append((s, part))
             budget -= len(part)
+        self._pad_to_tile(batch, gen, len(chunks))
         return gen, chunks
 
     def _commit(self, gen: list[Slot], chunks: list[tuple[Slot, list[int]]], now: float) -> None:
@@ -161,7 +162,7 @@ class StepMixin(SpeculateMixin, TokenMixin):
                 self._budget, self._gen_cap = self.llm.cfg.n_batch, 0  # the whole batch again, with more room
             return
         err = EngineFailed(f"llama_decode failed ({ret})")
-        for s in {*gen, *(c[0] for c in chunks)}:
+        for s in {s.id: s for s in (*gen, *(c[0] for c in chunks))}.values():  # each slot once
             self._fail(s, err)
 
     def _make_room(self, stuck: list[Slot]) -> None:

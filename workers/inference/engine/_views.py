@@ -34,6 +34,7 @@ class Step(TypedDict):
     decoded: list[int]  # request ids
     prefilled: list[list[int]]  # [id, prompt length, tokens evaluated]
     ended: list[int]  # requests released in or before the step
+    rows: int  # the llama_decode's rows: tokens, drafted tokens, pad rows (speculative._step_cost.tile_pad)
 
 
 class NextToken(TypedDict):

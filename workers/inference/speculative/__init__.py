@@ -24,7 +24,7 @@ from workers.inference.speculative._ngram_mod import NgramMod
 from workers.inference.speculative._ngram_simple import NgramSimple, ngram_simple_draft
 from workers.inference.speculative._protocol import Drafter
 from workers.inference.speculative._speculator import Speculator
-from workers.inference.speculative._step_cost import CPU_TILE
+from workers.inference.speculative._step_cost import CPU_TILE, tile_pad
 
 __all__ = [
     "CPU_TILE",
@@ -38,6 +38,7 @@ __all__ = [
     "UnsupportedSpeculation",
     "make_speculator",
     "ngram_simple_draft",
+    "tile_pad",
 ]
 
 

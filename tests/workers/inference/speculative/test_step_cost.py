@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.workers.inference.speculative.test_drafting import Fixed
 from workers.inference.speculative import Speculator
-from workers.inference.speculative._step_cost import CPU_TILE, fit_tile, share_drafts
+from workers.inference.speculative._step_cost import CPU_TILE, fit_tile, share_drafts, tile_pad
 
 
 def test_with_a_stream_per_slot_no_slot_drafts_beside_one_that_has_no_draft() -> None:
@@ -70,3 +70,20 @@ def test_the_tile_applies_where_the_rows_share_one_micro_batch() -> None:
     assert pooled == [list(range(4)), list(range(6))]
     plain_rule = Speculator([Fixed(list(range(48)))], n_seq=4, adaptive=False)
     assert plain_rule.share([list(range(48))], per_stream=True, tile=CPU_TILE) == [list(range(48))]
+
+
+def test_rows_two_or_three_past_a_cpu_tile_are_padded_to_a_whole_tile() -> None:
+    assert [tile_pad(rows, CPU_TILE) for rows in (6, 7, 30, 31, 47)] == [2, 1, 2, 1, 1]
+    assert [tile_pad(rows, CPU_TILE) for rows in (8, 48, 5, 49)] == [0, 0, 0, 0]  # a tile; one past: fit_tile
+    assert [tile_pad(rows, CPU_TILE) for rows in (1, 2, 3, 4)] == [0, 0, 0, 0]  # one by one, as cheap
+    assert tile_pad(7, 1) == 0  # a GPU: no tiles
+
+
+@given(st.integers(1, 600), st.sampled_from([1, 2, 4, 8]))
+def test_a_pad_completes_the_last_tile_or_is_not_added(rows: int, tile: int) -> None:
+    pad = tile_pad(rows, tile)
+    assert 0 <= pad < max(tile, 1)
+    if pad:
+        assert rows > tile and (rows + pad) % tile == 0 and rows % tile >= 2
+    else:
+        assert rows <= tile or tile == 1 or rows % tile in (0, 1)
