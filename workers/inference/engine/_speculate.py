@@ -93,8 +93,12 @@ class SpeculateMixin:
         (speculative._step_cost)."""
         if self.speculator is None or self.llm is None or not any(drafts):
             return drafts
-        tile = CPU_TILE if self._on_cpu else 1
-        return self.speculator.share(drafts, per_stream=not self.llm.cfg.kv_unified, tile=tile)
+        return self.speculator.share(drafts, per_stream=not self.llm.cfg.kv_unified, tile=self._tile)
+
+    @property
+    def _tile(self) -> int:
+        """Rows the decode's kernels take at a time: CPU_TILE on the CPU, 1 (no tiles) with offloaded layers."""
+        return CPU_TILE if self._on_cpu else 1
 
     def _pad_to_tile(self, batch: Batch, gen: list[Slot], n_chunks: int) -> None:
         """Rows that fill the step's last CPU tile (speculative._step_cost.tile_pad), after the longest
@@ -102,11 +106,11 @@ class SpeculateMixin:
         (``_verify``'s ``seq_rm``). Only where the rows go in one micro-batch, as with ``fit_tile``."""
         llm, spec = self.llm, self.speculator
         drafted = [s for s in gen if s.draft]
-        if llm is None or spec is None or not spec.adaptive or not self._on_cpu or not drafted:
+        if llm is None or spec is None or not spec.adaptive or not drafted:
             return
         if not llm.cfg.kv_unified and (len(gen) > 1 or n_chunks):
             return  # a KV stream per slot: split_equal makes a micro-batch per sequence's run
-        n = tile_pad(batch.n, CPU_TILE)
+        n = tile_pad(batch.n, self._tile)
         s = max(drafted, key=lambda s: len(s.draft))
         after = len(s.cache) + 1 + len(s.draft)  # the position after its last row
         if n and after + n < llm.n_ctx and batch.n + n <= min(batch.capacity, llm.n_ubatch):
