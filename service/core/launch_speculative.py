@@ -1,5 +1,6 @@
 """The launch's speculative-decoding rows: llama-server's ``--spec-type`` and the n-gram drafters'
-parameters (``--spec-ngram-*``), and modelrouter's adaptive drafting (issue 33).
+parameters (``--spec-ngram-*``), llama-server's synthetic acceptance for benchmarks (``--spec-synth-*``),
+and modelrouter's adaptive drafting (issue 33).
 
 :class:`SpeculativeOptions` sits between :class:`~service.core.launch_devices.DeviceOptions` and
 :class:`~service.core.launch.InferenceLaunch`: its fields are rows of the same option table. The
@@ -87,6 +88,28 @@ def _count(flag: str) -> Callable[[str], int]:
         return n
 
     return parse
+
+
+def parse_synth_len(value: str) -> float:
+    """``--spec-synth-len``'s text, as ``arg.cpp`` reads it (``-1``, its "unset", is invalid)."""
+    try:
+        length = float(value.strip())
+    except ValueError:
+        length = -1.0
+    if length == -1.0:
+        msg = f"invalid value for --spec-synth-len: '{value}'"
+        raise ValueError(msg)
+    return length
+
+
+def parse_synth_rates(value: str) -> str:
+    """``--spec-synth-rates``'s comma-separated numbers, normalised (checked against ``n_max`` at load)."""
+    try:
+        rates = [float(raw.strip()) for raw in value.split(",")]
+    except ValueError:
+        msg = f"invalid value for --spec-synth-rates: '{value}'"
+        raise ValueError(msg) from None
+    return ",".join(repr(r) for r in rates)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,4 +326,22 @@ class SpeculativeOptions(DeviceOptions):
         "--spec-adaptive",
         "context",
         help="modelrouter's: a slot whose drafts miss drafts fewer, down to none for a while",
+    )
+    spec_synth_len: float | None = option(
+        None,
+        "--spec-synth-len",
+        "context",
+        "spec-synth-len",
+        "LLAMA_ARG_SPEC_SYNTH_LEN",
+        parse=parse_synth_len,
+        help="benchmarking only: drafts stand at random for this mean accepted length (the step's token included)",
+    )
+    spec_synth_rates: str | None = option(
+        None,
+        "--spec-synth-rates",
+        "context",
+        "spec-synth-rates",
+        "LLAMA_ARG_SPEC_SYNTH_RATES",
+        parse=parse_synth_rates,
+        help="benchmarking only: each drafted position's chance to stand, one per token of n_max",
     )

@@ -288,8 +288,6 @@ _SPECULATIVE_NOTES: Mapping[str, str] = {
         _DRAFT_AS_TARGET,
     ),
     "spec-draft-backend-sampling": _SAMPLING,
-    "spec-synth-len": "llama-server's benchmarking aid (drafts accepted at random): not built",
-    "spec-synth-rates": "llama-server's benchmarking aid (drafts accepted at random): not built",
     "draft-p-split": "llama-server reads it nowhere either (only arg.cpp sets it)",
 }
 _MODEL_IGNORED = "the inference worker (llama-cpp-python) does not take it"

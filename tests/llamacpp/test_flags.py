@@ -260,6 +260,8 @@ def test_every_decision_names_a_real_option() -> None:
         "spec_draft_type_v",
         "spec_draft_ngl",
         "spec_draft_device",
+        "spec_synth_len",
+        "spec_synth_rates",
     }
 
 

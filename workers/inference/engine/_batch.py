@@ -204,6 +204,12 @@ class BatchEngine(
             self._on_cpu = not supports_gpu_offload() or llm.cfg.placement.n_gpu_layers == 0
         except UnsupportedSpeculation as exc:
             raise LoadError("speculative_decoding", str(exc)) from None
+        synthetic = self.speculator.synthetic if self.speculator is not None else None
+        if synthetic is not None:  # llama.cpp's two lines
+            rates = ", ".join(f"{r:.6g}" for r in synthetic.rates)
+            self._debug("synthetic speculative acceptance is enabled for benchmarking; generated output is not valid")
+            n_max, mean = len(synthetic.rates), synthetic.mean_length
+            self._debug(f"synthetic acceptance: n_max = {n_max}, mean length = {mean:.6f}, rates = [{rates}]")
         for s in self.slots:
             s.spec_types = options.spec_type if self.speculator is not None else "none"
 

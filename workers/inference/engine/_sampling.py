@@ -196,6 +196,13 @@ class SamplerError(ValueError):
     """The request's sampling settings cannot be built (bad grammar, token id out of range)."""
 
 
+def chain_seed(p: SamplingParams, default_seed: int | None) -> int:
+    """The seed a request's random choices start from: its own, else the worker's ``--seed``, else
+    llama.cpp's default (a random one), as a 32-bit value."""
+    seed = p.seed if p.seed is not None else default_seed
+    return LLAMA_DEFAULT_SEED if seed is None else seed & 0xFFFFFFFF
+
+
 def build_chain(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, default_seed: int | None, n_ctx: int = 0) -> Any:
     """A new sampler chain for one request; the caller frees it with ``llama_sampler_free``.
     ``n_ctx``: what a ``-1`` look-back (``repeat_last_n``, ``dry_penalty_last_n``) means, as in llama-server."""
@@ -206,8 +213,7 @@ def build_chain(lc: Any, vocab: Any, n_vocab: int, p: SamplingParams, default_se
             penalty_last_n=whole if p.penalty_last_n == -1 else p.penalty_last_n,
             dry_penalty_last_n=whole if p.dry_penalty_last_n == -1 else p.dry_penalty_last_n,
         )
-    seed = p.seed if p.seed is not None else default_seed
-    seed = LLAMA_DEFAULT_SEED if seed is None else seed & 0xFFFFFFFF
+    seed = chain_seed(p, default_seed)
     chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
     try:
         for sampler in _samplers(lc, vocab, n_vocab, p, seed):

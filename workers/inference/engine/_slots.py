@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.inference.engine._reasoning import ReasoningControl
-from workers.inference.engine._sampling import GreedyPick, SamplingParams
+from workers.inference.engine._sampling import LLAMA_DEFAULT_SEED, GreedyPick, SamplingParams
 from workers.inference.engine._text_stream import TextStream
 from workers.inference.engine._views import SlotView
 
@@ -56,6 +56,7 @@ class Request:
     return_progress: bool = False  # llama-server's: ("p", prompt_progress) events while the prompt is evaluated
     timings_per_token: bool = False  # llama-server's: each ("t", ...) event carries the timings so far
     greedy: GreedyPick | None = None  # its chain as a pick of the best logit (_sampling.greedy_pick), or None
+    seed: int = LLAMA_DEFAULT_SEED  # its chain's seed (its own, else the worker's --seed): synthetic acceptance's too
     resume: Resume | None = None  # preempted while generating: what it evaluates again, its state (_preempt)
     n_preempted: int = 0  # times a full KV pool took its slot back
     id: int = field(default_factory=lambda: next(_request_ids))

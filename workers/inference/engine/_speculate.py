@@ -14,6 +14,11 @@ plain text; with sampling the distribution is the target's (llama.cpp's
 since the chain accepts each sampled token. What may differ is only the float rounding of a batched
 decode against a single-token one, as between llama-server's own batch sizes.
 
+With ``--spec-synth-len`` or ``--spec-synth-rates`` (llama-server's benchmarking aid,
+:mod:`~workers.inference.speculative._synthetic`) a random draw per row decides instead, and the drafted
+token stands as it is: the step costs what it would at that acceptance, and the text is not valid. The
+chain still samples every row it reads, so its grammar and penalties follow the target's own tokens.
+
 Not drafted: a request whose next token is forced (its reasoning being ended), one that asks for
 ``post_sampling_probs``, and every step after a decode that found no room (the plain step's fallback
 runs first).
@@ -70,7 +75,7 @@ class SpeculateMixin:
             n_max = min(n_max, req.max_tokens - s.n_decoded - 1)
         if n_max <= 0:
             return []
-        spec.begin(s.id, req.id, s.cache)
+        spec.begin(s.id, req.id, s.cache, req.seed)
         return self._cut_at_end(s, spec.draft(s.id, s.cache, s.pending, n_max))
 
     def _cut_at_end(self, s: Slot, draft: list[int]) -> list[int]:
@@ -121,13 +126,18 @@ class SpeculateMixin:
         llm, spec = self.llm, self.speculator
         assert llm is not None and spec is not None
         sample_one, ctx, greedy = self.sampler.sample_one, llm.ctx, s.request.greedy if s.request else None
+        synthetic = spec.synthetic
         s.timings.draft_n += len(draft)
         accepted = 0
         for i in range(len(draft) + 1):
             row = first_row + i
             s.batch_index = row  # _on_token reads the row's logits for logprobs
             token = sample_one(ctx, s.chain, row, greedy)
-            hit = i < len(draft) and token == draft[i]
+            if synthetic is None:
+                hit = i < len(draft) and token == draft[i]
+            else:  # --spec-synth-*: a draw decides, and the drafted token stands (never an end of generation)
+                hit = i < len(draft) and synthetic.stands(s.id, i) and not llm.is_eog(draft[i])
+                token = draft[i] if hit else token
             if hit:
                 accepted += 1
                 s.timings.draft_n_accepted += 1

@@ -8,6 +8,7 @@
 * ``_ngram_hash``: the rolled n-gram hash ``ngram-map`` and ``ngram-mod`` share.
 * ``_adaptive``: :class:`DraftGovernor`, a slot's draft limit from its recent acceptance (ours).
 * ``_speculator``: :class:`Speculator`, the drafters in llama.cpp's order and each slot's governor.
+* ``_synthetic``: :class:`SynthAcceptance`, llama-server's ``--spec-synth-*`` benchmarking aid.
 
 The verification is the batch engine's (:mod:`workers.inference.engine._speculate`): the drafted
 tokens go into the step's one ``llama_decode`` beside the other slots' tokens, and the request's own
@@ -25,6 +26,7 @@ from workers.inference.speculative._ngram_simple import NgramSimple, ngram_simpl
 from workers.inference.speculative._protocol import Drafter
 from workers.inference.speculative._speculator import Speculator
 from workers.inference.speculative._step_cost import CPU_TILE, tile_pad
+from workers.inference.speculative._synthetic import SynthAcceptance, SynthError, resolve_rates
 
 __all__ = [
     "CPU_TILE",
@@ -35,6 +37,7 @@ __all__ = [
     "NgramMod",
     "NgramSimple",
     "Speculator",
+    "SynthAcceptance",
     "UnsupportedSpeculation",
     "make_speculator",
     "ngram_simple_draft",
@@ -54,13 +57,30 @@ class UnsupportedSpeculation(ValueError):
 def make_speculator(options: SpeculativeOptions, n_seq: int, draft: Drafter | None = None) -> Speculator | None:
     """The drafters ``options`` ask for, or None without speculation; ``draft``: draft-simple's, loaded
     by the engine (it needs the model)."""
+    synthetic = options.spec_synth_len is not None or options.spec_synth_rates is not None
     if options.spec_type == "none":
+        if synthetic:
+            raise UnsupportedSpeculation("synthetic acceptance requires an initialized speculative decoding context")
         return None
     drafters = [
         draft if name == "draft-simple" and draft is not None else _drafter(name, options)
         for name in options.spec_type.split(",")
     ]
-    return Speculator(drafters, n_seq, adaptive=options.spec_adaptive)
+    speculator = Speculator(drafters, n_seq, adaptive=options.spec_adaptive)
+    if synthetic:
+        speculator.synthetic = SynthAcceptance(_synth_rates(options, speculator.n_max))
+    return speculator
+
+
+def _synth_rates(options: SpeculativeOptions, n_max: int) -> list[float]:
+    """The per-position rates ``--spec-synth-len`` or ``--spec-synth-rates`` ask for, checked against
+    the drafters' ``n_max`` (llama.cpp's refusal, in its words, fails the load)."""
+    given = options.spec_synth_rates
+    rates = [float(r) for r in given.split(",")] if given else []
+    try:
+        return resolve_rates(options.spec_synth_len, rates, n_max)
+    except SynthError as exc:
+        raise UnsupportedSpeculation(f"failed to initialize speculative decoding context: {exc}") from None
 
 
 def _drafter(name: str, o: SpeculativeOptions) -> Drafter:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from workers.inference.speculative._adaptive import DraftGovernor
 from workers.inference.speculative._protocol import Drafter
 from workers.inference.speculative._step_cost import fit_tile, share_drafts
+from workers.inference.speculative._synthetic import LLAMA_DEFAULT_SEED, SynthAcceptance
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Speculator:
     drafters: list[Drafter]
     n_seq: int
     adaptive: bool = True
+    synthetic: SynthAcceptance | None = None  # --spec-synth-*: drafts stand at random (benchmarks)
     governors: list[DraftGovernor] = field(default_factory=list)
     stats: list[SeqStats] = field(default_factory=list)
     _last: dict[int, Drafter] = field(default_factory=dict)
@@ -42,19 +44,26 @@ class Speculator:
     _length: dict[int, int] = field(default_factory=dict)  # seq -> its history's length at the last draft
 
     def __post_init__(self) -> None:
-        n_max = max((d.n_max for d in self.drafters), default=0)
-        self.governors = [DraftGovernor(n_max) for _ in range(self.n_seq)]
+        self.governors = [DraftGovernor(self.n_max) for _ in range(self.n_seq)]
         self.stats = [SeqStats() for _ in range(self.n_seq)]
+
+    @property
+    def n_max(self) -> int:
+        """The most tokens any drafter proposes (llama.cpp's effective ``common_speculative_n_max``)."""
+        return max((d.n_max for d in self.drafters), default=0)
 
     @property
     def names(self) -> list[str]:
         return [d.name for d in self.drafters]
 
-    def begin(self, seq: int, request_id: int, prompt: Sequence[int]) -> None:
-        """A request starts in ``seq`` (once per request: a later call with the same id does nothing)."""
+    def begin(self, seq: int, request_id: int, prompt: Sequence[int], seed: int = LLAMA_DEFAULT_SEED) -> None:
+        """A request starts in ``seq`` (once per request: a later call with the same id does nothing);
+        ``seed``: its sampling seed, synthetic acceptance's too."""
         if self._begun.get(seq) == request_id:
             return
         self._begun[seq] = request_id
+        if self.synthetic is not None:
+            self.synthetic.begin(seq, seed)
         self.governors[seq] = DraftGovernor(self.governors[seq].n_max)  # a new text: a fresh start
         self._restart(seq, prompt)
 

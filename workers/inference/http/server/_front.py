@@ -26,6 +26,7 @@ from workers.inference.engine import (
     SamplerError,
     SamplingParams,
     build_chain,
+    chain_seed,
     greedy_pick,
 )
 from workers.inference.http._errors import ApiError, too_long
@@ -373,6 +374,7 @@ class CompletionFront:
             c.return_progress,
             c.timings_per_token,
             greedy=greedy_pick(params),
+            seed=chain_seed(params, self.default_seed),
         )
         try:
             self.engine.enqueue(req)
