@@ -34,9 +34,10 @@ class SlotState(enum.Enum):
 class Request:
     """One generation as the engine runs it; built on an HTTP thread, consumed through ``out``.
 
-    ``out`` receives ``("t", text, logprobs | None)`` pieces (``timings_per_token``: with the timings
-    so far), then exactly one ``("d", finish_reason, timings, info)`` (``info``: ``id_slot``,
-    ``tokens_cached``, ``stopping_word``) or ``("e", EngineError)``; with ``return_progress`` also
+    ``out`` receives ``("t", text, logprobs | None, timings | None, ids)`` pieces (``timings``: the
+    timings so far with ``timings_per_token``; ``ids``: the tokens the piece's text came from), then
+    exactly one ``("d", finish_reason, timings, info)`` (``info``: ``tokens``, ``id_slot``,
+    ``tokens_cached``, ``stopping_word``, ``truncated``) or ``("e", EngineError)``; with ``return_progress`` also
     ``("p", prompt_progress)`` as it starts and after each prompt chunk (llama-server's, streams only).
     """
 
@@ -59,6 +60,8 @@ class Request:
     seed: int = LLAMA_DEFAULT_SEED  # its chain's seed (its own, else the worker's --seed): synthetic acceptance's too
     resume: Resume | None = None  # preempted while generating: what it evaluates again, its state (_preempt)
     n_preempted: int = 0  # times a full KV pool took its slot back
+    tokens: list[int] = field(default_factory=list)  # the reply's tokens as sampled (engine thread)
+    n_sent_tokens: int = 0  # how many of them went out with a piece
     id: int = field(default_factory=lambda: next(_request_ids))
     out: queue.SimpleQueue[tuple[Any, ...]] = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)

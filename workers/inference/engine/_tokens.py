@@ -13,7 +13,7 @@ from workers.inference.engine._finished import FinishedLog, log_finished
 from workers.inference.engine._kept_logits import logits_row
 from workers.inference.engine._metrics import EngineMetrics
 from workers.inference.engine._sampling import token_logprobs
-from workers.inference.engine._slots import Slot
+from workers.inference.engine._slots import Request, Slot
 
 if TYPE_CHECKING:
     from workers.inference.engine._kept_logits import Row, TokenLogprobs
@@ -42,6 +42,7 @@ class TokenMixin:
         assert llm is not None and req is not None and text is not None
         s.n_decoded += 1  # the end-of-generation token too, as llama-server's n_decoded (and Ollama's eval_count)
         s.timings.on_token(now)
+        req.tokens.append(token)  # llama-server's generated_tokens (return_tokens): the end-of-generation token too
         if llm.is_eog(token):
             self._finish(s, "stop", now)  # it has no text
             return
@@ -56,9 +57,9 @@ class TokenMixin:
         out = text.feed(piece)
         s.has_new_line = "\n" in out
         if req.timings_per_token:  # llama-server sends each token, with the timings so far
-            req.out.put(("t", out, lp, s.timings.to_json()))
+            req.out.put(("t", out, lp, s.timings.to_json(), self._unsent(req)))
         elif out or lp is not None:
-            req.out.put(("t", out, lp))
+            req.out.put(("t", out, lp, None, self._unsent(req)))
         if text.stopped_by is not None:
             self._finish(s, "stop", now)
         elif 0 < req.max_tokens <= s.n_decoded:
@@ -69,15 +70,25 @@ class TokenMixin:
         else:
             s.pending = token
 
+    @staticmethod
+    def _unsent(req: Request) -> list[int]:
+        """The ids of the tokens sampled since the last piece: what the next piece's text came from
+        (a stream's ``tokens``; a token whose text is held back, part of a character or of a possible
+        stop string, goes with the piece that releases it)."""
+        ids = req.tokens[req.n_sent_tokens :]
+        req.n_sent_tokens = len(req.tokens)
+        return ids
+
     def _finish(self, s: Slot, reason: str, now: float) -> None:
         req, text = s.request, s.text
         assert req is not None and text is not None
         rest = text.flush()
         if rest:
-            req.out.put(("t", rest, None))
+            req.out.put(("t", rest, None, None, self._unsent(req)))
         self.metrics.on_finish()
         timings = s.timings.to_json()
         info = {
+            "tokens": list(req.tokens),
             "id_slot": s.id,
             "tokens_cached": len(s.cache),
             "stopping_word": text.stopped_by or "",

@@ -18,6 +18,7 @@ Timings = dict[str, float]  # the engine's (``SlotTimings.to_json``): token coun
 class FinalInfo(TypedDict):
     """The engine's last word on a request (``("d", reason, timings, info)``)."""
 
+    tokens: list[int]  # the reply's tokens as sampled (llama-server's return_tokens)
     id_slot: int
     tokens_cached: int
     stopping_word: str
@@ -54,13 +55,15 @@ class CompletionUsage(TypedDict):
 
 class RequestRecord(TypedDict, total=False):
     """The record: ``params`` (the request's generation settings), ``prompt`` and ``n_prompt`` once
-    submitted; ``probs`` as tokens come (``/completion``'s ``n_probs``); ``timings``, ``usage`` and
-    ``final`` once finished."""
+    submitted; ``probs`` as tokens come (``/completion``'s ``n_probs``), ``tokens`` too (its streams);
+    ``return_tokens`` as asked; ``timings``, ``usage`` and ``final`` once finished."""
 
     params: JsonObject  # llama-server's generation_settings, written as they are (never read back)
     prompt: str  # the prompt's tokens detokenized, special tokens and all (llama-server's)
     n_prompt: int
     probs: list[TokenProbs]
+    tokens: list[int]  # a native stream's token ids so far (each chunk carries its own)
+    return_tokens: bool  # llama-server's: the whole answer's ``tokens``
     timings: Timings
     usage: CompletionUsage
     final: FinalInfo

@@ -347,7 +347,7 @@ def _native_whole(text: str, reason: str | None, model: str, req: RequestRecord,
     out: NativeCompletion = {
         "index": 0,
         "content": text,
-        "tokens": [],
+        "tokens": list(final["tokens"]) if final and req.get("return_tokens") and not stream else [],
         "id_slot": final["id_slot"] if final else -1,
         "stop": True,
         "model": model,
@@ -373,20 +373,21 @@ def native_chunks(
 ) -> Iterator[NativeCompletion | JsonObject]:
     """OpenAI completion chunks → llama-server's ``/completion`` stream: partial objects
     with ``stop: false``, then the whole response (empty ``content``, ``stop: true``; only ``fields`` if any)."""
-    n = seen = 0
+    seen = sent = 0
     for chunk in chunks:
         choice = chunk["choices"][0]
         if choice["finish_reason"] is None:
-            n += "prompt_progress" not in chunk  # a progress chunk is no token
+            ids = req.get("tokens") or []  # every token sampled so far, its end token aside
             part: NativeCompletion = {
                 "index": 0,
                 "content": choice["text"],
-                "tokens": [],
+                "tokens": ids[sent:],
                 "stop": False,
                 "id_slot": -1,
-                "tokens_predicted": n,
+                "tokens_predicted": len(ids),  # llama-server's n_decoded
                 "tokens_evaluated": int(req.get("n_prompt", 0)),
             }
+            sent = len(ids)
             probs = req.get("probs") or []
             if len(probs) > seen:  # the tokens of this chunk
                 part["completion_probabilities"], seen = shown_probs(probs[seen:], req), len(probs)

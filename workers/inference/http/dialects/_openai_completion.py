@@ -24,7 +24,7 @@ from workers.inference.http._record import (
 from workers.inference.http.dialects._llama_server import build_info
 from workers.inference.llama import LlamaModel
 
-Event = tuple[Any, ...]  # Any: the engine's queue items, ("t", text, logprob) and ("d", reason, timings, final)
+Event = tuple[Any, ...]  # the engine's queue items: ("t", text, logprob, timings, ids), ("d", reason, timings, final)
 
 
 def piece_text(piece: bytes) -> str:
@@ -49,12 +49,14 @@ class CompletionShaper:
         n_prompt: int,
         llm: LlamaModel,
         native_probs: list[TokenProbs] | None = None,
+        native_tokens: list[int] | None = None,
     ) -> None:
         self.id, self.created, self.model = id_, created, model
         self.n_prompt = n_prompt
         self.llm = llm
         self._offset = 0
         self.native_probs = native_probs  # llama-server's completion_probabilities, one entry per token
+        self.native_tokens = native_tokens  # the streamed tokens' ids, in order (llama-server's chunk ``tokens``)
 
     def _chunk(self, text: str, logprobs: CompletionLogprobs | None, finish: str | None) -> TextCompletion:
         choice: CompletionChoice = {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}
@@ -123,8 +125,10 @@ class CompletionShaper:
                 continue
             if ev[0] == "t":
                 chunk = self._chunk(ev[1], self._logprobs(ev[2], ev[1]), None)
-                if len(ev) > 3:  # timings_per_token
+                if ev[3] is not None:  # timings_per_token
                     chunk["timings"] = ev[3]
+                if self.native_tokens is not None:
+                    self.native_tokens += ev[4]
                 yield chunk
                 continue
             if suffix:

@@ -42,6 +42,7 @@ class RequestOptions(TypedDict, total=False):
     response_fields: list[str]  # native only: the paths its final answer keeps
     return_progress: bool  # llama-server's prompt_progress chunks (streams only)
     timings_per_token: bool  # llama-server's timings on every chunk
+    return_tokens: bool  # llama-server's: the whole answer carries the reply's token ids
 
 
 _FLOAT_PARAMS = (
@@ -326,6 +327,8 @@ def request_options(body: JsonObject) -> RequestOptions:
         opts["return_progress"] = True
     if body.get("timings_per_token") is True:
         opts["timings_per_token"] = True
+    if body.get("return_tokens") is True:
+        opts["return_tokens"] = True
     lora = body.get("lora")
     if lora is not None:  # its own adapter set (checked against the adapters by the front)
         if not isinstance(lora, list):

@@ -172,6 +172,7 @@ class CompletionFront:
         if opts.get("native"):  # llama-server's /completion
             # ctx.result: params, prompt and n_prompt now; timings, usage and the final info once done
             fields = opts.get("response_fields")
+            ctx.result["return_tokens"] = bool(opts.get("return_tokens"))
             if job.stream:
                 job.attach(native_chunks(result, ctx.result, fields))
             else:
@@ -319,7 +320,8 @@ class CompletionFront:
         if echo:
             head = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
         probs = ctx.result.setdefault("probs", []) if logprobs else None
-        shape = CompletionShaper(cmpl_id, int(time.time()), self.model_name, len(tokens), self.llm, probs)
+        ids = ctx.result.setdefault("tokens", []) if stream else None
+        shape = CompletionShaper(cmpl_id, int(time.time()), self.model_name, len(tokens), self.llm, probs, ids)
         events, result = request_events(self.engine, req, ctx.client_gone), ctx.result
         if stream:
             return shape.chunks(events, head, suffix, result)
