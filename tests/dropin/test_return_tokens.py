@@ -59,6 +59,9 @@ def test_the_ids_include_those_of_a_stop_string_the_content_leaves_out(server: S
     tokens = answer["tokens"]
     assert len(tokens) == answer["tokens_predicted"] and tokens == whole["tokens"][: len(tokens)]
     assert 0 < len(tokens) < len(whole["tokens"])
+    *parts, _ = _stream(server, stop=[stop])
+    assert [t for p in parts for t in p["tokens"]] == tokens  # the stop string's ids too, in a textless partial
+    assert parts[-1]["tokens_predicted"] == len(tokens)
 
 
 def test_each_streamed_chunk_carries_its_tokens(server: ServiceProcess) -> None:

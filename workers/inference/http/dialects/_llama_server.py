@@ -397,5 +397,17 @@ def native_chunks(
                 part["prompt_progress"] = chunk["prompt_progress"]
             yield part
             continue
+        final = req.get("final")
+        held = final["tokens"][sent:] if final else []
+        if held:  # a stop string's tokens, an end-of-generation token: no text, but llama-server sends their ids
+            yield {
+                "index": 0,
+                "content": "",
+                "tokens": held,
+                "stop": False,
+                "id_slot": -1,
+                "tokens_predicted": len(final["tokens"]) if final else 0,
+                "tokens_evaluated": int(req.get("n_prompt", 0)),
+            }
         whole = _native_whole("", choice["finish_reason"], chunk["model"], req, stream=True)
         yield pick_fields(fields, whole) if fields else whole
