@@ -136,6 +136,14 @@ def started_worker(tmp: Path, model: Path, instance_id: str, extra: list[str]) -
             proc.stdin.close()
 
 
+def load_failure(worker: WorkerProc) -> str:
+    """A worker whose load fails: it exits with EXIT_LOAD_FAILED (3); its ``instance_load_failed`` event."""
+    assert worker.wait_exit(120) == 3
+    failed = worker.of_type("instance_load_failed")
+    assert failed, worker.stderr_tail()
+    return str(failed[0])
+
+
 @pytest.fixture(scope="module")
 def ready_worker(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator[WorkerProc]:
     """One shared ready worker for the serving tests (spawning costs ~0.5 s)."""

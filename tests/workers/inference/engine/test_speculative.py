@@ -24,7 +24,7 @@ import pytest
 
 from devtools.tiny_gguf import write_tiny_gguf
 from tests.eventually import eventually
-from tests.workers.conftest import REPO_ROOT, WorkerProc, started_worker, worker_command, worker_env
+from tests.workers.conftest import REPO_ROOT, WorkerProc, load_failure, started_worker, worker_command, worker_env
 
 Spawn = Callable[..., WorkerProc]
 
@@ -322,11 +322,7 @@ def test_a_draft_model_keeps_up_with_a_slot_s_new_prompts(self_drafting: str) ->
 
 
 def _load_failure(spawn_worker: Spawn, gguf: Path, extra: list[str]) -> str:
-    w = spawn_worker(gguf, *COMMON, *extra)
-    assert w.wait_exit(120) == 3  # EXIT_LOAD_FAILED
-    failed = w.of_type("instance_load_failed")
-    assert failed, w.stderr_tail()
-    return str(failed[0])
+    return load_failure(spawn_worker(gguf, *COMMON, *extra))
 
 
 def test_a_draft_model_of_another_vocabulary_fails_the_load_with_llama_cpp_s_words(

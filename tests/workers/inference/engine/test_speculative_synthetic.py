@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from devtools.tiny_gguf import write_tiny_gguf
-from tests.workers.conftest import WorkerProc, started_worker
+from tests.workers.conftest import WorkerProc, load_failure, started_worker
 
 pytest.importorskip("llama_cpp")
 pytestmark = pytest.mark.timeout(300)
@@ -92,11 +92,7 @@ def test_a_mean_length_keeps_about_that_many_and_a_seed_repeats_the_draws(worker
 
 
 def _load_failure(spawn_worker: Spawn, gguf: Path, extra: list[str]) -> str:
-    w = spawn_worker(gguf, *COMMON, *extra)
-    assert w.wait_exit(120) == 3  # EXIT_LOAD_FAILED
-    failed = w.of_type("instance_load_failed")
-    assert failed, w.stderr_tail()
-    return str(failed[0])
+    return load_failure(spawn_worker(gguf, *COMMON, *extra))
 
 
 def test_options_llama_server_refuses_fail_the_load_with_its_words(spawn_worker: Spawn, tmp_path: Path) -> None:

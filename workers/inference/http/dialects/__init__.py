@@ -3,9 +3,9 @@
 * OpenAI: ``_requests`` (chat and completion requests), ``_openai_chat``, ``_openai_completion``,
   ``_embeddings``; ``_transcriptions`` (audio); Anthropic's ``_anthropic``; OpenAI's ``_responses``;
   ``_compat`` runs the last three over the chat path.
-* llama-server's own: ``_llama_server`` (``/tokenize``, ``/props``, native ``/completion``...),
-  ``_llama_sampling``, ``_server_defaults``, ``_infill``, ``_control``, ``_verbose`` (``__verbose`` on
-  OpenAI's answers); Vertex AI's ``_predict``.
+* llama-server's own: ``_llama_server`` (``/tokenize``, ``/props``...), ``_native_completion``
+  (``/completion``), ``_llama_sampling``, ``_server_defaults``, ``_infill``, ``_control``, ``_verbose``
+  (``__verbose`` on OpenAI's answers); Vertex AI's ``_predict``.
 * ``_sse``: a named server-sent event, as Anthropic's and Responses' streams send them.
 
 This room may know the chat room, never the server; the server imports what it exports here, its own
@@ -25,12 +25,14 @@ from workers.inference.http.dialects._llama_server import (
     detokenize,
     generation_settings,
     model_info,
+    props,
+    tokenize,
+)
+from workers.inference.http.dialects._native_completion import (
     native_chunks,
     native_completion_body,
     native_whole,
-    props,
     response_fields,
-    tokenize,
 )
 from workers.inference.http.dialects._openai_chat import OpenAIChat
 from workers.inference.http.dialects._openai_completion import CompletionShaper, with_final_fields

@@ -19,7 +19,7 @@ from workers.inference.http._errors import ApiError
 from workers.inference.http._json import JsonObject
 from workers.inference.http._record import RequestRecord
 from workers.inference.http.chat import ChatRun
-from workers.inference.http.dialects._llama_server import NativeCompletion, _native_whole, native_chunks
+from workers.inference.http.dialects._native_completion import NativeCompletion, _native_whole, native_chunks
 
 KEY = "__verbose"
 
