@@ -22,7 +22,7 @@ from workers.inference.speculative._adaptive import DraftGovernor
 from workers.inference.speculative._ngram_cache import LookupCache, LookupCacheError, NgramCache, ngram_cache_load
 from workers.inference.speculative._ngram_map import NgramMapK
 from workers.inference.speculative._ngram_mod import NgramMod
-from workers.inference.speculative._ngram_simple import NgramSimple, ngram_simple_draft
+from workers.inference.speculative._ngram_simple import SHORT_NGRAMS, NgramSimple, ngram_simple_draft
 from workers.inference.speculative._protocol import Drafter
 from workers.inference.speculative._speculator import Speculator
 from workers.inference.speculative._step_cost import CPU_TILE, tile_pad
@@ -30,6 +30,7 @@ from workers.inference.speculative._synthetic import SynthAcceptance, SynthError
 
 __all__ = [
     "CPU_TILE",
+    "SHORT_NGRAMS",
     "DraftGovernor",
     "Drafter",
     "NgramCache",
@@ -85,8 +86,9 @@ def _synth_rates(options: SpeculativeOptions, n_max: int) -> list[float]:
 
 def _drafter(name: str, o: SpeculativeOptions) -> Drafter:
     """``--spec-type`` ``name``'s drafter, with its options (``common_speculative_init``)."""
-    if name == "ngram-simple":
-        return NgramSimple(o.spec_ngram_simple_size_n, o.spec_ngram_simple_size_m)
+    if name == "ngram-simple":  # adaptive drafting also looks up shorter n-grams (ours)
+        fallback = SHORT_NGRAMS if o.spec_adaptive else ()
+        return NgramSimple(o.spec_ngram_simple_size_n, o.spec_ngram_simple_size_m, fallback=fallback)
     if name == "ngram-map-k":
         return NgramMapK(o.spec_ngram_map_k_size_n, o.spec_ngram_map_k_size_m, o.spec_ngram_map_k_min_hits)
     if name == "ngram-map-k4v":

@@ -3,6 +3,12 @@
 The last ``size_n`` tokens (the sampled one included) are looked for earlier in the sequence,
 latest match first; the ``size_m`` tokens that followed the match are the draft, when at least
 ``size_n`` of them exist. No state: every call searches the history afresh. Pure.
+
+Beyond llama-server, with adaptive drafting (:data:`SHORT_NGRAMS`): where the ``size_n``-gram is found
+nowhere, shorter ones are looked for. After a value the text does not share with its source (a new
+invoice number in a JSON answer, the renamed word of an edit), the 12 tokens before the next token
+include it, so llama.cpp's lookup finds nothing until 12 tokens have passed; a 3-token one finds the
+value itself where the prompt has it, or the next key. The governor pays for the drafts that miss.
 """
 
 from __future__ import annotations
@@ -33,13 +39,19 @@ def ngram_simple_draft(tokens: Sequence[int], sampled: int, size_n: int, size_m:
     return list(tokens[start : start + copy_max])
 
 
+SHORT_NGRAMS = (6, 4, 3)
+"""The shorter lookups tried in turn when the ``size_n``-gram has no match (those below ``size_n``)."""
+
+
 @dataclass
 class NgramSimple:
-    """The drafter (``--spec-ngram-simple-size-n``, ``-size-m``; ``min-hits`` is not read, as in llama.cpp)."""
+    """The drafter (``--spec-ngram-simple-size-n``, ``-size-m``; ``min-hits`` is not read, as in llama.cpp);
+    ``fallback``: shorter n-gram sizes looked up in turn when ``size_n`` finds nothing (none: llama.cpp's)."""
 
     size_n: int = 12
     size_m: int = 48
     name: str = "ngram-simple"
+    fallback: tuple[int, ...] = ()
 
     @property
     def n_max(self) -> int:
@@ -49,7 +61,11 @@ class NgramSimple:
         pass
 
     def draft(self, seq: int, history: Sequence[int], last: int, n_max: int) -> list[int]:
-        return ngram_simple_draft(history, last, self.size_n, self.size_m)[: max(n_max, 0)]
+        for size_n in (self.size_n, *(n for n in self.fallback if n < self.size_n)):
+            found = ngram_simple_draft(history, last, size_n, self.size_m)
+            if found:
+                return found[: max(n_max, 0)]
+        return []
 
     def accept(self, seq: int, n_accepted: int) -> None:
         pass

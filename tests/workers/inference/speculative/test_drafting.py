@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.inference.speculative import DraftGovernor, NgramSimple, Speculator, ngram_simple_draft
+from workers.inference.speculative import SHORT_NGRAMS, DraftGovernor, NgramSimple, Speculator, ngram_simple_draft
 from workers.inference.speculative._adaptive import MAX_COOLDOWN, RETRY_DRAFT
 
 
@@ -31,6 +31,21 @@ def test_a_repeated_block_is_drafted_from_its_earlier_copy() -> None:
     # The last 11 tokens and the sampled one (block[12]) match the first copy: what followed it is drafted.
     assert ngram_simple_draft(tokens, block[12], 12, 16) == block[13:29]
     assert ngram_simple_draft(tokens, 99, 12, 16) == []  # the sampled token breaks the pattern
+
+
+def test_with_a_fallback_a_shorter_n_gram_drafts_where_the_long_one_finds_nothing() -> None:
+    """After a token the source does not have (a new value), the 12-gram ending there is found nowhere;
+    the 3-gram is, and what followed it is drafted. llama.cpp's lookup alone drafts nothing."""
+    source = list(range(10, 70))
+    tokens = [1, *source, 2, *source[:20], 999, *source[21:23]]  # 999 where the source has source[20]
+    sampled = source[23]
+    assert ngram_simple_draft(tokens, sampled, 12, 16) == []
+    assert NgramSimple(12, 16).draft(0, tokens, sampled, 16) == []
+    fallback = NgramSimple(12, 16, fallback=SHORT_NGRAMS)
+    assert fallback.draft(0, tokens, sampled, 16) == source[24:40]
+    assert fallback.draft(0, tokens, sampled, 5) == source[24:29]  # cut to the room, as any draft
+    assert fallback.draft(0, tokens, 7777, 16) == []  # no n-gram of any size ends with an unseen token
+    assert NgramSimple(4, 16, fallback=SHORT_NGRAMS).draft(0, tokens, sampled, 16) == source[24:40]
 
 
 def test_too_short_a_history_or_tail_drafts_nothing() -> None:
