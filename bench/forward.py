@@ -25,7 +25,6 @@ from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from service.recovery.migrate import upgrade_url
-from service.supervision.ports import free_port
 
 BODY = {"model": "bench-model", "prompt": "The sea is", "max_tokens": 1, "temperature": 0, "seed": 1}
 
@@ -41,10 +40,10 @@ def _once(client: httpx.Client, base: str) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def _node(root: Path, name: str, url: str, models: Path, database: str) -> ServiceProcess:
-    port = int(url.rsplit(":", 1)[1])
-    args = ["--database-url", database, "--node", name, "--advertise-url", url]
-    return ServiceProcess(root / f"home-{name}", port=port, env={"MODELROUTER_MODELS_DIR": str(models)}, args=args)
+def _node(root: Path, name: str, models: Path, database: str) -> ServiceProcess:
+    args = ["--database-url", database, "--node", name]
+    env = {"MODELROUTER_MODELS_DIR": str(models)}
+    return ServiceProcess(root / f"home-{name}", env=env, args=args, advertised=True)
 
 
 def _measure(a_url: str, b_url: str, requests: int, pause: float) -> tuple[list[float], list[float]]:
@@ -81,9 +80,8 @@ def main() -> None:
             empty, held = root / "models-a", root / "models-b"
             empty.mkdir()
             write_tiny_gguf(held / "bench-model.gguf")
-            a_url, b_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
-            with _node(root, "a", a_url, empty, database), _node(root, "b", b_url, held, database):
-                direct, forwarded = _measure(a_url, b_url, args.requests, args.pause_ms / 1000)
+            with _node(root, "a", empty, database) as a, _node(root, "b", held, database) as b:
+                direct, forwarded = _measure(a.url, b.url, args.requests, args.pause_ms / 1000)
     finally:
         pg.close()
     d50, f50 = _pct(direct, 0.5), _pct(forwarded, 0.5)

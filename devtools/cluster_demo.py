@@ -19,19 +19,17 @@ from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from service.recovery.migrate import upgrade_url
-from service.supervision.ports import free_port
 
 GiB = 1024**3
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
 
 
 def _node(root: Path, name: str, database: str, memory: int) -> ServiceProcess:
-    port = free_port()
     models = root / f"models-{name}"
     write_tiny_gguf(models / "tiny.gguf")
-    args = ["--database-url", database, "--node", name, "--advertise-url", f"http://127.0.0.1:{port}"]
+    args = ["--database-url", database, "--node", name]
     env = {"MODELROUTER_MODELS_DIR": str(models), "MODELROUTER_MEMORY_BYTES": str(memory)}
-    return ServiceProcess(root / f"home-{name}", port=port, env=env, args=args)
+    return ServiceProcess(root / f"home-{name}", env=env, args=args, advertised=True)
 
 
 def _where(svc: ServiceProcess) -> Any:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from service.core import worker_key
 from service.supervision.ports import free_port
@@ -42,6 +43,15 @@ _BIND_REFUSED = "modelrouter serve: error: couldn't bind "
 """How ``serve`` says its port is taken (service/cli.py, llama-server's words)."""
 
 
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` itself listens on TCP ``port``."""
+    try:
+        sockets = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.NoSuchProcess:
+        return False
+    return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port for s in sockets)
+
+
 class PortTaken(RuntimeError):
     """The service could not bind its port: another process holds it."""
 
@@ -57,12 +67,15 @@ class ServiceProcess:
         env: Mapping[str, str] | None = None,
         file_size_limit: int | None = None,
         args: Sequence[str] = (),
+        advertised: bool = False,
     ) -> None:
         self.home = Path(home)
         self.port = port or free_port()
         self._port_drawn = port is None  # a port of our own drawing may be drawn again (see start)
         self.env = {**_hermetic(os.environ, self.home), "MODELROUTER_LOG_JSON": "true", **(env or {})}
         self.args = list(args)  # a llama-server command line (``--models-dir``, ``-hf``, ``--api-key``...)
+        # A cluster node: ``--advertise-url`` follows the port, drawn again if it was taken (see start).
+        self.advertised = advertised
         self.file_size_limit = file_size_limit  # RLIMIT_FSIZE, inherited by the workers (disk-full tests)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.home / f"service-{self.port}.log"
@@ -104,6 +117,7 @@ class ServiceProcess:
             "service.cli",
             "serve",
             *self.args,
+            *(["--advertise-url", self.url] if self.advertised else []),
             "--home",
             str(self.home),
             "--port",
@@ -132,7 +146,9 @@ class ServiceProcess:
                     raise PortTaken(msg) if _BIND_REFUSED in log else RuntimeError(msg)
                 try:
                     answer = client.get(f"{self.url}/health")
-                    if answer.status_code == 200:
+                    # Another process may hold the port (drawn by it between our draw and our bind):
+                    # its answer is not ours, and our service is about to say it couldn't bind.
+                    if answer.status_code == 200 and _listens(self.proc.pid, self.port):
                         return dict(answer.json())
                 except httpx.HTTPError:
                     pass

@@ -24,7 +24,6 @@ import pytest
 from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
-from service.supervision.ports import free_port
 from tests.eventually import eventually
 from tests.service_probes import all_running
 from workers.inference.llama import devices, supports_gpu_offload
@@ -122,10 +121,9 @@ def two_nodes(pg_server: PostgresServer, tmp_path: Path) -> Iterator[tuple[Servi
     url = pg_server.create_database("node_devices", template="modelrouter_template")
     services = []
     for name in ("a", "b"):
-        port = free_port()
-        args = ["--database-url", url, "--node", name, "--advertise-url", f"http://127.0.0.1:{port}", "--metrics"]
+        args = ["--database-url", url, "--node", name, "--metrics"]
         env = {"MODELROUTER_MODELS_DIR": str(tmp_path)}
-        services.append(ServiceProcess(tmp_path / f"home-{name}", port=port, env=env, args=args))
+        services.append(ServiceProcess(tmp_path / f"home-{name}", env=env, args=args, advertised=True))
     with all_running(*services):
         yield services[0], services[1]
 

@@ -16,7 +16,6 @@ from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from service.core.key_commands import ScopeRequest
-from service.supervision.ports import free_port
 from tests.e2e.named_keys import add_key
 from tests.eventually import eventually
 from tests.service_probes import all_running
@@ -29,11 +28,10 @@ pytestmark = pytest.mark.timeout(300)
 def _node(root: Path, name: str, database: str, model: str) -> ServiceProcess:
     folder = root / f"models-{name}"
     write_tiny_gguf(folder / f"{model}.gguf", n_ctx=256)
-    url = f"http://127.0.0.1:{free_port()}"
-    args = ["--api-key", KEY, "--database-url", database, "--node", name, "--advertise-url", url]
+    args = ["--api-key", KEY, "--database-url", database, "--node", name]
     # A window far longer than the test: every request below falls in one window.
     env = {"MODELROUTER_MODELS_DIR": str(folder), "MODELROUTER_RATE_WINDOW_S": "600"}
-    return ServiceProcess(root / f"home-{name}", port=int(url.rsplit(":", 1)[1]), env=env, args=args)
+    return ServiceProcess(root / f"home-{name}", env=env, args=args, advertised=True)
 
 
 @pytest.fixture

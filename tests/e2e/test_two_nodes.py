@@ -46,10 +46,9 @@ from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
 from service.cluster.membership import RECONNECT_GRACE, lock_application_name
-from service.supervision.ports import free_port
 from tests.conftest_hub import unique_repo
 from tests.eventually import eventually
-from tests.service_probes import all_running
+from tests.service_probes import all_running, still_running
 
 KEY = "cluster-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -60,13 +59,10 @@ SLOW_REPO = unique_repo("slow")  # an hf-repo preset whose download the hub thro
 SPEC_REPO, DRAFT_REPO = unique_repo("spec"), unique_repo("spec-draft")  # a model and its -hfd draft
 
 
-def _node(
-    root: Path, name: str, url: str, models: tuple[str, ...], memory: int, hub: str, reserve: int
-) -> ServiceProcess:
+def _node(root: Path, name: str, models: tuple[str, ...], memory: int, hub: str, reserve: int) -> ServiceProcess:
     folder = root / f"models-{name}"
     for i, model in enumerate(models):
         write_tiny_gguf(folder / f"{model}.gguf", seed=i)
-    port = int(url.rsplit(":", 1)[1])
     env = {
         "MODELROUTER_MODELS_DIR": str(folder),
         "MODELROUTER_MEMORY_BYTES": str(memory),
@@ -77,7 +73,7 @@ def _node(
     # The same presets on every node (an hf-repo model nobody holds yet), and endless generations
     # possible (a full context shifts) for the stream cut by a kill.
     args = ["--api-key", KEY, "--models-preset", str(root / "presets.ini"), "--context-shift"]
-    return ServiceProcess(root / f"home-{name}", port=port, env=env, args=args)
+    return ServiceProcess(root / f"home-{name}", env=env, args=args, advertised=True)
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +92,11 @@ def cluster(
         f"[tiny-hub]\nhf-repo = {repo}:Q8_0\n\n[slow]\nhf-repo = {SLOW_REPO}:Q4_K_M\n\n"
         f"[tiny-spec]\nhf-repo = {SPEC_REPO}:Q8_0\nspec-type = draft-simple\nhf-repo-draft = {DRAFT_REPO}:Q8_0\n"
     )
-    a_url, b_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     # One disk for both homes: b keeps a smaller disk reserve, so it has more room for downloads.
-    a = _node(root, "a", a_url, ("tiny-a", "tiny-s"), 4 * GiB, hub_server.url, reserve=GiB)
-    b = _node(root, "b", b_url, ("tiny-b", "tiny-s"), 8 * GiB, hub_server.url, reserve=64 * MiB)
-    for proc, name, advertised in ((a, "a", a_url), (b, "b", b_url)):
-        proc.args += ["--database-url", url, "--node", name, "--advertise-url", advertised]
+    a = _node(root, "a", ("tiny-a", "tiny-s"), 4 * GiB, hub_server.url, reserve=GiB)
+    b = _node(root, "b", ("tiny-b", "tiny-s"), 8 * GiB, hub_server.url, reserve=64 * MiB)
+    for proc, name in ((a, "a"), (b, "b")):
+        proc.args += ["--database-url", url, "--node", name]
     with all_running(a, b):
         yield a, b
 
@@ -309,11 +304,11 @@ def test_a_node_recorded_lost_while_alive_rejoins_and_a_clean_stop_is_left_not_l
         timeout=30,
     )
     assert again["state"] == "up"
-    eventually(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE, "b's ended worker stopped")
+    assert not still_running([worker], timeout=30), "b's ended worker stopped"
     assert "node_recorded_lost_while_alive" in b.log_text()
     # b's download worker was stopped (keeping its partial) and the job resumed by b, to the end.
     done = eventually(lambda: (j := _get(a, f"/downloads/{job_id}"))["status"] == "finished" and j, "resumed job done")
-    assert not fetcher.is_running() or fetcher.status() == psutil.STATUS_ZOMBIE
+    assert not still_running([fetcher], timeout=0)
     resumed = [e for e in _events(a, type="download_resumed") if e["data"]["job_id"] == job_id]
     assert [e["source"]["node"] for e in resumed] == ["b"] and resumed[0]["data"]["bytes_on_disk"] >= 2 * MiB, done
     after_lost = [e for e in _events(a, model="tiny-b") if e["data"].get("instance_id") == running]
@@ -394,7 +389,7 @@ def test_a_model_no_node_holds_is_downloaded_by_the_node_that_will_serve_it(
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled", cancelled.text
     ends = [e for e in _events(a, type="download_cancelled") if e["data"]["job_id"] == slow["job_id"]]
     assert [e["source"]["node"] for e in ends] == ["b"], "recorded by b's worker (or b), once"
-    eventually(lambda: not fetcher.is_running() or fetcher.status() == psutil.STATUS_ZOMBIE, "b's worker stopped")
+    assert not still_running([fetcher], timeout=30), "b's worker stopped"
 
 
 def _sse_events(raw: bytes) -> list[dict[str, Any]]:

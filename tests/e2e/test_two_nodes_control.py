@@ -16,7 +16,6 @@ import pytest
 from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import TOOLS_TEMPLATE, write_tiny_gguf
-from service.supervision.ports import free_port
 from tests.chat_control import NOT_FOUND, assert_control_ends_reasoning, control
 from tests.service_probes import all_running
 
@@ -30,10 +29,9 @@ def _node(root: Path, name: str, database: str, models: dict[str, str | None]) -
     folder = root / f"models-{name}"
     for model, template in models.items():
         write_tiny_gguf(folder / f"{model}.gguf", chat_template=template, n_ctx=256)
-    url = f"http://127.0.0.1:{free_port()}"
-    args = ["--api-key", KEY, "--context-shift", "--database-url", database, "--node", name, "--advertise-url", url]
-    port = int(url.rsplit(":", 1)[1])
-    return ServiceProcess(root / f"home-{name}", port=port, env={"MODELROUTER_MODELS_DIR": str(folder)}, args=args)
+    args = ["--api-key", KEY, "--context-shift", "--database-url", database, "--node", name]
+    env = {"MODELROUTER_MODELS_DIR": str(folder)}
+    return ServiceProcess(root / f"home-{name}", env=env, args=args, advertised=True)
 
 
 @pytest.fixture(scope="module")

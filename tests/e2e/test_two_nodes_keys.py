@@ -17,7 +17,6 @@ import pytest
 from devtools.postgres_server import PostgresServer
 from devtools.service_process import ServiceProcess
 from devtools.tiny_gguf import write_tiny_gguf
-from service.supervision.ports import free_port
 from tests.api.named_keys import FULL, add_key, bearer, full_headers
 from tests.eventually import eventually
 from tests.service_probes import all_running
@@ -28,14 +27,13 @@ CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
 
 def _node(root: Path, name: str, model: str, memory: int, database: str) -> ServiceProcess:
     write_tiny_gguf(root / f"models-{name}" / f"{model}.gguf", seed=len(model))
-    url = f"http://127.0.0.1:{free_port()}"
     env = {
         "MODELROUTER_MODELS_DIR": str(root / f"models-{name}"),
         "MODELROUTER_MEMORY_BYTES": str(memory),
         "MODELROUTER_MODELS_MEMORY_MARGIN": "0",
     }
-    args = ["--api-key", FULL, "--database-url", database, "--node", name, "--advertise-url", url]
-    return ServiceProcess(root / f"home-{name}", port=int(url.rsplit(":", 1)[1]), env=env, args=args)
+    args = ["--api-key", FULL, "--database-url", database, "--node", name]
+    return ServiceProcess(root / f"home-{name}", env=env, args=args, advertised=True)
 
 
 @pytest.fixture(scope="module")
