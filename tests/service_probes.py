@@ -58,6 +58,14 @@ def inference_children(svc: ServiceProcess) -> list[psutil.Process]:
     return result
 
 
+def exited(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie has: only its reaping is left)."""
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
 def still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
     """Processes still running after ``timeout`` (a zombie has exited: only its
     reaping is left, to whoever inherited it)."""

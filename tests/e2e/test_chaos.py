@@ -42,6 +42,7 @@ from service.core.fold import replay
 from service.event_store.statements import EventFilter
 from service.event_store.sync_store import SyncEventStore
 from tests.conftest_hub import unique_repo
+from tests.service_probes import still_running
 
 SEED = int(os.environ.get("MODELROUTER_CHAOS_SEED", str(random.SystemRandom().randrange(1 << 30))))
 RUN1_SECONDS = float(os.environ.get("MODELROUTER_CHAOS_SECONDS", "60"))
@@ -189,9 +190,10 @@ class Chaos:
 
 def _children(svc: ServiceProcess) -> list[psutil.Process]:
     try:
-        return [p for p in psutil.Process(svc.pid).children() if p.status() != psutil.STATUS_ZOMBIE]
+        children = psutil.Process(svc.pid).children()
     except psutil.Error:
         return []
+    return still_running(children, timeout=0)
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:

@@ -10,12 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
-import psutil
 import pytest
 
 from tests.e2e.conftest import StartService
 from tests.eventually import eventually
-from tests.service_probes import events, inference_children, model_entry, still_running, wait_for_event
+from tests.service_probes import events, exited, inference_children, model_entry, still_running, wait_for_event
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
 
@@ -50,7 +49,7 @@ def test_basic_cycle_load_chat_stream_unload(start_service: StartService) -> Non
 
     pid = ready["data"]["pid"]
     assert httpx.post(f"{svc.url}/models/unload", json={"model": "tiny-a"}, timeout=30).status_code == 200
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert exited(pid)
     lifecycle = [e for e in events(svc, model="tiny-a", type="instance_*") if e["type"] != "instance_stats"]
     types = [e["type"] for e in lifecycle]
     assert types == [
@@ -197,7 +196,7 @@ def test_stuck_worker_is_killed_after_stop_timeout(start_service: StartService) 
     assert time.monotonic() - started > 0.9, "SIGKILL only after stop_timeout (1 s)"
     stopped = wait_for_event(svc, "instance_stopped", model="tiny-a")
     assert stopped["data"]["forced"] is True and stopped["data"]["reason"] == "unload"
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert exited(pid)
 
 
 @pytest.mark.timeout(60)

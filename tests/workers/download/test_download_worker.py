@@ -30,6 +30,7 @@ from tests.conftest_hub import (
     unique_repo,
     worker_env,
 )
+from tests.service_probes import still_running
 from workers.download import ProgressMeter
 from workers.runtime import read_jsonl
 
@@ -239,10 +240,7 @@ def test_parent_death_stops_worker_silently(hub: HubServer, tmp_path: Path) -> N
         worker = psutil.Process(read_jsonl(events)[0][1]["pid"])
         parent.kill()
         parent.wait()
-        deadline = time.monotonic() + 30  # how fast: bench/reaction.py
-        while worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline, "worker outlived its parent"
-            time.sleep(0.01)
+        assert not still_running([worker], timeout=30), "worker outlived its parent"  # how fast: bench/reaction.py
     finally:
         if parent.poll() is None:
             parent.kill()

@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 
 import httpx
 import openai
-import psutil  # type: ignore[import-untyped]
 import pytest
 
 from devtools.tiny_gguf import (
@@ -30,6 +29,7 @@ from devtools.tiny_gguf import (
     write_unsupported_arch_gguf,
 )
 from tests.eventually import eventually
+from tests.service_probes import exited
 from workers.runtime import read_jsonl
 
 pytest.importorskip("llama_cpp")
@@ -389,13 +389,6 @@ time.sleep(600)
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
-
-
 @pytest.mark.timeout(60)
 def test_sigkill_of_parent_kills_the_worker(tmp_path: Path, tiny_gguf: Path, worker_tools: Any) -> None:
     events = tmp_path / "events.jsonl"
@@ -412,14 +405,14 @@ def test_sigkill_of_parent_kills_the_worker(tmp_path: Path, tiny_gguf: Path, wor
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(30)
         deadline = time.monotonic() + 30  # how fast: bench/reaction.py
-        while not _gone(worker_pid) and time.monotonic() < deadline:
+        while not exited(worker_pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert _gone(worker_pid), "worker outlived its parent"
+        assert exited(worker_pid), "worker outlived its parent"
         assert "instance_stopped" not in w.types()
     finally:
         if parent.poll() is None:
             parent.kill()
-        if worker_pid and not _gone(worker_pid):
+        if worker_pid and not exited(worker_pid):
             os.kill(worker_pid, signal.SIGKILL)
 
 
