@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
-LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp picks a random seed
+from workers.inference.speculative import LLAMA_DEFAULT_SEED  # llama.cpp's "pick a random seed"
+
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
 # llama.cpp's names (common_sampler_types_from_names, with its aliases) and --sampler-seq letters

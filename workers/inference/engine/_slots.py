@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.inference.engine._reasoning import ReasoningControl
-from workers.inference.engine._sampling import LLAMA_DEFAULT_SEED, GreedyPick, SamplingParams
+from workers.inference.engine._sampling import GreedyPick, SamplingParams
 from workers.inference.engine._text_stream import TextStream
 from workers.inference.engine._views import SlotView
+from workers.inference.speculative import LLAMA_DEFAULT_SEED
 
 _request_ids = itertools.count(1)
 

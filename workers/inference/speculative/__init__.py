@@ -26,10 +26,11 @@ from workers.inference.speculative._ngram_simple import SHORT_NGRAMS, NgramSimpl
 from workers.inference.speculative._protocol import Drafter
 from workers.inference.speculative._speculator import Speculator
 from workers.inference.speculative._step_cost import CPU_TILE, tile_pad
-from workers.inference.speculative._synthetic import SynthAcceptance, SynthError, resolve_rates
+from workers.inference.speculative._synthetic import LLAMA_DEFAULT_SEED, SynthAcceptance, SynthError, resolve_rates
 
 __all__ = [
     "CPU_TILE",
+    "LLAMA_DEFAULT_SEED",
     "SHORT_NGRAMS",
     "DraftGovernor",
     "Drafter",
