@@ -128,7 +128,7 @@ class DraftModel:
     def accept(self, seq: int, n_accepted: int) -> None:
         pass  # the next draft compares the slot's tokens with what the sequence holds
 
-    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int) -> list[int]:
+    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int, *, alone: bool = True) -> list[int]:
         n_max = min(n_max, self._n_max)
         if n_max <= 0:
             return []

@@ -61,8 +61,9 @@ class SpeculateMixin:
     _on_cpu: bool = True  # every layer's matrices on the CPU: its kernels take rows four at a time
     _on_token: Callable[..., None]  # the token's handling (a declaration: TokenMixin's)
 
-    def _draft_for(self, s: Slot, room: int) -> list[int]:
-        """The tokens ``s`` may verify after its pending one this step (at most ``room``)."""
+    def _draft_for(self, s: Slot, room: int, *, alone: bool) -> list[int]:
+        """The tokens ``s`` may verify after its pending one this step (at most ``room``); ``alone``: no
+        other slot generates in it."""
         spec, req, llm = self.speculator, s.request, self.llm
         if spec is None or req is None or llm is None or s.chain is None or self._skip_drafts:
             return []
@@ -76,7 +77,7 @@ class SpeculateMixin:
         if n_max <= 0:
             return []
         spec.begin(s.id, req.id, s.cache, req.seed)
-        return self._cut_at_end(s, spec.draft(s.id, s.cache, s.pending, n_max))
+        return self._cut_at_end(s, spec.draft(s.id, s.cache, s.pending, n_max, alone=alone))
 
     def _cut_at_end(self, s: Slot, draft: list[int]) -> list[int]:
         """``draft`` before the token that would end the request (an end-of-generation token, or one that

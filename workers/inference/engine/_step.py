@@ -66,7 +66,8 @@ class StepMixin(SpeculateMixin, TokenMixin):
         gen = gen[:cap]
         drafts: list[list[int]] = []
         for s in gen:  # room for every generating slot's token and the drafts before
-            drafts.append(self._draft_for(s, batch.capacity - batch.n - len(gen) - sum(map(len, drafts))))
+            room = batch.capacity - batch.n - len(gen) - sum(map(len, drafts))
+            drafts.append(self._draft_for(s, room, alone=len(gen) == 1))
         for s, draft in zip(gen, self._share_drafts(drafts), strict=True):
             s.draft = draft
             row = batch.add([s.pending, *s.draft], len(s.cache) + s.pos_delta, s.id, True, outputs=bool(s.draft))

@@ -239,7 +239,7 @@ class NgramCache:
     def begin(self, seq: int, prompt: Sequence[int]) -> None:
         pass  # llama.cpp's is a no-op: the context cache outlives the request
 
-    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int) -> list[int]:
+    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int, *, alone: bool = True) -> list[int]:
         info = self.state(seq)
         if info.cache_size < len(history) + 1:
             new = [*history[info.cache_size :], last]

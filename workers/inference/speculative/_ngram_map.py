@@ -301,7 +301,7 @@ class NgramMapK:
     def begin(self, seq: int, prompt: Sequence[int]) -> None:
         ngram_map_begin(self.state(seq), prompt)
 
-    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int) -> list[int]:
+    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int, *, alone: bool = True) -> list[int]:
         return ngram_map_draft(self.state(seq), history, last)[: max(n_max, 0)]
 
     def accept(self, seq: int, n_accepted: int) -> None:

@@ -122,7 +122,7 @@ class NgramMod:
         if table.used / table.size > OCCUPANCY_RESET:
             table.reset()
 
-    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int) -> list[int]:
+    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int, *, alone: bool = True) -> list[int]:
         info, table = self.state(seq), self.table
         info.n_draft_last = 0
         cur_len, n = len(history), table.n

@@ -23,9 +23,11 @@ class Drafter(Protocol):
     def begin(self, seq: int, prompt: Sequence[int]) -> None:
         """A request starts in ``seq`` with ``prompt``, its tokens as the slot holds them."""
 
-    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int) -> list[int]:
+    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int, *, alone: bool = True) -> list[int]:
         """Up to ``n_max`` tokens to follow ``history`` (what the sequence holds) and ``last``, the
-        token just sampled and not yet decoded; empty: no proposal."""
+        token just sampled and not yet decoded; empty: no proposal. ``alone``: the sequence is the step's
+        only one generating, so its drafted rows are cheap beside the step a hit saves, and a drafter may
+        offer weaker guesses too."""
 
     def accept(self, seq: int, n_accepted: int) -> None:
         """The target accepted the first ``n_accepted`` tokens of this drafter's last draft for ``seq``."""

@@ -77,8 +77,9 @@ class Speculator:
         for d in self.drafters:
             d.begin(seq, history)
 
-    def draft(self, seq: int, history: Sequence[int], last: int, room: int) -> list[int]:
-        """The tokens to verify after ``last`` (at most ``room``), or none."""
+    def draft(self, seq: int, history: Sequence[int], last: int, room: int, *, alone: bool = True) -> list[int]:
+        """The tokens to verify after ``last`` (at most ``room``), or none; ``alone``: ``seq`` is the step's
+        only generating sequence (see :meth:`Drafter.draft`)."""
         if len(history) < self._length.get(seq, 0):  # a context shift dropped tokens: the drafters begin again
             self._restart(seq, history)
         self._length[seq] = len(history)
@@ -86,7 +87,7 @@ class Speculator:
         if limit <= 0:
             return []
         for d in self.drafters:
-            found = d.draft(seq, history, last, limit)[:limit]
+            found = d.draft(seq, history, last, limit, alone=alone)[:limit]
             if found:
                 self._last[seq] = d
                 return found

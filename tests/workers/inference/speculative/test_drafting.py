@@ -48,6 +48,18 @@ def test_with_a_fallback_a_shorter_n_gram_drafts_where_the_long_one_finds_nothin
     assert NgramSimple(4, 16, fallback=SHORT_NGRAMS).draft(0, tokens, sampled, 16) == source[24:40]
 
 
+def test_the_shorter_n_grams_are_looked_up_only_for_a_sequence_generating_alone() -> None:
+    """Beside other generating slots a drafted row costs more than the weaker guesses earn: the 12-gram
+    still drafts there, the shorter lookups do not."""
+    source = list(range(10, 70))
+    broken = [1, *source, 2, *source[:20], 999, *source[21:23]]
+    fallback = NgramSimple(12, 16, fallback=SHORT_NGRAMS)
+    assert fallback.draft(0, broken, source[23], 16, alone=False) == []
+    assert fallback.draft(0, broken, source[23], 16, alone=True) == source[24:40]
+    whole = [1, *source, 2, *source[:22]]
+    assert fallback.draft(0, whole, source[22], 16, alone=False) == source[23:39]
+
+
 def test_too_short_a_history_or_tail_drafts_nothing() -> None:
     assert ngram_simple_draft([1, 2, 3], 4, 12, 48) == []
     tokens = [0, *range(100, 112), *range(200, 250), *range(100, 111)]
@@ -99,6 +111,7 @@ class Fixed:
     name: str = "fixed"
     accepted: list[tuple[int, int]] = field(default_factory=list)
     begun: list[int] = field(default_factory=list)
+    alone: list[bool] = field(default_factory=list)  # each draft call's
 
     @property
     def n_max(self) -> int:
@@ -107,7 +120,8 @@ class Fixed:
     def begin(self, seq: int, prompt: Sequence[int]) -> None:
         self.begun.append(seq)
 
-    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int) -> list[int]:
+    def draft(self, seq: int, history: Sequence[int], last: int, n_max: int, *, alone: bool = True) -> list[int]:
+        self.alone.append(alone)
         return self.proposal[:n_max]
 
     def accept(self, seq: int, n_accepted: int) -> None:
@@ -123,8 +137,9 @@ def test_the_first_drafter_with_a_proposal_wins_and_hears_the_outcome() -> None:
     assert spec.draft(1, [1, 2], 3, room=5) == [0, 1, 2, 3, 4]  # cut to the room
     spec.accept(1, 5, 2)
     assert full.accepted == [(1, 2)] and empty.accepted == []
-    assert spec.draft(1, [1, 2], 3, room=50) == list(range(4))  # the governor: twice the 2 that stood
+    assert spec.draft(1, [1, 2], 3, room=50, alone=False) == list(range(4))  # the governor: twice the 2 that stood
     assert (spec.stats[1].drafts, spec.stats[1].drafted, spec.stats[1].accepted) == (1, 5, 2)
+    assert full.alone == [True, False], "whether the sequence generates alone reaches the drafters"
 
 
 def test_without_adaptive_drafting_the_room_is_the_limit() -> None:
